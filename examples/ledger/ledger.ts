@@ -1,0 +1,92 @@
+/**
+ * The ledger: a deliberately non-idempotent handler (`balance = balance + amount`) that the
+ * inbox must make safe. Framework-free; `app-express.ts` (and friends) serve it over HTTP.
+ * Tests, the demo and the benchmarks reuse it.
+ */
+import { type Kysely, sql } from 'kysely';
+import type { HandlerContext, InboxEvent } from '../../src/index.js';
+
+export interface LedgerEntry {
+  id: string;
+  seq: number | null;
+  amount: number;
+}
+
+export interface Account {
+  key: string;
+  balance: number;
+  entries: LedgerEntry[];
+}
+
+export class Ledger {
+  /** Accounts whose next event should throw (POST /fail-next), to show poison handling. */
+  readonly failNext = new Map<string, number>();
+
+  constructor(readonly schema = 'ledger') {}
+
+  async setup(db: Kysely<any>): Promise<void> {
+    await db.schema.createSchema(this.schema).ifNotExists().execute();
+    const s = db.schema.withSchema(this.schema);
+    await s
+      .createTable('accounts')
+      .ifNotExists()
+      .addColumn('key', 'text', (c) => c.primaryKey())
+      .addColumn('balance', 'bigint', (c) => c.notNull())
+      .execute();
+    await s
+      .createTable('entries')
+      .ifNotExists()
+      .addColumn('n', 'bigserial', (c) => c.primaryKey())
+      .addColumn('key', 'text', (c) => c.notNull())
+      .addColumn('event_id', 'text', (c) => c.notNull())
+      .addColumn('seq', 'bigint')
+      .addColumn('amount', 'bigint', (c) => c.notNull())
+      .execute();
+  }
+
+  /** The handler: adds the amount to the account and appends an entry, both in `tx`. */
+  readonly handle = async (event: InboxEvent<{ amount: number }>, { tx }: HandlerContext) => {
+    const key = event.key ?? 'none';
+    const amount = event.body?.amount;
+    if (!Number.isSafeInteger(amount)) throw new Error('body.amount must be an integer');
+    const failures = this.failNext.get(key);
+    if (failures) {
+      if (failures > 1) this.failNext.set(key, failures - 1);
+      else this.failNext.delete(key);
+      throw new Error(`failing on purpose for account ${key}`);
+    }
+    const db = tx.withSchema(this.schema);
+    const { balance } = await db
+      .insertInto('accounts')
+      .values({ key, balance: amount })
+      .onConflict((oc) => oc.column('key').doUpdateSet({ balance: sql`accounts.balance + excluded.balance` }))
+      .returning('balance')
+      .executeTakeFirstOrThrow();
+    await db.insertInto('entries').values({ key, event_id: event.id, seq: event.seq, amount }).execute();
+    return { balance: Number(balance) };
+  };
+
+  async account(db: Kysely<any>, key: string): Promise<Account> {
+    const d = db.withSchema(this.schema);
+    const account = await d
+      .selectFrom('accounts')
+      .select('balance')
+      .where('key', '=', key)
+      .executeTakeFirst();
+    const entries = await d
+      .selectFrom('entries')
+      .select(['event_id', 'seq', 'amount'])
+      .where('key', '=', key)
+      .orderBy('n')
+      .execute();
+    return {
+      key,
+      balance: Number(account?.balance ?? 0),
+      entries: entries.map((e) => ({
+        id: e.event_id,
+        seq: e.seq === null ? null : Number(e.seq),
+        amount: Number(e.amount),
+      })),
+    };
+  }
+}

@@ -1,0 +1,37 @@
+/**
+ * `npm run example`: the ledger behind the inbox. Configured by environment variables:
+ * PORT (3000), DATABASE_URL (embedded PGlite when absent), FRAMEWORK (express),
+ * GAP_TIMEOUT_MS, SWEEP_INTERVAL_MS.
+ */
+import { type Framework, startLedger } from './start.js';
+
+function intEnv(name: string): number | undefined {
+  const raw = process.env[name];
+  if (raw === undefined || raw === '') return undefined;
+  if (!/^\d+$/.test(raw)) {
+    console.error(`${name} must be a non-negative integer; got ${JSON.stringify(raw)}`);
+    process.exit(2);
+  }
+  return Number(raw);
+}
+
+const ledger = await startLedger({
+  framework: (process.env.FRAMEWORK ?? 'express') as Framework,
+  port: intEnv('PORT') ?? 3000,
+  inbox: {
+    db: process.env.DATABASE_URL || undefined,
+    gapTimeoutMs: intEnv('GAP_TIMEOUT_MS'),
+    sweepIntervalMs: intEnv('SWEEP_INTERVAL_MS'),
+  },
+}).catch((err) => {
+  console.error(`ledger: could not start: ${err.message}`);
+  process.exit(1);
+});
+console.log(
+  `ledger listening on ${ledger.url} (${process.env.DATABASE_URL ? 'PostgreSQL' : 'embedded PGlite'})`,
+);
+for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+  process.once(signal, () => {
+    ledger.close().then(() => process.exit(0));
+  });
+}

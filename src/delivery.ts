@@ -1,0 +1,147 @@
+import { createHash } from 'node:crypto';
+import { InvalidDeliveryError } from './errors.js';
+import type { ResolvedOptions } from './options.js';
+
+/**
+ * One HTTP request as the core sees it: header names in any case, the raw body bytes.
+ * Adapters build it; `Inbox.receive` turns it into an outcome.
+ */
+export interface Delivery {
+  readonly headers: Readonly<Record<string, string | readonly string[] | undefined>>;
+  readonly rawBody: Uint8Array;
+}
+
+/** A delivery whose headers and body passed validation. */
+export interface ParsedDelivery {
+  readonly id: string;
+  readonly key: string | null;
+  readonly seq: number | null;
+  readonly hash: string;
+  readonly rawBody: Buffer;
+  readonly body: unknown;
+  readonly headers: Record<string, string>;
+}
+
+const PRINTABLE_ASCII = /^[\x20-\x7e]{1,255}$/;
+// Any character but controls; Node hands header values over as latin1 strings.
+const KEY = /^[^\x00-\x1f\x7f]{1,255}$/;
+const SEQ = /^[1-9][0-9]{0,15}$/;
+// Headers never stored with a held event: credentials must not sit in the inbox table.
+const SECRET_HEADERS = new Set(['authorization', 'proxy-authorization', 'cookie']);
+
+/** Lower-cases header names and rejects repeated headers we depend on. */
+export function normalizeHeaders(raw: Delivery['headers']): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const name in raw) {
+    const value = raw[name];
+    if (value === undefined) continue;
+    out[name.toLowerCase()] = typeof value === 'string' ? value : (value as readonly string[]).join(', ');
+  }
+  return out;
+}
+
+function single(
+  raw: Delivery['headers'],
+  headers: Record<string, string>,
+  name: string,
+  label: string,
+): string | undefined {
+  const direct = raw[name];
+  if (Array.isArray(direct) && direct.length > 1) {
+    throw new InvalidDeliveryError(label, `${label} must appear once`);
+  }
+  return headers[name];
+}
+
+/** The headers stored with an event that may be applied later (held, pending, dead). */
+export function storableHeaders(headers: Record<string, string>): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const name in headers) if (!SECRET_HEADERS.has(name)) out[name] = headers[name];
+  return out;
+}
+
+export function bodyHash(rawBody: Uint8Array): string {
+  return createHash('sha256').update(rawBody).digest('hex');
+}
+
+function isJsonContentType(contentType: string | undefined): boolean {
+  if (!contentType) return false;
+  const type = contentType.split(';', 1)[0].trim().toLowerCase();
+  return type === 'application/json' || type.endsWith('+json');
+}
+
+/** Parses the body the way option `parse` says; also used again when a held event is applied. */
+export function parseBody(
+  rawBody: Buffer,
+  contentType: string | undefined,
+  parse: ResolvedOptions['parse'],
+): unknown {
+  if (parse === 'raw') return rawBody;
+  if (parse === 'auto' && !isJsonContentType(contentType)) return rawBody;
+  if (parse === 'json' && contentType !== undefined && !isJsonContentType(contentType)) {
+    throw new InvalidDeliveryError('content-type', 'content-type must be application/json');
+  }
+  try {
+    return JSON.parse(rawBody.toString('utf8'));
+  } catch {
+    throw new InvalidDeliveryError('body', 'body is not valid JSON');
+  }
+}
+
+/**
+ * Validates a delivery against the wire contract (DESIGN.md §1) and hashes its body.
+ * Throws InvalidDeliveryError naming the field; never touches the database.
+ */
+export function parseDelivery(
+  delivery: Delivery,
+  options: ResolvedOptions,
+  idOverride?: string,
+): ParsedDelivery {
+  const rawBody = Buffer.isBuffer(delivery.rawBody)
+    ? delivery.rawBody
+    : Buffer.from(delivery.rawBody.buffer, delivery.rawBody.byteOffset, delivery.rawBody.byteLength);
+  if (rawBody.length > options.maxBodyBytes) {
+    throw new InvalidDeliveryError('body', `body is larger than ${options.maxBodyBytes} bytes`, 413);
+  }
+  const headers = normalizeHeaders(delivery.headers);
+  const names = options.headers;
+  const hash = bodyHash(rawBody);
+
+  let id = idOverride ?? single(delivery.headers, headers, names.id, 'Idempotency-Key');
+  if (id === undefined) {
+    if (!options.idFromBody) throw new InvalidDeliveryError(names.id, `${names.id} header is required`);
+    id = `sha256:${hash}`;
+  } else if (!PRINTABLE_ASCII.test(id)) {
+    throw new InvalidDeliveryError(names.id, `${names.id} must be 1-255 printable ASCII characters`);
+  }
+
+  const keyHeader = single(delivery.headers, headers, names.key, names.key);
+  const seqHeader = single(delivery.headers, headers, names.seq, names.seq);
+  let key: string | null = null;
+  let seq: number | null = null;
+  if (keyHeader !== undefined) {
+    if (!KEY.test(keyHeader))
+      throw new InvalidDeliveryError(
+        names.key,
+        `${names.key} must be 1-255 characters, no control characters`,
+      );
+    if (seqHeader === undefined)
+      throw new InvalidDeliveryError(names.seq, `${names.seq} is required when ${names.key} is present`);
+    key = keyHeader;
+  }
+  if (seqHeader !== undefined) {
+    if (keyHeader === undefined)
+      throw new InvalidDeliveryError(names.key, `${names.seq} requires ${names.key}`);
+    const n = SEQ.test(seqHeader) ? Number(seqHeader) : Number.NaN;
+    if (!Number.isSafeInteger(n)) {
+      throw new InvalidDeliveryError(
+        names.seq,
+        `${names.seq} must be a decimal integer from 1 to 9007199254740991`,
+      );
+    }
+    seq = n;
+  }
+
+  const body = parseBody(rawBody, headers['content-type'], options.parse);
+  return { id, key, seq, hash, rawBody, body, headers };
+}

@@ -1,0 +1,72 @@
+/**
+ * Errors carry a stable `code` and the HTTP status they map to. Responses built from them
+ * are RFC 9457 `application/problem+json`; `detail` is always ours, never a handler's message.
+ */
+export class InboxError extends Error {
+  override name = 'InboxError';
+  constructor(
+    message: string,
+    readonly code: string,
+    readonly status: number,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+  }
+}
+
+/** A bad option given to `createInbox` or an adapter. Thrown at construction. */
+export class InboxOptionsError extends InboxError {
+  override name = 'InboxOptionsError';
+  constructor(
+    readonly option: string,
+    message: string,
+  ) {
+    super(`webhook-inbox: option \`${option}\` ${message}`, 'invalid-option', 500);
+  }
+}
+
+/** A delivery that cannot be accepted as sent: a header, or the body, is wrong. */
+export class InvalidDeliveryError extends InboxError {
+  override name = 'InvalidDeliveryError';
+  constructor(
+    readonly field: string,
+    message: string,
+    status = 400,
+  ) {
+    super(message, status === 413 ? 'body-too-large' : 'invalid-delivery', status);
+  }
+}
+
+/** Signature verification is on and the delivery did not pass it. */
+export class UnauthorizedDeliveryError extends InboxError {
+  override name = 'UnauthorizedDeliveryError';
+  constructor(
+    readonly field: string,
+    message: string,
+  ) {
+    super(message, 'unauthorized', 401);
+  }
+}
+
+/**
+ * The raw body is gone: a body parser ran before the inbox. The inbox needs the exact bytes
+ * (signatures and the body hash are computed over them), so it refuses rather than guess.
+ */
+export class RawBodyUnavailableError extends InboxError {
+  override name = 'RawBodyUnavailableError';
+  constructor(hint: string) {
+    super(
+      `webhook-inbox: the request body was already consumed by a body parser. ${hint}`,
+      'raw-body-unavailable',
+      500,
+    );
+  }
+}
+
+/** The handler threw. Wraps its error so the inbox can tell it from its own failures. */
+export class HandlerError extends InboxError {
+  override name = 'HandlerError';
+  constructor(cause: unknown) {
+    super('webhook-inbox: the handler threw', 'handler-failed', 500, { cause });
+  }
+}

@@ -1,0 +1,30 @@
+import type { Transaction } from 'kysely';
+
+/** One event, as the handler sees it. */
+export interface InboxEvent<TBody = any> {
+  /** The idempotency key: stable across the sender's retries. */
+  readonly id: string;
+  readonly source: string;
+  /** The ordering key, or null for an unordered event. */
+  readonly key: string | null;
+  /** The event's place in its key's sequence, or null for an unordered event. */
+  readonly seq: number | null;
+  /** Parsed JSON, or the raw bytes when the body is not JSON (see option `parse`). */
+  readonly body: TBody;
+  /** The exact bytes received: what signatures and the body hash were computed over. */
+  readonly rawBody: Buffer;
+  /** Request headers, lower-case names (credentials such as `authorization` are not kept for held events). */
+  readonly headers: Readonly<Record<string, string>>;
+  /** 1 on the first run; higher when earlier runs failed. */
+  readonly attempt: number;
+  readonly receivedAt: Date;
+}
+
+/** What the handler gets besides the event. */
+export interface HandlerContext {
+  /**
+   * The transaction that claimed the event. Write the side effect through it: it commits
+   * with the dedup record, or neither happens.
+   */
+  readonly tx: Transaction<any>;
+}

@@ -1,0 +1,18 @@
+export type { DatabaseInput, PGliteLike, PgClientLike, PgPoolLike } from './database.js';
+export type { Delivery } from './delivery.js';
+export {
+  HandlerError,
+  InboxError,
+  InboxOptionsError,
+  InvalidDeliveryError,
+  RawBodyUnavailableError,
+  UnauthorizedDeliveryError,
+} from './errors.js';
+export type { HandlerContext, InboxEvent } from './event.js';
+export type { SweepReport } from './inbox.js';
+export { backoffMs, createInbox, Inbox } from './inbox.js';
+export { migrations } from './migrations.js';
+export type { Handler, InboxOptions, Logger, ResolvedOptions } from './options.js';
+export type { Outcome } from './outcome.js';
+export { OutcomeKind } from './outcome.js';
+export type { KeyState, StoredEvent } from './sql/inspect.js';

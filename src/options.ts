@@ -1,0 +1,264 @@
+import type { DatabaseInput } from './database.js';
+import { InboxOptionsError } from './errors.js';
+import type { HandlerContext, InboxEvent } from './event.js';
+
+/** A pino-shaped logger. Every method is optional to call; the inbox is silent without one. */
+export interface Logger {
+  debug(obj: object, msg?: string): void;
+  info(obj: object, msg?: string): void;
+  warn(obj: object, msg?: string): void;
+  error(obj: object, msg?: string): void;
+}
+
+export type Handler<TBody = any, TResult = unknown> = (
+  event: InboxEvent<TBody>,
+  context: HandlerContext,
+) => TResult | Promise<TResult>;
+
+export interface InboxOptions<TBody = any> {
+  /**
+   * Applies one event. Runs inside the transaction that claims the event: write through
+   * `tx` and the side effect and the dedup record commit together or not at all. The
+   * returned value (JSON) is stored and replayed to duplicates.
+   */
+  handle: Handler<TBody>;
+  /**
+   * Where the inbox lives: a connection string, a `pg.Pool`, a Kysely instance or a PGlite
+   * instance. Without it, an embedded PGlite database (in memory, or in `dataDir`).
+   */
+  db?: DatabaseInput;
+  /** Directory for the embedded PGlite database when `db` is not given. @defaultValue in memory */
+  dataDir?: string;
+  /** Pool size when `db` is a connection string. @defaultValue 10 */
+  poolSize?: number;
+  /** Namespaces one inbox: ids and keys of different sources never collide. @defaultValue 'default' */
+  source?: string;
+  /** Postgres schema of the inbox tables. @defaultValue 'webhook_inbox' */
+  schema?: string;
+  /** Prefix of the inbox table names (`${prefix}events`, …). @defaultValue '' */
+  tablePrefix?: string;
+  /** Run the shipped migrations on first use. @defaultValue true */
+  migrate?: boolean;
+  /** Header names, case-insensitive. */
+  headers?: { id?: string; key?: string; seq?: string };
+  /**
+   * When the id header is absent, derive the id from SHA-256 of the raw body instead of
+   * answering 400. Only safe when the sender's bodies are unique per event.
+   * @defaultValue false
+   */
+  idFromBody?: boolean;
+  /** Largest body accepted, in bytes; larger is 413. @defaultValue 1048576 */
+  maxBodyBytes?: number;
+  /**
+   * How bodies reach the handler: `'auto'` parses JSON when the content type says JSON
+   * (bad JSON is 400) and passes other bodies as a Buffer; `'json'` requires JSON;
+   * `'raw'` always passes the Buffer. @defaultValue 'auto'
+   */
+  parse?: 'auto' | 'json' | 'raw';
+  /**
+   * How long a delivery waits for a concurrent delivery of the same id (or of the same key)
+   * before answering 409 with Retry-After. @defaultValue 5000
+   */
+  lockTimeoutMs?: number;
+  /** Keep the payload of processed events (for audit or replay). @defaultValue false */
+  keepPayload?: boolean;
+  /** First expected seq of a new key: 1, or the seq of the first event seen. @defaultValue 1 */
+  firstSeq?: 1 | 'first-seen';
+  /** Most events one key may hold before deliveries are refused with 429. @defaultValue 1000 */
+  maxHeldPerKey?: number;
+  /** Largest distance past the next seq an event may be held at; further is 429. @defaultValue 10000 */
+  maxSeqAhead?: number;
+  /** How long the oldest held event of a key waits for its gap to fill. @defaultValue 30000 */
+  gapTimeoutMs?: number;
+  /** On gap timeout: skip the missing seqs and apply what is held, or block the key. @defaultValue 'skip' */
+  onGapTimeout?: 'skip' | 'block';
+  /** How often the sweeper runs; 0 turns it off. @defaultValue 1000 */
+  sweepIntervalMs?: number;
+  /** Handler failures before an event is dead-lettered as poison. @defaultValue 5 */
+  maxAttempts?: number;
+  /** An ordered poison event blocks its key (later events are held) or is skipped. @defaultValue 'block' */
+  onPoison?: 'block' | 'skip';
+  /** Backoff of background retries (drains): capped exponential with full jitter. */
+  retryBaseMs?: number;
+  /** @defaultValue 60000 */
+  retryCapMs?: number;
+  /** A pino-shaped logger. @defaultValue silent */
+  logger?: Partial<Logger>;
+}
+
+export interface ResolvedOptions {
+  readonly handle: Handler;
+  readonly db: DatabaseInput | undefined;
+  readonly dataDir: string | undefined;
+  readonly poolSize: number;
+  readonly source: string;
+  readonly schema: string;
+  readonly tablePrefix: string;
+  readonly migrate: boolean;
+  readonly headers: { readonly id: string; readonly key: string; readonly seq: string };
+  readonly idFromBody: boolean;
+  readonly maxBodyBytes: number;
+  readonly parse: 'auto' | 'json' | 'raw';
+  readonly lockTimeoutMs: number;
+  readonly keepPayload: boolean;
+  readonly firstSeq: 1 | 'first-seen';
+  readonly maxHeldPerKey: number;
+  readonly maxSeqAhead: number;
+  readonly gapTimeoutMs: number;
+  readonly onGapTimeout: 'skip' | 'block';
+  readonly sweepIntervalMs: number;
+  readonly maxAttempts: number;
+  readonly onPoison: 'block' | 'skip';
+  readonly retryBaseMs: number;
+  readonly retryCapMs: number;
+  readonly logger: Logger;
+}
+
+const IDENTIFIER = /^[a-z_][a-z0-9_]{0,39}$/;
+const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9a-z-]+$/;
+const noop = () => {};
+
+function integer(
+  options: Record<string, unknown>,
+  name: string,
+  fallback: number,
+  min: number,
+  max: number,
+): number {
+  const value = options[name];
+  if (value === undefined) return fallback;
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
+    throw new InboxOptionsError(name, `must be an integer from ${min} to ${max}; got ${describe(value)}`);
+  }
+  return value;
+}
+
+function oneOf<T extends string | number>(
+  options: Record<string, unknown>,
+  name: string,
+  allowed: readonly T[],
+): T {
+  const value = options[name];
+  if (value === undefined) return allowed[0];
+  if (!allowed.includes(value as T)) {
+    throw new InboxOptionsError(
+      name,
+      `must be one of ${allowed.map((a) => JSON.stringify(a)).join(', ')}; got ${describe(value)}`,
+    );
+  }
+  return value as T;
+}
+
+function bool(options: Record<string, unknown>, name: string, fallback: boolean): boolean {
+  const value = options[name];
+  if (value === undefined) return fallback;
+  if (typeof value !== 'boolean')
+    throw new InboxOptionsError(name, `must be a boolean; got ${describe(value)}`);
+  return value;
+}
+
+function describe(value: unknown): string {
+  if (typeof value === 'string') return JSON.stringify(value.length > 40 ? value.slice(0, 40) + '…' : value);
+  if (typeof value === 'function') return 'a function';
+  if (value === null) return 'null';
+  if (typeof value === 'object') return Array.isArray(value) ? 'an array' : 'an object';
+  return String(value);
+}
+
+function headerName(value: unknown, name: string, fallback: string): string {
+  if (value === undefined) return fallback;
+  if (typeof value !== 'string' || !HEADER_NAME.test(value.toLowerCase())) {
+    throw new InboxOptionsError(name, `must be an HTTP header name; got ${describe(value)}`);
+  }
+  return value.toLowerCase();
+}
+
+/** Every option, checked and defaulted in one place. A bad value throws, naming the option. */
+export function resolveOptions(input: InboxOptions): ResolvedOptions {
+  if (!input || typeof input !== 'object') throw new InboxOptionsError('options', 'must be an object');
+  const o = input as unknown as Record<string, unknown>;
+  if (typeof o.handle !== 'function')
+    throw new InboxOptionsError('handle', `must be a function; got ${describe(o.handle)}`);
+  const source = o.source ?? 'default';
+  if (
+    typeof source !== 'string' ||
+    source.length < 1 ||
+    source.length > 100 ||
+    !/^[\x21-\x7e]+$/.test(source)
+  ) {
+    throw new InboxOptionsError(
+      'source',
+      `must be 1-100 printable ASCII characters; got ${describe(source)}`,
+    );
+  }
+  const schema = o.schema ?? 'webhook_inbox';
+  if (typeof schema !== 'string' || !IDENTIFIER.test(schema)) {
+    throw new InboxOptionsError(
+      'schema',
+      `must be a lower-case SQL identifier (a-z, 0-9, _; at most 40); got ${describe(schema)}`,
+    );
+  }
+  const tablePrefix = o.tablePrefix ?? '';
+  if (typeof tablePrefix !== 'string' || (tablePrefix !== '' && !IDENTIFIER.test(tablePrefix))) {
+    throw new InboxOptionsError(
+      'tablePrefix',
+      `must be empty or a lower-case SQL identifier; got ${describe(tablePrefix)}`,
+    );
+  }
+  if (o.dataDir !== undefined && (typeof o.dataDir !== 'string' || o.dataDir === '')) {
+    throw new InboxOptionsError('dataDir', `must be a directory path; got ${describe(o.dataDir)}`);
+  }
+  if (o.dataDir !== undefined && o.db !== undefined) {
+    throw new InboxOptionsError('dataDir', 'applies to the embedded database only; remove it or remove `db`');
+  }
+  const h = (o.headers ?? {}) as Record<string, unknown>;
+  if (typeof h !== 'object') throw new InboxOptionsError('headers', 'must be an object');
+  const headers = {
+    id: headerName(h.id, 'headers.id', 'idempotency-key'),
+    key: headerName(h.key, 'headers.key', 'x-key'),
+    seq: headerName(h.seq, 'headers.seq', 'x-seq'),
+  };
+  if (new Set(Object.values(headers)).size !== 3)
+    throw new InboxOptionsError('headers', 'must name three different headers');
+  const logger = (o.logger ?? {}) as Partial<Logger>;
+  if (typeof logger !== 'object') throw new InboxOptionsError('logger', 'must be a pino-shaped logger');
+  const firstSeq = o.firstSeq === undefined ? 1 : o.firstSeq;
+  if (firstSeq !== 1 && firstSeq !== 'first-seen') {
+    throw new InboxOptionsError('firstSeq', `must be 1 or "first-seen"; got ${describe(firstSeq)}`);
+  }
+  const retryBaseMs = integer(o, 'retryBaseMs', 1000, 1, 3_600_000);
+  const retryCapMs = integer(o, 'retryCapMs', 60_000, 1, 86_400_000);
+  if (retryCapMs < retryBaseMs) throw new InboxOptionsError('retryCapMs', 'must be at least `retryBaseMs`');
+  return {
+    handle: o.handle as Handler,
+    db: o.db as DatabaseInput | undefined,
+    dataDir: o.dataDir as string | undefined,
+    poolSize: integer(o, 'poolSize', 10, 1, 1000),
+    source,
+    schema,
+    tablePrefix,
+    migrate: bool(o, 'migrate', true),
+    headers,
+    idFromBody: bool(o, 'idFromBody', false),
+    maxBodyBytes: integer(o, 'maxBodyBytes', 1024 * 1024, 1, 256 * 1024 * 1024),
+    parse: oneOf(o, 'parse', ['auto', 'json', 'raw'] as const),
+    lockTimeoutMs: integer(o, 'lockTimeoutMs', 5000, 1, 600_000),
+    keepPayload: bool(o, 'keepPayload', false),
+    firstSeq,
+    maxHeldPerKey: integer(o, 'maxHeldPerKey', 1000, 1, 1_000_000),
+    maxSeqAhead: integer(o, 'maxSeqAhead', 10_000, 1, Number.MAX_SAFE_INTEGER),
+    gapTimeoutMs: integer(o, 'gapTimeoutMs', 30_000, 1, 7 * 86_400_000),
+    onGapTimeout: oneOf(o, 'onGapTimeout', ['skip', 'block'] as const),
+    sweepIntervalMs: integer(o, 'sweepIntervalMs', 1000, 0, 3_600_000),
+    maxAttempts: integer(o, 'maxAttempts', 5, 1, 1000),
+    onPoison: oneOf(o, 'onPoison', ['block', 'skip'] as const),
+    retryBaseMs,
+    retryCapMs,
+    logger: {
+      debug: logger.debug?.bind(logger) ?? noop,
+      info: logger.info?.bind(logger) ?? noop,
+      warn: logger.warn?.bind(logger) ?? noop,
+      error: logger.error?.bind(logger) ?? noop,
+    },
+  };
+}

@@ -1,0 +1,81 @@
+/** The kinds of outcome one delivery can have (DESIGN.md §1). */
+export const OutcomeKind = Object.freeze({
+  processed: 'processed',
+  duplicate: 'duplicate',
+  held: 'held',
+  deadLettered: 'dead-lettered',
+  inFlight: 'in-flight',
+  mismatch: 'mismatch',
+  invalid: 'invalid',
+  unauthorized: 'unauthorized',
+  bufferFull: 'buffer-full',
+  failed: 'failed',
+  pending: 'pending',
+  shed: 'shed',
+  unavailable: 'unavailable',
+} as const);
+export type OutcomeKind = (typeof OutcomeKind)[keyof typeof OutcomeKind];
+
+/**
+ * What the inbox decided about one delivery, as data. Adapters write `status`, `headers`
+ * and `JSON.stringify(body)`; nothing else.
+ */
+export interface Outcome {
+  readonly kind: OutcomeKind;
+  readonly status: number;
+  readonly headers: Readonly<Record<string, string>>;
+  readonly body: Readonly<Record<string, unknown>>;
+}
+
+const JSON_HEADERS = Object.freeze({ 'content-type': 'application/json; charset=utf-8' });
+const REPLAY_HEADERS = Object.freeze({
+  'content-type': 'application/json; charset=utf-8',
+  'idempotent-replayed': 'true',
+});
+
+export const PROBLEM_TYPE_BASE = 'https://github.com/webhook-inbox/webhook-inbox/blob/main/README.md#';
+
+export function ok(
+  kind: OutcomeKind,
+  status: number,
+  body: Record<string, unknown>,
+  replayed = false,
+): Outcome {
+  return { kind, status, headers: replayed ? REPLAY_HEADERS : JSON_HEADERS, body };
+}
+
+const TITLES: Record<string, string> = {
+  'in-flight': 'Delivery in flight',
+  mismatch: 'Idempotency key reused',
+  invalid: 'Invalid delivery',
+  unauthorized: 'Signature verification failed',
+  'buffer-full': 'Reorder buffer full',
+  failed: 'Handler failed',
+  shed: 'Overloaded',
+  unavailable: 'Inbox unavailable',
+};
+
+/** An RFC 9457 problem outcome. `detail` must never carry internals (SQL, stacks, handler messages). */
+export function problem(
+  kind: OutcomeKind,
+  status: number,
+  detail: string,
+  extra: { field?: string; retryAfterSeconds?: number; [k: string]: unknown } = {},
+): Outcome {
+  const { retryAfterSeconds, ...members } = extra;
+  const headers: Record<string, string> = { 'content-type': 'application/problem+json; charset=utf-8' };
+  if (retryAfterSeconds !== undefined) headers['retry-after'] = String(retryAfterSeconds);
+  if (status === 413) headers.connection = 'close';
+  return {
+    kind,
+    status,
+    headers,
+    body: {
+      type: PROBLEM_TYPE_BASE + kind,
+      title: TITLES[kind] ?? (status === 413 ? 'Body too large' : 'Error'),
+      status,
+      detail,
+      ...members,
+    },
+  };
+}

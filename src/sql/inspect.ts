@@ -1,0 +1,106 @@
+import { type Kysely, sql } from 'kysely';
+import type { Tables } from './tables.js';
+import { toNumber } from './tables.js';
+
+export interface KeyState {
+  key: string;
+  /** The seq the key waits for. */
+  nextSeq: number;
+  state: 'open' | 'blocked';
+  blockedSeq: number | null;
+  blockedReason: 'gap' | 'poison' | null;
+  /** Seqs of the events buffered for this key (held, or pending in deferred mode), ascending. */
+  heldSeqs: number[];
+  /** Age of the oldest buffered event, in ms, or null when none is held. */
+  oldestHeldAgeMs: number | null;
+  updatedAt: Date;
+}
+
+export interface StoredEvent {
+  id: string;
+  key: string | null;
+  seq: number | null;
+  status: 'pending' | 'held' | 'processed' | 'dead';
+  attempts: number;
+  lastError: string | null;
+  deadReason: string | null;
+  receivedAt: Date;
+  processedAt: Date | null;
+  payload: Buffer | null;
+  headers: Record<string, string> | null;
+  result: unknown;
+}
+
+function table(t: Tables, name: 'events' | 'keys' | 'gaps') {
+  return `${t.prefix}${name}`;
+}
+
+export function toStoredEvent(r: any): StoredEvent {
+  return {
+    id: r.id,
+    key: r.key,
+    seq: toNumber(r.seq),
+    status: r.status,
+    attempts: r.attempts,
+    lastError: r.last_error,
+    deadReason: r.dead_reason,
+    receivedAt: new Date(r.received_at),
+    processedAt: r.processed_at ? new Date(r.processed_at) : null,
+    payload: r.payload ? Buffer.from(r.payload) : null,
+    headers: r.headers ?? null,
+    result: r.result ?? null,
+  };
+}
+
+export async function keyState(
+  db: Kysely<any>,
+  t: Tables,
+  source: string,
+  key: string,
+): Promise<KeyState | undefined> {
+  const k = await db
+    .withSchema(t.schema)
+    .selectFrom(table(t, 'keys'))
+    .selectAll()
+    .where('source', '=', source)
+    .where('key', '=', key)
+    .executeTakeFirst();
+  if (!k) return undefined;
+  const held = await db
+    .withSchema(t.schema)
+    .selectFrom(table(t, 'events'))
+    .select(['seq', sql<number>`extract(epoch from (now() - received_at)) * 1000`.as('age_ms')])
+    .where('source', '=', source)
+    .where('key', '=', key)
+    .where('status', 'in', ['held', 'pending'])
+    .orderBy('seq')
+    .execute();
+  return {
+    key,
+    nextSeq: toNumber(k.next_seq)!,
+    state: k.state,
+    blockedSeq: toNumber(k.blocked_seq),
+    blockedReason: k.blocked_reason,
+    heldSeqs: held.map((h) => toNumber(h.seq)!),
+    oldestHeldAgeMs: held.length ? Math.max(...held.map((h) => Math.round(Number(h.age_ms)))) : null,
+    updatedAt: new Date(k.updated_at),
+  };
+}
+
+export async function listEvents(
+  db: Kysely<any>,
+  t: Tables,
+  source: string,
+  filter: { key?: string; status?: StoredEvent['status']; limit?: number },
+): Promise<StoredEvent[]> {
+  let q = db.withSchema(t.schema).selectFrom(table(t, 'events')).selectAll().where('source', '=', source);
+  if (filter.key !== undefined) q = q.where('key', '=', filter.key);
+  if (filter.status !== undefined) q = q.where('status', '=', filter.status);
+  const rows = await q
+    .orderBy('key')
+    .orderBy('seq')
+    .orderBy('received_at')
+    .limit(filter.limit ?? 1000)
+    .execute();
+  return rows.map(toStoredEvent);
+}
