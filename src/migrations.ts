@@ -1,4 +1,5 @@
 import { type Kysely, type Migration, type MigrationProvider, Migrator, sql } from 'kysely';
+import { deferredMigration } from './sql/deferred-migration.js';
 import type { Tables } from './sql/tables.js';
 
 /**
@@ -357,6 +358,7 @@ end
 $fn$;
 `,
   ],
+  ['0003_deferred', deferredMigration],
 ];
 
 class ShippedMigrations implements MigrationProvider {
