@@ -430,7 +430,7 @@ export class Inbox {
           id: taken.id,
           key,
           seq: taken.seq,
-          hash: '',
+          hash: taken.hash,
           payload: taken.payload,
           headers: taken.headers,
           error: errorMessage(err.cause),
@@ -551,8 +551,11 @@ export class Inbox {
 
   /** One stored event by id. */
   async event(id: string): Promise<StoredEvent | undefined> {
-    const rows = await listEvents((await this.ready()).kysely, this.tables, this.options.source, {});
-    return rows.find((r) => r.id === id);
+    const [row] = await listEvents((await this.ready()).kysely, this.tables, this.options.source, {
+      id,
+      limit: 1,
+    });
+    return row;
   }
 }
 

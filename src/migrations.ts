@@ -217,7 +217,7 @@ $fn$;
 -- event at its cursor if it is waiting (held or pending) and due, marks it processed and
 -- advances the cursor. The caller runs the handler in the same transaction.
 create function ${t.fn('take_next')}(p_source text, p_key text, p_wait boolean, p_keep_payload boolean, p_lock_timeout text)
-returns table (id text, seq bigint, payload bytea, headers jsonb, attempts integer, received_at timestamptz, more boolean)
+returns table (id text, seq bigint, body_hash text, payload bytea, headers jsonb, attempts integer, received_at timestamptz, more boolean)
 language plpgsql as $fn$
 declare
   v_prev_lock_timeout text := current_setting('lock_timeout');
@@ -249,6 +249,7 @@ begin
   update ${t.keys} k set next_seq = v_next + 1, updated_at = now() where k.source = p_source and k.key = p_key;
   id := v_ev.id;
   seq := v_ev.seq;
+  body_hash := v_ev.body_hash;
   payload := v_ev.payload;
   headers := v_ev.headers;
   attempts := v_ev.attempts;

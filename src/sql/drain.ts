@@ -5,6 +5,7 @@ import { defineStatement, type Tables, toNumber } from './tables.js';
 export interface TakenEvent {
   id: string;
   seq: number;
+  hash: string;
   payload: Buffer;
   headers: Record<string, string>;
   attempts: number;
@@ -34,6 +35,7 @@ export function createTakeNext(names: StatementNames, t: Tables) {
     return {
       id: row.id,
       seq: toNumber(row.seq)!,
+      hash: row.body_hash,
       payload: Buffer.from(row.payload ?? []),
       headers: row.headers ?? {},
       attempts: row.attempts,

@@ -91,9 +91,10 @@ export async function listEvents(
   db: Kysely<any>,
   t: Tables,
   source: string,
-  filter: { key?: string; status?: StoredEvent['status']; limit?: number },
+  filter: { id?: string; key?: string; status?: StoredEvent['status']; limit?: number },
 ): Promise<StoredEvent[]> {
   let q = db.withSchema(t.schema).selectFrom(table(t, 'events')).selectAll().where('source', '=', source);
+  if (filter.id !== undefined) q = q.where('id', '=', filter.id);
   if (filter.key !== undefined) q = q.where('key', '=', filter.key);
   if (filter.status !== undefined) q = q.where('status', '=', filter.status);
   const rows = await q

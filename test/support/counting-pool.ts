@@ -1,0 +1,29 @@
+import pg from 'pg';
+import type { PgClientLike, PgPoolLike } from '../../src/index.js';
+
+/** A pg.Pool that counts the statements sent to Postgres: round trips, as the inbox pays them. */
+export class CountingPool implements PgPoolLike {
+  readonly pool: pg.Pool;
+  readonly statements: string[] = [];
+  constructor(connectionString: string) {
+    this.pool = new pg.Pool({ connectionString, max: 10 });
+    this.pool.on('error', () => {});
+  }
+  async connect(): Promise<PgClientLike> {
+    const client = await this.pool.connect();
+    const statements = this.statements;
+    return {
+      query(config) {
+        statements.push(config.text.trim().split(/\s+/).slice(0, 4).join(' '));
+        return client.query(config as pg.QueryConfig) as any;
+      },
+      release: (err) => client.release(err as any),
+    };
+  }
+  reset(): string[] {
+    return this.statements.splice(0);
+  }
+  end(): Promise<void> {
+    return this.pool.end();
+  }
+}
