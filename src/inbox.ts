@@ -239,6 +239,15 @@ export class Inbox {
       case 'dead':
         return ok(OutcomeKind.deadLettered, 200, { status: 'dead-lettered', id: d.id, reason: c.reason });
       case 'mismatch': {
+        if (c.reason === 'seq-taken') {
+          const h = this.options.headers;
+          return problem(
+            OutcomeKind.mismatch,
+            422,
+            `${h.seq} ${d.seq} of this ${h.key} is already held for another ${h.id}`,
+            { field: h.seq },
+          );
+        }
         const field =
           c.reason === 'key'
             ? this.options.headers.key

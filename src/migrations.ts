@@ -79,6 +79,7 @@ declare
   v_blocked_reason text;
   v_ev ${t.events}%rowtype;
   v_found boolean := false;
+  v_created boolean := false;
   v_turn boolean;
   v_held integer;
 begin
@@ -98,6 +99,7 @@ begin
       insert into ${t.keys} as k (source, key, next_seq)
         values (p_source, p_key, case when p_first_seen then p_seq else 1 end)
         on conflict (source, key) do nothing;
+      v_created := found;
       select k.next_seq, k.state, k.blocked_reason into v_next, v_state, v_blocked_reason
         from ${t.keys} k where k.source = p_source and k.key = p_key for update;
     end if;
@@ -120,6 +122,12 @@ begin
           -- is the permanent dedup record of an ordered key.
           decision := 'duplicate';
         end if;
+      elsif exists (select 1 from ${t.events} e where e.source = p_source and e.key = p_key
+                    and e.seq = p_seq and e.status in ('held', 'pending')) then
+        -- Another id already waits at this seq. Taking this one too would leave one of them
+        -- held below the cursor forever once the other is applied.
+        decision := 'mismatch';
+        reason := 'seq-taken';
       elsif v_turn then
         if p_apply then
           insert into ${t.events} (source, id, key, seq, body_hash, status, payload, headers, processed_at)
@@ -197,6 +205,12 @@ begin
     else
       decision := v_ev.status;  -- 'held' or 'pending': it stays buffered
     end if;
+  end if;
+
+  if v_created and decision in ('mismatch', 'buffer-full') then
+    -- A refused delivery leaves nothing behind, not even a cursor (it would fix the first seq
+    -- of the key under firstSeq 'first-seen').
+    delete from ${t.keys} k where k.source = p_source and k.key = p_key;
   end if;
 
   if decision = 'apply' and p_key is not null then
@@ -313,18 +327,24 @@ end
 $fn$;
 
 -- sweep: one pass of the sweeper over the keys that wait. Returns the keys to drain: those
--- whose next event is already there (a drain was interrupted), and those whose oldest held
--- event waited past the gap timeout (the gap is recorded and skipped, or the key blocked).
+-- whose next event is already there and due (a drain was interrupted, or a failed run waits
+-- for its retry), and those whose oldest held event waited past the gap timeout (the gap is
+-- recorded and skipped, or the key blocked).
 create function ${t.fn('sweep')}(p_source text, p_gap_timeout_ms bigint, p_on_gap text, p_limit integer)
 returns table (key text, action text, from_seq bigint, to_seq bigint)
 language plpgsql as $fn$
 declare
   r record;
   v_next bigint;
+  v_first bigint;
+  v_oldest timestamptz;
 begin
   for r in
-    select e.key as k, min(e.seq) as first_seq, min(e.received_at) as oldest
+    -- Open keys only: blocked keys wait for an operator, and would otherwise fill the limit
+    -- pass after pass and starve every other key.
+    select e.key as k
       from ${t.events} e
+      join ${t.keys} k on k.source = e.source and k.key = e.key and k.state = 'open'
      where e.source = p_source and e.status in ('held', 'pending') and e.key is not null
      group by e.key
      order by min(e.received_at)
@@ -334,18 +354,26 @@ begin
     select k.next_seq into v_next from ${t.keys} k
       where k.source = p_source and k.key = r.k and k.state = 'open' for update skip locked;
     continue when not found;
+    -- Read the buffer again under the key lock: the loop's snapshot is older, and a held
+    -- event that arrived since (below the one it saw first) must not be skipped as a gap.
+    select min(e.seq), min(e.received_at) into v_first, v_oldest from ${t.events} e
+      where e.source = p_source and e.key = r.k and e.status in ('held', 'pending');
+    continue when v_first is null;
     key := r.k;
-    if r.first_seq <= v_next then
+    if v_first <= v_next then
+      continue when not exists (
+        select 1 from ${t.events} e where e.source = p_source and e.key = r.k and e.seq = v_next
+           and e.status in ('held', 'pending') and (e.run_after is null or e.run_after <= now()));
       action := 'drain';
       from_seq := null;
       to_seq := null;
       return next;
-    elsif r.oldest <= now() - p_gap_timeout_ms * interval '1 millisecond' then
+    elsif v_oldest <= now() - p_gap_timeout_ms * interval '1 millisecond' then
       from_seq := v_next;
-      to_seq := r.first_seq - 1;
+      to_seq := v_first - 1;
       if p_on_gap = 'skip' then
-        insert into ${t.gaps} (source, key, from_seq, to_seq, reason) values (p_source, r.k, v_next, r.first_seq - 1, 'timeout');
-        update ${t.keys} k set next_seq = r.first_seq, updated_at = now() where k.source = p_source and k.key = r.k;
+        insert into ${t.gaps} (source, key, from_seq, to_seq, reason) values (p_source, r.k, v_next, v_first - 1, 'timeout');
+        update ${t.keys} k set next_seq = v_first, updated_at = now() where k.source = p_source and k.key = r.k;
         action := 'skipped';
       else
         update ${t.keys} k set state = 'blocked', blocked_seq = v_next, blocked_reason = 'gap', updated_at = now()
