@@ -5,7 +5,8 @@
  * - unique event, applied now (unordered, or ordered and its turn):
  *   BEGIN, claim, <the handler's own statements>, [store result], COMMIT
  *   = the handler's + 3, and + 1 only when the handler returns a result to replay.
- * - duplicate, held, late, mismatch, buffer-full: BEGIN, claim, COMMIT = 3.
+ * - duplicate this instance saw processed (bounded LRU, `duplicateCacheSize`): 0.
+ * - other duplicate, held, late, mismatch, buffer-full: BEGIN, claim, COMMIT = 3.
  * - handler throws: BEGIN, claim, <handler>, ROLLBACK, then `fail` (autocommit) = + 1.
  * - each held event drained after the response: BEGIN, take_next, <handler>, [result], COMMIT.
  * The claim decides everything in one statement (a PL/pgSQL function shipped by the
@@ -17,6 +18,7 @@ import { type Database, openDatabase } from './database.js';
 import { type Delivery, type ParsedDelivery, parseBody, parseDelivery, storableHeaders } from './delivery.js';
 import { HandlerError, InvalidDeliveryError, RawBodyUnavailableError } from './errors.js';
 import type { InboxEvent } from './event.js';
+import { ProcessedCache } from './local-cache.js';
 import { migrateToLatest } from './migrations.js';
 import { type InboxOptions, type ResolvedOptions, resolveOptions } from './options.js';
 import { type Outcome, OutcomeKind, ok, problem } from './outcome.js';
@@ -76,11 +78,13 @@ export class Inbox {
   readonly #background = new Set<Promise<unknown>>();
   #closing = false;
   #warnedRawBody = false;
+  readonly #processed: ProcessedCache;
 
   constructor(options: InboxOptions) {
     this.options = resolveOptions(options);
     this.tables = createTables(this.options.schema, this.options.tablePrefix);
     this.#lockTimeout = `${this.options.lockTimeoutMs}ms`;
+    this.#processed = new ProcessedCache(this.options.duplicateCacheSize);
   }
 
   /** Opens the database, runs migrations (unless `migrate: false`) and starts the sweeper. Idempotent. */
@@ -152,6 +156,8 @@ export class Inbox {
       if (err instanceof InvalidDeliveryError) return invalid(err);
       throw err;
     }
+    const cached = this.#processed.duplicateOf(parsed.id, parsed.hash, parsed.key, parsed.seq);
+    if (cached) return duplicate(parsed.id, cached.result); // zero round trips: see local-cache.ts
     let database: Database;
     try {
       database = await this.ready();
@@ -167,6 +173,7 @@ export class Inbox {
     const s = this.#statements!;
     const ordered = d.key !== null;
     let claimed: ClaimRow | undefined;
+    let resultJson: string | undefined;
     try {
       const outcome = await database.kysely.transaction().execute(async (tx) => {
         claimed = await s.claim(tx, {
@@ -197,9 +204,22 @@ export class Inbox {
           attempt: claimed.attempts + 1,
           receivedAt: claimed.receivedAt,
         };
-        const result = await this.#runHandler(tx, event);
+        const { result, json } = await this.#runHandler(tx, event);
+        resultJson = json;
         return ok(OutcomeKind.processed, 200, { status: 'processed', id: d.id, result: result ?? null });
       });
+      // Committed. Only now may the event be remembered as processed.
+      if (outcome.kind === OutcomeKind.processed)
+        this.#processed.remember(d.id, d.hash, d.key, d.seq, resultJson);
+      else if (outcome.kind === OutcomeKind.duplicate && claimed) {
+        this.#processed.remember(
+          d.id,
+          d.hash,
+          d.key,
+          d.seq,
+          claimed.result === null ? undefined : JSON.stringify(claimed.result),
+        );
+      }
       if (claimed?.drain && d.key !== null) this.#drainInBackground(d.key);
       return outcome;
     } catch (err) {
@@ -209,7 +229,10 @@ export class Inbox {
   }
 
   /** Runs the handler in `tx` and stores what it returns. Any throw becomes a HandlerError. */
-  async #runHandler(tx: Kysely<any>, event: InboxEvent): Promise<unknown> {
+  async #runHandler(
+    tx: Kysely<any>,
+    event: InboxEvent,
+  ): Promise<{ result: unknown; json: string | undefined }> {
     let result: unknown;
     let json: string | undefined;
     try {
@@ -219,13 +242,13 @@ export class Inbox {
       throw new HandlerError(err);
     }
     if (json !== undefined) await this.#statements!.storeResult(tx, this.options.source, event.id, json);
-    return result;
+    return { result, json };
   }
 
   #decided(d: ParsedDelivery, c: ClaimRow): Outcome {
     switch (c.decision) {
       case 'duplicate':
-        return ok(OutcomeKind.duplicate, 200, { status: 'duplicate', id: d.id, result: c.result }, true);
+        return duplicate(d.id, c.result);
       case 'held':
         return ok(OutcomeKind.held, 202, {
           status: 'held',
@@ -566,6 +589,10 @@ export class Inbox {
     });
     return row;
   }
+}
+
+function duplicate(id: string, result: unknown): Outcome {
+  return ok(OutcomeKind.duplicate, 200, { status: 'duplicate', id, result }, true);
 }
 
 function invalid(err: InvalidDeliveryError): Outcome {

@@ -82,6 +82,12 @@ export interface InboxOptions<TBody = any> {
   retryBaseMs?: number;
   /** @defaultValue 60000 */
   retryCapMs?: number;
+  /**
+   * How many processed events this instance remembers in memory (an LRU), so that their
+   * duplicates are answered with no database round trip. 0 turns it off. Results over 2 KiB
+   * as JSON are not cached. @defaultValue 5000
+   */
+  duplicateCacheSize?: number;
   /** A pino-shaped logger. @defaultValue silent */
   logger?: Partial<Logger>;
 }
@@ -111,6 +117,7 @@ export interface ResolvedOptions {
   readonly onPoison: 'block' | 'skip';
   readonly retryBaseMs: number;
   readonly retryCapMs: number;
+  readonly duplicateCacheSize: number;
   readonly logger: Logger;
 }
 
@@ -254,6 +261,7 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
     onPoison: oneOf(o, 'onPoison', ['block', 'skip'] as const),
     retryBaseMs,
     retryCapMs,
+    duplicateCacheSize: integer(o, 'duplicateCacheSize', 5000, 0, 1_000_000),
     logger: {
       debug: logger.debug?.bind(logger) ?? noop,
       info: logger.info?.bind(logger) ?? noop,

@@ -54,10 +54,35 @@ describe.runIf(postgresTarget)('round trips to Postgres per delivery', () => {
     returnResult = true;
   });
 
-  it('a duplicate: BEGIN, claim, COMMIT', async () => {
+  it('a duplicate of an event this instance processed: none (the in-process LRU)', async () => {
     pool.reset();
-    expect((await deliver('rt-1')).kind).toBe('duplicate');
+    const outcome = await deliver('rt-1');
+    expect(outcome).toMatchObject({ kind: 'duplicate', body: { result: { ok: true } } });
+    expect(outcome.headers['idempotent-replayed']).toBe('true');
+    expect(pool.reset()).toEqual([]);
+  });
+
+  it('a duplicate another instance processed: BEGIN, claim, COMMIT', async () => {
+    const other = createInbox({ db: pool, schema: t.schema, sweepIntervalMs: 0, handle: () => {} });
+    await other.ready();
+    pool.reset();
+    const outcome = await other.receive({
+      headers: { 'idempotency-key': 'rt-1', 'content-type': 'application/json' },
+      rawBody: Buffer.from('{}'),
+    });
+    expect(outcome).toMatchObject({ kind: 'duplicate', body: { result: { ok: true } } });
     expect(pool.reset()).toEqual(['begin', expect.stringMatching(/claim/), 'commit']);
+    await other.close();
+  });
+
+  it('the LRU never hides a mismatch: a different body goes to Postgres and is 422', async () => {
+    pool.reset();
+    const outcome = await inbox.receive({
+      headers: { 'idempotency-key': 'rt-1', 'content-type': 'application/json' },
+      rawBody: Buffer.from('{"other": true}'),
+    });
+    expect(outcome.status).toBe(422);
+    expect(pool.reset()).toHaveLength(3);
   });
 
   it('an ordered event in its turn costs what an unordered one does', async () => {

@@ -1,0 +1,58 @@
+/**
+ * A bounded in-process LRU of events this instance saw processed, so that a duplicate
+ * (the common case in a retry storm) is answered without a Postgres round trip, as
+ * Powertools Idempotency's `useLocalCache` does.
+ *
+ * Why it is safe: an entry is written only after the event's transaction committed as
+ * processed, and a processed event is final — its body hash, key, seq and result never change.
+ * A delivery is answered from here only when hash, key and seq all match; anything else
+ * (a mismatch, an unknown id, held or dead events, which are never cached) goes to Postgres.
+ * Entries are per inbox, so per source. Memory is bounded by `maxEntries` × `MAX_RESULT_CHARS`.
+ */
+export interface CachedEvent {
+  readonly hash: string;
+  readonly key: string | null;
+  readonly seq: number | null;
+  readonly result: unknown;
+}
+
+/** Results larger than this (as JSON) are not cached: those duplicates go to Postgres. */
+export const MAX_RESULT_CHARS = 2048;
+
+export class ProcessedCache {
+  readonly #entries = new Map<string, CachedEvent>();
+  constructor(readonly maxEntries: number) {}
+
+  /** The cached event when this delivery is a duplicate of it (same hash, key and seq). */
+  duplicateOf(id: string, hash: string, key: string | null, seq: number | null): CachedEvent | undefined {
+    const hit = this.#entries.get(id);
+    if (!hit || hit.hash !== hash || hit.key !== key || hit.seq !== seq) return undefined;
+    // Refresh its place: a hot id in a retry storm stays cached.
+    this.#entries.delete(id);
+    this.#entries.set(id, hit);
+    return hit;
+  }
+
+  /** Remembers a committed, processed event. `resultJson` is the stored result, or undefined. */
+  remember(
+    id: string,
+    hash: string,
+    key: string | null,
+    seq: number | null,
+    resultJson: string | undefined,
+  ): void {
+    if (this.maxEntries === 0 || (resultJson !== undefined && resultJson.length > MAX_RESULT_CHARS)) return;
+    this.#entries.delete(id);
+    this.#entries.set(id, {
+      hash,
+      key,
+      seq,
+      result: resultJson === undefined ? null : JSON.parse(resultJson),
+    });
+    if (this.#entries.size > this.maxEntries) this.#entries.delete(this.#entries.keys().next().value!);
+  }
+
+  get size(): number {
+    return this.#entries.size;
+  }
+}
