@@ -1,7 +1,8 @@
+import { createServer, type Server } from 'node:http';
 import express from 'express';
 import { inbox as inboxMiddleware } from '../../adapters/express.js';
 import type { Inbox } from '../../src/index.js';
-import type { Ledger } from './ledger.js';
+import { type Ledger, parseFailNext } from './ledger.js';
 
 /** The ledger over Express: POST /webhooks behind the inbox, GET /accounts/:key, GET /health. */
 export function expressApp(inbox: Inbox, ledger: Ledger) {
@@ -11,16 +12,20 @@ export function expressApp(inbox: Inbox, ledger: Ledger) {
     res.json(await ledger.account(await inbox.kysely(), req.params.key));
   });
   app.post('/fail-next', express.json(), (req, res) => {
-    const { key, times } = req.body ?? {};
-    if (typeof key !== 'string' || (times !== undefined && !Number.isInteger(times))) {
+    const failNext = parseFailNext(req.body);
+    if (!failNext) {
       res.status(400).json({ error: 'body must be {"key": string, "times"?: integer}' });
       return;
     }
-    ledger.failNext.set(key, times ?? 1);
-    res.json({ key, times: times ?? 1 });
+    ledger.failNext.set(failNext.key, failNext.times);
+    res.json(failNext);
   });
   app.get('/health', (_req, res) => {
     res.json({ ok: true });
   });
   return app;
+}
+
+export async function expressServer(inbox: Inbox, ledger: Ledger): Promise<Server> {
+  return createServer(expressApp(inbox, ledger));
 }

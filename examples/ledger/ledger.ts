@@ -18,6 +18,13 @@ export interface Account {
   entries: LedgerEntry[];
 }
 
+/** Validates POST /fail-next's body: `{"key": string, "times"?: integer}`. */
+export function parseFailNext(body: unknown): { key: string; times: number } | undefined {
+  const { key, times } = (body ?? {}) as { key?: unknown; times?: unknown };
+  if (typeof key !== 'string' || (times !== undefined && !Number.isSafeInteger(times))) return undefined;
+  return { key, times: (times as number | undefined) ?? 1 };
+}
+
 export class Ledger {
   /** Accounts whose next event should throw (POST /fail-next), to show poison handling. */
   readonly failNext = new Map<string, number>();

@@ -1,6 +1,6 @@
 /**
  * `npm run example`: the ledger behind the inbox. Configured by environment variables:
- * PORT (3000), DATABASE_URL (embedded PGlite when absent), FRAMEWORK (express),
+ * PORT (3000), DATABASE_URL (embedded PGlite when absent), FRAMEWORK (express | koa | fastify),
  * GAP_TIMEOUT_MS, SWEEP_INTERVAL_MS.
  */
 import { type Framework, startLedger } from './start.js';

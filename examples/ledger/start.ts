@@ -1,11 +1,17 @@
-import { createServer, type Server } from 'node:http';
+import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { createInbox, type Inbox, type InboxOptions } from '../../src/index.js';
-import { expressApp } from './app-express.js';
+import { createInbox, type Handler, type Inbox, type InboxOptions } from '../../src/index.js';
 import { Ledger } from './ledger.js';
 
-export type Framework = 'express';
-export const FRAMEWORKS: readonly Framework[] = ['express'];
+export type Framework = 'express' | 'koa' | 'fastify';
+
+/** One HTTP server per framework, each serving the same ledger contract. Loaded on demand. */
+const SERVERS: Record<Framework, () => Promise<(inbox: Inbox, ledger: Ledger) => Promise<Server>>> = {
+  express: async () => (await import('./app-express.js')).expressServer,
+  koa: async () => (await import('./app-koa.js')).koaServer,
+  fastify: async () => (await import('./app-fastify.js')).fastifyServer,
+};
+export const FRAMEWORKS = Object.keys(SERVERS) as readonly Framework[];
 
 export interface LedgerServerOptions {
   framework?: Framework;
@@ -15,6 +21,8 @@ export interface LedgerServerOptions {
   ledgerSchema?: string;
   /** Inbox options; `handle` is the ledger's. */
   inbox?: Omit<InboxOptions, 'handle'>;
+  /** Wraps the ledger's handler (tests use it to hold a delivery in flight). */
+  wrapHandler?: (handle: Handler) => Handler;
 }
 
 export interface LedgerServer {
@@ -27,25 +35,32 @@ export interface LedgerServer {
 
 /** Starts the ledger example: the inbox, its tables, the ledger's tables, and an HTTP server. */
 export async function startLedger(options: LedgerServerOptions = {}): Promise<LedgerServer> {
-  const ledger = new Ledger(options.ledgerSchema);
-  const inbox = createInbox({ ...options.inbox, handle: ledger.handle });
-  await ledger.setup(await inbox.kysely());
   const framework = options.framework ?? 'express';
   if (!FRAMEWORKS.includes(framework)) throw new Error(`FRAMEWORK must be one of ${FRAMEWORKS.join(', ')}`);
-  const server = createServer(expressApp(inbox, ledger));
-  await new Promise<void>((resolve) =>
-    server.listen(options.port ?? 0, options.host ?? '127.0.0.1', resolve),
-  );
-  const { port } = server.address() as AddressInfo;
-  return {
-    url: `http://${options.host ?? '127.0.0.1'}:${port}`,
-    inbox,
-    ledger,
-    server,
-    async close() {
-      server.closeAllConnections();
-      await new Promise<void>((resolve) => server.close(() => resolve()));
-      await inbox.close();
-    },
-  };
+  const ledger = new Ledger(options.ledgerSchema);
+  const handle: Handler = options.wrapHandler ? options.wrapHandler(ledger.handle) : ledger.handle;
+  const inbox = createInbox({ ...options.inbox, handle });
+  try {
+    await ledger.setup(await inbox.kysely());
+    const server = await (await SERVERS[framework]())(inbox, ledger);
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(options.port ?? 0, options.host ?? '127.0.0.1', resolve);
+    });
+    const { port } = server.address() as AddressInfo;
+    return {
+      url: `http://${options.host ?? '127.0.0.1'}:${port}`,
+      inbox,
+      ledger,
+      server,
+      async close() {
+        server.closeAllConnections();
+        await new Promise<void>((resolve) => server.close(() => resolve()));
+        await inbox.close();
+      },
+    };
+  } catch (err) {
+    await inbox.close();
+    throw err;
+  }
 }
