@@ -1,0 +1,367 @@
+/**
+ * One table of cases (DESIGN.md §1), run against every framework adapter, on every target,
+ * over real sockets. A case added to `cases` runs for Express, Koa and Fastify alike.
+ *
+ * The apps are the ledger example's (examples/ledger/app-*.ts), so the side effects are the
+ * ledger's rows, read back over HTTP (`GET /accounts/:key`) as a user would.
+ *
+ * Dimensions: `targets` × `frameworks` × `modes`. A mode is a name and the inbox options
+ * that turn it on; `serve()` builds one app from a framework, a target and inbox options.
+ */
+import { randomBytes } from 'node:crypto';
+import { sql } from 'kysely';
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import type { Account } from '../examples/ledger/ledger.js';
+import { FRAMEWORKS, type Framework, type LedgerServer, startLedger } from '../examples/ledger/start.js';
+import type { Handler, InboxOptions } from '../src/index.js';
+import { type Target, type TargetDb, targets, uniqueName } from './support/databases.js';
+
+/** Another dimension goes here (e.g. `{ name: 'deferred', options: { mode: 'deferred' } }`). */
+interface Mode {
+  readonly name: string;
+  readonly options: Partial<InboxOptions>;
+}
+const modes: Mode[] = [{ name: 'inline', options: {} }];
+
+/** Options every conformance app shares: small limits so that each outcome is cheap to reach. */
+const BASE_OPTIONS = {
+  maxBodyBytes: 1024,
+  maxAttempts: 2,
+  maxHeldPerKey: 1,
+  lockTimeoutMs: 300,
+  sweepIntervalMs: 0,
+} satisfies Partial<InboxOptions>;
+
+/** A handler gate: holds one event's handler (inside its transaction) until released. */
+interface Gate {
+  entered: Promise<void>;
+  release(): void;
+}
+
+interface App extends LedgerServer {
+  readonly framework: Framework;
+  readonly target: Target['name'];
+  readonly mode: string;
+  /** Makes the handler of event `id` wait, inside its transaction, until `release()`. */
+  hold(id: string): Gate;
+  post(headers: Record<string, string>, body?: string): Promise<Reply>;
+  account(key: string): Promise<Account>;
+  failNext(key: string, times: number): Promise<void>;
+}
+
+interface Reply {
+  status: number;
+  headers: Headers;
+  text: string;
+  json: any;
+}
+
+/** Builds one app: a framework's ledger server over a target, with these inbox options. */
+async function serve(
+  framework: Framework,
+  target: { name: Target['name']; db: TargetDb },
+  mode: Mode,
+  options: Partial<InboxOptions>,
+): Promise<App> {
+  // Apps on one target share its database (a PGlite instance is slow to start), each in
+  // schemas of its own.
+  const schema = uniqueName('wi');
+  const ledgerSchema = uniqueName('app');
+  const gates = new Map<string, { enter(): void; released: Promise<void> }>();
+  const wrapHandler =
+    (handle: Handler): Handler =>
+    async (event, context) => {
+      const gate = gates.get(event.id);
+      if (gate) {
+        gate.enter();
+        await gate.released;
+      }
+      return handle(event, context);
+    };
+  const server = await startLedger({
+    framework,
+    ledgerSchema,
+    inbox: { ...options, db: target.db.db, schema },
+    wrapHandler,
+  });
+  const call = async (path: string, init: RequestInit): Promise<Reply> => {
+    const res = await fetch(server.url + path, init);
+    const text = await res.text();
+    let json: unknown;
+    try {
+      json = JSON.parse(text);
+    } catch {}
+    return { status: res.status, headers: res.headers, text, json };
+  };
+  return {
+    framework,
+    target: target.name,
+    mode: mode.name,
+    url: server.url,
+    inbox: server.inbox,
+    ledger: server.ledger,
+    server: server.server,
+    close: async () => {
+      await sql`drop schema if exists ${sql.id(schema)}, ${sql.id(ledgerSchema)} cascade`.execute(
+        await server.inbox.kysely(),
+      );
+      await server.close();
+    },
+    hold(id: string): Gate {
+      let enter!: () => void;
+      let release!: () => void;
+      const entered = new Promise<void>((r) => (enter = r));
+      const released = new Promise<void>((r) => (release = r));
+      gates.set(id, { enter, released });
+      return { entered, release };
+    },
+    post: (headers: Record<string, string>, body = '{"amount":1}') =>
+      call('/webhooks', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', ...headers },
+        body,
+      }),
+    account: async (key: string) =>
+      (await call(`/accounts/${encodeURIComponent(key)}`, { method: 'GET' })).json as Account,
+    failNext: async (key: string, times: number) => {
+      const r = await call('/fail-next', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ key, times }),
+      });
+      expect(r.status).toBe(200);
+    },
+  };
+}
+
+const uid = (prefix: string) => `${prefix}-${randomBytes(6).toString('hex')}`;
+
+/** One ordered event on a fresh key: its headers, and the key to read the account back. */
+function freshEvent(seq = 1) {
+  const key = uid('acct');
+  return {
+    key,
+    id: uid('evt'),
+    headers: (id: string, s = seq) => ({ 'idempotency-key': id, 'x-key': key, 'x-seq': String(s) }),
+  };
+}
+
+function expectJson(r: Reply, status: number) {
+  expect(r.status, r.text).toBe(status);
+  expect(r.headers.get('content-type')).toMatch(/^application\/json/);
+}
+
+function expectProblem(r: Reply, status: number, field?: string) {
+  expect(r.status, r.text).toBe(status);
+  expect(r.headers.get('content-type')).toMatch(/^application\/problem\+json/);
+  expect(r.json).toMatchObject({ status, type: expect.any(String), title: expect.any(String) });
+  expect(r.json.detail).toEqual(expect.any(String));
+  if (field !== undefined) expect(r.json.field).toBe(field);
+  // Never internals: no stack, no SQL, no handler message.
+  expect(r.text).not.toMatch(/\bat .*\.(ts|js):\d+|select |insert |failing on purpose|Error:/i);
+}
+
+async function expectNothingStored(app: App, id: string, key: string) {
+  expect(await app.inbox.event(id)).toBeUndefined();
+  expect(await app.account(key)).toEqual({ key, balance: 0, entries: [] });
+}
+
+interface Case {
+  readonly name: string;
+  /** Targets it cannot run on, and why (said in the test name). */
+  readonly skip?: (app: App) => string | false;
+  run(app: App): Promise<void>;
+}
+
+const MALFORMED_SEQ = ['abc', '0', '-1', '1.5', '1e3', '9007199254740993', ''];
+
+const cases: Case[] = [
+  {
+    name: 'processed: first delivery runs the handler once and answers 200 with its result',
+    async run(app) {
+      const e = freshEvent();
+      const r = await app.post(e.headers(e.id), '{"amount":5}');
+      expectJson(r, 200);
+      expect(r.headers.get('idempotent-replayed')).toBeNull();
+      expect(r.json).toEqual({ status: 'processed', id: e.id, result: { balance: 5 } });
+      expect(await app.account(e.key)).toEqual({
+        key: e.key,
+        balance: 5,
+        entries: [{ id: e.id, seq: 1, amount: 5 }],
+      });
+      expect((await app.inbox.event(e.id))?.status).toBe('processed');
+    },
+  },
+  {
+    name: 'duplicate: a second copy is replayed with Idempotent-Replayed and no second side effect',
+    async run(app) {
+      const e = freshEvent();
+      expectJson(await app.post(e.headers(e.id), '{"amount":7}'), 200);
+      const r = await app.post(e.headers(e.id), '{"amount":7}');
+      expectJson(r, 200);
+      expect(r.headers.get('idempotent-replayed')).toBe('true');
+      expect(r.json).toEqual({ status: 'duplicate', id: e.id, result: { balance: 7 } });
+      expect((await app.account(e.key)).entries).toEqual([{ id: e.id, seq: 1, amount: 7 }]);
+    },
+  },
+  {
+    name: 'in-flight: a copy arriving while the first is still in its handler gets 409 + Retry-After',
+    // PGlite is one session: transactions are serialised, so the copy waits for the first
+    // delivery's transaction instead of contending for its row, and never times out.
+    skip: (app) => app.target === 'pglite' && 'PGlite is one session: a concurrent copy waits instead',
+    async run(app) {
+      const e = freshEvent();
+      const gate = app.hold(e.id);
+      const first = app.post(e.headers(e.id), '{"amount":3}');
+      await gate.entered;
+      const r = await app.post(e.headers(e.id), '{"amount":3}');
+      gate.release();
+      expectProblem(r, 409);
+      expect(Number(r.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
+      expectJson(await first, 200);
+      expect((await app.account(e.key)).entries).toEqual([{ id: e.id, seq: 1, amount: 3 }]);
+    },
+  },
+  {
+    name: 'mismatch: the same id with a different body is 422 and changes nothing',
+    async run(app) {
+      const e = freshEvent();
+      expectJson(await app.post(e.headers(e.id), '{"amount":2}'), 200);
+      const r = await app.post(e.headers(e.id), '{"amount":200}');
+      expectProblem(r, 422, 'body');
+      expect(await app.account(e.key)).toMatchObject({ balance: 2, entries: [{ id: e.id, amount: 2 }] });
+    },
+  },
+  {
+    name: 'invalid: a missing Idempotency-Key is 400 naming it',
+    async run(app) {
+      const e = freshEvent();
+      const { 'idempotency-key': _, ...headers } = e.headers(e.id);
+      expectProblem(await app.post(headers), 400, 'idempotency-key');
+      expect(await app.account(e.key)).toEqual({ key: e.key, balance: 0, entries: [] });
+    },
+  },
+  {
+    name: 'invalid: an empty X-Key is 400 naming it',
+    async run(app) {
+      const e = freshEvent();
+      expectProblem(await app.post({ ...e.headers(e.id), 'x-key': '' }), 400, 'x-key');
+      expect(await app.inbox.event(e.id)).toBeUndefined();
+    },
+  },
+  ...MALFORMED_SEQ.map(
+    (value): Case => ({
+      name: `invalid: X-Seq ${JSON.stringify(value)} is 400 naming it`,
+      async run(app) {
+        const e = freshEvent();
+        expectProblem(await app.post({ ...e.headers(e.id), 'x-seq': value }), 400, 'x-seq');
+        await expectNothingStored(app, e.id, e.key);
+      },
+    }),
+  ),
+  {
+    name: 'invalid: a body over maxBodyBytes is 413 and nothing is stored',
+    async run(app) {
+      const e = freshEvent();
+      const body = JSON.stringify({ amount: 1, pad: 'x'.repeat(BASE_OPTIONS.maxBodyBytes) });
+      expectProblem(await app.post(e.headers(e.id), body), 413, 'body');
+      await expectNothingStored(app, e.id, e.key);
+    },
+  },
+  {
+    name: 'invalid: broken JSON is 400 naming the body, and nothing is stored',
+    async run(app) {
+      const e = freshEvent();
+      expectProblem(await app.post(e.headers(e.id), '{"amount":'), 400, 'body');
+      await expectNothingStored(app, e.id, e.key);
+    },
+  },
+  {
+    name: 'held: an event ahead of its key is 202, buffered, and applied once the gap fills',
+    async run(app) {
+      const e = freshEvent();
+      const second = uid('evt');
+      const r = await app.post(e.headers(second, 2), '{"amount":20}');
+      expectJson(r, 202);
+      expect(r.json).toEqual({ status: 'held', id: second, key: e.key, seq: 2, expected: 1 });
+      expect(await app.account(e.key)).toEqual({ key: e.key, balance: 0, entries: [] });
+      expect((await app.inbox.held(e.key)).map((h) => h.seq)).toEqual([2]);
+      expectJson(await app.post(e.headers(e.id, 1), '{"amount":1}'), 200);
+      await app.inbox.idle();
+      expect((await app.account(e.key)).entries.map((x) => x.seq)).toEqual([1, 2]);
+    },
+  },
+  {
+    name: 'buffer-full: a key already holding maxHeldPerKey events answers 429 + Retry-After',
+    async run(app) {
+      const e = freshEvent();
+      expectJson(await app.post(e.headers(uid('evt'), 2)), 202);
+      const third = uid('evt');
+      const r = await app.post(e.headers(third, 3));
+      expectProblem(r, 429, 'x-key');
+      expect(Number(r.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
+      expect(await app.inbox.event(third)).toBeUndefined();
+      expect((await app.inbox.held(e.key)).map((h) => h.seq)).toEqual([2]);
+    },
+  },
+  {
+    name: 'failed: a handler that throws is 500 without internals, rolled back, and retryable',
+    async run(app) {
+      const e = freshEvent();
+      await app.failNext(e.key, 1);
+      const r = await app.post(e.headers(e.id), '{"amount":4}');
+      expectProblem(r, 500);
+      expect(r.json.id).toBe(e.id);
+      expect(await app.account(e.key)).toEqual({ key: e.key, balance: 0, entries: [] });
+      const retry = await app.post(e.headers(e.id), '{"amount":4}');
+      expectJson(retry, 200);
+      expect(retry.json.status).toBe('processed');
+      expect((await app.account(e.key)).entries).toEqual([{ id: e.id, seq: 1, amount: 4 }]);
+    },
+  },
+  {
+    name: 'dead-lettered: poison (maxAttempts failures) is 200 dead-lettered and parked',
+    async run(app) {
+      const e = freshEvent();
+      await app.failNext(e.key, BASE_OPTIONS.maxAttempts);
+      for (let attempt = 1; attempt < BASE_OPTIONS.maxAttempts; attempt++) {
+        expectProblem(await app.post(e.headers(e.id), '{"amount":9}'), 500);
+      }
+      const r = await app.post(e.headers(e.id), '{"amount":9}');
+      expectJson(r, 200);
+      expect(r.json).toEqual({ status: 'dead-lettered', id: e.id, reason: 'poison' });
+      expect(await app.account(e.key)).toEqual({ key: e.key, balance: 0, entries: [] });
+      const [dead] = await app.inbox.deadLetters({ key: e.key });
+      expect(dead).toMatchObject({ id: e.id, status: 'dead', deadReason: 'poison' });
+    },
+  },
+];
+
+describe.each(targets)('conformance on $name', (target) => {
+  const shared = { name: target.name, db: undefined as unknown as TargetDb };
+  beforeAll(async () => {
+    shared.db = await target.open();
+  });
+  afterAll(async () => {
+    await shared.db?.close();
+  });
+  describe.each(FRAMEWORKS.map((framework) => ({ framework })))('$framework', ({ framework }) => {
+    describe.each(modes)('$name', (mode) => {
+      let app: App;
+      beforeAll(async () => {
+        app = await serve(framework, shared, mode, { ...BASE_OPTIONS, ...mode.options });
+      });
+      afterAll(async () => {
+        await app?.close();
+      });
+      // Cases touch only their own ids and keys, so they run side by side.
+      for (const c of cases) {
+        test.concurrent(c.name, async (t) => {
+          const reason = c.skip?.(app);
+          if (reason) t.skip(reason);
+          await c.run(app);
+        });
+      }
+    });
+  });
+});
