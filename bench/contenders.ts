@@ -1,0 +1,383 @@
+/**
+ * The contenders of the benchmark: the same Express app shape, the same PostgreSQL, the same
+ * handler (the ledger's write: upsert the account's balance, append an entry) behind different
+ * ways of deduplicating. Each runs in its own child process (bench/server.ts).
+ *
+ * Unordered events carry their account in the body (`{"account": "a17", "amount": 1}`), so the
+ * write spreads over 1000 account rows instead of serialising on one; ordered events use the
+ * ordering key as the account, exactly as the ledger example does.
+ */
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import express from 'express';
+import { type Kysely, sql } from 'kysely';
+import { inbox as expressInbox } from '../adapters/express.js';
+import { Ledger } from '../examples/ledger/ledger.js';
+import { type Database, openDatabase } from '../src/database.js';
+import { createInbox, type HandlerContext, type Inbox, type InboxEvent } from '../src/index.js';
+
+export interface ContenderConfig {
+  contender: string;
+  postgresUrl: string;
+  redisUrl: string;
+  /** Schema prefix owned by this benchmark invocation (dropped at the end). */
+  schemaBase: string;
+  poolSize: number;
+}
+
+export interface Stats {
+  /** Ledger entries written for the measured ids. */
+  applied: number;
+  /** Distinct events among them. */
+  distinct: number;
+  /** Events applied more than once (extra entries). */
+  doubleApplied: number;
+  /** Entries of an ordered key whose seq is not the previous entry's seq + 1. */
+  outOfOrder: number;
+  /** Inbox only: events still held, dead-lettered. */
+  held: number;
+  dead: number;
+  /** Inbox only: drain latencies of the held events applied by a drain, ms. */
+  drainMs: number[];
+}
+
+export interface RunningContender {
+  readonly port: number;
+  stats(prefix: string): Promise<Stats>;
+  analyze(): Promise<void>;
+  close(): Promise<void>;
+}
+
+interface ContenderSpec {
+  /** One line for BENCHMARKS.md. */
+  description: string;
+  needsRedis?: boolean;
+  /** Which adapter/framework serves it. */
+  framework?: 'express' | 'koa' | 'fastify';
+  start(config: ContenderConfig): Promise<RunningContender>;
+}
+
+/** The ledger's write for one event, with the account taken from the body for unordered events. */
+function ledgerHandler(ledger: Ledger) {
+  return (event: InboxEvent<{ amount: number; account?: string }>, context: HandlerContext) =>
+    ledger.handle({ ...event, key: event.key ?? event.body?.account ?? 'none' }, context);
+}
+
+/** What an event looks like to the non-inbox contenders, read from the request. */
+function eventOf(req: express.Request): InboxEvent<any> {
+  const key = req.get('x-key') ?? null;
+  const seq = req.get('x-seq');
+  return {
+    id: req.get('idempotency-key') ?? '',
+    source: 'bench',
+    key,
+    seq: seq === undefined ? null : Number(seq),
+    body: req.body,
+    rawBody: Buffer.alloc(0),
+    headers: {},
+    attempt: 1,
+    receivedAt: new Date(),
+  };
+}
+
+async function listen(server: Server): Promise<number> {
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return (server.address() as AddressInfo).port;
+}
+
+async function closeServer(server: Server): Promise<void> {
+  server.closeAllConnections();
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+}
+
+/** Reads the ledger back for the ids of one measurement (they all start with `prefix`). */
+async function ledgerStats(db: Kysely<any>, schema: string, prefix: string): Promise<Stats> {
+  const like = `${prefix}%`;
+  const counts = await sql<{ applied: string; distinct: string }>`
+    select count(*) as applied, count(distinct event_id) as distinct
+      from ${sql.table(`${schema}.entries`)} where event_id like ${like}`.execute(db);
+  const order = await sql<{ bad: string }>`
+    select count(*) as bad from (
+      select seq, lag(seq) over (partition by key order by n) as prev
+        from ${sql.table(`${schema}.entries`)} where event_id like ${like} and seq is not null) x
+     where (prev is null and seq <> 1) or (prev is not null and seq <> prev + 1)`.execute(db);
+  const { applied, distinct } = counts.rows[0];
+  return {
+    applied: Number(applied),
+    distinct: Number(distinct),
+    doubleApplied: Number(applied) - Number(distinct),
+    outOfOrder: Number(order.rows[0].bad),
+    held: 0,
+    dead: 0,
+    drainMs: [],
+  };
+}
+
+async function analyzeSchema(db: Kysely<any>, schema: string): Promise<void> {
+  await sql`analyze ${sql.table(`${schema}.accounts`)}`.execute(db);
+  await sql`analyze ${sql.table(`${schema}.entries`)}`.execute(db);
+}
+
+/** A contender that is not the inbox: an Express app over its own pool, the ledger in `schema`. */
+async function plainContender(
+  config: ContenderConfig,
+  name: string,
+  mount: (app: express.Express, db: Database, ledger: Ledger, schema: string) => Promise<() => Promise<void>>,
+): Promise<RunningContender> {
+  const schema = `${config.schemaBase}_${name}`;
+  const db = await openDatabase(config.postgresUrl, { poolSize: config.poolSize });
+  const ledger = new Ledger(schema);
+  await ledger.setup(db.kysely);
+  const app = express();
+  const cleanup = await mount(app, db, ledger, schema);
+  const server = createServer(app);
+  const port = await listen(server);
+  return {
+    port,
+    stats: (prefix) => ledgerStats(db.kysely, schema, prefix),
+    analyze: () => analyzeSchema(db.kysely, schema),
+    async close() {
+      await closeServer(server);
+      await cleanup();
+      await db.destroy();
+    },
+  };
+}
+
+/** Applies the ledger write in one plain transaction (what `bare` does, and what peers wrap). */
+function applyInTransaction(db: Database, ledger: Ledger, event: InboxEvent<any>) {
+  const handle = ledgerHandler(ledger);
+  return db.kysely.transaction().execute((tx) => handle(event, { tx }));
+}
+
+/** The inbox on the ledger, with the schemas of this benchmark. */
+async function inboxContender(
+  config: ContenderConfig,
+  name: string,
+  options: {
+    embedded?: boolean;
+    serve?: (inbox: Inbox) => Promise<{ port: number; close(): Promise<void> }>;
+  },
+): Promise<RunningContender> {
+  const schema = `${config.schemaBase}_${name}`;
+  const ledger = new Ledger(`${schema}_ledger`);
+  const inbox = createInbox({
+    db: options.embedded ? undefined : config.postgresUrl,
+    poolSize: config.poolSize,
+    schema: `${schema}_inbox`,
+    handle: ledgerHandler(ledger),
+  });
+  const kysely = await inbox.kysely();
+  await ledger.setup(kysely);
+  const serve =
+    options.serve ??
+    (async (core: Inbox) => {
+      const app = express();
+      app.use('/webhooks', expressInbox(core));
+      const server = createServer(app);
+      return { port: await listen(server), close: () => closeServer(server) };
+    });
+  const served = await serve(inbox);
+  const events = sql.table(`${schema}_inbox.events`);
+  return {
+    port: served.port,
+    async stats(prefix) {
+      await inbox.idle();
+      const stats = await ledgerStats(kysely, `${schema}_ledger`, prefix);
+      const like = `${prefix}%`;
+      const status = await sql<{ status: string; n: string }>`
+        select status, count(*) as n from ${events} where id like ${like} group by status`.execute(kysely);
+      for (const row of status.rows) {
+        if (row.status === 'held') stats.held = Number(row.n);
+        if (row.status === 'dead') stats.dead = Number(row.n);
+      }
+      // Drain latency: from the gap-filling event's transaction to the held event's transaction
+      // (both `processed_at = now()`, the transaction's start), for every event that arrived
+      // before its predecessor was applied, so was held and then drained.
+      const drains = await sql<{ ms: number }>`
+        select extract(epoch from (e.processed_at - p.processed_at)) * 1000 as ms
+          from ${events} e join ${events} p
+            on p.source = e.source and p.key = e.key and p.seq = e.seq - 1
+         where e.id like ${like} and e.status = 'processed' and p.status = 'processed'
+           and e.received_at < p.processed_at`.execute(kysely);
+      stats.drainMs = drains.rows.map((r) => Number(r.ms));
+      return stats;
+    },
+    async analyze() {
+      await analyzeSchema(kysely, `${schema}_ledger`);
+      await sql`analyze ${events}`.execute(kysely);
+      await sql`analyze ${sql.table(`${schema}_inbox.keys`)}`.execute(kysely);
+    },
+    async close() {
+      await served.close();
+      await inbox.close();
+    },
+  };
+}
+
+export const CONTENDERS: Record<string, ContenderSpec> = {
+  hello: {
+    description: 'a hello-world POST handler: reads the JSON body, answers 200; no database',
+    async start() {
+      const app = express();
+      app.post('/webhooks', express.json(), (_req, res) => {
+        res.json({ ok: true });
+      });
+      const server = createServer(app);
+      const port = await listen(server);
+      const none: Stats = {
+        applied: 0,
+        distinct: 0,
+        doubleApplied: 0,
+        outOfOrder: 0,
+        held: 0,
+        dead: 0,
+        drainMs: [],
+      };
+      return { port, stats: async () => none, analyze: async () => {}, close: () => closeServer(server) };
+    },
+  },
+
+  bare: {
+    description: 'the ledger write in a plain transaction, no deduplication (the ceiling)',
+    start: (config) =>
+      plainContender(config, 'bare', async (app, db, ledger) => {
+        app.post('/webhooks', express.json(), async (req, res) => {
+          try {
+            res.json(await applyInTransaction(db, ledger, eventOf(req)));
+          } catch {
+            res.status(500).json({ error: 'failed' });
+          }
+        });
+        return async () => {};
+      }),
+  },
+
+  naive: {
+    description:
+      'SELECT the id in a `processed` table; if absent, the ledger write and `INSERT … ON CONFLICT DO NOTHING` of the id in one transaction',
+    start: (config) =>
+      plainContender(config, 'naive', async (app, db, ledger, schema) => {
+        await sql`create table if not exists ${sql.table(`${schema}.processed`)} (id text primary key, result jsonb)`.execute(
+          db.kysely,
+        );
+        const processed = `${schema}.processed`;
+        const handle = ledgerHandler(ledger);
+        app.post('/webhooks', express.json(), async (req, res) => {
+          const event = eventOf(req);
+          try {
+            // The check and the insert are two statements: two concurrent deliveries of one id
+            // both see "not processed" and both apply. This is the race.
+            const seen = await db.kysely
+              .selectFrom(processed)
+              .select('result')
+              .where('id', '=', event.id)
+              .executeTakeFirst();
+            if (seen) {
+              res.json(seen.result);
+              return;
+            }
+            const result = await db.kysely.transaction().execute(async (tx) => {
+              const r = await handle(event, { tx });
+              await tx
+                .insertInto(processed)
+                .values({ id: event.id, result: JSON.stringify(r) })
+                .onConflict((oc) => oc.doNothing())
+                .execute();
+              return r;
+            });
+            res.json(result);
+          } catch {
+            res.status(500).json({ error: 'failed' });
+          }
+        });
+        return async () => {};
+      }),
+  },
+
+  'node-idempotency': {
+    description:
+      '@node-idempotency/core 1.0 with its Redis storage (SET NX lock, then the cached response), in the Express wrapper its README describes',
+    needsRedis: true,
+    start: (config) =>
+      plainContender(config, 'nodeidem', async (app, db, ledger) => {
+        const { Idempotency } = await import('@node-idempotency/core');
+        const { RedisStorageAdapter } = await import('@node-idempotency/storage-adapter-redis');
+        const storage = new RedisStorageAdapter({ url: config.redisUrl });
+        await storage.connect();
+        const idempotency = new Idempotency(storage, {
+          cacheKeyPrefix: `${config.schemaBase}:nodeidem`,
+          cacheTTLMS: 10 * 60_000,
+        });
+        app.post('/webhooks', express.json(), async (req, res) => {
+          const request = { headers: req.headers, path: req.path, body: req.body, method: req.method };
+          try {
+            const cached = await idempotency.onRequest(request);
+            if (cached) {
+              res.status(Number(cached.additional?.status ?? 200)).json(cached.body);
+              return;
+            }
+          } catch (err: any) {
+            // In progress (a concurrent duplicate) is 409, as the library documents.
+            res.status(err?.code === 'REQUEST_IN_PROGRESS' ? 409 : 422).json({ error: err?.code });
+            return;
+          }
+          try {
+            const result = await applyInTransaction(db, ledger, eventOf(req));
+            await idempotency.onResponse(request, { body: result, additional: { status: 200 } });
+            res.json(result);
+          } catch (err) {
+            await idempotency
+              .onResponse(request, { error: err, additional: { status: 500 } })
+              .catch(() => {});
+            res.status(500).json({ error: 'failed' });
+          }
+        });
+        return () => storage.disconnect();
+      }),
+  },
+
+  'express-idempotency': {
+    description:
+      'express-idempotency 1.0 with express-idempotency-redis-adapter (find by key, then create: two round trips)',
+    needsRedis: true,
+    start: (config) =>
+      plainContender(config, 'expidem', async (app, db, ledger) => {
+        const { idempotency, getSharedIdempotencyService } = await import('express-idempotency');
+        const module: any = await import('express-idempotency-redis-adapter');
+        const RedisAdapter = module.default?.default ?? module.default;
+        // The library reports its own failures with console.log (e.g. an update racing the
+        // shutdown at the end of a measurement); keep the bench output readable.
+        console.log = () => {};
+        const adapter = new RedisAdapter({ connectionConfig: { url: config.redisUrl }, ttl: 600 });
+        await adapter.connect();
+        app.post('/webhooks', express.json(), idempotency({ dataAdapter: adapter }), async (req, res) => {
+          const service = getSharedIdempotencyService();
+          if (service.isHit(req)) return;
+          try {
+            res.json(await applyInTransaction(db, ledger, eventOf(req)));
+          } catch {
+            await service.reportError(req);
+            res.status(500).json({ error: 'failed' });
+          }
+        });
+        app.use(
+          (_err: unknown, _req: express.Request, res: express.Response, _next: express.NextFunction) => {
+            if (!res.headersSent)
+              res.status(res.statusCode >= 400 ? res.statusCode : 500).json({ error: 'idempotency' });
+          },
+        );
+        return () => adapter.disconnect?.() ?? Promise.resolve();
+      }),
+  },
+
+  inbox: {
+    description: 'webhook-inbox, Express adapter, real PostgreSQL',
+    start: (config) => inboxContender(config, 'inbox', {}),
+  },
+
+  'inbox-pglite': {
+    description: 'webhook-inbox, Express adapter, embedded PGlite (in memory, one session)',
+    start: (config) => inboxContender(config, 'inboxpgl', { embedded: true }),
+  },
+};

@@ -1,0 +1,323 @@
+/**
+ * `npm run bench`: the contenders side by side, under the same load, in the same run.
+ *
+ *   npm run bench                         full: 3 runs of 8 s per cell, medians
+ *   npm run bench -- --quick              1 run of 3 s per cell
+ *   npm run bench -- --contenders inbox,bare --workloads unique
+ *   npm run bench -- --cpu-prof           also write a CPU profile of every server (bench/results/profiles)
+ *   npm run bench -- --long 200000        RSS growth of the inbox over that many unique deliveries
+ *
+ * The load (autocannon, in this process) and each contender's server (a child process) are
+ * pinned to different cores with taskset when there are two or more. PostgreSQL and Redis are
+ * the ones on loopback (DATABASE_URL, REDIS_URL); everything the bench creates lives in schemas
+ * and Redis keys named `bench_<random>` and is dropped at the end.
+ */
+import { type ChildProcess, execFileSync, fork } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { cpus } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import pg from 'pg';
+import { CONTENDERS, type ContenderConfig, type Stats } from './contenders.js';
+import { type Cell, type Goal, report } from './report.js';
+import { type BenchDelivery, MATRIX, WORKLOADS } from './workloads.js';
+
+const require = createRequire(import.meta.url);
+const autocannon = require('autocannon');
+const here = dirname(fileURLToPath(import.meta.url));
+
+// ---- flags -----------------------------------------------------------------------------------
+const argv = process.argv.slice(2);
+function flag(name: string): boolean {
+  return argv.includes(`--${name}`);
+}
+function value(name: string): string | undefined {
+  const i = argv.indexOf(`--${name}`);
+  return i >= 0 ? argv[i + 1] : undefined;
+}
+const quick = flag('quick');
+const runs = Number(value('runs') ?? (quick ? 1 : 3));
+const duration = Number(value('duration') ?? (quick ? 3 : 8));
+const warmup = Number(value('warmup') ?? (quick ? 1 : 2));
+const connections = Number(value('connections') ?? 50);
+const poolSize = Number(value('pool') ?? 10);
+const cpuProf = flag('cpu-prof');
+const long = value('long') === undefined ? undefined : Number(value('long'));
+const pin = !flag('no-pin');
+const postgresUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+const redisUrl = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
+const selectedWorkloads = (value('workloads') ?? Object.keys(MATRIX).join(',')).split(',');
+const selectedContenders = value('contenders')?.split(',');
+for (const w of selectedWorkloads)
+  if (!WORKLOADS[w]) fail(`unknown workload ${w}; one of ${Object.keys(WORKLOADS)}`);
+for (const c of selectedContenders ?? [])
+  if (!CONTENDERS[c]) fail(`unknown contender ${c}; one of ${Object.keys(CONTENDERS)}`);
+
+function fail(message: string): never {
+  console.error(`bench: ${message}`);
+  process.exit(2);
+}
+
+// ---- pinning ---------------------------------------------------------------------------------
+const cores = cpus().length;
+let canPin = false;
+if (pin && cores >= 2) {
+  try {
+    execFileSync('taskset', ['-acp', '1', String(process.pid)], { stdio: 'ignore' });
+    canPin = true;
+  } catch {
+    canPin = false;
+  }
+}
+
+// ---- a contender's server ------------------------------------------------------------------
+interface Server {
+  port: number;
+  child: ChildProcess;
+  call<T>(cmd: string, extra?: object): Promise<T>;
+}
+
+async function startServer(contender: string, schemaBase: string, profileName?: string): Promise<Server> {
+  const config: ContenderConfig = { contender, postgresUrl, redisUrl, schemaBase, poolSize };
+  const execArgv = ['--import', 'tsx', '--expose-gc'];
+  if (profileName) {
+    mkdirSync(join(here, 'results', 'profiles'), { recursive: true });
+    execArgv.push(
+      '--cpu-prof',
+      `--cpu-prof-dir=${join(here, 'results', 'profiles')}`,
+      `--cpu-prof-name=${profileName}`,
+    );
+  }
+  const child = fork(join(here, 'server.ts'), [JSON.stringify(config)], { execArgv, stdio: 'inherit' });
+  if (canPin) execFileSync('taskset', ['-acp', '0', String(child.pid)], { stdio: 'ignore' });
+  let nextId = 0;
+  const waiting = new Map<number, { resolve(v: any): void; reject(e: Error): void }>();
+  const port = await new Promise<number>((resolve, reject) => {
+    child.once('exit', (code) =>
+      reject(new Error(`${contender} server exited (${code}) before it was ready`)),
+    );
+    child.on('message', (m: any) => {
+      if (m.type === 'ready') resolve(m.port);
+      else if (waiting.has(m.id)) {
+        const w = waiting.get(m.id)!;
+        waiting.delete(m.id);
+        if (m.error) w.reject(new Error(m.error));
+        else w.resolve(m.value);
+      }
+    });
+  });
+  child.removeAllListeners('exit');
+  child.on('exit', () => {
+    for (const w of waiting.values()) w.reject(new Error(`${contender} server exited`));
+  });
+  return {
+    port,
+    child,
+    call<T>(cmd: string, extra: object = {}) {
+      const id = nextId++;
+      return new Promise<T>((resolve, reject) => {
+        waiting.set(id, { resolve, reject });
+        child.send({ id, cmd, ...extra });
+      });
+    },
+  };
+}
+
+async function stopServer(server: Server): Promise<void> {
+  const exited = new Promise<void>((resolve) => server.child.once('exit', () => resolve()));
+  await server.call('close').catch(() => {});
+  await Promise.race([exited, new Promise((r) => setTimeout(r, 5000))]);
+  if (server.child.exitCode === null) server.child.kill('SIGKILL');
+}
+
+// ---- load ------------------------------------------------------------------------------------
+interface Load {
+  rps: number;
+  p50: number;
+  p99: number;
+  total: number;
+  non2xx: number;
+  errors: number;
+}
+
+function toRequest(d: BenchDelivery) {
+  const headers: Record<string, string> = { 'content-type': 'application/json', 'idempotency-key': d.id };
+  if (d.key !== undefined) {
+    headers['x-key'] = d.key;
+    headers['x-seq'] = String(d.seq);
+  }
+  return { method: 'POST', path: '/webhooks', headers, body: d.body };
+}
+
+function load(
+  port: number,
+  next: () => BenchDelivery,
+  limit: { seconds?: number; amount?: number },
+): Promise<Load> {
+  return new Promise((resolve, reject) => {
+    autocannon(
+      {
+        url: `http://127.0.0.1:${port}`,
+        connections,
+        ...(limit.amount ? { amount: limit.amount } : { duration: limit.seconds }),
+        requests: [{ setupRequest: () => toRequest(next()) }],
+      },
+      (err: Error | null, r: any) => {
+        if (err) return reject(err);
+        resolve({
+          rps: r.requests.total / r.duration,
+          p50: r.latency.p50,
+          p99: r.latency.p99,
+          total: r.requests.total,
+          non2xx: r.non2xx,
+          errors: r.errors + r.timeouts,
+        });
+      },
+    );
+  });
+}
+
+// ---- one measurement -------------------------------------------------------------------------
+async function measure(
+  run: number,
+  workload: string,
+  contender: string,
+  schemaBase: string,
+  tag: string,
+): Promise<Cell> {
+  const w = WORKLOADS[workload];
+  const server = await startServer(
+    contender,
+    schemaBase,
+    cpuProf ? `${contender}-${workload}-r${run}.cpuprofile` : undefined,
+  );
+  try {
+    if (warmup > 0) await load(server.port, w.next(`${tag}w`), { seconds: warmup });
+    await server.call('analyze');
+    const prefix = `${tag}m`;
+    if (w.seed) {
+      const seed = w.seed(prefix);
+      await load(server.port, seed.next, { amount: seed.count });
+    }
+    const l = await load(server.port, w.next(prefix), { seconds: duration });
+    const stats = await server.call<Stats>('stats', { prefix });
+    return { run, workload, contender, ...l, ...stats, drainMs: stats.drainMs };
+  } finally {
+    await stopServer(server);
+  }
+}
+
+// ---- long mode: RSS growth -----------------------------------------------------------------
+async function longMode(total: number, schemaBase: string) {
+  const server = await startServer('inbox', schemaBase);
+  try {
+    const gen = WORKLOADS.unique.next(`${schemaBase}L`);
+    await load(server.port, gen, { amount: Math.min(20_000, total / 10) });
+    const before = await server.call<number>('rss');
+    const samples: Array<{ deliveries: number; rssMb: number }> = [];
+    const step = Math.ceil(total / 10);
+    let sent = 0;
+    let rps = 0;
+    while (sent < total) {
+      const l = await load(server.port, gen, { amount: step });
+      sent += step;
+      rps = l.rps;
+      const rss = await server.call<number>('rss');
+      samples.push({ deliveries: sent, rssMb: rss / 2 ** 20 });
+      console.log(`long: ${sent} deliveries, rss ${(rss / 2 ** 20).toFixed(1)} MB, ${Math.round(rps)} req/s`);
+    }
+    const after = await server.call<number>('rss');
+    const growthMb = (after - before) / 2 ** 20;
+    const result = {
+      deliveries: total,
+      rssBeforeMb: before / 2 ** 20,
+      rssAfterMb: after / 2 ** 20,
+      growthMb,
+      perMillionMb: (growthMb * 1_000_000) / total,
+      extrapolated: total < 1_000_000,
+      samples,
+      at: new Date().toISOString(),
+    };
+    writeFileSync(join(here, 'results', 'long.json'), `${JSON.stringify(result, null, 2)}\n`);
+    console.log(JSON.stringify(result, null, 2));
+  } finally {
+    await stopServer(server);
+  }
+}
+
+// ---- cleanup ---------------------------------------------------------------------------------
+async function dropEverything(schemaBase: string) {
+  const client = new pg.Client({ connectionString: postgresUrl });
+  await client.connect();
+  const { rows } = await client.query(`select nspname from pg_namespace where nspname like $1`, [
+    `${schemaBase}\\_%`,
+  ]);
+  for (const r of rows) await client.query(`drop schema if exists "${r.nspname}" cascade`);
+  await client.end();
+  // Redis keys of the peers (their prefix is the schema base).
+  try {
+    const keys = execFileSync('redis-cli', ['-u', redisUrl, '--scan', '--pattern', `${schemaBase}*`])
+      .toString()
+      .split('\n')
+      .filter(Boolean);
+    for (let i = 0; i < keys.length; i += 500)
+      execFileSync('redis-cli', ['-u', redisUrl, 'del', ...keys.slice(i, i + 500)]);
+  } catch {
+    // redis-cli missing: the keys expire on their own (10 minutes).
+  }
+}
+
+// ---- main ------------------------------------------------------------------------------------
+const schemaBase = `bench_${randomBytes(3).toString('hex')}`;
+const started = Date.now();
+try {
+  if (long !== undefined) {
+    await longMode(long, schemaBase);
+  } else {
+    const plan: Array<[string, string]> = [];
+    for (const w of selectedWorkloads) {
+      for (const c of MATRIX[w]) {
+        if (!CONTENDERS[c]) continue; // not built yet (it lands with its feature)
+        if (selectedContenders && !selectedContenders.includes(c)) continue;
+        plan.push([w, c]);
+      }
+    }
+    console.log(
+      `bench: ${plan.length} cells × ${runs} run(s), ${duration} s each (+${warmup} s warm-up), ${connections} connections, pool ${poolSize}; ` +
+        `${canPin ? 'server on core 0, load on core 1' : 'not pinned'}; schema ${schemaBase}`,
+    );
+    const cells: Cell[] = [];
+    // Runs outermost, contenders innermost: every ratio compares cells measured minutes apart
+    // at most, in the same run, on the same noisy shared machine.
+    for (let run = 1; run <= runs; run++) {
+      for (const [w, c] of plan) {
+        const tag = `${schemaBase}r${run}${w}${c.replace(/[^a-z]/g, '')}`;
+        const cell = await measure(run, w, c, schemaBase, tag);
+        cells.push(cell);
+        console.log(
+          `run ${run} ${w.padEnd(8)} ${c.padEnd(20)} ${Math.round(cell.rps).toString().padStart(6)} req/s  p50 ${cell.p50} ms  p99 ${cell.p99} ms  ` +
+            `non-2xx ${cell.non2xx}  double-applied ${cell.doubleApplied}  out-of-order ${cell.outOfOrder}`,
+        );
+      }
+    }
+    const command = `npm run bench${argv.length ? ` -- ${argv.join(' ')}` : ''}`;
+    const goals: Goal[] = report(cells, {
+      command,
+      runs,
+      duration,
+      warmup,
+      connections,
+      poolSize,
+      pinned: canPin,
+      postgresUrl,
+      elapsedS: Math.round((Date.now() - started) / 1000),
+      writeMarkdown: !flag('no-markdown'),
+    });
+    if (goals.some((g) => g.correctnessViolation)) process.exitCode = 1;
+  }
+} finally {
+  if (!flag('keep'))
+    await dropEverything(schemaBase).catch((err) => console.error('bench: cleanup failed', err));
+}

@@ -1,0 +1,158 @@
+/**
+ * The workloads: generators of deliveries. Every id starts with the measurement's prefix, so
+ * one measurement's effects can be read back from the ledger apart from all others.
+ */
+
+export interface BenchDelivery {
+  id: string;
+  key?: string;
+  seq?: number;
+  body: string;
+}
+
+export interface Workload {
+  name: string;
+  description: string;
+  /** Deliveries sent (untimed) before the measurement, e.g. the ids a replay repeats. */
+  seed?: (prefix: string) => { count: number; next: () => BenchDelivery };
+  next: (prefix: string) => () => BenchDelivery;
+}
+
+const ACCOUNTS = 1000;
+const KEYS = 1000;
+const WINDOW = 8;
+// Fewer keys than `ordered`, so that every key gets several windows within a short measurement.
+const SHUFFLED_KEYS = 100;
+
+function unordered(id: string, n: number): BenchDelivery {
+  return { id, body: `{"account":"a${n % ACCOUNTS}","amount":1}` };
+}
+
+function pick<T>(items: readonly T[]): T {
+  return items[Math.floor(Math.random() * items.length)];
+}
+
+function shuffled(n: number): number[] {
+  const a = Array.from({ length: n }, (_, i) => i);
+  for (let i = n - 1; i > 0; i--) {
+    const j = Math.floor(Math.random() * (i + 1));
+    [a[i], a[j]] = [a[j], a[i]];
+  }
+  return a;
+}
+
+const SEEDED = 2000;
+
+export const WORKLOADS: Record<string, Workload> = {
+  unique: {
+    name: 'unique',
+    description: 'every delivery a new event (unordered), spread over 1000 accounts',
+    next: (prefix) => {
+      let n = 0;
+      return () => unordered(`${prefix}u${n}`, n++);
+    },
+  },
+
+  dup50: {
+    name: 'dup50',
+    description: 'half the deliveries repeat one of the last 1000 events sent (some still in flight)',
+    next: (prefix) => {
+      let n = 0;
+      const recent: BenchDelivery[] = [];
+      return () => {
+        if (recent.length > 0 && Math.random() < 0.5) return pick(recent);
+        const d = unordered(`${prefix}u${n}`, n++);
+        if (recent.length < 1000) recent.push(d);
+        else recent[n % 1000] = d;
+        return d;
+      };
+    },
+  },
+
+  replay: {
+    name: 'replay',
+    description: `every delivery a duplicate of one of ${SEEDED} events applied before the measurement`,
+    seed: (prefix) => {
+      let n = 0;
+      return { count: SEEDED, next: () => unordered(`${prefix}s${n}`, n++) };
+    },
+    next: (prefix) => () => {
+      const n = Math.floor(Math.random() * SEEDED);
+      return unordered(`${prefix}s${n}`, n);
+    },
+  },
+
+  storm: {
+    name: 'storm',
+    description:
+      'retry storm: 90% of deliveries repeat one of 4 hot events (changed every 200 deliveries), fired concurrently',
+    next: (prefix) => {
+      let n = 0;
+      let wave = -1;
+      let hot: BenchDelivery[] = [];
+      return () => {
+        n++;
+        const w = Math.floor(n / 200);
+        if (w !== wave) {
+          wave = w;
+          hot = Array.from({ length: 4 }, (_, j) => unordered(`${prefix}h${w}-${j}`, w * 4 + j));
+        }
+        return Math.random() < 0.9 ? pick(hot) : unordered(`${prefix}u${n}`, n);
+      };
+    },
+  },
+
+  ordered: {
+    name: 'ordered',
+    description: `ordered events over ${KEYS} keys, each key's seqs sent in order (keys round-robin)`,
+    next: (prefix) => {
+      let i = 0;
+      return () => {
+        const k = i % KEYS;
+        const seq = Math.floor(i / KEYS) + 1;
+        i++;
+        return { id: `${prefix}k${k}-${seq}`, key: `${prefix}k${k}`, seq, body: '{"amount":1}' };
+      };
+    },
+  },
+
+  shuffled: {
+    name: 'shuffled',
+    description: `ordered events over ${SHUFFLED_KEYS} keys, each key's seqs shuffled within windows of ${WINDOW} (held, then drained)`,
+    next: (prefix) => {
+      let i = 0;
+      const perms = new Map<number, number[]>();
+      return () => {
+        const k = i % SHUFFLED_KEYS;
+        const round = Math.floor(i / SHUFFLED_KEYS);
+        i++;
+        const block = Math.floor(round / WINDOW);
+        const pos = round % WINDOW;
+        if (pos === 0 || !perms.has(k)) perms.set(k, shuffled(WINDOW));
+        const seq = block * WINDOW + perms.get(k)![pos] + 1;
+        return { id: `${prefix}k${k}-${seq}`, key: `${prefix}k${k}`, seq, body: '{"amount":1}' };
+      };
+    },
+  },
+};
+
+/** Which contenders each workload runs by default (the `*` ones only when they exist). */
+export const MATRIX: Record<string, string[]> = {
+  unique: [
+    'hello',
+    'bare',
+    'naive',
+    'node-idempotency',
+    'express-idempotency',
+    'inbox',
+    'inbox-redis',
+    'inbox-koa',
+    'inbox-fastify',
+    'inbox-pglite',
+  ],
+  dup50: ['bare', 'naive', 'node-idempotency', 'express-idempotency', 'inbox', 'inbox-redis'],
+  replay: ['hello', 'naive', 'node-idempotency', 'express-idempotency', 'inbox', 'inbox-redis'],
+  storm: ['bare', 'naive', 'node-idempotency', 'express-idempotency', 'inbox', 'inbox-redis'],
+  ordered: ['inbox', 'inbox-redis'],
+  shuffled: ['naive', 'inbox'],
+};
