@@ -307,7 +307,7 @@ export function chart(rs: Row[]): string {
     const max = Math.max(...group.map((r) => r.rps));
     parts.push(`<text x="10" y="${y + 12}" font-weight="bold">${w}</text>`);
     parts.push(
-      `<text x="${labelW}" y="${y + 12}" fill="#555">${escape(WORKLOADS[w]?.description ?? '')}</text>`,
+      `<text x="${labelW}" y="${y + 12}" fill="#555">${escapeXml(WORKLOADS[w]?.description ?? '')}</text>`,
     );
     y += 20;
     for (const r of group) {
@@ -319,7 +319,7 @@ export function chart(rs: Row[]): string {
       );
       const note = `${fmt(r.rps)} req/s${bad ? ` — ${r.doubleApplied} double-applied, ${r.outOfOrder} out of order` : ''}${r.non2xx ? ` (${r.non2xx} non-2xx)` : ''}`;
       parts.push(
-        `<text x="${labelW + len + 6}" y="${y + 12}" fill="${bad ? '#c62828' : '#222'}">${escape(note)}</text>`,
+        `<text x="${labelW + len + 6}" y="${y + 12}" fill="${bad ? '#c62828' : '#222'}">${escapeXml(note)}</text>`,
       );
       y += barH + gap;
     }
@@ -335,7 +335,7 @@ export function chart(rs: Row[]): string {
   ].join('\n');
 }
 
-function escape(s: string): string {
+function escapeXml(s: string): string {
   return s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
 }
 
