@@ -31,6 +31,9 @@ export interface PgClientLike {
     command?: string;
   }>;
   release(err?: Error | boolean): void;
+  /** pg's clients are event emitters: a checked-out client reports a dead backend as 'error'. */
+  on?(event: 'error', listener: (err: Error) => void): unknown;
+  off?(event: 'error', listener: (err: Error) => void): unknown;
 }
 
 /** The subset of a PGlite instance that webhook-inbox needs. */
@@ -63,10 +66,22 @@ const MUTATING = new Set(['INSERT', 'UPDATE', 'DELETE', 'MERGE']);
 class PgConnection implements DatabaseConnection {
   /** Set when a query failed in a way that may have left the connection unusable. */
   broken: Error | undefined;
+  /**
+   * A checked-out client whose backend dies between two queries (pg_terminate_backend, a
+   * server restart, idle-in-transaction timeout) emits 'error' on itself, not on the pool, and
+   * an unhandled 'error' event ends the process: found by the chaos suite (bench/chaos.ts),
+   * which terminated a backend while a handler awaited something else inside its transaction.
+   * The next query fails anyway; this only marks the connection so that the pool drops it.
+   */
+  readonly onError = (err: Error) => {
+    this.broken = err;
+  };
   constructor(
     readonly client: PgClientLike,
     readonly names: StatementNames,
-  ) {}
+  ) {
+    client.on?.('error', this.onError);
+  }
 
   async executeQuery<R>(compiled: CompiledQuery): Promise<QueryResult<R>> {
     const name = this.names.get(compiled.sql);
@@ -129,6 +144,7 @@ class PgPoolDriver implements Driver {
   }
   async releaseConnection(connection: DatabaseConnection): Promise<void> {
     const c = connection as PgConnection;
+    c.client.off?.('error', c.onError);
     c.client.release(c.broken ?? false);
   }
   async destroy(): Promise<void> {
