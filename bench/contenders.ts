@@ -310,7 +310,12 @@ export const CONTENDERS: Record<string, ContenderSpec> = {
           cacheTTLMS: 10 * 60_000,
         });
         app.post('/webhooks', express.json(), async (req, res) => {
-          const request = { headers: req.headers, path: req.path, body: req.body, method: req.method };
+          const request = {
+            headers: req.headers,
+            path: req.path,
+            body: req.body as Record<string, unknown>,
+            method: req.method,
+          };
           try {
             const cached = await idempotency.onRequest(request);
             if (cached) {
