@@ -1,0 +1,38 @@
+import { createHmac } from 'node:crypto';
+
+/**
+ * Standard Webhooks signing (https://www.standardwebhooks.com): the secret is `whsec_` and the
+ * base64 of the key; the signature is `v1,` and the base64 HMAC-SHA256 of
+ * `${webhook-id}.${webhook-timestamp}.${body}`. The sender signs every attempt afresh, because
+ * receivers reject timestamps older than a few minutes and a retry may come much later.
+ */
+export function decodeSecret(secret: string): Buffer {
+  if (!secret.startsWith('whsec_')) throw new Error('must start with "whsec_"');
+  const encoded = secret.slice('whsec_'.length);
+  if (encoded.length === 0 || !/^[A-Za-z0-9+/]+={0,2}$/.test(encoded)) {
+    throw new Error('must be "whsec_" followed by the base64 of the key');
+  }
+  return Buffer.from(encoded, 'base64');
+}
+
+/** The `webhook-signature` header value for one attempt. */
+export function sign(key: Buffer, id: string, timestampSeconds: number, body: Uint8Array): string {
+  const mac = createHmac('sha256', key);
+  mac.update(`${id}.${timestampSeconds}.`);
+  mac.update(body);
+  return `v1,${mac.digest('base64')}`;
+}
+
+/** The three Standard Webhooks headers for one attempt. */
+export function signatureHeaders(
+  key: Buffer,
+  id: string,
+  timestampSeconds: number,
+  body: Uint8Array,
+): Record<string, string> {
+  return {
+    'webhook-id': id,
+    'webhook-timestamp': String(timestampSeconds),
+    'webhook-signature': sign(key, id, timestampSeconds, body),
+  };
+}

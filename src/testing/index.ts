@@ -1,0 +1,3 @@
+export type { DropMode, FaultProxy, FaultProxyOptions, FaultRates, FaultStats } from './fault-proxy.js';
+export { createFaultProxy, FaultKind } from './fault-proxy.js';
+export { seededRandom } from './random.js';
