@@ -7,6 +7,7 @@
  *
  * const app = express();
  * app.use('/webhooks', inbox({ db: process.env.DATABASE_URL, handle: applyEvent }));
+ * // GET /webhooks/health answers inbox.health(): 200 when Postgres answers, else 503.
  * ```
  */
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
@@ -30,6 +31,10 @@ function send(res: Response, outcome: Outcome): void {
 export function inbox(options: ExpressInboxOptions): InboxMiddleware {
   const core = options instanceof Inbox ? options : createInbox(options);
   const middleware = async (req: Request, res: Response, next: NextFunction) => {
+    if (req.method === 'GET' && req.path === '/health') {
+      send(res, await core.healthOutcome().catch((err) => core.outcomeForError(err)));
+      return;
+    }
     if (req.method !== 'POST') return next();
     try {
       let outcome: Outcome;

@@ -7,6 +7,7 @@
  *
  * const app = Fastify();
  * await app.register(inbox, { prefix: '/webhooks', db: process.env.DATABASE_URL, handle: applyEvent });
+ * // GET /webhooks/health answers inbox.health().
  * ```
  *
  * Two layers, on purpose. The outer plugin is wrapped with fastify-plugin (name, `fastify: '5.x'`)
@@ -54,6 +55,9 @@ const plugin: FastifyPluginAsync<FastifyInboxOptions> = async (app, options) => 
       // parsers that buffer for it, so it plays no part here.
       scope.removeAllContentTypeParsers();
       scope.addContentTypeParser('*', (_request, payload, done) => done(null, payload));
+      scope.get('/health', async (_request: FastifyRequest, reply: FastifyReply) =>
+        send(reply, await core.healthOutcome().catch((err) => core.outcomeForError(err))),
+      );
       scope.post('/', async (request: FastifyRequest, reply: FastifyReply) => {
         try {
           // No body at all (Content-Length: 0, no type): Fastify runs no parser.

@@ -8,6 +8,7 @@
  * const app = new Koa();
  * app.use(inbox({ path: '/webhooks', db: process.env.DATABASE_URL, handle: applyEvent }));
  * // or, with @koa/router: router.post('/webhooks', inbox({ db, handle: applyEvent }))
+ * // GET /webhooks/health answers inbox.health() (with a router: router.get('/webhooks/health', same middleware)).
  * ```
  */
 import type { Context, Middleware, Next } from 'koa';
@@ -40,6 +41,16 @@ function send(ctx: Context, outcome: Outcome): void {
   ctx.body = JSON.stringify(outcome.body);
 }
 
+/**
+ * `GET <path>/health` with `path`; without it, a GET a router sent here on a route ending in
+ * `/health` (`router.get('/webhooks/health', middleware)`), never the app's own routes.
+ */
+function isHealthPath(ctx: Context, exact: string | undefined): boolean {
+  const path = ctx.path.replace(/\/+$/, '');
+  if (exact !== undefined) return path === `${exact}/health`;
+  return (ctx as { _matchedRoute?: unknown })._matchedRoute !== undefined && path.endsWith('/health');
+}
+
 /** Koa middleware for `app.use(inbox({ path, … }))` or `router.post(path, inbox(…))`. */
 export function inbox(options: KoaInboxOptions, mount: KoaMountOptions = {}): KoaInboxMiddleware {
   let core: Inbox;
@@ -52,6 +63,10 @@ export function inbox(options: KoaInboxOptions, mount: KoaMountOptions = {}): Ko
   }
   const exact = path?.replace(/\/+$/, '') || undefined;
   const middleware = async (ctx: Context, next: Next) => {
+    if (ctx.method === 'GET' && isHealthPath(ctx, exact)) {
+      send(ctx, await core.healthOutcome().catch((err) => core.outcomeForError(err)));
+      return;
+    }
     if (ctx.method !== 'POST') return next();
     if (exact !== undefined && ctx.path.replace(/\/+$/, '') !== exact) return next();
     try {

@@ -6,6 +6,10 @@
  *   BEGIN, claim, <the handler's own statements>, [store result], COMMIT
  *   = the handler's + 3, and + 1 only when the handler returns a result to replay.
  * - duplicate this instance saw processed (bounded LRU, `duplicateCacheSize`): 0.
+ * - with option `redis`, a duplicate (or a 422 reuse) of an event any instance processed,
+ *   found by one Redis GET (before BEGIN, bounded by `redisTimeoutMs`): 0. Every other
+ *   delivery pays that GET and then exactly the rows here; a miss, error or timeout too.
+ *   After a COMMIT as processed, one Redis SET that the response does not wait for.
  * - other duplicate, held, late, mismatch, buffer-full: BEGIN, claim, COMMIT = 3.
  * - handler throws: BEGIN, claim, <handler>, ROLLBACK, then `fail` (autocommit) = + 1.
  * - each held event drained after the response: BEGIN, take_next, <handler>, [result], COMMIT.
@@ -13,12 +17,15 @@
  * migrations) because the whole transaction rolls back if the handler throws: the event row
  * is inserted already as processed and the cursor already advanced.
  */
+import type { Context, Span, Tracer } from '@opentelemetry/api';
 import type { Kysely } from 'kysely';
+import { connectRedis, DuplicateCache } from './cache.js';
 import { type Database, openDatabase } from './database.js';
 import { type Delivery, type ParsedDelivery, parseBody, parseDelivery, storableHeaders } from './delivery.js';
 import { HandlerError, InvalidDeliveryError, RawBodyUnavailableError } from './errors.js';
 import type { InboxEvent } from './event.js';
-import { ProcessedCache } from './local-cache.js';
+import { type CachedEvent, ProcessedCache } from './local-cache.js';
+import { createMetrics, type InboxMetrics, type InboxStats, noMetrics } from './metrics.js';
 import { migrateToLatest } from './migrations.js';
 import { type InboxOptions, type ResolvedOptions, resolveOptions } from './options.js';
 import { type Outcome, OutcomeKind, ok, problem } from './outcome.js';
@@ -28,8 +35,10 @@ import { createTakeNext, type TakenEvent } from './sql/drain.js';
 import { createFail } from './sql/fail.js';
 import { createStoreResult } from './sql/finalize.js';
 import { type KeyState, keyState, listEvents, type StoredEvent } from './sql/inspect.js';
+import { createStats } from './sql/stats.js';
 import { createSweep, type SweepRow } from './sql/sweep.js';
 import { createTables, type Tables } from './sql/tables.js';
+import { createTracer, inSpan, parentOf, recordError, SpanAttributes } from './tracing.js';
 
 /** SQLSTATEs that mean "someone else holds this id or key right now": answer 409, retry later. */
 const CONTENDED = new Set(['55P03', '40P01', '40001']);
@@ -57,6 +66,42 @@ interface Statements {
   fail: ReturnType<typeof createFail>;
   takeNext: ReturnType<typeof createTakeNext>;
   sweep: ReturnType<typeof createSweep>;
+  stats: ReturnType<typeof createStats>;
+}
+
+/** What one delivery's telemetry needs to know besides its outcome. */
+interface Observation {
+  /** Parent of the child spans, when the delivery's span records. */
+  readonly parent: Context | undefined;
+  parsed?: ParsedDelivery;
+  answeredBy?: 'memory' | 'redis' | 'postgres';
+}
+
+/** `inbox.health()`: can this instance take deliveries, and what waits for an operator. */
+export interface InboxHealth {
+  /** false when Postgres does not answer; a Redis outage alone only degrades (`redis: 'down'`). */
+  ok: boolean;
+  postgres: 'up' | 'down';
+  redis: 'up' | 'down' | 'disabled';
+  /** Events held for an earlier seq (null when Postgres is down). */
+  held: number | null;
+  oldestHeldAgeMs: number | null;
+  blockedKeys: number | null;
+  deadLetters: number | null;
+}
+
+/** Redis entries live as long as processed rows do (the default retention: 7 days). */
+const REDIS_TTL_MS = 7 * 86_400_000;
+/** `health()` answers within about this long, whatever is hanging. */
+const HEALTH_TIMEOUT_MS = 2000;
+
+function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`timed out after ${ms} ms`)), ms);
+    timer.unref();
+  });
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
 }
 
 /** What one sweeper pass did. */
@@ -79,21 +124,65 @@ export class Inbox {
   #closing = false;
   #warnedRawBody = false;
   readonly #processed: ProcessedCache;
+  readonly #tracer: Tracer;
+  #metrics: InboxMetrics = noMetrics;
+  #detachMetrics: (() => void) | undefined;
+  #redis: DuplicateCache | undefined;
+  #telemetry: Promise<void> | undefined;
 
   constructor(options: InboxOptions) {
     this.options = resolveOptions(options);
     this.tables = createTables(this.options.schema, this.options.tablePrefix);
     this.#lockTimeout = `${this.options.lockTimeoutMs}ms`;
     this.#processed = new ProcessedCache(this.options.duplicateCacheSize);
+    this.#tracer = createTracer(this.options.tracerProvider);
   }
 
   /** Opens the database, runs migrations (unless `migrate: false`) and starts the sweeper. Idempotent. */
   ready(): Promise<Database> {
-    this.#database ??= this.#open();
+    // A failed open is not kept: a database that was down at the first delivery must not
+    // leave the inbox answering 503 after it is back.
+    this.#database ??= this.#open().catch((err) => {
+      this.#database = undefined;
+      throw err;
+    });
     return this.#database;
   }
 
+  /** Metrics and the Redis client: set up once, even when opening the database is retried. */
+  #setUpTelemetry(): Promise<void> {
+    this.#telemetry ??= (async () => {
+      const o = this.options;
+      if (o.metrics) {
+        const { metrics, detach } = await createMetrics(o.metrics.registry, o.source, () => this.#stats());
+        this.#metrics = metrics;
+        this.#detachMetrics = detach;
+      }
+      if (o.redis !== undefined) {
+        const owned = typeof o.redis === 'string';
+        const client = owned ? await connectRedis(o.redis as string, o.logger) : (o.redis as any);
+        const metrics = this.#metrics;
+        this.#redis = new DuplicateCache(
+          client,
+          {
+            prefix: o.redisPrefix,
+            source: o.source,
+            timeoutMs: o.redisTimeoutMs,
+            ttlMs: REDIS_TTL_MS,
+            owned,
+          },
+          {
+            fallback: (reason) => metrics.redisFallback(reason),
+            writeError: () => metrics.redisWriteError(),
+          },
+        );
+      }
+    })();
+    return this.#telemetry;
+  }
+
   async #open(): Promise<Database> {
+    await this.#setUpTelemetry();
     const database = await openDatabase(this.options.db, {
       dataDir: this.options.dataDir,
       poolSize: this.options.poolSize,
@@ -111,6 +200,7 @@ export class Inbox {
       fail: createFail(names, this.tables),
       takeNext: createTakeNext(names, this.tables),
       sweep: createSweep(names, this.tables),
+      stats: createStats(names, this.tables),
     };
     if (this.options.sweepIntervalMs > 0 && !this.#closing) this.#scheduleSweep();
     return database;
@@ -141,14 +231,34 @@ export class Inbox {
         typeof length === 'string' ? length : undefined,
       );
     } catch (err) {
-      if (err instanceof InvalidDeliveryError) return invalid(err);
+      if (err instanceof InvalidDeliveryError) {
+        const outcome = invalid(err);
+        this.#observe(undefined, { parent: undefined }, outcome);
+        return outcome;
+      }
       throw err;
     }
     return this.receive({ headers, rawBody });
   }
 
   /** Turns one delivery into its outcome (DESIGN.md §1). Never throws for a bad delivery. */
-  async receive(delivery: Delivery): Promise<Outcome> {
+  receive(delivery: Delivery): Promise<Outcome> {
+    return this.#tracer.startActiveSpan('webhook-inbox.receive', async (span) => {
+      const obs: Observation = { parent: parentOf(span) };
+      try {
+        const outcome = await this.#receive(delivery, obs);
+        this.#observe(span, obs, outcome);
+        return outcome;
+      } catch (err) {
+        recordError(span, err);
+        throw err;
+      } finally {
+        span.end();
+      }
+    });
+  }
+
+  async #receive(delivery: Delivery, obs: Observation): Promise<Outcome> {
     let parsed: ParsedDelivery;
     try {
       parsed = parseDelivery(delivery, this.options);
@@ -156,8 +266,12 @@ export class Inbox {
       if (err instanceof InvalidDeliveryError) return invalid(err);
       throw err;
     }
+    obs.parsed = parsed;
     const cached = this.#processed.duplicateOf(parsed.id, parsed.hash, parsed.key, parsed.seq);
-    if (cached) return duplicate(parsed.id, cached.result); // zero round trips: see local-cache.ts
+    if (cached) {
+      obs.answeredBy = 'memory';
+      return duplicate(parsed.id, cached.result); // zero round trips: see local-cache.ts
+    }
     let database: Database;
     try {
       database = await this.ready();
@@ -165,33 +279,98 @@ export class Inbox {
       this.options.logger.error({ err }, 'webhook-inbox: database unavailable');
       return unavailable();
     }
-    return this.#apply(database, parsed);
+    if (this.#redis) {
+      // One GET, before any Postgres round trip: a duplicate of an event that any instance
+      // processed is answered here.
+      const found = await this.#redis.lookup(parsed.id);
+      if (found.hit) {
+        obs.answeredBy = 'redis';
+        return this.#fromRedis(parsed, found.event);
+      }
+    }
+    obs.answeredBy = 'postgres';
+    return this.#apply(database, parsed, obs);
   }
 
-  async #apply(database: Database, d: ParsedDelivery): Promise<Outcome> {
+  /**
+   * Answers from a Redis entry exactly as the claim would from the processed row: the same
+   * comparisons in the same order (body, then key, then seq), the same responses.
+   */
+  #fromRedis(d: ParsedDelivery, e: CachedEvent): Outcome {
+    const reason = e.hash !== d.hash ? 'body' : e.key !== d.key ? 'key' : e.seq !== d.seq ? 'seq' : null;
+    if (!reason) this.#processed.remember(d.id, d.hash, d.key, d.seq, JSON.stringify(e.result));
+    return this.#decided(d, {
+      decision: reason ? 'mismatch' : 'duplicate',
+      result: reason ? null : e.result,
+      reason,
+      expected: null,
+      attempts: 0,
+      drain: false,
+      receivedAt: new Date(),
+    });
+  }
+
+  /** Metrics, span attributes and the debug log line of one delivery's outcome. */
+  #observe(span: Span | undefined, obs: Observation, outcome: Outcome): void {
+    const o = this.options;
+    const d = obs.parsed;
+    this.#metrics.delivery(outcome.kind);
+    const answeredBy = outcome.kind === OutcomeKind.duplicate ? (obs.answeredBy ?? 'postgres') : undefined;
+    if (answeredBy) this.#metrics.duplicate(answeredBy);
+    if (obs.parent && span) {
+      span.setAttributes({
+        [SpanAttributes.source]: o.source,
+        [SpanAttributes.outcome]: outcome.kind,
+        [SpanAttributes.statusCode]: outcome.status,
+        [SpanAttributes.keyPresent]: d ? d.key !== null : false,
+      });
+      if (d) span.setAttribute(SpanAttributes.eventId, d.id);
+      if (d?.seq != null) span.setAttribute(SpanAttributes.seq, d.seq);
+      if (answeredBy) span.setAttribute(SpanAttributes.answeredBy, answeredBy);
+      if (outcome.status >= 500) recordError(span, undefined);
+    }
+    o.logger.debug(
+      {
+        source: o.source,
+        id: d?.id,
+        key: d?.key,
+        seq: d?.seq,
+        outcome: outcome.kind,
+        status: outcome.status,
+        answeredBy,
+      },
+      'webhook-inbox: delivery',
+    );
+  }
+
+  async #apply(database: Database, d: ParsedDelivery, obs: Observation): Promise<Outcome> {
     const o = this.options;
     const s = this.#statements!;
     const ordered = d.key !== null;
     let claimed: ClaimRow | undefined;
     let resultJson: string | undefined;
+    let claimedAt = 0;
     try {
       const outcome = await database.kysely.transaction().execute(async (tx) => {
-        claimed = await s.claim(tx, {
-          source: o.source,
-          id: d.id,
-          key: d.key,
-          seq: d.seq,
-          hash: d.hash,
-          // Only an ordered event can be held (and so need its payload later) in this claim.
-          payload: ordered || o.keepPayload ? d.rawBody : null,
-          headers: ordered || o.keepPayload ? storableHeaders(d.headers) : null,
-          apply: true,
-          keepPayload: o.keepPayload,
-          firstSeen: o.firstSeq === 'first-seen',
-          maxHeld: o.maxHeldPerKey,
-          maxAhead: o.maxSeqAhead,
-          lockTimeout: this.#lockTimeout,
-        });
+        claimedAt = performance.now();
+        claimed = await inSpan(this.#tracer, 'webhook-inbox.claim', obs.parent, () =>
+          s.claim(tx, {
+            source: o.source,
+            id: d.id,
+            key: d.key,
+            seq: d.seq,
+            hash: d.hash,
+            // Only an ordered event can be held (and so need its payload later) in this claim.
+            payload: ordered || o.keepPayload ? d.rawBody : null,
+            headers: ordered || o.keepPayload ? storableHeaders(d.headers) : null,
+            apply: true,
+            keepPayload: o.keepPayload,
+            firstSeen: o.firstSeq === 'first-seen',
+            maxHeld: o.maxHeldPerKey,
+            maxAhead: o.maxSeqAhead,
+            lockTimeout: this.#lockTimeout,
+          }),
+        );
         if (claimed.decision !== 'apply') return this.#decided(d, claimed);
         const event: InboxEvent = {
           id: d.id,
@@ -204,14 +383,23 @@ export class Inbox {
           attempt: claimed.attempts + 1,
           receivedAt: claimed.receivedAt,
         };
-        const { result, json } = await this.#runHandler(tx, event);
+        const { result, json } = await this.#runHandler(tx, event, obs.parent);
         resultJson = json;
         return ok(OutcomeKind.processed, 200, { status: 'processed', id: d.id, result: result ?? null });
       });
       // Committed. Only now may the event be remembered as processed.
-      if (outcome.kind === OutcomeKind.processed)
+      this.#metrics.claimToCommit((performance.now() - claimedAt) / 1000);
+      if (outcome.kind === OutcomeKind.processed) {
         this.#processed.remember(d.id, d.hash, d.key, d.seq, resultJson);
-      else if (outcome.kind === OutcomeKind.duplicate && claimed) {
+        this.#rememberInRedis(d.id, d.hash, d.key, d.seq, resultJson);
+      } else if (claimed?.decision === 'dead' && claimed.reason === 'late') {
+        // Counted per late delivery: a redelivery of a late event (rare: it was answered 200) counts again.
+        this.#metrics.deadLetter('late');
+        o.logger.info(
+          { id: d.id, key: d.key, seq: d.seq, source: o.source },
+          'webhook-inbox: dead-lettered (late: its seq was skipped by a gap timeout)',
+        );
+      } else if (outcome.kind === OutcomeKind.duplicate && claimed) {
         this.#processed.remember(
           d.id,
           d.hash,
@@ -220,7 +408,7 @@ export class Inbox {
           claimed.result === null ? undefined : JSON.stringify(claimed.result),
         );
       }
-      if (claimed?.drain && d.key !== null) this.#drainInBackground(d.key);
+      if (claimed?.drain && d.key !== null) this.#drainInBackground(d.key, obs.parent);
       return outcome;
     } catch (err) {
       if (err instanceof HandlerError) return this.#failed(database, d, claimed, err);
@@ -228,19 +416,36 @@ export class Inbox {
     }
   }
 
+  /** One Redis SET after a commit as processed; the response does not wait (`idle()` does). */
+  #rememberInRedis(
+    id: string,
+    hash: string,
+    key: string | null,
+    seq: number | null,
+    resultJson: string | undefined,
+  ): void {
+    if (this.#redis) this.#track(this.#redis.remember(id, { hash, key, seq }, resultJson));
+  }
+
   /** Runs the handler in `tx` and stores what it returns. Any throw becomes a HandlerError. */
   async #runHandler(
     tx: Kysely<any>,
     event: InboxEvent,
+    parent: Context | undefined,
   ): Promise<{ result: unknown; json: string | undefined }> {
     let result: unknown;
     let json: string | undefined;
+    const started = performance.now();
     try {
-      result = await this.options.handle(event, { tx: tx as any });
+      result = await inSpan(this.#tracer, 'webhook-inbox.handler', parent, async () =>
+        this.options.handle(event, { tx: tx as any }),
+      );
       json = result === undefined ? undefined : JSON.stringify(result);
     } catch (err) {
+      this.#metrics.handler((performance.now() - started) / 1000, 'failed');
       throw new HandlerError(err);
     }
+    this.#metrics.handler((performance.now() - started) / 1000, 'processed');
     if (json !== undefined) await this.#statements!.storeResult(tx, this.options.source, event.id, json);
     return { result, json };
   }
@@ -330,10 +535,7 @@ export class Inbox {
         receivedAt: c?.receivedAt ?? null,
       });
       if (row.decision === 'dead') {
-        o.logger.info(
-          { id: d.id, key: d.key, seq: d.seq, source: o.source, attempts: row.attempts },
-          'webhook-inbox: dead-lettered (poison)',
-        );
+        this.#deadLettered(d.id, d.key, d.seq, row.attempts);
         if (row.drain && d.key !== null) this.#drainInBackground(d.key);
         return ok(OutcomeKind.deadLettered, 200, { status: 'dead-lettered', id: d.id, reason: 'poison' });
       }
@@ -401,9 +603,21 @@ export class Inbox {
     return promise;
   }
 
-  #drainInBackground(key: string): void {
+  /** A poison event was just dead-lettered: count it, say it, and say when it blocks its key. */
+  #deadLettered(id: string, key: string | null, seq: number | null, attempts: number): void {
+    const o = this.options;
+    this.#metrics.deadLetter('poison');
+    o.logger.info({ id, key, seq, source: o.source, attempts }, 'webhook-inbox: dead-lettered (poison)');
+    if (key !== null && o.onPoison === 'block') {
+      o.logger.info({ key, blockedSeq: seq, source: o.source }, 'webhook-inbox: key blocked (poison)');
+    }
+  }
+
+  #drainInBackground(key: string, parent?: Context): void {
     // Right after the response: the delivery's commit is what made the held events runnable.
-    this.#track(new Promise<void>((resolve) => setImmediate(resolve)).then(() => this.drain(key, true)));
+    this.#track(
+      new Promise<void>((resolve) => setImmediate(resolve)).then(() => this.#drain(key, true, parent)),
+    );
   }
 
   /**
@@ -411,13 +625,32 @@ export class Inbox {
    * next one is missing (or the key is blocked, or someone else holds it). Returns how many
    * it applied.
    */
-  async drain(key: string, wait = false): Promise<number> {
+  drain(key: string, wait = false): Promise<number> {
+    return this.#drain(key, wait, undefined);
+  }
+
+  /** A drain is a span of its own: a child of the delivery that unblocked it, or a root for the sweeper. */
+  async #drain(key: string, wait: boolean, parent: Context | undefined): Promise<number> {
     const database = await this.ready();
+    const span = this.#tracer.startSpan('webhook-inbox.drain', undefined, parent);
+    const spanParent = parentOf(span);
+    const started = performance.now();
     let applied = 0;
-    for (;;) {
-      const step = await this.#applyNext(database, key, wait);
-      if (step.applied) applied++;
-      if (!step.more || this.#closing) return applied;
+    try {
+      for (;;) {
+        const step = await this.#applyNext(database, key, wait, spanParent);
+        if (step.applied) applied++;
+        if (!step.more || this.#closing) return applied;
+      }
+    } finally {
+      if (applied > 0) this.#metrics.drain((performance.now() - started) / 1000);
+      if (spanParent) {
+        span.setAttributes({
+          [SpanAttributes.source]: this.options.source,
+          [SpanAttributes.applied]: applied,
+        });
+      }
+      span.end();
     }
   }
 
@@ -425,27 +658,35 @@ export class Inbox {
     database: Database,
     key: string,
     wait: boolean,
+    parent: Context | undefined,
   ): Promise<{ applied: boolean; more: boolean }> {
     const o = this.options;
     const s = this.#statements!;
     let taken: TakenEvent | undefined;
+    let resultJson: string | undefined;
     try {
       await database.kysely.transaction().execute(async (tx) => {
         taken = await s.takeNext(tx, o.source, key, wait, o.keepPayload, this.#lockTimeout);
         if (!taken) return;
         const headers = taken.headers;
-        await this.#runHandler(tx, {
-          id: taken.id,
-          source: o.source,
-          key,
-          seq: taken.seq,
-          body: parseBody(taken.payload, headers['content-type'], o.parse),
-          rawBody: taken.payload,
-          headers,
-          attempt: taken.attempts + 1,
-          receivedAt: taken.receivedAt,
-        });
+        const ran = await this.#runHandler(
+          tx,
+          {
+            id: taken.id,
+            source: o.source,
+            key,
+            seq: taken.seq,
+            body: parseBody(taken.payload, headers['content-type'], o.parse),
+            rawBody: taken.payload,
+            headers,
+            attempt: taken.attempts + 1,
+            receivedAt: taken.receivedAt,
+          },
+          parent,
+        );
+        resultJson = ran.json;
       });
+      if (taken) this.#rememberInRedis(taken.id, taken.hash, key, taken.seq, resultJson);
       return { applied: !!taken, more: !!taken?.more };
     } catch (err) {
       if (!(err instanceof HandlerError) || !taken) {
@@ -478,8 +719,7 @@ export class Inbox {
           );
           return undefined;
         });
-      if (row?.decision === 'dead')
-        o.logger.info({ id: taken.id, key, seq: taken.seq }, 'webhook-inbox: dead-lettered (poison)');
+      if (row?.decision === 'dead') this.#deadLettered(taken.id, key, taken.seq, row.attempts);
       return { applied: false, more: row?.drain === true };
     }
   }
@@ -503,18 +743,20 @@ export class Inbox {
   async sweep(): Promise<SweepReport> {
     const database = await this.ready();
     const o = this.options;
-    const rows: SweepRow[] = await this.#statements!.sweep(
-      database.kysely,
-      o.source,
-      o.gapTimeoutMs,
-      o.onGapTimeout,
-      500,
-    );
+    this.#metrics.sweeperRun();
+    let rows: SweepRow[];
+    try {
+      rows = await this.#statements!.sweep(database.kysely, o.source, o.gapTimeoutMs, o.onGapTimeout, 500);
+    } catch (err) {
+      this.#metrics.sweeperError();
+      throw err;
+    }
     const report: SweepReport = { drained: 0, gapsSkipped: 0, keysBlocked: 0 };
     const toDrain: string[] = [];
     for (const row of rows) {
       if (row.action === 'blocked') {
         report.keysBlocked++;
+        this.#metrics.gapTimeout('blocked');
         o.logger.info(
           { key: row.key, fromSeq: row.fromSeq, source: o.source },
           'webhook-inbox: gap timeout, key blocked',
@@ -523,6 +765,7 @@ export class Inbox {
       }
       if (row.action === 'skipped') {
         report.gapsSkipped++;
+        this.#metrics.gapTimeout('skipped');
         o.logger.info(
           { key: row.key, fromSeq: row.fromSeq, toSeq: row.toSeq, source: o.source },
           'webhook-inbox: gap timeout, seqs skipped',
@@ -536,7 +779,7 @@ export class Inbox {
     await Promise.all(
       Array.from({ length: Math.min(lanes, toDrain.length) }, async () => {
         while (next < toDrain.length && !this.#closing) {
-          report.drained += await this.#track(this.drain(toDrain[next++], false));
+          report.drained += await this.#track(this.#drain(toDrain[next++], false, undefined));
         }
       }),
     );
@@ -559,6 +802,59 @@ export class Inbox {
       const database = await this.#database.catch(() => undefined);
       await database?.destroy();
     }
+    await this.#telemetry?.catch(() => {});
+    this.#detachMetrics?.();
+    await this.#redis?.close();
+  }
+
+  // ---- health ---------------------------------------------------------------------------
+
+  async #stats(): Promise<InboxStats> {
+    const database = await this.ready();
+    return this.#statements!.stats(database.kysely, this.options.source);
+  }
+
+  /**
+   * Can this instance take deliveries? One cheap query and one Redis PING, each bounded by a
+   * short timeout. `ok` is false only when Postgres does not answer: without Redis, the
+   * inbox is slower on duplicates but as correct (`redis: 'down'` means degraded).
+   *
+   * ```ts
+   * const { ok, redis, held, deadLetters } = await inbox.health();
+   * ```
+   */
+  async health(): Promise<InboxHealth> {
+    const [stats, redis] = await Promise.all([
+      withTimeout(this.#stats(), HEALTH_TIMEOUT_MS).catch((err) => {
+        this.options.logger.warn({ err }, 'webhook-inbox: health check: Postgres does not answer');
+        return undefined;
+      }),
+      this.options.redis === undefined
+        ? ('disabled' as const)
+        : this.#setUpTelemetry()
+            .then(() => this.#redis?.ping(HEALTH_TIMEOUT_MS) ?? ('down' as const))
+            .catch(() => 'down' as const),
+    ]);
+    return {
+      ok: stats !== undefined,
+      postgres: stats ? 'up' : 'down',
+      redis,
+      held: stats?.held ?? null,
+      oldestHeldAgeMs: stats ? stats.oldestHeldAgeMs : null,
+      blockedKeys: stats?.blockedKeys ?? null,
+      deadLetters: stats?.deadLetters ?? null,
+    };
+  }
+
+  /** `health()` as an outcome for adapters to write: 200 when ok (even degraded), else 503. */
+  async healthOutcome(): Promise<Outcome> {
+    const health = await this.health();
+    return {
+      kind: OutcomeKind.health,
+      status: health.ok ? 200 : 503,
+      headers: { 'content-type': 'application/json; charset=utf-8', 'cache-control': 'no-store' },
+      body: health as unknown as Record<string, unknown>,
+    };
   }
 
   // ---- inspection -----------------------------------------------------------------------

@@ -1,3 +1,4 @@
+export type { RedisInput, RedisLike } from './cache.js';
 export type { DatabaseInput, PGliteLike, PgClientLike, PgPoolLike } from './database.js';
 export type { Delivery } from './delivery.js';
 export {
@@ -9,10 +10,13 @@ export {
   UnauthorizedDeliveryError,
 } from './errors.js';
 export type { HandlerContext, InboxEvent } from './event.js';
-export type { SweepReport } from './inbox.js';
+export type { InboxHealth, SweepReport } from './inbox.js';
 export { backoffMs, createInbox, Inbox } from './inbox.js';
+export type { InboxStats, MetricsOptions, RegistryLike } from './metrics.js';
+export { METRIC_NAMES } from './metrics.js';
 export { migrations } from './migrations.js';
 export type { Handler, InboxOptions, Logger, ResolvedOptions } from './options.js';
 export type { Outcome } from './outcome.js';
 export { OutcomeKind } from './outcome.js';
 export type { KeyState, StoredEvent } from './sql/inspect.js';
+export { SpanAttributes } from './tracing.js';

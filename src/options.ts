@@ -1,6 +1,9 @@
+import type { TracerProvider } from '@opentelemetry/api';
+import type { RedisInput } from './cache.js';
 import type { DatabaseInput } from './database.js';
 import { InboxOptionsError } from './errors.js';
 import type { HandlerContext, InboxEvent } from './event.js';
+import type { MetricsOptions, RegistryLike } from './metrics.js';
 
 /** A pino-shaped logger. Every method is optional to call; the inbox is silent without one. */
 export interface Logger {
@@ -88,8 +91,36 @@ export interface InboxOptions<TBody = any> {
    * as JSON are not cached. @defaultValue 5000
    */
   duplicateCacheSize?: number;
-  /** A pino-shaped logger. @defaultValue silent */
+  /**
+   * A pino-shaped logger: `info` for dead letters, gap timeouts and blocked keys, `debug` for
+   * each delivery's outcome, `warn`/`error` for handler and infrastructure failures.
+   * @defaultValue silent
+   */
   logger?: Partial<Logger>;
+  /**
+   * Turns on the Redis fast path for duplicates: an ioredis client (the application keeps
+   * owning it), or a `redis://` / `rediss://` URL (the inbox creates the client, and closes
+   * it in `close()`). Redis is only a cache: when it is slow, down or empty, Postgres answers.
+   * @defaultValue off
+   */
+  redis?: RedisInput;
+  /**
+   * Prefix of the Redis keys (`${prefix}${source}:${id}`). Inboxes on different databases
+   * that share one Redis must use different prefixes. @defaultValue 'inbox:'
+   */
+  redisPrefix?: string;
+  /** How long a delivery waits for Redis before asking Postgres instead. @defaultValue 50 */
+  redisTimeoutMs?: number;
+  /**
+   * Prometheus metrics in a prom-client registry you pass:
+   * `metrics: { registry: new Registry() }`. @defaultValue off
+   */
+  metrics?: MetricsOptions;
+  /**
+   * Where spans go. Without it, the global provider of `@opentelemetry/api` (a no-op until
+   * an OpenTelemetry SDK is installed). @defaultValue the global tracer provider
+   */
+  tracerProvider?: TracerProvider;
 }
 
 export interface ResolvedOptions {
@@ -119,6 +150,11 @@ export interface ResolvedOptions {
   readonly retryCapMs: number;
   readonly duplicateCacheSize: number;
   readonly logger: Logger;
+  readonly redis: RedisInput | undefined;
+  readonly redisPrefix: string;
+  readonly redisTimeoutMs: number;
+  readonly metrics: { readonly registry: RegistryLike } | undefined;
+  readonly tracerProvider: TracerProvider | undefined;
 }
 
 const IDENTIFIER = /^[a-z_][a-z0-9_]{0,39}$/;
@@ -234,6 +270,50 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
     throw new InboxOptionsError('firstSeq', `must be 1 or "first-seen"; got ${describe(firstSeq)}`);
   }
   const retryBaseMs = integer(o, 'retryBaseMs', 1000, 1, 3_600_000);
+  const redis = o.redis as RedisInput | undefined;
+  if (redis !== undefined) {
+    if (typeof redis === 'string') {
+      if (!/^rediss?:\/\/./.test(redis))
+        throw new InboxOptionsError(
+          'redis',
+          `must be a redis:// or rediss:// URL or an ioredis client; got ${describe(redis.replace(/\/\/[^@/]*@/, '//…@'))}`,
+        );
+    } else if (
+      !redis ||
+      typeof redis !== 'object' ||
+      typeof redis.get !== 'function' ||
+      typeof redis.set !== 'function'
+    ) {
+      throw new InboxOptionsError(
+        'redis',
+        `must be a redis:// URL or an ioredis client (with get and set); got ${describe(redis)}`,
+      );
+    }
+  }
+  const redisPrefix = o.redisPrefix ?? 'inbox:';
+  if (typeof redisPrefix !== 'string' || redisPrefix.length > 100) {
+    throw new InboxOptionsError(
+      'redisPrefix',
+      `must be a string of at most 100 characters; got ${describe(redisPrefix)}`,
+    );
+  }
+  const metrics = o.metrics as MetricsOptions | undefined;
+  if (
+    metrics !== undefined &&
+    (!metrics ||
+      typeof metrics !== 'object' ||
+      typeof metrics.registry?.registerMetric !== 'function' ||
+      typeof metrics.registry?.getSingleMetric !== 'function')
+  ) {
+    throw new InboxOptionsError('metrics', 'must be `{ registry }` with a prom-client Registry');
+  }
+  const tracerProvider = o.tracerProvider as TracerProvider | undefined;
+  if (tracerProvider !== undefined && typeof tracerProvider?.getTracer !== 'function') {
+    throw new InboxOptionsError(
+      'tracerProvider',
+      `must be an OpenTelemetry TracerProvider; got ${describe(tracerProvider)}`,
+    );
+  }
   const retryCapMs = integer(o, 'retryCapMs', 60_000, 1, 86_400_000);
   if (retryCapMs < retryBaseMs) throw new InboxOptionsError('retryCapMs', 'must be at least `retryBaseMs`');
   return {
@@ -268,5 +348,10 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
       warn: logger.warn?.bind(logger) ?? noop,
       error: logger.error?.bind(logger) ?? noop,
     },
+    redis,
+    redisPrefix,
+    redisTimeoutMs: integer(o, 'redisTimeoutMs', 50, 1, 60_000),
+    metrics: metrics ? { registry: metrics.registry } : undefined,
+    tracerProvider,
   };
 }

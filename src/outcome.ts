@@ -13,6 +13,8 @@ export const OutcomeKind = Object.freeze({
   pending: 'pending',
   shed: 'shed',
   unavailable: 'unavailable',
+  /** Not a delivery: the answer to `GET …/health` (`inbox.healthOutcome()`). */
+  health: 'health',
 } as const);
 export type OutcomeKind = (typeof OutcomeKind)[keyof typeof OutcomeKind];
 

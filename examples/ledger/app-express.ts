@@ -2,9 +2,12 @@ import { createServer, type Server } from 'node:http';
 import express from 'express';
 import { inbox as inboxMiddleware } from '../../adapters/express.js';
 import type { Inbox } from '../../src/index.js';
-import { type Ledger, parseFailNext } from './ledger.js';
+import { type Ledger, metricsRegistry, parseFailNext } from './ledger.js';
 
-/** The ledger over Express: POST /webhooks behind the inbox, GET /accounts/:key, GET /health. */
+/**
+ * The ledger over Express: POST /webhooks behind the inbox (and GET /webhooks/health),
+ * GET /accounts/:key, GET /health, and GET /metrics when the inbox has a metrics registry.
+ */
 export function expressApp(inbox: Inbox, ledger: Ledger) {
   const app = express();
   app.use('/webhooks', inboxMiddleware(inbox));
@@ -23,6 +26,13 @@ export function expressApp(inbox: Inbox, ledger: Ledger) {
   app.get('/health', (_req, res) => {
     res.json({ ok: true });
   });
+  // The registry given as the inbox's `metrics` option, in Prometheus text format.
+  const registry = metricsRegistry(inbox);
+  if (registry) {
+    app.get('/metrics', async (_req, res) => {
+      res.type(registry.contentType).send(await registry.metrics());
+    });
+  }
   return app;
 }
 

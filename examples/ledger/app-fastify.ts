@@ -2,7 +2,7 @@ import { createServer, type Server } from 'node:http';
 import Fastify from 'fastify';
 import { inbox as inboxPlugin } from '../../adapters/fastify.js';
 import type { Inbox } from '../../src/index.js';
-import { type Ledger, parseFailNext } from './ledger.js';
+import { type Ledger, metricsRegistry, parseFailNext } from './ledger.js';
 
 /** The ledger over Fastify: the same routes as the Express app, the inbox as a plugin. */
 export async function fastifyServer(inbox: Inbox, ledger: Ledger): Promise<Server> {
@@ -26,6 +26,12 @@ export async function fastifyServer(inbox: Inbox, ledger: Ledger): Promise<Serve
     return failNext;
   });
   app.get('/health', async () => ({ ok: true }));
+  const registry = metricsRegistry(inbox);
+  if (registry) {
+    app.get('/metrics', async (_request, reply) =>
+      reply.type(registry.contentType).send(await registry.metrics()),
+    );
+  }
   await app.ready();
   return server!;
 }

@@ -4,13 +4,15 @@ import Router from '@koa/router';
 import Koa from 'koa';
 import { inbox as inboxMiddleware } from '../../adapters/koa.js';
 import type { Inbox } from '../../src/index.js';
-import { type Ledger, parseFailNext } from './ledger.js';
+import { type Ledger, metricsRegistry, parseFailNext } from './ledger.js';
 
 /** The ledger over Koa: the same routes as the Express app, the inbox as route middleware. */
 export function koaApp(inbox: Inbox, ledger: Ledger): Koa {
   const app = new Koa();
   const router = new Router();
-  router.post('/webhooks', inboxMiddleware(inbox));
+  const webhooks = inboxMiddleware(inbox);
+  router.post('/webhooks', webhooks);
+  router.get('/webhooks/health', webhooks);
   router.get('/accounts/:key', async (ctx) => {
     ctx.body = await ledger.account(await inbox.kysely(), ctx.params.key);
   });
@@ -28,6 +30,13 @@ export function koaApp(inbox: Inbox, ledger: Ledger): Koa {
   router.get('/health', (ctx) => {
     ctx.body = { ok: true };
   });
+  const registry = metricsRegistry(inbox);
+  if (registry) {
+    router.get('/metrics', async (ctx) => {
+      ctx.type = registry.contentType;
+      ctx.body = await registry.metrics();
+    });
+  }
   app.use(router.routes()).use(router.allowedMethods());
   return app;
 }

@@ -4,7 +4,7 @@
  * Tests, the demo and the benchmarks reuse it.
  */
 import { type Kysely, sql } from 'kysely';
-import type { HandlerContext, InboxEvent } from '../../src/index.js';
+import type { HandlerContext, Inbox, InboxEvent } from '../../src/index.js';
 
 export interface LedgerEntry {
   id: string;
@@ -96,4 +96,15 @@ export class Ledger {
       })),
     };
   }
+}
+
+/** The prom-client registry given as the inbox's `metrics` option, for GET /metrics. */
+export function metricsRegistry(
+  inbox: Inbox,
+): { metrics(): Promise<string>; contentType: string } | undefined {
+  const registry = inbox.options.metrics?.registry as
+    | { metrics?(): Promise<string>; contentType?: string }
+    | undefined;
+  if (typeof registry?.metrics !== 'function') return undefined;
+  return { metrics: () => registry.metrics!(), contentType: registry.contentType ?? 'text/plain' };
 }

@@ -1,8 +1,10 @@
 /**
  * `npm run example`: the ledger behind the inbox. Configured by environment variables:
  * PORT (3000), DATABASE_URL (embedded PGlite when absent), FRAMEWORK (express | koa | fastify),
- * GAP_TIMEOUT_MS, SWEEP_INTERVAL_MS.
+ * GAP_TIMEOUT_MS, SWEEP_INTERVAL_MS, REDIS_URL (turns the Redis fast path for duplicates on).
+ * GET /metrics serves the inbox's Prometheus metrics (and Node's own).
  */
+import { collectDefaultMetrics, Registry } from 'prom-client';
 import { type Framework, startLedger } from './start.js';
 
 function intEnv(name: string): number | undefined {
@@ -15,6 +17,9 @@ function intEnv(name: string): number | undefined {
   return Number(raw);
 }
 
+const registry = new Registry();
+collectDefaultMetrics({ register: registry });
+
 const ledger = await startLedger({
   framework: (process.env.FRAMEWORK ?? 'express') as Framework,
   port: intEnv('PORT') ?? 3000,
@@ -22,13 +27,15 @@ const ledger = await startLedger({
     db: process.env.DATABASE_URL || undefined,
     gapTimeoutMs: intEnv('GAP_TIMEOUT_MS'),
     sweepIntervalMs: intEnv('SWEEP_INTERVAL_MS'),
+    redis: process.env.REDIS_URL || undefined,
+    metrics: { registry },
   },
 }).catch((err) => {
   console.error(`ledger: could not start: ${err.message}`);
   process.exit(1);
 });
 console.log(
-  `ledger listening on ${ledger.url} (${process.env.DATABASE_URL ? 'PostgreSQL' : 'embedded PGlite'})`,
+  `ledger listening on ${ledger.url} (${process.env.DATABASE_URL ? 'PostgreSQL' : 'embedded PGlite'}${process.env.REDIS_URL ? ', Redis fast path on' : ''})`,
 );
 for (const signal of ['SIGINT', 'SIGTERM'] as const) {
   process.once(signal, () => {

@@ -1,0 +1,67 @@
+/**
+ * OpenTelemetry spans through `@opentelemetry/api`: a no-op until the application installs
+ * an SDK (or passes option `tracerProvider`). One span per delivery, `webhook-inbox.receive`,
+ * with children `webhook-inbox.claim`, `webhook-inbox.handler` and `webhook-inbox.drain`.
+ *
+ * Child spans are only started when the delivery's span is recording (sampled, SDK present),
+ * so an app without tracing pays for one no-op span per delivery and nothing more.
+ */
+import {
+  type Context,
+  context,
+  type Span,
+  SpanStatusCode,
+  type Tracer,
+  type TracerProvider,
+  trace,
+} from '@opentelemetry/api';
+
+export const TRACER_NAME = 'webhook-inbox';
+
+/** Span attribute names. */
+export const SpanAttributes = Object.freeze({
+  outcome: 'webhook_inbox.outcome',
+  source: 'webhook_inbox.source',
+  eventId: 'webhook_inbox.event_id',
+  keyPresent: 'webhook_inbox.key_present',
+  seq: 'webhook_inbox.seq',
+  answeredBy: 'webhook_inbox.answered_by',
+  applied: 'webhook_inbox.applied',
+  statusCode: 'http.response.status_code',
+} as const);
+
+export function createTracer(provider: TracerProvider | undefined): Tracer {
+  return (provider ?? trace.getTracerProvider()).getTracer(TRACER_NAME);
+}
+
+/** The context to parent child spans on, or undefined when the span records nothing. */
+export function parentOf(span: Span): Context | undefined {
+  return span.isRecording() ? trace.setSpan(context.active(), span) : undefined;
+}
+
+export function recordError(span: Span, err: unknown): void {
+  if (err instanceof Error) span.recordException(err);
+  span.setStatus({ code: SpanStatusCode.ERROR });
+}
+
+/**
+ * Runs `fn` in a child span of `parent` (made active, so spans the handler starts nest under
+ * it). Without a recording parent, just runs `fn`.
+ */
+export async function inSpan<T>(
+  tracer: Tracer,
+  name: string,
+  parent: Context | undefined,
+  fn: (span: Span | undefined) => Promise<T>,
+): Promise<T> {
+  if (!parent) return fn(undefined);
+  const span = tracer.startSpan(name, undefined, parent);
+  try {
+    return await context.with(trace.setSpan(parent, span), () => fn(span));
+  } catch (err) {
+    recordError(span, err);
+    throw err;
+  } finally {
+    span.end();
+  }
+}
