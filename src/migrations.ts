@@ -1,4 +1,4 @@
-import { type Kysely, type Migration, type MigrationProvider, Migrator, sql } from 'kysely';
+import { type Kysely, sql } from 'kysely';
 import { deferredMigration } from './sql/deferred-migration.js';
 import type { Tables } from './sql/tables.js';
 
@@ -390,33 +390,42 @@ $fn$;
   ['0003_deferred', deferredMigration],
 ];
 
-class ShippedMigrations implements MigrationProvider {
-  constructor(readonly tables: Tables) {}
-  async getMigrations(): Promise<Record<string, Migration>> {
-    const out: Record<string, Migration> = {};
+/**
+ * Runs the shipped migrations up to the latest, in one transaction, under an advisory lock
+ * per schema and prefix: any number of instances may start at once. Returns the names it ran.
+ *
+ * Why not Kysely's Migrator: its existence checks introspect every table of every schema in
+ * the database, and fail ("schema … does not exist") when another schema is dropped at that
+ * moment — seen when test files, or tenants, come and go in parallel. This needs nothing but
+ * its own table, which keeps Kysely's shape (`name`, `timestamp`).
+ */
+export async function migrateToLatest(db: Kysely<any>, tables: Tables): Promise<string[]> {
+  const ledger = tables.fn('migrations');
+  return db.transaction().execute(async (tx) => {
+    await sql`select pg_advisory_xact_lock(hashtext(${`webhook-inbox:${tables.schema}.${tables.prefix}`}))`.execute(
+      tx,
+    );
+    await sql.raw(`create schema if not exists "${tables.schema}"`).execute(tx);
+    await sql
+      .raw(
+        `create table if not exists ${ledger} (name varchar(255) primary key, timestamp varchar(255) not null)`,
+      )
+      .execute(tx);
+    const done = await sql<{ name: string }>`select name from ${sql.raw(ledger)}`.execute(tx);
+    const applied = new Set(done.rows.map((r) => r.name));
+    const ran: string[] = [];
     for (const [name, up] of migrations) {
-      out[name] = {
-        up: async (db: Kysely<any>) => {
-          await sql.raw(up(this.tables)).execute(db);
-        },
-      };
+      if (applied.has(name)) continue;
+      try {
+        await sql.raw(up(tables)).execute(tx);
+      } catch (err) {
+        throw new Error(`webhook-inbox: migration ${name} failed`, { cause: err });
+      }
+      await sql`insert into ${sql.raw(ledger)} (name, timestamp) values (${name}, ${new Date().toISOString()})`.execute(
+        tx,
+      );
+      ran.push(name);
     }
-    return out;
-  }
-}
-
-/** Runs the shipped migrations up to the latest; safe to call from many processes at once. */
-export async function migrateToLatest(db: Kysely<any>, tables: Tables): Promise<void> {
-  const migrator = new Migrator({
-    db,
-    provider: new ShippedMigrations(tables),
-    migrationTableSchema: tables.schema,
-    migrationTableName: `${tables.prefix}migrations`,
-    migrationLockTableName: `${tables.prefix}migrations_lock`,
+    return ran;
   });
-  const { error, results } = await migrator.migrateToLatest();
-  if (error) {
-    const failed = results?.find((r) => r.status === 'Error')?.migrationName;
-    throw new Error(`webhook-inbox: migration ${failed ?? ''} failed`, { cause: error });
-  }
 }
