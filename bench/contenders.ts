@@ -156,7 +156,7 @@ async function inboxContender(
   name: string,
   options: {
     embedded?: boolean;
-    serve?: (inbox: Inbox) => Promise<{ port: number; close(): Promise<void> }>;
+    serve?: (inbox: Inbox, ledger: Ledger) => Promise<{ port: number; close(): Promise<void> }>;
   },
 ): Promise<RunningContender> {
   const schema = `${config.schemaBase}_${name}`;
@@ -177,7 +177,7 @@ async function inboxContender(
       const server = createServer(app);
       return { port: await listen(server), close: () => closeServer(server) };
     });
-  const served = await serve(inbox);
+  const served = await serve(inbox, ledger);
   const events = sql.table(`${schema}_inbox.events`);
   return {
     port: served.port,
@@ -379,6 +379,32 @@ export const CONTENDERS: Record<string, ContenderSpec> = {
   inbox: {
     description: 'webhook-inbox, Express adapter, real PostgreSQL',
     start: (config) => inboxContender(config, 'inbox', {}),
+  },
+
+  'inbox-koa': {
+    description: 'webhook-inbox, Koa adapter (the ledger example on Koa), real PostgreSQL',
+    framework: 'koa',
+    start: (config) =>
+      inboxContender(config, 'inboxkoa', {
+        serve: async (core, ledger) => {
+          const { koaServer } = await import('../examples/ledger/app-koa.js');
+          const server = await koaServer(core, ledger);
+          return { port: await listen(server), close: () => closeServer(server) };
+        },
+      }),
+  },
+
+  'inbox-fastify': {
+    description: 'webhook-inbox, Fastify plugin (the ledger example on Fastify), real PostgreSQL',
+    framework: 'fastify',
+    start: (config) =>
+      inboxContender(config, 'inboxfst', {
+        serve: async (core, ledger) => {
+          const { fastifyServer } = await import('../examples/ledger/app-fastify.js');
+          const server = await fastifyServer(core, ledger);
+          return { port: await listen(server), close: () => closeServer(server) };
+        },
+      }),
   },
 
   'inbox-pglite': {

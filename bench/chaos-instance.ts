@@ -1,0 +1,63 @@
+/**
+ * One app instance of the chaos suite: the ledger example (examples/ledger) on Express, Koa or
+ * Fastify, behind the inbox on real PostgreSQL, in its own process so that it can be SIGKILLed.
+ * Configured by the environment (see bench/chaos.ts). Tells the parent over IPC how many
+ * handlers and drains are running right now, so that a kill can be aimed mid-handler or
+ * mid-drain.
+ */
+import { AsyncLocalStorage } from 'node:async_hooks';
+import { type Framework, startLedger } from '../examples/ledger/start.js';
+import type { Delivery } from '../src/index.js';
+
+const env = process.env;
+const request = new AsyncLocalStorage<string>();
+let handlers = 0;
+let drains = 0;
+const delayMs = Number(env.HANDLER_DELAY_MS ?? 0);
+
+const app = await startLedger({
+  framework: (env.FRAMEWORK ?? 'express') as Framework,
+  port: Number(env.PORT),
+  ledgerSchema: env.LEDGER_SCHEMA,
+  inbox: {
+    db: env.DATABASE_URL!,
+    schema: env.INBOX_SCHEMA,
+    poolSize: Number(env.POOL_SIZE ?? 5),
+    gapTimeoutMs: Number(env.GAP_TIMEOUT_MS ?? 20_000),
+    sweepIntervalMs: Number(env.SWEEP_INTERVAL_MS ?? 250),
+    maxAttempts: Number(env.MAX_ATTEMPTS ?? 3),
+    lockTimeoutMs: 2000,
+    retryBaseMs: 50,
+    retryCapMs: 500,
+  },
+  wrapHandler: (handle) => async (event, context) => {
+    // The delivery's own event runs in the delivery's context (see `receive` below); any other
+    // event is being applied by a drain (after a response, or by the sweeper).
+    const inDrain = request.getStore() !== event.id;
+    if (inDrain) drains++;
+    else handlers++;
+    try {
+      if (delayMs > 0) await new Promise((r) => setTimeout(r, Math.random() * delayMs));
+      // Unordered events carry their account in the body, so they do not all queue on one row.
+      return await handle({ ...event, key: event.key ?? event.body?.account ?? 'none' }, context);
+    } finally {
+      if (inDrain) drains--;
+      else handlers--;
+    }
+  },
+});
+// Every adapter ends in `inbox.receive`: run it in a context that names the delivery's event.
+const receive = app.inbox.receive.bind(app.inbox);
+app.inbox.receive = (delivery: Delivery) => {
+  const id = delivery.headers['idempotency-key'];
+  return request.run(typeof id === 'string' ? id : '', () => receive(delivery));
+};
+process.send?.({ type: 'ready' });
+
+process.on('message', (m: { cmd: string; id: number }) => {
+  if (m.cmd === 'inflight') process.send?.({ id: m.id, handlers, drains });
+});
+process.on('disconnect', () => process.exit(0));
+process.on('SIGTERM', () => {
+  app.close().then(() => process.exit(0));
+});

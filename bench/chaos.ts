@@ -1,0 +1,459 @@
+/**
+ * `npm run chaos`: proves that nothing is lost, applied twice or applied out of order while
+ * instances die, connections are cut and the network misbehaves.
+ *
+ *   npm run chaos -- --ci                 a few thousand deliveries, under 3 minutes (.ci/run)
+ *   npm run chaos                         full: ≥ 100,000 deliveries
+ *   npm run chaos -- --restart-postgres   also restart PostgreSQL once (full mode only: the
+ *                                         server is shared, so never by default and never in CI)
+ *
+ * Three instances of the ledger app (child processes) share one PostgreSQL (schemas of their
+ * own); a fault proxy sits in front of them; a sender pushes ordered events over hundreds of
+ * keys and unordered events, retrying each until it gets a 2xx. Meanwhile: SIGKILL of a random
+ * instance (aimed mid-handler or mid-drain, restarted after a moment), pg_terminate_backend on
+ * the instances' own connections (found by application_name), and at the proxy 500s, lost
+ * acks, duplicates and delays. Poison events (a body the handler rejects) are sent on purpose.
+ * Then the ledger and the inbox are read back and every guarantee is checked; any violation
+ * exits non-zero.
+ */
+import { type ChildProcess, execFileSync, fork } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { createServer } from 'node:net';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import pg from 'pg';
+import { Ledger } from '../examples/ledger/ledger.js';
+import { FRAMEWORKS, type Framework } from '../examples/ledger/start.js';
+import { createInbox } from '../src/index.js';
+import { type ChaosEvent, send } from './chaos-sender.js';
+import { startFaultProxy } from './fault-proxy.js';
+
+const here = dirname(fileURLToPath(import.meta.url));
+const argv = process.argv.slice(2);
+const ci = argv.includes('--ci');
+const restartPostgres = argv.includes('--restart-postgres');
+if (restartPostgres && ci) {
+  console.error('chaos: --restart-postgres is for full mode only (the PostgreSQL server is shared)');
+  process.exit(2);
+}
+function value(name: string): number | undefined {
+  const i = argv.indexOf(`--${name}`);
+  return i >= 0 ? Number(argv[i + 1]) : undefined;
+}
+
+const postgresUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+const run = `chaos_${randomBytes(3).toString('hex')}`;
+const applicationName = `webhook-inbox-${run}`;
+const inboxSchema = `${run}_inbox`;
+const ledgerSchema = `${run}_ledger`;
+const gapTimeoutMs = 20_000;
+
+const plan = ci
+  ? { keys: 150, seqs: 10, unordered: 800, poison: 8, concurrency: 48, window: 3, minutes: 2 }
+  : { keys: 500, seqs: 120, unordered: 30_000, poison: 40, concurrency: 48, window: 4, minutes: 40 };
+plan.keys = value('keys') ?? plan.keys;
+plan.seqs = value('seqs') ?? plan.seqs;
+plan.unordered = value('unordered') ?? plan.unordered;
+const faultEveryMs = { kill: ci ? 4000 : 6000, terminate: ci ? 3000 : 4000 };
+const rates = { error500: 0.03, lostAck: 0.03, duplicate: 0.05, delay: 0.1, delayMaxMs: 80 };
+
+const faults: Record<string, number> = {};
+const crashes: string[] = [];
+let stopping = false;
+const bump = (kind: string) => {
+  faults[kind] = (faults[kind] ?? 0) + 1;
+};
+const log = (msg: string) => console.log(`chaos ${new Date().toISOString().slice(11, 19)} ${msg}`);
+
+// ---- instances -------------------------------------------------------------------------------
+interface Instance {
+  name: string;
+  framework: Framework;
+  port: number;
+  child?: ChildProcess;
+  alive: boolean;
+  calls: Map<number, (v: any) => void>;
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolve) => {
+    const s = createServer();
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address() as { port: number };
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+const url = new URL(postgresUrl);
+url.searchParams.set('application_name', applicationName);
+
+function spawnInstance(instance: Instance): Promise<void> {
+  const child = fork(join(here, 'chaos-instance.ts'), [], {
+    execArgv: ['--import', 'tsx'],
+    stdio: ['ignore', 'inherit', 'pipe', 'ipc'],
+    env: {
+      ...process.env,
+      PORT: String(instance.port),
+      DATABASE_URL: url.toString(),
+      INBOX_SCHEMA: inboxSchema,
+      LEDGER_SCHEMA: ledgerSchema,
+      GAP_TIMEOUT_MS: String(gapTimeoutMs),
+      HANDLER_DELAY_MS: '3',
+      FRAMEWORK: instance.framework,
+    },
+  });
+  instance.child = child;
+  // Keep the tail of its stderr, to show when it crashes (a SIGKILLed instance says nothing).
+  let stderr = '';
+  child.stderr?.on('data', (chunk: Buffer) => {
+    stderr = (stderr + chunk.toString()).slice(-1500);
+  });
+  instance.calls = new Map();
+  let nextId = 0;
+  child.on('message', (m: any) => {
+    if (m.id !== undefined) {
+      instance.calls.get(m.id)?.(m);
+      instance.calls.delete(m.id);
+    }
+  });
+  (instance as any).call = (cmd: string) =>
+    new Promise((resolve) => {
+      const id = nextId++;
+      instance.calls.set(id, resolve);
+      child.send({ cmd, id }, (err) => err && resolve(undefined));
+      setTimeout(() => resolve(undefined), 500);
+    });
+  return new Promise((resolve, reject) => {
+    child.once('message', () => {
+      instance.alive = true;
+      resolve();
+    });
+    let ready = false;
+    child.once('message', () => {
+      ready = true;
+    });
+    child.once('exit', (code, signal) => {
+      instance.alive = false;
+      if (signal === 'SIGKILL' || stopping) return;
+      if (!ready) {
+        // Its start failed (say, a terminated connection during its migrations check): a
+        // supervisor restarts it, as one would in production.
+        bump('restart-retried');
+        reject(new Error(`${instance.name} exited with ${code ?? signal} while starting`));
+        setTimeout(() => void spawnInstance(instance).catch(() => {}), 300);
+        return;
+      }
+      // A running instance died without our SIGKILL: that is a finding. Restart it and go on.
+      bump('unexpected-exit');
+      crashes.push(`${instance.name} exited with ${code ?? signal}`);
+      log(`${instance.name} CRASHED (exit ${code ?? signal}); restarting. Its stderr:\n${stderr}`);
+      setTimeout(() => void spawnInstance(instance).catch(() => {}), 300);
+    });
+  });
+}
+
+async function inflight(instance: Instance): Promise<{ handlers: number; drains: number } | undefined> {
+  return (instance as any).call?.('inflight');
+}
+
+async function kill(instances: Instance[]): Promise<void> {
+  const alive = instances.filter((i) => i.alive);
+  if (alive.length < 2) return; // keep one serving
+  const victim = alive[Math.floor(Math.random() * alive.length)];
+  // Aim: alternate between waiting for a drain in flight and a handler in flight (up to 1 s).
+  const wantDrain = (faults['kill-mid-drain'] ?? 0) <= (faults['kill-mid-handler'] ?? 0);
+  let state: { handlers: number; drains: number } | undefined;
+  const until = Date.now() + 1000;
+  do {
+    state = await inflight(victim);
+    if (state && (wantDrain ? state.drains > 0 : state.handlers > 0)) break;
+    await new Promise((r) => setTimeout(r, 5));
+  } while (Date.now() < until);
+  victim.alive = false;
+  victim.child?.kill('SIGKILL');
+  bump('sigkill');
+  if (state?.drains) bump('kill-mid-drain');
+  if (state?.handlers) bump('kill-mid-handler');
+  log(
+    `SIGKILL ${victim.name} (handlers in flight ${state?.handlers ?? '?'}, drains ${state?.drains ?? '?'})`,
+  );
+  await new Promise((r) => setTimeout(r, 500 + Math.random() * 1000));
+  await spawnInstance(victim).catch((err) => log(`restart of ${victim.name} failed: ${err.message}`));
+}
+
+async function terminateBackends(admin: pg.Pool): Promise<void> {
+  // Only our instances' connections: they carry this run's application_name.
+  const { rows } = await admin.query(
+    `select pg_terminate_backend(pid) as ok from (
+       select pid from pg_stat_activity where application_name = $1 order by random() limit 3) x`,
+    [applicationName],
+  );
+  for (const r of rows) if (r.ok) bump('pg-terminate-backend');
+}
+
+function restartPostgresServer(): void {
+  const version = execFileSync('ls', ['/etc/postgresql']).toString().trim().split('\n')[0];
+  execFileSync('pg_ctlcluster', ['--skip-systemctl-redirect', version, 'main', 'restart'], {
+    stdio: 'inherit',
+  });
+  bump('postgres-restart');
+}
+
+// ---- events ----------------------------------------------------------------------------------
+function events() {
+  const ordered = new Map<string, ChaosEvent[]>();
+  for (let k = 0; k < plan.keys; k++) {
+    const key = `${run}-k${k}`;
+    ordered.set(
+      key,
+      Array.from({ length: plan.seqs }, (_, i) => ({
+        id: `${key}-${i + 1}`,
+        key,
+        seq: i + 1,
+        body: JSON.stringify({ amount: i + 1 }),
+      })),
+    );
+  }
+  const unordered: ChaosEvent[] = [];
+  for (let i = 0; i < plan.unordered; i++) {
+    unordered.push({
+      id: `${run}-u${i}`,
+      body: JSON.stringify({ account: `${run}-a${i % 100}`, amount: 1 }),
+    });
+  }
+  const poison = new Set<string>();
+  for (let i = 0; i < plan.poison; i++) {
+    const id = `${run}-p${i}`;
+    poison.add(id);
+    // The ledger rejects a non-integer amount: the handler throws on every attempt.
+    unordered.push({ id, body: JSON.stringify({ account: `${run}-a0`, amount: 'poison' }) });
+  }
+  return { ordered, unordered, poison };
+}
+
+// ---- main ------------------------------------------------------------------------------------
+const admin = new pg.Pool({ connectionString: postgresUrl, max: 2 });
+admin.on('error', () => {});
+const instances: Instance[] = [];
+let proxy: Awaited<ReturnType<typeof startFaultProxy>> | undefined;
+const violations: string[] = [];
+let exitCode = 0;
+try {
+  // Migrate once, before the instances race to.
+  const setup = createInbox({ db: postgresUrl, schema: inboxSchema, sweepIntervalMs: 0, handle: () => {} });
+  await new Ledger(ledgerSchema).setup(await setup.kysely());
+  await setup.close();
+
+  for (const framework of FRAMEWORKS) {
+    instances.push({ name: framework, framework, port: await freePort(), alive: false, calls: new Map() });
+  }
+  await Promise.all(instances.map(spawnInstance));
+  proxy = await startFaultProxy({
+    upstreams: () => instances.filter((i) => i.alive).map((i) => i.port),
+    rates,
+  });
+  const { ordered, unordered, poison } = events();
+  const total = plan.keys * plan.seqs + unordered.length;
+  log(
+    `${ci ? 'CI' : 'full'} mode: ${instances.length} instances (${instances.map((i) => i.name).join(', ')}), ${plan.keys} keys × ${plan.seqs} seqs + ${unordered.length} unordered (${plan.poison} poison) = ${total} events; schema ${inboxSchema}` +
+      (ci
+        ? '; PostgreSQL is shared, so it is not restarted in CI mode'
+        : restartPostgres
+          ? '; PostgreSQL restarted once'
+          : ''),
+  );
+
+  const started = Date.now();
+  let sending = true;
+  const sent = send(ordered, unordered, {
+    port: proxy.port,
+    concurrency: plan.concurrency,
+    window: plan.window,
+    deadline: started + plan.minutes * 60_000,
+  }).finally(() => {
+    sending = false;
+  });
+  const loops = [
+    (async () => {
+      while (sending) {
+        await new Promise((r) => setTimeout(r, faultEveryMs.kill * (0.5 + Math.random())));
+        if (sending) await kill(instances);
+      }
+    })(),
+    (async () => {
+      while (sending) {
+        await new Promise((r) => setTimeout(r, faultEveryMs.terminate * (0.5 + Math.random())));
+        if (sending) await terminateBackends(admin).catch(() => {});
+      }
+    })(),
+  ];
+  if (restartPostgres) {
+    loops.push(
+      (async () => {
+        await new Promise((r) => setTimeout(r, 30_000));
+        if (sending) {
+          log('restarting PostgreSQL');
+          restartPostgresServer();
+        }
+      })(),
+    );
+  }
+  const stats = await sent;
+  await Promise.all(loops);
+  log(
+    `sender done in ${Math.round((Date.now() - started) / 1000)} s: ${stats.attempts} attempts, ${stats.acknowledged} acknowledged`,
+  );
+
+  // Let the sweepers finish what kills interrupted, then wait for the buffer to empty.
+  const quietUntil = Date.now() + gapTimeoutMs + 10_000;
+  let held = -1;
+  while (Date.now() < quietUntil) {
+    const r = await admin.query(
+      `select count(*)::int as n from "${inboxSchema}".events where status in ('held', 'pending')`,
+    );
+    held = r.rows[0].n;
+    if (held === 0) break;
+    await new Promise((r) => setTimeout(r, 250));
+  }
+
+  // ---- read back -----------------------------------------------------------------------------
+  const entries = await admin.query(
+    `select key, event_id, seq, amount from "${ledgerSchema}".entries where event_id like $1 order by n`,
+    [`${run}-%`],
+  );
+  const appliedCount = new Map<string, number>();
+  const seqsByKey = new Map<string, number[]>();
+  for (const e of entries.rows) {
+    appliedCount.set(e.event_id, (appliedCount.get(e.event_id) ?? 0) + 1);
+    if (e.seq !== null) {
+      const list = seqsByKey.get(e.key) ?? [];
+      list.push(Number(e.seq));
+      seqsByKey.set(e.key, list);
+    }
+  }
+  const expected = [...[...ordered.values()].flat(), ...unordered].filter((e) => !poison.has(e.id));
+  let lost = 0;
+  let doubleApplied = 0;
+  for (const e of expected) {
+    const n = appliedCount.get(e.id) ?? 0;
+    if (n === 0) lost++;
+    if (n > 1) doubleApplied += n - 1;
+  }
+  let outOfOrder = 0;
+  for (const [key, seqs] of seqsByKey) {
+    seqs.forEach((s, i) => {
+      if (s !== i + 1) outOfOrder++;
+    });
+    if (seqs.length !== plan.seqs) violations.push(`key ${key}: ${seqs.length} of ${plan.seqs} seqs applied`);
+  }
+  const appliedPoison = [...poison].filter((id) => appliedCount.has(id)).length;
+  // Balances: each ordered key's balance is the sum of its amounts, applied once.
+  const balances = await admin.query(
+    `select key, balance from "${ledgerSchema}".accounts where key like $1`,
+    [`${run}-k%`],
+  );
+  const wantBalance = (plan.seqs * (plan.seqs + 1)) / 2;
+  const wrongBalances = balances.rows.filter((r) => Number(r.balance) !== wantBalance).length;
+
+  const status = await admin.query(
+    `select status, coalesce(dead_reason, '') as reason, count(*)::int as n from "${inboxSchema}".events
+      where id like $1 group by 1, 2`,
+    [`${run}-%`],
+  );
+  const byStatus = Object.fromEntries(
+    status.rows.map((r) => [`${r.status}${r.reason ? `:${r.reason}` : ''}`, r.n]),
+  );
+  const dead = await admin.query(
+    `select id, dead_reason from "${inboxSchema}".events where id like $1 and status = 'dead'`,
+    [`${run}-%`],
+  );
+  const unexplained = dead.rows.filter((r) => !(poison.has(r.id) && r.dead_reason === 'poison'));
+  const missingPoison = [...poison].filter((id) => !dead.rows.some((r) => r.id === id));
+  const stillHeld = await admin.query(
+    `select count(*)::int as n from "${inboxSchema}".events where id like $1 and status in ('held', 'pending')
+        and received_at < now() - $2 * interval '1 millisecond'`,
+    [`${run}-%`, gapTimeoutMs],
+  );
+  const gaps = await admin.query(`select count(*)::int as n from "${inboxSchema}".gaps where key like $1`, [
+    `${run}-%`,
+  ]);
+
+  if (lost) violations.push(`${lost} events lost (acknowledged, never applied)`);
+  if (doubleApplied) violations.push(`${doubleApplied} events applied more than once`);
+  if (outOfOrder) violations.push(`${outOfOrder} entries out of seq order`);
+  if (appliedPoison) violations.push(`${appliedPoison} poison events applied`);
+  if (wrongBalances) violations.push(`${wrongBalances} ordered accounts with a wrong balance`);
+  if (held !== 0) violations.push(`${held} events still held/pending at the end`);
+  if (stillHeld.rows[0].n) violations.push(`${stillHeld.rows[0].n} events held past the gap timeout`);
+  if (unexplained.length)
+    violations.push(
+      `${unexplained.length} unexplained dead letters (${unexplained
+        .slice(0, 3)
+        .map((r) => `${r.id}:${r.dead_reason}`)
+        .join(', ')})`,
+    );
+  if (missingPoison.length) violations.push(`${missingPoison.length} poison events not dead-lettered`);
+  if (gaps.rows[0].n) violations.push(`${gaps.rows[0].n} gaps skipped (an event was given up on)`);
+  if (crashes.length)
+    violations.push(`${crashes.length} instance crashes: ${crashes.slice(0, 3).join('; ')}`);
+  if (stats.acknowledged !== total)
+    violations.push(`${total - stats.acknowledged} events never acknowledged`);
+
+  const deliveries = stats.attempts + (proxy.faults.duplicate ?? 0);
+  const drained = [...proxy.heldIds].filter((id) => appliedCount.get(id) === 1).length;
+  const summary = {
+    mode: ci ? 'ci' : 'full',
+    seconds: Math.round((Date.now() - started) / 1000),
+    events: total,
+    deliveries,
+    'sender attempts': stats.attempts,
+    'sender retries': stats.retries,
+    'faults injected': {
+      ...faults,
+      ...Object.fromEntries(Object.entries(proxy.faults).map(([k, v]) => [`proxy-${k}`, v])),
+    },
+    'outcomes answered': proxy.outcomes,
+    'duplicates absorbed': proxy.outcomes.duplicate ?? 0,
+    held: proxy.heldIds.size,
+    drained,
+    'dead-lettered': dead.rows.length,
+    'dead letters explained (poison injected)': `${dead.rows.length - unexplained.length} of ${dead.rows.length} (${poison.size} injected)`,
+    'inbox rows by status': byStatus,
+    lost,
+    'double-applied': doubleApplied,
+    'out-of-order': outOfOrder,
+    violations: violations.length,
+  };
+  console.log(JSON.stringify(summary, null, 2));
+  if (!ci) {
+    const { writeFileSync, mkdirSync } = await import('node:fs');
+    mkdirSync(join(here, 'results'), { recursive: true });
+    writeFileSync(
+      join(here, 'results', 'chaos-latest.json'),
+      `${JSON.stringify({ at: new Date().toISOString(), ...summary }, null, 2)}\n`,
+    );
+  }
+  if (violations.length) {
+    for (const v of violations) console.error(`VIOLATION: ${v}`);
+    exitCode = 1;
+  } else {
+    console.log(`chaos: ${deliveries} deliveries, 0 violations`);
+  }
+} catch (err) {
+  console.error('chaos: failed', err);
+  exitCode = 1;
+} finally {
+  stopping = true;
+  for (const i of instances) {
+    i.alive = false;
+    i.child?.kill('SIGKILL');
+  }
+  await proxy?.close();
+  if (!argv.includes('--keep')) {
+    await admin.query(`drop schema if exists "${inboxSchema}" cascade`).catch(() => {});
+    await admin.query(`drop schema if exists "${ledgerSchema}" cascade`).catch(() => {});
+  }
+  await admin.end();
+  process.exit(exitCode);
+}
