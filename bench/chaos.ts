@@ -49,7 +49,9 @@ const ledgerSchema = `${run}_ledger`;
 const gapTimeoutMs = 20_000;
 
 const plan = ci
-  ? { keys: 150, seqs: 10, unordered: 800, poison: 8, concurrency: 48, window: 3, minutes: 2 }
+  ? // A few thousand deliveries; on an idle 2-core machine well under 3 minutes. The sender's
+    // deadline is looser so that a busy CI machine is slow rather than red.
+    { keys: 120, seqs: 10, unordered: 800, poison: 8, concurrency: 48, window: 3, minutes: 4 }
   : { keys: 500, seqs: 120, unordered: 30_000, poison: 40, concurrency: 48, window: 4, minutes: 40 };
 plan.keys = value('keys') ?? plan.keys;
 plan.seqs = value('seqs') ?? plan.seqs;
@@ -159,7 +161,7 @@ async function inflight(instance: Instance): Promise<{ handlers: number; drains:
 
 async function kill(instances: Instance[]): Promise<void> {
   const alive = instances.filter((i) => i.alive);
-  if (alive.length < 2) return; // keep one serving
+  if (alive.length < instances.length) return; // one down at a time: two keep serving
   const victim = alive[Math.floor(Math.random() * alive.length)];
   // Aim: alternate between waiting for a drain in flight and a handler in flight (up to 1 s).
   const wantDrain = (faults['kill-mid-drain'] ?? 0) <= (faults['kill-mid-handler'] ?? 0);
@@ -178,8 +180,11 @@ async function kill(instances: Instance[]): Promise<void> {
   log(
     `SIGKILL ${victim.name} (handlers in flight ${state?.handlers ?? '?'}, drains ${state?.drains ?? '?'})`,
   );
-  await new Promise((r) => setTimeout(r, 500 + Math.random() * 1000));
-  await spawnInstance(victim).catch((err) => log(`restart of ${victim.name} failed: ${err.message}`));
+  // Restarted after a moment, in the background: the kills go on meanwhile.
+  setTimeout(
+    () => void spawnInstance(victim).catch((err) => log(`restart of ${victim.name} failed: ${err.message}`)),
+    500 + Math.random() * 1000,
+  );
 }
 
 async function terminateBackends(admin: pg.Pool): Promise<void> {
