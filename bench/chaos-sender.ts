@@ -21,6 +21,8 @@ export interface SenderStats {
   /** Events acknowledged with a 2xx. */
   acknowledged: number;
   byStatus: Record<string, number>;
+  /** The event that took longest from its first attempt to its 2xx, and how long (ms). */
+  slowest: { id: string; ms: number; attempts: number };
 }
 
 export interface SendOptions {
@@ -38,7 +40,13 @@ export async function send(
   unordered: ChaosEvent[],
   options: SendOptions,
 ): Promise<SenderStats> {
-  const stats: SenderStats = { attempts: 0, retries: 0, acknowledged: 0, byStatus: {} };
+  const stats: SenderStats = {
+    attempts: 0,
+    retries: 0,
+    acknowledged: 0,
+    byStatus: {},
+    slowest: { id: '', ms: 0, attempts: 0 },
+  };
   const agent = new Agent({ keepAlive: true, maxSockets: options.concurrency * options.window });
 
   function attempt(e: ChaosEvent): Promise<{ status: number; retryAfter?: number }> {
@@ -75,6 +83,7 @@ export async function send(
   }
 
   async function deliver(e: ChaosEvent): Promise<void> {
+    const first = Date.now();
     for (let n = 0; ; n++) {
       if (Date.now() > options.deadline)
         throw new Error(`sender deadline passed with ${e.id} unacknowledged`);
@@ -82,6 +91,8 @@ export async function send(
       stats.byStatus[r.status] = (stats.byStatus[r.status] ?? 0) + 1;
       if (r.status >= 200 && r.status < 300) {
         stats.acknowledged++;
+        const ms = Date.now() - first;
+        if (ms > stats.slowest.ms) stats.slowest = { id: e.id, ms, attempts: n + 1 };
         return;
       }
       stats.retries++;
