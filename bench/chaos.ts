@@ -8,7 +8,7 @@
  *                                         server is shared, so never by default and never in CI)
  *
  * Three instances of the ledger app (child processes) share one PostgreSQL (schemas of their
- * own); a fault proxy sits in front of them; a sender pushes ordered events over hundreds of
+ * own); the project's fault proxy (src/testing) sits in front of a small balancer over them; a sender pushes ordered events over hundreds of
  * keys and unordered events, retrying each until it gets a 2xx. Meanwhile: SIGKILL of a random
  * instance (aimed mid-handler or mid-drain, restarted after a moment), pg_terminate_backend on
  * the instances' own connections (found by application_name), and at the proxy 500s, lost
@@ -25,8 +25,9 @@ import pg from 'pg';
 import { Ledger } from '../examples/ledger/ledger.js';
 import { FRAMEWORKS, type Framework } from '../examples/ledger/start.js';
 import { createInbox } from '../src/index.js';
+import { createFaultProxy, type FaultProxy } from '../src/testing/index.js';
+import { type Balancer, startBalancer } from './balancer.js';
 import { type ChaosEvent, send } from './chaos-sender.js';
-import { startFaultProxy } from './fault-proxy.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const argv = process.argv.slice(2);
@@ -54,13 +55,15 @@ const gapTimeoutMs = 60_000;
 const plan = ci
   ? // A few thousand deliveries; on an idle 2-core machine well under 3 minutes. The sender's
     // deadline is looser so that a busy CI machine is slow rather than red.
-    { keys: 100, seqs: 10, unordered: 700, poison: 8, concurrency: 48, window: 3, minutes: 4 }
+    { keys: 120, seqs: 10, unordered: 900, poison: 8, concurrency: 48, window: 3, minutes: 4 }
   : { keys: 500, seqs: 120, unordered: 30_000, poison: 40, concurrency: 48, window: 4, minutes: 40 };
 plan.keys = value('keys') ?? plan.keys;
 plan.seqs = value('seqs') ?? plan.seqs;
 plan.unordered = value('unordered') ?? plan.unordered;
 const faultEveryMs = { kill: ci ? 4000 : 6000, terminate: ci ? 3000 : 4000 };
-const rates = { error500: 0.03, lostAck: 0.03, duplicate: 0.05, delay: 0.1, delayMaxMs: 80 };
+// At the fault proxy, per request: never forwarded (connection reset or 502), applied but the
+// answer lost, forwarded twice, delayed, overtaken by a later request, answered 500.
+const rates = { drop: 0.02, dropResponse: 0.03, duplicate: 0.05, delay: 0.1, reorder: 0.05, error: 0.03 };
 
 const faults: Record<string, number> = {};
 const crashes: string[] = [];
@@ -244,7 +247,8 @@ function events() {
 const admin = new pg.Pool({ connectionString: postgresUrl, max: 2 });
 admin.on('error', () => {});
 const instances: Instance[] = [];
-let proxy: Awaited<ReturnType<typeof startFaultProxy>> | undefined;
+let proxy: FaultProxy | undefined;
+let balancer: Balancer | undefined;
 const violations: string[] = [];
 let exitCode = 0;
 try {
@@ -257,9 +261,13 @@ try {
     instances.push({ name: framework, framework, port: await freePort(), alive: false, calls: new Map() });
   }
   await Promise.all(instances.map(spawnInstance));
-  proxy = await startFaultProxy({
-    upstreams: () => instances.filter((i) => i.alive).map((i) => i.port),
+  balancer = await startBalancer(() => instances.filter((i) => i.alive).map((i) => i.port));
+  proxy = await createFaultProxy({
+    target: balancer.url,
+    seed: Number.parseInt(run.slice(-6), 16),
     rates,
+    maxDelayMs: 80,
+    dropModes: ['reset', '502'],
   });
   const { ordered, unordered, poison } = events();
   const total = plan.keys * plan.seqs + unordered.length;
@@ -275,7 +283,7 @@ try {
   const started = Date.now();
   let sending = true;
   const sent = send(ordered, unordered, {
-    port: proxy.port,
+    port: Number(new URL(proxy.url).port),
     concurrency: plan.concurrency,
     window: plan.window,
     deadline: started + plan.minutes * 60_000,
@@ -410,8 +418,9 @@ try {
   if (stats.acknowledged !== total)
     violations.push(`${total - stats.acknowledged} events never acknowledged`);
 
-  const deliveries = stats.attempts + (proxy.faults.duplicate ?? 0);
-  const drained = [...proxy.heldIds].filter((id) => appliedCount.get(id) === 1).length;
+  const proxyStats = proxy.stats();
+  const deliveries = proxyStats.forwarded;
+  const drained = [...balancer.heldIds].filter((id) => appliedCount.get(id) === 1).length;
   const summary = {
     mode: ci ? 'ci' : 'full',
     seconds: Math.round((Date.now() - started) / 1000),
@@ -422,11 +431,12 @@ try {
     'slowest acknowledgement': `${stats.slowest.id} after ${stats.slowest.attempts} attempts, ${(stats.slowest.ms / 1000).toFixed(1)} s`,
     'faults injected': {
       ...faults,
-      ...Object.fromEntries(Object.entries(proxy.faults).map(([k, v]) => [`proxy-${k}`, v])),
+      ...Object.fromEntries(Object.entries(proxyStats.injected).map(([k, v]) => [`proxy-${k}`, v])),
+      'instance-down (502 from the balancer)': balancer.upstreamDown,
     },
-    'outcomes answered': proxy.outcomes,
-    'duplicates absorbed': proxy.outcomes.duplicate ?? 0,
-    held: proxy.heldIds.size,
+    'outcomes answered': proxyStats.outcomes,
+    'duplicates absorbed': proxyStats.outcomes.duplicate ?? 0,
+    held: balancer.heldIds.size,
     drained,
     'dead-lettered': dead.rows.length,
     'dead letters explained (poison injected)': `${dead.rows.length - unexplained.length} of ${dead.rows.length} (${poison.size} injected)`,
@@ -461,6 +471,7 @@ try {
     i.child?.kill('SIGKILL');
   }
   await proxy?.close();
+  await balancer?.close();
   if (!argv.includes('--keep')) {
     await admin.query(`drop schema if exists "${inboxSchema}" cascade`).catch(() => {});
     await admin.query(`drop schema if exists "${ledgerSchema}" cascade`).catch(() => {});
