@@ -10,6 +10,9 @@ import { postgresTarget, postgresUrl, type TargetDb, uniqueName } from './suppor
 import { killAll, startLedgerProcess } from './support/ledger-processes.js';
 import { type LedgerInbox, ledgerInbox, postOrdered, range } from './support/ordering.js';
 
+/** Starting a process (tsx, and PGlite for the example) takes seconds on a busy 2-core box. */
+const SLOW = 180_000;
+
 let n = 0;
 const newKey = (label: string) => `${label}-${++n}`;
 
@@ -33,91 +36,99 @@ async function sessionsGone(db: Kysely<any>, applicationName: string): Promise<v
   }
 }
 
-describe.skipIf(!postgresTarget)('a crashed process loses no held event (postgres)', () => {
-  let t: TargetDb;
-  let other: LedgerInbox;
+describe.skipIf(!postgresTarget)(
+  'a crashed process loses no held event (postgres)',
+  { timeout: SLOW },
+  () => {
+    let t: TargetDb;
+    let other: LedgerInbox;
 
-  beforeAll(async () => {
-    t = await postgresTarget!.open();
-    // Another instance, in this process; it also created the tables the processes use.
-    other = await ledgerInbox(t);
-  });
-  afterEach(async () => {
-    await killAll();
-  });
-  afterAll(async () => {
-    await other?.inbox.close();
-    await t?.close();
-  });
-
-  const start = (options: { name?: string; gate?: { key: string; seq: number }; sweepIntervalMs?: number }) =>
-    startLedgerProcess({
-      databaseUrl: urlFor(options.name ?? uniqueName('wi_app')),
-      schema: t.schema,
-      ledgerSchema: t.appSchema,
-      sweepIntervalMs: options.sweepIntervalMs ?? 0,
-      gate: options.gate,
+    beforeAll(async () => {
+      t = await postgresTarget!.open();
+      // Another instance, in this process; it also created the tables the processes use.
+      other = await ledgerInbox(t);
+    });
+    afterEach(async () => {
+      await killAll();
+    });
+    afterAll(async () => {
+      await other?.inbox.close();
+      await t?.close();
     });
 
-  it('killed while events are held: after a restart the gap-filling delivery drains them, in order, once', async () => {
-    const key = newKey('held');
-    const first = await start({});
-    for (const seq of [4, 2, 5, 3]) {
-      expect((await postOrdered(`${first.url}/webhooks`, key, seq)).status).toBe(202);
-    }
-    await first.kill();
-    expect(await other.inbox.keyState(key)).toMatchObject({ nextSeq: 1, heldSeqs: [2, 3, 4, 5] });
+    const start = (options: {
+      name?: string;
+      gate?: { key: string; seq: number };
+      sweepIntervalMs?: number;
+    }) =>
+      startLedgerProcess({
+        databaseUrl: urlFor(options.name ?? uniqueName('wi_app')),
+        schema: t.schema,
+        ledgerSchema: t.appSchema,
+        sweepIntervalMs: options.sweepIntervalMs ?? 0,
+        gate: options.gate,
+      });
 
-    const restarted = await start({});
-    const reply = await postOrdered(`${restarted.url}/webhooks`, key, 1);
-    expect(reply.body).toEqual({ status: 'processed', id: `${key}:1`, result: { balance: 1 } });
-    await restarted.idle();
-    expect(await other.seqs(key)).toEqual(range(1, 5));
-    expect(await other.balance(key)).toBe(15);
-    await restarted.stop();
-  });
+    it('killed while events are held: after a restart the gap-filling delivery drains them, in order, once', async () => {
+      const key = newKey('held');
+      const first = await start({});
+      for (const seq of [4, 2, 5, 3]) {
+        expect((await postOrdered(`${first.url}/webhooks`, key, seq)).status).toBe(202);
+      }
+      await first.kill();
+      expect(await other.inbox.keyState(key)).toMatchObject({ nextSeq: 1, heldSeqs: [2, 3, 4, 5] });
 
-  it("killed in the middle of a drain: another instance's sweeper finishes it, in order, once", async () => {
-    const key = newKey('mid-drain');
-    const name = uniqueName('wi_app');
-    const doomed = await start({ name, gate: { key, seq: 4 } });
-    for (const seq of [2, 3, 4, 5, 6]) await postOrdered(`${doomed.url}/webhooks`, key, seq);
-    expect((await postOrdered(`${doomed.url}/webhooks`, key, 1)).status).toBe(200);
-    // The drain applied 2 and 3, and is inside seq 4's transaction (its ledger entry written,
-    // not committed) when the process dies.
-    expect(await doomed.gate).toBe(`${key}:4`);
-    expect(await other.seqs(key)).toEqual([1, 2, 3]);
-    await doomed.kill();
-    await sessionsGone(await other.db(), name);
+      const restarted = await start({});
+      const reply = await postOrdered(`${restarted.url}/webhooks`, key, 1);
+      expect(reply.body).toEqual({ status: 'processed', id: `${key}:1`, result: { balance: 1 } });
+      await restarted.idle();
+      expect(await other.seqs(key)).toEqual(range(1, 5));
+      expect(await other.balance(key)).toBe(15);
+      await restarted.stop();
+    });
 
-    expect(await other.inbox.keyState(key)).toMatchObject({ nextSeq: 4, heldSeqs: [4, 5, 6] });
-    const report = await other.inbox.sweep();
-    expect(report.drained).toBe(3);
-    const account = await other.ledger.account(await other.db(), key);
-    expect(account.entries.map((e) => e.seq)).toEqual(range(1, 6));
-    expect(account.balance).toBe(21);
-    expect(await other.inbox.keyState(key)).toMatchObject({ nextSeq: 7, heldSeqs: [] });
-  });
+    it("killed in the middle of a drain: another instance's sweeper finishes it, in order, once", async () => {
+      const key = newKey('mid-drain');
+      const name = uniqueName('wi_app');
+      const doomed = await start({ name, gate: { key, seq: 4 } });
+      for (const seq of [2, 3, 4, 5, 6]) await postOrdered(`${doomed.url}/webhooks`, key, seq);
+      expect((await postOrdered(`${doomed.url}/webhooks`, key, 1)).status).toBe(200);
+      // The drain applied 2 and 3, and is inside seq 4's transaction (its ledger entry written,
+      // not committed) when the process dies.
+      expect(await doomed.gate).toBe(`${key}:4`);
+      expect(await other.seqs(key)).toEqual([1, 2, 3]);
+      await doomed.kill();
+      await sessionsGone(await other.db(), name);
 
-  it('killed in the middle of a drain: the restarted process finishes it by its own sweeper', async () => {
-    const key = newKey('restart-sweeps');
-    const doomed = await start({ gate: { key, seq: 2 } });
-    for (const seq of [3, 2, 4]) await postOrdered(`${doomed.url}/webhooks`, key, seq);
-    await postOrdered(`${doomed.url}/webhooks`, key, 1);
-    expect(await doomed.gate).toBe(`${key}:2`);
-    await doomed.kill();
+      expect(await other.inbox.keyState(key)).toMatchObject({ nextSeq: 4, heldSeqs: [4, 5, 6] });
+      const report = await other.inbox.sweep();
+      expect(report.drained).toBe(3);
+      const account = await other.ledger.account(await other.db(), key);
+      expect(account.entries.map((e) => e.seq)).toEqual(range(1, 6));
+      expect(account.balance).toBe(21);
+      expect(await other.inbox.keyState(key)).toMatchObject({ nextSeq: 7, heldSeqs: [] });
+    });
 
-    // Nothing is sent to the new process: its sweeper (every 20 ms) finds the interrupted drain
-    // once Postgres has rolled the dead transaction back.
-    const restarted = await start({ sweepIntervalMs: 20 });
-    let seqs = await other.seqs(key);
-    while (seqs.length < 4) {
-      await new Promise((resolve) => setTimeout(resolve, 20));
-      seqs = await other.seqs(key);
-    }
-    await restarted.idle();
-    expect(await other.seqs(key)).toEqual(range(1, 4));
-    expect(await other.inbox.keyState(key)).toMatchObject({ nextSeq: 5, heldSeqs: [] });
-    await restarted.stop();
-  });
-});
+    it('killed in the middle of a drain: the restarted process finishes it by its own sweeper', async () => {
+      const key = newKey('restart-sweeps');
+      const doomed = await start({ gate: { key, seq: 2 } });
+      for (const seq of [3, 2, 4]) await postOrdered(`${doomed.url}/webhooks`, key, seq);
+      await postOrdered(`${doomed.url}/webhooks`, key, 1);
+      expect(await doomed.gate).toBe(`${key}:2`);
+      await doomed.kill();
+
+      // Nothing is sent to the new process: its sweeper (every 20 ms) finds the interrupted drain
+      // once Postgres has rolled the dead transaction back.
+      const restarted = await start({ sweepIntervalMs: 20 });
+      let seqs = await other.seqs(key);
+      while (seqs.length < 4) {
+        await new Promise((resolve) => setTimeout(resolve, 20));
+        seqs = await other.seqs(key);
+      }
+      await restarted.idle();
+      expect(await other.seqs(key)).toEqual(range(1, 4));
+      expect(await other.inbox.keyState(key)).toMatchObject({ nextSeq: 5, heldSeqs: [] });
+      await restarted.stop();
+    });
+  },
+);

@@ -9,6 +9,9 @@ import { postgresTarget, postgresUrl, type TargetDb } from './support/databases.
 import { killAll, type LedgerProcess, startLedgerProcess } from './support/ledger-processes.js';
 import { type LedgerInbox, ledgerInbox, ordered, postOrdered, range } from './support/ordering.js';
 
+/** Starting a process (tsx, and PGlite for the example) takes seconds on a busy 2-core box. */
+const SLOW = 180_000;
+
 let n = 0;
 const newKey = (label: string) => `${label}-${++n}`;
 
@@ -81,7 +84,7 @@ describe.skipIf(!postgresTarget)('two instances on one database (postgres)', () 
   });
 });
 
-describe.skipIf(!postgresTarget)('two processes on one database schema (postgres)', () => {
+describe.skipIf(!postgresTarget)('two processes on one database schema (postgres)', { timeout: SLOW }, () => {
   let t: TargetDb;
   let reader: LedgerInbox;
   let processes: LedgerProcess[] = [];
@@ -100,7 +103,7 @@ describe.skipIf(!postgresTarget)('two processes on one database schema (postgres
         }),
       ),
     );
-  });
+  }, SLOW);
   afterEach(async () => {
     await Promise.all(processes.map((p) => p.idle()));
   });
@@ -109,7 +112,7 @@ describe.skipIf(!postgresTarget)('two processes on one database schema (postgres
     await killAll();
     await reader?.inbox.close();
     await t?.close();
-  });
+  }, SLOW);
 
   it('alternately and at once over HTTP: one key applied in order, once', async () => {
     const [p, q] = processes;

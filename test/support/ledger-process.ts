@@ -12,11 +12,7 @@
  * - answers `{ type: 'idle' }` (waits for its drains) and `{ type: 'sweep' }` (one sweeper
  *   pass) with `{ type: 'done', of, report? }`.
  */
-import { createServer } from 'node:http';
-import type { AddressInfo } from 'node:net';
-import { expressApp } from '../../examples/ledger/app-express.js';
-import { Ledger } from '../../examples/ledger/ledger.js';
-import { createInbox } from '../../src/index.js';
+import { startLedger } from '../../examples/ledger/start.js';
 
 export interface LedgerProcessConfig {
   databaseUrl: string;
@@ -30,14 +26,16 @@ export interface LedgerProcessConfig {
 const config = JSON.parse(process.argv[2]) as LedgerProcessConfig;
 const send = (message: object) => process.send?.(message);
 
-const ledger = new Ledger(config.ledgerSchema);
-const inbox = createInbox({
-  db: config.databaseUrl,
-  schema: config.schema,
-  sweepIntervalMs: config.sweepIntervalMs,
-  gapTimeoutMs: config.gapTimeoutMs,
-  handle: async (event, context) => {
-    const result = await ledger.handle(event, context);
+const app = await startLedger({
+  ledgerSchema: config.ledgerSchema,
+  inbox: {
+    db: config.databaseUrl,
+    schema: config.schema,
+    sweepIntervalMs: config.sweepIntervalMs,
+    gapTimeoutMs: config.gapTimeoutMs,
+  },
+  wrapHandler: (handle) => async (event, context) => {
+    const result = await handle(event, context);
     if (config.gate && event.key === config.gate.key && event.seq === config.gate.seq) {
       send({ type: 'gate', id: event.id });
       await new Promise(() => {}); // held open until the test kills this process
@@ -45,9 +43,7 @@ const inbox = createInbox({
     return result;
   },
 });
-await ledger.setup(await inbox.kysely());
-const server = createServer(expressApp(inbox, ledger));
-await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+const { inbox } = app;
 
 process.on('message', async (message: { type: string }) => {
   if (message.type === 'idle') {
@@ -60,8 +56,6 @@ process.on('message', async (message: { type: string }) => {
   }
 });
 process.on('disconnect', () => {
-  server.closeAllConnections();
-  server.close();
-  inbox.close().then(() => process.exit(0));
+  app.close().then(() => process.exit(0));
 });
-send({ type: 'ready', url: `http://127.0.0.1:${(server.address() as AddressInfo).port}` });
+send({ type: 'ready', url: app.url });
