@@ -10,6 +10,9 @@ import { postgresTarget, postgresUrl, type TargetDb, uniqueName } from './suppor
 import { killAll, startLedgerProcess } from './support/ledger-processes.js';
 import { type LedgerInbox, ledgerInbox, postOrdered, range } from './support/ordering.js';
 
+/** Opening PGlite and migrating can take a minute when the 2-core box is busy. */
+const SETUP = 180_000;
+
 /** Starting a process (tsx, and PGlite for the example) takes seconds on a busy 2-core box. */
 const SLOW = 180_000;
 
@@ -47,7 +50,7 @@ describe.skipIf(!postgresTarget)(
       t = await postgresTarget!.open();
       // Another instance, in this process; it also created the tables the processes use.
       other = await ledgerInbox(t);
-    });
+    }, SETUP);
     afterEach(async () => {
       await killAll();
     });

@@ -9,6 +9,9 @@ import type { Inbox } from '../src/index.js';
 import { type TargetDb, targets } from './support/databases.js';
 import { type LedgerInbox, ledgerInbox, ordered, range } from './support/ordering.js';
 
+/** Opening PGlite and migrating can take a minute when the 2-core box is busy. */
+const SETUP = 180_000;
+
 let n = 0;
 /** A key no other test uses (every test shares the target's schemas). */
 const newKey = (label: string) => `${label}-${++n}`;
@@ -57,7 +60,7 @@ describe.each(targets)('per-key ordering on $name', (target) => {
     // These cases are about what Postgres decides (the cursor as the dedup record, late
     // events): the in-process LRU of processed events would answer some duplicates first.
     app = await ledgerInbox(t, { gapTimeoutMs: 60_000, duplicateCacheSize: 0 });
-  });
+  }, SETUP);
   afterAll(async () => {
     for (const inbox of closers) await inbox.close();
     await app?.inbox.close();

@@ -9,6 +9,9 @@ import { postgresTarget, postgresUrl, type TargetDb } from './support/databases.
 import { killAll, type LedgerProcess, startLedgerProcess } from './support/ledger-processes.js';
 import { type LedgerInbox, ledgerInbox, ordered, postOrdered, range } from './support/ordering.js';
 
+/** Opening PGlite and migrating can take a minute when the 2-core box is busy. */
+const SETUP = 180_000;
+
 /** Starting a process (tsx, and PGlite for the example) takes seconds on a busy 2-core box. */
 const SLOW = 180_000;
 
@@ -36,7 +39,7 @@ describe.skipIf(!postgresTarget)('two instances on one database (postgres)', () 
     t = await postgresTarget!.open();
     a = await ledgerInbox(t);
     b = await ledgerInbox({ ...t, db: t.another() });
-  });
+  }, SETUP);
   afterAll(async () => {
     await a?.inbox.close();
     await b?.inbox.close();

@@ -10,6 +10,9 @@ import type { Inbox, Outcome } from '../src/index.js';
 import { type TargetDb, targets } from './support/databases.js';
 import { type LedgerInbox, ledgerInbox, ordered, range } from './support/ordering.js';
 
+/** Opening PGlite and migrating can take a minute when the 2-core box is busy. */
+const SETUP = 180_000;
+
 const RUNS = 15;
 
 interface Scenario {
@@ -75,7 +78,7 @@ describe.each(targets)('ordering property on $name', (target) => {
     apps.push(await ledgerInbox(t, options, failing));
     // PGlite is one embedded session: a second instance is a real-Postgres case.
     if (target.name === 'postgres') apps.push(await ledgerInbox({ ...t, db: t.another() }, options, failing));
-  });
+  }, SETUP);
   afterAll(async () => {
     for (const app of apps) await app.inbox.close();
     await t?.close();
