@@ -96,6 +96,8 @@ export function parseDelivery(
   delivery: Delivery,
   options: ResolvedOptions,
   idOverride?: string,
+  /** The id a verified signature covers (Standard Webhooks' `webhook-id`), used when the id header is absent. */
+  signedId?: string,
 ): ParsedDelivery {
   const rawBody = Buffer.isBuffer(delivery.rawBody)
     ? delivery.rawBody
@@ -107,7 +109,7 @@ export function parseDelivery(
   const names = options.headers;
   const hash = bodyHash(rawBody);
 
-  let id = idOverride ?? single(delivery.headers, headers, names.id, 'Idempotency-Key');
+  let id = idOverride ?? single(delivery.headers, headers, names.id, 'Idempotency-Key') ?? signedId;
   if (id === undefined) {
     if (!options.idFromBody) throw new InvalidDeliveryError(names.id, `${names.id} header is required`);
     id = `sha256:${hash}`;

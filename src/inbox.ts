@@ -22,7 +22,12 @@ import type { Kysely } from 'kysely';
 import { connectRedis, DuplicateCache } from './cache.js';
 import { type Database, openDatabase } from './database.js';
 import { type Delivery, type ParsedDelivery, parseBody, parseDelivery, storableHeaders } from './delivery.js';
-import { HandlerError, InvalidDeliveryError, RawBodyUnavailableError } from './errors.js';
+import {
+  HandlerError,
+  InvalidDeliveryError,
+  RawBodyUnavailableError,
+  UnauthorizedDeliveryError,
+} from './errors.js';
 import type { InboxEvent } from './event.js';
 import { type CachedEvent, ProcessedCache } from './local-cache.js';
 import { createMetrics, type InboxMetrics, type InboxStats, noMetrics } from './metrics.js';
@@ -39,6 +44,7 @@ import { createStats } from './sql/stats.js';
 import { createSweep, type SweepRow } from './sql/sweep.js';
 import { createTables, type Tables } from './sql/tables.js';
 import { createTracer, inSpan, parentOf, recordError, SpanAttributes } from './tracing.js';
+import { type VerifiedDelivery, verifyDelivery } from './verify.js';
 
 /** SQLSTATEs that mean "someone else holds this id or key right now": answer 409, retry later. */
 const CONTENDED = new Set(['55P03', '40P01', '40001']);
@@ -259,9 +265,19 @@ export class Inbox {
   }
 
   async #receive(delivery: Delivery, obs: Observation): Promise<Outcome> {
+    let verified: VerifiedDelivery | undefined;
+    if (this.options.verify) {
+      // Before anything is parsed, looked up (the duplicate cache included) or stored: a
+      // delivery that fails costs no round trip and learns nothing about stored events.
+      try {
+        verified = await verifyDelivery(this.options.verify, delivery);
+      } catch (err) {
+        return this.#unverified(err);
+      }
+    }
     let parsed: ParsedDelivery;
     try {
-      parsed = parseDelivery(delivery, this.options);
+      parsed = parseDelivery(delivery, this.options, undefined, verified?.id);
     } catch (err) {
       if (err instanceof InvalidDeliveryError) return invalid(err);
       throw err;
@@ -505,6 +521,27 @@ export class Inbox {
       default:
         throw new Error(`webhook-inbox: unexpected claim decision ${c.decision}`);
     }
+  }
+
+  #unverified(err: unknown): Outcome {
+    if (err instanceof UnauthorizedDeliveryError) {
+      this.options.logger.info(
+        { field: err.field, reason: err.message },
+        'webhook-inbox: unverified delivery',
+      );
+      return problem(OutcomeKind.unauthorized, 401, err.message, { field: err.field });
+    }
+    // The verifier itself failed (a custom hook fetching keys, say): not the sender's fault,
+    // so ask for a retry instead of a 401 that could get the endpoint disabled.
+    this.options.logger.error({ err }, 'webhook-inbox: signature verification failed to run');
+    return problem(
+      OutcomeKind.unavailable,
+      503,
+      'The delivery could not be verified; deliver it again later',
+      {
+        retryAfterSeconds: 1,
+      },
+    );
   }
 
   /** The handler threw: its transaction rolled back; count the attempt apart (one round trip). */

@@ -20,3 +20,5 @@ export type { Outcome } from './outcome.js';
 export { OutcomeKind } from './outcome.js';
 export type { KeyState, StoredEvent } from './sql/inspect.js';
 export { SpanAttributes } from './tracing.js';
+export type { Secrets, VerifiableDelivery, VerifiedDelivery, Verify } from './verify.js';
+export { hmacSignature, standardWebhooks, stripeSignature } from './verify.js';

@@ -4,6 +4,7 @@ import type { DatabaseInput } from './database.js';
 import { InboxOptionsError } from './errors.js';
 import type { HandlerContext, InboxEvent } from './event.js';
 import type { MetricsOptions, RegistryLike } from './metrics.js';
+import type { Verify } from './verify.js';
 
 /** A pino-shaped logger. Every method is optional to call; the inbox is silent without one. */
 export interface Logger {
@@ -121,6 +122,13 @@ export interface InboxOptions<TBody = any> {
    * an OpenTelemetry SDK is installed). @defaultValue the global tracer provider
    */
   tracerProvider?: TracerProvider;
+  /**
+   * Signature verification, run on the raw bytes before anything is parsed or stored; a
+   * delivery that fails it is 401 and never claimed. `standardWebhooks({ secret })`,
+   * `stripeSignature({ secret })`, `hmacSignature({ header, secret })`, or your own function
+   * that throws `UnauthorizedDeliveryError`. @defaultValue off
+   */
+  verify?: Verify;
 }
 
 export interface ResolvedOptions {
@@ -155,6 +163,7 @@ export interface ResolvedOptions {
   readonly redisTimeoutMs: number;
   readonly metrics: { readonly registry: RegistryLike } | undefined;
   readonly tracerProvider: TracerProvider | undefined;
+  readonly verify: Verify | undefined;
 }
 
 const IDENTIFIER = /^[a-z_][a-z0-9_]{0,39}$/;
@@ -316,7 +325,14 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
   }
   const retryCapMs = integer(o, 'retryCapMs', 60_000, 1, 86_400_000);
   if (retryCapMs < retryBaseMs) throw new InboxOptionsError('retryCapMs', 'must be at least `retryBaseMs`');
+  if (o.verify !== undefined && typeof o.verify !== 'function') {
+    throw new InboxOptionsError(
+      'verify',
+      `must be a function, e.g. standardWebhooks({ secret }); got ${describe(o.verify)}`,
+    );
+  }
   return {
+    verify: o.verify as Verify | undefined,
     handle: o.handle as Handler,
     db: o.db as DatabaseInput | undefined,
     dataDir: o.dataDir as string | undefined,

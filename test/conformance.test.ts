@@ -8,12 +8,12 @@
  * Dimensions: `targets` × `frameworks` × `modes`. A mode is a name and the inbox options
  * that turn it on; `serve()` builds one app from a framework, a target and inbox options.
  */
-import { randomBytes } from 'node:crypto';
+import { createHmac, randomBytes } from 'node:crypto';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import type { Account } from '../examples/ledger/ledger.js';
 import { FRAMEWORKS, type Framework, type LedgerServer, startLedger } from '../examples/ledger/start.js';
-import type { Handler, InboxOptions } from '../src/index.js';
+import { type Handler, hmacSignature, type InboxOptions } from '../src/index.js';
 import { type Target, type TargetDb, targets, uniqueName } from './support/databases.js';
 
 /** Another dimension goes here (e.g. `{ name: 'deferred', options: { mode: 'deferred' } }`). */
@@ -23,8 +23,13 @@ interface Mode {
 }
 const modes: Mode[] = [{ name: 'inline', options: {} }];
 
+/** Every conformance delivery is signed (generic HMAC, GitHub-style); see the 401 cases. */
+const SECRET = 'conformance-secret';
+const sign = (body: string) => `sha256=${createHmac('sha256', SECRET).update(body).digest('hex')}`;
+
 /** Options every conformance app shares: small limits so that each outcome is cheap to reach. */
 const BASE_OPTIONS = {
+  verify: hmacSignature({ header: 'x-signature', prefix: 'sha256=', secret: SECRET }),
   maxBodyBytes: 1024,
   maxAttempts: 2,
   maxHeldPerKey: 1,
@@ -44,7 +49,8 @@ interface App extends LedgerServer {
   readonly mode: string;
   /** Makes the handler of event `id` wait, inside its transaction, until `release()`. */
   hold(id: string): Gate;
-  post(headers: Record<string, string>, body?: string): Promise<Reply>;
+  /** POSTs a signed delivery; a header given as null is left out. */
+  post(headers: Record<string, string | null>, body?: string): Promise<Reply>;
   account(key: string): Promise<Account>;
   failNext(key: string, times: number): Promise<void>;
 }
@@ -115,12 +121,17 @@ async function serve(
       gates.set(id, { enter, released });
       return { entered, release };
     },
-    post: (headers: Record<string, string>, body = '{"amount":1}') =>
-      call('/webhooks', {
+    post: (headers: Record<string, string | null>, body = '{"amount":1}') => {
+      const all = { 'content-type': 'application/json', 'x-signature': sign(body), ...headers };
+      return call('/webhooks', {
         method: 'POST',
-        headers: { 'content-type': 'application/json', ...headers },
+        headers: Object.fromEntries(Object.entries(all).filter(([, v]) => v !== null)) as Record<
+          string,
+          string
+        >,
         body,
-      }),
+      });
+    },
     account: async (key: string) =>
       (await call(`/accounts/${encodeURIComponent(key)}`, { method: 'GET' })).json as Account,
     failNext: async (key: string, times: number) => {
@@ -220,6 +231,25 @@ const cases: Case[] = [
       expect(Number(r.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
       expectJson(await first, 200);
       expect((await app.account(e.key)).entries).toEqual([{ id: e.id, seq: 1, amount: 3 }]);
+    },
+  },
+  {
+    name: 'unauthorized: a wrong signature is 401 naming the header; nothing stored, no handler run',
+    async run(app) {
+      const e = freshEvent();
+      const forged = `sha256=${createHmac('sha256', 'not-the-secret').update('{"amount":1}').digest('hex')}`;
+      expectProblem(await app.post({ ...e.headers(e.id), 'x-signature': forged }), 401, 'x-signature');
+      await expectNothingStored(app, e.id, e.key);
+      expect(await app.inbox.keyState(e.key)).toBeUndefined();
+    },
+  },
+  {
+    name: 'unauthorized: a missing signature is 401 even when the headers are also invalid',
+    async run(app) {
+      const e = freshEvent();
+      const r = await app.post({ ...e.headers(e.id), 'x-seq': 'abc', 'x-signature': null });
+      expectProblem(r, 401, 'x-signature');
+      await expectNothingStored(app, e.id, e.key);
     },
   },
   {

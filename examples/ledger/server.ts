@@ -1,11 +1,12 @@
 /**
  * `npm run example`: the ledger behind the inbox. Configured by environment variables:
  * PORT (3000), DATABASE_URL (embedded PGlite when absent), FRAMEWORK (express | koa | fastify),
- * GAP_TIMEOUT_MS, SWEEP_INTERVAL_MS, REDIS_URL (turns the Redis fast path for duplicates on).
+ * GAP_TIMEOUT_MS, SWEEP_INTERVAL_MS, REDIS_URL (turns the Redis fast path for duplicates on),
+ * WEBHOOK_SECRET (Standard Webhooks verification, `whsec_…`).
  * GET /metrics serves the inbox's Prometheus metrics (and Node's own).
  */
 import { collectDefaultMetrics, Registry } from 'prom-client';
-import { type Framework, startLedger } from './start.js';
+import { type Framework, startLedger, verifyFromEnv } from './start.js';
 
 function intEnv(name: string): number | undefined {
   const raw = process.env[name];
@@ -29,13 +30,14 @@ const ledger = await startLedger({
     sweepIntervalMs: intEnv('SWEEP_INTERVAL_MS'),
     redis: process.env.REDIS_URL || undefined,
     metrics: { registry },
+    verify: verifyFromEnv(),
   },
 }).catch((err) => {
   console.error(`ledger: could not start: ${err.message}`);
   process.exit(1);
 });
 console.log(
-  `ledger listening on ${ledger.url} (${process.env.DATABASE_URL ? 'PostgreSQL' : 'embedded PGlite'}${process.env.REDIS_URL ? ', Redis fast path on' : ''})`,
+  `ledger listening on ${ledger.url} (${process.env.DATABASE_URL ? 'PostgreSQL' : 'embedded PGlite'}${process.env.REDIS_URL ? ', Redis fast path on' : ''}${process.env.WEBHOOK_SECRET ? ', Standard Webhooks signatures required' : ''})`,
 );
 for (const signal of ['SIGINT', 'SIGTERM'] as const) {
   process.once(signal, () => {

@@ -1,6 +1,13 @@
 import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { createInbox, type Handler, type Inbox, type InboxOptions } from '../../src/index.js';
+import {
+  createInbox,
+  type Handler,
+  type Inbox,
+  type InboxOptions,
+  standardWebhooks,
+  type Verify,
+} from '../../src/index.js';
 import { Ledger } from './ledger.js';
 
 export type Framework = 'express' | 'koa' | 'fastify';
@@ -12,6 +19,12 @@ const SERVERS: Record<Framework, () => Promise<(inbox: Inbox, ledger: Ledger) =>
   fastify: async () => (await import('./app-fastify.js')).fastifyServer,
 };
 export const FRAMEWORKS = Object.keys(SERVERS) as readonly Framework[];
+
+/** Standard Webhooks verification when WEBHOOK_SECRET (`whsec_…`) is set; off otherwise. */
+export function verifyFromEnv(env: Record<string, string | undefined> = process.env): Verify | undefined {
+  const secret = env.WEBHOOK_SECRET;
+  return secret ? standardWebhooks({ secret }) : undefined;
+}
 
 export interface LedgerServerOptions {
   framework?: Framework;

@@ -1,0 +1,242 @@
+/**
+ * Signature verification, run by the core on the raw bytes before anything is parsed or
+ * stored: a delivery that fails it is answered 401 and never claimed, so a forger can neither
+ * apply an event nor fill the inbox.
+ *
+ * Every comparison of a signature is constant-time (`crypto.timingSafeEqual` on equal-length
+ * digests), and timestamps are checked both ways (too old is a replay, too far ahead is a
+ * forged or badly skewed clock).
+ */
+import { createHmac, timingSafeEqual } from 'node:crypto';
+import { type Delivery, normalizeHeaders } from './delivery.js';
+import { InboxOptionsError, UnauthorizedDeliveryError } from './errors.js';
+
+/** What a verifier sees: lower-case header names and the exact bytes received. */
+export interface VerifiableDelivery {
+  readonly headers: Readonly<Record<string, string>>;
+  readonly rawBody: Buffer;
+}
+
+/** What a verifier may tell the inbox: the event id the signature covers (Standard Webhooks). */
+export interface VerifiedDelivery {
+  /** Used as the idempotency key when the delivery has no id header of its own. */
+  readonly id?: string;
+}
+
+/**
+ * Checks a delivery's signature. Throw `UnauthorizedDeliveryError` (naming the header) to
+ * answer 401; return normally to accept. Any other error answers 503 (the sender retries).
+ *
+ * ```ts
+ * verify: (delivery) => {
+ *   if (delivery.headers['x-token'] !== process.env.TOKEN)
+ *     throw new UnauthorizedDeliveryError('x-token', 'x-token is wrong');
+ * }
+ * ```
+ */
+export type Verify = (
+  delivery: VerifiableDelivery,
+) => void | VerifiedDelivery | Promise<void | VerifiedDelivery>;
+
+/** One secret, or several while a secret is being rotated (any of them may have signed). */
+export type Secrets = string | Buffer | readonly (string | Buffer)[];
+
+const DEFAULT_TOLERANCE_SECONDS = 300;
+
+function secretList(secret: unknown, option: string): unknown[] {
+  const list = Array.isArray(secret) ? secret : [secret];
+  if (list.length === 0) throw new InboxOptionsError(option, 'must name at least one secret');
+  return list;
+}
+
+function toleranceOf(value: unknown, option: string): number {
+  if (value === undefined) return DEFAULT_TOLERANCE_SECONDS;
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < 1 || value > 86_400) {
+    throw new InboxOptionsError(option, `must be an integer number of seconds from 1 to 86400`);
+  }
+  return value;
+}
+
+function required(d: VerifiableDelivery, name: string): string {
+  const value = d.headers[name];
+  if (value === undefined || value === '') {
+    throw new UnauthorizedDeliveryError(name, `${name} header is required`);
+  }
+  return value;
+}
+
+/** Unix seconds from a header; 401 when malformed or outside `tolerance` of now, either way. */
+function checkTimestamp(raw: string, name: string, tolerance: number): number {
+  if (!/^[0-9]{1,12}$/.test(raw)) {
+    throw new UnauthorizedDeliveryError(name, `${name} must be a Unix timestamp in seconds`);
+  }
+  const seconds = Number(raw);
+  const now = Math.floor(Date.now() / 1000);
+  if (seconds < now - tolerance) {
+    throw new UnauthorizedDeliveryError(name, `${name} is more than ${tolerance} seconds old`);
+  }
+  if (seconds > now + tolerance) {
+    throw new UnauthorizedDeliveryError(name, `${name} is more than ${tolerance} seconds in the future`);
+  }
+  return seconds;
+}
+
+/** True when `given` equals one of `expected`, comparing in constant time. */
+function anyEqual(given: readonly Buffer[], expected: readonly Buffer[]): boolean {
+  let found = false;
+  for (const g of given) {
+    for (const e of expected) {
+      // Lengths are public (a digest's size); only equal-length buffers are compared.
+      if (g.length === e.length && timingSafeEqual(g, e)) found = true;
+    }
+  }
+  return found;
+}
+
+function hmac(key: Buffer | string, ...parts: (string | Buffer)[]): Buffer {
+  const h = createHmac('sha256', key);
+  for (const part of parts) h.update(part);
+  return h.digest();
+}
+
+/**
+ * Standard Webhooks (standardwebhooks.com, used by Svix and others): `webhook-id`,
+ * `webhook-timestamp` and `webhook-signature` (`v1,<base64>` entries, space-separated), an
+ * HMAC-SHA256 of `${id}.${timestamp}.${body}` keyed by the base64 secret after `whsec_`.
+ * With it on, `webhook-id` is the idempotency key when the delivery has no id header.
+ *
+ * ```ts
+ * createInbox({ handle, verify: standardWebhooks({ secret: process.env.WEBHOOK_SECRET }) });
+ * ```
+ */
+export function standardWebhooks(options: {
+  /** `whsec_…` (base64 after the prefix) or the raw key bytes; several while rotating. */
+  secret: Secrets;
+  /** How far the timestamp may be from now, either way. @defaultValue 300 */
+  toleranceSeconds?: number;
+}): Verify {
+  const keys = secretList(options?.secret, 'verify.secret').map((s) => {
+    if (Buffer.isBuffer(s) && s.length > 0) return s;
+    if (typeof s !== 'string') throw new InboxOptionsError('verify.secret', 'must be a string or a Buffer');
+    const b64 = s.startsWith('whsec_') ? s.slice(6) : s;
+    const key = Buffer.from(b64, 'base64');
+    if (!/^[A-Za-z0-9+/]+={0,2}$/.test(b64) || key.length === 0) {
+      throw new InboxOptionsError('verify.secret', 'must be "whsec_" followed by base64');
+    }
+    return key;
+  });
+  const tolerance = toleranceOf(options.toleranceSeconds, 'verify.toleranceSeconds');
+  return (d) => {
+    const signatures = required(d, 'webhook-signature');
+    const id = required(d, 'webhook-id');
+    const timestamp = required(d, 'webhook-timestamp');
+    checkTimestamp(timestamp, 'webhook-timestamp', tolerance);
+    const given = signatures
+      .split(' ')
+      .filter((s) => s.startsWith('v1,'))
+      .map((s) => Buffer.from(s.slice(3), 'base64'));
+    const expected = keys.map((key) => hmac(key, `${id}.${timestamp}.`, d.rawBody));
+    if (!anyEqual(given, expected)) {
+      throw new UnauthorizedDeliveryError('webhook-signature', 'webhook-signature does not match');
+    }
+    return { id };
+  };
+}
+
+/**
+ * Stripe: `Stripe-Signature: t=<unix seconds>,v1=<hex>[,v1=<hex>…]`, an HMAC-SHA256 of
+ * `${t}.${body}` keyed by the endpoint secret (`whsec_…`, used as-is).
+ *
+ * ```ts
+ * createInbox({ handle, verify: stripeSignature({ secret: process.env.STRIPE_WEBHOOK_SECRET }) });
+ * ```
+ */
+export function stripeSignature(options: {
+  /** The endpoint's signing secret, `whsec_…`; several while rolling it. */
+  secret: string | readonly string[];
+  /** How far `t` may be from now, either way. @defaultValue 300 */
+  toleranceSeconds?: number;
+}): Verify {
+  const secrets = secretList(options?.secret, 'verify.secret').map((s) => {
+    if (typeof s !== 'string' || s === '') throw new InboxOptionsError('verify.secret', 'must be a string');
+    return s;
+  });
+  const tolerance = toleranceOf(options.toleranceSeconds, 'verify.toleranceSeconds');
+  return (d) => {
+    const header = required(d, 'stripe-signature');
+    let t: string | undefined;
+    const given: Buffer[] = [];
+    for (const item of header.split(',')) {
+      const eq = item.indexOf('=');
+      const name = item.slice(0, eq).trim();
+      const value = item.slice(eq + 1).trim();
+      if (name === 't') t = value;
+      else if (name === 'v1' && /^[0-9a-f]+$/i.test(value)) given.push(Buffer.from(value, 'hex'));
+    }
+    if (t === undefined || given.length === 0) {
+      throw new UnauthorizedDeliveryError('stripe-signature', 'stripe-signature must carry t= and v1=');
+    }
+    checkTimestamp(t, 'stripe-signature', tolerance);
+    const expected = secrets.map((secret) => hmac(secret, `${t}.`, d.rawBody));
+    if (!anyEqual(given, expected)) {
+      throw new UnauthorizedDeliveryError('stripe-signature', 'stripe-signature does not match');
+    }
+  };
+}
+
+/**
+ * A plain HMAC-SHA256 of the raw body in one header, as GitHub (`X-Hub-Signature-256:
+ * sha256=<hex>`), Shopify (base64) and many others send it. No timestamp: replays of a
+ * signed delivery are caught by the idempotency key, not by the signature.
+ *
+ * ```ts
+ * verify: hmacSignature({ header: 'x-hub-signature-256', prefix: 'sha256=', secret: process.env.GITHUB_SECRET })
+ * ```
+ */
+export function hmacSignature(options: {
+  /** The header carrying the signature (case-insensitive). */
+  header: string;
+  /** The shared secret (used as the HMAC key's bytes); several while rotating. */
+  secret: Secrets;
+  /** How the digest is written. @defaultValue 'hex' */
+  encoding?: 'hex' | 'base64';
+  /** Text before the digest, e.g. `sha256=`. @defaultValue '' */
+  prefix?: string;
+}): Verify {
+  const header = options?.header;
+  if (typeof header !== 'string' || !/^[!#$%&'*+.^_`|~0-9a-z-]+$/i.test(header)) {
+    throw new InboxOptionsError('verify.header', 'must be an HTTP header name');
+  }
+  const name = header.toLowerCase();
+  const keys = secretList(options.secret, 'verify.secret').map((s) => {
+    if ((typeof s !== 'string' && !Buffer.isBuffer(s)) || s.length === 0) {
+      throw new InboxOptionsError('verify.secret', 'must be a non-empty string or Buffer');
+    }
+    return s as string | Buffer;
+  });
+  const encoding = options.encoding ?? 'hex';
+  if (encoding !== 'hex' && encoding !== 'base64') {
+    throw new InboxOptionsError('verify.encoding', 'must be "hex" or "base64"');
+  }
+  const prefix = options.prefix ?? '';
+  if (typeof prefix !== 'string') throw new InboxOptionsError('verify.prefix', 'must be a string');
+  return (d) => {
+    const value = required(d, name);
+    const digest = value.startsWith(prefix) ? value.slice(prefix.length).trim() : undefined;
+    const valid = encoding === 'hex' ? /^[0-9a-f]+$/i : /^[A-Za-z0-9+/]+={0,2}$/;
+    if (digest === undefined || !valid.test(digest)) {
+      throw new UnauthorizedDeliveryError(name, `${name} must be ${prefix}<${encoding} HMAC-SHA256>`);
+    }
+    const expected = keys.map((key) => hmac(key, d.rawBody));
+    if (!anyEqual([Buffer.from(digest, encoding)], expected)) {
+      throw new UnauthorizedDeliveryError(name, `${name} does not match`);
+    }
+  };
+}
+
+/** Runs `verify` on a delivery as the inbox received it (any header case, any byte view). */
+export async function verifyDelivery(verify: Verify, delivery: Delivery): Promise<VerifiedDelivery> {
+  const raw = delivery.rawBody;
+  const rawBody = Buffer.isBuffer(raw) ? raw : Buffer.from(raw.buffer, raw.byteOffset, raw.byteLength);
+  return (await verify({ headers: normalizeHeaders(delivery.headers), rawBody })) ?? {};
+}
