@@ -36,6 +36,7 @@ export interface VerifiedDelivery {
  */
 export type Verify = (
   delivery: VerifiableDelivery,
+  // biome-ignore lint/suspicious/noConfusingVoidType: an async hook that returns nothing is Promise<void>.
 ) => void | VerifiedDelivery | Promise<void | VerifiedDelivery>;
 
 /** One secret, or several while a secret is being rotated (any of them may have signed). */
