@@ -35,7 +35,7 @@ verifies the ledger: every event applied exactly once, every key in order, nothi
 `;
 
 function usage(message: string): never {
-  process.stderr.write(`demo: ${message}\n\n${HELP}`);
+  process.stderr.write(`demo: ${message}\nSee \`npm run demo -- --help\` for the flags.\n`);
   process.exit(2);
 }
 
@@ -105,9 +105,12 @@ function parseFlags() {
 
 const flags = parseFlags();
 const started = performance.now();
-const mark = (what: string) => process.env.DEMO_TRACE && console.log(`[${seconds()}s] ${what}`);
 const tty = process.stdout.isTTY === true;
 const seconds = () => ((performance.now() - started) / 1000).toFixed(1);
+const cpuSeconds = () => {
+  const { user, system } = process.cpuUsage();
+  return ((user + system) / 1e6).toFixed(1);
+};
 
 // ---- the consumer, the network, the sender --------------------------------------------
 
@@ -131,7 +134,6 @@ const ledger = await startLedger({
   process.stderr.write(`demo: could not start the ledger: ${err.message}\n`);
   process.exit(1);
 });
-mark('ledger up');
 const proxy = await createFaultProxy({
   target: ledger.url,
   seed: flags.seed,
@@ -172,7 +174,8 @@ const r = flags.rates;
 console.log(
   `webhook-inbox demo: ${flags.events} events over ${flags.keys} keys → fault proxy → ledger on ${mode}\n` +
     `faults: drop ${r.drop}, drop-response ${r.dropResponse}, duplicate ${r.duplicate}, ` +
-    `reorder ${r.reorder}, error ${r.error} · seed ${flags.seed} · concurrency ${flags.concurrency}\n`,
+    `reorder ${r.reorder}, error ${r.error} · seed ${flags.seed} · concurrency ${flags.concurrency}\n` +
+    `ledger, inbox and proxy up in ${seconds()} s\n`,
 );
 
 // ---- live progress -------------------------------------------------------------------------
@@ -311,7 +314,7 @@ console.log(rule('└', '┴', '┘'));
 const failed = checks.filter((c) => !c[3]).length;
 console.log(
   failed === 0
-    ? `\nall ${checks.length} checks passed in ${seconds()} s: exactly once, in order, nothing lost.`
+    ? `\nall ${checks.length} checks passed in ${seconds()} s (${cpuSeconds()} s of CPU): exactly once, in order, nothing lost.`
     : `\n${failed} check(s) FAILED.`,
 );
 
@@ -323,6 +326,4 @@ if (schemas) {
 }
 await ledger.close();
 await pglite?.close();
-const cpu = process.cpuUsage();
-console.log(`cpu: user ${(cpu.user / 1e6).toFixed(1)} s, system ${(cpu.system / 1e6).toFixed(1)} s`);
 process.exit(failed === 0 ? 0 : 1);

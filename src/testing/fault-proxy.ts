@@ -148,7 +148,9 @@ export async function createFaultProxy(options: FaultProxyOptions): Promise<Faul
   const dropModes = options.dropModes ?? ['reset', '502', 'timeout'];
   if (dropModes.length === 0) throw new RangeError('fault proxy: `dropModes` must not be empty');
   const holdMs = options.holdMs ?? 30_000;
-  const agent = new Agent({ keepAlive: true, maxSockets: 64 });
+  // Idle sockets are closed before the consumer's keep-alive timeout (Node's default is 5 s) can
+  // close them under a request that is reusing one; that race would show up as `unreachable`.
+  const agent = new Agent({ keepAlive: true, maxSockets: 64, timeout: 4000 });
   const stats: FaultStats = {
     requests: 0,
     forwarded: 0,
