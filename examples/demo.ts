@@ -325,7 +325,7 @@ console.log(rule('└', '┴', '┘'));
 const failed = checks.filter((c) => !c[3]).length;
 console.log(
   failed === 0
-    ? `\nall ${checks.length} checks passed in ${seconds()} s (${cpuSeconds()} s of CPU in the main thread): exactly once, in order, nothing lost.`
+    ? `\nall ${checks.length} checks passed in ${seconds()} s (${cpuSeconds()} s of CPU): exactly once, in order, nothing lost.`
     : `\n${failed} check(s) FAILED.`,
 );
 
