@@ -19,12 +19,13 @@ export type Reply =
 
 /**
  * A consumer for sender tests: records every request that arrives (in arrival order) and
- * answers what `respond` says. It also records, per key, how many requests were in flight at
- * once, so head-of-line can be asserted on the wire.
+ * answers what `respond` says. It also records, per key, how many different seqs were in flight
+ * at once, so head-of-line can be asserted on the wire.
  */
 export async function recordingServer(respond: (arrival: Arrival) => Reply = () => ({ status: 200 })) {
   const arrivals: Arrival[] = [];
-  const inFlight = new Map<string, number>();
+  /** Per key, the seqs with a request open at the server, and how many. */
+  const inFlight = new Map<string, Map<number | null, number>>();
   let maxInFlightPerKey = 0;
   let listeners: Array<() => void> = [];
   const server: Server = createServer((req, res) => {
@@ -47,11 +48,18 @@ export async function recordingServer(respond: (arrival: Arrival) => Reply = () 
       listeners = [];
       for (const l of notify) l();
       if (key !== null) {
-        const n = (inFlight.get(key) ?? 0) + 1;
-        inFlight.set(key, n);
-        maxInFlightPerKey = Math.max(maxInFlightPerKey, n);
+        // Counted in distinct seqs: an attempt the sender abandoned (its timeout) may still look
+        // open here for a moment after the sender's retry of the same seq arrived.
+        const open = inFlight.get(key) ?? new Map<number | null, number>();
+        inFlight.set(key, open);
+        open.set(seq, (open.get(seq) ?? 0) + 1);
+        maxInFlightPerKey = Math.max(maxInFlightPerKey, open.size);
         // Over when the exchange is over for the sender too (answered, reset, or abandoned).
-        res.once('close', () => inFlight.set(key, (inFlight.get(key) ?? 1) - 1));
+        res.once('close', () => {
+          const left = (open.get(seq) ?? 1) - 1;
+          if (left === 0) open.delete(seq);
+          else open.set(seq, left);
+        });
       }
       {
         const reply = await respond(arrival);
