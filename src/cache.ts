@@ -15,7 +15,8 @@ import type { Logger } from './options.js';
 
 /**
  * The subset of an ioredis client the fast path uses. Anything shaped like it works; when
- * `status` is present (ioredis), commands are only sent while it is `'ready'`.
+ * `status` is present (ioredis), commands are only sent while it is `'ready'` (or `'wait'`,
+ * not connected yet), so a disconnected client costs a delivery nothing.
  */
 export interface RedisLike {
   get(key: string): Promise<string | null>;
@@ -86,8 +87,9 @@ export class DuplicateCache {
   }
 
   #available(): boolean {
+    // 'wait': a lazyConnect client nobody used yet; its first command connects it.
     const status = this.#client.status;
-    return status === undefined || status === 'ready';
+    return status === undefined || status === 'ready' || status === 'wait';
   }
 
   /** Runs one command, bounded by `timeoutMs`; settles `undefined` plus a reason on any failure. */
