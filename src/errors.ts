@@ -70,3 +70,15 @@ export class HandlerError extends InboxError {
     super('webhook-inbox: the handler threw', 'handler-failed', 500, { cause });
   }
 }
+
+/**
+ * An operator action (replay, skip, unblock, show) that could not be done as asked: nothing
+ * was changed. `code` says why: `not-found`, `ambiguous` (the id or key exists in several
+ * sources; name one), or `refused` (it exists, but the action does not apply in its state).
+ */
+export class OperationError extends InboxError {
+  override name = 'OperationError';
+  constructor(code: 'not-found' | 'ambiguous' | 'refused', message: string) {
+    super(message, code, code === 'not-found' ? 404 : 409);
+  }
+}

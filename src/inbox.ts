@@ -32,10 +32,23 @@ import type { InboxEvent } from './event.js';
 import { type CachedEvent, ProcessedCache } from './local-cache.js';
 import { createMetrics, type InboxMetrics, type InboxStats, noMetrics } from './metrics.js';
 import { migrateToLatest } from './migrations.js';
+import {
+  type DeadLetter,
+  type DeadLetterFilter,
+  type InboxStatus,
+  type KeySummary,
+  Operations,
+  type PruneOptions,
+  type PruneResult,
+  type ReplayResult,
+  type ReplaySelection,
+  type SkipResult,
+} from './operations.js';
 import { type InboxOptions, type ResolvedOptions, resolveOptions } from './options.js';
 import { type Outcome, OutcomeKind, ok, problem } from './outcome.js';
 import { type BodyStream, readRawBody } from './raw-body.js';
 import { type ClaimRow, createClaim } from './sql/claim.js';
+import { createTakePending, type PendingEvent } from './sql/deferred.js';
 import { createTakeNext, type TakenEvent } from './sql/drain.js';
 import { createFail } from './sql/fail.js';
 import { createStoreResult } from './sql/finalize.js';
@@ -71,6 +84,7 @@ interface Statements {
   storeResult: ReturnType<typeof createStoreResult>;
   fail: ReturnType<typeof createFail>;
   takeNext: ReturnType<typeof createTakeNext>;
+  takePending: ReturnType<typeof createTakePending>;
   sweep: ReturnType<typeof createSweep>;
   stats: ReturnType<typeof createStats>;
 }
@@ -110,11 +124,23 @@ function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
   return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
 }
 
+/** Retention: rows per prune batch, and how often the sweeper prunes while it is caught up. */
+const PRUNE_BATCH = 1000;
+const PRUNE_EVERY_MS = 60_000;
+/** Unordered pending events one sweeper pass applies at most. */
+const PENDING_PER_SWEEP = 100;
+const SHORT_RETENTION_MS = 3 * 86_400_000;
+let warnedShortRetention = false;
+
 /** What one sweeper pass did. */
 export interface SweepReport {
   drained: number;
   gapsSkipped: number;
   keysBlocked: number;
+  /** Unordered pending events applied (replayed dead letters, inline runs that failed). */
+  applied: number;
+  /** Processed rows pruned by retention. */
+  pruned: number;
 }
 
 export class Inbox {
@@ -135,6 +161,9 @@ export class Inbox {
   #detachMetrics: (() => void) | undefined;
   #redis: DuplicateCache | undefined;
   #telemetry: Promise<void> | undefined;
+  #operations: Operations | undefined;
+  /** When the sweeper prunes next (0: on its next pass). */
+  #nextPruneAt = 0;
 
   constructor(options: InboxOptions) {
     this.options = resolveOptions(options);
@@ -142,6 +171,17 @@ export class Inbox {
     this.#lockTimeout = `${this.options.lockTimeoutMs}ms`;
     this.#processed = new ProcessedCache(this.options.duplicateCacheSize);
     this.#tracer = createTracer(this.options.tracerProvider);
+    const { retention } = this.options;
+    if (retention !== false && retention < SHORT_RETENTION_MS) {
+      const message =
+        `webhook-inbox: retention is ${retention} ms, shorter than 3 days: senders that retry for longer ` +
+        '(Stripe retries for 3 days) can redeliver an unordered event after its row was pruned, and it would be applied again';
+      this.options.logger.warn({ retention, source: this.options.source }, message);
+      if (!warnedShortRetention) {
+        warnedShortRetention = true;
+        process.emitWarning(message, 'WebhookInboxWarning');
+      }
+    }
   }
 
   /** Opens the database, runs migrations (unless `migrate: false`) and starts the sweeper. Idempotent. */
@@ -205,9 +245,11 @@ export class Inbox {
       storeResult: createStoreResult(names, this.tables),
       fail: createFail(names, this.tables),
       takeNext: createTakeNext(names, this.tables),
+      takePending: createTakePending(names, this.tables),
       sweep: createSweep(names, this.tables),
       stats: createStats(names, this.tables),
     };
+    this.#operations = new Operations(database.kysely, this.tables, this.options.source);
     if (this.options.sweepIntervalMs > 0 && !this.#closing) this.#scheduleSweep();
     return database;
   }
@@ -788,7 +830,7 @@ export class Inbox {
       this.#metrics.sweeperError();
       throw err;
     }
-    const report: SweepReport = { drained: 0, gapsSkipped: 0, keysBlocked: 0 };
+    const report: SweepReport = { drained: 0, gapsSkipped: 0, keysBlocked: 0, applied: 0, pruned: 0 };
     const toDrain: string[] = [];
     for (const row of rows) {
       if (row.action === 'blocked') {
@@ -820,7 +862,91 @@ export class Inbox {
         }
       }),
     );
+    // Unordered pending events (a replayed dead letter, an inline run that failed): one
+    // take_pending round trip per pass when there are none. The deferred-mode workers (#8)
+    // apply pending events on the same function.
+    while (report.applied < PENDING_PER_SWEEP && !this.#closing) {
+      const step = await this.#track(this.#applyPending(database));
+      if (!step.taken) break;
+      if (step.applied) report.applied++;
+    }
+    // Retention: one small batch, at most once a minute while caught up, every pass while behind.
+    if (o.retention !== false && Date.now() >= this.#nextPruneAt && !this.#closing) {
+      const { pruned } = await this.#operations!.prune({
+        olderThan: o.retention,
+        batchSize: PRUNE_BATCH,
+        maxBatches: 1,
+      });
+      report.pruned = pruned;
+      this.#nextPruneAt = pruned === PRUNE_BATCH ? 0 : Date.now() + PRUNE_EVERY_MS;
+      if (pruned > 0) o.logger.debug({ pruned, source: o.source }, 'webhook-inbox: pruned processed events');
+    }
     return report;
+  }
+
+  /**
+   * Applies one due unordered pending event (take_pending of migration 0003, SKIP LOCKED) in
+   * its own transaction, counting a handler failure apart like every other path.
+   */
+  async #applyPending(database: Database): Promise<{ taken: boolean; applied: boolean }> {
+    const o = this.options;
+    const s = this.#statements!;
+    let taken: PendingEvent | undefined;
+    let resultJson: string | undefined;
+    try {
+      await database.kysely.transaction().execute(async (tx) => {
+        taken = await s.takePending(tx, o.source, o.keepPayload);
+        if (!taken) return;
+        const ran = await this.#runHandler(
+          tx,
+          {
+            id: taken.id,
+            source: o.source,
+            key: null,
+            seq: null,
+            body: parseBody(taken.payload, taken.headers['content-type'], o.parse),
+            rawBody: taken.payload,
+            headers: taken.headers,
+            attempt: taken.attempts + 1,
+            receivedAt: taken.receivedAt,
+          },
+          undefined,
+        );
+        resultJson = ran.json;
+      });
+      if (taken) this.#rememberInRedis(taken.id, taken.hash, null, null, resultJson);
+      return { taken: !!taken, applied: !!taken };
+    } catch (err) {
+      if (!(err instanceof HandlerError) || !taken) {
+        o.logger.error({ err }, 'webhook-inbox: applying a pending event failed');
+        return { taken: false, applied: false };
+      }
+      o.logger.warn({ err: err.cause, id: taken.id }, 'webhook-inbox: handler failed on a pending event');
+      const row = await s
+        .fail(database.kysely, {
+          source: o.source,
+          id: taken.id,
+          key: null,
+          seq: null,
+          hash: taken.hash,
+          payload: taken.payload,
+          headers: taken.headers,
+          error: errorMessage(err.cause),
+          maxAttempts: o.maxAttempts,
+          onPoison: o.onPoison,
+          retryInMs: backoffMs(taken.attempts, o.retryBaseMs, o.retryCapMs),
+          receivedAt: taken.receivedAt,
+        })
+        .catch((failErr) => {
+          o.logger.error(
+            { err: failErr, id: taken!.id },
+            'webhook-inbox: could not record the failed attempt',
+          );
+          return undefined;
+        });
+      if (row?.decision === 'dead') o.logger.info({ id: taken.id }, 'webhook-inbox: dead-lettered (poison)');
+      return { taken: true, applied: false };
+    }
   }
 
   /** Resolves when no drain started by this instance is running. */
@@ -906,12 +1032,101 @@ export class Inbox {
     return listEvents((await this.ready()).kysely, this.tables, this.options.source, { key, status: 'held' });
   }
 
-  /** Dead-lettered events (poison, late), with their payloads. */
-  async deadLetters(filter: { key?: string; limit?: number } = {}): Promise<StoredEvent[]> {
-    return listEvents((await this.ready()).kysely, this.tables, this.options.source, {
-      ...filter,
-      status: 'dead',
-    });
+  // ---- operator actions (src/operations.ts; the CLI runs the same ones) --------------------
+
+  /** The operator actions, on this inbox's source: what the CLI runs, without draining. */
+  async operations(): Promise<Operations> {
+    await this.ready();
+    return this.#operations!;
+  }
+
+  /**
+   * Dead-lettered events (poison, late), oldest first, with their payloads and whether each
+   * blocks its key.
+   *
+   * ```ts
+   * const poison = await inbox.deadLetters({ reason: 'poison', olderThan: '1h' });
+   * ```
+   */
+  async deadLetters(filter: Omit<DeadLetterFilter, 'source'> = {}): Promise<DeadLetter[]> {
+    return (await this.operations()).deadLetters(filter);
+  }
+
+  /** One stored event by id, as a dead letter is shown (throws OperationError `not-found`). */
+  async deadLetter(id: string): Promise<DeadLetter> {
+    return (await this.operations()).deadLetter(id);
+  }
+
+  /**
+   * Replays dead letters through the inbox: each is re-queued (attempts reset, its key
+   * unblocked when it was blocked at its seq) and applied now by the normal drain path, in
+   * seq order, in the handler's transaction. Fix the handler first: a replay that fails again
+   * counts attempts and is dead-lettered again after `maxAttempts`.
+   *
+   * ```ts
+   * const [r] = await inbox.replay('evt_123');   // r.status === 'processed'
+   * await inbox.replay({ all: true, reason: 'poison', key: 'acct-7' });
+   * ```
+   */
+  async replay(selection: ReplaySelection): Promise<ReplayResult[]> {
+    const database = await this.ready();
+    const ops = this.#operations!;
+    const results = await ops.replay(selection);
+    const keys = new Set<string>();
+    let unordered = 0;
+    for (const r of results) {
+      if (r.outcome !== 'requeued') continue;
+      if (r.key === null) unordered++;
+      else keys.add(r.key);
+    }
+    for (const key of keys) await this.drain(key, true);
+    // take_pending takes the due pending events in due order: the re-queued ones, after any
+    // that were already due (those are applied too, as the sweeper would).
+    for (let budget = unordered + PENDING_PER_SWEEP; unordered > 0 && budget > 0; budget--) {
+      if (!(await this.#applyPending(database)).taken) break;
+    }
+    const now = await ops.statuses(
+      this.options.source,
+      results.filter((r) => r.outcome === 'requeued').map((r) => r.id),
+    );
+    for (const r of results) if (now.has(r.id)) r.status = now.get(r.id)!;
+    return results;
+  }
+
+  /**
+   * Moves a blocked key past its blocked seq (a dead letter's, by `id`; or what blocks `key`),
+   * records the skipped seqs as a gap, and drains what follows.
+   */
+  async skip(target: { id: string } | { key: string }): Promise<SkipResult & { drained: number }> {
+    const result = await (await this.operations()).skip(target);
+    return { ...result, drained: await this.drain(result.key, true) };
+  }
+
+  /** Opens a blocked key without moving its cursor, and drains what waits at it. */
+  async unblock(key: string): Promise<KeySummary & { drained: number }> {
+    const summary = await (await this.operations()).unblock(key);
+    return { ...summary, drained: await this.drain(key, true) };
+  }
+
+  /** Keys that are blocked or hold events, longest waiting first. */
+  async keys(filter: { blocked?: boolean; limit?: number } = {}): Promise<KeySummary[]> {
+    return (await this.operations()).keys(filter);
+  }
+
+  /**
+   * Deletes processed rows older than `olderThan` now (the sweeper does it by `retention`).
+   *
+   * ```ts
+   * const { pruned } = await inbox.prune({ olderThan: '30d', dryRun: true });
+   * ```
+   */
+  async prune(options: Omit<PruneOptions, 'source'>): Promise<PruneResult> {
+    return (await this.operations()).prune(options);
+  }
+
+  /** Counts by status, blocked keys, oldest waiting ages, dead letters by reason. */
+  async status(): Promise<InboxStatus> {
+    return (await this.operations()).status();
   }
 
   /** One stored event by id. */

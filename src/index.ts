@@ -6,6 +6,7 @@ export {
   InboxError,
   InboxOptionsError,
   InvalidDeliveryError,
+  OperationError,
   RawBodyUnavailableError,
   UnauthorizedDeliveryError,
 } from './errors.js';
@@ -15,6 +16,21 @@ export { backoffMs, createInbox, Inbox } from './inbox.js';
 export type { InboxStats, MetricsOptions, RegistryLike } from './metrics.js';
 export { METRIC_NAMES } from './metrics.js';
 export { migrations } from './migrations.js';
+export type {
+  DeadLetter,
+  DeadLetterFilter,
+  Gap,
+  InboxStatus,
+  KeyDetail,
+  KeySummary,
+  OpenOperationsOptions,
+  PruneOptions,
+  PruneResult,
+  ReplayResult,
+  ReplaySelection,
+  SkipResult,
+} from './operations.js';
+export { Operations, openOperations } from './operations.js';
 export type { Handler, InboxOptions, Logger, ResolvedOptions } from './options.js';
 export type { Outcome } from './outcome.js';
 export { OutcomeKind } from './outcome.js';

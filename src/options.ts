@@ -1,6 +1,7 @@
 import type { TracerProvider } from '@opentelemetry/api';
 import type { RedisInput } from './cache.js';
 import type { DatabaseInput } from './database.js';
+import { parseDuration } from './duration.js';
 import { InboxOptionsError } from './errors.js';
 import type { HandlerContext, InboxEvent } from './event.js';
 import type { MetricsOptions, RegistryLike } from './metrics.js';
@@ -93,6 +94,14 @@ export interface InboxOptions<TBody = any> {
    */
   duplicateCacheSize?: number;
   /**
+   * How long processed rows are kept (their ids are the dedup record of unordered events):
+   * milliseconds or a duration string (`'7d'`, `'36h'`); `false` turns automatic pruning off.
+   * The sweeper prunes older ones in small batches; held and dead rows and the keys table are
+   * never pruned automatically. Shorter than 3 days (shorter than common sender retry windows)
+   * warns at start-up. @defaultValue '7d'
+   */
+  retention?: number | string | false;
+  /**
    * A pino-shaped logger: `info` for dead letters, gap timeouts and blocked keys, `debug` for
    * each delivery's outcome, `warn`/`error` for handler and infrastructure failures.
    * @defaultValue silent
@@ -157,6 +166,8 @@ export interface ResolvedOptions {
   readonly retryBaseMs: number;
   readonly retryCapMs: number;
   readonly duplicateCacheSize: number;
+  /** Milliseconds, or false when automatic pruning is off. */
+  readonly retention: number | false;
   readonly logger: Logger;
   readonly redis: RedisInput | undefined;
   readonly redisPrefix: string;
@@ -331,6 +342,18 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
       `must be a function, e.g. standardWebhooks({ secret }); got ${describe(o.verify)}`,
     );
   }
+  let retention: number | false = 7 * 86_400_000;
+  if (o.retention === false) retention = false;
+  else if (o.retention !== undefined) {
+    const ms = parseDuration(o.retention);
+    if (ms === undefined || ms < 1000) {
+      throw new InboxOptionsError(
+        'retention',
+        `must be a number of milliseconds (at least 1000), a duration such as '7d' or '36h', or false; got ${describe(o.retention)}`,
+      );
+    }
+    retention = ms;
+  }
   return {
     verify: o.verify as Verify | undefined,
     handle: o.handle as Handler,
@@ -358,6 +381,7 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
     retryBaseMs,
     retryCapMs,
     duplicateCacheSize: integer(o, 'duplicateCacheSize', 5000, 0, 1_000_000),
+    retention,
     logger: {
       debug: logger.debug?.bind(logger) ?? noop,
       info: logger.info?.bind(logger) ?? noop,
