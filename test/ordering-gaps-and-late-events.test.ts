@@ -118,7 +118,13 @@ describe.each(targets)('per-key ordering on $name', (target) => {
     const key = newKey('skip');
     await app.send(ordered(key, 4), ordered(key, 3), ordered(key, 6));
     // Not yet timed out: the sweeper leaves the key alone.
-    expect(await app.inbox.sweep()).toEqual({ drained: 0, gapsSkipped: 0, keysBlocked: 0 });
+    expect(await app.inbox.sweep()).toEqual({
+      drained: 0,
+      gapsSkipped: 0,
+      keysBlocked: 0,
+      applied: 0,
+      pruned: 0,
+    });
     expect(await app.seqs(key)).toEqual([]);
 
     await age(app.inbox, key, 61_000);
@@ -161,7 +167,13 @@ describe.each(targets)('per-key ordering on $name', (target) => {
     const key = newKey('block');
     await v.send(ordered(key, 3));
     await age(v.inbox, key, 61_000);
-    expect(await v.inbox.sweep()).toEqual({ drained: 0, gapsSkipped: 0, keysBlocked: 1 });
+    expect(await v.inbox.sweep()).toEqual({
+      drained: 0,
+      gapsSkipped: 0,
+      keysBlocked: 1,
+      applied: 0,
+      pruned: 0,
+    });
     expect(await v.inbox.keyState(key)).toMatchObject({
       nextSeq: 1,
       state: 'blocked',
@@ -170,7 +182,13 @@ describe.each(targets)('per-key ordering on $name', (target) => {
       heldSeqs: [3],
     });
     // Blocked stays blocked: no later pass skips the gap, nothing is applied.
-    expect(await v.inbox.sweep()).toEqual({ drained: 0, gapsSkipped: 0, keysBlocked: 0 });
+    expect(await v.inbox.sweep()).toEqual({
+      drained: 0,
+      gapsSkipped: 0,
+      keysBlocked: 0,
+      applied: 0,
+      pruned: 0,
+    });
     expect(await gaps(v.inbox, key)).toEqual([]);
     expect((await v.send(ordered(key, 2)))[0].status).toBe(202);
     expect(await v.seqs(key)).toEqual([]);
