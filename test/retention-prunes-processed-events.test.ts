@@ -1,0 +1,138 @@
+/**
+ * Retention: processed rows older than `retention` are pruned in small batches by the sweeper
+ * and by `prune()`; held and dead rows and the keys table never are, so a key's cursor keeps
+ * answering an old ordered redelivery as a duplicate after its row is gone.
+ */
+import { sql } from 'kysely';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { type LedgerServer, startLedger } from '../examples/ledger/start.js';
+import { createInbox, InboxOptionsError } from '../src/index.js';
+import { type TargetDb, targets } from './support/databases.js';
+import { deliver } from './support/deliver.js';
+import { perTestSchemas } from './support/per-test-schemas.js';
+
+describe('the retention option', () => {
+  it('is checked at construction, and shorter than 3 days warns once per process (and on every logger)', async () => {
+    const handle = () => {};
+    for (const retention of ['abc', '7', 500, -1, '1x']) {
+      expect(() => createInbox({ handle, retention } as any)).toThrow(InboxOptionsError);
+      expect(() => createInbox({ handle, retention } as any)).toThrow(/option `retention` must be/);
+    }
+    const warnings: Error[] = [];
+    const onWarning = (w: Error) => warnings.push(w);
+    process.on('warning', onWarning);
+    try {
+      const logged: string[] = [];
+      const logger = { warn: (_obj: object, msg?: string) => logged.push(msg ?? '') };
+      createInbox({ handle, retention: '1d', logger });
+      createInbox({ handle, retention: 36 * 3_600_000, logger });
+      createInbox({ handle, retention: '3d', logger });
+      createInbox({ handle, retention: false, logger });
+      await new Promise((resolve) => setImmediate(resolve)); // process warnings are emitted on the next tick
+      expect(logged).toHaveLength(2);
+      expect(logged[0]).toContain('shorter than 3 days');
+      expect(warnings.filter((w) => w.name === 'WebhookInboxWarning')).toHaveLength(1);
+      expect(warnings[0].message).toContain('retention is 86400000 ms, shorter than 3 days');
+    } finally {
+      process.off('warning', onWarning);
+    }
+  });
+});
+
+describe.each(targets)('retention ($name)', (target) => {
+  const database = perTestSchemas(target);
+  let t: TargetDb;
+  let server: LedgerServer | undefined;
+
+  beforeEach(() => {
+    t = database();
+  });
+  afterEach(async () => {
+    await server?.close();
+    server = undefined;
+  });
+
+  async function ageRows(ids: string[], days: number) {
+    const db = await server!.inbox.kysely();
+    await sql`update ${sql.table(`${t.schema}.events`)}
+                 set processed_at = now() - ${days}::int * interval '1 day',
+                     received_at = now() - ${days + 1}::int * interval '1 day'
+               where id in (${sql.join(ids)})`.execute(db);
+  }
+
+  it('the sweeper prunes only old processed rows, keeps held and dead ones and the keys, and ordered dedup survives', async () => {
+    server = await startLedger({
+      ledgerSchema: t.appSchema,
+      inbox: {
+        db: t.db,
+        schema: t.schema,
+        sweepIntervalMs: 0,
+        maxAttempts: 1,
+        retention: '7d',
+        // The held event is aged past any gap timeout: block rather than skip, so it stays held.
+        onGapTimeout: 'block',
+      },
+    });
+    const { url, ledger, inbox } = server;
+    await deliver(url, 'u-old', { amount: 1 });
+    await deliver(url, 'u-new', { amount: 1 });
+    await deliver(url, 'r-1', { amount: 10 }, { key: 'acct-r', seq: 1 });
+    await deliver(url, 'r-2', { amount: 20 }, { key: 'acct-r', seq: 2 });
+    expect((await deliver(url, 'r-4', { amount: 40 }, { key: 'acct-r', seq: 4 })).status).toBe(202);
+    ledger.failNext.set('acct-p', 1);
+    expect((await deliver(url, 'p-1', { amount: 1 }, { key: 'acct-p', seq: 1 })).body.status).toBe(
+      'dead-lettered',
+    );
+    // Old enough: three processed rows, and (older still) the held and the dead one.
+    await ageRows(['u-old', 'r-1', 'r-2'], 8);
+    await ageRows(['r-4', 'p-1'], 30);
+
+    const report = await inbox.sweep();
+    expect(report.pruned).toBe(3);
+    const status = await inbox.status();
+    expect(status.events).toEqual({ pending: 0, held: 1, processed: 1, dead: 1 });
+    expect(await inbox.keyState('acct-r')).toMatchObject({ nextSeq: 3, heldSeqs: [4] });
+    expect(await inbox.keyState('acct-p')).toMatchObject({ state: 'blocked', blockedSeq: 1 });
+
+    // The key's cursor is the dedup record: a redelivery of a pruned ordered event is a
+    // duplicate, with no side effect.
+    for (const [id, seq] of [
+      ['r-1', 1],
+      ['r-2', 2],
+    ] as const) {
+      const again = await deliver(url, id, { amount: seq * 10 }, { key: 'acct-r', seq });
+      expect(again.status).toBe(200);
+      expect(again.body).toMatchObject({ status: 'duplicate', id });
+    }
+    const account = await ledger.account(await inbox.kysely(), 'acct-r');
+    expect(account.entries.map((e) => e.seq)).toEqual([1, 2]);
+    expect(account.balance).toBe(30);
+
+    // The sweeper prunes at most once a minute while it is caught up; prune() runs now.
+    await ageRows(['u-new'], 8);
+    expect((await inbox.sweep()).pruned).toBe(0);
+    expect((await inbox.status()).events.processed).toBe(1);
+    expect(await inbox.prune({ olderThan: '7d' })).toMatchObject({ pruned: 1, dryRun: false });
+    expect((await inbox.status()).events.processed).toBe(0);
+  });
+
+  it('prune({ olderThan, dryRun }) counts without deleting, works in batches, and rejects a bad duration', async () => {
+    server = await startLedger({
+      ledgerSchema: t.appSchema,
+      inbox: { db: t.db, schema: t.schema, sweepIntervalMs: 0, retention: false },
+    });
+    const { url, inbox } = server;
+    const ids = Array.from({ length: 5 }, (_, i) => `b-${i}`);
+    for (const id of ids) await deliver(url, id, { amount: 1 });
+    await ageRows(ids.slice(0, 4), 2);
+
+    // retention: false: the sweeper never prunes.
+    expect((await inbox.sweep()).pruned).toBe(0);
+    expect(await inbox.prune({ olderThan: '1d', dryRun: true })).toMatchObject({ pruned: 4, dryRun: true });
+    expect((await inbox.status()).events.processed).toBe(5);
+    expect(await inbox.prune({ olderThan: '3d' })).toMatchObject({ pruned: 0 });
+    expect(await inbox.prune({ olderThan: 86_400_000, batchSize: 3 })).toMatchObject({ pruned: 4 });
+    expect((await inbox.status()).events.processed).toBe(1);
+    await expect(inbox.prune({ olderThan: 'soon' })).rejects.toThrow(/`olderThan` must be/);
+  });
+});
