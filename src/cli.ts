@@ -174,9 +174,13 @@ const COMMANDS: Record<string, Command> = {
     positionals: [0, 0],
     async run({ out, connection }) {
       const ops = await connection.ops();
-      await migrateToLatest(ops.db, ops.tables);
-      const result = { migrated: true, schema: ops.tables.schema, tablePrefix: ops.tables.prefix };
-      out.print(out.json ? JSON.stringify(result) : `migrated: schema ${ops.tables.schema} is up to date`);
+      const ran = await migrateToLatest(ops.db, ops.tables);
+      const result = { migrated: true, schema: ops.tables.schema, tablePrefix: ops.tables.prefix, ran };
+      out.print(
+        out.json
+          ? JSON.stringify(result)
+          : `schema ${ops.tables.schema} is up to date${ran.length ? ` (ran ${ran.join(', ')})` : ' (nothing to run)'}`,
+      );
       return EXIT.ok;
     },
   },

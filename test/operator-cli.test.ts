@@ -11,7 +11,7 @@ import { build } from 'esbuild';
 import { sql } from 'kysely';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { type LedgerServer, startLedger } from '../examples/ledger/start.js';
-import { createInbox, type Inbox } from '../src/index.js';
+import { createInbox, type Inbox, migrations } from '../src/index.js';
 import { postgresTarget, postgresUrl, type TargetDb } from './support/databases.js';
 import { deliver } from './support/deliver.js';
 import { perTestSchemas } from './support/per-test-schemas.js';
@@ -94,7 +94,13 @@ describe.skipIf(!postgresTarget)('webhook-inbox CLI (postgres)', { timeout: 300_
     const S = ['--schema', t.schema, '--json'];
     const migrated = await tsxCli(['migrate', ...S]);
     expect(migrated.code).toBe(0);
-    expect(migrated.json).toEqual({ migrated: true, schema: t.schema, tablePrefix: '' });
+    expect(migrated.json).toEqual({
+      migrated: true,
+      schema: t.schema,
+      tablePrefix: '',
+      ran: migrations.map(([name]) => name),
+    });
+    expect((await cli(['migrate', ...S])).json.ran).toEqual([]);
 
     // The application: the ledger (source 'default') and a second inbox (source 'stripe').
     server = await startLedger({
