@@ -30,21 +30,28 @@ class StampingPool implements PgPoolLike {
   readonly pool = new pg.Pool({ connectionString: url, max: 20 });
   statements = 0;
   readonly committedAt = new Map<string, number>();
+  /** When the transaction that applied the event sent its BEGIN. */
+  readonly beganAt = new Map<string, number>();
   constructor() {
     this.pool.on('error', () => {});
   }
   async connect(): Promise<PgClientLike> {
     const client = await this.pool.connect();
     let applying: string | undefined;
+    let began = 0;
     return {
       query: async (config) => {
         this.statements++;
         const text = config.text;
+        if (text === 'begin') began = performance.now();
         if (/^select \* from .*"claim"\(/.test(text)) applying = String(config.values?.[1]);
         const result = await client.query(config as pg.QueryConfig);
         if (/^select \* from .*"take_next"\(/.test(text)) applying = result.rows[0]?.id;
         if (text === 'commit') {
-          if (applying !== undefined) this.committedAt.set(applying, performance.now());
+          if (applying !== undefined) {
+            this.committedAt.set(applying, performance.now());
+            this.beganAt.set(applying, began);
+          }
           applying = undefined;
         } else if (text === 'rollback') applying = undefined;
         return result as any;
@@ -126,6 +133,9 @@ try {
 
   for (const concurrency of concurrencies) {
     const latencies: number[] = [];
+    const startDelays: number[] = [];
+    const drainTransactions: number[] = [];
+    const fillTransactions: number[] = [];
     let next = 0;
     const lane = async () => {
       while (next < samples) {
@@ -142,12 +152,22 @@ try {
       const heldAt = pool.committedAt.get(`${key}:2`);
       if (fillAt === undefined || heldAt === undefined) throw new Error(`no commit seen for ${key}`);
       latencies.push(heldAt - fillAt);
+      startDelays.push(pool.beganAt.get(`${key}:2`)! - fillAt);
+      drainTransactions.push(heldAt - pool.beganAt.get(`${key}:2`)!);
+      fillTransactions.push(fillAt - pool.beganAt.get(`${key}:1`)!);
     }
-    latencies.sort((a, b) => a - b);
-    console.log(
-      `drain latency, ${samples} keys, ${concurrency} at a time: p50 ${percentile(latencies, 50).toFixed(2)} ms, ` +
-        `p99 ${percentile(latencies, 99).toFixed(2)} ms, max ${latencies.at(-1)!.toFixed(2)} ms`,
-    );
+    const show = (label: string, values: number[]) => {
+      values.sort((a, b) => a - b);
+      console.log(
+        `${label.padEnd(44)} p50 ${percentile(values, 50).toFixed(2)} ms, ` +
+          `p99 ${percentile(values, 99).toFixed(2)} ms, max ${values.at(-1)!.toFixed(2)} ms`,
+      );
+    };
+    console.log(`drain latency, ${samples} keys, ${concurrency} at a time:`);
+    show('  commit of seq 1 -> commit of held seq 2', latencies);
+    show('    of which: commit of seq 1 -> drain BEGIN', startDelays);
+    show('    of which: the drain transaction (6 stmts)', drainTransactions);
+    show('  for scale: seq 1\'s own transaction (6 stmts)', fillTransactions);
   }
 } finally {
   await app.close();
