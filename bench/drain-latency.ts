@@ -167,7 +167,7 @@ try {
     show('  commit of seq 1 -> commit of held seq 2', latencies);
     show('    of which: commit of seq 1 -> drain BEGIN', startDelays);
     show('    of which: the drain transaction (6 stmts)', drainTransactions);
-    show('  for scale: seq 1\'s own transaction (6 stmts)', fillTransactions);
+    show("  for scale: seq 1's own transaction (6 stmts)", fillTransactions);
   }
 } finally {
   await app.close();
