@@ -110,8 +110,11 @@ export interface InboxHealth {
   deadLetters: number | null;
 }
 
-/** Redis entries live as long as processed rows do (the default retention: 7 days). */
-const REDIS_TTL_MS = 7 * 86_400_000;
+/**
+ * Redis entries live as long as processed rows do (`retention`); with pruning off, 7 days:
+ * past that, Postgres (which still has the row) answers.
+ */
+const REDIS_TTL_WITHOUT_RETENTION_MS = 7 * 86_400_000;
 /** `health()` answers within about this long, whatever is hanging. */
 const HEALTH_TIMEOUT_MS = 2000;
 
@@ -214,7 +217,7 @@ export class Inbox {
             prefix: o.redisPrefix,
             source: o.source,
             timeoutMs: o.redisTimeoutMs,
-            ttlMs: REDIS_TTL_MS,
+            ttlMs: o.retention === false ? REDIS_TTL_WITHOUT_RETENTION_MS : o.retention,
             owned,
           },
           {

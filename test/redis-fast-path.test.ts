@@ -208,6 +208,7 @@ describe.skipIf(!postgresTarget || !redisUrl)('the Redis fast path (real Postgre
         redis,
         redisPrefix: prefix,
         duplicateCacheSize: 0,
+        retention: '4d',
         handle,
       }),
     );
@@ -219,6 +220,10 @@ describe.skipIf(!postgresTarget || !redisUrl)('the Redis fast path (real Postgre
         body: { status: 'processed', result: { appliedBy: 'alpha' } },
       });
       await alpha.idle();
+      // The entry lives as long as the processed row does: `retention`.
+      const ttl = await redis.pttl(`${prefix}alpha:${id}`);
+      expect(ttl).toBeGreaterThan(4 * 86_400_000 - 60_000);
+      expect(ttl).toBeLessThanOrEqual(4 * 86_400_000);
       // Same id, same body, another source: a new event there.
       expect((await beta.receive(delivery(id, { n: 1 }))).body).toMatchObject({
         status: 'processed',
