@@ -154,7 +154,7 @@ beforeAll(async () => {
       tarball,
       ...CONSUMER_DEPS.map((d) => `${d}@${version(d)}`),
     ],
-    { cwd: consumer, timeout: 240_000 },
+    { cwd: consumer, timeout: 480_000 },
   );
   writeFileSync(
     join(consumer, 'tsconfig.json'),
@@ -195,7 +195,7 @@ console.log(JSON.stringify({
   }
   // One tsc run for both; it emits out/*.js, which the ESM cases run.
   tscOutput = await tscIn(consumer, ['-p', 'tsconfig.json']);
-}, 300_000);
+}, 600_000);
 
 afterAll(async () => {
   if (postgresUrl && schemas.length) {
