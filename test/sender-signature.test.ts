@@ -1,5 +1,7 @@
 import { createHmac } from 'node:crypto';
 import { afterEach, describe, expect, it } from 'vitest';
+import { startLedger } from '../examples/ledger/start.js';
+import { standardWebhooks } from '../src/index.js';
 import { createSender, decodeSecret, type Sender, sign } from '../src/sender/index.js';
 import { recordingServer } from './support/recording-server.js';
 
@@ -46,5 +48,33 @@ describe('Standard Webhooks signatures', () => {
     sender = createSender({ endpoint: server.url });
     await sender.send({ body: {} });
     expect(server.arrivals[0].headers['webhook-signature']).toBeUndefined();
+  });
+});
+
+describe('the sender signs what the inbox verifies', () => {
+  it('signed events are applied; events signed with the wrong secret are refused (401) and dead-lettered', async () => {
+    const secret = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw';
+    const ledger = await startLedger({
+      inbox: { verify: standardWebhooks({ secret }), sweepIntervalMs: 0 },
+    });
+    close = () => ledger.close();
+    sender = createSender({ endpoint: `${ledger.url}/webhooks`, secret, breaker: false });
+    const results = await Promise.all(
+      [1, 2, 3].map((amount) => sender!.send({ key: 'acct', body: { amount } })),
+    );
+    expect(results.map((r) => r.status)).toEqual(['delivered', 'delivered', 'delivered']);
+    const account = await ledger.ledger.account(await ledger.inbox.kysely(), 'acct');
+    expect(account.balance).toBe(6);
+    expect(account.entries.map((e) => e.seq)).toEqual([1, 2, 3]);
+
+    const impostor = createSender({
+      endpoint: `${ledger.url}/webhooks`,
+      secret: 'whsec_' + Buffer.from('not the right key').toString('base64'),
+      breaker: false,
+    });
+    const refused = await impostor.send({ key: 'other', body: { amount: 100 } });
+    await impostor.close();
+    expect(refused).toMatchObject({ status: 'dead-lettered', reason: 'rejected', responseStatus: 401 });
+    expect((await ledger.ledger.account(await ledger.inbox.kysely(), 'other')).entries).toEqual([]);
   });
 });

@@ -134,7 +134,6 @@ export class Sender extends EventEmitter<SenderEvents> {
   readonly #waiters = new Map<string, Waiter[]>();
   readonly #inFlight = new Set<Promise<void>>();
   readonly #timers = new Set<NodeJS.Timeout>();
-  readonly #abort = new AbortController();
   readonly #protocolHeaders: Set<string>;
   #store: Promise<SenderStore> | undefined;
   #loop: Promise<void> | undefined;
@@ -543,7 +542,7 @@ export class Sender extends EventEmitter<SenderEvents> {
         signatureHeaders(o.secretKey, event.id, Math.floor(Date.now() / 1000), event.body),
       );
     }
-    const signal = AbortSignal.any([AbortSignal.timeout(o.timeoutMs), this.#abort.signal]);
+    const signal = AbortSignal.timeout(o.timeoutMs);
     try {
       // The global fetch (undici) keeps connections alive between attempts by default.
       const response = await fetch(o.endpoint, {
