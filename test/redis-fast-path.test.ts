@@ -36,6 +36,14 @@ async function metricValue(
 
 const redisPort = redisUrl ? Number(new URL(redisUrl).port || 6379) : 6379;
 
+/** Deletes what a test wrote under its prefix: the Redis server is shared. */
+async function dropPrefix(prefix: string): Promise<void> {
+  const redis = new Redis(redisUrl!);
+  const keys = await redis.keys(`${prefix}*`);
+  if (keys.length) await redis.del(...keys);
+  await redis.quit();
+}
+
 describe.skipIf(!postgresTarget || !redisUrl)('the Redis fast path (real Postgres, real Redis)', () => {
   let t: TargetDb;
   let pool: CountingPool;
@@ -80,6 +88,7 @@ describe.skipIf(!postgresTarget || !redisUrl)('the Redis fast path (real Postgre
     await app?.close();
     await plain?.close();
     await redis?.quit();
+    await dropPrefix(prefix);
     await pool?.end();
     await t?.close();
   });
@@ -272,6 +281,7 @@ describe.skipIf(!postgresTarget || !redisUrl)('when Redis goes away or slows dow
   let app: LedgerServer;
   let url: string;
   let registry: Registry;
+  const prefix = prefixFor();
 
   beforeAll(async () => {
     t = await postgresTarget!.open();
@@ -284,7 +294,7 @@ describe.skipIf(!postgresTarget || !redisUrl)('when Redis goes away or slows dow
         schema: t.schema,
         sweepIntervalMs: 0,
         redis: `redis://127.0.0.1:${proxy.port}`,
-        redisPrefix: prefixFor(),
+        redisPrefix: prefix,
         metrics: { registry },
         duplicateCacheSize: 0,
       },
@@ -295,6 +305,7 @@ describe.skipIf(!postgresTarget || !redisUrl)('when Redis goes away or slows dow
   afterAll(async () => {
     await app?.close();
     await proxy?.close();
+    await dropPrefix(prefix);
     await t?.close();
   });
 
