@@ -14,6 +14,7 @@ import { type Kysely, sql } from 'kysely';
 import { inbox as expressInbox } from '../adapters/express.js';
 import { Ledger } from '../examples/ledger/ledger.js';
 import { type Database, openDatabase } from '../src/database.js';
+import { idempotencyKey } from '../src/handler-context.js';
 import { createInbox, type HandlerContext, type Inbox, type InboxEvent } from '../src/index.js';
 
 export interface ContenderConfig {
@@ -144,10 +145,19 @@ async function plainContender(
   };
 }
 
+/** The handler context the inbox would give (no timeout here). */
+function contextFor(tx: HandlerContext['tx'], event: InboxEvent<any>): HandlerContext {
+  return {
+    tx,
+    signal: new AbortController().signal,
+    idempotencyKey: (name = 'default') => idempotencyKey(event.source, event.id, name),
+  };
+}
+
 /** Applies the ledger write in one plain transaction (what `bare` does, and what peers wrap). */
 function applyInTransaction(db: Database, ledger: Ledger, event: InboxEvent<any>) {
   const handle = ledgerHandler(ledger);
-  return db.kysely.transaction().execute((tx) => handle(event, { tx }));
+  return db.kysely.transaction().execute((tx) => handle(event, contextFor(tx, event)));
 }
 
 /** The inbox on the ledger, with the schemas of this benchmark. */
@@ -278,7 +288,7 @@ export const CONTENDERS: Record<string, ContenderSpec> = {
               return;
             }
             const result = await db.kysely.transaction().execute(async (tx) => {
-              const r = await handle(event, { tx });
+              const r = await handle(event, contextFor(tx, event));
               await tx
                 .insertInto(processed)
                 .values({ id: event.id, result: JSON.stringify(r) })

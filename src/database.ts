@@ -10,6 +10,7 @@ import {
   type QueryResult,
   type TransactionSettings,
 } from 'kysely';
+import { PoolWaitTimeoutError } from './errors.js';
 
 /**
  * The subset of `pg.Pool` that webhook-inbox needs. Anything shaped like it works
@@ -123,15 +124,50 @@ function beginStatement(settings: TransactionSettings): string {
   return text;
 }
 
+/**
+ * Waits for `acquire` at most `timeoutMs`, then throws PoolWaitTimeoutError (the delivery is
+ * shed with 503 rather than queued without bound). A connection that arrives after the caller
+ * gave up is handed straight back with `giveBack`. Works with any pool shaped like pg's,
+ * whose own `connectionTimeoutMillis` we cannot set on a pool the user passed in.
+ */
+export function boundedWait<T>(
+  acquire: Promise<T>,
+  timeoutMs: number,
+  giveBack: (late: T) => void,
+): Promise<T> {
+  if (!Number.isFinite(timeoutMs)) return acquire;
+  return new Promise<T>((resolve, reject) => {
+    let timedOut = false;
+    const timer = setTimeout(() => {
+      timedOut = true;
+      reject(new PoolWaitTimeoutError(timeoutMs));
+    }, timeoutMs);
+    acquire.then(
+      (value) => {
+        if (!timedOut) {
+          clearTimeout(timer);
+          resolve(value);
+        } else giveBack(value);
+      },
+      (err) => {
+        clearTimeout(timer);
+        if (!timedOut) reject(err);
+      },
+    );
+  });
+}
+
 class PgPoolDriver implements Driver {
   constructor(
     readonly pool: PgPoolLike,
     readonly names: StatementNames,
     readonly ownsPool: boolean,
+    readonly waitTimeoutMs: number,
   ) {}
   async init(): Promise<void> {}
   async acquireConnection(): Promise<DatabaseConnection> {
-    return new PgConnection(await this.pool.connect(), this.names);
+    const client = await boundedWait(this.pool.connect(), this.waitTimeoutMs, (late) => late.release());
+    return new PgConnection(client, this.names);
   }
   beginTransaction(connection: DatabaseConnection, settings: TransactionSettings): Promise<void> {
     return runTransactionStatement(connection, beginStatement(settings));
@@ -166,6 +202,7 @@ class PGliteDriver implements Driver {
   constructor(
     readonly pglite: PGliteLike,
     readonly ownsDatabase: boolean,
+    readonly waitTimeoutMs: number,
   ) {
     this.#connection = {
       executeQuery: async <R>(compiled: CompiledQuery): Promise<QueryResult<R>> => {
@@ -193,7 +230,9 @@ class PGliteDriver implements Driver {
     this.#tail = new Promise<void>((resolve) => {
       release = resolve;
     });
-    await previous;
+    // The one session is busy: wait (bounded) for our turn. Given up, the turn is passed on
+    // untouched when it comes.
+    await boundedWait(previous, this.waitTimeoutMs, () => release());
     this.#release = release;
     return this.#connection;
   }
@@ -261,14 +300,15 @@ function isPGlite(value: unknown): value is PGliteLike {
  */
 export async function openDatabase(
   input: DatabaseInput | undefined,
-  options: { dataDir?: string; poolSize?: number },
+  options: { dataDir?: string; poolSize?: number; poolWaitTimeoutMs?: number },
 ): Promise<Database> {
+  const wait = options.poolWaitTimeoutMs ?? Number.POSITIVE_INFINITY;
   const names = new StatementNames();
   if (input === undefined) {
     const { PGlite } = await import('@electric-sql/pglite');
     const pglite = new PGlite(options.dataDir);
     await pglite.waitReady;
-    return fromPGlite(pglite as unknown as PGliteLike, true, names);
+    return fromPGlite(pglite as unknown as PGliteLike, true, names, wait);
   }
   if (typeof input === 'string') {
     const pg = await import('pg');
@@ -279,24 +319,25 @@ export async function openDatabase(
     // An idle client's connection can drop (server restart, pg_terminate_backend); pg emits
     // that on the pool, and an unhandled 'error' event would crash the process.
     pool.on('error', () => {});
-    return fromPool(pool, true, names);
+    return fromPool(pool, true, names, wait);
   }
   if (isKysely(input)) {
     return { kysely: input, kind: 'pg', pool: undefined, names, destroy: async () => {} };
   }
-  if (isPGlite(input)) return fromPGlite(input, false, names);
-  if (typeof (input as PgPoolLike).connect === 'function') return fromPool(input as PgPoolLike, false, names);
+  if (isPGlite(input)) return fromPGlite(input, false, names, wait);
+  if (typeof (input as PgPoolLike).connect === 'function')
+    return fromPool(input as PgPoolLike, false, names, wait);
   throw new TypeError(
     'webhook-inbox: option `db` must be a connection string, a pg.Pool, a Kysely instance or a PGlite instance',
   );
 }
 
-function fromPool(pool: PgPoolLike, owns: boolean, names: StatementNames): Database {
-  const kysely = new Kysely<any>({ dialect: postgresDialect(new PgPoolDriver(pool, names, owns)) });
+function fromPool(pool: PgPoolLike, owns: boolean, names: StatementNames, wait: number): Database {
+  const kysely = new Kysely<any>({ dialect: postgresDialect(new PgPoolDriver(pool, names, owns, wait)) });
   return { kysely, kind: 'pg', pool, names, destroy: () => kysely.destroy() };
 }
 
-function fromPGlite(pglite: PGliteLike, owns: boolean, names: StatementNames): Database {
-  const kysely = new Kysely<any>({ dialect: postgresDialect(new PGliteDriver(pglite, owns)) });
+function fromPGlite(pglite: PGliteLike, owns: boolean, names: StatementNames, wait: number): Database {
+  const kysely = new Kysely<any>({ dialect: postgresDialect(new PGliteDriver(pglite, owns, wait)) });
   return { kysely, kind: 'pglite', pool: undefined, names, destroy: () => kysely.destroy() };
 }

@@ -82,3 +82,23 @@ export class OperationError extends InboxError {
     super(message, code, code === 'not-found' ? 404 : 409);
   }
 }
+
+/** No pool connection became free within `poolWaitTimeoutMs`: the delivery is shed (503). */
+export class PoolWaitTimeoutError extends InboxError {
+  override name = 'PoolWaitTimeoutError';
+  constructor(readonly waitedMs: number) {
+    super(
+      `webhook-inbox: no database connection became free within ${waitedMs} ms`,
+      'pool-wait-timeout',
+      503,
+    );
+  }
+}
+
+/** The handler ran past `handlerTimeoutMs`; its transaction was rolled back. */
+export class HandlerTimeoutError extends InboxError {
+  override name = 'HandlerTimeoutError';
+  constructor(readonly timeoutMs: number) {
+    super(`webhook-inbox: the handler did not finish within ${timeoutMs} ms`, 'handler-timeout', 500);
+  }
+}

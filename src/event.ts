@@ -27,4 +27,19 @@ export interface HandlerContext {
    * with the dedup record, or neither happens.
    */
   readonly tx: Transaction<any>;
+  /**
+   * Aborted when the handler runs past `handlerTimeoutMs`: its transaction is then rolled back
+   * and the attempt counted. Pass it to `fetch` and other calls that accept one.
+   */
+  readonly signal: AbortSignal;
+  /**
+   * A stable key for an outbound call this handler makes (`name` tells calls apart), derived
+   * from source, event id and name: the same on every run of this event. Send it as the
+   * `Idempotency-Key` of APIs that accept one, so a re-run does not charge twice.
+   *
+   * ```ts
+   * await stripe.refunds.create({ charge }, { idempotencyKey: ctx.idempotencyKey('refund') });
+   * ```
+   */
+  idempotencyKey(name?: string): string;
 }

@@ -13,6 +13,9 @@
  * - other duplicate, held, late, mismatch, buffer-full: BEGIN, claim, COMMIT = 3.
  * - handler throws: BEGIN, claim, <handler>, ROLLBACK, then `fail` (autocommit) = + 1.
  * - each held event drained after the response: BEGIN, take_next, <handler>, [result], COMMIT.
+ * - deferred mode: BEGIN, claim (stored as pending; its NOTIFY rides on the COMMIT), COMMIT = 3,
+ *   then a worker: BEGIN, take_pending | take_turn, <handler>, [result], [advance], COMMIT.
+ * - shed (maxInFlight, maxPending): 0, answered before touching the database.
  * The claim decides everything in one statement (a PL/pgSQL function shipped by the
  * migrations) because the whole transaction rolls back if the handler throws: the event row
  * is inserted already as processed and the cursor already advanced.
@@ -25,10 +28,12 @@ import { type Delivery, type ParsedDelivery, parseBody, parseDelivery, storableH
 import {
   HandlerError,
   InvalidDeliveryError,
+  PoolWaitTimeoutError,
   RawBodyUnavailableError,
   UnauthorizedDeliveryError,
 } from './errors.js';
 import type { InboxEvent } from './event.js';
+import { runHandler } from './handler-context.js';
 import { type CachedEvent, ProcessedCache } from './local-cache.js';
 import { createMetrics, type InboxMetrics, type InboxStats, noMetrics } from './metrics.js';
 import { migrateToLatest } from './migrations.js';
@@ -48,7 +53,13 @@ import { type InboxOptions, type ResolvedOptions, resolveOptions } from './optio
 import { type Outcome, OutcomeKind, ok, problem } from './outcome.js';
 import { type BodyStream, readRawBody } from './raw-body.js';
 import { type ClaimRow, createClaim } from './sql/claim.js';
-import { createTakePending, type PendingEvent } from './sql/deferred.js';
+import {
+  createAdvance,
+  createCountPending,
+  createTakePending,
+  createTakeTurn,
+  type PendingEvent,
+} from './sql/deferred.js';
 import { createTakeNext, type TakenEvent } from './sql/drain.js';
 import { createFail } from './sql/fail.js';
 import { createStoreResult } from './sql/finalize.js';
@@ -58,6 +69,7 @@ import { createSweep, type SweepRow } from './sql/sweep.js';
 import { createTables, type Tables } from './sql/tables.js';
 import { createTracer, inSpan, parentOf, recordError, SpanAttributes } from './tracing.js';
 import { type VerifiedDelivery, verifyDelivery } from './verify.js';
+import { Workers } from './worker.js';
 
 /** SQLSTATEs that mean "someone else holds this id or key right now": answer 409, retry later. */
 const CONTENDED = new Set(['55P03', '40P01', '40001']);
@@ -87,6 +99,9 @@ interface Statements {
   takePending: ReturnType<typeof createTakePending>;
   sweep: ReturnType<typeof createSweep>;
   stats: ReturnType<typeof createStats>;
+  countPending: ReturnType<typeof createCountPending>;
+  takeTurn: ReturnType<typeof createTakeTurn>;
+  advance: ReturnType<typeof createAdvance>;
 }
 
 /** What one delivery's telemetry needs to know besides its outcome. */
@@ -158,6 +173,9 @@ export class Inbox {
   readonly #background = new Set<Promise<unknown>>();
   #closing = false;
   #warnedRawBody = false;
+  #workers: Workers | undefined;
+  /** Deliveries being received now, for `maxInFlight`. */
+  #inFlight = 0;
   readonly #processed: ProcessedCache;
   readonly #tracer: Tracer;
   #metrics: InboxMetrics = noMetrics;
@@ -235,6 +253,7 @@ export class Inbox {
     const database = await openDatabase(this.options.db, {
       dataDir: this.options.dataDir,
       poolSize: this.options.poolSize,
+      poolWaitTimeoutMs: this.options.poolWaitTimeoutMs,
     });
     try {
       if (this.options.migrate) await migrateToLatest(database.kysely, this.tables);
@@ -251,9 +270,29 @@ export class Inbox {
       takePending: createTakePending(names, this.tables),
       sweep: createSweep(names, this.tables),
       stats: createStats(names, this.tables),
+      countPending: createCountPending(names, this.tables),
+      takeTurn: createTakeTurn(names, this.tables),
+      advance: createAdvance(names, this.tables),
     };
     this.#operations = new Operations(database.kysely, this.tables, this.options.source);
     if (this.options.sweepIntervalMs > 0 && !this.#closing) this.#scheduleSweep();
+    if ((this.options.mode === 'deferred' || this.options.workers > 0) && !this.#closing) {
+      const s = this.#statements;
+      this.#workers = new Workers({
+        options: this.options,
+        tables: this.tables,
+        database,
+        takePending: s.takePending,
+        countPending: s.countPending,
+        takeTurn: s.takeTurn,
+        advance: s.advance,
+        fail: s.fail,
+        runHandler: (tx, event) => this.#runHandler(tx, event, undefined),
+        retryInMs: (attempts) => backoffMs(attempts, this.options.retryBaseMs, this.options.retryCapMs),
+        errorMessage,
+      });
+      this.#workers.start();
+    }
     return database;
   }
 
@@ -273,6 +312,17 @@ export class Inbox {
    * This is what the adapters call.
    */
   async receiveStream(headers: Delivery['headers'], stream: BodyStream): Promise<Outcome> {
+    // Shed before reading the body, too: reading it is work.
+    if (this.#inFlight >= this.options.maxInFlight) return this.#shed('in-flight');
+    this.#inFlight++;
+    try {
+      return await this.#receiveStream(headers, stream);
+    } finally {
+      this.#inFlight--;
+    }
+  }
+
+  async #receiveStream(headers: Delivery['headers'], stream: BodyStream): Promise<Outcome> {
     let rawBody: Buffer;
     try {
       const length = headers['content-length'];
@@ -289,11 +339,28 @@ export class Inbox {
       }
       throw err;
     }
-    return this.receive({ headers, rawBody });
+    return this.#traced({ headers, rawBody });
   }
 
   /** Turns one delivery into its outcome (DESIGN.md §1). Never throws for a bad delivery. */
-  receive(delivery: Delivery): Promise<Outcome> {
+  async receive(delivery: Delivery): Promise<Outcome> {
+    // Load shedding happens here, before the database is touched: a counter, no I/O.
+    if (this.#inFlight >= this.options.maxInFlight) return this.#shed('in-flight');
+    this.#inFlight++;
+    try {
+      return await this.#traced(delivery);
+    } finally {
+      this.#inFlight--;
+    }
+  }
+
+  #shed(reason: 'in-flight' | 'pending'): Outcome {
+    const outcome = shed(reason);
+    this.#observe(undefined, { parent: undefined }, outcome);
+    return outcome;
+  }
+
+  #traced(delivery: Delivery): Promise<Outcome> {
     return this.#tracer.startActiveSpan('webhook-inbox.receive', async (span) => {
       const obs: Observation = { parent: parentOf(span) };
       try {
@@ -348,6 +415,10 @@ export class Inbox {
         obs.answeredBy = 'redis';
         return this.#fromRedis(parsed, found.event);
       }
+    }
+    // Deferred mode: a bound on pending events, against the workers' cached count (no query).
+    if (this.#workers && this.options.mode === 'deferred') {
+      if (this.#workers.pendingEstimate >= this.options.maxPending) return shed('pending');
     }
     obs.answeredBy = 'postgres';
     return this.#apply(database, parsed, obs);
@@ -408,6 +479,7 @@ export class Inbox {
     const o = this.options;
     const s = this.#statements!;
     const ordered = d.key !== null;
+    const deferred = o.mode === 'deferred';
     let claimed: ClaimRow | undefined;
     let resultJson: string | undefined;
     let claimedAt = 0;
@@ -421,10 +493,11 @@ export class Inbox {
             key: d.key,
             seq: d.seq,
             hash: d.hash,
-            // Only an ordered event can be held (and so need its payload later) in this claim.
-            payload: ordered || o.keepPayload ? d.rawBody : null,
-            headers: ordered || o.keepPayload ? storableHeaders(d.headers) : null,
-            apply: true,
+            // Only an ordered event can be held (and so need its payload later) in this claim;
+            // in deferred mode every event may be stored as pending.
+            payload: deferred || ordered || o.keepPayload ? d.rawBody : null,
+            headers: deferred || ordered || o.keepPayload ? storableHeaders(d.headers) : null,
+            apply: !deferred,
             keepPayload: o.keepPayload,
             firstSeen: o.firstSeq === 'first-seen',
             maxHeld: o.maxHeldPerKey,
@@ -470,6 +543,12 @@ export class Inbox {
         );
       }
       if (claimed?.drain && d.key !== null) this.#drainInBackground(d.key, obs.parent);
+      if (claimed?.decision === 'pending' && this.#workers) {
+        // After the commit: the event is now visible to the worker this wakes. (A duplicate of
+        // a pending event counts again, erring towards shedding until the next refresh.)
+        this.#workers.notePending();
+        this.#workers.wake(d.key);
+      }
       return outcome;
     } catch (err) {
       if (err instanceof HandlerError) return this.#failed(database, d, claimed, err);
@@ -498,13 +577,15 @@ export class Inbox {
     let json: string | undefined;
     const started = performance.now();
     try {
+      // runHandler gives the handler its context (signal, idempotencyKey) and enforces
+      // handlerTimeoutMs; it throws HandlerError.
       result = await inSpan(this.#tracer, 'webhook-inbox.handler', parent, async () =>
-        this.options.handle(event, { tx: tx as any }),
+        runHandler(this.options.handle, event, tx as any, this.options.handlerTimeoutMs),
       );
       json = result === undefined ? undefined : JSON.stringify(result);
     } catch (err) {
       this.#metrics.handler((performance.now() - started) / 1000, 'failed');
-      throw new HandlerError(err);
+      throw err instanceof HandlerError ? err : new HandlerError(err);
     }
     this.#metrics.handler((performance.now() - started) / 1000, 'processed');
     if (json !== undefined) await this.#statements!.storeResult(tx, this.options.source, event.id, json);
@@ -635,6 +716,7 @@ export class Inbox {
   }
 
   #infrastructureFailure(err: unknown): Outcome {
+    if (err instanceof PoolWaitTimeoutError) return shed('pool');
     if (CONTENDED.has(sqlState(err) ?? '')) {
       return problem(
         OutcomeKind.inFlight,
@@ -714,6 +796,8 @@ export class Inbox {
   /** A drain is a span of its own: a child of the delivery that unblocked it, or a root for the sweeper. */
   async #drain(key: string, wait: boolean, parent: Context | undefined): Promise<number> {
     const database = await this.ready();
+    // Deferred mode: the workers' way (take_turn), which leaves the key unlocked during the handler.
+    if (this.#workers && this.options.mode === 'deferred') return this.#workers.drainKey(key);
     const span = this.#tracer.startSpan('webhook-inbox.drain', undefined, parent);
     const spanParent = parentOf(span);
     const started = performance.now();
@@ -954,7 +1038,11 @@ export class Inbox {
 
   /** Resolves when no drain started by this instance is running. */
   async idle(): Promise<void> {
-    while (this.#background.size > 0) await Promise.allSettled([...this.#background]);
+    for (;;) {
+      while (this.#background.size > 0) await Promise.allSettled([...this.#background]);
+      await this.#workers?.idle();
+      if (this.#background.size === 0) return;
+    }
   }
 
   /** Stops the sweeper, waits for drains in flight, and closes the database if the inbox opened it. */
@@ -962,6 +1050,8 @@ export class Inbox {
     if (this.#closing) return;
     this.#closing = true;
     clearTimeout(this.#sweepTimer);
+    // Workers stop taking work and finish the handlers they are running.
+    await this.#workers?.close();
     await this.#sweeping;
     await this.idle();
     if (this.#database) {
@@ -1148,6 +1238,15 @@ function duplicate(id: string, result: unknown): Outcome {
 
 function invalid(err: InvalidDeliveryError): Outcome {
   return problem(OutcomeKind.invalid, err.status, err.message, { field: err.field });
+}
+
+/** 503 with Retry-After, nothing stored: the sender keeps the event and delivers it again later. */
+function shed(reason: 'in-flight' | 'pool' | 'pending'): Outcome {
+  const detail =
+    reason === 'pending'
+      ? 'Too many events are waiting to be applied; deliver the event again later'
+      : 'Too many deliveries are in flight; deliver the event again later';
+  return problem(OutcomeKind.shed, 503, detail, { reason, retryAfterSeconds: reason === 'pending' ? 5 : 1 });
 }
 
 function unavailable(): Outcome {

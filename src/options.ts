@@ -138,6 +138,44 @@ export interface InboxOptions<TBody = any> {
    * that throws `UnauthorizedDeliveryError`. @defaultValue off
    */
   verify?: Verify;
+  /**
+   * `'inline'`: the handler runs inside the request and 200 means "applied". `'deferred'`:
+   * the request only verifies, claims and stores the event as pending and answers 202; workers
+   * apply it (slow handlers, senders with short timeouts). @defaultValue 'inline'
+   */
+  mode?: 'inline' | 'deferred';
+  /**
+   * Worker lanes in this instance: how many events it applies at once in the background
+   * (Graphile Worker's `concurrency`). Each lane holds one connection while its handler runs.
+   * @defaultValue deferred: half of `poolSize`, from 1 to 8; inline: 0
+   */
+  workers?: number;
+  /**
+   * How often idle workers look for due events without being woken (retries whose backoff
+   * ended; events of other instances when LISTEN/NOTIFY is unavailable, as on PGlite).
+   * @defaultValue 1000
+   */
+  pollIntervalMs?: number;
+  /**
+   * Deliveries this instance works on at once; one more is answered 503 with Retry-After at
+   * once, before touching the database. @defaultValue 1000
+   */
+  maxInFlight?: number;
+  /**
+   * Longest wait for a free pool connection (own pg pool or PGlite) before a delivery is
+   * answered 503 with Retry-After instead of queueing without bound. @defaultValue 1000
+   */
+  poolWaitTimeoutMs?: number;
+  /**
+   * A handler still running after this long is abandoned: its `signal` aborts, its transaction
+   * rolls back, and the attempt counts towards `maxAttempts`. 0 turns it off. @defaultValue 30000
+   */
+  handlerTimeoutMs?: number;
+  /**
+   * Deferred mode: pending events (all instances) past which deliveries are answered 503 with
+   * Retry-After. Checked against a count the workers refresh, not per delivery. @defaultValue 100000
+   */
+  maxPending?: number;
 }
 
 export interface ResolvedOptions {
@@ -175,6 +213,13 @@ export interface ResolvedOptions {
   readonly metrics: { readonly registry: RegistryLike } | undefined;
   readonly tracerProvider: TracerProvider | undefined;
   readonly verify: Verify | undefined;
+  readonly mode: 'inline' | 'deferred';
+  readonly workers: number;
+  readonly pollIntervalMs: number;
+  readonly maxInFlight: number;
+  readonly poolWaitTimeoutMs: number;
+  readonly handlerTimeoutMs: number;
+  readonly maxPending: number;
 }
 
 const IDENTIFIER = /^[a-z_][a-z0-9_]{0,39}$/;
@@ -354,12 +399,21 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
     }
     retention = ms;
   }
+  const poolSize = integer(o, 'poolSize', 10, 1, 1000);
+  const mode = oneOf(o, 'mode', ['inline', 'deferred'] as const);
+  const workers = integer(
+    o,
+    'workers',
+    mode === 'deferred' ? Math.max(1, Math.min(8, Math.floor(poolSize / 2))) : 0,
+    0,
+    1000,
+  );
   return {
     verify: o.verify as Verify | undefined,
     handle: o.handle as Handler,
     db: o.db as DatabaseInput | undefined,
     dataDir: o.dataDir as string | undefined,
-    poolSize: integer(o, 'poolSize', 10, 1, 1000),
+    poolSize,
     source,
     schema,
     tablePrefix,
@@ -393,5 +447,12 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
     redisTimeoutMs: integer(o, 'redisTimeoutMs', 50, 1, 60_000),
     metrics: metrics ? { registry: metrics.registry } : undefined,
     tracerProvider,
+    mode,
+    workers,
+    pollIntervalMs: integer(o, 'pollIntervalMs', 1000, 1, 3_600_000),
+    maxInFlight: integer(o, 'maxInFlight', 1000, 1, 1_000_000),
+    poolWaitTimeoutMs: integer(o, 'poolWaitTimeoutMs', 1000, 1, 600_000),
+    handlerTimeoutMs: integer(o, 'handlerTimeoutMs', 30_000, 0, 86_400_000),
+    maxPending: integer(o, 'maxPending', 100_000, 1, Number.MAX_SAFE_INTEGER),
   };
 }

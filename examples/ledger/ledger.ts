@@ -3,6 +3,7 @@
  * inbox must make safe. Framework-free; `app-express.ts` (and friends) serve it over HTTP.
  * Tests, the demo and the benchmarks reuse it.
  */
+import { setTimeout as sleep } from 'node:timers/promises';
 import { type Kysely, sql } from 'kysely';
 import type { HandlerContext, Inbox, InboxEvent } from '../../src/index.js';
 
@@ -28,6 +29,10 @@ export function parseFailNext(body: unknown): { key: string; times: number } | u
 export class Ledger {
   /** Accounts whose next event should throw (POST /fail-next), to show poison handling. */
   readonly failNext = new Map<string, number>();
+  /** Each run waits this long first (HANDLER_DELAY_MS): a slow handler, as behind a slow API. */
+  delayMs = 0;
+  /** Handler runs, including those rolled back: what a side effect outside `tx` would see. */
+  runs = 0;
 
   constructor(readonly schema = 'ledger') {}
 
@@ -52,7 +57,9 @@ export class Ledger {
   }
 
   /** The handler: adds the amount to the account and appends an entry, both in `tx`. */
-  readonly handle = async (event: InboxEvent<{ amount: number }>, { tx }: HandlerContext) => {
+  readonly handle = async (event: InboxEvent<{ amount: number }>, { tx, signal }: HandlerContext) => {
+    this.runs++;
+    if (this.delayMs > 0) await sleep(this.delayMs, undefined, { signal });
     const key = event.key ?? 'none';
     const amount = event.body?.amount;
     if (!Number.isSafeInteger(amount)) throw new Error('body.amount must be an integer');

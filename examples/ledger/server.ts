@@ -2,7 +2,8 @@
  * `npm run example`: the ledger behind the inbox. Configured by environment variables:
  * PORT (3000), DATABASE_URL (embedded PGlite when absent), FRAMEWORK (express | koa | fastify),
  * GAP_TIMEOUT_MS, SWEEP_INTERVAL_MS, REDIS_URL (turns the Redis fast path for duplicates on),
- * WEBHOOK_SECRET (Standard Webhooks verification, `whsec_…`).
+ * WEBHOOK_SECRET (Standard Webhooks verification, `whsec_…`),
+ * INBOX_MODE (inline | deferred), HANDLER_DELAY_MS (a slow handler: each run waits this long), WORKERS.
  * GET /metrics serves the inbox's Prometheus metrics (and Node's own).
  */
 import { collectDefaultMetrics, Registry } from 'prom-client';
@@ -20,6 +21,15 @@ function intEnv(name: string): number | undefined {
 
 const registry = new Registry();
 collectDefaultMetrics({ register: registry });
+function modeEnv(): 'inline' | 'deferred' | undefined {
+  const raw = process.env.INBOX_MODE;
+  if (raw === undefined || raw === '') return undefined;
+  if (raw !== 'inline' && raw !== 'deferred') {
+    console.error(`INBOX_MODE must be inline or deferred; got ${JSON.stringify(raw)}`);
+    process.exit(2);
+  }
+  return raw;
+}
 
 const ledger = await startLedger({
   framework: (process.env.FRAMEWORK ?? 'express') as Framework,
@@ -31,13 +41,16 @@ const ledger = await startLedger({
     redis: process.env.REDIS_URL || undefined,
     metrics: { registry },
     verify: verifyFromEnv(),
+    mode: modeEnv(),
+    workers: intEnv('WORKERS'),
   },
+  handlerDelayMs: intEnv('HANDLER_DELAY_MS'),
 }).catch((err) => {
   console.error(`ledger: could not start: ${err.message}`);
   process.exit(1);
 });
 console.log(
-  `ledger listening on ${ledger.url} (${process.env.DATABASE_URL ? 'PostgreSQL' : 'embedded PGlite'}${process.env.REDIS_URL ? ', Redis fast path on' : ''}${process.env.WEBHOOK_SECRET ? ', Standard Webhooks signatures required' : ''})`,
+  `ledger listening on ${ledger.url} (${process.env.DATABASE_URL ? 'PostgreSQL' : 'embedded PGlite'}, ${ledger.inbox.options.mode} mode${process.env.REDIS_URL ? ', Redis fast path on' : ''}${process.env.WEBHOOK_SECRET ? ', Standard Webhooks signatures required' : ''})`,
 );
 for (const signal of ['SIGINT', 'SIGTERM'] as const) {
   process.once(signal, () => {

@@ -36,6 +36,8 @@ export interface LedgerServerOptions {
   inbox?: Omit<InboxOptions, 'handle'>;
   /** Wraps the ledger's handler (tests use it to hold a delivery in flight). */
   wrapHandler?: (handle: Handler) => Handler;
+  /** Every handler run first waits this long (a slow handler). @defaultValue 0 */
+  handlerDelayMs?: number;
 }
 
 export interface LedgerServer {
@@ -51,6 +53,7 @@ export async function startLedger(options: LedgerServerOptions = {}): Promise<Le
   const framework = options.framework ?? 'express';
   if (!FRAMEWORKS.includes(framework)) throw new Error(`FRAMEWORK must be one of ${FRAMEWORKS.join(', ')}`);
   const ledger = new Ledger(options.ledgerSchema);
+  ledger.delayMs = options.handlerDelayMs ?? 0;
   const handle: Handler = options.wrapHandler ? options.wrapHandler(ledger.handle) : ledger.handle;
   const inbox = createInbox({ ...options.inbox, handle });
   try {

@@ -52,6 +52,63 @@ begin
 end
 $fn$;
 
+-- take_turn and advance: how workers apply an ordered key's next event (held or pending) in
+-- deferred mode. The same cursor and the same rule as take_next (only the event at next_seq
+-- runs), but the key row is not locked for the handler's duration: the event row's lock
+-- (SKIP LOCKED) is what keeps two workers apart, and the cursor moves at the end (advance), so
+-- the key's lock is held only from there to COMMIT. Deferred claims of the key's other seqs
+-- lock the key row to decide held or pending; with take_next they would wait for the running
+-- handler, and a slow handler would again delay the acknowledgement past the sender's timeout.
+create function ${t.fn('take_turn')}(p_source text, p_key text, p_keep_payload boolean)
+returns table (id text, seq bigint, body_hash text, payload bytea, headers jsonb, attempts integer, received_at timestamptz)
+language plpgsql as $fn$
+declare
+  v_next bigint;
+  v_ev ${t.events}%rowtype;
+begin
+  select k.next_seq into v_next from ${t.keys} k
+   where k.source = p_source and k.key = p_key and k.state = 'open';
+  if not found then return; end if;
+  -- Locked and re-checked: if another worker applied it meanwhile, its status is no longer
+  -- waiting and the row is skipped; if one is applying it now, it is skipped too.
+  select * into v_ev from ${t.events} e
+   where e.source = p_source and e.key = p_key and e.seq = v_next and e.status in ('held', 'pending')
+     and (e.run_after is null or e.run_after <= now())
+   for update skip locked;
+  if not found then return; end if;
+  update ${t.events} e set status = 'processed', processed_at = now(), run_after = null,
+         payload = case when p_keep_payload then e.payload end,
+         headers = case when p_keep_payload then e.headers end
+   where e.source = p_source and e.id = v_ev.id;
+  id := v_ev.id;
+  seq := v_ev.seq;
+  body_hash := v_ev.body_hash;
+  payload := v_ev.payload;
+  headers := v_ev.headers;
+  attempts := v_ev.attempts;
+  received_at := v_ev.received_at;
+  return next;
+end
+$fn$;
+
+-- advance: after the handler, in its transaction: moves the cursor past p_seq and tells
+-- whether the next seq already waits. It takes the key's lock, so every claim that decided
+-- "held" against the old cursor has committed and is seen here: no wake-up is lost.
+create function ${t.fn('advance')}(p_source text, p_key text, p_seq bigint)
+returns boolean
+language plpgsql as $fn$
+begin
+  update ${t.keys} k set next_seq = p_seq + 1, updated_at = now()
+   where k.source = p_source and k.key = p_key and k.next_seq = p_seq;
+  if not found then
+    -- The cursor moved under us (an operator skipped this seq): roll back, apply nothing.
+    raise exception 'webhook-inbox: cursor of key moved during apply' using errcode = '40001';
+  end if;
+  return exists (select 1 from ${t.events} e where e.source = p_source and e.key = p_key
+                 and e.seq = p_seq + 1 and e.status in ('held', 'pending'));
+end
+$fn$;
+
 -- Wakes the workers of every instance when a runnable pending event is stored: NOTIFY is sent
 -- at COMMIT, inside the claim's own statement, so it costs the delivery no round trip. The
 -- payload is the ordering key ('' for an unordered event; keys are never empty). Failed

@@ -1,6 +1,6 @@
 import type { Kysely } from 'kysely';
 import type { StatementNames } from '../database.js';
-import { defineStatement, type Tables } from './tables.js';
+import { defineStatement, type Tables, toNumber } from './tables.js';
 
 export interface PendingEvent {
   id: string;
@@ -54,5 +54,46 @@ export function createCountPending(names: StatementNames, t: Tables) {
   return async function countPending(db: Kysely<any>, source: string): Promise<number> {
     const [row] = await statement.run<{ n: number }>(db, [source]);
     return Number(row?.n ?? 0);
+  };
+}
+
+export interface TurnEvent extends PendingEvent {
+  seq: number;
+}
+
+/** One round trip: take the ordered key's event at its cursor, without locking the key (see take_turn). */
+export function createTakeTurn(names: StatementNames, t: Tables) {
+  const statement = defineStatement(names, t, 'take_turn', `select * from ${t.fn('take_turn')}($1, $2, $3)`);
+  return async function takeTurn(
+    db: Kysely<any>,
+    source: string,
+    key: string,
+    keepPayload: boolean,
+  ): Promise<TurnEvent | undefined> {
+    const [row] = await statement.run<any>(db, [source, key, keepPayload]);
+    if (!row) return undefined;
+    return {
+      id: row.id,
+      seq: toNumber(row.seq)!,
+      hash: row.body_hash,
+      payload: Buffer.from(row.payload ?? []),
+      headers: row.headers ?? {},
+      attempts: row.attempts,
+      receivedAt: new Date(row.received_at),
+    };
+  };
+}
+
+/** One round trip, after the handler: move the key's cursor past `seq`; true when the next seq waits. */
+export function createAdvance(names: StatementNames, t: Tables) {
+  const statement = defineStatement(
+    names,
+    t,
+    'advance',
+    `select ${t.fn('advance')}($1, $2, $3::bigint) as more`,
+  );
+  return async function advance(db: Kysely<any>, source: string, key: string, seq: number): Promise<boolean> {
+    const [row] = await statement.run<{ more: boolean }>(db, [source, key, seq]);
+    return row?.more === true;
   };
 }

@@ -1,0 +1,73 @@
+import { createHash } from 'node:crypto';
+import type { KyselyPlugin, PluginTransformQueryArgs, PluginTransformResultArgs, Transaction } from 'kysely';
+import { HandlerError, HandlerTimeoutError } from './errors.js';
+import type { HandlerContext, InboxEvent } from './event.js';
+import type { Handler } from './options.js';
+
+/**
+ * A stable key for one outbound call of one event, for APIs that accept `Idempotency-Key`:
+ * the same source, event id and name give the same key on every run, in every process, so a
+ * handler re-run after a crash or a rollback repeats the call safely. UUID-shaped (version 8,
+ * RFC 9562) from SHA-256, so it fits wherever a UUID or an opaque string up to 255 fits.
+ */
+export function idempotencyKey(source: string, id: string, name: string): string {
+  const hex = createHash('sha256')
+    .update(JSON.stringify(['webhook-inbox', source, id, name]))
+    .digest('hex');
+  const variant = ((Number.parseInt(hex[16], 16) & 0x3) | 0x8).toString(16);
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-8${hex.slice(13, 16)}-${variant}${hex.slice(17, 20)}-${hex.slice(20, 32)}`;
+}
+
+/**
+ * Refuses queries a timed-out handler still sends through `tx`: its transaction has been
+ * rolled back and its connection may already serve someone else.
+ */
+class RefuseAfterAbort implements KyselyPlugin {
+  constructor(readonly signal: AbortSignal) {}
+  transformQuery(args: PluginTransformQueryArgs) {
+    if (this.signal.aborted) throw this.signal.reason;
+    return args.node;
+  }
+  async transformResult(args: PluginTransformResultArgs) {
+    return args.result;
+  }
+}
+
+/**
+ * Runs the handler with its context. A throw becomes a HandlerError (the caller rolls back and
+ * counts the attempt); so does running past `timeoutMs`, after aborting `ctx.signal`.
+ */
+export async function runHandler(
+  handle: Handler,
+  event: InboxEvent,
+  tx: Transaction<any>,
+  timeoutMs: number,
+): Promise<unknown> {
+  const controller = new AbortController();
+  const context: HandlerContext = {
+    tx: timeoutMs > 0 ? tx.withPlugin(new RefuseAfterAbort(controller.signal)) : tx,
+    signal: controller.signal,
+    idempotencyKey: (name = 'default') => idempotencyKey(event.source, event.id, String(name)),
+  };
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    const run = Promise.resolve().then(() => handle(event, context));
+    if (timeoutMs <= 0) return await run;
+    return await Promise.race([
+      run,
+      new Promise<never>((_, reject) => {
+        timer = setTimeout(() => {
+          const err = new HandlerTimeoutError(timeoutMs);
+          controller.abort(err);
+          // The abandoned run may still settle; nobody waits for it any more.
+          run.catch(() => {});
+          reject(err);
+        }, timeoutMs);
+      }),
+    ]);
+  } catch (err) {
+    throw new HandlerError(err);
+  } finally {
+    clearTimeout(timer);
+  }
+}
