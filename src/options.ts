@@ -163,7 +163,7 @@ export interface InboxOptions<TBody = any> {
   maxInFlight?: number;
   /**
    * Longest wait for a free pool connection (own pg pool or PGlite) before a delivery is
-   * answered 503 with Retry-After instead of queueing without bound. @defaultValue 1000
+   * answered 503 with Retry-After instead of queueing without bound. @defaultValue 5000
    */
   poolWaitTimeoutMs?: number;
   /**
@@ -451,7 +451,7 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
     workers,
     pollIntervalMs: integer(o, 'pollIntervalMs', 1000, 1, 3_600_000),
     maxInFlight: integer(o, 'maxInFlight', 1000, 1, 1_000_000),
-    poolWaitTimeoutMs: integer(o, 'poolWaitTimeoutMs', 1000, 1, 600_000),
+    poolWaitTimeoutMs: integer(o, 'poolWaitTimeoutMs', 5000, 1, 600_000),
     handlerTimeoutMs: integer(o, 'handlerTimeoutMs', 30_000, 0, 86_400_000),
     maxPending: integer(o, 'maxPending', 100_000, 1, Number.MAX_SAFE_INTEGER),
   };

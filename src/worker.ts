@@ -308,7 +308,13 @@ export class Workers {
     }
   }
 
-  /** The handler threw (or timed out): its transaction rolled back; count the attempt apart. */
+  /**
+   * The handler threw (or timed out): its transaction rolled back; count the attempt apart.
+   * Known gap: between that rollback and this statement the event is due again, so another
+   * worker may run it once more at once (the attempt is still counted, and exactly-once holds:
+   * each run is its own transaction). Closing it needs the failure recorded in the handler's
+   * transaction, after a savepoint: a round trip more per event, not done yet.
+   */
   async #failed(
     taken: PendingEvent | TurnEvent,
     key: string | null,

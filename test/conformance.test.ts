@@ -16,12 +16,29 @@ import { FRAMEWORKS, type Framework, type LedgerServer, startLedger } from '../e
 import { type Handler, hmacSignature, type InboxOptions } from '../src/index.js';
 import { type Target, type TargetDb, targets, uniqueName } from './support/databases.js';
 
-/** Another dimension goes here (e.g. `{ name: 'deferred', options: { mode: 'deferred' } }`). */
+/**
+ * Inline: the handler runs in the request (200 processed). Deferred: the request stores the
+ * event as pending (202) and a worker applies it; retries and ordered keys are picked up by the
+ * sweeper and the poll, quickly here. Cases say what differs with `app.mode`.
+ */
 interface Mode {
-  readonly name: string;
+  readonly name: 'inline' | 'deferred';
   readonly options: Partial<InboxOptions>;
 }
-const modes: Mode[] = [{ name: 'inline', options: {} }];
+const modes: Mode[] = [
+  { name: 'inline', options: {} },
+  {
+    name: 'deferred',
+    options: {
+      mode: 'deferred',
+      workers: 2,
+      sweepIntervalMs: 50,
+      pollIntervalMs: 50,
+      retryBaseMs: 1,
+      retryCapMs: 1,
+    },
+  },
+];
 
 /** Every conformance delivery is signed (generic HMAC, GitHub-style); see the 401 cases. */
 const SECRET = 'conformance-secret';
@@ -46,7 +63,12 @@ interface Gate {
 interface App extends LedgerServer {
   readonly framework: Framework;
   readonly target: Target['name'];
-  readonly mode: string;
+  readonly mode: Mode['name'];
+  /**
+   * Waits until event `id` is no longer waiting (applied or dead-lettered). Inline mode has
+   * nothing to wait for; deferred mode waits for the workers (bounded).
+   */
+  settle(id: string): Promise<void>;
   /** Makes the handler of event `id` wait, inside its transaction, until `release()`. */
   hold(id: string): Gate;
   /** POSTs a signed delivery; a header given as null is left out. */
@@ -113,6 +135,16 @@ async function serve(
       );
       await server.close();
     },
+    async settle(id: string) {
+      const deadline = Date.now() + 15_000;
+      for (;;) {
+        await server.inbox.idle();
+        const status = (await server.inbox.event(id))?.status;
+        if (status !== 'pending' && status !== 'held') return;
+        if (Date.now() > deadline) throw new Error(`event ${id} still ${status}`);
+        await new Promise((r) => setTimeout(r, 10));
+      }
+    },
     hold(id: string): Gate {
       let enter!: () => void;
       let release!: () => void;
@@ -162,6 +194,22 @@ function expectJson(r: Reply, status: number) {
   expect(r.headers.get('content-type')).toMatch(/^application\/json/);
 }
 
+/**
+ * The acknowledgement of a delivery that applies the event: inline, 200 processed with the
+ * handler's result; deferred, 202 pending, then (after `settle`) applied by a worker.
+ */
+async function expectApplied(app: App, r: Reply, id: string, result: unknown) {
+  if (app.mode === 'inline') {
+    expectJson(r, 200);
+    expect(r.headers.get('idempotent-replayed')).toBeNull();
+    expect(r.json).toEqual({ status: 'processed', id, result });
+  } else {
+    expectJson(r, 202);
+    expect(r.json).toEqual({ status: 'pending', id });
+    await app.settle(id);
+  }
+}
+
 function expectProblem(r: Reply, status: number, field?: string) {
   expect(r.status, r.text).toBe(status);
   expect(r.headers.get('content-type')).toMatch(/^application\/problem\+json/);
@@ -192,9 +240,7 @@ const cases: Case[] = [
     async run(app) {
       const e = freshEvent();
       const r = await app.post(e.headers(e.id), '{"amount":5}');
-      expectJson(r, 200);
-      expect(r.headers.get('idempotent-replayed')).toBeNull();
-      expect(r.json).toEqual({ status: 'processed', id: e.id, result: { balance: 5 } });
+      await expectApplied(app, r, e.id, { balance: 5 });
       expect(await app.account(e.key)).toEqual({
         key: e.key,
         balance: 5,
@@ -207,7 +253,7 @@ const cases: Case[] = [
     name: 'duplicate: a second copy is replayed with Idempotent-Replayed and no second side effect',
     async run(app) {
       const e = freshEvent();
-      expectJson(await app.post(e.headers(e.id), '{"amount":7}'), 200);
+      await expectApplied(app, await app.post(e.headers(e.id), '{"amount":7}'), e.id, { balance: 7 });
       const r = await app.post(e.headers(e.id), '{"amount":7}');
       expectJson(r, 200);
       expect(r.headers.get('idempotent-replayed')).toBe('true');
@@ -229,7 +275,9 @@ const cases: Case[] = [
       gate.release();
       expectProblem(r, 409);
       expect(Number(r.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
-      expectJson(await first, 200);
+      // Deferred: the first was acknowledged (202) before its handler ran in a worker.
+      expectJson(await first, app.mode === 'inline' ? 200 : 202);
+      await app.settle(e.id);
       expect((await app.account(e.key)).entries).toEqual([{ id: e.id, seq: 1, amount: 3 }]);
     },
   },
@@ -256,7 +304,7 @@ const cases: Case[] = [
     name: 'mismatch: the same id with a different body is 422 and changes nothing',
     async run(app) {
       const e = freshEvent();
-      expectJson(await app.post(e.headers(e.id), '{"amount":2}'), 200);
+      await expectApplied(app, await app.post(e.headers(e.id), '{"amount":2}'), e.id, { balance: 2 });
       const r = await app.post(e.headers(e.id), '{"amount":200}');
       expectProblem(r, 422, 'body');
       expect(await app.account(e.key)).toMatchObject({ balance: 2, entries: [{ id: e.id, amount: 2 }] });
@@ -316,8 +364,8 @@ const cases: Case[] = [
       expect(r.json).toEqual({ status: 'held', id: second, key: e.key, seq: 2, expected: 1 });
       expect(await app.account(e.key)).toEqual({ key: e.key, balance: 0, entries: [] });
       expect((await app.inbox.held(e.key)).map((h) => h.seq)).toEqual([2]);
-      expectJson(await app.post(e.headers(e.id, 1), '{"amount":1}'), 200);
-      await app.inbox.idle();
+      await expectApplied(app, await app.post(e.headers(e.id, 1), '{"amount":1}'), e.id, { balance: 1 });
+      await app.settle(second);
       expect((await app.account(e.key)).entries.map((x) => x.seq)).toEqual([1, 2]);
     },
   },
@@ -340,6 +388,13 @@ const cases: Case[] = [
       const e = freshEvent();
       await app.failNext(e.key, 1);
       const r = await app.post(e.headers(e.id), '{"amount":4}');
+      if (app.mode === 'deferred') {
+        // The sender saw 202; the worker's failed run was rolled back, counted, and retried.
+        await expectApplied(app, r, e.id, null);
+        expect((await app.account(e.key)).entries).toEqual([{ id: e.id, seq: 1, amount: 4 }]);
+        expect(await app.inbox.event(e.id)).toMatchObject({ status: 'processed', attempts: 1 });
+        return;
+      }
       expectProblem(r, 500);
       expect(r.json.id).toBe(e.id);
       expect(await app.account(e.key)).toEqual({ key: e.key, balance: 0, entries: [] });
@@ -354,6 +409,18 @@ const cases: Case[] = [
     async run(app) {
       const e = freshEvent();
       await app.failNext(e.key, BASE_OPTIONS.maxAttempts);
+      if (app.mode === 'deferred') {
+        // Every attempt ran in a worker; the sender only saw 202, then 200 dead-lettered.
+        expectJson(await app.post(e.headers(e.id), '{"amount":9}'), 202);
+        await app.settle(e.id);
+        const again = await app.post(e.headers(e.id), '{"amount":9}');
+        expectJson(again, 200);
+        expect(again.json).toEqual({ status: 'dead-lettered', id: e.id, reason: 'poison' });
+        expect(await app.account(e.key)).toEqual({ key: e.key, balance: 0, entries: [] });
+        const [parked] = await app.inbox.deadLetters({ key: e.key });
+        expect(parked).toMatchObject({ id: e.id, status: 'dead', deadReason: 'poison', attempts: 2 });
+        return;
+      }
       for (let attempt = 1; attempt < BASE_OPTIONS.maxAttempts; attempt++) {
         expectProblem(await app.post(e.headers(e.id), '{"amount":9}'), 500);
       }
