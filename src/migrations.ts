@@ -467,12 +467,35 @@ create index ${t.local('keys_blocked')} on ${t.keys} (source, key) where state =
  * its own table, which keeps Kysely's shape (`name`, `timestamp`).
  */
 export async function migrateToLatest(db: Kysely<any>, tables: Tables): Promise<string[]> {
-  const ledger = tables.fn('migrations');
+  return runMigrations(db, {
+    label: 'webhook-inbox',
+    schema: tables.schema,
+    ledger: tables.fn('migrations'),
+    lockKey: `webhook-inbox:${tables.schema}.${tables.prefix}`,
+    migrations: migrations.map(([name, up]) => [name, () => up(tables)] as const),
+  });
+}
+
+/**
+ * The migration runner behind `migrateToLatest` (and the sender's outbox): creates the
+ * schema and the ledger table if needed and runs what the ledger lacks, in order, in one
+ * transaction under a transaction-scoped advisory lock on `lockKey`.
+ */
+export async function runMigrations(
+  db: Kysely<any>,
+  plan: {
+    label: string;
+    schema: string;
+    /** The qualified, quoted ledger table. */
+    ledger: string;
+    lockKey: string;
+    migrations: ReadonlyArray<readonly [name: string, sql: () => string]>;
+  },
+): Promise<string[]> {
+  const { ledger } = plan;
   return db.transaction().execute(async (tx) => {
-    await sql`select pg_advisory_xact_lock(hashtext(${`webhook-inbox:${tables.schema}.${tables.prefix}`}))`.execute(
-      tx,
-    );
-    await sql.raw(`create schema if not exists "${tables.schema}"`).execute(tx);
+    await sql`select pg_advisory_xact_lock(hashtext(${plan.lockKey}))`.execute(tx);
+    await sql.raw(`create schema if not exists "${plan.schema.replace(/"/g, '""')}"`).execute(tx);
     await sql
       .raw(
         `create table if not exists ${ledger} (name varchar(255) primary key, timestamp varchar(255) not null)`,
@@ -481,16 +504,15 @@ export async function migrateToLatest(db: Kysely<any>, tables: Tables): Promise<
     const done = await sql<{ name: string }>`select name from ${sql.raw(ledger)}`.execute(tx);
     const applied = new Set(done.rows.map((r) => r.name));
     const ran: string[] = [];
-    for (const [name, up] of migrations) {
+    for (const [name, up] of plan.migrations) {
       if (applied.has(name)) continue;
       try {
-        await sql.raw(up(tables)).execute(tx);
+        await sql.raw(up()).execute(tx);
       } catch (err) {
-        throw new Error(`webhook-inbox: migration ${name} failed`, { cause: err });
+        throw new Error(`${plan.label}: migration ${name} failed`, { cause: err });
       }
-      await sql`insert into ${sql.raw(ledger)} (name, timestamp) values (${name}, ${new Date().toISOString()})`.execute(
-        tx,
-      );
+      const stamp = new Date().toISOString();
+      await sql`insert into ${sql.raw(ledger)} (name, timestamp) values (${name}, ${stamp})`.execute(tx);
       ran.push(name);
     }
     return ran;

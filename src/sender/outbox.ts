@@ -14,8 +14,9 @@
  * delivery twice, which is what its inbox is for.
  */
 import { randomUUID } from 'node:crypto';
-import { CompiledQuery, type Kysely, type Migration, type MigrationProvider, Migrator, sql } from 'kysely';
+import { CompiledQuery, type Kysely, sql } from 'kysely';
 import { type Database, type DatabaseInput, openDatabase, type StatementNames } from '../database.js';
+import { runMigrations } from '../migrations.js';
 import type {
   ClaimedEvent,
   DeadLetter,
@@ -120,32 +121,18 @@ $fn$;
   ],
 ];
 
-class OutboxMigrations implements MigrationProvider {
-  constructor(readonly tables: OutboxTables) {}
-  async getMigrations(): Promise<Record<string, Migration>> {
-    const out: Record<string, Migration> = {};
-    for (const [name, up] of outboxMigrations) {
-      out[name] = { up: async (db: Kysely<any>) => void (await sql.raw(up(this.tables)).execute(db)) };
-    }
-    return out;
-  }
-}
-
-/** Runs the outbox migrations up to the latest; safe from many processes at once. */
+/**
+ * Runs the outbox migrations up to the latest; safe from many processes at once (one
+ * transaction under an advisory lock per schema; no introspection of other schemas).
+ */
 export async function migrateOutbox(db: Kysely<any>, tables: OutboxTables): Promise<void> {
-  await sql`create schema if not exists ${sql.id(tables.schema)}`.execute(db);
-  const migrator = new Migrator({
-    db,
-    provider: new OutboxMigrations(tables),
-    migrationTableSchema: tables.schema,
-    migrationTableName: 'migrations',
-    migrationLockTableName: 'migrations_lock',
+  await runMigrations(db, {
+    label: 'webhook-inbox/sender',
+    schema: tables.schema,
+    ledger: tables.fn('migrations'),
+    lockKey: `webhook-inbox/sender:${tables.schema}`,
+    migrations: outboxMigrations.map(([name, up]) => [name, () => up(tables)] as const),
   });
-  const { error, results } = await migrator.migrateToLatest();
-  if (error) {
-    const failed = results?.find((r) => r.status === 'Error')?.migrationName;
-    throw new Error(`webhook-inbox/sender: outbox migration ${failed ?? ''} failed`, { cause: error });
-  }
 }
 
 /** The statements, one round trip each. */
