@@ -72,7 +72,9 @@ import { type VerifiedDelivery, verifyDelivery } from './verify.js';
 import { Workers } from './worker.js';
 
 /** SQLSTATEs that mean "someone else holds this id or key right now": answer 409, retry later. */
-const CONTENDED = new Set(['55P03', '40P01', '40001']);
+// 23505: two deliveries of one id under different keys raced past the claim's existence
+// check (each key has its own lock); the loser's retry then sees the row and answers 422.
+const CONTENDED = new Set(['55P03', '40P01', '40001', '23505']);
 
 function sqlState(err: unknown): string | undefined {
   return err && typeof err === 'object' && 'code' in err && typeof err.code === 'string'

@@ -328,3 +328,40 @@ describe('the Express adapter needs the raw body', () => {
     }
   });
 });
+
+describe.runIf(postgresTarget)('one id sent at once under two keys, on real Postgres', () => {
+  it('applies one and refuses the other (409 then 422, never 5xx)', async () => {
+    const t = await postgresTarget!.open();
+    const applied: string[] = [];
+    const inbox = createInbox({
+      db: t.db,
+      schema: t.schema,
+      sweepIntervalMs: 0,
+      handle: (e) => {
+        applied.push(e.key!);
+      },
+    });
+    try {
+      await inbox.ready();
+      for (let round = 0; round < 5; round++) {
+        const id = `same-${round}`;
+        const deliver = (key: string) =>
+          inbox.receive({
+            headers: { 'idempotency-key': id, 'x-key': `${key}${round}`, 'x-seq': '1' },
+            rawBody: Buffer.from('x'),
+          });
+        const outcomes = await Promise.all([deliver('a'), deliver('b')]);
+        const statuses = outcomes.map((o) => o.status).sort();
+        expect(statuses[0]).toBe(200);
+        expect([409, 422]).toContain(statuses[1]);
+        const loser = outcomes.find((o) => o.status !== 200)!;
+        const retried = await deliver(loser === outcomes[0] ? 'a' : 'b');
+        expect(retried.status).toBe(422);
+      }
+      expect(applied).toHaveLength(5);
+    } finally {
+      await inbox.close();
+      await t.close();
+    }
+  });
+});
