@@ -15,7 +15,13 @@ import { inbox as expressInbox } from '../adapters/express.js';
 import { Ledger } from '../examples/ledger/ledger.js';
 import { type Database, openDatabase } from '../src/database.js';
 import { idempotencyKey } from '../src/handler-context.js';
-import { createInbox, type HandlerContext, type Inbox, type InboxEvent } from '../src/index.js';
+import {
+  createInbox,
+  type HandlerContext,
+  type Inbox,
+  type InboxEvent,
+  type InboxOptions,
+} from '../src/index.js';
 
 export interface ContenderConfig {
   contender: string;
@@ -166,6 +172,7 @@ async function inboxContender(
   name: string,
   options: {
     embedded?: boolean;
+    inbox?: Partial<InboxOptions>;
     serve?: (inbox: Inbox, ledger: Ledger) => Promise<{ port: number; close(): Promise<void> }>;
   },
 ): Promise<RunningContender> {
@@ -176,6 +183,7 @@ async function inboxContender(
     poolSize: config.poolSize,
     schema: `${schema}_inbox`,
     handle: ledgerHandler(ledger),
+    ...options.inbox,
   });
   const kysely = await inbox.kysely();
   await ledger.setup(kysely);
@@ -387,8 +395,25 @@ export const CONTENDERS: Record<string, ContenderSpec> = {
   },
 
   inbox: {
-    description: 'webhook-inbox, Express adapter, real PostgreSQL',
+    description:
+      'webhook-inbox as shipped (defaults: no Redis; duplicates this instance processed answered from its in-process cache), Express adapter, real PostgreSQL',
     start: (config) => inboxContender(config, 'inbox', {}),
+  },
+
+  'inbox-redis': {
+    description:
+      'webhook-inbox with the Redis fast path, the in-process cache off (`duplicateCacheSize: 0`): every duplicate is one Redis GET, as when it lands on another instance',
+    needsRedis: true,
+    start: (config) =>
+      inboxContender(config, 'inboxrds', {
+        inbox: { redis: config.redisUrl, redisPrefix: `${config.schemaBase}:`, duplicateCacheSize: 0 },
+      }),
+  },
+
+  'inbox-pg': {
+    description:
+      'webhook-inbox without Redis and with the in-process cache off (`duplicateCacheSize: 0`): every duplicate goes to PostgreSQL',
+    start: (config) => inboxContender(config, 'inboxpg', { inbox: { duplicateCacheSize: 0 } }),
   },
 
   'inbox-koa': {

@@ -1,7 +1,7 @@
 /**
  * `npm run bench`: the contenders side by side, under the same load, in the same run.
  *
- *   npm run bench                         full: 3 runs of 8 s per cell, medians
+ *   npm run bench                         full: 3 runs of 6 s per cell (after 2 s of warm-up), medians
  *   npm run bench -- --quick              1 run of 3 s per cell
  *   npm run bench -- --contenders inbox,bare --workloads unique
  *   npm run bench -- --cpu-prof           also write a CPU profile of every server (bench/results/profiles)
@@ -39,7 +39,7 @@ function value(name: string): string | undefined {
 }
 const quick = flag('quick');
 const runs = Number(value('runs') ?? (quick ? 1 : 3));
-const duration = Number(value('duration') ?? (quick ? 3 : 8));
+const duration = Number(value('duration') ?? (quick ? 3 : 6));
 const warmup = Number(value('warmup') ?? (quick ? 1 : 2));
 const connections = Number(value('connections') ?? 50);
 const poolSize = Number(value('pool') ?? 10);
@@ -59,6 +59,8 @@ function fail(message: string): never {
   console.error(`bench: ${message}`);
   process.exit(2);
 }
+
+const started = Date.now();
 
 // ---- pinning ---------------------------------------------------------------------------------
 const cores = cpus().length;
@@ -83,12 +85,11 @@ async function startServer(contender: string, schemaBase: string, profileName?: 
   const config: ContenderConfig = { contender, postgresUrl, redisUrl, schemaBase, poolSize };
   const execArgv = ['--import', 'tsx', '--expose-gc'];
   if (profileName) {
-    mkdirSync(join(here, 'results', 'profiles'), { recursive: true });
-    execArgv.push(
-      '--cpu-prof',
-      `--cpu-prof-dir=${join(here, 'results', 'profiles')}`,
-      `--cpu-prof-name=${profileName}`,
-    );
+    // One directory per server: V8 writes a profile per thread (tsx's loader has its own),
+    // so the files keep their default names; profile-summary.ts reads the busiest.
+    const dir = join(here, 'results', 'profiles', profileName);
+    mkdirSync(dir, { recursive: true });
+    execArgv.push('--cpu-prof', `--cpu-prof-dir=${dir}`);
   }
   const child = fork(join(here, 'server.ts'), [JSON.stringify(config)], { execArgv, stdio: 'inherit' });
   if (canPin) execFileSync('taskset', ['-acp', '0', String(child.pid)], { stdio: 'ignore' });
@@ -191,7 +192,7 @@ async function measure(
   const server = await startServer(
     contender,
     schemaBase,
-    cpuProf ? `${contender}-${workload}-r${run}.cpuprofile` : undefined,
+    cpuProf ? `${contender}-${workload}-r${run}` : undefined,
   );
   try {
     if (warmup > 0) await load(server.port, w.next(`${tag}w`), { seconds: warmup });
@@ -269,9 +270,24 @@ async function dropEverything(schemaBase: string) {
   }
 }
 
+function write(cells: Cell[], runsDone: number): Goal[] {
+  const command = `npm run bench${argv.length ? ` -- ${argv.join(' ')}` : ''}`;
+  return report(cells, {
+    command,
+    runs: runsDone,
+    duration,
+    warmup,
+    connections,
+    poolSize,
+    pinned: canPin,
+    postgresUrl,
+    elapsedS: Math.round((Date.now() - started) / 1000),
+    writeMarkdown: !flag('no-markdown'),
+  });
+}
+
 // ---- main ------------------------------------------------------------------------------------
 const schemaBase = `bench_${randomBytes(3).toString('hex')}`;
-const started = Date.now();
 try {
   if (long !== undefined) {
     await longMode(long, schemaBase);
@@ -301,20 +317,10 @@ try {
             `non-2xx ${cell.non2xx}  double-applied ${cell.doubleApplied}  out-of-order ${cell.outOfOrder}`,
         );
       }
+      // The report so far, after every run: a long full run stopped early still leaves one.
+      if (run < runs) write(cells, run);
     }
-    const command = `npm run bench${argv.length ? ` -- ${argv.join(' ')}` : ''}`;
-    const goals: Goal[] = report(cells, {
-      command,
-      runs,
-      duration,
-      warmup,
-      connections,
-      poolSize,
-      pinned: canPin,
-      postgresUrl,
-      elapsedS: Math.round((Date.now() - started) / 1000),
-      writeMarkdown: !flag('no-markdown'),
-    });
+    const goals = write(cells, runs);
     if (goals.some((g) => g.correctnessViolation)) process.exitCode = 1;
   }
 } finally {

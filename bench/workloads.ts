@@ -150,9 +150,9 @@ export const MATRIX: Record<string, string[]> = {
     'inbox-fastify',
     'inbox-pglite',
   ],
-  dup50: ['bare', 'naive', 'node-idempotency', 'express-idempotency', 'inbox', 'inbox-redis'],
-  replay: ['hello', 'naive', 'node-idempotency', 'express-idempotency', 'inbox', 'inbox-redis'],
-  storm: ['bare', 'naive', 'node-idempotency', 'express-idempotency', 'inbox', 'inbox-redis'],
-  ordered: ['inbox', 'inbox-redis'],
+  dup50: ['naive', 'node-idempotency', 'express-idempotency', 'inbox', 'inbox-redis', 'inbox-pg'],
+  replay: ['hello', 'naive', 'node-idempotency', 'express-idempotency', 'inbox', 'inbox-redis', 'inbox-pg'],
+  storm: ['naive', 'node-idempotency', 'express-idempotency', 'inbox', 'inbox-redis', 'inbox-pg'],
+  ordered: ['inbox'],
   shuffled: ['naive', 'inbox'],
 };
