@@ -194,16 +194,32 @@ class PgPoolDriver implements Driver {
  * survived). This driver hands its single connection out exclusively: transactions and
  * statements queue behind each other, which is what one session can honestly offer.
  */
+/**
+ * The turns of one PGlite session. Kept per PGlite instance, not per driver: two inboxes (or an
+ * inbox and the app's own Kysely built with `inbox.kysely()`) sharing one PGlite share its one
+ * session, so they must queue in one line.
+ */
+class SessionTurns {
+  tail: Promise<void> = Promise.resolve();
+  release: (() => void) | undefined;
+}
+const sessionTurns = new WeakMap<object, SessionTurns>();
+function turnsOf(pglite: PGliteLike): SessionTurns {
+  let turns = sessionTurns.get(pglite);
+  if (!turns) sessionTurns.set(pglite, (turns = new SessionTurns()));
+  return turns;
+}
+
 class PGliteDriver implements Driver {
   readonly #connection: DatabaseConnection;
-  #tail: Promise<void> = Promise.resolve();
-  #release: (() => void) | undefined;
+  readonly #turns: SessionTurns;
 
   constructor(
     readonly pglite: PGliteLike,
     readonly ownsDatabase: boolean,
     readonly waitTimeoutMs: number,
   ) {
+    this.#turns = turnsOf(pglite);
     this.#connection = {
       executeQuery: async <R>(compiled: CompiledQuery): Promise<QueryResult<R>> => {
         // Without parameters, the simple protocol: several statements may run at once
@@ -225,15 +241,16 @@ class PGliteDriver implements Driver {
   }
   async init(): Promise<void> {}
   async acquireConnection(): Promise<DatabaseConnection> {
-    const previous = this.#tail;
+    const turns = this.#turns;
+    const previous = turns.tail;
     let release!: () => void;
-    this.#tail = new Promise<void>((resolve) => {
+    turns.tail = new Promise<void>((resolve) => {
       release = resolve;
     });
     // The one session is busy: wait (bounded) for our turn. Given up, the turn is passed on
     // untouched when it comes.
     await boundedWait(previous, this.waitTimeoutMs, () => release());
-    this.#release = release;
+    turns.release = release;
     return this.#connection;
   }
   beginTransaction(connection: DatabaseConnection, settings: TransactionSettings): Promise<void> {
@@ -246,12 +263,12 @@ class PGliteDriver implements Driver {
     return runTransactionStatement(connection, 'rollback');
   }
   async releaseConnection(): Promise<void> {
-    const release = this.#release;
-    this.#release = undefined;
+    const release = this.#turns.release;
+    this.#turns.release = undefined;
     release?.();
   }
   async destroy(): Promise<void> {
-    await this.#tail;
+    await this.#turns.tail;
     if (this.ownsDatabase && !this.pglite.closed) await this.pglite.close();
   }
 }

@@ -74,20 +74,24 @@ describe.each(targets)('the inbox core on $name', (target) => {
     const items = `"${t.appSchema}".items`;
     const db = await app.inbox.kysely();
     await db.executeQuery(CompiledQuery.raw(`create table ${items} (id text primary key)`));
-    const inbox = createInbox({
-      db: t.another(),
-      schema: t.schema,
-      source: 'mixed',
-      sweepIntervalMs: 0,
-      handle: async (e, { tx }) => {
-        await tx.executeQuery(CompiledQuery.raw(`insert into ${items} (id) values ($1)`, [e.id]));
-        await new Promise((r) => setImmediate(r)); // let the others interleave
-        if (e.body.fail) throw new Error('fail on purpose');
-      },
-    });
+    // Two inboxes on one database: on PGlite they share its one session, so they must share
+    // one line too.
+    const make = (source: string) =>
+      createInbox({
+        db: t.another(),
+        schema: t.schema,
+        source,
+        sweepIntervalMs: 0,
+        handle: async (e, { tx }) => {
+          await tx.executeQuery(CompiledQuery.raw(`insert into ${items} (id) values ($1)`, [e.id]));
+          await new Promise((r) => setImmediate(r)); // let the others interleave
+          if (e.body.fail) throw new Error('fail on purpose');
+        },
+      });
+    const inboxes = [make('mixed-a'), make('mixed-b')];
     const ids = Array.from({ length: 20 }, (_, i) => uid(`mixed${i}`));
     const deliver = (id: string, i: number) =>
-      inbox.receive({
+      inboxes[i % 2].receive({
         headers: { 'idempotency-key': id, 'content-type': 'application/json' },
         rawBody: Buffer.from(JSON.stringify({ fail: i % 4 === 0 })),
       });
@@ -98,7 +102,7 @@ describe.each(targets)('the inbox core on $name', (target) => {
     // The failed ones were not recorded as processed: delivering them again runs the handler again.
     const again = await Promise.all(ids.map((id, i) => (i % 4 === 0 ? deliver(id, i) : undefined)));
     expect(again.filter(Boolean).map((o) => o!.kind)).toEqual(Array(5).fill('failed'));
-    await inbox.close();
+    await Promise.all(inboxes.map((inbox) => inbox.close()));
   });
 
   it('a handler that fails twice then succeeds applies the event once', async () => {
