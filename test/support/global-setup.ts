@@ -29,6 +29,13 @@ function answers(host: string, port: number): Promise<boolean> {
  * instead of quietly leaving the suites to PGlite.
  */
 export default async function setup(project: TestProject) {
+  if (process.env.WEBHOOK_INBOX_SERVERS === 'none') {
+    // As on a machine with only Node: PGlite, no servers (what `npm install && npm test` meets there).
+    console.log('webhook-inbox tests: PGlite (embedded) only, WEBHOOK_INBOX_SERVERS=none');
+    project.provide('postgresUrl', null);
+    project.provide('redisUrl', null);
+    return;
+  }
   const pg =
     process.env.DATABASE_URL ||
     ((await answers('127.0.0.1', 5432)) ? 'postgres://postgres@127.0.0.1:5432/test' : null);
