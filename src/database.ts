@@ -206,7 +206,10 @@ class SessionTurns {
 const sessionTurns = new WeakMap<object, SessionTurns>();
 function turnsOf(pglite: PGliteLike): SessionTurns {
   let turns = sessionTurns.get(pglite);
-  if (!turns) sessionTurns.set(pglite, (turns = new SessionTurns()));
+  if (!turns) {
+    turns = new SessionTurns();
+    sessionTurns.set(pglite, turns);
+  }
   return turns;
 }
 
