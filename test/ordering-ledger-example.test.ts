@@ -15,7 +15,9 @@ const server = fileURLToPath(new URL('../examples/ledger/server.ts', import.meta
 const children = new Set<ChildProcess>();
 
 function runExample(env: Record<string, string>) {
-  const { DATABASE_URL: _, ...inherited } = process.env;
+  // A fresh embedded database each run: no DATABASE_URL, and no REDIS_URL either (a Redis
+  // shared across runs would remember the previous run's events, as a cache of another database).
+  const { DATABASE_URL: _db, REDIS_URL: _redis, ...inherited } = process.env;
   const child = spawn(process.execPath, ['--import', 'tsx', server], {
     env: { ...inherited, PORT: '0', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
