@@ -277,7 +277,7 @@ for (const account of accounts) {
 }
 for (const e of plan) if (!seen.has(e.id)) missing++;
 const held = (await ledger.inbox.held()).length;
-const dead = (await ledger.inbox.deadLetters({ limit: 1_000_000 })).length;
+const dead = (await ledger.inbox.deadLetters({ limit: 10_000 })).length;
 const delivered = results.filter((x) => x.status === 'delivered').length;
 const unassigned = [...seqOf.values()].filter((s) => s === null).length;
 
