@@ -865,31 +865,48 @@ export class Inbox {
         { err: err.cause, id: taken.id, key, seq: taken.seq },
         'webhook-inbox: handler failed during drain',
       );
-      const row = await s
-        .fail(database.kysely, {
-          source: o.source,
-          id: taken.id,
-          key,
-          seq: taken.seq,
-          hash: taken.hash,
-          payload: taken.payload,
-          headers: taken.headers,
-          error: errorMessage(err.cause),
-          maxAttempts: o.maxAttempts,
-          onPoison: o.onPoison,
-          retryInMs: backoffMs(taken.attempts, o.retryBaseMs, o.retryCapMs),
-          receivedAt: taken.receivedAt,
-        })
-        .catch((failErr) => {
-          o.logger.error(
-            { err: failErr, id: taken!.id },
-            'webhook-inbox: could not record the failed attempt',
-          );
-          return undefined;
-        });
+      const row = await this.#recordFailure(database, taken, key, taken.seq, err.cause);
       if (row?.decision === 'dead') this.#deadLettered(taken.id, key, taken.seq, row.attempts);
       return { applied: false, more: row?.drain === true };
     }
+  }
+
+  /**
+   * Counts a failed run of an event a drain, the sweeper or a worker took (its transaction
+   * rolled back): one round trip. Undefined when even that failed (logged).
+   */
+  #recordFailure(
+    database: Database,
+    taken: {
+      id: string;
+      hash: string;
+      payload: Buffer;
+      headers: Record<string, string>;
+      attempts: number;
+      receivedAt: Date;
+    },
+    key: string | null,
+    seq: number | null,
+    cause: unknown,
+  ) {
+    const o = this.options;
+    return this.#statements!.fail(database.kysely, {
+      source: o.source,
+      id: taken.id,
+      key,
+      seq,
+      hash: taken.hash,
+      payload: taken.payload,
+      headers: taken.headers,
+      error: errorMessage(cause),
+      maxAttempts: o.maxAttempts,
+      onPoison: o.onPoison,
+      retryInMs: backoffMs(taken.attempts, o.retryBaseMs, o.retryCapMs),
+      receivedAt: taken.receivedAt,
+    }).catch((failErr) => {
+      o.logger.error({ err: failErr, id: taken.id }, 'webhook-inbox: could not record the failed attempt');
+      return undefined;
+    });
   }
 
   #scheduleSweep(): void {
@@ -1011,28 +1028,7 @@ export class Inbox {
         return { taken: false, applied: false };
       }
       o.logger.warn({ err: err.cause, id: taken.id }, 'webhook-inbox: handler failed on a pending event');
-      const row = await s
-        .fail(database.kysely, {
-          source: o.source,
-          id: taken.id,
-          key: null,
-          seq: null,
-          hash: taken.hash,
-          payload: taken.payload,
-          headers: taken.headers,
-          error: errorMessage(err.cause),
-          maxAttempts: o.maxAttempts,
-          onPoison: o.onPoison,
-          retryInMs: backoffMs(taken.attempts, o.retryBaseMs, o.retryCapMs),
-          receivedAt: taken.receivedAt,
-        })
-        .catch((failErr) => {
-          o.logger.error(
-            { err: failErr, id: taken!.id },
-            'webhook-inbox: could not record the failed attempt',
-          );
-          return undefined;
-        });
+      const row = await this.#recordFailure(database, taken, null, null, err.cause);
       if (row?.decision === 'dead') o.logger.info({ id: taken.id }, 'webhook-inbox: dead-lettered (poison)');
       return { taken: true, applied: false };
     }
