@@ -7,35 +7,82 @@
  *
  * const app = express();
  * app.use('/webhooks', inbox({ db: process.env.DATABASE_URL, handle: applyEvent }));
- * // GET /webhooks/health answers inbox.health(): 200 when Postgres answers, else 503.
+ * // POST /webhooks is a delivery; GET /webhooks/health answers inbox.health() (200, or 503
+ * // when Postgres does not answer); other methods on /webhooks are 405; the rest of the app
+ * // is untouched.
  * ```
  */
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
 import { RawBodyUnavailableError } from '../src/errors.js';
 import { createInbox, Inbox } from '../src/inbox.js';
+import {
+  checkPath,
+  DEFAULT_ROOT_PATH,
+  type Endpoint,
+  endpointOf,
+  routedEndpointOf,
+} from '../src/mount-path.js';
 import type { InboxOptions } from '../src/options.js';
-import type { Outcome } from '../src/outcome.js';
+import { methodNotAllowed, type Outcome } from '../src/outcome.js';
 
-export type ExpressInboxOptions = InboxOptions | Inbox;
+export interface ExpressMountOptions {
+  /**
+   * The webhook path, relative to where the middleware is mounted: deliveries are `POST` to it,
+   * the health probe is `GET <path>/health`, other methods on it are 405, and every other
+   * request is passed on with `next()`.
+   * @defaultValue the mount path itself (`app.use('/webhooks', inbox(…))` answers `POST
+   * /webhooks`); `'/webhooks'` when mounted at the root of the app (`app.use(inbox(…))`);
+   * with a route (`app.post('/hooks', inbox(…))`), the route's path.
+   */
+  path?: string;
+}
+
+export type ExpressInboxOptions = (InboxOptions & ExpressMountOptions) | Inbox;
 
 export interface InboxMiddleware extends RequestHandler {
   /** The core inbox behind this middleware (for `close()`, inspection, the sweeper). */
   readonly inbox: Inbox;
 }
 
+function withoutPath({ path: _path, ...options }: InboxOptions & ExpressMountOptions): InboxOptions {
+  return options;
+}
+
 function send(res: Response, outcome: Outcome): void {
   res.status(outcome.status).set(outcome.headers).send(JSON.stringify(outcome.body));
 }
 
-/** Express middleware for `app.use(path, inbox(options))` or `app.post(path, inbox(options))`. */
-export function inbox(options: ExpressInboxOptions): InboxMiddleware {
-  const core = options instanceof Inbox ? options : createInbox(options);
+/**
+ * Which of the inbox's endpoints a request is. A route that chose this middleware decides the
+ * path; otherwise `path`, else the mount point (`req.baseUrl` is set when mounted under a
+ * path), else {@link DEFAULT_ROOT_PATH} at the root of the app.
+ */
+function endpoint(req: Request, path: string | undefined): Endpoint {
+  if (path === undefined && req.route) return routedEndpointOf(req.method, req.path);
+  const base = path ?? (req.baseUrl ? '' : DEFAULT_ROOT_PATH);
+  return endpointOf(req.method, req.path, base);
+}
+
+/**
+ * Express middleware for `app.use('/webhooks', inbox(options))`, `app.use(inbox(options))`
+ * (answers at `/webhooks`, or at `path`) or `app.post('/webhooks', inbox(options))`. The second
+ * argument gives the mount options to an inbox made by `createInbox`.
+ */
+export function inbox(options: ExpressInboxOptions, mount: ExpressMountOptions = {}): InboxMiddleware {
+  const own = options instanceof Inbox ? undefined : options;
+  const base = checkPath(mount.path ?? own?.path);
+  const core = own ? createInbox(withoutPath(own)) : (options as Inbox);
   const middleware = async (req: Request, res: Response, next: NextFunction) => {
-    if (req.method === 'GET' && req.path === '/health') {
-      send(res, await core.healthOutcome().catch((err) => core.outcomeForError(err)));
-      return;
+    switch (endpoint(req, base)) {
+      case 'pass':
+        return next();
+      case 'health':
+        send(res, await core.healthOutcome().catch((err) => core.outcomeForError(err)));
+        return;
+      case 'method-not-allowed':
+        send(res, methodNotAllowed());
+        return;
     }
-    if (req.method !== 'POST') return next();
     try {
       let outcome: Outcome;
       if (Buffer.isBuffer(req.body)) {

@@ -7,8 +7,13 @@
  *
  * const app = Fastify();
  * await app.register(inbox, { prefix: '/webhooks', db: process.env.DATABASE_URL, handle: applyEvent });
- * // GET /webhooks/health answers inbox.health().
+ * // POST /webhooks is a delivery, GET /webhooks/health answers inbox.health(), other methods
+ * // on /webhooks are 405; the app's other routes (and their JSON parser) are untouched.
  * ```
+ *
+ * Without `prefix`, the plugin answers at `/webhooks` when registered on the root app, and at
+ * the prefix of the context it is registered in otherwise (the same rule as the Express and
+ * Koa adapters).
  *
  * Two layers, on purpose. The outer plugin is wrapped with fastify-plugin (name, `fastify: '5.x'`)
  * so that `app.webhookInbox` and the `onClose` hook reach the app that registered it. The
@@ -18,13 +23,33 @@
  */
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
+import { InboxOptionsError } from '../src/errors.js';
 import { createInbox, Inbox } from '../src/inbox.js';
+import { checkPath, DEFAULT_ROOT_PATH } from '../src/mount-path.js';
 import type { InboxOptions } from '../src/options.js';
-import type { Outcome } from '../src/outcome.js';
+import { methodNotAllowed, type Outcome } from '../src/outcome.js';
 import type { BodyStream } from '../src/raw-body.js';
 
-/** Inbox options, or `{ inbox }` to serve an inbox made by `createInbox` (not closed by Fastify). */
-export type FastifyInboxOptions = InboxOptions | { inbox: Inbox };
+export interface FastifyMountOptions {
+  /**
+   * The webhook path (Fastify's own `prefix`; `path` is accepted as the same option, as on the
+   * other adapters): deliveries are `POST` to it, the health probe is `GET <prefix>/health`,
+   * other methods on it are 405.
+   * @defaultValue `'/webhooks'` on the root app; inside a prefixed context, that prefix itself
+   */
+  prefix?: string;
+  /** The same as `prefix`. */
+  path?: string;
+}
+
+/**
+ * Inbox options, or `{ inbox }` to serve an inbox made by `createInbox` (not closed by
+ * Fastify); with the mount options either way.
+ */
+export type FastifyInboxOptions = (InboxOptions | { inbox: Inbox }) & FastifyMountOptions;
+
+/** Methods other than POST that get 405 on the webhook path (HEAD follows GET in Fastify). */
+const OTHER_METHODS = ['GET', 'PUT', 'DELETE', 'PATCH', 'OPTIONS'] as const;
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -40,7 +65,11 @@ function send(reply: FastifyReply, outcome: Outcome): FastifyReply {
 }
 
 const plugin: FastifyPluginAsync<FastifyInboxOptions> = async (app, options) => {
-  const { prefix, ...rest } = options as FastifyInboxOptions & { prefix?: string };
+  const { prefix: givenPrefix, path, ...rest } = options;
+  if (givenPrefix !== undefined && path !== undefined && givenPrefix !== path) {
+    throw new InboxOptionsError('path', 'is the same option as `prefix`: give one of them');
+  }
+  const prefix = checkPath(givenPrefix ?? path, givenPrefix !== undefined ? 'prefix' : 'path');
   const core =
     'inbox' in rest && rest.inbox instanceof Inbox ? rest.inbox : createInbox(rest as InboxOptions);
   if (!app.hasDecorator('webhookInbox')) app.decorate('webhookInbox', core);
@@ -58,6 +87,11 @@ const plugin: FastifyPluginAsync<FastifyInboxOptions> = async (app, options) => 
       scope.get('/health', async (_request: FastifyRequest, reply: FastifyReply) =>
         send(reply, await core.healthOutcome().catch((err) => core.outcomeForError(err))),
       );
+      scope.route({
+        method: [...OTHER_METHODS],
+        url: '/',
+        handler: async (_request: FastifyRequest, reply: FastifyReply) => send(reply, methodNotAllowed()),
+      });
       scope.post('/', async (request: FastifyRequest, reply: FastifyReply) => {
         try {
           // No body at all (Content-Length: 0, no type): Fastify runs no parser.
@@ -71,7 +105,8 @@ const plugin: FastifyPluginAsync<FastifyInboxOptions> = async (app, options) => 
         }
       });
     },
-    { prefix },
+    // Registered on the root app without a prefix, it must not take the root path `/`.
+    { prefix: prefix ?? (app.prefix === '' ? DEFAULT_ROOT_PATH : undefined) },
   );
 };
 

@@ -7,20 +7,32 @@
  *
  * const app = new Koa();
  * app.use(inbox({ path: '/webhooks', db: process.env.DATABASE_URL, handle: applyEvent }));
- * // or, with @koa/router: router.post('/webhooks', inbox({ db, handle: applyEvent }))
- * // GET /webhooks/health answers inbox.health() (with a router: router.get('/webhooks/health', same middleware)).
+ * // POST /webhooks is a delivery, GET /webhooks/health answers inbox.health(), other methods
+ * // on /webhooks are 405, and every other request goes on to the rest of the app.
+ * // With @koa/router: router.post('/webhooks', inbox({ db, handle: applyEvent }))
+ * // (and router.get('/webhooks/health', same middleware) for the probe).
  * ```
  */
 import type { Context, Middleware, Next } from 'koa';
 import { RawBodyUnavailableError } from '../src/errors.js';
 import { createInbox, Inbox } from '../src/inbox.js';
+import {
+  checkPath,
+  DEFAULT_ROOT_PATH,
+  type Endpoint,
+  endpointOf,
+  routedEndpointOf,
+} from '../src/mount-path.js';
 import type { InboxOptions } from '../src/options.js';
-import type { Outcome } from '../src/outcome.js';
+import { methodNotAllowed, type Outcome } from '../src/outcome.js';
 
 export interface KoaMountOptions {
   /**
-   * Answer POSTs to this exact path (a trailing slash is ignored) and pass everything else on.
-   * Leave it out when a router already chose the route. @defaultValue every POST that reaches it
+   * The webhook path: deliveries are `POST` to it (a trailing slash is ignored), the health
+   * probe is `GET <path>/health`, other methods on it are 405, and every other request is
+   * passed on with `next()`.
+   * @defaultValue `'/webhooks'`; with a router (`router.post('/hooks', inbox(…))`), the route's
+   * path; under koa-mount, the mount path itself
    */
   path?: string;
 }
@@ -35,6 +47,10 @@ export interface KoaInboxMiddleware extends Middleware {
 const HINT =
   'Mount the inbox before koa-bodyparser/@koa/bodyparser (app.use order), or give the webhook route its own router without a body parser.';
 
+function withoutPath({ path: _path, ...options }: InboxOptions & KoaMountOptions): InboxOptions {
+  return options;
+}
+
 function send(ctx: Context, outcome: Outcome): void {
   ctx.status = outcome.status;
   ctx.set(outcome.headers as Record<string, string>);
@@ -42,33 +58,32 @@ function send(ctx: Context, outcome: Outcome): void {
 }
 
 /**
- * `GET <path>/health` with `path`; without it, a GET a router sent here on a route ending in
- * `/health` (`router.get('/webhooks/health', middleware)`), never the app's own routes.
+ * Which of the inbox's endpoints a request is. A router route that chose this middleware
+ * decides the path; otherwise `path`, else the koa-mount point, else {@link DEFAULT_ROOT_PATH}.
  */
-function isHealthPath(ctx: Context, exact: string | undefined): boolean {
-  const path = ctx.path.replace(/\/+$/, '');
-  if (exact !== undefined) return path === `${exact}/health`;
-  return (ctx as { _matchedRoute?: unknown })._matchedRoute !== undefined && path.endsWith('/health');
+function endpoint(ctx: Context, path: string | undefined): Endpoint {
+  const routed = (ctx as { _matchedRoute?: unknown })._matchedRoute !== undefined;
+  if (path === undefined && routed) return routedEndpointOf(ctx.method, ctx.path);
+  const mounted = (ctx as { mountPath?: unknown }).mountPath !== undefined;
+  return endpointOf(ctx.method, ctx.path, path ?? (mounted ? '' : DEFAULT_ROOT_PATH));
 }
 
 /** Koa middleware for `app.use(inbox({ path, … }))` or `router.post(path, inbox(…))`. */
 export function inbox(options: KoaInboxOptions, mount: KoaMountOptions = {}): KoaInboxMiddleware {
-  let core: Inbox;
-  let path = mount.path;
-  if (options instanceof Inbox) core = options;
-  else {
-    const { path: ownPath, ...inboxOptions } = options;
-    path ??= ownPath;
-    core = createInbox(inboxOptions);
-  }
-  const exact = path?.replace(/\/+$/, '') || undefined;
+  const own = options instanceof Inbox ? undefined : options;
+  const base = checkPath(mount.path ?? own?.path);
+  const core = own ? createInbox(withoutPath(own)) : (options as Inbox);
   const middleware = async (ctx: Context, next: Next) => {
-    if (ctx.method === 'GET' && isHealthPath(ctx, exact)) {
-      send(ctx, await core.healthOutcome().catch((err) => core.outcomeForError(err)));
-      return;
+    switch (endpoint(ctx, base)) {
+      case 'pass':
+        return next();
+      case 'health':
+        send(ctx, await core.healthOutcome().catch((err) => core.outcomeForError(err)));
+        return;
+      case 'method-not-allowed':
+        send(ctx, methodNotAllowed());
+        return;
     }
-    if (ctx.method !== 'POST') return next();
-    if (exact !== undefined && ctx.path.replace(/\/+$/, '') !== exact) return next();
     try {
       const body = (ctx.request as { body?: unknown }).body;
       if (Buffer.isBuffer(body)) {

@@ -13,6 +13,8 @@ export const OutcomeKind = Object.freeze({
   pending: 'pending',
   shed: 'shed',
   unavailable: 'unavailable',
+  /** A request to the webhook path with another method than POST (answered by the adapters). */
+  methodNotAllowed: 'method-not-allowed',
   /** Not a delivery: the answer to `GET …/health` (`inbox.healthOutcome()`). */
   health: 'health',
 } as const);
@@ -55,6 +57,7 @@ const TITLES: Record<string, string> = {
   failed: 'Handler failed',
   shed: 'Overloaded',
   unavailable: 'Inbox unavailable',
+  'method-not-allowed': 'Method not allowed',
 };
 
 /** An RFC 9457 problem outcome. `detail` must never carry internals (SQL, stacks, handler messages). */
@@ -80,4 +83,17 @@ export function problem(
       ...members,
     },
   };
+}
+
+/**
+ * The answer to another method than POST on the webhook path: 405 with `Allow: POST`, so a
+ * probe or a misconfigured sender learns what the endpoint takes instead of a framework's 404.
+ */
+export function methodNotAllowed(): Outcome {
+  const outcome = problem(
+    OutcomeKind.methodNotAllowed,
+    405,
+    'This endpoint receives webhook deliveries with POST only.',
+  );
+  return { ...outcome, headers: { ...outcome.headers, allow: 'POST' } };
 }
