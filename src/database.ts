@@ -285,8 +285,51 @@ function postgresDialect(driver: Driver): Dialect {
   };
 }
 
-/** What `db` may be: a connection string, a `pg.Pool`, a Kysely instance, or a PGlite instance. */
+/**
+ * What `db` may be: a connection string, a `pg.Pool`, a Kysely instance, or a PGlite instance
+ * (or `'memory'`: an embedded PGlite database in memory).
+ */
 export type DatabaseInput = string | PgPoolLike | Kysely<any> | PGliteLike;
+
+/** Thrown when the embedded database is needed and `@electric-sql/pglite` is not installed. */
+export class EmbeddedDatabaseUnavailableError extends Error {
+  override name = 'EmbeddedDatabaseUnavailableError';
+  constructor(cause: unknown) {
+    super(
+      "webhook-inbox: no `db` was given (or db: 'memory' / dataDir), so the embedded PGlite database is needed, " +
+        'but @electric-sql/pglite is not installed. Install it (npm install @electric-sql/pglite), ' +
+        'or pass db: a PostgreSQL connection string or pg.Pool.',
+      { cause },
+    );
+  }
+}
+
+/**
+ * PGlite is an optional peer dependency (about 27 MB): production installs on PostgreSQL do not
+ * carry it. Only a missing package becomes the clear error; any other failure is itself.
+ */
+let warnedMissingPGlite = false;
+
+async function importPGlite(): Promise<typeof import('@electric-sql/pglite')> {
+  try {
+    return await import('@electric-sql/pglite');
+  } catch (err) {
+    const code = (err as { code?: string }).code;
+    if (
+      (code === 'ERR_MODULE_NOT_FOUND' || code === 'MODULE_NOT_FOUND') &&
+      String((err as Error).message).includes('@electric-sql/pglite')
+    ) {
+      const missing = new EmbeddedDatabaseUnavailableError(err);
+      // Deliveries answer 503 while the database cannot open; say why once, even with no logger.
+      if (!warnedMissingPGlite) {
+        warnedMissingPGlite = true;
+        process.emitWarning(missing.message, 'WebhookInboxWarning');
+      }
+      throw missing;
+    }
+    throw err;
+  }
+}
 
 export interface Database {
   readonly kysely: Kysely<any>;
@@ -324,8 +367,8 @@ export async function openDatabase(
 ): Promise<Database> {
   const wait = options.poolWaitTimeoutMs ?? Number.POSITIVE_INFINITY;
   const names = new StatementNames();
-  if (input === undefined) {
-    const { PGlite } = await import('@electric-sql/pglite');
+  if (input === undefined || input === 'memory') {
+    const { PGlite } = await importPGlite();
     const pglite = new PGlite(options.dataDir);
     await pglite.waitReady;
     return fromPGlite(pglite as unknown as PGliteLike, true, names, wait);

@@ -28,11 +28,20 @@ export interface InboxOptions<TBody = any> {
    */
   handle: Handler<TBody>;
   /**
-   * Where the inbox lives: a connection string, a `pg.Pool`, a Kysely instance or a PGlite
-   * instance. Without it, an embedded PGlite database (in memory, or in `dataDir`).
+   * Where the inbox lives: a PostgreSQL connection string, a `pg.Pool`, a Kysely instance or a
+   * PGlite instance; or `'memory'` for an embedded PGlite database in memory, which forgets
+   * every event (and every write of the handler) when the process ends: for tests and demos.
+   *
+   * Left out (and no `dataDir`), the inbox refuses to start when `NODE_ENV=production`
+   * (an unset `DATABASE_URL` must not silently lose data); elsewhere it runs in memory and
+   * warns once.
+   * @defaultValue required in production; otherwise `'memory'`, with a warning
    */
-  db?: DatabaseInput;
-  /** Directory for the embedded PGlite database when `db` is not given. @defaultValue in memory */
+  db?: DatabaseInput | 'memory';
+  /**
+   * Directory of an embedded PGlite database on disk, kept across restarts, when `db` is not
+   * given (one process at a time). @defaultValue none
+   */
   dataDir?: string;
   /** Pool size when `db` is a connection string. @defaultValue 10 */
   poolSize?: number;
@@ -281,6 +290,33 @@ function headerName(value: unknown, name: string, fallback: string): string {
   return value.toLowerCase();
 }
 
+/** `db: 'memory'`: the embedded database in memory, chosen knowingly (no warning). */
+const MEMORY = 'memory';
+let warnedInMemory = false;
+
+/**
+ * No `db` and no `dataDir`. In production that is almost always an unset `DATABASE_URL`, and
+ * running in memory would lose every event and every write of the handler on restart, the very
+ * failure this library exists to prevent: refuse. Elsewhere (tests, a first try) run in memory,
+ * and say so once per process, and to each inbox's logger.
+ */
+function noDatabaseGiven(logger: Partial<Logger> | undefined): void {
+  if (process.env.NODE_ENV === 'production') {
+    throw new InboxOptionsError(
+      'db',
+      "is required when NODE_ENV=production: without it, events and the handler's writes would be kept in memory and lost on restart. " +
+        "Pass a PostgreSQL connection string or pool (e.g. db: process.env.DATABASE_URL, and check that it is set), or opt in to the embedded database with db: 'memory' or dataDir",
+    );
+  }
+  const message =
+    "webhook-inbox: no `db` option: events are kept in an in-memory database and lost when the process ends. Pass a PostgreSQL connection string (db: process.env.DATABASE_URL), or db: 'memory' to choose this knowingly";
+  if (typeof logger?.warn === 'function') logger.warn({ db: undefined }, message);
+  if (!warnedInMemory) {
+    warnedInMemory = true;
+    process.emitWarning(message, 'WebhookInboxWarning');
+  }
+}
+
 /** Every option, checked and defaulted in one place. A bad value throws, naming the option. */
 export function resolveOptions(input: InboxOptions): ResolvedOptions {
   if (!input || typeof input !== 'object') throw new InboxOptionsError('options', 'must be an object');
@@ -319,6 +355,7 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
   if (o.dataDir !== undefined && o.db !== undefined) {
     throw new InboxOptionsError('dataDir', 'applies to the embedded database only; remove it or remove `db`');
   }
+  if (o.db === undefined && o.dataDir === undefined) noDatabaseGiven(o.logger as Partial<Logger> | undefined);
   const h = (o.headers ?? {}) as Record<string, unknown>;
   if (typeof h !== 'object') throw new InboxOptionsError('headers', 'must be an object');
   const headers = {
@@ -411,7 +448,8 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
   return {
     verify: o.verify as Verify | undefined,
     handle: o.handle as Handler,
-    db: o.db as DatabaseInput | undefined,
+    // 'memory' was an explicit choice of what no `db` means: the embedded database, in memory.
+    db: o.db === MEMORY ? undefined : (o.db as DatabaseInput | undefined),
     dataDir: o.dataDir as string | undefined,
     poolSize,
     source,

@@ -1,12 +1,14 @@
 /**
  * `npm run example`: the ledger behind the inbox. Configured by environment variables:
- * PORT (3000), DATABASE_URL (embedded PGlite when absent), FRAMEWORK (express | koa | fastify),
+ * PORT (3000), DATABASE_URL (required with NODE_ENV=production; otherwise an in-memory
+ * embedded PGlite when absent), FRAMEWORK (express | koa | fastify),
  * GAP_TIMEOUT_MS, SWEEP_INTERVAL_MS, REDIS_URL (turns the Redis fast path for duplicates on),
  * WEBHOOK_SECRET (Standard Webhooks verification, `whsec_…`),
  * INBOX_MODE (inline | deferred), HANDLER_DELAY_MS (a slow handler: each run waits this long), WORKERS.
  * GET /metrics serves the inbox's Prometheus metrics (and Node's own).
  */
 import { collectDefaultMetrics, Registry } from 'prom-client';
+import { InboxOptionsError } from '../../src/index.js';
 import { type Framework, startLedger, verifyFromEnv } from './start.js';
 
 function intEnv(name: string): number | undefined {
@@ -46,7 +48,13 @@ const ledger = await startLedger({
   },
   handlerDelayMs: intEnv('HANDLER_DELAY_MS'),
 }).catch((err) => {
-  console.error(`ledger: could not start: ${err.message}`);
+  if (err instanceof InboxOptionsError && err.option === 'db') {
+    // NODE_ENV=production and no DATABASE_URL: the inbox refuses to run in memory.
+    console.error(
+      'ledger: DATABASE_URL is not set. With NODE_ENV=production the ledger needs PostgreSQL: ' +
+        'set DATABASE_URL=postgres://user:password@host:5432/db (without NODE_ENV=production it runs in memory).',
+    );
+  } else console.error(`ledger: could not start: ${err.message}`);
   process.exit(1);
 });
 console.log(
