@@ -48,7 +48,7 @@ import {
   type ReplayResult,
   type ReplaySelection,
   type SkipResult,
-} from './operations.js';
+} from './operations/index.js';
 import { type InboxOptions, type ResolvedOptions, resolveOptions } from './options.js';
 import { type Outcome, OutcomeKind, ok, problem } from './outcome.js';
 import { type BodyStream, readRawBody } from './raw-body.js';
@@ -1123,7 +1123,7 @@ export class Inbox {
     return listEvents((await this.ready()).kysely, this.tables, this.options.source, { key, status: 'held' });
   }
 
-  // ---- operator actions (src/operations.ts; the CLI runs the same ones) --------------------
+  // ---- operator actions (src/operations/; the CLI runs the same ones) --------------------
 
   /** The operator actions, on this inbox's source: what the CLI runs, without draining. */
   async operations(): Promise<Operations> {

@@ -26,11 +26,12 @@ export type {
   OpenOperationsOptions,
   PruneOptions,
   PruneResult,
+  ReplayOptions,
   ReplayResult,
   ReplaySelection,
   SkipResult,
-} from './operations.js';
-export { Operations, openOperations } from './operations.js';
+} from './operations/index.js';
+export { Operations, openOperations } from './operations/index.js';
 export type { Handler, InboxOptions, Logger, ResolvedOptions } from './options.js';
 export type { Outcome } from './outcome.js';
 export { OutcomeKind } from './outcome.js';

@@ -259,7 +259,7 @@ describe.skipIf(!postgresTarget)('webhook-inbox CLI (postgres)', { timeout: 300_
 
     // --all with filters, across sources: only the stripe dead letter, applied by its sweeper.
     stripeBroken = false;
-    const replayAll = await cli(['dead', 'replay', '--all', '--source', 'stripe', ...S]);
+    const replayAll = await cli(['dead', 'replay', '--all', '--yes', '--source', 'stripe', ...S]);
     expect(replayAll.json).toMatchObject([
       { source: 'stripe', id: 'ch_1', outcome: 'requeued', status: 'pending' },
     ]);

@@ -1,0 +1,146 @@
+/**
+ * The command line's options and their checks. Every value is checked before anything is
+ * opened or changed; a bad one is a UsageError naming the option (exit 2).
+ */
+import { existsSync, readdirSync, statSync } from 'node:fs';
+import { parseDuration } from '../duration.js';
+import { DEAD_REASONS } from '../operations/dead-letters.js';
+import type { OpenOperationsOptions } from '../operations/index.js';
+import { type OptionSpec, UsageError, type Values } from './command.js';
+
+export const GLOBAL_OPTIONS: Record<string, OptionSpec> = {
+  db: { type: 'string', help: 'PostgreSQL connection URL (default: $DATABASE_URL)' },
+  'data-dir': {
+    type: 'string',
+    help: "an embedded PGlite database on disk (the inbox's dataDir) instead of --db",
+  },
+  schema: { type: 'string', help: "schema of the inbox tables (default: 'webhook_inbox')" },
+  'table-prefix': { type: 'string', help: "prefix of the inbox table names (default: '')" },
+  source: { type: 'string', help: 'act on this source only (default: every source)' },
+  json: { type: 'boolean', help: 'machine-readable output on stdout' },
+  help: { type: 'boolean', short: 'h', help: 'show help' },
+};
+
+export const FILTERS: Record<string, OptionSpec> = {
+  key: { type: 'string', help: 'only this ordering key' },
+  reason: { type: 'string', help: `only this dead reason (${DEAD_REASONS.join(', ')})` },
+  'older-than': { type: 'string', help: 'received longer ago than this duration (7d, 12h, 30m)' },
+  'newer-than': { type: 'string', help: 'received more recently than this duration' },
+  limit: { type: 'string', help: 'at most this many (default 100; 1-10000)' },
+};
+
+const IDENTIFIER = /^[a-z_][a-z0-9_]{0,39}$/;
+
+export function duration(values: Values, name: string): number | undefined {
+  const raw = values[name];
+  if (raw === undefined) return undefined;
+  const ms = parseDuration(raw);
+  if (ms === undefined) {
+    throw new UsageError(`--${name} must be a duration like 7d, 12h, 30m, 90s; got ${JSON.stringify(raw)}`);
+  }
+  return ms;
+}
+
+export function limit(values: Values): number | undefined {
+  const raw = values.limit;
+  if (raw === undefined) return undefined;
+  if (typeof raw !== 'string' || !/^\d+$/.test(raw) || Number(raw) < 1 || Number(raw) > 10_000) {
+    throw new UsageError(`--limit must be an integer from 1 to 10000; got ${JSON.stringify(raw)}`);
+  }
+  return Number(raw);
+}
+
+function reason(values: Values): string | undefined {
+  const raw = values.reason as string | undefined;
+  if (raw !== undefined && !(DEAD_REASONS as readonly string[]).includes(raw)) {
+    throw new UsageError(`--reason must be one of ${DEAD_REASONS.join(', ')}; got ${JSON.stringify(raw)}`);
+  }
+  return raw;
+}
+
+/** The dead-letter filters of `dead list` and `dead replay --all`. */
+export function filterOf(values: Values) {
+  return {
+    key: values.key as string | undefined,
+    reason: reason(values),
+    olderThan: duration(values, 'older-than'),
+    newerThan: duration(values, 'newer-than'),
+    limit: limit(values),
+  };
+}
+
+/** A connection URL as it may be echoed: without its password. */
+function redacted(url: string): string {
+  return url.replace(/\/\/([^:/@]*):[^@]*@/, '//$1:***@');
+}
+
+/** `--db` (or DATABASE_URL): a postgres:// URL. Anything else would fail later as ENOTFOUND. */
+function databaseUrl(raw: string, name: string): string {
+  let url: URL | undefined;
+  try {
+    url = new URL(raw);
+  } catch {}
+  if (!url || (url.protocol !== 'postgres:' && url.protocol !== 'postgresql:')) {
+    throw new UsageError(
+      `${name} must be a PostgreSQL URL like postgres://user@host:5432/db; got ${JSON.stringify(redacted(raw))}`,
+    );
+  }
+  return raw;
+}
+
+/**
+ * `--data-dir`: an existing embedded database; only `migrate` may create one, and only in a
+ * directory that is missing or empty (never a database written into an unrelated folder).
+ */
+function dataDirectory(dir: string, creates: boolean): string {
+  if (dir === '') throw new UsageError('--data-dir must be a directory path; got ""');
+  const exists = existsSync(dir);
+  if (exists && !statSync(dir).isDirectory()) {
+    throw new UsageError(`--data-dir ${JSON.stringify(dir)} is not a directory`);
+  }
+  const holdsDatabase = exists && existsSync(`${dir}/PG_VERSION`);
+  if (holdsDatabase) return dir;
+  if (!creates) {
+    throw new UsageError(
+      `--data-dir ${JSON.stringify(dir)} holds no embedded database; create one with \`webhook-inbox migrate --data-dir ${dir}\`, or check the path`,
+    );
+  }
+  if (exists && readdirSync(dir).length > 0) {
+    throw new UsageError(
+      `--data-dir ${JSON.stringify(dir)} is not empty and holds no embedded database; give an empty or new directory`,
+    );
+  }
+  return dir;
+}
+
+/** Where the inbox tables are, from the global options (and DATABASE_URL). */
+export function connectionOptions(
+  values: Values,
+  env: Record<string, string | undefined>,
+  command: string,
+): OpenOperationsOptions {
+  const schema = (values.schema as string | undefined) ?? 'webhook_inbox';
+  const tablePrefix = (values['table-prefix'] as string | undefined) ?? '';
+  if (!IDENTIFIER.test(schema)) {
+    throw new UsageError(`--schema must be a lower-case SQL identifier; got ${JSON.stringify(schema)}`);
+  }
+  if (tablePrefix !== '' && !IDENTIFIER.test(tablePrefix)) {
+    throw new UsageError(
+      `--table-prefix must be a lower-case SQL identifier; got ${JSON.stringify(tablePrefix)}`,
+    );
+  }
+  const source = values.source as string | undefined;
+  if (source !== undefined && !/^[\x21-\x7e]{1,100}$/.test(source)) {
+    throw new UsageError(`--source must be 1-100 printable ASCII characters; got ${JSON.stringify(source)}`);
+  }
+  const where = { schema, tablePrefix, source };
+  const dataDir = values['data-dir'] as string | undefined;
+  const db = values.db as string | undefined;
+  if (dataDir !== undefined) {
+    if (db !== undefined) throw new UsageError('give --db or --data-dir, not both');
+    return { ...where, dataDir: dataDirectory(dataDir, command === 'migrate') };
+  }
+  if (db !== undefined) return { ...where, db: databaseUrl(db, '--db') };
+  if (env.DATABASE_URL) return { ...where, db: databaseUrl(env.DATABASE_URL, 'DATABASE_URL') };
+  throw new UsageError('no database: pass --db <url> or --data-dir <dir>, or set DATABASE_URL');
+}

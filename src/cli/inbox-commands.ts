@@ -1,0 +1,69 @@
+/** Commands on the inbox as a whole: its tables, its status, its retention. */
+import { formatDuration } from '../duration.js';
+import { migrateToLatest } from '../migrations.js';
+import { duration } from './arguments.js';
+import { type Command, EXIT } from './command.js';
+
+export const INBOX_COMMANDS: Record<string, Command> = {
+  migrate: {
+    summary: 'create or update the inbox tables and functions',
+    usage: 'webhook-inbox migrate [options]',
+    positionals: [0, 0],
+    async run({ out, connection }) {
+      const ops = await connection.ops();
+      const ran = await migrateToLatest(ops.db, ops.tables);
+      const result = { migrated: true, schema: ops.tables.schema, tablePrefix: ops.tables.prefix, ran };
+      out.result(
+        result,
+        (r) =>
+          `schema ${r.schema} is up to date${ran.length ? ` (ran ${ran.join(', ')})` : ' (nothing to run)'}`,
+      );
+      return EXIT.ok;
+    },
+  },
+  status: {
+    summary: 'counts by status, blocked keys, oldest held age, dead letters by reason',
+    usage: 'webhook-inbox status [options]',
+    positionals: [0, 0],
+    async run({ out, connection }) {
+      const status = await (await connection.ops()).status();
+      out.result(status, (s) =>
+        [
+          `sources:      ${s.sources.join(', ') || '(none)'}`,
+          `events:       pending ${s.events.pending}  held ${s.events.held}  processed ${s.events.processed}  dead ${s.events.dead}`,
+          `keys:         ${s.keys.blocked} blocked, ${s.keys.holding} holding events`,
+          `oldest held:  ${formatDuration(s.oldestHeldAgeMs)}`,
+          `oldest pending: ${formatDuration(s.oldestPendingAgeMs)}`,
+          `dead letters: ${
+            Object.entries(s.deadByReason)
+              .map(([reason, n]) => `${reason} ${n}`)
+              .join(', ') || 'none'
+          }`,
+        ].join('\n'),
+      );
+      return EXIT.ok;
+    },
+  },
+  prune: {
+    summary: 'delete processed events older than a duration (never held or dead ones, never keys)',
+    usage: 'webhook-inbox prune [--older-than 7d] [--dry-run] [options]',
+    options: {
+      'older-than': { type: 'string', help: 'processed longer ago than this (default 7d)' },
+      'dry-run': { type: 'boolean', help: 'count what would be pruned; delete nothing' },
+    },
+    positionals: [0, 0],
+    check({ values }) {
+      duration(values, 'older-than');
+    },
+    async run({ values, out, connection }) {
+      const olderThan = duration(values, 'older-than') ?? 7 * 86_400_000;
+      const result = await (await connection.ops()).prune({ olderThan, dryRun: values['dry-run'] === true });
+      out.result(
+        result,
+        (r) =>
+          `${r.dryRun ? 'would prune' : 'pruned'} ${r.pruned} processed events older than ${formatDuration(olderThan)} (before ${r.cutoff.toISOString()})`,
+      );
+      return EXIT.ok;
+    },
+  },
+};

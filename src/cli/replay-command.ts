@@ -1,0 +1,180 @@
+/**
+ * `dead replay`: re-queues dead letters for the application's sweeper. Before it changes
+ * anything it works out what the replay would do (the same checks, in a dry run), so that it
+ * can show that (`--dry-run`), refuse events older than the retention unless `--force`, and ask
+ * before an `--all` unless `--yes`.
+ */
+import { formatDuration } from '../duration.js';
+import type { ReplayResult, ReplaySelection } from '../operations/index.js';
+import { duration, FILTERS, filterOf } from './arguments.js';
+import {
+  type CliIo,
+  type Command,
+  EXIT,
+  type OpenedOperations,
+  RefusedError,
+  UsageError,
+  type Values,
+} from './command.js';
+import { table } from './format.js';
+import { safeField } from './terminal-safe.js';
+
+/** The inbox's own default `retention`: what the operator is assumed to run unless told. */
+const DEFAULT_RETENTION_MS = 7 * 86_400_000;
+
+function replayExit(results: ReplayResult[]): number {
+  if (results.some((r) => r.outcome === 'ambiguous')) return EXIT.usage;
+  if (results.some((r) => r.outcome === 'not-found')) return EXIT.notFound;
+  if (results.some((r) => r.outcome !== 'requeued')) return EXIT.refused;
+  return EXIT.ok;
+}
+
+const ageKey = (source: string | null, id: string) => `${source}\u0000${id}`;
+
+/**
+ * What to replay, pinned to (source, id) pairs so that what is confirmed is what is replayed,
+ * and each target's age (from its received time).
+ */
+async function targetsOf(
+  ops: OpenedOperations,
+  values: Values,
+  ids: string[],
+): Promise<{ selection: ReplaySelection; ages: Map<string, number> }> {
+  const ages = new Map<string, number>();
+  if (values.all) {
+    const filter = filterOf(values);
+    const dead = await ops.deadLetters({ ...filter, limit: filter.limit ?? 10_000 });
+    for (const d of dead) ages.set(ageKey(d.source, d.id), d.ageMs);
+    return { selection: dead.map((d) => ({ id: d.id, source: d.source })), ages };
+  }
+  for (const id of ids) {
+    // Not found and ambiguous ids are reported by the replay itself, with their outcome.
+    const d = await ops.deadLetter(id).catch(() => undefined);
+    if (d) ages.set(ageKey(d.source, d.id), d.ageMs);
+  }
+  return { selection: ids, ages };
+}
+
+function resultTable(
+  results: ReplayResult[],
+  ages: Map<string, number>,
+  retentionMs: number,
+  dryRun: boolean,
+) {
+  return table(
+    ['SOURCE', 'ID', 'KEY', 'SEQ', 'AGE', 'OUTCOME'],
+    results.map((r) => {
+      const age = ages.get(ageKey(r.source, r.id));
+      const old = r.outcome === 'requeued' && age !== undefined && age > retentionMs;
+      const outcome = dryRun && r.outcome === 'requeued' ? 'would re-queue' : r.outcome;
+      return [
+        r.source,
+        r.id,
+        r.key,
+        r.seq,
+        age === undefined ? null : formatDuration(age),
+        old ? `${outcome} (needs --force: older than retention)` : outcome,
+      ];
+    }),
+  );
+}
+
+export const REPLAY_COMMAND: Command = {
+  summary: "re-queue dead letters; the application's sweeper applies them in order",
+  usage:
+    'webhook-inbox dead replay <id>... | --all [--key K] [--reason R] [--older-than D] [--newer-than D] [--limit N] [--dry-run] [--yes] [--force] [--retention D]',
+  help:
+    'Replay is a re-queue, not a bypass: the event becomes waiting again (attempts reset), an\n' +
+    "ordered one at its key's cursor (the key is unblocked when it was blocked at its seq), and\n" +
+    'the running application applies it with its handler, in seq order. Fix the handler first.\n' +
+    'An ordered event whose key moved past its seq is refused (it would apply out of order).\n' +
+    '\n' +
+    "An event received longer ago than your retention (--retention, default 7d: the inbox's\n" +
+    'default) comes from a time whose dedup records may be pruned: the inbox can no longer tell\n' +
+    'whether it was applied another way since (re-sent under a new id, fixed by hand). Such a\n' +
+    'replay changes nothing and exits 4 unless you pass --force.\n' +
+    '\n' +
+    '--all asks for confirmation on a terminal; without one it needs --yes. --dry-run shows\n' +
+    'what would be re-queued and changes nothing.',
+  options: {
+    all: { type: 'boolean', help: 'replay every dead letter matching the filters' },
+    ...FILTERS,
+    'dry-run': { type: 'boolean', help: 'show what would be re-queued; change nothing' },
+    yes: { type: 'boolean', short: 'y', help: 'with --all: do not ask for confirmation' },
+    force: { type: 'boolean', help: 'also replay events received longer ago than the retention' },
+    retention: { type: 'string', help: "your inbox's retention option (default 7d)" },
+  },
+  positionals: [0, 1000],
+  check({ values, positionals, io }) {
+    const filter = filterOf(values);
+    duration(values, 'retention');
+    const filtered = Object.values(filter).some((v) => v !== undefined);
+    if (values.all && positionals.length > 0) throw new UsageError('give ids, or --all, not both');
+    if (!values.all && positionals.length === 0) throw new UsageError('give the ids to replay, or --all');
+    if (!values.all && filtered)
+      throw new UsageError('--key, --reason, --older-than, --newer-than and --limit need --all');
+    if (values.all && !values['dry-run'] && !values.yes && !io.confirm) {
+      throw new UsageError(
+        'dead replay --all re-queues every matching dead letter, and there is no terminal to ask on: pass --yes to confirm (or --dry-run to see them first)',
+      );
+    }
+  },
+  async run({ values, positionals, out, io, connection }) {
+    const ops = await connection.ops();
+    const retentionMs = duration(values, 'retention') ?? DEFAULT_RETENTION_MS;
+    const dryRun = values['dry-run'] === true;
+    const { selection, ages } = await targetsOf(ops, values, positionals);
+    const plan = await ops.replay(selection, { dryRun: true });
+    const requeueable = plan.filter((r) => r.outcome === 'requeued');
+    const old = requeueable.filter((r) => (ages.get(ageKey(r.source, r.id)) ?? 0) > retentionMs);
+
+    if (dryRun) {
+      out.result(
+        plan.map((r) => ({
+          ...r,
+          outcome: r.outcome === 'requeued' ? 'would-requeue' : r.outcome,
+          ageMs: ages.get(ageKey(r.source, r.id)) ?? null,
+          olderThanRetention: old.includes(r),
+        })),
+        () =>
+          [
+            resultTable(plan, ages, retentionMs, true),
+            `${requeueable.length} of ${plan.length} would be re-queued` +
+              (old.length ? `, ${old.length} only with --force (older than the retention)` : '') +
+              '; nothing was changed.',
+          ].join('\n'),
+      );
+      return replayExit(plan);
+    }
+    if (old.length > 0 && !values.force) {
+      const listed = old
+        .map(
+          (r) =>
+            `${safeField(r.id)} (${safeField(r.source ?? '-')}, ${formatDuration(ages.get(ageKey(r.source, r.id))!)} old)`,
+        )
+        .join(', ');
+      throw new RefusedError(
+        'older-than-retention',
+        `${old.length} of the dead letters to replay ${old.length === 1 ? 'was' : 'were'} received longer ago than the retention (${formatDuration(retentionMs)}): ${listed}. ` +
+          'Their dedup records may be pruned, so the inbox cannot tell whether they were applied another way since ' +
+          '(re-sent under a new id, fixed by hand). Check them with `dead show <id>`, then pass --force to replay them ' +
+          "(or --retention with your inbox's retention). Nothing was changed.",
+        { events: old.map((r) => ({ source: r.source, id: r.id, ageMs: ages.get(ageKey(r.source, r.id)) })) },
+      );
+    }
+    if (values.all && !values.yes && requeueable.length > 0) {
+      const sure = await (io as Required<CliIo>).confirm(
+        `Re-queue ${requeueable.length} dead letter${requeueable.length === 1 ? '' : 's'} for the application to apply? [y/N] `,
+      );
+      if (!sure) throw new RefusedError('not-confirmed', 'not confirmed; nothing was changed');
+    }
+    const results = await ops.replay(selection);
+    out.result(results, () =>
+      [
+        resultTable(results, ages, Number.POSITIVE_INFINITY, false),
+        `${results.filter((r) => r.outcome === 'requeued').length} of ${results.length} re-queued; the application's sweeper applies them.`,
+      ].join('\n'),
+    );
+    return replayExit(results);
+  },
+};

@@ -1,0 +1,46 @@
+/**
+ * What the CLI prints comes from senders (payloads, headers, ids, keys) and from handlers (error
+ * texts). Written raw, an escape sequence in it drives the operator's terminal: it can recolour
+ * or hide lines, rewrite the window title, plant OSC 52 clipboard writes or hyperlinks. So every
+ * byte that is not plain text is shown as an escape instead: C0 controls, DEL, C1 controls (a
+ * lone U+009B is CSI to some terminals), and the invisible characters that reorder or hide
+ * text (bidi overrides and isolates, zero-width characters, line separators).
+ * `dead show --raw` is the one way to get the bytes as they are.
+ */
+
+const UNSAFE = /[\u0000-\u001f\u007f-\u009f\u200b-\u200f\u2028\u2029\u202a-\u202e\u2060-\u2069\ufeff]/g;
+/** The same, minus line feed and tab: for blocks of text such as a payload or a whole message. */
+const UNSAFE_IN_BLOCK =
+  /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u200b-\u200f\u2028\u2029\u202a-\u202e\u2060-\u2069\ufeff]/g;
+/** What JSON.stringify leaves raw although a terminal may act on it (it escapes C0 itself). */
+const UNSAFE_IN_JSON = /[\u007f-\u009f\u200b-\u200f\u2028\u2029\u202a-\u202e\u2060-\u2069\ufeff]/g;
+
+const NAMED: Record<string, string> = { '\n': '\\n', '\r': '\\r', '\t': '\\t' };
+
+function escapeOne(c: string): string {
+  const code = c.charCodeAt(0);
+  return (
+    NAMED[c] ?? (code <= 0xff ? `\\x${code.toString(16).padStart(2, '0')}` : `\\u{${code.toString(16)}}`)
+  );
+}
+
+/** One field on one line (an id, a key, an error text): every control character escaped, `\n` included. */
+export function safeField(text: string): string {
+  return text.replace(UNSAFE, escapeOne);
+}
+
+/** A block of text (a payload, a message of several lines): escaped, but line feeds and tabs kept. */
+export function safeBlock(text: string): string {
+  return text.replace(UNSAFE_IN_BLOCK, escapeOne);
+}
+
+/**
+ * JSON that is safe on a terminal and parses to the same value: JSON.stringify escapes C0
+ * controls but writes DEL, C1 and the invisible characters raw; they become `\uXXXX` here.
+ */
+export function safeJson(value: unknown): string {
+  return JSON.stringify(value).replace(
+    UNSAFE_IN_JSON,
+    (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`,
+  );
+}

@@ -1,0 +1,8 @@
+/** Operator actions: one module per resource; `Operations` is the object that holds them all. */
+export type { DeadLetter, DeadLetterFilter } from './dead-letters.js';
+export type { Gap, KeyDetail, KeySummary, SkipResult } from './keys.js';
+export type { OpenOperationsOptions } from './operations.js';
+export { Operations, openOperations } from './operations.js';
+export type { ReplayOptions, ReplayResult, ReplaySelection } from './replay.js';
+export type { PruneOptions, PruneResult } from './retention.js';
+export type { InboxStatus } from './status.js';

@@ -1,0 +1,157 @@
+/**
+ * Operator actions on an inbox's tables: the dead-letter queue as an operator's inbox, keys
+ * that are blocked or hold events, retention, and a status summary. Handler-free, so the CLI
+ * can run them against every source without the application's code; `Inbox` methods delegate
+ * here and then drain in-process. Each resource's statements live in its own module; this
+ * class is the one object the inbox, scripts and the CLI hold.
+ *
+ * None of this is on the hot path: clarity over round trips. Each action on one event or key
+ * is one short transaction that locks the key row before the event row, the order the claim
+ * uses, so an operator action and a delivery of the same key serialise instead of deadlocking.
+ */
+import type { Kysely } from 'kysely';
+import { type Database, type DatabaseInput, openDatabase } from '../database.js';
+import type { StoredEvent } from '../sql/inspect.js';
+import { createTables, type Tables } from '../sql/tables.js';
+import type { OperationsContext } from './context.js';
+import { type DeadLetter, type DeadLetterFilter, deadLetter, deadLetters } from './dead-letters.js';
+import { type KeyDetail, type KeySummary, key, keys, type SkipResult, skip, unblock } from './keys.js';
+import { type ReplayOptions, type ReplayResult, type ReplaySelection, replay, statuses } from './replay.js';
+import { type PruneOptions, type PruneResult, prune } from './retention.js';
+import { type InboxStatus, status } from './status.js';
+
+/** As options.ts checks `schema` and `tablePrefix`: they are spliced into SQL as identifiers. */
+const IDENTIFIER = /^[a-z_][a-z0-9_]{0,39}$/;
+
+/**
+ * Operator actions over the tables in `tables`. With `source` they act on that source only;
+ * without it (the CLI's default), on every source, and an id or key found in several sources
+ * is refused as ambiguous rather than guessed.
+ */
+export class Operations implements OperationsContext {
+  constructor(
+    readonly db: Kysely<any>,
+    readonly tables: Tables,
+    readonly source?: string,
+  ) {}
+
+  /** Dead letters, oldest first, with whether each blocks its key. */
+  deadLetters(filter: DeadLetterFilter = {}): Promise<DeadLetter[]> {
+    return deadLetters(this, filter);
+  }
+
+  /** One dead letter (any stored event, in fact) by id, with its payload. */
+  deadLetter(id: string, source = this.source): Promise<DeadLetter> {
+    return deadLetter(this, id, source);
+  }
+
+  /**
+   * Re-queues dead letters so the inbox applies them again with the normal path: attempts
+   * reset, `last_error` kept for history. An ordered one goes back to its key's cursor (the key
+   * is unblocked when it was blocked at that seq); one whose key already moved past its seq is
+   * refused (`behind-cursor`), because applying it now would break the order.
+   *
+   * ```ts
+   * const wouldBe = await ops.replay({ all: true, reason: 'poison' }, { dryRun: true });
+   * ```
+   */
+  replay(selection: ReplaySelection, options: ReplayOptions = {}): Promise<ReplayResult[]> {
+    return replay(this, selection, options);
+  }
+
+  /**
+   * Moves a blocked key past its blocked seq: records the skipped seqs as a gap (reason
+   * `skip`), opens the key and leaves the cursor on the next seq, so what follows can drain.
+   * Given an event id, skips that dead letter's seq; given a key, skips what blocks it (the
+   * poison seq, or for a gap block the whole missing range up to the first held event).
+   */
+  skip(target: { id: string; source?: string } | { key: string; source?: string }): Promise<SkipResult> {
+    return skip(this, target);
+  }
+
+  /**
+   * Opens a blocked key without moving its cursor. What waits at the cursor then applies; if
+   * nothing does (a missing seq, or a dead letter you chose not to replay), the key waits for it
+   * again and the gap timeout (`onGapTimeout`) decides once more.
+   */
+  unblock(name: string, source = this.source): Promise<KeySummary> {
+    return unblock(this, name, source);
+  }
+
+  /** The current status of events by id, in one source (for reporting after a replay). */
+  statuses(source: string, ids: readonly string[]): Promise<Map<string, StoredEvent['status']>> {
+    return statuses(this, source, ids);
+  }
+
+  /** Keys that are blocked or hold events (or with `blocked: true`, only blocked ones), longest waiting first. */
+  keys(filter: { source?: string; blocked?: boolean; limit?: number } = {}): Promise<KeySummary[]> {
+    return keys(this, filter);
+  }
+
+  /** One key in full, or undefined when the key was never seen. */
+  key(name: string, source = this.source): Promise<KeyDetail | undefined> {
+    return key(this, name, source);
+  }
+
+  /**
+   * Deletes processed rows older than `olderThan`, in batches (each its own short statement,
+   * so pruning never holds many locks). Held and dead rows, keys and gaps are never touched:
+   * a key's cursor stays the dedup record of its ordered events after their rows are gone.
+   */
+  prune(options: PruneOptions): Promise<PruneResult> {
+    return prune(this, options);
+  }
+
+  /** Counts by status, blocked keys, the oldest waiting ages and dead letters by reason. */
+  status(source = this.source): Promise<InboxStatus> {
+    return status(this, source);
+  }
+}
+
+export interface OpenOperationsOptions {
+  /** A connection string, a `pg.Pool`, a Kysely instance or a PGlite instance (the CLI passes `DATABASE_URL`). */
+  db?: DatabaseInput;
+  /** Without `db`: the directory of an embedded PGlite database on disk (the inbox's `dataDir`). */
+  dataDir?: string;
+  /** @defaultValue 'webhook_inbox' */
+  schema?: string;
+  /** @defaultValue '' */
+  tablePrefix?: string;
+  /** Act on this source only. @defaultValue every source */
+  source?: string;
+}
+
+/**
+ * Operator actions without an inbox (no handler): for scripts and the CLI. Replays it makes
+ * are applied by the application's sweeper.
+ *
+ * ```ts
+ * const ops = await openOperations({ db: process.env.DATABASE_URL! });
+ * console.log(await ops.status());
+ * await ops.close();
+ * ```
+ */
+export async function openOperations(
+  options: OpenOperationsOptions,
+): Promise<Operations & { readonly database: Database; close(): Promise<void> }> {
+  const schema = options.schema ?? 'webhook_inbox';
+  const prefix = options.tablePrefix ?? '';
+  if (!IDENTIFIER.test(schema))
+    throw new TypeError(
+      `webhook-inbox: schema must be a lower-case SQL identifier; got ${JSON.stringify(schema)}`,
+    );
+  if (prefix !== '' && !IDENTIFIER.test(prefix)) {
+    throw new TypeError(
+      `webhook-inbox: tablePrefix must be empty or a lower-case SQL identifier; got ${JSON.stringify(prefix)}`,
+    );
+  }
+  if (options.db === undefined && options.dataDir === undefined) {
+    throw new TypeError('webhook-inbox: openOperations needs `db` or `dataDir`');
+  }
+  if (options.db !== undefined && options.dataDir !== undefined) {
+    throw new TypeError('webhook-inbox: give openOperations `db` or `dataDir`, not both');
+  }
+  const database = await openDatabase(options.db, { poolSize: 2, dataDir: options.dataDir });
+  const ops = new Operations(database.kysely, createTables(schema, prefix), options.source);
+  return Object.assign(ops, { database, close: () => database.destroy() });
+}

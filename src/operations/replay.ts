@@ -1,0 +1,147 @@
+/**
+ * Replay: a re-queue, never a bypass. The dead event becomes waiting again (unordered:
+ * pending; ordered: held at its key's cursor, the key unblocked when it was blocked at that
+ * seq), and the same take_next / take_pending path that drains and sweeps use applies it, in
+ * the handler's transaction, in seq order. A CLI replay is applied by the application's
+ * sweeper; `inbox.replay()` also drains at once.
+ */
+import { sql } from 'kysely';
+import { OperationError } from '../errors.js';
+import type { StoredEvent } from '../sql/inspect.js';
+import { toNumber } from '../sql/tables.js';
+import { type FoundEvent, findEvent, MAX_LIST, type OperationsContext, table } from './context.js';
+import { type DeadLetterFilter, deadLetters } from './dead-letters.js';
+
+/**
+ * What to replay: ids (in the operations' source, or each with its own), or every dead letter
+ * matching a filter (`all: true` says it is meant).
+ */
+export type ReplaySelection =
+  | string
+  | readonly (string | { readonly id: string; readonly source: string })[]
+  | (DeadLetterFilter & { all: true });
+
+export interface ReplayOptions {
+  /**
+   * Decide every outcome as the replay would, and change nothing: `requeued` then means "would
+   * be re-queued", and `status` is the current one. @defaultValue false
+   */
+  dryRun?: boolean;
+}
+
+export interface ReplayResult {
+  readonly source: string | null;
+  readonly id: string;
+  readonly key: string | null;
+  readonly seq: number | null;
+  /**
+   * `requeued`: waiting again (applied by a drain or the sweeper); `not-found`; `not-dead` (only
+   * dead letters are replayed); `behind-cursor` (its key moved past its seq: applying it now
+   * would break the order); `ambiguous` (the id exists in several sources: name one).
+   */
+  readonly outcome: 'requeued' | 'not-found' | 'not-dead' | 'behind-cursor' | 'ambiguous';
+  /** The event's status after the action (and, from `inbox.replay`, after the drain). */
+  status: StoredEvent['status'] | null;
+}
+
+export async function replay(
+  ctx: OperationsContext,
+  selection: ReplaySelection,
+  options: ReplayOptions = {},
+): Promise<ReplayResult[]> {
+  let targets: Array<{ id: string; source: string | undefined }>;
+  if (typeof selection === 'string') targets = [{ id: selection, source: ctx.source }];
+  else if (Array.isArray(selection)) {
+    targets = selection.map((t: string | { id: string; source: string }) =>
+      typeof t === 'string' ? { id: t, source: ctx.source } : t,
+    );
+  } else {
+    const filter = selection as DeadLetterFilter & { all: true };
+    if (filter.all !== true)
+      throw new TypeError('webhook-inbox: replay needs ids, or a filter with `all: true`');
+    const dead = await deadLetters(ctx, { ...filter, limit: filter.limit ?? MAX_LIST });
+    targets = dead.map((d) => ({ id: d.id, source: d.source }));
+  }
+  const results: ReplayResult[] = [];
+  for (const target of targets) {
+    results.push(await replayOne(ctx, target.id, target.source, options.dryRun === true));
+  }
+  return results;
+}
+
+/**
+ * One short transaction that locks the key row before the event row, the order the claim
+ * uses, so a replay and a delivery of the same key serialise instead of deadlocking.
+ */
+async function replayOne(
+  ctx: OperationsContext,
+  id: string,
+  source: string | undefined,
+  dryRun: boolean,
+): Promise<ReplayResult> {
+  let found: FoundEvent;
+  try {
+    found = await findEvent(ctx, id, source);
+  } catch (err) {
+    if (!(err instanceof OperationError)) throw err;
+    const outcome = err.code === 'ambiguous' ? 'ambiguous' : 'not-found';
+    return { source: source ?? null, id, key: null, seq: null, outcome, status: null };
+  }
+  const { key, seq } = found;
+  const base = { source: found.source, id, key, seq };
+  const lock = dryRun ? sql`` : sql`for update`;
+  return ctx.db.transaction().execute(async (tx): Promise<ReplayResult> => {
+    let next: number | null = null;
+    let blockedHere = false;
+    if (key !== null) {
+      const { rows } = await sql<any>`
+        select next_seq, state, blocked_seq from ${table(ctx, 'keys')}
+         where source = ${found.source} and key = ${key} ${lock}`.execute(tx);
+      if (rows[0]) {
+        next = toNumber(rows[0].next_seq);
+        blockedHere = rows[0].state === 'blocked' && toNumber(rows[0].blocked_seq) === seq;
+      } else {
+        // No cursor yet (the key's only event died before one was stored): start it at this seq.
+        if (!dryRun) {
+          await sql`insert into ${table(ctx, 'keys')} (source, key, next_seq) values (${found.source}, ${key}, ${seq})
+                    on conflict do nothing`.execute(tx);
+        }
+        next = seq;
+      }
+    }
+    const { rows: events } = await sql<any>`
+      select status from ${table(ctx, 'events')} where source = ${found.source} and id = ${id} ${lock}`.execute(
+      tx,
+    );
+    const status = events[0]?.status ?? null;
+    if (status !== 'dead') return { ...base, outcome: status ? 'not-dead' : 'not-found', status };
+    if (key !== null && seq! < next!) return { ...base, outcome: 'behind-cursor', status };
+    if (dryRun) return { ...base, outcome: 'requeued', status };
+    const waiting = key === null ? 'pending' : 'held';
+    await sql`
+      update ${table(ctx, 'events')}
+         set status = ${waiting}, attempts = 0, dead_reason = null,
+             run_after = ${key === null ? sql`now()` : sql`null`}
+       where source = ${found.source} and id = ${id}`.execute(tx);
+    if (blockedHere) {
+      await sql`
+        update ${table(ctx, 'keys')}
+           set state = 'open', blocked_seq = null, blocked_reason = null, updated_at = now()
+         where source = ${found.source} and key = ${key}`.execute(tx);
+    }
+    return { ...base, outcome: 'requeued', status: waiting };
+  });
+}
+
+/** The current status of events by id, in one source (for reporting after a replay). */
+export async function statuses(
+  ctx: OperationsContext,
+  source: string,
+  ids: readonly string[],
+): Promise<Map<string, StoredEvent['status']>> {
+  if (ids.length === 0) return new Map();
+  const { rows } = await sql<any>`
+    select id, status from ${table(ctx, 'events')}
+     where source = ${source} and id in (${sql.join(ids.map((id) => sql`${id}`))})`.execute(ctx.db);
+  return new Map(rows.map((r) => [r.id, r.status]));
+}

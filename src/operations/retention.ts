@@ -1,0 +1,59 @@
+/** Retention: deleting processed rows past their age, as the sweeper does by `retention`. */
+import { sql } from 'kysely';
+import { durationMs, type OperationsContext, sourceIs, table } from './context.js';
+
+export interface PruneOptions {
+  /** Processed longer ago than this (ms or a duration string). */
+  olderThan: number | string;
+  /** Count what would be pruned; delete nothing. @defaultValue false */
+  dryRun?: boolean;
+  source?: string;
+  /** Rows deleted per statement (each batch is its own short transaction). @defaultValue 1000 */
+  batchSize?: number;
+  /** Stop after this many batches (the sweeper prunes one batch per turn). @defaultValue unlimited */
+  maxBatches?: number;
+}
+
+export interface PruneResult {
+  /** Rows deleted, or with `dryRun` rows that would be. */
+  readonly pruned: number;
+  readonly dryRun: boolean;
+  /** Processed before this instant. */
+  readonly cutoff: Date;
+}
+
+/**
+ * Deletes processed rows older than `olderThan`, in batches (each its own short statement,
+ * so pruning never holds many locks). Held and dead rows, keys and gaps are never touched:
+ * a key's cursor stays the dedup record of its ordered events after their rows are gone.
+ */
+export async function prune(ctx: OperationsContext, options: PruneOptions): Promise<PruneResult> {
+  const ms = durationMs('olderThan', options.olderThan);
+  const source = options.source ?? ctx.source;
+  const batch = options.batchSize ?? 1000;
+  if (!Number.isInteger(batch) || batch < 1 || batch > 100_000) {
+    throw new TypeError(`webhook-inbox: \`batchSize\` must be an integer from 1 to 100000; got ${batch}`);
+  }
+  const events = table(ctx, 'events');
+  // One cutoff for every batch, so a long prune does not chase rows processed while it runs.
+  const { rows: now } =
+    await sql<any>`select now() - ${ms}::bigint * interval '1 millisecond' as cutoff`.execute(ctx.db);
+  const cutoff = new Date(now[0].cutoff);
+  const old = sql`e.status = 'processed' and e.processed_at < ${cutoff} and ${sourceIs('e.source', source)}`;
+  if (options.dryRun) {
+    const { rows } = await sql<any>`select count(*) as n from ${events} e where ${old}`.execute(ctx.db);
+    return { pruned: Number(rows[0].n), dryRun: true, cutoff };
+  }
+  let pruned = 0;
+  for (let batches = 0; batches < (options.maxBatches ?? Number.POSITIVE_INFINITY); batches++) {
+    const result = await sql`
+      delete from ${events} d
+       where (d.source, d.id) in (select e.source, e.id from ${events} e where ${old} limit ${batch})`.execute(
+      ctx.db,
+    );
+    const n = Number(result.numAffectedRows ?? 0n);
+    pruned += n;
+    if (n < batch) break;
+  }
+  return { pruned, dryRun: false, cutoff };
+}
