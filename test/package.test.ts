@@ -1,8 +1,11 @@
 /**
  * The package a user installs: build, `npm pack`, install the tarball into a scratch project
- * (with the framework packages), and for each framework type-check a TypeScript consumer with
- * the project's tsc, run it as ESM (it serves one delivery over HTTP), and require() the
- * package from CommonJS. One build and one install, shared by every case.
+ * (with the framework packages and PGlite), and for each framework type-check a TypeScript
+ * consumer with the project's tsc, run it as ESM (it serves one delivery over HTTP), and
+ * require() the package from CommonJS; its types resolve under moduleResolution node16, bundler
+ * and node10. A second project holds only the tarball, `pg` and Express: PGlite, an optional
+ * peer, is absent, and the package still serves deliveries on PostgreSQL. One build, two
+ * installs, shared by every case.
  *
  * Nothing here touches the repository's own dist/: the build goes to a staging copy.
  */
@@ -21,11 +24,11 @@ const tsc = join(repo, 'node_modules', 'typescript', 'bin', 'tsc');
 const FRAMEWORKS = ['express', 'koa', 'fastify'] as const;
 /** Installed next to the tarball, at the versions this repository tests with (so the npm cache has them). */
 const CONSUMER_DEPS = [
+  '@electric-sql/pglite',
   'express',
   'koa',
   '@koa/router',
   'fastify',
-  'fastify-plugin',
   '@types/express',
   '@types/koa',
   '@types/node',
@@ -110,7 +113,73 @@ export async function deliverOne(server: Server): Promise<void> {
 }
 `;
 
+/**
+ * Every subpath, imported under one moduleResolution. node10 (TypeScript's old `node`) does
+ * not read `exports`; `typesVersions` in package.json maps the subpaths for it.
+ */
+const TYPES_CHECK = `
+import { createInbox, type InboxOptions } from 'webhook-inbox';
+import { inbox as expressInbox } from 'webhook-inbox/express';
+import { inbox as fastifyInbox } from 'webhook-inbox/fastify';
+import { inbox as koaInbox } from 'webhook-inbox/koa';
+import { createSender } from 'webhook-inbox/sender';
+import * as testing from 'webhook-inbox/testing';
+
+const options: InboxOptions = { db: 'memory', handle: () => ({ ok: true }) };
+export const used = [createInbox, expressInbox, fastifyInbox, koaInbox, createSender, testing, options];
+`;
+const RESOLUTIONS = {
+  node16: { module: 'Node16', moduleResolution: 'Node16' },
+  bundler: { module: 'ESNext', moduleResolution: 'Bundler' },
+  node10: { module: 'CommonJS', moduleResolution: 'Node10' },
+} as const;
+/** What tsc printed for TYPES_CHECK under each moduleResolution. */
+const typesOutput: Record<string, string> = {};
+
+/** The project with only the tarball, pg and Express: no PGlite. */
+const LEAN_CONSUMER = `
+import express from 'express';
+import { createInbox } from 'webhook-inbox';
+import { inbox } from 'webhook-inbox/express';
+
+const core = createInbox({
+  db: process.env.CONSUMER_DB || undefined,
+  schema: process.env.CONSUMER_SCHEMA,
+  sweepIntervalMs: 0,
+  handle: (event) => ({ doubled: event.body.n * 2 }),
+});
+try {
+  await core.ready();
+} catch (err) {
+  console.log(JSON.stringify({ error: err.message }));
+  process.exit(3);
+}
+const app = express();
+app.use(inbox(core)); // at the root: it answers at /webhooks only
+app.post('/orders', express.json(), (req, res) => res.status(201).json(req.body));
+const server = app.listen(0, '127.0.0.1');
+await new Promise((resolve) => server.once('listening', resolve));
+const base = \`http://127.0.0.1:\${server.address().port}\`;
+const res = await fetch(\`\${base}/webhooks\`, {
+  method: 'POST',
+  headers: { 'content-type': 'application/json', 'idempotency-key': 'lean-1' },
+  body: JSON.stringify({ n: 21 }),
+});
+const order = await fetch(\`\${base}/orders\`, {
+  method: 'POST',
+  headers: { 'content-type': 'application/json' },
+  body: '{"sku":"a"}',
+});
+console.log(JSON.stringify({ status: res.status, body: await res.json(), order: order.status }));
+server.close();
+await core.close();
+`;
+
 let scratch: string;
+/** The file list of `npm pack --dry-run` in the repository (the `files` of package.json). */
+let packedFromRepo: string[] = [];
+/** The file list of the tarball built from a fresh build. */
+let packed: string[] = [];
 const schemas: string[] = [];
 /** What tsc printed for the consumers and examples/ (empty when they type-check). */
 let tscOutput = '';
@@ -134,10 +203,34 @@ beforeAll(async () => {
     '--outDir',
     join(staging, 'dist'),
   ]);
-  cpSync(join(repo, 'package.json'), join(staging, 'package.json'));
-  cpSync(join(repo, 'README.md'), join(staging, 'README.md'));
+  for (const file of ['package.json', 'README.md', 'CHANGELOG.md', 'LICENSE']) {
+    cpSync(join(repo, file), join(staging, file));
+  }
   const { stdout } = await run('npm', ['pack', '--json', '--pack-destination', scratch], { cwd: staging });
   const tarball = join(scratch, JSON.parse(stdout)[0].filename);
+  packed = JSON.parse(stdout)[0].files.map((f: { path: string }) => f.path);
+  const dryRun = await run('npm', ['pack', '--dry-run', '--json', '--ignore-scripts'], { cwd: repo });
+  packedFromRepo = JSON.parse(dryRun.stdout)[0].files.map((f: { path: string }) => f.path);
+
+  // The lean project, installed while the other one is: the tarball, pg and Express only.
+  const lean = join(scratch, 'lean');
+  mkdirSync(lean);
+  writeFileSync(join(lean, 'package.json'), JSON.stringify({ name: 'lean', private: true, type: 'module' }));
+  writeFileSync(join(lean, 'serve.js'), LEAN_CONSUMER);
+  const leanInstall = run(
+    'npm',
+    [
+      'install',
+      '--no-audit',
+      '--no-fund',
+      '--prefer-offline',
+      '--loglevel=error',
+      tarball,
+      `pg@${version('pg')}`,
+      `express@${version('express')}`,
+    ],
+    { cwd: lean, timeout: 480_000 },
+  );
 
   writeFileSync(
     join(consumer, 'package.json'),
@@ -193,8 +286,23 @@ console.log(JSON.stringify({
   for (const framework of FRAMEWORKS) {
     cpSync(join(repo, 'examples', `${framework}.ts`), join(consumer, 'examples', `${framework}.ts`));
   }
-  // One tsc run for both; it emits out/*.js, which the ESM cases run.
-  tscOutput = await tscIn(consumer, ['-p', 'tsconfig.json']);
+  // One tsc run for both; it emits out/*.js, which the ESM cases run. The three
+  // moduleResolution checks run beside it.
+  mkdirSync(join(consumer, 'resolution'));
+  writeFileSync(join(consumer, 'resolution', 'check.ts'), TYPES_CHECK);
+  for (const [name, options] of Object.entries(RESOLUTIONS)) {
+    writeFileSync(
+      join(consumer, 'resolution', `tsconfig.${name}.json`),
+      JSON.stringify({
+        compilerOptions: { ...options, target: 'ES2022', strict: true, noEmit: true, skipLibCheck: true },
+        files: ['check.ts'],
+      }),
+    );
+  }
+  const checks = Object.keys(RESOLUTIONS).map(async (name) => {
+    typesOutput[name] = await tscIn(join(consumer, 'resolution'), ['-p', `tsconfig.${name}.json`]);
+  });
+  [tscOutput] = await Promise.all([tscIn(consumer, ['-p', 'tsconfig.json']), leanInstall, ...checks]);
 }, 600_000);
 
 afterAll(async () => {
@@ -225,6 +333,79 @@ describe('the packed package', () => {
   test("the consumers and examples/ type-check with the project's tsc", () => {
     expect(tscOutput).toBe('');
   });
+
+  test.each(Object.keys(RESOLUTIONS))('every subpath has types under moduleResolution %s', (name) => {
+    expect(typesOutput[name]).toBe('');
+  });
+
+  test('npm pack ships the build, README, CHANGELOG and LICENSE: no tests, benches, examples or source maps', () => {
+    for (const files of [packedFromRepo, packed]) {
+      for (const file of files) {
+        expect(file).toMatch(/^(dist\/(src|adapters)\/|package\.json$|README\.md$|CHANGELOG\.md$|LICENSE$)/);
+        expect(file).not.toMatch(/(^|\/)(test|tests|bench|examples?)\/|\.test\.|\.map$/);
+      }
+    }
+    expect(packed).toEqual(expect.arrayContaining(['LICENSE', 'README.md', 'CHANGELOG.md', 'package.json']));
+    expect(packed).toContain('dist/src/index.d.ts');
+  });
+
+  test('with PGlite installed and no `db`, it serves a delivery in memory and warns once', async () => {
+    const { stdout, stderr } = await run(process.execPath, [join('out', 'express.js')], {
+      cwd: join(scratch, 'consumer'),
+      env: { ...process.env, CONSUMER_DB: '', CONSUMER_SCHEMA: 'pkg_memory', NODE_ENV: 'development' },
+      timeout: 120_000,
+    });
+    expect(JSON.parse(stdout.trim().split('\n').at(-1)!)).toEqual({
+      status: 200,
+      body: { status: 'processed', id: 'pkg-1', result: { doubled: 42 } },
+    });
+    expect(stderr.match(/events are kept in an in-memory database/g)).toHaveLength(1);
+  }, 150_000);
+});
+
+describe('a project with only the package, pg and Express (no PGlite)', () => {
+  const lean = () => join(scratch, 'lean');
+
+  test('PGlite, an optional peer, is not installed; fastify-plugin, a dependency, is', () => {
+    expect(() =>
+      readFileSync(join(lean(), 'node_modules', '@electric-sql', 'pglite', 'package.json')),
+    ).toThrow();
+    expect(() => readFileSync(join(lean(), 'node_modules', 'fastify-plugin', 'package.json'))).not.toThrow();
+  });
+
+  test.runIf(postgresUrl)(
+    'it serves a delivery on PostgreSQL, and the app keeps its own routes',
+    async () => {
+      const schema = uniqueName('pkg');
+      schemas.push(schema);
+      const { stdout } = await run(process.execPath, ['serve.js'], {
+        cwd: lean(),
+        env: { ...process.env, CONSUMER_DB: postgresUrl ?? '', CONSUMER_SCHEMA: schema },
+        timeout: 120_000,
+      });
+      expect(JSON.parse(stdout.trim().split('\n').at(-1)!)).toEqual({
+        status: 200,
+        body: { status: 'processed', id: 'lean-1', result: { doubled: 42 } },
+        order: 201,
+      });
+    },
+    150_000,
+  );
+
+  test('with no `db`, opening says that @electric-sql/pglite is needed and how to install it', async () => {
+    const result = await run(process.execPath, ['serve.js'], {
+      cwd: lean(),
+      env: { ...process.env, CONSUMER_DB: '', NODE_ENV: 'development' },
+      timeout: 120_000,
+    }).then(
+      () => ({ code: 0, stdout: '' }),
+      (err) => err as { code: number; stdout: string },
+    );
+    expect(result.code).toBe(3);
+    expect(JSON.parse(result.stdout.trim()).error).toMatch(
+      /@electric-sql\/pglite is not installed\. Install it \(npm install @electric-sql\/pglite\)/,
+    );
+  }, 150_000);
 
   describe.each(FRAMEWORKS)('%s', (framework) => {
     test('imported as ESM, it serves a delivery over HTTP', async () => {
