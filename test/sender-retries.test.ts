@@ -70,7 +70,7 @@ describe('full-jitter backoff', () => {
 });
 
 describe('Retry-After', () => {
-  it('waits exactly the seconds the consumer asks for instead of the backoff', async () => {
+  it('waits at least the seconds the consumer asks for, plus up to a quarter more (jitter), instead of the backoff', async () => {
     let n = 0;
     const server = await recordingServer(() =>
       ++n === 1 ? { status: 429, headers: { 'retry-after': '1' } } : { status: 200 },
@@ -81,7 +81,9 @@ describe('Retry-After', () => {
     sender.on('retry', (r) => retries.push(r));
     const result = await sender.send({ key: 'k', body: {} });
     expect(result).toMatchObject({ status: 'delivered', attempts: 2 });
-    expect(retries).toMatchObject([{ delayMs: 1000, retryAfter: true, status: 429 }]);
+    expect(retries).toMatchObject([{ retryAfter: true, status: 429, counted: false }]);
+    expect(retries[0].delayMs).toBeGreaterThanOrEqual(1000);
+    expect(retries[0].delayMs).toBeLessThan(1250);
     // Without Retry-After the wait would have been under 2 ms.
     expect(server.arrivals[1].at - server.arrivals[0].at).toBeGreaterThanOrEqual(990);
   });
@@ -100,9 +102,11 @@ describe('Retry-After', () => {
     sender = createSender({ endpoint: server.url, maxRetryAfterMs: 1500, breaker: false });
     sender.on('retry', (r) => retries.push(r));
     expect(await sender.send({ body: {} })).toMatchObject({ status: 'delivered', attempts: 3 });
+    // The date is ~2 s ahead (whole seconds), clamped to 1.5 s; then up to a quarter more.
     expect(retries[0].delayMs).toBeGreaterThan(900);
-    expect(retries[0].delayMs).toBeLessThanOrEqual(1500);
-    expect(retries[1].delayMs).toBe(1500);
+    expect(retries[0].delayMs).toBeLessThan(1500 * 1.25);
+    expect(retries[1].delayMs).toBeGreaterThanOrEqual(1500);
+    expect(retries[1].delayMs).toBeLessThan(1500 * 1.25);
   });
 
   it('parses both forms and ignores garbage', () => {

@@ -8,10 +8,15 @@ export type BreakerState = (typeof BreakerState)[keyof typeof BreakerState];
 
 /**
  * One breaker per endpoint. Closed: deliveries flow. After `failureThreshold` consecutive
- * failures (network error, timeout, 5xx, 408/429) it opens: nothing is sent for `cooldownMs`,
- * so a consumer that is down is not hammered by every key's retries at once. Then it is
- * half-open: exactly one delivery goes as a probe; its success closes the breaker, its failure
- * opens it again for another cool-down.
+ * failures (network error, timeout, 5xx, 408, 429 without `Retry-After`) it opens: nothing is
+ * sent for `cooldownMs`, so a consumer that is down is not hammered by every key's retries at
+ * once. Then it is half-open: exactly one delivery goes as a probe; any answer that shows the
+ * endpoint alive closes the breaker, a failure opens it again for another cool-down.
+ *
+ * "Later" answers (409, 425, 429/503 with `Retry-After`) are neither: the consumer is up and
+ * paces that one event, so they do not move the failure count (`answered`). The probe is a
+ * real event, but its failure is not counted toward that event's `maxAttempts` (the
+ * dispatcher's choice): an outage costs events wall-clock time (`retryForMs`), not attempts.
  */
 export class Breaker {
   #state: BreakerState = BreakerState.closed;
@@ -40,9 +45,11 @@ export class Breaker {
     return 0;
   }
 
-  /** A delivery starts. In half-open it is the probe. */
-  started(): void {
-    if (this.#state === BreakerState.halfOpen) this.#probing = true;
+  /** A delivery starts. Returns true when it is the half-open probe. */
+  started(): boolean {
+    if (this.#state !== BreakerState.halfOpen) return false;
+    this.#probing = true;
+    return true;
   }
 
   /** Milliseconds until an open breaker lets a probe through, or undefined. */
@@ -56,6 +63,11 @@ export class Breaker {
     this.#failures = 0;
     this.#probing = false;
     if (this.#state !== BreakerState.closed) this.#set(BreakerState.closed);
+  }
+
+  /** A "later" answer: the endpoint is alive (a probe's answer closes), but the failure count stays. */
+  answered(): void {
+    if (this.#state === BreakerState.halfOpen) this.success();
   }
 
   failure(): void {

@@ -1,8 +1,25 @@
+/**
+ * The default store: events live in this process and are lost if it exits. Use the Postgres
+ * outbox (`db`) when that matters.
+ *
+ * Every lane (a key's events, or one unordered event) is in exactly one place: the ready set
+ * (its head may be claimed now, in the order lanes became ready), the timer heap (its head waits
+ * for a retry or for its lease to expire), or nowhere (its head is dead-lettered). So `claim`
+ * and `nextDueInMs` cost what they return, not the number of lanes, and a dispatcher with
+ * 200,000 blocked keys sleeps instead of scanning them.
+ *
+ * Ids are remembered so an id enqueued twice is stored once: while the event is in line, and
+ * after delivery for `retentionMs` and at most `rememberIds` of them (the oldest are forgotten
+ * first). That bounds the memory a long-running sender keeps; an id enqueued again after it was
+ * forgotten is sent again (the consumer's inbox answers it as a duplicate).
+ */
 import { randomUUID } from 'node:crypto';
+import { seqNotAfterError } from './event.js';
 import type {
   ClaimedEvent,
   DeadLetter,
   DeadReason,
+  DeadTarget,
   Enqueued,
   NewEvent,
   SenderStore,
@@ -13,8 +30,11 @@ interface Entry {
   readonly event: StoredEvent;
   status: 'pending' | 'dead';
   attempts: number;
+  failures: number;
+  firstAttemptAt: number | null;
   runAt: number;
   token: string | null;
+  leaseUntil: number;
   reason: DeadReason | null;
   lastError: string | null;
 }
@@ -22,101 +42,216 @@ interface Entry {
 /** One line of events that must go in order: a key's, or a single unordered event's. */
 interface Lane {
   readonly id: string;
-  /** Sorted by seq; the head is the next to deliver. */
+  /** Sorted by seq (seqs only grow); the head is the next to deliver. */
   readonly queue: Entry[];
+  /** Bumped whenever the lane is rescheduled: timer entries of an older version are stale. */
+  version: number;
 }
 
-/**
- * The default store: events live in this process and are lost if it exits. Use the Postgres
- * outbox (`db`) when that matters.
- */
+interface Timer {
+  readonly at: number;
+  readonly lane: Lane;
+  readonly version: number;
+}
+
+/** A binary min-heap of timers by due time. */
+class TimerHeap {
+  readonly #items: Timer[] = [];
+
+  get size(): number {
+    return this.#items.length;
+  }
+
+  peek(): Timer | undefined {
+    return this.#items[0];
+  }
+
+  push(t: Timer): void {
+    const a = this.#items;
+    a.push(t);
+    let i = a.length - 1;
+    while (i > 0) {
+      const parent = (i - 1) >> 1;
+      if (a[parent].at <= a[i].at) break;
+      [a[parent], a[i]] = [a[i], a[parent]];
+      i = parent;
+    }
+  }
+
+  pop(): Timer | undefined {
+    const a = this.#items;
+    const top = a[0];
+    const last = a.pop();
+    if (a.length > 0 && last) {
+      a[0] = last;
+      let i = 0;
+      for (;;) {
+        const l = 2 * i + 1;
+        const r = l + 1;
+        let m = i;
+        if (l < a.length && a[l].at < a[m].at) m = l;
+        if (r < a.length && a[r].at < a[m].at) m = r;
+        if (m === i) break;
+        [a[m], a[i]] = [a[i], a[m]];
+        i = m;
+      }
+    }
+    return top;
+  }
+}
+
 export class MemoryStore implements SenderStore {
   readonly kind = 'memory';
   readonly #lanes = new Map<string, Lane>();
-  /** Every id seen (delivered ones too): an id enqueued twice is stored once. */
-  readonly #ids = new Map<string, { key: string | null; seq: number | null }>();
+  /** Lanes whose head may be claimed now; a Set keeps the order they became ready (fairness). */
+  readonly #ready = new Set<Lane>();
+  readonly #timers = new TimerHeap();
+  /** Lanes whose head is dead-lettered (for `outstanding` without a scan). */
+  readonly #blocked = new Set<Lane>();
+  /** Events in line (dead letters too), by id. */
+  readonly #inLine = new Map<string, Entry>();
+  /** Delivered or skipped ids, oldest first (a Map keeps insertion order). */
+  readonly #done = new Map<string, { key: string | null; seq: number | null; at: number }>();
   readonly #nextSeq = new Map<string, number>();
   readonly #now: () => number;
+  readonly #rememberIds: number;
 
-  constructor(now: () => number = Date.now) {
-    this.#now = now;
+  constructor(options: { now?: () => number; rememberIds?: number } = {}) {
+    this.#now = options.now ?? Date.now;
+    this.#rememberIds = options.rememberIds ?? 100_000;
   }
 
   async add(event: NewEvent): Promise<Enqueued> {
-    const known = this.#ids.get(event.id);
-    if (known) return { id: event.id, ...known, created: false };
+    const pending = this.#inLine.get(event.id);
+    if (pending) {
+      const { key, seq } = pending.event;
+      return { id: event.id, key, seq, created: false, settled: pending.status === 'dead' };
+    }
+    const done = this.#done.get(event.id);
+    if (done) return { id: event.id, key: done.key, seq: done.seq, created: false, settled: true };
     let seq = event.seq;
     if (event.key !== null) {
       const next = this.#nextSeq.get(event.key) ?? 1;
+      if (seq !== null && seq < next) throw seqNotAfterError(seq, next - 1);
       seq ??= next;
-      this.#nextSeq.set(event.key, Math.max(next, seq + 1));
-    }
-    const stored: StoredEvent = { ...event, seq };
-    this.#ids.set(event.id, { key: event.key, seq });
-    const laneId = event.key === null ? `\0${event.id}` : event.key;
-    let lane = this.#lanes.get(laneId);
-    if (!lane) {
-      lane = { id: laneId, queue: [] };
-      this.#lanes.set(laneId, lane);
+      this.#nextSeq.set(event.key, seq + 1);
     }
     const entry: Entry = {
-      event: stored,
+      event: { ...event, seq },
       status: 'pending',
       attempts: 0,
+      failures: 0,
+      firstAttemptAt: null,
       runAt: 0,
       token: null,
+      leaseUntil: 0,
       reason: null,
       lastError: null,
     };
-    const q = lane.queue;
-    // Usually appended; an explicit seq lower than the tail is placed in order.
-    let i = q.length;
-    while (i > 0 && (q[i - 1].event.seq ?? 0) > (seq ?? 0)) i--;
-    q.splice(i, 0, entry);
-    return { id: event.id, key: event.key, seq, created: true };
+    this.#inLine.set(event.id, entry);
+    const laneId = laneOf(event.key, event.id);
+    let lane = this.#lanes.get(laneId);
+    if (!lane) {
+      lane = { id: laneId, queue: [], version: 0 };
+      this.#lanes.set(laneId, lane);
+    }
+    lane.queue.push(entry);
+    if (lane.queue.length === 1) this.#schedule(lane);
+    return { id: event.id, key: event.key, seq, created: true, settled: false };
   }
 
-  async claim(limit: number): Promise<ClaimedEvent[]> {
+  /** Puts the lane where its head says: ready, on a timer, or nowhere. */
+  #schedule(lane: Lane): void {
+    lane.version++;
+    this.#ready.delete(lane);
+    this.#blocked.delete(lane);
+    const head = lane.queue[0];
+    if (!head) {
+      this.#lanes.delete(lane.id);
+      return;
+    }
+    if (head.status === 'dead') {
+      this.#blocked.add(lane);
+      return;
+    }
+    const at = head.token !== null ? head.leaseUntil : head.runAt;
+    if (at <= this.#now()) this.#ready.add(lane);
+    else this.#timers.push({ at, lane, version: lane.version });
+  }
+
+  /** Moves lanes whose timer has fallen due to the ready set; an expired lease frees its head. */
+  #fire(now: number): void {
+    for (let t = this.#timers.peek(); t && t.at <= now; t = this.#timers.peek()) {
+      this.#timers.pop();
+      if (t.version !== t.lane.version) continue;
+      const head = t.lane.queue[0];
+      // The lease ran out without a completion (the attempt is long over: leaseMs > timeoutMs).
+      if (head && head.token !== null) head.token = null;
+      this.#schedule(t.lane);
+    }
+  }
+
+  async claim(limit: number, leaseMs: number): Promise<ClaimedEvent[]> {
     const now = this.#now();
+    this.#fire(now);
     const out: ClaimedEvent[] = [];
-    for (const lane of this.#lanes.values()) {
+    for (const lane of this.#ready) {
       if (out.length >= limit) break;
       const head = lane.queue[0];
-      if (!head || head.token !== null || head.status !== 'pending' || head.runAt > now) continue;
       head.attempts++;
       head.token = randomUUID();
-      out.push({ ...head.event, attempt: head.attempts, token: head.token });
-      // Fairness: a lane just served goes to the back of the line.
-      this.#lanes.delete(lane.id);
-      this.#lanes.set(lane.id, lane);
+      head.leaseUntil = now + leaseMs;
+      head.firstAttemptAt ??= now;
+      out.push({
+        ...head.event,
+        attempt: head.attempts,
+        failures: head.failures,
+        firstAttemptAt: head.firstAttemptAt,
+        token: head.token,
+      });
+      this.#schedule(lane);
     }
     return out;
   }
 
-  #entry(event: ClaimedEvent): { lane: Lane; entry: Entry } | undefined {
-    const lane = this.#lanes.get(event.key === null ? `\0${event.id}` : event.key);
+  /** The lane and head this claim completes, if its lease still holds. */
+  #claimed(event: ClaimedEvent): { lane: Lane; entry: Entry } | undefined {
+    const lane = this.#lanes.get(laneOf(event.key, event.id));
     const entry = lane?.queue[0];
     if (!lane || !entry || entry.token !== event.token) return undefined;
     return { lane, entry };
   }
 
-  async delivered(event: ClaimedEvent): Promise<void> {
-    const found = this.#entry(event);
-    if (!found) return;
-    found.lane.queue.shift();
-    if (found.lane.queue.length === 0) this.#lanes.delete(found.lane.id);
+  #finish(lane: Lane): void {
+    const entry = lane.queue.shift()!;
+    this.#inLine.delete(entry.event.id);
+    const { key, seq } = entry.event;
+    this.#done.set(entry.event.id, { key, seq, at: this.#now() });
+    if (this.#done.size > this.#rememberIds) {
+      const oldest = this.#done.keys().next().value;
+      if (oldest !== undefined) this.#done.delete(oldest);
+    }
+    this.#schedule(lane);
   }
 
-  async retryLater(event: ClaimedEvent, delayMs: number, error: string): Promise<void> {
-    const found = this.#entry(event);
+  async delivered(event: ClaimedEvent): Promise<void> {
+    const found = this.#claimed(event);
+    if (found) this.#finish(found.lane);
+  }
+
+  async retryLater(event: ClaimedEvent, delayMs: number, error: string, counted: boolean): Promise<void> {
+    const found = this.#claimed(event);
     if (!found) return;
-    found.entry.token = null;
-    found.entry.runAt = this.#now() + delayMs;
-    found.entry.lastError = error;
+    const { entry } = found;
+    entry.token = null;
+    entry.runAt = this.#now() + delayMs;
+    entry.lastError = error;
+    if (counted) entry.failures++;
+    this.#schedule(found.lane);
   }
 
   async deadLetter(event: ClaimedEvent, reason: DeadReason, error: string): Promise<void> {
-    const found = this.#entry(event);
+    const found = this.#claimed(event);
     if (!found) return;
     // It stays at the head of its lane, so the key's later events wait behind it (an
     // unordered event has a lane of its own and blocks nothing).
@@ -125,62 +260,81 @@ export class MemoryStore implements SenderStore {
     entry.status = 'dead';
     entry.reason = reason;
     entry.lastError = error;
+    this.#schedule(found.lane);
   }
 
-  #deadOf(key: string): Entry[] {
-    return (this.#lanes.get(key)?.queue ?? []).filter((e) => e.status === 'dead');
-  }
-
-  async retry(key: string): Promise<number> {
-    const dead = this.#deadOf(key);
-    for (const e of dead) {
-      e.status = 'pending';
-      e.attempts = 0;
-      e.runAt = 0;
-      e.reason = null;
+  /** The lane whose head is the targeted dead letter. Only a head can be dead. */
+  #deadLane(target: DeadTarget): Lane | undefined {
+    let lane: Lane | undefined;
+    if (typeof target === 'string') lane = this.#lanes.get(target);
+    else {
+      const entry = this.#inLine.get(target.id);
+      if (entry) lane = this.#lanes.get(laneOf(entry.event.key, entry.event.id));
     }
-    return dead.length;
+    return lane?.queue[0]?.status === 'dead' ? lane : undefined;
   }
 
-  async skip(key: string): Promise<number> {
-    const lane = this.#lanes.get(key);
+  async retry(target: DeadTarget): Promise<number> {
+    const lane = this.#deadLane(target);
     if (!lane) return 0;
-    const before = lane.queue.length;
-    const kept = lane.queue.filter((e) => e.status !== 'dead');
-    lane.queue.splice(0, lane.queue.length, ...kept);
-    if (kept.length === 0) this.#lanes.delete(key);
-    return before - kept.length;
+    const e = lane.queue[0];
+    e.status = 'pending';
+    e.attempts = 0;
+    e.failures = 0;
+    e.firstAttemptAt = null;
+    e.runAt = 0;
+    e.reason = null;
+    this.#schedule(lane);
+    return 1;
+  }
+
+  async skip(target: DeadTarget): Promise<number> {
+    const lane = this.#deadLane(target);
+    if (!lane) return 0;
+    this.#finish(lane);
+    return 1;
   }
 
   async deadLetters(key?: string): Promise<DeadLetter[]> {
     const out: DeadLetter[] = [];
-    for (const lane of this.#lanes.values()) {
-      for (const e of lane.queue) {
-        if (e.status !== 'dead' || (key !== undefined && e.event.key !== key)) continue;
-        out.push({ ...e.event, attempts: e.attempts, reason: e.reason!, lastError: e.lastError });
-      }
+    for (const lane of this.#blocked) {
+      const e = lane.queue[0];
+      if (key !== undefined && e.event.key !== key) continue;
+      out.push({ ...e.event, attempts: e.attempts, reason: e.reason!, lastError: e.lastError });
     }
-    return out;
+    return out.sort((a, b) => (a.key ?? '').localeCompare(b.key ?? '') || (a.seq ?? 0) - (b.seq ?? 0));
   }
 
   async outstanding(): Promise<number> {
+    let blocked = 0;
+    for (const lane of this.#blocked) blocked += lane.queue.length;
+    return this.#inLine.size - blocked;
+  }
+
+  nextDueInMs(): number | undefined {
+    if (this.#ready.size > 0) return 0;
+    // Stale timers (rescheduled lanes) are dropped on the way.
+    for (let t = this.#timers.peek(); t; t = this.#timers.peek()) {
+      if (t.version === t.lane.version) return Math.max(0, t.at - this.#now());
+      this.#timers.pop();
+    }
+    return undefined;
+  }
+
+  async prune(retentionMs: number): Promise<number> {
+    const before = this.#now() - retentionMs;
     let n = 0;
-    for (const lane of this.#lanes.values()) {
-      if (lane.queue[0]?.status === 'pending') n += lane.queue.length;
+    for (const [id, done] of this.#done) {
+      if (done.at >= before) break;
+      this.#done.delete(id);
+      n++;
     }
     return n;
   }
 
-  nextDueInMs(): number | undefined {
-    const now = this.#now();
-    let earliest: number | undefined;
-    for (const lane of this.#lanes.values()) {
-      const head = lane.queue[0];
-      if (!head || head.token !== null || head.status !== 'pending') continue;
-      if (earliest === undefined || head.runAt < earliest) earliest = head.runAt;
-    }
-    return earliest === undefined ? undefined : Math.max(0, earliest - now);
-  }
-
   async close(): Promise<void> {}
+}
+
+function laneOf(key: string | null, id: string): string {
+  return key === null ? `\0${id}` : key;
 }

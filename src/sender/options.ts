@@ -16,18 +16,41 @@ export interface SenderOptions {
   concurrency?: number;
   /** One attempt's deadline (connect, headers and body); then it is retried. @defaultValue 10000 */
   timeoutMs?: number;
-  /** Attempts before an event is dead-lettered (its key then waits for `retry` or `skip`). @defaultValue 8 */
+  /**
+   * How long an event is retried, from its first attempt: the first answer that is not an
+   * acknowledgement after this dead-letters it (reason `expired`; its key then waits for
+   * `retry` or `skip`). @defaultValue 86400000 (24 h, as Svix; Stripe retries for 3 days)
+   */
+  retryForMs?: number;
+  /**
+   * Also dead-letter after this many failed attempts (reason `max-attempts`). "Later" answers
+   * (409, 425, 429/503 with `Retry-After`) and breaker probes do not count. @defaultValue no limit
+   */
   maxAttempts?: number;
   /** First backoff window: after the n-th failure, wait random [0, min(capMs, baseMs·2^(n−1))). @defaultValue 500 */
   baseMs?: number;
-  /** Largest backoff window. @defaultValue 60000 */
+  /** Largest backoff window. @defaultValue 3600000 (1 h) */
   capMs?: number;
-  /** Longest `Retry-After` honoured; a longer one is clamped to this. @defaultValue 600000 */
+  /** Longest `Retry-After` honoured; a longer one is clamped to this. @defaultValue 3600000 (1 h) */
   maxRetryAfterMs?: number;
+  /**
+   * How long a delivered (or skipped) event is remembered: an id enqueued again within it is
+   * stored once; the outbox deletes older rows in batches. @defaultValue 604800000 (7 days)
+   */
+  retentionMs?: number;
+  /**
+   * Memory store only: at most this many delivered ids remembered (the oldest are forgotten
+   * first, even within `retentionMs`; an id enqueued again after that is sent again, and the
+   * consumer's inbox answers it as a duplicate). @defaultValue 100000
+   */
+  rememberIds?: number;
   /** Circuit breaker for the endpoint, or `false` for none. */
   breaker?: BreakerOptions | false;
-  /** A Standard Webhooks secret (`whsec_…`): every attempt is signed with it. */
-  secret?: string;
+  /**
+   * A Standard Webhooks secret (`whsec_…`): every attempt is signed with it. Several (during a
+   * rotation): every attempt carries one signature per secret, so the consumer accepts either.
+   */
+  secret?: string | readonly string[];
   /** Header names. @defaultValue Idempotency-Key, X-Key, X-Seq */
   headers?: { id?: string; key?: string; seq?: string };
   /**
@@ -43,7 +66,7 @@ export interface SenderOptions {
   poolSize?: number;
   /** How often the dispatcher looks for work others enqueued (outbox only). @defaultValue 500 */
   pollIntervalMs?: number;
-  /** How long a claimed outbox event is leased to this sender; must exceed `timeoutMs`. @defaultValue timeoutMs + 30000 */
+  /** How long a claimed event is leased to this sender (then it may be claimed again); must exceed `timeoutMs`. @defaultValue timeoutMs + 30000 */
   leaseMs?: number;
   /** Deliver from this process. `false` makes an enqueue-only sender (a producer). @defaultValue true */
   dispatch?: boolean;
@@ -55,12 +78,16 @@ export interface ResolvedSenderOptions {
   readonly endpoint: URL;
   readonly concurrency: number;
   readonly timeoutMs: number;
-  readonly maxAttempts: number;
+  readonly retryForMs: number;
+  readonly maxAttempts: number | undefined;
   readonly baseMs: number;
   readonly capMs: number;
   readonly maxRetryAfterMs: number;
+  readonly retentionMs: number;
+  readonly rememberIds: number;
   readonly breaker: { readonly failureThreshold: number; readonly cooldownMs: number } | false;
-  readonly secretKey: Buffer | undefined;
+  /** Empty when events are not signed. */
+  readonly secretKeys: readonly Buffer[];
   readonly headers: { readonly id: string; readonly key: string; readonly seq: string };
   readonly db: DatabaseInput | undefined;
   readonly schema: string;
@@ -78,7 +105,10 @@ const KNOWN = new Set([
   'endpoint',
   'concurrency',
   'timeoutMs',
+  'retryForMs',
   'maxAttempts',
+  'retentionMs',
+  'rememberIds',
   'baseMs',
   'capMs',
   'maxRetryAfterMs',
@@ -157,7 +187,7 @@ export function resolveSenderOptions(input: SenderOptions): ResolvedSenderOption
   }
   const timeoutMs = integer(o, 'timeoutMs', 10_000, 1, 3_600_000);
   const baseMs = integer(o, 'baseMs', 500, 1, 3_600_000);
-  const capMs = integer(o, 'capMs', 60_000, 1, 86_400_000);
+  const capMs = integer(o, 'capMs', 3_600_000, 1, 86_400_000);
   if (capMs < baseMs) fail('capMs', `must be at least \`baseMs\` (${baseMs}); got ${capMs}`);
   let breaker: ResolvedSenderOptions['breaker'] = { failureThreshold: 10, cooldownMs: 30_000 };
   if (o.breaker === false) breaker = false;
@@ -175,14 +205,20 @@ export function resolveSenderOptions(input: SenderOptions): ResolvedSenderOption
       cooldownMs: integer(b, 'cooldownMs', 30_000, 1, 86_400_000, 'breaker.cooldownMs'),
     };
   }
-  let secretKey: Buffer | undefined;
+  const secretKeys: Buffer[] = [];
   if (o.secret !== undefined) {
-    if (typeof o.secret !== 'string') fail('secret', `must be a "whsec_…" string; got ${describe(o.secret)}`);
-    try {
-      secretKey = decodeSecret(o.secret);
-    } catch (err) {
-      // Never echo the secret itself.
-      fail('secret', (err as Error).message);
+    const list = Array.isArray(o.secret) ? (o.secret as unknown[]) : [o.secret];
+    if (list.length === 0) fail('secret', 'must name at least one secret');
+    for (const secret of list) {
+      if (typeof secret !== 'string') {
+        fail('secret', `must be a "whsec_…" string or a list of them; got ${describe(secret)}`);
+      }
+      try {
+        secretKeys.push(decodeSecret(secret));
+      } catch (err) {
+        // Never echo the secret itself.
+        fail('secret', (err as Error).message);
+      }
     }
   }
   const h = o.headers ?? {};
@@ -206,9 +242,11 @@ export function resolveSenderOptions(input: SenderOptions): ResolvedSenderOption
     );
   }
   if (db === undefined) {
-    for (const name of ['schema', 'migrate', 'poolSize', 'pollIntervalMs', 'leaseMs']) {
+    for (const name of ['schema', 'migrate', 'poolSize', 'pollIntervalMs']) {
       if (o[name] !== undefined) fail(name, 'applies to the Postgres outbox only; set `db` or remove it');
     }
+  } else if (o.rememberIds !== undefined) {
+    fail('rememberIds', 'applies to the memory store only (the outbox remembers ids for `retentionMs`)');
   }
   const leaseMs = integer(o, 'leaseMs', timeoutMs + 30_000, 1, 7 * 86_400_000);
   if (leaseMs <= timeoutMs)
@@ -220,12 +258,15 @@ export function resolveSenderOptions(input: SenderOptions): ResolvedSenderOption
     endpoint,
     concurrency: integer(o, 'concurrency', 16, 1, 10_000),
     timeoutMs,
-    maxAttempts: integer(o, 'maxAttempts', 8, 1, 1000),
+    retryForMs: integer(o, 'retryForMs', 86_400_000, 0, 30 * 86_400_000),
+    maxAttempts: o.maxAttempts === undefined ? undefined : integer(o, 'maxAttempts', 0, 1, 1_000_000),
     baseMs,
     capMs,
-    maxRetryAfterMs: integer(o, 'maxRetryAfterMs', 600_000, 0, 7 * 86_400_000),
+    maxRetryAfterMs: integer(o, 'maxRetryAfterMs', 3_600_000, 0, 7 * 86_400_000),
+    retentionMs: integer(o, 'retentionMs', 7 * 86_400_000, 0, 365 * 86_400_000),
+    rememberIds: integer(o, 'rememberIds', 100_000, 0, 100_000_000),
     breaker,
-    secretKey,
+    secretKeys,
     headers,
     db,
     schema,

@@ -4,7 +4,16 @@
  * caused it (`sender.enqueue(tx, event)`: both commit, or neither).
  *
  * Round trips: enqueue 1 (a function: lock the key row, assign seq, insert); claim 1 (a CTE
- * under FOR UPDATE SKIP LOCKED that leases up to N heads of keys); each completion 1.
+ * under FOR UPDATE SKIP LOCKED that leases up to N due heads); each completion 1.
+ *
+ * Only the head of a key is `pending` (or `dead`); the events behind it are `queued`, and the
+ * completion that ends a head promotes the next one. So `claim` reads the due heads from one
+ * partial index, and `outstanding` counts pending rows plus a per-key counter of queued ones
+ * (`keys.queued`, left out while the key is `blocked` by a dead letter): neither grows with the
+ * backlog behind a dead letter or a head that keeps being retried. Every function that
+ * changes a key's line locks the key row first, then the event (one order, no deadlock); a
+ * completion therefore waits for a producer transaction that is enqueueing on the same key,
+ * and then sees its event.
  *
  * Leases, not open transactions, protect a delivery in flight: the claim commits at once with
  * `locked_until = now() + leaseMs` and a fresh token, the HTTP request runs outside any
@@ -14,184 +23,71 @@
  * delivery twice, which is what its inbox is for.
  */
 import { randomUUID } from 'node:crypto';
-import { CompiledQuery, type Kysely, sql } from 'kysely';
+import { CompiledQuery, type Kysely } from 'kysely';
 import { type Database, type DatabaseInput, openDatabase, type StatementNames } from '../database.js';
-import { runMigrations } from '../migrations.js';
+import { seqNotAfterError } from './event.js';
+import { migrateOutbox, type OutboxTables, outboxTables } from './outbox-schema.js';
 import type {
   ClaimedEvent,
   DeadLetter,
   DeadReason,
+  DeadTarget,
   Enqueued,
   NewEvent,
   SenderStore,
   StoredEvent,
 } from './store.js';
 
-function quote(identifier: string): string {
-  return `"${identifier.replace(/"/g, '""')}"`;
-}
-
-/** Qualified names; the schema was validated as a plain identifier when options were resolved. */
-export interface OutboxTables {
-  readonly schema: string;
-  readonly events: string;
-  readonly keys: string;
-  fn(name: string): string;
-}
-
-export function outboxTables(schema: string): OutboxTables {
-  const q = (name: string) => `${quote(schema)}.${quote(name)}`;
-  return { schema, events: q('events'), keys: q('keys'), fn: q };
-}
-
-/** The outbox's own migrations (append-only, numbered; separate from the inbox's). */
-export const outboxMigrations: ReadonlyArray<readonly [name: string, up: (t: OutboxTables) => string]> = [
-  [
-    '0001_outbox',
-    (t) => `
-create table ${t.events} (
-  id           text        primary key,
-  key          text,
-  seq          bigint,
-  body         bytea       not null,
-  content_type text        not null,
-  headers      jsonb       not null default '{}',
-  status       text        not null default 'pending'
-                           check (status in ('pending', 'delivered', 'dead', 'skipped')),
-  attempts     integer     not null default 0,
-  run_after    timestamptz not null default now(),
-  locked_until timestamptz,
-  lock_token   text,
-  last_status  integer,
-  last_error   text,
-  dead_reason  text        check (dead_reason in ('rejected', 'max-attempts')),
-  created_at   timestamptz not null default now(),
-  delivered_at timestamptz,
-  unique (key, seq),
-  check ((key is null) = (seq is null))
-);
--- Head-of-line: "is there an earlier undelivered (or dead) event of this key?"
-create index ${quote('events_waiting')} on ${t.events} (key, seq) where status in ('pending', 'dead');
--- The dispatcher's scan: pending events by due time.
-create index ${quote('events_due')} on ${t.events} (run_after, created_at) where status = 'pending';
-
--- The next seq to assign, per key. Its row lock also serialises producers of one key, so seqs
--- become visible in order: a producer holding seq n blocks the one that will get n + 1.
-create table ${t.keys} (
-  key      text   primary key,
-  next_seq bigint not null
-);
-
-create function ${t.fn('enqueue')}(
-  p_id text, p_key text, p_seq bigint, p_body bytea, p_content_type text, p_headers jsonb
-) returns table (r_seq bigint, r_key text, r_created boolean)
-language plpgsql as $fn$
-declare
-  v_next bigint;
-  v_key text;
-  v_seq bigint;
-begin
-  if p_key is not null then
-    -- Lock the key row BEFORE looking for the id: a concurrent enqueue of the same id then
-    -- waits here and sees the committed row below, instead of burning a seq.
-    insert into ${t.keys} as k (key, next_seq) values (p_key, 1) on conflict do nothing;
-    select k.next_seq into v_next from ${t.keys} k where k.key = p_key for update;
-  end if;
-  select e.key, e.seq into v_key, v_seq from ${t.events} e where e.id = p_id;
-  if found then
-    r_key := v_key;
-    r_seq := v_seq;
-    r_created := false;
-    return next;
-    return;
-  end if;
-  if p_key is not null then
-    v_seq := coalesce(p_seq, v_next);
-    update ${t.keys} k set next_seq = greatest(k.next_seq, v_seq + 1) where k.key = p_key;
-  end if;
-  insert into ${t.events} (id, key, seq, body, content_type, headers)
-    values (p_id, p_key, v_seq, p_body, p_content_type, p_headers);
-  r_key := p_key;
-  r_seq := v_seq;
-  r_created := true;
-  return next;
-end
-$fn$;
-`,
-  ],
-];
-
-/**
- * Runs the outbox migrations up to the latest; safe from many processes at once (one
- * transaction under an advisory lock per schema; no introspection of other schemas).
- */
-export async function migrateOutbox(db: Kysely<any>, tables: OutboxTables): Promise<void> {
-  await runMigrations(db, {
-    label: 'webhook-inbox/sender',
-    schema: tables.schema,
-    ledger: tables.fn('migrations'),
-    lockKey: `webhook-inbox/sender:${tables.schema}`,
-    migrations: outboxMigrations.map(([name, up]) => [name, () => up(tables)] as const),
-  });
-}
-
 /** The statements, one round trip each. */
 function statements(t: OutboxTables, names: StatementNames) {
   const named = (name: string, text: string) => names.register(`wo:${t.schema}.${name}`, text);
+  const ms = `* interval '1 millisecond'`;
   return {
     enqueue: named(
       'enqueue',
-      `select r_seq, r_key, r_created from ${t.fn('enqueue')}($1, $2, $3, $4, $5, $6::jsonb)`,
+      `select r_seq, r_key, r_created, r_settled from ${t.fn('enqueue')}($1, $2, $3, $4, $5, $6::jsonb)`,
     ),
-    // Heads of keys only: an event is claimable when no earlier seq of its key is still
-    // pending (in line or leased) or dead. SKIP LOCKED lets several dispatchers claim at once
-    // without waiting on each other; the `not exists` sees a concurrently leased head as
-    // pending, so two dispatchers never hold two events of one key.
+    // Only heads (and unordered events) are 'pending', so this reads due heads off one partial
+    // index. The lease is a due time: a leased head is not due again until its lease ends.
+    // SKIP LOCKED lets several dispatchers claim at once without waiting on each other.
     claim: named(
       'claim',
       `with c as (
          select e.id from ${t.events} e
           where e.status = 'pending' and e.run_after <= now()
-            and (e.locked_until is null or e.locked_until < now())
-            and (e.key is null or not exists (
-              select 1 from ${t.events} p
-               where p.key = e.key and p.seq < e.seq and p.status in ('pending', 'dead')))
-          order by e.run_after, e.created_at
+          order by e.run_after
           limit $1
           for update of e skip locked)
        update ${t.events} e
-          set attempts = e.attempts + 1, locked_until = now() + $2 * interval '1 millisecond', lock_token = $3
+          set attempts = e.attempts + 1, run_after = now() + $2 ${ms}, locked_until = now() + $2 ${ms},
+              lock_token = $3, first_attempt_at = coalesce(e.first_attempt_at, now())
          from c where e.id = c.id
-       returning e.id, e.key, e.seq, e.body, e.content_type, e.headers, e.attempts`,
+       returning e.id, e.key, e.seq, e.body, e.content_type, e.headers, e.attempts, e.failures,
+                 (extract(epoch from e.first_attempt_at) * 1000)::float8 as first_attempt_ms`,
     ),
-    delivered: named(
-      'delivered',
-      `update ${t.events} set status = 'delivered', delivered_at = now(), locked_until = null,
-              last_status = $3, body = '\\x'::bytea
-        where id = $1 and lock_token = $2 and status = 'pending'`,
-    ),
+    complete: named('complete', `select ${t.fn('complete')}($1, $2, $3, $4, $5) as done`),
     retryLater: named(
       'retry_later',
-      `update ${t.events} set run_after = now() + $3 * interval '1 millisecond', locked_until = null,
-              last_error = $4
+      `update ${t.events} set run_after = now() + $3 ${ms}, locked_until = null, last_error = $4,
+              failures = failures + $5
         where id = $1 and lock_token = $2 and status = 'pending'`,
     ),
-    deadLetter: named(
-      'dead_letter',
-      `update ${t.events} set status = 'dead', dead_reason = $3, last_error = $4, locked_until = null
-        where id = $1 and lock_token = $2 and status = 'pending'`,
-    ),
-    retry: `update ${t.events} set status = 'pending', attempts = 0, run_after = now(), dead_reason = null
-             where key = $1 and status = 'dead'`,
-    skip: `update ${t.events} set status = 'skipped' where key = $1 and status = 'dead'`,
+    resolveDead: `select ${t.fn('resolve_dead')}($1, $2, $3) as n`,
     deadLetters: `select id, key, seq, body, content_type, headers, attempts, dead_reason, last_error
                     from ${t.events} where status = 'dead' and ($1::text is null or key = $1)
                    order by key, seq, created_at`,
-    outstanding: `select count(*) as n from ${t.events} e
-                   where e.status = 'pending' and (e.key is null or not exists (
-                     select 1 from ${t.events} p where p.key = e.key and p.seq < e.seq and p.status = 'dead'))`,
+    outstanding: `select (select count(*) from ${t.events} where status = 'pending')
+                       + (select coalesce(sum(queued), 0) from ${t.keys} where queued > 0 and not blocked) as n`,
+    prune: `with d as (
+              select id from ${t.events}
+               where status in ('delivered', 'skipped') and delivered_at < now() - $1 ${ms}
+               limit $2)
+            delete from ${t.events} e using d where e.id = d.id`,
   };
 }
+
+/** Rows deleted per prune statement: short transactions, like the inbox's retention. */
+const PRUNE_BATCH = 1000;
 
 function toBuffer(value: unknown): Uint8Array {
   if (value instanceof Uint8Array) return value;
@@ -220,18 +116,33 @@ function stored(row: any): StoredEvent {
 
 /** Enqueues through any Kysely handle: the outbox's own, or a producer's transaction. */
 export async function enqueueOutbox(db: Kysely<any>, text: string, event: NewEvent): Promise<Enqueued> {
-  const { rows } = await db.executeQuery<{ r_seq: unknown; r_key: string | null; r_created: boolean }>(
-    CompiledQuery.raw(text, [
-      event.id,
-      event.key,
-      event.seq,
-      Buffer.from(event.body.buffer, event.body.byteOffset, event.body.byteLength),
-      event.contentType,
-      JSON.stringify(event.headers),
-    ]),
-  );
+  let rows: Array<{ r_seq: unknown; r_key: string | null; r_created: boolean; r_settled: boolean }>;
+  try {
+    ({ rows } = await db.executeQuery<(typeof rows)[number]>(
+      CompiledQuery.raw(text, [
+        event.id,
+        event.key,
+        event.seq,
+        Buffer.from(event.body.buffer, event.body.byteOffset, event.body.byteLength),
+        event.contentType,
+        JSON.stringify(event.headers),
+      ]),
+    ));
+  } catch (err) {
+    const m = /webhook-outbox: seq (\d+) is not above the last seq (\d+)/.exec(
+      String((err as Error)?.message),
+    );
+    if (m) throw seqNotAfterError(Number(m[1]), Number(m[2]));
+    throw err;
+  }
   const row = rows[0];
-  return { id: event.id, key: row.r_key, seq: nullableNumber(row.r_seq), created: row.r_created };
+  return {
+    id: event.id,
+    key: row.r_key,
+    seq: nullableNumber(row.r_seq),
+    created: row.r_created,
+    settled: row.r_settled,
+  };
 }
 
 export class OutboxStore implements SenderStore {
@@ -281,29 +192,52 @@ export class OutboxStore implements SenderStore {
   async claim(limit: number, leaseMs: number): Promise<ClaimedEvent[]> {
     const token = randomUUID();
     const rows = await this.#run<any>(this.#sql.claim, [limit, leaseMs, token]);
-    return rows.map((row) => ({ ...stored(row), attempt: Number(row.attempts), token }));
+    return rows.map((row) => ({
+      ...stored(row),
+      attempt: Number(row.attempts),
+      failures: Number(row.failures),
+      firstAttemptAt: Number(row.first_attempt_ms),
+      token,
+    }));
   }
 
   async delivered(event: ClaimedEvent, status: number): Promise<void> {
-    await this.#run(this.#sql.delivered, [event.id, event.token, status]);
+    await this.#run(this.#sql.complete, [event.id, event.token, status, null, null]);
   }
 
-  async retryLater(event: ClaimedEvent, delayMs: number, error: string): Promise<void> {
-    await this.#run(this.#sql.retryLater, [event.id, event.token, delayMs, error.slice(0, 2000)]);
+  async retryLater(event: ClaimedEvent, delayMs: number, error: string, counted: boolean): Promise<void> {
+    await this.#run(this.#sql.retryLater, [
+      event.id,
+      event.token,
+      delayMs,
+      error.slice(0, 2000),
+      counted ? 1 : 0,
+    ]);
   }
 
   async deadLetter(event: ClaimedEvent, reason: DeadReason, error: string): Promise<void> {
-    await this.#run(this.#sql.deadLetter, [event.id, event.token, reason, error.slice(0, 2000)]);
+    const status = /^HTTP (\d{3})/.exec(error)?.[1];
+    await this.#run(this.#sql.complete, [
+      event.id,
+      event.token,
+      status === undefined ? null : Number(status),
+      reason,
+      error.slice(0, 2000),
+    ]);
   }
 
-  async retry(key: string): Promise<number> {
-    const r = await this.#database.kysely.executeQuery(CompiledQuery.raw(this.#sql.retry, [key]));
-    return Number(r.numAffectedRows ?? 0);
+  async #resolveDead(target: DeadTarget, skip: boolean): Promise<number> {
+    const [key, id] = typeof target === 'string' ? [target, null] : [null, target.id];
+    const [row] = await this.#run<{ n: unknown }>(this.#sql.resolveDead, [key, id, skip]);
+    return Number(row.n);
   }
 
-  async skip(key: string): Promise<number> {
-    const r = await this.#database.kysely.executeQuery(CompiledQuery.raw(this.#sql.skip, [key]));
-    return Number(r.numAffectedRows ?? 0);
+  retry(target: DeadTarget): Promise<number> {
+    return this.#resolveDead(target, false);
+  }
+
+  skip(target: DeadTarget): Promise<number> {
+    return this.#resolveDead(target, true);
   }
 
   async deadLetters(key?: string): Promise<DeadLetter[]> {
@@ -323,6 +257,18 @@ export class OutboxStore implements SenderStore {
 
   nextDueInMs(): undefined {
     return undefined;
+  }
+
+  async prune(retentionMs: number): Promise<number> {
+    let total = 0;
+    for (;;) {
+      const r = await this.#database.kysely.executeQuery(
+        CompiledQuery.raw(this.#sql.prune, [retentionMs, PRUNE_BATCH]),
+      );
+      const n = Number(r.numAffectedRows ?? 0);
+      total += n;
+      if (n < PRUNE_BATCH) return total;
+    }
   }
 
   async close(): Promise<void> {

@@ -1,145 +1,35 @@
 /**
  * The sender: the other half of the protocol. Per key, one delivery in flight (seq n + 1 is
- * not sent until seq n is acknowledged); keys in parallel up to `concurrency`; retries with
- * capped exponential backoff and full jitter, `Retry-After` honoured; a dead letter keeps its
- * key blocked until an operator retries or skips it; a circuit breaker per endpoint.
+ * not sent until seq n is acknowledged); keys in parallel up to `concurrency`; retries for
+ * `retryForMs` with capped exponential backoff and full jitter, `Retry-After` honoured as a
+ * floor; a dead letter keeps its key blocked until an operator retries or skips it; a circuit
+ * breaker per endpoint.
  *
- * The dispatcher is one loop: claim up to the free room from the store (heads of keys only),
- * start a delivery for each, and sleep until something changes (a delivery settles, an event
- * is enqueued, a retry falls due, the breaker's cool-down ends, or the outbox poll interval).
+ * This file is the facade: construction, the store, events in (`enqueue`, `send`) and operator
+ * actions. The loop that delivers lives in `dispatcher.ts`, one attempt and its meaning in
+ * `attempt.ts`, what follows an attempt in `retry-policy.ts`.
  */
-import { randomUUID } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import type { Kysely } from 'kysely';
 import { isKysely } from '../database.js';
-import { InboxError } from '../errors.js';
-import { fullJitterMs, parseRetryAfter } from './backoff.js';
 import { Breaker, BreakerState } from './breaker.js';
+import { Dispatcher } from './dispatcher.js';
+import { prepareEvent, type SenderEvent } from './event.js';
 import { MemoryStore } from './memory-store.js';
 import { type ResolvedSenderOptions, resolveSenderOptions, type SenderOptions } from './options.js';
 import { enqueueOutbox, OutboxStore } from './outbox.js';
-import { signatureHeaders } from './signature.js';
-import type { ClaimedEvent, DeadLetter, DeadReason, Enqueued, NewEvent, SenderStore } from './store.js';
-
-/** One event to send. Give `body` (sent as JSON) or `rawBody` (sent as is). */
-export interface SenderEvent {
-  /** The idempotency key, stable across retries. @defaultValue a random UUID */
-  id?: string;
-  /** Ordering key: events of one key are delivered one at a time, in seq order. */
-  key?: string;
-  /** Place in the key's sequence. @defaultValue the key's next (1, 2, 3, …) */
-  seq?: number;
-  /** A JSON value, serialised once: every retry sends the same bytes. */
-  body?: unknown;
-  /** Bytes (or a string) sent exactly as given. */
-  rawBody?: string | Uint8Array;
-  /** @defaultValue 'application/json' */
-  contentType?: string;
-  /** Extra request headers (not the protocol's own). */
-  headers?: Record<string, string>;
-}
-
-/** How `send` ended. */
-export interface SendResult {
-  readonly id: string;
-  readonly key: string | null;
-  readonly seq: number | null;
-  /** `already-enqueued`: an event with this id was enqueued before; it is delivered once. */
-  readonly status: 'delivered' | 'dead-lettered' | 'already-enqueued';
-  readonly attempts: number;
-  /** The last HTTP status, or null when the last attempt got no response. */
-  readonly responseStatus: number | null;
-  readonly reason?: DeadReason;
-  readonly error?: string;
-}
-
-/** One HTTP attempt and what the sender made of it. */
-export interface AttemptReport {
-  readonly id: string;
-  readonly key: string | null;
-  readonly seq: number | null;
-  readonly attempt: number;
-  readonly outcome: 'ack' | 'retry' | 'dead';
-  readonly status: number | null;
-  readonly error: string | null;
-  /** Retries: the wait before the next attempt. */
-  readonly delayMs?: number;
-  /** Retries: the wait came from the consumer's `Retry-After`. */
-  readonly retryAfter?: boolean;
-  /** The response said it was a replay of an already processed event (`Idempotent-Replayed: true`). */
-  readonly replayed: boolean;
-}
-
-export interface SenderStats {
-  /** Events accepted by `send`/`enqueue` in this process. */
-  enqueued: number;
-  /** HTTP attempts made. */
-  attempts: number;
-  delivered: number;
-  retried: number;
-  deadLettered: number;
-  inFlight: number;
-  breaker: BreakerState;
-}
-
-export interface SenderEvents {
-  attempt: [AttemptReport];
-  delivered: [AttemptReport];
-  retry: [AttemptReport];
-  'dead-lettered': [AttemptReport & { reason: DeadReason }];
-  breaker: [BreakerState];
-  /** A store error (the outbox database unreachable, …). The dispatcher keeps going. */
-  warning: [Error];
-}
-
-/** `send` on a sender that was closed before the event was delivered. */
-export class SenderClosedError extends InboxError {
-  override name = 'SenderClosedError';
-  constructor() {
-    super('webhook-inbox/sender: the sender was closed before the event was delivered', 'sender-closed', 500);
-  }
-}
-
-/** An event given to `send`/`enqueue` that cannot be sent as it is. */
-export class InvalidEventError extends InboxError {
-  override name = 'InvalidEventError';
-  constructor(
-    readonly field: string,
-    message: string,
-  ) {
-    super(`webhook-inbox/sender: event.${field} ${message}`, 'invalid-event', 400);
-  }
-}
-
-const ID = /^[\x21-\x7e](?:[\x20-\x7e]{0,253}[\x21-\x7e])?$/;
-const RETRYABLE = new Set([408, 409, 425, 429]);
-
-interface Attempt {
-  kind: 'ack' | 'retry' | 'permanent';
-  status: number | null;
-  error: string | null;
-  retryAfterMs: number | undefined;
-  replayed: boolean;
-}
-
-interface Waiter {
-  resolve(result: SendResult): void;
-  reject(err: Error): void;
-}
+import { SenderClosedError, type SenderEvents, type SenderStats, type SendResult } from './reports.js';
+import { SendWaiters } from './send-waiters.js';
+import type { DeadLetter, DeadTarget, Enqueued, NewEvent, SenderStore } from './store.js';
 
 export class Sender extends EventEmitter<SenderEvents> {
   readonly options: ResolvedSenderOptions;
   readonly #breaker: Breaker | undefined;
-  readonly #stats = { enqueued: 0, attempts: 0, delivered: 0, retried: 0, deadLettered: 0 };
-  readonly #waiters = new Map<string, Waiter[]>();
-  readonly #inFlight = new Set<Promise<void>>();
-  readonly #timers = new Set<NodeJS.Timeout>();
+  readonly #dispatcher: Dispatcher;
+  readonly #waiters = new SendWaiters();
   readonly #protocolHeaders: Set<string>;
+  #enqueued = 0;
   #store: Promise<SenderStore> | undefined;
-  #loop: Promise<void> | undefined;
-  #dirty = false;
-  #wakeUp: (() => void) | undefined;
-  #settled: Array<() => void> = [];
   #closing = false;
 
   constructor(options: SenderOptions) {
@@ -149,7 +39,7 @@ export class Sender extends EventEmitter<SenderEvents> {
     if (b) {
       this.#breaker = new Breaker(b.failureThreshold, b.cooldownMs, (state) => {
         this.emit('breaker', state);
-        this.#wake();
+        this.#dispatcher.wake();
       });
     }
     const h = this.options.headers;
@@ -163,7 +53,8 @@ export class Sender extends EventEmitter<SenderEvents> {
       'webhook-timestamp',
       'webhook-signature',
     ]);
-    if (this.options.dispatch) this.#loop = this.#run();
+    this.#dispatcher = new Dispatcher(this.options, () => this.ready(), this.#breaker, this, this.#waiters);
+    if (this.options.dispatch) this.#dispatcher.start();
   }
 
   /** Opens the store (and runs the outbox migrations). Idempotent; retried after a failure. */
@@ -172,7 +63,7 @@ export class Sender extends EventEmitter<SenderEvents> {
       const o = this.options;
       this.#store =
         o.db === undefined
-          ? Promise.resolve(new MemoryStore())
+          ? Promise.resolve(new MemoryStore({ rememberIds: o.rememberIds }))
           : OutboxStore.open(o.db, { schema: o.schema, migrate: o.migrate, poolSize: o.poolSize });
       this.#store.catch(() => {
         this.#store = undefined;
@@ -212,22 +103,23 @@ export class Sender extends EventEmitter<SenderEvents> {
       }
       const store = (await this.ready()) as OutboxStore;
       const enqueued = await enqueueOutbox(a, store.enqueueText, event);
-      if (enqueued.created) this.#stats.enqueued++;
+      if (enqueued.created) this.#enqueued++;
       // Not woken here: the producer's transaction has not committed yet. The poll finds it.
       return enqueued;
     }
     const event = this.#prepare(a);
     const store = await this.ready();
     const enqueued = await store.add(event);
-    if (enqueued.created) this.#stats.enqueued++;
-    this.#wake();
+    if (enqueued.created) this.#enqueued++;
+    this.#dispatcher.wake();
     return enqueued;
   }
 
   /**
    * Enqueues an event and resolves when it is acknowledged (`delivered`) or dead-lettered.
-   * (With several dispatchers on one outbox, only the one that delivers it resolves `send`;
-   * use `enqueue` there.)
+   * Sent again with the same id while it is still in line, the second call waits for the same
+   * outcome. (With several dispatchers on one outbox, only the one that delivers it resolves
+   * `send`; use `enqueue` there.)
    */
   async send(event: SenderEvent): Promise<SendResult> {
     if (!this.options.dispatch) {
@@ -236,22 +128,19 @@ export class Sender extends EventEmitter<SenderEvents> {
       );
     }
     const prepared = this.#prepare(event);
-    const done = new Promise<SendResult>((resolve, reject) => {
-      const list = this.#waiters.get(prepared.id) ?? [];
-      list.push({ resolve, reject });
-      this.#waiters.set(prepared.id, list);
-    });
+    // Waiting before the event is stored: a fast delivery cannot settle before we listen.
+    const waiter = this.#waiters.add(prepared.id);
     let enqueued: Enqueued;
     try {
       if (this.#closing) throw new SenderClosedError();
-      const store = await this.ready();
-      enqueued = await store.add(prepared);
+      enqueued = await (await this.ready()).add(prepared);
     } catch (err) {
-      this.#settle(prepared.id, undefined, err as Error);
-      throw err;
+      waiter.reject(err as Error);
+      return waiter.promise;
     }
-    if (!enqueued.created) {
-      this.#settle(prepared.id, {
+    if (enqueued.created) this.#enqueued++;
+    if (!enqueued.created && enqueued.settled) {
+      waiter.resolve({
         id: enqueued.id,
         key: enqueued.key,
         seq: enqueued.seq,
@@ -259,27 +148,29 @@ export class Sender extends EventEmitter<SenderEvents> {
         attempts: 0,
         responseStatus: null,
       });
-    } else {
-      this.#stats.enqueued++;
-      this.#wake();
     }
-    return done;
+    this.#dispatcher.wake();
+    return waiter.promise;
   }
 
-  /** Puts the key's dead-lettered events back in line, attempts reset. Returns how many. */
-  async retry(key: string): Promise<number> {
-    const n = await (await this.ready()).retry(key);
-    this.#wake();
+  /**
+   * Puts dead letters back in line, attempts and retry budget reset: a key's (`retry('acct-1')`)
+   * or one event's (`retry({ id })`, for unordered events too). Returns how many.
+   */
+  async retry(target: DeadTarget): Promise<number> {
+    const n = await (await this.ready()).retry(target);
+    this.#dispatcher.wake();
     return n;
   }
 
   /**
-   * Gives up on the key's dead-lettered events so its later events flow. The consumer will see
-   * a gap in the key's seqs (its inbox holds the later events until its gap timeout).
+   * Gives up on dead letters (a key's, or one event's) so the key's later events flow. The
+   * consumer will see a gap in the key's seqs (its inbox holds the later events until its gap
+   * timeout).
    */
-  async skip(key: string): Promise<number> {
-    const n = await (await this.ready()).skip(key);
-    this.#wake();
+  async skip(target: DeadTarget): Promise<number> {
+    const n = await (await this.ready()).skip(target);
+    this.#dispatcher.wake();
     return n;
   }
 
@@ -291,8 +182,9 @@ export class Sender extends EventEmitter<SenderEvents> {
   /** Counters and the breaker's state. */
   stats(): SenderStats {
     return {
-      ...this.#stats,
-      inFlight: this.#inFlight.size,
+      enqueued: this.#enqueued,
+      ...this.#dispatcher.counters,
+      inFlight: this.#dispatcher.inFlight.size,
       breaker: this.#breaker?.state ?? BreakerState.closed,
     };
   }
@@ -303,14 +195,8 @@ export class Sender extends EventEmitter<SenderEvents> {
    */
   async idle(): Promise<void> {
     for (;;) {
-      if (this.#inFlight.size === 0 && (await (await this.ready()).outstanding()) === 0) return;
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(resolve, 100);
-        this.#settled.push(() => {
-          clearTimeout(timer);
-          resolve();
-        });
-      });
+      if (this.#dispatcher.inFlight.size === 0 && (await (await this.ready()).outstanding()) === 0) return;
+      await this.#dispatcher.nextSettle(100);
     }
   }
 
@@ -322,271 +208,14 @@ export class Sender extends EventEmitter<SenderEvents> {
   async close(): Promise<void> {
     if (this.#closing) return;
     this.#closing = true;
-    this.#wake();
-    await this.#loop;
-    await Promise.allSettled([...this.#inFlight]);
-    for (const timer of this.#timers) clearTimeout(timer);
-    for (const id of [...this.#waiters.keys()]) this.#settle(id, undefined, new SenderClosedError());
+    await this.#dispatcher.stop();
+    this.#waiters.rejectAll(new SenderClosedError());
     const store = await this.#store?.catch(() => undefined);
     await store?.close();
   }
 
-  // ---- events in --------------------------------------------------------------------------
-
   #prepare(event: SenderEvent | undefined): NewEvent {
-    if (!event || typeof event !== 'object') throw new InvalidEventError('', 'must be an object');
-    const id = event.id ?? randomUUID();
-    if (typeof id !== 'string' || !ID.test(id)) {
-      throw new InvalidEventError('id', 'must be 1-255 printable ASCII characters, no surrounding spaces');
-    }
-    const key = event.key ?? null;
-    if (key !== null && (typeof key !== 'string' || !ID.test(key))) {
-      throw new InvalidEventError('key', 'must be 1-255 printable ASCII characters, no surrounding spaces');
-    }
-    const seq = event.seq ?? null;
-    if (seq !== null) {
-      if (key === null) throw new InvalidEventError('seq', 'needs a `key`');
-      if (!Number.isSafeInteger(seq) || seq < 1)
-        throw new InvalidEventError('seq', 'must be a positive integer');
-    }
-    if (event.body !== undefined && event.rawBody !== undefined) {
-      throw new InvalidEventError('body', 'and `rawBody` are exclusive; give one');
-    }
-    let body: Uint8Array;
-    if (event.rawBody !== undefined) {
-      if (typeof event.rawBody === 'string') body = Buffer.from(event.rawBody);
-      else if (event.rawBody instanceof Uint8Array) body = event.rawBody;
-      else throw new InvalidEventError('rawBody', 'must be a string or a Uint8Array');
-    } else {
-      const json = JSON.stringify(event.body ?? null);
-      if (json === undefined) throw new InvalidEventError('body', 'must be JSON-serialisable');
-      body = Buffer.from(json);
-    }
-    const contentType = event.contentType ?? 'application/json';
-    if (typeof contentType !== 'string' || !/^[\x21-\x7e][\x20-\x7e]*$/.test(contentType)) {
-      throw new InvalidEventError('contentType', 'must be a media type');
-    }
-    const headers: Record<string, string> = {};
-    for (const [name, value] of Object.entries(event.headers ?? {})) {
-      const lower = name.toLowerCase();
-      if (!/^[!#$%&'*+.^_`|~0-9a-z-]+$/.test(lower))
-        throw new InvalidEventError('headers', `has a bad name ${JSON.stringify(name)}`);
-      if (this.#protocolHeaders.has(lower)) {
-        throw new InvalidEventError('headers', `must not set ${lower}: the sender sets it`);
-      }
-      if (typeof value !== 'string' || /[\r\n\0]/.test(value)) {
-        throw new InvalidEventError('headers', `${lower} must be a string without line breaks`);
-      }
-      headers[lower] = value;
-    }
-    return { id, key, seq, body, contentType, headers };
-  }
-
-  // ---- the dispatcher ---------------------------------------------------------------------
-
-  #wake(): void {
-    this.#dirty = true;
-    const wake = this.#wakeUp;
-    this.#wakeUp = undefined;
-    wake?.();
-  }
-
-  #warn(err: unknown): void {
-    const error = err instanceof Error ? err : new Error(String(err));
-    if (this.listenerCount('warning') > 0) this.emit('warning', error);
-  }
-
-  async #run(): Promise<void> {
-    const o = this.options;
-    while (!this.#closing) {
-      this.#dirty = false;
-      let store: SenderStore;
-      try {
-        store = await this.ready();
-      } catch (err) {
-        this.#warn(err);
-        await this.#sleep(o.pollIntervalMs);
-        continue;
-      }
-      const free = o.concurrency - this.#inFlight.size;
-      const room = this.#breaker ? this.#breaker.room(free) : free;
-      if (room > 0) {
-        let claimed: ClaimedEvent[] = [];
-        try {
-          claimed = await store.claim(room, o.leaseMs);
-        } catch (err) {
-          this.#warn(err);
-        }
-        if (this.#closing) {
-          // Claimed as we closed: leave them leased; memory dies with us, the outbox lease expires.
-          break;
-        }
-        for (const event of claimed) this.#start(store, event);
-        if (claimed.length === room) continue;
-      }
-      let wait = store.kind === 'postgres' ? o.pollIntervalMs : undefined;
-      const due = store.nextDueInMs();
-      if (due !== undefined) wait = Math.min(wait ?? due, due);
-      const probe = this.#breaker?.msUntilProbe();
-      if (probe !== undefined) wait = Math.min(wait ?? probe, probe);
-      await this.#sleep(wait);
-    }
-  }
-
-  /** Sleeps until woken, or `ms` (undefined: until woken). Returns at once if woken meanwhile. */
-  #sleep(ms: number | undefined): Promise<void> {
-    if (this.#dirty || this.#closing) return Promise.resolve();
-    return new Promise<void>((resolve) => {
-      const timer = ms === undefined ? undefined : setTimeout(() => this.#wake(), ms);
-      this.#wakeUp = () => {
-        clearTimeout(timer);
-        resolve();
-      };
-    });
-  }
-
-  #start(store: SenderStore, event: ClaimedEvent): void {
-    this.#breaker?.started();
-    const delivery = this.#deliver(store, event)
-      .catch((err) => this.#warn(err))
-      .finally(() => {
-        this.#inFlight.delete(delivery);
-        this.#wake();
-        const settled = this.#settled;
-        this.#settled = [];
-        for (const notify of settled) notify();
-      });
-    this.#inFlight.add(delivery);
-  }
-
-  async #deliver(store: SenderStore, event: ClaimedEvent): Promise<void> {
-    const o = this.options;
-    const a = await this.#attempt(event);
-    this.#stats.attempts++;
-    const base = {
-      id: event.id,
-      key: event.key,
-      seq: event.seq,
-      attempt: event.attempt,
-      status: a.status,
-      error: a.error,
-      replayed: a.replayed,
-    };
-    if (a.kind === 'ack') {
-      this.#breaker?.success();
-      await store.delivered(event, a.status!);
-      this.#stats.delivered++;
-      const report: AttemptReport = { ...base, outcome: 'ack' };
-      this.emit('attempt', report);
-      this.emit('delivered', report);
-      this.#settle(event.id, { ...this.#result(event, a), status: 'delivered' });
-      return;
-    }
-    // A 4xx other than 408/409/425/429 is about the event, not the endpoint: the breaker
-    // hears that the endpoint is alive.
-    if (a.kind === 'permanent') this.#breaker?.success();
-    else this.#breaker?.failure();
-    if (a.kind === 'permanent' || event.attempt >= o.maxAttempts) {
-      const reason: DeadReason = a.kind === 'permanent' ? 'rejected' : 'max-attempts';
-      await store.deadLetter(event, reason, a.error ?? `HTTP ${a.status}`);
-      this.#stats.deadLettered++;
-      const report = { ...base, outcome: 'dead' as const, reason };
-      this.emit('attempt', report);
-      this.emit('dead-lettered', report);
-      this.#settle(event.id, { ...this.#result(event, a), status: 'dead-lettered', reason });
-      return;
-    }
-    const retryAfter = a.retryAfterMs !== undefined;
-    const delayMs = retryAfter
-      ? Math.min(a.retryAfterMs!, o.maxRetryAfterMs)
-      : fullJitterMs(event.attempt, o.baseMs, o.capMs, o.random);
-    await store.retryLater(event, delayMs, a.error ?? `HTTP ${a.status}`);
-    this.#stats.retried++;
-    const report: AttemptReport = { ...base, outcome: 'retry', delayMs, retryAfter };
-    this.emit('attempt', report);
-    this.emit('retry', report);
-    if (!this.#closing) {
-      const timer = setTimeout(() => {
-        this.#timers.delete(timer);
-        this.#wake();
-      }, delayMs);
-      this.#timers.add(timer);
-    }
-  }
-
-  #result(event: ClaimedEvent, a: Attempt) {
-    return {
-      id: event.id,
-      key: event.key,
-      seq: event.seq,
-      attempts: event.attempt,
-      responseStatus: a.status,
-      ...(a.error ? { error: a.error } : {}),
-    };
-  }
-
-  async #attempt(event: ClaimedEvent): Promise<Attempt> {
-    const o = this.options;
-    const headers: Record<string, string> = {
-      ...event.headers,
-      'content-type': event.contentType,
-      [o.headers.id]: event.id,
-    };
-    if (event.key !== null) {
-      headers[o.headers.key] = event.key;
-      headers[o.headers.seq] = String(event.seq);
-    }
-    if (o.secretKey) {
-      Object.assign(
-        headers,
-        signatureHeaders(o.secretKey, event.id, Math.floor(Date.now() / 1000), event.body),
-      );
-    }
-    const signal = AbortSignal.timeout(o.timeoutMs);
-    try {
-      // The global fetch (undici) keeps connections alive between attempts by default.
-      const response = await fetch(o.endpoint, {
-        method: 'POST',
-        headers,
-        body: event.body,
-        signal,
-        redirect: 'manual',
-      });
-      // Read the body to its end, so the connection goes back to the pool for the next attempt.
-      const text = await response.text();
-      const status = response.status;
-      const kind =
-        status >= 200 && status < 300
-          ? 'ack'
-          : RETRYABLE.has(status) || status >= 500
-            ? 'retry'
-            : 'permanent';
-      return {
-        kind,
-        status,
-        error: kind === 'ack' ? null : `HTTP ${status}: ${text.slice(0, 200)}`,
-        retryAfterMs:
-          kind === 'retry' ? parseRetryAfter(response.headers.get('retry-after'), Date.now()) : undefined,
-        replayed: response.headers.get('idempotent-replayed') === 'true',
-      };
-    } catch (err) {
-      const e = err as Error & { cause?: { code?: string; message?: string } };
-      const error =
-        e.name === 'TimeoutError'
-          ? `timeout after ${o.timeoutMs} ms`
-          : `network error: ${e.cause?.code ?? e.cause?.message ?? e.message}`;
-      return { kind: 'retry', status: null, error, retryAfterMs: undefined, replayed: false };
-    }
-  }
-
-  #settle(id: string, result: SendResult | undefined, err?: Error): void {
-    const list = this.#waiters.get(id);
-    if (!list) return;
-    this.#waiters.delete(id);
-    for (const w of list) {
-      if (result) w.resolve(result);
-      else w.reject(err!);
-    }
+    return prepareEvent(event, this.#protocolHeaders);
   }
 }
 

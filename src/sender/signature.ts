@@ -23,16 +23,21 @@ export function sign(key: Buffer, id: string, timestampSeconds: number, body: Ui
   return `v1,${mac.digest('base64')}`;
 }
 
-/** The three Standard Webhooks headers for one attempt. */
+/**
+ * The three Standard Webhooks headers for one attempt. With several keys (a secret being
+ * rotated) the signature header carries one `v1,…` per key, space-separated: a receiver that
+ * knows either secret accepts the delivery, so old and new can overlap.
+ */
 export function signatureHeaders(
-  key: Buffer,
+  keys: Buffer | readonly Buffer[],
   id: string,
   timestampSeconds: number,
   body: Uint8Array,
 ): Record<string, string> {
+  const list = Array.isArray(keys) ? keys : [keys as Buffer];
   return {
     'webhook-id': id,
     'webhook-timestamp': String(timestampSeconds),
-    'webhook-signature': sign(key, id, timestampSeconds, body),
+    'webhook-signature': list.map((key) => sign(key, id, timestampSeconds, body)).join(' '),
   };
 }

@@ -1,9 +1,14 @@
 /**
  * Where the sender keeps events until they are acknowledged: the seam between the dispatcher
  * and persistence. `memory-store.ts` keeps them in the process; `outbox.ts` in a Postgres
- * table that survives a restart. Both give the same guarantee the dispatcher relies on:
- * `claim` only returns the lowest undelivered seq of a key, and never while another claim of
- * that key is out (head-of-line), nor while an earlier seq of the key is dead-lettered.
+ * table that survives a restart. Both give the same guarantees the dispatcher relies on (and
+ * `test/sender-store-contract.test.ts` runs one suite against both):
+ * - `claim` only returns the lowest undelivered seq of a key, never while another claim of that
+ *   key is out (head-of-line), nor while an earlier seq of the key is dead-lettered;
+ * - a claim is a lease: if it is not completed within `leaseMs`, the event can be claimed again;
+ * - an explicit seq must be above every seq the key already has (a late, lower seq would be
+ *   sent out of order), refused with `InvalidEventError('seq')`;
+ * - delivered events are forgotten after the retention window (`prune`).
  */
 
 /** An event as stored, ready to go on the wire. */
@@ -18,10 +23,14 @@ export interface StoredEvent {
   readonly headers: Readonly<Record<string, string>>;
 }
 
-/** A claimed event: the attempt it is on, and the lease token that completes it. */
+/** A claimed event: the attempt it is on, what it has spent, and the lease token that completes it. */
 export interface ClaimedEvent extends StoredEvent {
-  /** 1 on the first attempt. */
+  /** HTTP attempts including this one (1 on the first). */
   readonly attempt: number;
+  /** Earlier attempts that counted as failures (not "later" answers, not breaker probes). */
+  readonly failures: number;
+  /** When the first attempt started (epoch ms): the retry budget runs from here. */
+  readonly firstAttemptAt: number;
   readonly token: string;
 }
 
@@ -32,6 +41,8 @@ export interface Enqueued {
   readonly seq: number | null;
   /** False when an event with this id was already in the store. */
   readonly created: boolean;
+  /** True when that earlier event is no longer in line (delivered, skipped or dead-lettered). */
+  readonly settled: boolean;
 }
 
 /** An event given to `add`: seq null means "assign the key's next". */
@@ -51,8 +62,14 @@ export interface DeadLetter extends StoredEvent {
   readonly lastError: string | null;
 }
 
-/** Why an event was dead-lettered: a permanent 4xx, or `maxAttempts` used up. */
-export type DeadReason = 'rejected' | 'max-attempts';
+/**
+ * Why an event was dead-lettered: a permanent 4xx (`rejected`), `maxAttempts` failures
+ * (`max-attempts`), or still failing after `retryForMs` (`expired`).
+ */
+export type DeadReason = 'rejected' | 'max-attempts' | 'expired';
+
+/** Which dead letters an operator action is about: a key's, or one event's (unordered ones too). */
+export type DeadTarget = string | { readonly id: string };
 
 export interface SenderStore {
   readonly kind: 'memory' | 'postgres';
@@ -60,16 +77,19 @@ export interface SenderStore {
   /** Up to `limit` events that may be delivered now (heads of their keys, due, not leased). */
   claim(limit: number, leaseMs: number): Promise<ClaimedEvent[]>;
   delivered(event: ClaimedEvent, status: number): Promise<void>;
-  retryLater(event: ClaimedEvent, delayMs: number, error: string): Promise<void>;
+  /** Back in line after `delayMs`; `counted` adds one to the event's failures. */
+  retryLater(event: ClaimedEvent, delayMs: number, error: string, counted: boolean): Promise<void>;
   deadLetter(event: ClaimedEvent, reason: DeadReason, error: string): Promise<void>;
-  /** Puts the key's dead-lettered events back in line (attempts reset). Returns how many. */
-  retry(key: string): Promise<number>;
-  /** Gives up on the key's dead-lettered events so later ones flow. Returns how many. */
-  skip(key: string): Promise<number>;
+  /** Puts dead letters back in line (attempts and retry budget reset). Returns how many. */
+  retry(target: DeadTarget): Promise<number>;
+  /** Gives up on dead letters so the key's later events flow. Returns how many. */
+  skip(target: DeadTarget): Promise<number>;
   deadLetters(key?: string): Promise<DeadLetter[]>;
   /** Events that will still be delivered without an operator (not behind a dead letter). */
   outstanding(): Promise<number>;
-  /** Milliseconds until the earliest scheduled retry, when the store knows it cheaply. */
+  /** Milliseconds until the earliest scheduled retry or lease expiry, when the store knows it cheaply. */
   nextDueInMs(): number | undefined;
+  /** Forgets events delivered or skipped more than `retentionMs` ago. Returns how many. */
+  prune(retentionMs: number): Promise<number>;
   close(): Promise<void>;
 }

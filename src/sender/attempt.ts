@@ -1,0 +1,120 @@
+/**
+ * One HTTP attempt of one event, and what its answer means for the event:
+ * - `ack`: a 2xx;
+ * - `later`: the consumer is alive and asks to come back (409 "in flight", 425, or 429/503
+ *   with `Retry-After`, which is what an inbox shedding load answers). Not the endpoint's
+ *   failure: it neither trips the breaker nor counts toward `maxAttempts`;
+ * - `failure`: no answer, a timeout, a 5xx, 408, or 429 without `Retry-After`;
+ * - `permanent`: any other 4xx (or a redirect that cannot be followed): about the event itself.
+ * 307 and 308 are followed (same method and body, RFC 9110 §15.4.8/9), up to five hops.
+ */
+import { parseRetryAfter } from './backoff.js';
+import type { ResolvedSenderOptions } from './options.js';
+import { signatureHeaders } from './signature.js';
+import type { ClaimedEvent } from './store.js';
+
+export type AttemptKind = 'ack' | 'later' | 'failure' | 'permanent';
+
+export interface Attempt {
+  readonly kind: AttemptKind;
+  /** The last HTTP status, or null when no response came. */
+  readonly status: number | null;
+  readonly error: string | null;
+  /** The consumer's `Retry-After` in ms from now, when it gave a readable one. */
+  readonly retryAfterMs: number | undefined;
+  readonly replayed: boolean;
+}
+
+const MAX_REDIRECTS = 5;
+
+/** What a status (and whether it came with a readable `Retry-After`) means for the event. */
+export function classify(status: number, hasRetryAfter: boolean): AttemptKind {
+  if (status >= 200 && status < 300) return 'ack';
+  if (status === 409 || status === 425) return 'later';
+  if ((status === 429 || status === 503) && hasRetryAfter) return 'later';
+  if (status === 408 || status === 429 || status >= 500) return 'failure';
+  return 'permanent';
+}
+
+/** The request headers of one attempt: the event's own, the protocol's, and a fresh signature. */
+function requestHeaders(o: ResolvedSenderOptions, event: ClaimedEvent): Record<string, string> {
+  const headers: Record<string, string> = {
+    ...event.headers,
+    'content-type': event.contentType,
+    [o.headers.id]: event.id,
+  };
+  if (event.key !== null) {
+    headers[o.headers.key] = event.key;
+    headers[o.headers.seq] = String(event.seq);
+  }
+  if (o.secretKeys.length > 0) {
+    Object.assign(
+      headers,
+      signatureHeaders(o.secretKeys, event.id, Math.floor(Date.now() / 1000), event.body),
+    );
+  }
+  return headers;
+}
+
+/** Sends the event once (following 307/308) and classifies the answer. Never throws. */
+export async function attempt(o: ResolvedSenderOptions, event: ClaimedEvent): Promise<Attempt> {
+  const headers = requestHeaders(o, event);
+  const signal = AbortSignal.timeout(o.timeoutMs);
+  let url: URL = o.endpoint;
+  try {
+    for (let hop = 0; ; hop++) {
+      // The global fetch (undici) keeps connections alive between attempts by default.
+      const response = await fetch(url, {
+        method: 'POST',
+        headers,
+        body: event.body,
+        signal,
+        redirect: 'manual',
+      });
+      // Read the body to its end, so the connection goes back to the pool for the next attempt.
+      const text = await response.text();
+      const status = response.status;
+      if (status === 307 || status === 308) {
+        const location = response.headers.get('location');
+        const next = location ? safeUrl(location, url) : undefined;
+        if (next && hop < MAX_REDIRECTS) {
+          url = next;
+          continue;
+        }
+        const why = next ? `more than ${MAX_REDIRECTS} redirects` : 'a redirect without a usable Location';
+        return {
+          kind: 'failure',
+          status,
+          error: `HTTP ${status}: ${why}`,
+          retryAfterMs: undefined,
+          replayed: false,
+        };
+      }
+      const retryAfterMs = parseRetryAfter(response.headers.get('retry-after'), Date.now());
+      const kind = classify(status, retryAfterMs !== undefined);
+      return {
+        kind,
+        status,
+        error: kind === 'ack' ? null : `HTTP ${status}: ${text.slice(0, 200)}`,
+        retryAfterMs: kind === 'ack' ? undefined : retryAfterMs,
+        replayed: response.headers.get('idempotent-replayed') === 'true',
+      };
+    }
+  } catch (err) {
+    const e = err as Error & { cause?: { code?: string; message?: string } };
+    const error =
+      e.name === 'TimeoutError'
+        ? `timeout after ${o.timeoutMs} ms`
+        : `network error: ${e.cause?.code ?? e.cause?.message ?? e.message}`;
+    return { kind: 'failure', status: null, error, retryAfterMs: undefined, replayed: false };
+  }
+}
+
+function safeUrl(location: string, base: URL): URL | undefined {
+  try {
+    const url = new URL(location, base);
+    return url.protocol === 'http:' || url.protocol === 'https:' ? url : undefined;
+  } catch {
+    return undefined;
+  }
+}

@@ -1,0 +1,49 @@
+/**
+ * What happens to an event after an attempt: delivered, dead-lettered, or back in line after a
+ * wait. The budget is time first (`retryForMs` from the first attempt, as providers do: Svix
+ * about a day, Stripe three days), attempts only if `maxAttempts` is set, and only attempts that
+ * failed count: a "later" answer (the consumer asks for time) and a breaker probe cost none.
+ */
+
+import type { Attempt } from './attempt.js';
+import { fullJitterMs, retryAfterDelayMs } from './backoff.js';
+import type { ResolvedSenderOptions } from './options.js';
+import type { ClaimedEvent, DeadReason } from './store.js';
+
+export type Decision =
+  | { readonly action: 'delivered' }
+  | { readonly action: 'dead'; readonly reason: DeadReason }
+  | {
+      readonly action: 'retry';
+      readonly delayMs: number;
+      /** Adds one to the event's failures (and toward `maxAttempts`). */
+      readonly counted: boolean;
+      /** The wait honours the consumer's `Retry-After`. */
+      readonly retryAfter: boolean;
+    };
+
+export function decide(
+  o: ResolvedSenderOptions,
+  event: ClaimedEvent,
+  a: Attempt,
+  probe: boolean,
+  now: number,
+): Decision {
+  if (a.kind === 'ack') return { action: 'delivered' };
+  if (a.kind === 'permanent') return { action: 'dead', reason: 'rejected' };
+  const counted = a.kind === 'failure' && !probe;
+  const failures = event.failures + (counted ? 1 : 0);
+  if (counted && o.maxAttempts !== undefined && failures >= o.maxAttempts) {
+    return { action: 'dead', reason: 'max-attempts' };
+  }
+  // The first answer that is not an acknowledgement after the budget ran out ends it: a wait
+  // is never cut short to fit the budget (that would disobey `Retry-After`).
+  if (now - event.firstAttemptAt >= o.retryForMs) return { action: 'dead', reason: 'expired' };
+  // A "later" answer keeps the event's backoff where it is (at least the first window).
+  const n = Math.max(1, failures);
+  const retryAfter = a.retryAfterMs !== undefined;
+  const delayMs = retryAfter
+    ? retryAfterDelayMs(Math.min(a.retryAfterMs!, o.maxRetryAfterMs), n, o.baseMs, o.capMs, o.random)
+    : fullJitterMs(n, o.baseMs, o.capMs, o.random);
+  return { action: 'retry', delayMs, counted, retryAfter };
+}
