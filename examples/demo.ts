@@ -16,6 +16,7 @@ import { sql } from 'kysely';
 import { type FaultStats, seededRandom } from '../src/testing/index.js';
 import type { TrafficInput, TrafficMessage, TrafficSnapshot } from './demo-traffic.js';
 import { startLedger } from './ledger/start.js';
+import { liveLine } from './live-line.js';
 
 const HELP = `npm run demo -- [flags]
 
@@ -206,17 +207,9 @@ function line(final = false): string {
     `faults ${faults} · breaker ${s.breaker}`
   );
 }
-let lastPrinted = 0;
-const ticker = setInterval(
-  () => {
-    if (tty) process.stdout.write(`\r\x1b[K${line()}`);
-    else if (performance.now() - lastPrinted >= 2000) {
-      lastPrinted = performance.now();
-      console.log(line());
-    }
-  },
-  tty ? 100 : 250,
-);
+// On a terminal, rewritten in place and cut to its width; elsewhere, a plain line per second.
+const live = liveLine(process.stdout, 1000);
+const ticker = setInterval(() => live.tick(line()), tty ? 100 : 250);
 
 const done = await finished.catch((err) => {
   process.stderr.write(`\ndemo: ${err.message}\n`);
@@ -231,7 +224,7 @@ for (let i = 0; i < 50 && (await ledger.inbox.held()).length > 0; i++) {
   await ledger.inbox.idle();
 }
 clearInterval(ticker);
-if (tty) process.stdout.write(`\r\x1b[K`);
+live.clear();
 console.log(line(true));
 
 // ---- verification, read back from the ledger ----------------------------------------------
