@@ -4,68 +4,20 @@
  * command is run here as a subprocess with --json parsed; usage errors exit 2 and change
  * nothing. Real PostgreSQL only: an in-memory PGlite cannot be shared with another process.
  */
-import { execFile } from 'node:child_process';
-import { mkdirSync, rmSync } from 'node:fs';
 import { resolve } from 'node:path';
-import { build } from 'esbuild';
 import { sql } from 'kysely';
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { type LedgerServer, startLedger } from '../examples/ledger/start.js';
 import { createInbox, type Inbox, migrations } from '../src/index.js';
-import { postgresTarget, postgresUrl, type TargetDb } from './support/databases.js';
+import { cliProcess, DB_ENV, run } from './support/cli.js';
+import { postgresTarget, type TargetDb } from './support/databases.js';
 import { deliver } from './support/deliver.js';
 import { perTestSchemas } from './support/per-test-schemas.js';
 
-interface Run {
-  code: number;
-  stdout: string;
-  stderr: string;
-  json: any;
-}
+/** The CLI bundled once (test/support/cli.ts); one run goes through `tsx src/cli.ts` itself, the way a developer runs it. */
+const { cli } = cliProcess();
 
-/**
- * The CLI runs as its own process, as an operator runs it. src/cli.ts is bundled once (esbuild,
- * the compiler tsx uses; packages stay external) so that each run costs a Node start, not a
- * TypeScript compile: ~0.5 s of CPU instead of ~2 s, over ~50 runs. One run goes through
- * `tsx src/cli.ts` itself, the way a developer runs it.
- */
-let bundle: string;
-beforeAll(async () => {
-  mkdirSync('.tmp', { recursive: true });
-  bundle = resolve(`.tmp/webhook-inbox-cli-${process.pid}.mjs`);
-  await build({
-    entryPoints: ['src/cli.ts'],
-    bundle: true,
-    platform: 'node',
-    format: 'esm',
-    packages: 'external',
-    outfile: bundle,
-    logLevel: 'error',
-  });
-});
-afterAll(() => rmSync(bundle, { force: true }));
-
-const DB_ENV = { DATABASE_URL: postgresUrl ?? '' };
-
-function run(command: string, argv: string[], env: Record<string, string | undefined>): Promise<Run> {
-  return new Promise((done) => {
-    execFile(command, argv, { env: { ...process.env, ...env } }, (err, stdout, stderr) => {
-      let json: unknown;
-      try {
-        json = JSON.parse(stdout);
-      } catch {
-        json = undefined;
-      }
-      done({ code: err ? Number((err as { code?: unknown }).code ?? 1) : 0, stdout, stderr, json });
-    });
-  });
-}
-
-function cli(args: string[], env: Record<string, string | undefined> = DB_ENV): Promise<Run> {
-  return run(process.execPath, [bundle, ...args], env);
-}
-
-function tsxCli(args: string[]): Promise<Run> {
+function tsxCli(args: string[]) {
   return run(resolve('node_modules/.bin/tsx'), ['src/cli.ts', ...args], DB_ENV);
 }
 
