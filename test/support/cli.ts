@@ -20,7 +20,8 @@ export interface Run {
   json: any;
 }
 
-export const DB_ENV = { DATABASE_URL: postgresUrl ?? '' };
+export const postgresUrlOrEmpty = postgresUrl ?? '';
+export const DB_ENV = { DATABASE_URL: postgresUrlOrEmpty };
 
 export function run(command: string, argv: string[], env: Record<string, string | undefined>): Promise<Run> {
   return new Promise((done) => {

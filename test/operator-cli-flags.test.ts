@@ -1,0 +1,224 @@
+/**
+ * The operator CLI's guard rails, each run as its own process: bad connection settings and
+ * filter values are usage errors (exit 2) before anything is opened; `dead replay` shows what
+ * it would do (`--dry-run`), asks before `--all` (or needs `--yes`), and refuses events older
+ * than the retention unless `--force`; `--data-dir` works on an embedded database on disk;
+ * `--version`. Real PostgreSQL, apart from `--data-dir` (PGlite by definition).
+ */
+import { execFile } from 'node:child_process';
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { sql } from 'kysely';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { createInbox, type Inbox } from '../src/index.js';
+import { cliProcess, DB_ENV, postgresUrlOrEmpty, type Run } from './support/cli.js';
+import { postgresTarget, type TargetDb, uniqueName } from './support/databases.js';
+import { perTestSchemas } from './support/per-test-schemas.js';
+
+const { cli, bundle } = cliProcess();
+
+/** The CLI on a terminal: `script` gives it a pseudo-terminal, and `answer` is typed into it. */
+function cliOnTerminal(args: string[], answer: string): Promise<Run> {
+  const line = [process.execPath, bundle(), ...args].map((a) => `'${a}'`).join(' ');
+  return new Promise((done) => {
+    const child = execFile(
+      'script',
+      ['-qec', line, '/dev/null'],
+      { env: { ...process.env, ...DB_ENV } },
+      (err, stdout, stderr) => {
+        const code = err ? Number((err as { code?: unknown }).code ?? 1) : 0;
+        done({ code, stdout, stderr, bytes: Buffer.from(stdout), json: undefined });
+      },
+    );
+    child.stdin?.end(answer);
+  });
+}
+
+const version = JSON.parse(readFileSync('package.json', 'utf8')).version;
+
+function error(r: Run): { code: string; message: string; [k: string]: unknown } {
+  return JSON.parse(r.stderr).error;
+}
+
+describe('CLI argument checks (no database is opened)', { timeout: 120_000 }, () => {
+  it('--version, --db, DATABASE_URL, --data-dir, --reason, --retention, --raw with --json: exit 2 naming the option', async () => {
+    const empty = resolve('.tmp', uniqueName('cli-not-a-database'));
+    mkdirSync(empty, { recursive: true });
+    writeFileSync(`${empty}/notes.txt`, 'not a database');
+    try {
+      const url = postgresUrlOrEmpty || 'postgres://postgres@127.0.0.1:5432/test';
+      const runs = await Promise.all([
+        cli(['--version']),
+        cli(['status', '--db', 'not-a-url', '--json']),
+        cli(['status', '--json'], { DATABASE_URL: 'not-a-url' }),
+        cli(['status', '--db', 'mysql://u:secret@host/db', '--json']),
+        cli(['status', '--db', url, '--data-dir', empty, '--json']),
+        cli(['status', '--data-dir', resolve('.tmp', uniqueName('missing')), '--json']),
+        cli(['migrate', '--data-dir', empty, '--json']),
+        cli(['dead', 'list', '--reason', 'bogus', '--json']),
+        cli(['dead', 'replay', '--all', '--yes', '--reason', 'bogus', '--json']),
+        cli(['dead', 'replay', 'evt-1', '--retention', '7', '--json']),
+        cli(['dead', 'show', 'evt-1', '--raw', '--json']),
+        cli(['status', '--db', 'not-a-url']),
+      ]);
+      const [
+        ver,
+        badDb,
+        badEnv,
+        mysql,
+        both,
+        missingDir,
+        notEmpty,
+        reason,
+        replayReason,
+        retention,
+        raw,
+        text,
+      ] = runs;
+      expect(ver.code).toBe(0);
+      expect(ver.stdout.trim()).toBe(version);
+      expect(runs.slice(1).map((r) => r.code)).toEqual(runs.slice(1).map(() => 2));
+      expect(error(badDb).message).toMatch(/^--db must be a PostgreSQL URL like postgres:\/\//);
+      expect(error(badDb).message).not.toContain('ENOTFOUND');
+      expect(error(badEnv).message).toMatch(/^DATABASE_URL must be a PostgreSQL URL/);
+      expect(error(mysql).message).toContain('mysql://u:***@host/db'); // the password is not echoed
+      expect(error(both).message).toContain('--db or --data-dir, not both');
+      expect(error(missingDir).message).toContain('holds no embedded database');
+      expect(error(notEmpty).message).toContain('is not empty');
+      expect(error(reason).message).toContain('--reason must be one of poison, late; got "bogus"');
+      expect(error(replayReason).message).toContain('--reason must be one of');
+      expect(error(retention).message).toContain('--retention must be a duration');
+      expect(error(raw).message).toContain('--raw or --json');
+      expect(text.stderr).toMatch(/^webhook-inbox: --db must be a PostgreSQL URL/);
+    } finally {
+      rmSync(empty, { recursive: true, force: true });
+    }
+  });
+});
+
+describe.skipIf(!postgresTarget)('dead replay guard rails (postgres)', { timeout: 240_000 }, () => {
+  const database = perTestSchemas(postgresTarget!);
+  let t: TargetDb;
+  let inbox: Inbox | undefined;
+  beforeEach(() => {
+    t = database();
+  });
+  afterEach(async () => {
+    await inbox?.close();
+    inbox = undefined;
+  });
+
+  it('--dry-run changes nothing; --all asks on a terminal or needs --yes; older than the retention needs --force', async () => {
+    let broken = true;
+    const applied: string[] = [];
+    inbox = createInbox({
+      db: t.db,
+      schema: t.schema,
+      sweepIntervalMs: 0,
+      maxAttempts: 1,
+      handle: (event) => {
+        if (broken) throw new Error('handler is broken');
+        applied.push(event.id);
+      },
+    });
+    for (const id of ['u-1', 'u-2', 'u-3']) {
+      await inbox.receive({ headers: { 'idempotency-key': id }, rawBody: Buffer.from('{"n":1}') });
+    }
+    // u-2 and u-3 were received 8 days ago: beyond the default retention of 7 days.
+    await sql`update ${sql.table(`${t.schema}.events`)} set received_at = now() - interval '8 days'
+              where id in ('u-2', 'u-3')`.execute(await inbox.kysely());
+    const S = ['--schema', t.schema, '--json'];
+    const dead = async () => (await cli(['status', ...S])).json.events.dead;
+    expect(await dead()).toBe(3);
+
+    // --dry-run: what would happen, and nothing happens.
+    const [dry, dryText, noYes] = await Promise.all([
+      cli(['dead', 'replay', '--all', '--dry-run', ...S]),
+      cli(['dead', 'replay', 'u-1', 'u-2', 'nope', '--dry-run', '--schema', t.schema]),
+      cli(['dead', 'replay', '--all', ...S]),
+    ]);
+    expect(dry.code).toBe(0);
+    expect(dry.json.map((r: any) => [r.id, r.outcome, r.status, r.olderThanRetention])).toEqual([
+      ['u-2', 'would-requeue', 'dead', true],
+      ['u-3', 'would-requeue', 'dead', true],
+      ['u-1', 'would-requeue', 'dead', false],
+    ]);
+    expect(dryText.code).toBe(3); // the exit code the replay would have: 'nope' is not found
+    expect(dryText.stdout).toMatch(/u-1 .* would re-queue$/m);
+    expect(dryText.stdout).toMatch(/u-2 .* would re-queue \(needs --force: older than retention\)$/m);
+    expect(dryText.stdout).toContain('2 of 3 would be re-queued, 1 only with --force');
+    // --all without a terminal and without --yes: a usage error naming --yes.
+    expect(noYes.code).toBe(2);
+    expect(error(noYes).message).toContain('pass --yes');
+    expect(await dead()).toBe(3);
+
+    // Older than the retention: refused (exit 4) unless --force, or a longer --retention.
+    const old = await cli(['dead', 'replay', 'u-1', 'u-2', ...S]);
+    expect(old.code).toBe(4);
+    expect(error(old)).toMatchObject({
+      code: 'older-than-retention',
+      events: [{ id: 'u-2', source: 'default' }],
+    });
+    expect(error(old).message).toContain('--force');
+    expect(await dead()).toBe(3);
+    const longer = await cli(['dead', 'replay', 'u-2', '--retention', '30d', ...S]);
+    expect(longer.code).toBe(0);
+    expect(longer.json).toMatchObject([{ id: 'u-2', outcome: 'requeued', status: 'pending' }]);
+    const forced = await cli(['dead', 'replay', 'u-3', '--force', ...S]);
+    expect(forced.json).toMatchObject([{ id: 'u-3', outcome: 'requeued' }]);
+    expect(await dead()).toBe(1);
+
+    // On a terminal, --all asks: "n" changes nothing (exit 4), "y" re-queues.
+    const declined = await cliOnTerminal(['dead', 'replay', '--all', '--schema', t.schema], 'n\n');
+    expect(declined.stdout).toContain('Re-queue 1 dead letter for the application to apply? [y/N]');
+    expect(declined.code).toBe(4);
+    expect(declined.stdout).toContain('not confirmed; nothing was changed');
+    expect(await dead()).toBe(1);
+    const confirmed = await cliOnTerminal(['dead', 'replay', '--all', '--schema', t.schema], 'y\n');
+    expect(confirmed.code).toBe(0);
+    expect(confirmed.stdout).toContain('1 of 1 re-queued');
+    expect(await dead()).toBe(0);
+
+    // The application's sweeper applies what was re-queued, each once.
+    broken = false;
+    await inbox.sweep();
+    expect(applied.sort()).toEqual(['u-1', 'u-2', 'u-3']);
+  });
+});
+
+describe('--data-dir: an embedded database on disk', { timeout: 240_000 }, () => {
+  const dir = resolve('.tmp', uniqueName('cli-data-dir'));
+  afterEach(() => rmSync(dir, { recursive: true, force: true }));
+
+  it('migrate creates it; status, dead list and dead replay work on it; the application applies the replay', async () => {
+    const migrated = await cli(['migrate', '--data-dir', dir, '--json'], {});
+    expect(migrated.code).toBe(0);
+    expect(migrated.json).toMatchObject({ migrated: true, schema: 'webhook_inbox' });
+
+    const open = (handle: () => void) =>
+      createInbox({ dataDir: dir, sweepIntervalMs: 0, maxAttempts: 1, handle });
+    let app = open(() => {
+      throw new Error('broken');
+    });
+    await app.receive({ headers: { 'idempotency-key': 'evt-1' }, rawBody: Buffer.from('{}') });
+    await app.close();
+
+    // DATABASE_URL is set in this environment: --data-dir wins over it.
+    const listed = await cli(['dead', 'list', '--data-dir', dir, '--json']);
+    expect(listed.json).toMatchObject([{ id: 'evt-1', deadReason: 'poison' }]);
+    const replayed = await cli(['dead', 'replay', 'evt-1', '--data-dir', dir, '--json'], {});
+    expect(replayed.json).toMatchObject([{ id: 'evt-1', outcome: 'requeued' }]);
+
+    const applied: string[] = [];
+    app = open(() => {
+      applied.push('evt-1');
+    });
+    await app.sweep();
+    await app.close();
+    expect(applied).toEqual(['evt-1']);
+    expect((await cli(['status', '--data-dir', dir, '--json'], {})).json.events).toMatchObject({
+      processed: 1,
+      dead: 0,
+    });
+  });
+});
