@@ -1,5 +1,5 @@
 /**
- * The Redis fast path for duplicates (DESIGN.md §2, "Redis fast path"). Redis is a cache,
+ * The Redis fast path for duplicates (docs/redis.md). Redis is a cache,
  * never the truth: an entry is written only after a delivery COMMITTED as processed, and
  * anything short of a clean, fast hit (a miss, an error, a timeout, a client that is not
  * connected) falls through to Postgres, which decides exactly as it would without Redis.

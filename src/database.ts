@@ -190,7 +190,7 @@ class PgPoolDriver implements Driver {
 
 /**
  * PGlite is one Postgres session. Two interleaved Kysely transactions on it are really one
- * transaction, so a ROLLBACK of one undoes the other's work (DESIGN.md §3: 16 of 32 rows
+ * transaction, so a ROLLBACK of one undoes the other's work (measured: 16 of 32 rows
  * survived). This driver hands its single connection out exclusively: transactions and
  * statements queue behind each other, which is what one session can honestly offer.
  */

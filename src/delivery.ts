@@ -89,7 +89,7 @@ export function parseBody(
 }
 
 /**
- * Validates a delivery against the wire contract (DESIGN.md §1) and hashes its body.
+ * Validates a delivery against the wire contract (docs/outcomes.md) and hashes its body.
  * Throws InvalidDeliveryError naming the field; never touches the database.
  */
 export function parseDelivery(

@@ -1,4 +1,4 @@
-/** The kinds of outcome one delivery can have (DESIGN.md §1). */
+/** The kinds of outcome one delivery can have; docs/outcomes.md has a section on each. */
 export const OutcomeKind = Object.freeze({
   processed: 'processed',
   duplicate: 'duplicate',
@@ -37,7 +37,8 @@ const REPLAY_HEADERS = Object.freeze({
   'idempotent-replayed': 'true',
 });
 
-export const PROBLEM_TYPE_BASE = 'https://github.com/webhook-inbox/webhook-inbox/blob/main/README.md#';
+/** Problem `type` URLs: the section of docs/outcomes.md on each outcome kind (`…#in-flight`). */
+export const PROBLEM_TYPE_BASE = 'https://github.com/webhook-inbox/webhook-inbox/blob/main/docs/outcomes.md#';
 
 export function ok(
   kind: OutcomeKind,

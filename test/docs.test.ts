@@ -1,0 +1,127 @@
+/**
+ * The documentation against the code: the options table of docs/configuration.md against
+ * `resolveOptions` (every option documented, nothing documented that is not an option, literal
+ * defaults equal to what the code applies), a section in docs/outcomes.md for every outcome
+ * kind (where problem `type` URLs point), no broken relative link in the README or docs/, and
+ * the README's promises to a new user (install line, the two first commands, its length).
+ */
+import { readFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { describe, expect, test } from 'vitest';
+import { anchorsOf, brokenLinks } from '../scripts/check-doc-links.js';
+import { parseDuration } from '../src/duration.js';
+import { OutcomeKind } from '../src/index.js';
+import { resolveOptions } from '../src/options.js';
+import { methodNotAllowed, PROBLEM_TYPE_BASE, problem } from '../src/outcome.js';
+
+const root = resolve(import.meta.dirname, '..');
+const read = (path: string) => readFileSync(join(root, path), 'utf8');
+
+/** Rows of the Markdown tables whose header starts `| option | default |`: [name, default]. */
+function optionRows(markdown: string): Array<[name: string, fallback: string]> {
+  const rows: Array<[string, string]> = [];
+  let inTable = false;
+  for (const line of markdown.split('\n')) {
+    if (/^\|\s*option\s*\|\s*default\s*\|/.test(line)) inTable = true;
+    else if (!line.startsWith('|')) inTable = false;
+    else if (inTable && !/^\|\s*-/.test(line)) {
+      const [, name, fallback] = line.split('|').map((cell) => cell.trim());
+      for (const each of name.split('/')) {
+        const option = /^`([A-Za-z]+)/.exec(each.trim())?.[1];
+        if (option) rows.push([option, fallback]);
+      }
+    }
+  }
+  return rows;
+}
+
+/** A default written as one literal (`5000`, `'skip'`, `false`, `{ id: 'x' }`), or undefined. */
+function literal(cell: string): unknown {
+  const code = /^`([^`]+)`$/.exec(cell)?.[1];
+  if (code === undefined) return undefined;
+  const json = code.replace(/'/g, '"').replace(/([{,]\s*)([A-Za-z]+)\s*:/g, '$1"$2":');
+  try {
+    return JSON.parse(json);
+  } catch {
+    return undefined;
+  }
+}
+
+const resolved = resolveOptions({ handle: () => {}, db: 'memory' }) as unknown as Record<string, unknown>;
+
+describe('docs/configuration.md, against resolveOptions', () => {
+  const rows = optionRows(read('docs/configuration.md'));
+  const documented = rows.map(([name]) => name);
+
+  test('every option is documented, once', () => {
+    expect([...documented].sort()).toEqual(Object.keys(resolved).sort());
+  });
+
+  test('each literal default is the value the code applies', () => {
+    let compared = 0;
+    for (const [name, cell] of rows) {
+      const value = literal(cell);
+      if (value === undefined) continue;
+      compared++;
+      const expected = name === 'retention' && typeof value === 'string' ? parseDuration(value) : value;
+      expect(resolved[name], `${name}: documented ${cell}`).toEqual(expected);
+    }
+    expect(compared).toBeGreaterThan(25);
+  });
+
+  test('option tables on the topic pages name only options that exist', () => {
+    const pages = [
+      'ordering.md',
+      'deferred-mode.md',
+      'redis.md',
+      'observability.md',
+      'operations.md',
+      'configuration.md',
+    ];
+    for (const page of pages) {
+      for (const [name] of optionRows(read(`docs/${page}`))) {
+        expect(Object.keys(resolved), `docs/${page}: \`${name}\``).toContain(name);
+      }
+    }
+  });
+});
+
+describe('outcomes and problem types', () => {
+  const anchors = anchorsOf(read('docs/outcomes.md'));
+
+  test.each(Object.values(OutcomeKind))('outcome kind %s has its section in docs/outcomes.md', (kind) => {
+    expect(anchors).toContain(kind);
+  });
+
+  test("a problem's type URL is that section", () => {
+    expect(PROBLEM_TYPE_BASE).toBe(
+      'https://github.com/webhook-inbox/webhook-inbox/blob/main/docs/outcomes.md#',
+    );
+    expect(problem(OutcomeKind.inFlight, 409, 'busy').body.type).toBe(`${PROBLEM_TYPE_BASE}in-flight`);
+    expect(methodNotAllowed().body.type).toBe(`${PROBLEM_TYPE_BASE}method-not-allowed`);
+  });
+
+  test("the README's outcome table lists every kind a delivery can have", () => {
+    const readme = read('README.md');
+    for (const kind of Object.values(OutcomeKind).filter((k) => k !== 'health')) {
+      expect(readme, kind).toContain(`| \`${kind}\` |`);
+    }
+  });
+});
+
+describe('links and the README', () => {
+  test('no relative link of the README, the CHANGELOG or docs/ is broken', () => {
+    expect(brokenLinks(root)).toEqual([]);
+  });
+
+  test('the README: install line, requirements, the first two commands, about 300 lines', () => {
+    const readme = read('README.md');
+    expect(readme).toContain('npm install webhook-inbox');
+    expect(readme).toContain('npm install && npm run demo');
+    expect(readme).toContain('npm install && npm test');
+    expect(readme).toMatch(/Node\.js ≥ 20\.19/);
+    expect(readme).toMatch(/PostgreSQL 15/);
+    expect(readme).not.toMatch(/Kysely `Migrator`/);
+    expect(readme.split('\n').length).toBeLessThanOrEqual(320);
+  });
+});
