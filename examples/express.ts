@@ -11,7 +11,7 @@ const app = express();
 app.use(
   '/webhooks',
   inbox({
-    db: process.env.DATABASE_URL, // a connection string, a pg.Pool or a Kysely instance; nothing = embedded PGlite
+    db: process.env.DATABASE_URL, // required with NODE_ENV=production; unset elsewhere: in memory, with a warning
     async handle(event, { tx }) {
       // Write the side effect through `tx`: it commits together with the dedup record.
       await tx.selectNoFrom((eb) => eb.val(event.id).as('id')).execute();

@@ -10,7 +10,7 @@ const app = Fastify();
 // Its raw-body parser is scoped to the plugin: the app's own routes still parse JSON.
 await app.register(inbox, {
   prefix: '/webhooks',
-  db: process.env.DATABASE_URL, // a connection string, a pg.Pool or a Kysely instance; nothing = embedded PGlite
+  db: process.env.DATABASE_URL, // required with NODE_ENV=production; unset elsewhere: in memory, with a warning
   async handle(event, { tx }) {
     // Write the side effect through `tx`: it commits together with the dedup record.
     await tx.selectNoFrom((eb) => eb.val(event.id).as('id')).execute();
