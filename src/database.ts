@@ -10,7 +10,7 @@ import {
   type QueryResult,
   type TransactionSettings,
 } from 'kysely';
-import { PoolWaitTimeoutError } from './errors.js';
+import { EmbeddedDatabaseUnavailableError, PoolWaitTimeoutError } from './errors.js';
 
 /**
  * The subset of `pg.Pool` that webhook-inbox needs. Anything shaped like it works
@@ -290,19 +290,6 @@ function postgresDialect(driver: Driver): Dialect {
  * (or `'memory'`: an embedded PGlite database in memory).
  */
 export type DatabaseInput = string | PgPoolLike | Kysely<any> | PGliteLike;
-
-/** Thrown when the embedded database is needed and `@electric-sql/pglite` is not installed. */
-export class EmbeddedDatabaseUnavailableError extends Error {
-  override name = 'EmbeddedDatabaseUnavailableError';
-  constructor(cause: unknown) {
-    super(
-      "webhook-inbox: no `db` was given (or db: 'memory' / dataDir), so the embedded PGlite database is needed, " +
-        'but @electric-sql/pglite is not installed. Install it (npm install @electric-sql/pglite), ' +
-        'or pass db: a PostgreSQL connection string or pg.Pool.',
-      { cause },
-    );
-  }
-}
 
 /**
  * PGlite is an optional peer dependency (about 27 MB): production installs on PostgreSQL do not

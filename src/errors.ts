@@ -102,3 +102,29 @@ export class HandlerTimeoutError extends InboxError {
     super(`webhook-inbox: the handler did not finish within ${timeoutMs} ms`, 'handler-timeout', 500);
   }
 }
+
+/**
+ * The embedded database is needed (no `db`, `db: 'memory'` or `dataDir`) and
+ * `@electric-sql/pglite`, an optional peer dependency, is not installed. Thrown by
+ * `inbox.ready()` (deliveries meanwhile answer 503); install the package, or pass `db`.
+ *
+ * ```ts
+ * await inbox.ready().catch((err) => {
+ *   if (err instanceof EmbeddedDatabaseUnavailableError) console.error(err.message); // says what to install
+ *   throw err;
+ * });
+ * ```
+ */
+export class EmbeddedDatabaseUnavailableError extends InboxError {
+  override name = 'EmbeddedDatabaseUnavailableError';
+  constructor(cause: unknown) {
+    super(
+      "webhook-inbox: no `db` was given (or db: 'memory' / dataDir), so the embedded PGlite database is needed, " +
+        'but @electric-sql/pglite is not installed. Install it (npm install @electric-sql/pglite), ' +
+        'or pass db: a PostgreSQL connection string or pg.Pool.',
+      'embedded-database-unavailable',
+      503,
+      { cause },
+    );
+  }
+}

@@ -2,6 +2,7 @@ export type { RedisInput, RedisLike } from './cache.js';
 export type { DatabaseInput, PGliteLike, PgClientLike, PgPoolLike } from './database.js';
 export type { Delivery } from './delivery.js';
 export {
+  EmbeddedDatabaseUnavailableError,
   HandlerError,
   InboxError,
   InboxOptionsError,

@@ -151,7 +151,7 @@ const core = createInbox({
 try {
   await core.ready();
 } catch (err) {
-  console.log(JSON.stringify({ error: err.message }));
+  console.log(JSON.stringify({ name: err.name, error: err.message }));
   process.exit(3);
 }
 const app = express();
@@ -404,6 +404,7 @@ describe('a project with only the package, pg and Express (no PGlite)', () => {
       (err) => err as { code: number; stdout: string },
     );
     expect(result.code).toBe(3);
+    expect(JSON.parse(result.stdout.trim()).name).toBe('EmbeddedDatabaseUnavailableError');
     expect(JSON.parse(result.stdout.trim()).error).toMatch(
       /@electric-sql\/pglite is not installed\. Install it \(npm install @electric-sql\/pglite\)/,
     );
