@@ -28,7 +28,7 @@ import { createInbox, Inbox } from '../src/inbox.js';
 import { checkPath, DEFAULT_ROOT_PATH } from '../src/mount-path.js';
 import type { InboxOptions } from '../src/options.js';
 import { methodNotAllowed, type Outcome } from '../src/outcome.js';
-import type { BodyStream } from '../src/raw-body.js';
+import type { BodyStream } from '../src/receive/raw-body.js';
 
 export interface FastifyMountOptions {
   /**

@@ -1,6 +1,6 @@
-export type { RedisInput, RedisLike } from './cache.js';
+export { backoffMs } from './apply.js';
+export type { SweepReport } from './background/sweeper.js';
 export type { DatabaseInput, PGliteLike, PgClientLike, PgPoolLike } from './database.js';
-export type { Delivery } from './delivery.js';
 export {
   EmbeddedDatabaseUnavailableError,
   HandlerError,
@@ -12,8 +12,9 @@ export {
   UnauthorizedDeliveryError,
 } from './errors.js';
 export type { HandlerContext, InboxEvent } from './event.js';
-export type { InboxHealth, SweepReport } from './inbox.js';
-export { backoffMs, createInbox, Inbox } from './inbox.js';
+export type { InboxHealth } from './health.js';
+export { createInbox, Inbox } from './inbox.js';
+export type { Logger } from './logger.js';
 export type { InboxStats, MetricsOptions, RegistryLike } from './metrics.js';
 export { METRIC_NAMES } from './metrics.js';
 export { migrations } from './migrations.js';
@@ -33,10 +34,12 @@ export type {
   SkipResult,
 } from './operations/index.js';
 export { Operations, openOperations } from './operations/index.js';
-export type { Handler, InboxOptions, Logger, ResolvedOptions } from './options.js';
+export type { Handler, InboxOptions, ResolvedOptions } from './options.js';
 export type { Outcome } from './outcome.js';
 export { OutcomeKind } from './outcome.js';
+export type { Delivery } from './receive/request.js';
+export type { Secrets, VerifiableDelivery, VerifiedDelivery, Verify } from './receive/verify.js';
+export { hmacSignature, standardWebhooks, stripeSignature } from './receive/verify.js';
+export type { RedisInput, RedisLike } from './redis-cache.js';
 export type { KeyState, StoredEvent } from './sql/inspect.js';
 export { SpanAttributes } from './tracing.js';
-export type { Secrets, VerifiableDelivery, VerifiedDelivery, Verify } from './verify.js';
-export { hmacSignature, standardWebhooks, stripeSignature } from './verify.js';

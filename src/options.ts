@@ -1,19 +1,12 @@
 import type { TracerProvider } from '@opentelemetry/api';
-import type { RedisInput } from './cache.js';
 import type { DatabaseInput } from './database.js';
 import { parseDuration } from './duration.js';
 import { InboxOptionsError } from './errors.js';
 import type { HandlerContext, InboxEvent } from './event.js';
+import type { Logger } from './logger.js';
 import type { MetricsOptions, RegistryLike } from './metrics.js';
-import type { Verify } from './verify.js';
-
-/** A pino-shaped logger. Every method is optional to call; the inbox is silent without one. */
-export interface Logger {
-  debug(obj: object, msg?: string): void;
-  info(obj: object, msg?: string): void;
-  warn(obj: object, msg?: string): void;
-  error(obj: object, msg?: string): void;
-}
+import type { Verify } from './receive/verify.js';
+import type { RedisInput } from './redis-cache.js';
 
 export type Handler<TBody = any, TResult = unknown> = (
   event: InboxEvent<TBody>,

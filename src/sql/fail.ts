@@ -2,6 +2,75 @@ import type { Kysely } from 'kysely';
 import type { StatementNames } from '../database.js';
 import { defineStatement, type Tables } from './tables.js';
 
+/**
+ * `fail`: counts a failed handler run, in a short transaction of its own (the handler's
+ * transaction rolled back, taking the claim with it). Keeps the payload so the event can be
+ * retried without the sender; dead-letters it as poison after p_max_attempts. An empty hash
+ * means "the stored event" (drains and workers took the stored row: nothing to compare).
+ * A failed event is always at its key's cursor (only the next seq runs), so the key row, which
+ * the rollback may have taken with it, is re-created at its seq.
+ */
+export function failFunction(t: Tables): string {
+  return `
+create or replace function ${t.fn('fail')}(
+  p_source text, p_id text, p_key text, p_seq bigint, p_hash text, p_payload bytea, p_headers jsonb,
+  p_error text, p_max_attempts integer, p_on_poison text, p_retry_in_ms bigint, p_received_at timestamptz
+) returns table (decision text, attempts integer, drain boolean)
+language plpgsql as $fn$
+declare
+  v_attempts integer;
+begin
+  drain := false;
+  if p_key is not null then
+    -- Lock order (ARCHITECTURE.md, "Locks"): the key row, then the event row, as the claim,
+    -- take_next and the operator actions do. Updating the event first and the key after
+    -- deadlocked against a sender's retry of the same event, whose claim held the key.
+    insert into ${t.keys} as k (source, key, next_seq) values (p_source, p_key, p_seq)
+      on conflict (source, key) do nothing;
+    perform 1 from ${t.keys} k where k.source = p_source and k.key = p_key for update;
+  end if;
+  insert into ${t.events} as e (source, id, key, seq, body_hash, status, payload, headers, attempts, last_error,
+                                run_after, received_at)
+    values (p_source, p_id, p_key, p_seq, p_hash, 'pending', p_payload, p_headers, 1, p_error,
+            now() + p_retry_in_ms * interval '1 millisecond', coalesce(p_received_at, now()))
+    on conflict (source, id) do update
+      set attempts = e.attempts + 1, last_error = excluded.last_error, run_after = excluded.run_after,
+          payload = coalesce(e.payload, excluded.payload), headers = coalesce(e.headers, excluded.headers)
+      where e.status in ('pending', 'held') and (excluded.body_hash = '' or e.body_hash = excluded.body_hash)
+    returning e.attempts into v_attempts;
+  if not found then
+    -- Applied (or dead-lettered) meanwhile by another delivery: this failure no longer counts.
+    decision := 'gone';
+    return next;
+    return;
+  end if;
+  attempts := v_attempts;
+  if v_attempts < p_max_attempts then
+    decision := 'failed';
+    return next;
+    return;
+  end if;
+  update ${t.events} e set status = 'dead', dead_reason = 'poison', run_after = null
+    where e.source = p_source and e.id = p_id;
+  decision := 'dead';
+  if p_key is not null then
+    if p_on_poison = 'block' then
+      update ${t.keys} k set state = 'blocked', blocked_seq = p_seq, blocked_reason = 'poison', updated_at = now()
+        where k.source = p_source and k.key = p_key and k.next_seq = p_seq;
+    else
+      insert into ${t.gaps} (source, key, from_seq, to_seq, reason) values (p_source, p_key, p_seq, p_seq, 'poison')
+        on conflict do nothing;
+      update ${t.keys} k set next_seq = p_seq + 1, updated_at = now()
+        where k.source = p_source and k.key = p_key and k.next_seq = p_seq;
+      drain := found;
+    end if;
+  end if;
+  return next;
+end
+$fn$;
+`;
+}
+
 export interface FailArgs {
   source: string;
   id: string;

@@ -10,8 +10,8 @@
  * body hash, key and seq, so a delivery that reuses the id with another body, key or seq gets
  * the same 422 the claim would give.
  */
-import type { CachedEvent } from './local-cache.js';
-import type { Logger } from './options.js';
+import type { Logger } from './logger.js';
+import type { CachedEvent } from './processed-cache.js';
 
 /**
  * The subset of an ioredis client the fast path uses. Anything shaped like it works; when
@@ -55,7 +55,7 @@ const MAX_OUTSTANDING = 1000;
 const FAILURES_TO_PAUSE = 3;
 const PAUSE_MS = 1000;
 
-export class DuplicateCache {
+export class RedisCache {
   readonly #client: RedisLike;
   readonly #owned: OwnedRedis | undefined;
   readonly #prefix: string;

@@ -8,8 +8,8 @@
  * forged or badly skewed clock).
  */
 import { createHmac, timingSafeEqual } from 'node:crypto';
-import { type Delivery, normalizeHeaders } from './delivery.js';
-import { InboxOptionsError, UnauthorizedDeliveryError } from './errors.js';
+import { InboxOptionsError, UnauthorizedDeliveryError } from '../errors.js';
+import { type Delivery, normalizeHeaders } from './request.js';
 
 /** What a verifier sees: lower-case header names and the exact bytes received. */
 export interface VerifiableDelivery {

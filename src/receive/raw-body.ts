@@ -1,4 +1,4 @@
-import { InvalidDeliveryError } from './errors.js';
+import { InvalidDeliveryError } from '../errors.js';
 
 /** What the adapters hand over: a Node readable (IncomingMessage) or anything async-iterable of bytes. */
 export type BodyStream = AsyncIterable<Uint8Array | string>;

@@ -1,15 +1,7 @@
 import { createHash } from 'node:crypto';
-import { InvalidDeliveryError } from './errors.js';
-import type { ResolvedOptions } from './options.js';
-
-/**
- * One HTTP request as the core sees it: header names in any case, the raw body bytes.
- * Adapters build it; `Inbox.receive` turns it into an outcome.
- */
-export interface Delivery {
-  readonly headers: Readonly<Record<string, string | readonly string[] | undefined>>;
-  readonly rawBody: Uint8Array;
-}
+import { InvalidDeliveryError } from '../errors.js';
+import type { ResolvedOptions } from '../options.js';
+import { type Delivery, normalizeHeaders } from './request.js';
 
 /** A delivery whose headers and body passed validation. */
 export interface ParsedDelivery {
@@ -28,17 +20,6 @@ const KEY = /^[^\x00-\x1f\x7f]{1,255}$/;
 const SEQ = /^[1-9][0-9]{0,15}$/;
 // Headers never stored with a held event: credentials must not sit in the inbox table.
 const SECRET_HEADERS = new Set(['authorization', 'proxy-authorization', 'cookie']);
-
-/** Lower-cases header names and rejects repeated headers we depend on. */
-export function normalizeHeaders(raw: Delivery['headers']): Record<string, string> {
-  const out: Record<string, string> = {};
-  for (const name in raw) {
-    const value = raw[name];
-    if (value === undefined) continue;
-    out[name.toLowerCase()] = typeof value === 'string' ? value : (value as readonly string[]).join(', ');
-  }
-  return out;
-}
 
 function single(
   raw: Delivery['headers'],

@@ -1,0 +1,91 @@
+/**
+ * Everything an inbox does besides answering a delivery, started by `ready()` and stopped by
+ * `close()`: drains after a response, the sweeper, the workers (deferred mode, or `workers`
+ * set) and their listener. Each is a loop around the one apply path (src/apply.ts).
+ */
+import type { Context } from '@opentelemetry/api';
+import type { Runtime } from '../runtime.js';
+import { drainInline } from './drain.js';
+import { applyDuePendingEvents, PENDING_PER_SWEEP, Sweeper, type SweepReport } from './sweeper.js';
+import { Workers } from './workers.js';
+
+export class Background {
+  readonly #rt: Runtime;
+  readonly #sweeper: Sweeper;
+  #workers: Workers | undefined;
+  #started = false;
+
+  constructor(rt: Runtime) {
+    this.#rt = rt;
+    this.#sweeper = new Sweeper(rt, (key) => this.drain(key, false));
+  }
+
+  /** Starts the sweeper and the workers once the runtime is open (idempotent). */
+  start(): void {
+    const rt = this.#rt;
+    if (this.#started || rt.closing) return;
+    this.#started = true;
+    const o = rt.options;
+    if (o.sweepIntervalMs > 0) this.#sweeper.start();
+    if (o.mode === 'deferred' || o.workers > 0) {
+      this.#workers = new Workers(rt);
+      this.#workers.start();
+    }
+  }
+
+  /** Deferred mode, with workers set up: a delivery's bound on pending events applies. */
+  get sheddingPending(): boolean {
+    return this.#workers !== undefined && this.#rt.options.mode === 'deferred';
+  }
+
+  /**
+   * Applies the key's waiting events in seq order, each in its own transaction. Deferred mode
+   * drains the workers' way (`take_turn`), which leaves the key unlocked during the handler.
+   */
+  drain(key: string, wait: boolean, parent?: Context): Promise<number> {
+    if (this.sheddingPending) return this.#workers!.drainKey(key);
+    return drainInline(this.#rt, key, wait, parent);
+  }
+
+  /** Right after the response: the delivery's commit is what made the held events runnable. */
+  drainLater(key: string, parent?: Context): void {
+    this.#rt.track(
+      new Promise<void>((resolve) => setImmediate(resolve)).then(() => this.drain(key, true, parent)),
+    );
+  }
+
+  /** A delivery was stored as pending (after its commit: the worker this wakes can see it). */
+  pendingStored(key: string | null): void {
+    if (!this.#workers) return;
+    // A duplicate of a pending event counts again, erring towards shedding until the next refresh.
+    this.#rt.pendingEstimate++;
+    this.#workers.wake(key);
+  }
+
+  sweep(): Promise<SweepReport> {
+    return this.#sweeper.sweep();
+  }
+
+  /** Applies due unordered pending events now (after a replay), at most `count` + a sweep's worth. */
+  applyPending(count: number): Promise<number> {
+    return applyDuePendingEvents(this.#rt, count + PENDING_PER_SWEEP);
+  }
+
+  /** Resolves when no drain, Redis write or worker of this instance is running. */
+  async idle(): Promise<void> {
+    const running = this.#rt.background;
+    for (;;) {
+      while (running.size > 0) await Promise.allSettled([...running]);
+      await this.#workers?.idle();
+      if (running.size === 0) return;
+    }
+  }
+
+  /** Workers finish the handlers they run; the sweeper's pass and drains in flight end. */
+  async close(): Promise<void> {
+    const sweeperStopped = this.#sweeper.stop(); // no new pass starts from here on
+    await this.#workers?.close();
+    await sweeperStopped;
+    await this.idle();
+  }
+}

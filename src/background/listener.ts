@@ -1,0 +1,109 @@
+/**
+ * LISTEN/NOTIFY (pg only): wakes this instance's workers when any instance stores a runnable
+ * pending event. The trigger `notify_pending` sends the key at COMMIT of the claim; a dedicated
+ * connection listens here. Lost notifications are caught by the workers' poll.
+ */
+import type { Database } from '../database.js';
+import type { Runtime } from '../runtime.js';
+import { notifyChannel } from '../sql/notify-pending.js';
+
+const LISTEN_RETRY_MS = 1000;
+
+/** The subset of `pg.Client` the listener needs. */
+interface ListenerClient {
+  query(config: { text: string }): Promise<unknown>;
+  release(err?: Error | boolean): void;
+  on(event: 'notification', listener: (msg: { channel: string; payload?: string }) => void): unknown;
+  on(event: 'error' | 'end', listener: (err?: Error) => void): unknown;
+  connect?(): Promise<unknown>;
+  end?(): Promise<void>;
+}
+
+export class Listener {
+  readonly #rt: Runtime;
+  /** Called with the key of a stored pending event, or null (unordered, or "look once"). */
+  readonly #wake: (key: string | null) => void;
+  #client: ListenerClient | undefined;
+  #release: (() => Promise<void>) | undefined;
+  #retryTimer: NodeJS.Timeout | undefined;
+  #closing = false;
+
+  constructor(rt: Runtime, wake: (key: string | null) => void) {
+    this.#rt = rt;
+    this.#wake = wake;
+  }
+
+  /**
+   * A dedicated connection LISTENs on the inbox's channel. With a pg.Pool it is a client of
+   * its own, built from the pool's settings, so no pool connection is taken for good; with
+   * another pool-shaped object, one of its connections is held.
+   */
+  async start(): Promise<void> {
+    const rt = this.#rt;
+    const pool = rt.database.pool as
+      | (NonNullable<Database['pool']> & {
+          Client?: new (options: unknown) => ListenerClient;
+          options?: unknown;
+        })
+      | undefined;
+    if (!pool || this.#closing) return;
+    const channel = notifyChannel(rt.tables, rt.options.source);
+    try {
+      let client: ListenerClient;
+      if (typeof pool.Client === 'function' && pool.options) {
+        const own = new pool.Client(pool.options);
+        client = own;
+        own.on('error', () => {});
+        await own.connect?.();
+        this.#release = async () => {
+          await own.end?.();
+        };
+      } else {
+        const pooled = (await pool.connect()) as ListenerClient;
+        client = pooled;
+        this.#release = async () => pooled.release(true);
+      }
+      client.on('notification', (msg) => {
+        if (msg.channel === channel) this.#wake(msg.payload ? msg.payload : null);
+      });
+      const lost = () => {
+        if (this.#client !== client) return;
+        void this.stop();
+        rt.options.logger.warn({}, 'webhook-inbox: LISTEN connection lost; polling until it is back');
+        this.#retry();
+      };
+      client.on('error', lost);
+      client.on('end', lost);
+      // The channel is `wi_` and 32 hex digits: an identifier that needs no quoting.
+      await client.query({ text: `listen ${channel}` });
+      this.#client = client;
+      if (this.#closing) await this.stop();
+      // Events stored while we were not listening: look once.
+      this.#wake(null);
+    } catch (err) {
+      rt.options.logger.warn({ err }, 'webhook-inbox: cannot LISTEN; polling every pollIntervalMs');
+      await this.#release?.().catch(() => {});
+      this.#release = undefined;
+      this.#retry();
+    }
+  }
+
+  #retry(): void {
+    if (this.#closing) return;
+    this.#retryTimer = setTimeout(() => void this.start(), LISTEN_RETRY_MS);
+    this.#retryTimer.unref();
+  }
+
+  async stop(): Promise<void> {
+    const release = this.#release;
+    this.#client = undefined;
+    this.#release = undefined;
+    await release?.().catch(() => {});
+  }
+
+  async close(): Promise<void> {
+    this.#closing = true;
+    clearTimeout(this.#retryTimer);
+    await this.stop();
+  }
+}

@@ -1,0 +1,144 @@
+/**
+ * The sweeper: a pass every `sweepIntervalMs` in every instance. It finishes drains a crash
+ * interrupted, retries failed events whose backoff ended, applies gap timeouts (skip or
+ * block), applies due unordered pending events, and prunes processed rows past `retention`.
+ */
+import type { Runtime } from '../runtime.js';
+import type { SweepRow } from '../sql/sweep.js';
+import { applyDuePending } from './turns.js';
+
+/** Retention: rows per prune batch, and how often the sweeper prunes while it is caught up. */
+const PRUNE_BATCH = 1000;
+const PRUNE_EVERY_MS = 60_000;
+/** Unordered pending events one sweeper pass applies at most. */
+export const PENDING_PER_SWEEP = 100;
+/** Keys one pass looks at. */
+const KEYS_PER_SWEEP = 500;
+
+/** What one sweeper pass did. */
+export interface SweepReport {
+  drained: number;
+  gapsSkipped: number;
+  keysBlocked: number;
+  /** Unordered pending events applied (replayed dead letters, inline runs that failed). */
+  applied: number;
+  /** Processed rows pruned by retention. */
+  pruned: number;
+}
+
+export class Sweeper {
+  readonly #rt: Runtime;
+  readonly #drain: (key: string) => Promise<number>;
+  #timer: NodeJS.Timeout | undefined;
+  #running: Promise<unknown> | undefined;
+  /** When the sweeper prunes next (0: on its next pass). */
+  #nextPruneAt = 0;
+
+  /** `drain` applies a key's runnable events the way this inbox's mode does. */
+  constructor(rt: Runtime, drain: (key: string) => Promise<number>) {
+    this.#rt = rt;
+    this.#drain = drain;
+  }
+
+  start(): void {
+    this.#timer = setTimeout(() => {
+      this.#running = this.sweep()
+        .catch((err) => this.#rt.options.logger.error({ err }, 'webhook-inbox: sweeper pass failed'))
+        .finally(() => {
+          this.#running = undefined;
+          if (!this.#rt.closing) this.start();
+        });
+    }, this.#rt.options.sweepIntervalMs);
+    this.#timer.unref();
+  }
+
+  async stop(): Promise<void> {
+    clearTimeout(this.#timer);
+    await this.#running;
+  }
+
+  /** One pass, now. */
+  async sweep(): Promise<SweepReport> {
+    const rt = this.#rt;
+    const o = rt.options;
+    rt.metrics.sweeperRun();
+    let rows: SweepRow[];
+    try {
+      rows = await rt.statements.sweep(
+        rt.database.kysely,
+        o.source,
+        o.gapTimeoutMs,
+        o.onGapTimeout,
+        KEYS_PER_SWEEP,
+      );
+    } catch (err) {
+      rt.metrics.sweeperError();
+      throw err;
+    }
+    const report: SweepReport = { drained: 0, gapsSkipped: 0, keysBlocked: 0, applied: 0, pruned: 0 };
+    const toDrain: string[] = [];
+    for (const row of rows) {
+      if (row.action === 'blocked') {
+        report.keysBlocked++;
+        rt.metrics.gapTimeout('blocked');
+        o.logger.info(
+          { key: row.key, fromSeq: row.fromSeq, source: o.source },
+          'webhook-inbox: gap timeout, key blocked',
+        );
+        continue;
+      }
+      if (row.action === 'skipped') {
+        report.gapsSkipped++;
+        rt.metrics.gapTimeout('skipped');
+        o.logger.info(
+          { key: row.key, fromSeq: row.fromSeq, toSeq: row.toSeq, source: o.source },
+          'webhook-inbox: gap timeout, seqs skipped',
+        );
+      }
+      toDrain.push(row.key);
+    }
+    // A few keys at a time: each drain holds a connection while its handler runs.
+    const lanes = Math.max(1, Math.min(4, Math.floor(o.poolSize / 2)));
+    let next = 0;
+    await Promise.all(
+      Array.from({ length: Math.min(lanes, toDrain.length) }, async () => {
+        while (next < toDrain.length && !rt.closing) {
+          report.drained += await rt.track(this.#drain(toDrain[next++]));
+        }
+      }),
+    );
+    report.applied = await applyDuePendingEvents(rt, PENDING_PER_SWEEP);
+    // Retention: one small batch, at most once a minute while caught up, every pass while behind.
+    if (o.retention !== false && Date.now() >= this.#nextPruneAt && !rt.closing) {
+      const { pruned } = await rt.operations.prune({
+        olderThan: o.retention,
+        batchSize: PRUNE_BATCH,
+        maxBatches: 1,
+      });
+      report.pruned = pruned;
+      this.#nextPruneAt = pruned === PRUNE_BATCH ? 0 : Date.now() + PRUNE_EVERY_MS;
+      if (pruned > 0) o.logger.debug({ pruned, source: o.source }, 'webhook-inbox: pruned processed events');
+    }
+    return report;
+  }
+}
+
+/**
+ * Applies due unordered pending events (a replayed dead letter, an inline run that failed), at
+ * most `limit`: one `take_pending` round trip when there are none. Returns how many it applied.
+ */
+export async function applyDuePendingEvents(rt: Runtime, limit: number): Promise<number> {
+  let applied = 0;
+  for (let taken = 0; taken < limit && !rt.closing; taken++) {
+    let step: { taken: boolean; applied: boolean };
+    try {
+      step = await rt.track(applyDuePending(rt));
+    } catch (err) {
+      rt.options.logger.error({ err }, 'webhook-inbox: applying a pending event failed');
+      break;
+    }
+    if (!step.taken) break;
+    if (step.applied) applied++;
+  }
+  return applied;
+}

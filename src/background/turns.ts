@@ -1,0 +1,77 @@
+/**
+ * The three ways a stored event is taken and applied, each one transaction around the one
+ * apply path (src/apply.ts):
+ * - `applyNextInline`: an ordered key's next event by `take_next`, which locks the key for the
+ *   handler's duration (inline mode's drains and the sweeper);
+ * - `applyTurn`: the same event by `take_turn`, then `advance` after the handler, without
+ *   holding the key's lock meanwhile (deferred mode's workers and drains);
+ * - `applyDuePending`: one due unordered pending event by `take_pending` (workers, the
+ *   sweeper, `inbox.replay`).
+ */
+import type { Context } from '@opentelemetry/api';
+import { applyOne } from '../apply.js';
+import type { Runtime } from '../runtime.js';
+import { CONTENDED, sqlState } from '../sql/sql-state.js';
+import type { TakenEvent } from '../sql/taken-event.js';
+
+/** What one step of a drain did: applied an event or not, and whether the key's next seq waits. */
+export interface Step {
+  readonly applied: boolean;
+  readonly more: boolean;
+}
+
+/** Applies the key's next event by `take_next`. `wait`: wait (bounded) for the key's lock. */
+export async function applyNextInline(
+  rt: Runtime,
+  key: string,
+  wait: boolean,
+  parent: Context | undefined,
+): Promise<Step> {
+  const o = rt.options;
+  try {
+    const r = await applyOne<{ event?: TakenEvent; more?: boolean }>(rt, {
+      take: async (tx) =>
+        (await rt.statements.takeNext(tx, o.source, key, wait, o.keepPayload, rt.lockTimeout)) ?? {},
+      parent,
+    });
+    if (r.status === 'failed') return { applied: false, more: r.failure?.drain === true };
+    return { applied: r.status === 'applied', more: r.took.more === true };
+  } catch (err) {
+    // Someone else holds the key: they drain it.
+    if (!CONTENDED.has(sqlState(err) ?? '')) o.logger.error({ err, key }, 'webhook-inbox: drain failed');
+    return { applied: false, more: false };
+  }
+}
+
+/** Applies the key's next event by `take_turn`, moving the cursor by `advance` before COMMIT. */
+export async function applyTurn(rt: Runtime, key: string): Promise<Step> {
+  const o = rt.options;
+  let more = false;
+  const r = await applyOne(rt, {
+    take: async (tx) => ({ event: await rt.statements.takeTurn(tx, o.source, key, o.keepPayload) }),
+    // One round trip more than take_next: the price of not locking the key meanwhile.
+    finish: async (tx, event) => {
+      more = await rt.statements.advance(tx, o.source, key, event.seq!);
+    },
+  });
+  if (r.status !== 'none') tookPending(rt, r.status === 'applied' || r.failure?.decision === 'dead');
+  // onPoison 'skip' moved the cursor past a poison event: the next seq may be runnable.
+  if (r.status === 'failed') return { applied: false, more: r.failure?.drain === true };
+  return { applied: r.status === 'applied', more };
+}
+
+/** Applies one due unordered pending event. Returns whether one was taken (applied or failed). */
+export async function applyDuePending(rt: Runtime): Promise<{ taken: boolean; applied: boolean }> {
+  const o = rt.options;
+  const r = await applyOne<{ event?: TakenEvent }>(rt, {
+    take: async (tx) => ({ event: await rt.statements.takePending(tx, o.source, o.keepPayload) }),
+  });
+  if (r.status === 'none') return { taken: false, applied: false };
+  tookPending(rt, r.status === 'applied' || r.failure?.decision === 'dead');
+  return { taken: true, applied: r.status === 'applied' };
+}
+
+/** A pending event left the queue (applied or dead-lettered): one fewer for `maxPending`. */
+function tookPending(rt: Runtime, left: boolean): void {
+  if (left) rt.pendingEstimate = Math.max(0, rt.pendingEstimate - 1);
+}

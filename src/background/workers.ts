@@ -1,0 +1,198 @@
+/**
+ * Workers: apply runnable events in the background, in every instance (deferred mode, and
+ * inline mode when `workers` is set). There is no second queue: the events table is the queue.
+ * - an ordered key's next event (held or pending) is taken at the key's cursor by `take_turn`,
+ *   and the cursor moved by `advance` after the handler: `take_next`'s rule without holding the
+ *   key's lock during the handler (src/sql/take-turn.ts); the sweeper's drains go the same way;
+ * - an unordered pending event is taken by `take_pending` (FOR UPDATE SKIP LOCKED).
+ * Each runs in its own transaction with the handler, so it is applied exactly once; SKIP
+ * LOCKED lets every instance's workers share the work without waiting on each other.
+ *
+ * Wake-ups, so that pickup takes milliseconds rather than a poll interval:
+ * - in this process, a delivery stored as pending wakes a lane right after its commit;
+ * - across instances, the claim's INSERT fires a NOTIFY (trigger `notify_pending`, sent at
+ *   COMMIT, no extra round trip), and a dedicated connection LISTENs for it (pg only);
+ * - a poll every `pollIntervalMs` catches the rest: retries whose backoff ended, notifications
+ *   missed while the listener reconnected, and other instances on PGlite (no LISTEN there).
+ * Ordered keys are also swept by the sweeper every `sweepIntervalMs` (it finishes interrupted
+ * drains and takes due retries).
+ */
+import type { Runtime } from '../runtime.js';
+import { Listener } from './listener.js';
+import { applyDuePending, applyTurn } from './turns.js';
+
+/** Keys remembered for a wake-up; past it, hints are dropped and the sweeper finds the keys. */
+const MAX_KEY_HINTS = 10_000;
+/** How often the pending count behind `maxPending` is read again. */
+const PENDING_REFRESH_MS = 500;
+
+export class Workers {
+  readonly #rt: Runtime;
+  readonly #lanes: Promise<void>[] = [];
+  /** Lanes asleep, each waiting for a wake-up. */
+  readonly #sleepers: Array<() => void> = [];
+  /** Ordered keys that may have a runnable event, and those a lane is draining now. */
+  readonly #keys = new Set<string>();
+  readonly #active = new Set<string>();
+  /** There may be a due unordered pending event; the generation tells a stale "no" from a fresh hint. */
+  #unordered = true;
+  #unorderedGeneration = 0;
+  #busy = 0;
+  #closing = false;
+  #stateWaiters: Array<() => void> = [];
+  #pollTimer: NodeJS.Timeout | undefined;
+  #refreshTimer: NodeJS.Timeout | undefined;
+  #listener: Listener | undefined;
+
+  constructor(rt: Runtime) {
+    this.#rt = rt;
+  }
+
+  /** Starts the lanes, the poll and (pg) the listener. */
+  start(): void {
+    const o = this.#rt.options;
+    if (o.mode === 'deferred') {
+      this.#refreshPending();
+      this.#refreshTimer = setInterval(() => this.#refreshPending(), PENDING_REFRESH_MS);
+      this.#refreshTimer.unref();
+    }
+    // workers: 0 is an instance that only acknowledges (others apply): nothing more to start.
+    if (o.workers === 0) return;
+    for (let i = 0; i < o.workers; i++) this.#lanes.push(this.#lane());
+    this.#pollTimer = setInterval(() => this.wake(null), o.pollIntervalMs);
+    this.#pollTimer.unref();
+    if (this.#rt.database.kind === 'pg' && this.#rt.database.pool) {
+      this.#listener = new Listener(this.#rt, (key) => this.wake(key));
+      void this.#listener.start();
+    }
+  }
+
+  /** A runnable event of `key` (or an unordered one, for null) may be waiting: wake a lane. */
+  wake(key: string | null): void {
+    if (this.#closing) return;
+    if (key === null) {
+      this.#unordered = true;
+      this.#unorderedGeneration++;
+    } else if (this.#keys.size < MAX_KEY_HINTS) {
+      this.#keys.add(key);
+    }
+    this.#signal();
+  }
+
+  /** Resolves when every lane is asleep with nothing known to do. */
+  async idle(): Promise<void> {
+    while (!this.#isIdle()) {
+      await new Promise<void>((resolve) => this.#stateWaiters.push(resolve));
+    }
+  }
+
+  /** Stops taking work, waits for the handlers in flight, stops the listener. */
+  async close(): Promise<void> {
+    if (this.#closing) return;
+    this.#closing = true;
+    clearInterval(this.#pollTimer);
+    clearInterval(this.#refreshTimer);
+    this.#keys.clear();
+    this.#unordered = false;
+    for (const wake of this.#sleepers.splice(0)) wake();
+    await Promise.all(this.#lanes);
+    await this.#listener?.close();
+    this.#changed();
+  }
+
+  #isIdle(): boolean {
+    return (
+      this.#closing ||
+      this.#lanes.length === 0 ||
+      (this.#busy === 0 &&
+        this.#sleepers.length === this.#lanes.length &&
+        !this.#unordered &&
+        this.#runnableKey() === undefined)
+    );
+  }
+
+  #changed(): void {
+    if (this.#stateWaiters.length === 0) return;
+    for (const resolve of this.#stateWaiters.splice(0)) resolve();
+  }
+
+  #signal(): void {
+    this.#sleepers.shift()?.();
+  }
+
+  #runnableKey(): string | undefined {
+    for (const key of this.#keys) if (!this.#active.has(key)) return key;
+    return undefined;
+  }
+
+  async #lane(): Promise<void> {
+    while (!this.#closing) {
+      const key = this.#runnableKey();
+      if (key !== undefined) {
+        this.#keys.delete(key);
+        this.#active.add(key);
+        // More hints than this lane can take: pass one on.
+        if (this.#runnableKey() !== undefined || this.#unordered) this.#signal();
+        this.#busy++;
+        try {
+          await this.drainKey(key);
+        } catch (err) {
+          this.#rt.options.logger.error({ err, key }, 'webhook-inbox: worker drain failed');
+        } finally {
+          this.#active.delete(key);
+          this.#busy--;
+          this.#changed();
+        }
+        continue;
+      }
+      if (this.#unordered) {
+        const generation = this.#unorderedGeneration;
+        let didWork = false;
+        this.#busy++;
+        try {
+          didWork = (await applyDuePending(this.#rt)).taken;
+        } catch (err) {
+          // The database is unreachable or the pool is exhausted: the poll will try again.
+          this.#rt.options.logger.error({ err }, 'webhook-inbox: worker failed');
+        } finally {
+          this.#busy--;
+        }
+        if (didWork) {
+          // There may be more: wake another lane, so a backlog spreads to all of them.
+          this.#signal();
+        } else if (generation === this.#unorderedGeneration) {
+          this.#unordered = false;
+        }
+        this.#changed();
+        continue;
+      }
+      await new Promise<void>((resolve) => {
+        this.#sleepers.push(resolve);
+        this.#changed();
+      });
+    }
+  }
+
+  /**
+   * Applies the key's runnable events in seq order, each in its own transaction, until the
+   * next one is missing, not due, or held by someone else. Returns how many it applied.
+   */
+  async drainKey(key: string): Promise<number> {
+    let applied = 0;
+    for (;;) {
+      const step = await applyTurn(this.#rt, key);
+      if (step.applied) applied++;
+      if (!step.more || this.#closing) return applied;
+    }
+  }
+
+  #refreshPending(): void {
+    const rt = this.#rt;
+    rt.statements.countPending(rt.database.kysely, rt.options.source).then(
+      (n) => {
+        rt.pendingEstimate = n;
+      },
+      (err) => rt.options.logger.debug({ err }, 'webhook-inbox: could not count pending events'),
+    );
+  }
+}

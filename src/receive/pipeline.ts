@@ -1,0 +1,278 @@
+/**
+ * The receive pipeline, one delivery's path: shed → read → verify → parse → memory → redis →
+ * claim → apply → respond. Plain functions over the runtime; every outcome is built in
+ * respond.ts. Round trips per delivery are stated once, in ARCHITECTURE.md ("Round trips"),
+ * and pinned by test/round-trips.test.ts.
+ */
+import type { Context, Span } from '@opentelemetry/api';
+import { applyOne } from '../apply.js';
+import type { Background } from '../background/background.js';
+import { InvalidDeliveryError } from '../errors.js';
+import { type Outcome, OutcomeKind } from '../outcome.js';
+import type { CachedEvent } from '../processed-cache.js';
+import type { Runtime } from '../runtime.js';
+import type { ClaimRow } from '../sql/claim.js';
+import type { TakenEvent } from '../sql/taken-event.js';
+import { inSpan, parentOf, recordError, SpanAttributes } from '../tracing.js';
+import { type ParsedDelivery, parseDelivery, storableHeaders } from './delivery.js';
+import { type BodyStream, readRawBody } from './raw-body.js';
+import type { Delivery } from './request.js';
+import * as respond from './respond.js';
+import { type VerifiedDelivery, verifyDelivery } from './verify.js';
+
+/** What one delivery's telemetry needs to know besides its outcome. */
+interface Observation {
+  /** Parent of the child spans, when the delivery's span records. */
+  readonly parent: Context | undefined;
+  parsed?: ParsedDelivery;
+  answeredBy?: 'memory' | 'redis' | 'postgres';
+}
+
+/**
+ * Sheds the delivery when `maxInFlight` are being received (a counter, no I/O, before the body
+ * is even read: reading it is work), else runs `receive` under the count.
+ */
+async function admitted(rt: Runtime, receive: () => Promise<Outcome>): Promise<Outcome> {
+  if (rt.inFlight >= rt.options.maxInFlight) {
+    return observed(rt, undefined, { parent: undefined }, respond.shed('in-flight'));
+  }
+  rt.inFlight++;
+  try {
+    return await receive();
+  } finally {
+    rt.inFlight--;
+  }
+}
+
+/** A delivery whose body is still a stream (what the adapters have): read it, bounded by `maxBodyBytes`. */
+export function receiveStream(
+  rt: Runtime,
+  bg: Background,
+  headers: Delivery['headers'],
+  stream: BodyStream,
+): Promise<Outcome> {
+  return admitted(rt, async () => {
+    let rawBody: Buffer;
+    try {
+      const length = headers['content-length'];
+      rawBody = await readRawBody(
+        stream,
+        rt.options.maxBodyBytes,
+        typeof length === 'string' ? length : undefined,
+      );
+    } catch (err) {
+      if (err instanceof InvalidDeliveryError)
+        return observed(rt, undefined, { parent: undefined }, respond.invalid(err));
+      throw err;
+    }
+    return traced(rt, bg, { headers, rawBody });
+  });
+}
+
+/** Turns one delivery into its outcome. Never throws for a bad delivery. */
+export function receive(rt: Runtime, bg: Background, delivery: Delivery): Promise<Outcome> {
+  return admitted(rt, () => traced(rt, bg, delivery));
+}
+
+function traced(rt: Runtime, bg: Background, delivery: Delivery): Promise<Outcome> {
+  return rt.tracer.startActiveSpan('webhook-inbox.receive', async (span) => {
+    const obs: Observation = { parent: parentOf(span) };
+    try {
+      return observed(rt, span, obs, await decide(rt, bg, delivery, obs));
+    } catch (err) {
+      recordError(span, err);
+      throw err;
+    } finally {
+      span.end();
+    }
+  });
+}
+
+async function decide(rt: Runtime, bg: Background, delivery: Delivery, obs: Observation): Promise<Outcome> {
+  const o = rt.options;
+  let verified: VerifiedDelivery | undefined;
+  if (o.verify) {
+    // Before anything is parsed, looked up (the duplicate cache included) or stored: a
+    // delivery that fails costs no round trip and learns nothing about stored events.
+    try {
+      verified = await verifyDelivery(o.verify, delivery);
+    } catch (err) {
+      return respond.unverified(o, err);
+    }
+  }
+  let d: ParsedDelivery;
+  try {
+    d = parseDelivery(delivery, o, undefined, verified?.id);
+  } catch (err) {
+    if (err instanceof InvalidDeliveryError) return respond.invalid(err);
+    throw err;
+  }
+  obs.parsed = d;
+  const cached = rt.processed.duplicateOf(d.id, d.hash, d.key, d.seq);
+  if (cached) {
+    obs.answeredBy = 'memory';
+    return respond.duplicate(d.id, cached.result); // zero round trips: see processed-cache.ts
+  }
+  try {
+    await rt.open();
+    bg.start();
+  } catch (err) {
+    o.logger.error({ err }, 'webhook-inbox: database unavailable');
+    return respond.unavailable();
+  }
+  if (rt.redis) {
+    // One GET, before any Postgres round trip: a duplicate of an event that any instance
+    // processed is answered here.
+    const found = await rt.redis.lookup(d.id);
+    if (found.hit) {
+      obs.answeredBy = 'redis';
+      return fromRedis(rt, d, found.event);
+    }
+  }
+  // Deferred mode: a bound on pending events, against the workers' estimate (no query).
+  if (bg.sheddingPending && rt.pendingEstimate >= o.maxPending) return respond.shed('pending');
+  obs.answeredBy = 'postgres';
+  return claimAndApply(rt, bg, d, obs);
+}
+
+/**
+ * Answers from a Redis entry exactly as the claim would from the processed row: the same
+ * comparisons in the same order (body, then key, then seq), the same responses.
+ */
+function fromRedis(rt: Runtime, d: ParsedDelivery, e: CachedEvent): Outcome {
+  const reason = e.hash !== d.hash ? 'body' : e.key !== d.key ? 'key' : e.seq !== d.seq ? 'seq' : null;
+  if (!reason) {
+    rt.processed.remember(d.id, d.hash, d.key, d.seq, JSON.stringify(e.result));
+    return respond.duplicate(d.id, e.result);
+  }
+  return respond.decided(rt.options, d, {
+    decision: 'mismatch',
+    result: null,
+    reason,
+    expected: null,
+    attempts: 0,
+    drain: false,
+    receivedAt: new Date(),
+  });
+}
+
+/** The claim and, when it says "apply", the handler: one transaction (src/apply.ts). */
+async function claimAndApply(
+  rt: Runtime,
+  bg: Background,
+  d: ParsedDelivery,
+  obs: Observation,
+): Promise<Outcome> {
+  const o = rt.options;
+  const ordered = d.key !== null;
+  const deferred = o.mode === 'deferred';
+  // Only an ordered event can be held (and so need its payload later) in this claim; in
+  // deferred mode every event may be stored as pending.
+  const store = deferred || ordered || o.keepPayload;
+  let claimedAt = 0;
+  let applied: Awaited<ReturnType<typeof applyOne<{ claim: ClaimRow; event?: TakenEvent }>>>;
+  try {
+    applied = await applyOne(rt, {
+      take: async (tx) => {
+        claimedAt = performance.now();
+        const claim = await inSpan(rt.tracer, 'webhook-inbox.claim', obs.parent, () =>
+          rt.statements.claim(tx, {
+            source: o.source,
+            id: d.id,
+            key: d.key,
+            seq: d.seq,
+            hash: d.hash,
+            payload: store ? d.rawBody : null,
+            headers: store ? storableHeaders(d.headers) : null,
+            apply: !deferred,
+            keepPayload: o.keepPayload,
+            firstSeen: o.firstSeq === 'first-seen',
+            maxHeld: o.maxHeldPerKey,
+            maxAhead: o.maxSeqAhead,
+            lockTimeout: rt.lockTimeout,
+          }),
+        );
+        if (claim.decision !== 'apply') return { claim };
+        const event: TakenEvent = {
+          id: d.id,
+          key: d.key,
+          seq: d.seq,
+          hash: d.hash,
+          payload: d.rawBody,
+          headers: d.headers,
+          attempts: claim.attempts,
+          receivedAt: claim.receivedAt,
+          body: d.body,
+        };
+        return { claim, event };
+      },
+      parent: obs.parent,
+    });
+  } catch (err) {
+    return respond.infrastructureFailure(o, err);
+  }
+  const claim = applied.took.claim;
+  if (applied.status === 'failed') {
+    const failure = applied.failure;
+    if (failure?.decision !== 'dead') return respond.handlerFailed(d.id);
+    if (failure.drain && d.key !== null) bg.drainLater(d.key);
+    return respond.deadLettered(d.id, 'poison');
+  }
+  // Committed.
+  rt.metrics.claimToCommit((performance.now() - claimedAt) / 1000);
+  if (claim.drain && d.key !== null) bg.drainLater(d.key, obs.parent);
+  if (applied.status === 'applied') return respond.processed(d.id, applied.result);
+  if (claim.decision === 'dead' && claim.reason === 'late') {
+    // Counted per late delivery: a redelivery of a late event (rare: it was answered 200) counts again.
+    rt.metrics.deadLetter('late');
+    o.logger.info(
+      { id: d.id, key: d.key, seq: d.seq, source: o.source },
+      'webhook-inbox: dead-lettered (late: its seq was skipped by a gap timeout)',
+    );
+  } else if (claim.decision === 'duplicate') {
+    rt.processed.remember(
+      d.id,
+      d.hash,
+      d.key,
+      d.seq,
+      claim.result === null ? undefined : JSON.stringify(claim.result),
+    );
+  } else if (claim.decision === 'pending') {
+    bg.pendingStored(d.key);
+  }
+  return respond.decided(o, d, claim);
+}
+
+/** Metrics, span attributes and the debug log line of one delivery's outcome. */
+function observed(rt: Runtime, span: Span | undefined, obs: Observation, outcome: Outcome): Outcome {
+  const o = rt.options;
+  const d = obs.parsed;
+  rt.metrics.delivery(outcome.kind);
+  const answeredBy = outcome.kind === OutcomeKind.duplicate ? (obs.answeredBy ?? 'postgres') : undefined;
+  if (answeredBy) rt.metrics.duplicate(answeredBy);
+  if (obs.parent && span) {
+    span.setAttributes({
+      [SpanAttributes.source]: o.source,
+      [SpanAttributes.outcome]: outcome.kind,
+      [SpanAttributes.statusCode]: outcome.status,
+      [SpanAttributes.keyPresent]: d ? d.key !== null : false,
+    });
+    if (d) span.setAttribute(SpanAttributes.eventId, d.id);
+    if (d?.seq != null) span.setAttribute(SpanAttributes.seq, d.seq);
+    if (answeredBy) span.setAttribute(SpanAttributes.answeredBy, answeredBy);
+    if (outcome.status >= 500) recordError(span, undefined);
+  }
+  o.logger.debug(
+    {
+      source: o.source,
+      id: d?.id,
+      key: d?.key,
+      seq: d?.seq,
+      outcome: outcome.kind,
+      status: outcome.status,
+      answeredBy,
+    },
+    'webhook-inbox: delivery',
+  );
+  return outcome;
+}

@@ -1,0 +1,173 @@
+/**
+ * From a decision to what the sender receives: every HTTP outcome of a delivery is built here
+ * (status, headers, problem+json body). Nothing internal (SQL, stacks, handler messages) is
+ * ever put in a response; the logger gets the details.
+ */
+import {
+  type InvalidDeliveryError,
+  PoolWaitTimeoutError,
+  RawBodyUnavailableError,
+  UnauthorizedDeliveryError,
+} from '../errors.js';
+import type { ResolvedOptions } from '../options.js';
+import { type Outcome, OutcomeKind, ok, problem } from '../outcome.js';
+import type { Runtime } from '../runtime.js';
+import type { ClaimRow } from '../sql/claim.js';
+import { CONTENDED, sqlState } from '../sql/sql-state.js';
+import type { ParsedDelivery } from './delivery.js';
+
+export function processed(id: string, result: unknown): Outcome {
+  return ok(OutcomeKind.processed, 200, { status: 'processed', id, result: result ?? null });
+}
+
+export function duplicate(id: string, result: unknown): Outcome {
+  return ok(OutcomeKind.duplicate, 200, { status: 'duplicate', id, result }, true);
+}
+
+export function deadLettered(id: string, reason: string | null): Outcome {
+  return ok(OutcomeKind.deadLettered, 200, { status: 'dead-lettered', id, reason });
+}
+
+export function invalid(err: InvalidDeliveryError): Outcome {
+  return problem(OutcomeKind.invalid, err.status, err.message, { field: err.field });
+}
+
+/** 503 with Retry-After, nothing stored: the sender keeps the event and delivers it again later. */
+export function shed(reason: 'in-flight' | 'pool' | 'pending'): Outcome {
+  const detail =
+    reason === 'pending'
+      ? 'Too many events are waiting to be applied; deliver the event again later'
+      : 'Too many deliveries are in flight; deliver the event again later';
+  return problem(OutcomeKind.shed, 503, detail, { reason, retryAfterSeconds: reason === 'pending' ? 5 : 1 });
+}
+
+export function unavailable(): Outcome {
+  return problem(
+    OutcomeKind.unavailable,
+    503,
+    'The inbox cannot reach its database; deliver the event again later',
+    {
+      retryAfterSeconds: 1,
+    },
+  );
+}
+
+/** The handler threw and the attempt was counted (not yet poison): the sender should retry. */
+export function handlerFailed(id: string): Outcome {
+  return problem(
+    OutcomeKind.failed,
+    500,
+    'The handler failed; nothing was applied. Deliver the event again.',
+    { id },
+  );
+}
+
+/** What the claim decided when it did not apply the event now. */
+export function decided(o: ResolvedOptions, d: ParsedDelivery, c: ClaimRow): Outcome {
+  const h = o.headers;
+  switch (c.decision) {
+    case 'duplicate':
+      return duplicate(d.id, c.result);
+    case 'held':
+      return ok(OutcomeKind.held, 202, {
+        status: 'held',
+        id: d.id,
+        key: d.key,
+        seq: d.seq,
+        expected: c.expected,
+      });
+    case 'pending':
+      return ok(OutcomeKind.pending, 202, { status: 'pending', id: d.id });
+    case 'dead':
+      return deadLettered(d.id, c.reason);
+    case 'mismatch': {
+      if (c.reason === 'seq-taken') {
+        return problem(
+          OutcomeKind.mismatch,
+          422,
+          `${h.seq} ${d.seq} of this ${h.key} is already held for another ${h.id}`,
+          {
+            field: h.seq,
+          },
+        );
+      }
+      const field = c.reason === 'key' ? h.key : c.reason === 'seq' ? h.seq : 'body';
+      return problem(
+        OutcomeKind.mismatch,
+        422,
+        `${h.id} ${JSON.stringify(d.id)} was first used with a different ${c.reason === 'body' ? 'body' : field}`,
+        { field },
+      );
+    }
+    case 'buffer-full':
+      return problem(
+        OutcomeKind.bufferFull,
+        429,
+        c.reason === 'seq-ahead'
+          ? `${h.seq} ${d.seq} is more than ${o.maxSeqAhead} past the next expected seq ${c.expected}`
+          : `key already holds ${o.maxHeldPerKey} events waiting for seq ${c.expected}`,
+        {
+          field: c.reason === 'seq-ahead' ? h.seq : h.key,
+          expected: c.expected,
+          retryAfterSeconds: Math.max(1, Math.ceil(o.gapTimeoutMs / 1000)),
+        },
+      );
+    default:
+      throw new Error(`webhook-inbox: unexpected claim decision ${c.decision}`);
+  }
+}
+
+/** Signature verification refused the delivery (401), or could not run (503: not the sender's fault). */
+export function unverified(o: ResolvedOptions, err: unknown): Outcome {
+  if (err instanceof UnauthorizedDeliveryError) {
+    o.logger.info({ field: err.field, reason: err.message }, 'webhook-inbox: unverified delivery');
+    return problem(OutcomeKind.unauthorized, 401, err.message, { field: err.field });
+  }
+  // The verifier itself failed (a custom hook fetching keys, say): ask for a retry instead of
+  // a 401 that could get the endpoint disabled.
+  o.logger.error({ err }, 'webhook-inbox: signature verification failed to run');
+  return problem(OutcomeKind.unavailable, 503, 'The delivery could not be verified; deliver it again later', {
+    retryAfterSeconds: 1,
+  });
+}
+
+/** The database failed under a delivery: contention is 409 (retry soon), the rest 503. */
+export function infrastructureFailure(o: ResolvedOptions, err: unknown): Outcome {
+  if (err instanceof PoolWaitTimeoutError) return shed('pool');
+  if (CONTENDED.has(sqlState(err) ?? '')) {
+    return problem(
+      OutcomeKind.inFlight,
+      409,
+      'Another delivery of this event (or of its key) is being processed',
+      {
+        retryAfterSeconds: 1,
+      },
+    );
+  }
+  o.logger.error({ err }, 'webhook-inbox: delivery failed in the inbox');
+  return unavailable();
+}
+
+/**
+ * The outcome for an error an adapter caught (a misconfigured body parser, a bug): 500
+ * problem+json with nothing internal in it. The error itself goes to the logger, and a
+ * misconfiguration also to a process warning, once, so it is seen without a logger.
+ */
+export function outcomeForError(rt: Runtime, err: unknown): Outcome {
+  const o = rt.options;
+  if (err instanceof RawBodyUnavailableError) {
+    if (!rt.warnedRawBody) {
+      rt.warnedRawBody = true;
+      process.emitWarning(err.message, 'WebhookInboxWarning');
+    }
+    o.logger.error({ err }, err.message);
+    return problem(
+      OutcomeKind.unavailable,
+      500,
+      'The inbox is misconfigured: the request body was consumed before it',
+      {},
+    );
+  }
+  o.logger.error({ err }, 'webhook-inbox: unexpected error');
+  return problem(OutcomeKind.failed, 500, 'The delivery could not be processed; deliver it again later', {});
+}

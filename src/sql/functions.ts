@@ -1,0 +1,26 @@
+import { advanceFunction } from './advance.js';
+import { claimFunction } from './claim.js';
+import { failFunction } from './fail.js';
+import { notifyPendingFunction } from './notify-pending.js';
+import { sweepFunction } from './sweep.js';
+import type { Tables } from './tables.js';
+import { takeNextFunction } from './take-next.js';
+import { takePendingFunction } from './take-pending.js';
+import { takeTurnFunction } from './take-turn.js';
+
+/**
+ * Today's definition of every PL/pgSQL function the inbox ships, each kept beside its typed
+ * caller. The migrations are history: a change to one of these needs a new migration that
+ * creates it again, and test/sql-functions-match-migrations.test.ts fails until it exists.
+ */
+export const functionDefinitions: ReadonlyArray<readonly [name: string, definition: (t: Tables) => string]> =
+  [
+    ['claim', claimFunction],
+    ['take_next', takeNextFunction],
+    ['take_pending', takePendingFunction],
+    ['take_turn', takeTurnFunction],
+    ['advance', advanceFunction],
+    ['fail', failFunction],
+    ['sweep', sweepFunction],
+    ['notify_pending', notifyPendingFunction],
+  ];

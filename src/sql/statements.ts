@@ -1,0 +1,30 @@
+import type { StatementNames } from '../database.js';
+import { createAdvance } from './advance.js';
+import { createClaim } from './claim.js';
+import { createCountPending } from './count-pending.js';
+import { createFail } from './fail.js';
+import { createStats } from './stats.js';
+import { createStoreResult } from './store-result.js';
+import { createSweep } from './sweep.js';
+import type { Tables } from './tables.js';
+import { createTakeNext } from './take-next.js';
+import { createTakePending } from './take-pending.js';
+import { createTakeTurn } from './take-turn.js';
+
+/** Every statement the inbox sends on its own behalf, each one round trip, bound to its tables. */
+export function createStatements(names: StatementNames, t: Tables) {
+  return {
+    claim: createClaim(names, t),
+    storeResult: createStoreResult(names, t),
+    fail: createFail(names, t),
+    takeNext: createTakeNext(names, t),
+    takePending: createTakePending(names, t),
+    takeTurn: createTakeTurn(names, t),
+    advance: createAdvance(names, t),
+    sweep: createSweep(names, t),
+    stats: createStats(names, t),
+    countPending: createCountPending(names, t),
+  };
+}
+
+export type Statements = ReturnType<typeof createStatements>;

@@ -1,0 +1,85 @@
+import type { Kysely } from 'kysely';
+import type { StatementNames } from '../database.js';
+import { defineStatement, type Tables, toNumber } from './tables.js';
+import { type StoredEventRow, type TakenEvent, toTakenEvent } from './taken-event.js';
+
+/**
+ * `take_next`: the machinery behind inline drains and the sweeper. Locks the key, takes the
+ * event at its cursor if it is waiting (held or pending) and due, marks it processed and
+ * advances the cursor; the caller runs the handler in the same transaction.
+ */
+export function takeNextFunction(t: Tables): string {
+  return `
+create or replace function ${t.fn('take_next')}(p_source text, p_key text, p_wait boolean, p_keep_payload boolean, p_lock_timeout text)
+returns table (id text, seq bigint, body_hash text, payload bytea, headers jsonb, attempts integer, received_at timestamptz, more boolean)
+language plpgsql as $fn$
+declare
+  v_prev_lock_timeout text := current_setting('lock_timeout');
+  v_next bigint;
+  v_ev ${t.events}%rowtype;
+begin
+  if p_wait then
+    -- After a delivery's response: wait (bounded) for whoever holds the key; the cursor
+    -- decides which event is next, so two drainers cooperate instead of colliding.
+    perform set_config('lock_timeout', p_lock_timeout, true);
+    select k.next_seq into v_next from ${t.keys} k
+      where k.source = p_source and k.key = p_key and k.state = 'open' for update;
+    perform set_config('lock_timeout', v_prev_lock_timeout, true);
+  else
+    -- The sweeper: a locked key is being applied by someone who will drain it.
+    select k.next_seq into v_next from ${t.keys} k
+      where k.source = p_source and k.key = p_key and k.state = 'open' for update skip locked;
+  end if;
+  if not found then return; end if;
+  select * into v_ev from ${t.events} e
+    where e.source = p_source and e.key = p_key and e.seq = v_next and e.status in ('held', 'pending')
+      and (e.run_after is null or e.run_after <= now())
+    for update;
+  if not found then return; end if;
+  update ${t.events} e set status = 'processed', processed_at = now(), run_after = null,
+         payload = case when p_keep_payload then e.payload end,
+         headers = case when p_keep_payload then e.headers end
+    where e.source = p_source and e.id = v_ev.id;
+  update ${t.keys} k set next_seq = v_next + 1, updated_at = now() where k.source = p_source and k.key = p_key;
+  id := v_ev.id;
+  seq := v_ev.seq;
+  body_hash := v_ev.body_hash;
+  payload := v_ev.payload;
+  headers := v_ev.headers;
+  attempts := v_ev.attempts;
+  received_at := v_ev.received_at;
+  more := exists (select 1 from ${t.events} e where e.source = p_source and e.key = p_key
+                  and e.seq = v_next + 1 and e.status in ('held', 'pending'));
+  return next;
+end
+$fn$;
+`;
+}
+
+/** One round trip: lock the key, take the event at its cursor, advance the cursor. */
+export function createTakeNext(names: StatementNames, t: Tables) {
+  const statement = defineStatement(
+    names,
+    t,
+    'take_next',
+    `select * from ${t.fn('take_next')}($1, $2, $3, $4, $5)`,
+  );
+  return async function takeNext(
+    db: Kysely<any>,
+    source: string,
+    key: string,
+    wait: boolean,
+    keepPayload: boolean,
+    lockTimeout: string,
+  ): Promise<{ event: TakenEvent; more: boolean } | undefined> {
+    const [row] = await statement.run<StoredEventRow & { more: boolean }>(db, [
+      source,
+      key,
+      wait,
+      keepPayload,
+      lockTimeout,
+    ]);
+    if (!row) return undefined;
+    return { event: toTakenEvent(row, key, toNumber(row.seq)), more: row.more === true };
+  };
+}

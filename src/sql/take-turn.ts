@@ -1,0 +1,61 @@
+import type { Kysely } from 'kysely';
+import type { StatementNames } from '../database.js';
+import { defineStatement, type Tables, toNumber } from './tables.js';
+import { type StoredEventRow, type TakenEvent, toTakenEvent } from './taken-event.js';
+
+/**
+ * `take_turn` (then `advance`, after the handler): how workers apply an ordered key's next
+ * event. The same cursor and rule as `take_next` (only the event at next_seq runs), but the key
+ * row is not locked for the handler's duration: the event row's lock (SKIP LOCKED) keeps two
+ * workers apart and the cursor moves at the end, so a slow handler does not delay the claims
+ * (and so the acknowledgements) of the key's other seqs.
+ */
+export function takeTurnFunction(t: Tables): string {
+  return `
+create or replace function ${t.fn('take_turn')}(p_source text, p_key text, p_keep_payload boolean)
+returns table (id text, seq bigint, body_hash text, payload bytea, headers jsonb, attempts integer, received_at timestamptz)
+language plpgsql as $fn$
+declare
+  v_next bigint;
+  v_ev ${t.events}%rowtype;
+begin
+  select k.next_seq into v_next from ${t.keys} k
+   where k.source = p_source and k.key = p_key and k.state = 'open';
+  if not found then return; end if;
+  -- Locked and re-checked: if another worker applied it meanwhile, its status is no longer
+  -- waiting and the row is skipped; if one is applying it now, it is skipped too.
+  select * into v_ev from ${t.events} e
+   where e.source = p_source and e.key = p_key and e.seq = v_next and e.status in ('held', 'pending')
+     and (e.run_after is null or e.run_after <= now())
+   for update skip locked;
+  if not found then return; end if;
+  update ${t.events} e set status = 'processed', processed_at = now(), run_after = null,
+         payload = case when p_keep_payload then e.payload end,
+         headers = case when p_keep_payload then e.headers end
+   where e.source = p_source and e.id = v_ev.id;
+  id := v_ev.id;
+  seq := v_ev.seq;
+  body_hash := v_ev.body_hash;
+  payload := v_ev.payload;
+  headers := v_ev.headers;
+  attempts := v_ev.attempts;
+  received_at := v_ev.received_at;
+  return next;
+end
+$fn$;
+`;
+}
+
+/** One round trip: take the ordered key's event at its cursor, without locking the key. */
+export function createTakeTurn(names: StatementNames, t: Tables) {
+  const statement = defineStatement(names, t, 'take_turn', `select * from ${t.fn('take_turn')}($1, $2, $3)`);
+  return async function takeTurn(
+    db: Kysely<any>,
+    source: string,
+    key: string,
+    keepPayload: boolean,
+  ): Promise<TakenEvent | undefined> {
+    const [row] = await statement.run<StoredEventRow>(db, [source, key, keepPayload]);
+    return row ? toTakenEvent(row, key, toNumber(row.seq)) : undefined;
+  };
+}
