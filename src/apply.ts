@@ -12,7 +12,7 @@ import type { Transaction } from 'kysely';
 import { HandlerError } from './errors.js';
 import type { InboxEvent } from './event.js';
 import { runHandler } from './handler-context.js';
-import { parseBody, storableHeaders } from './receive/delivery.js';
+import { parseBody, storableHeaders } from './payload.js';
 import type { Runtime } from './runtime.js';
 import type { FailRow } from './sql/fail.js';
 import type { TakenEvent } from './sql/taken-event.js';

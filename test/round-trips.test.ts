@@ -3,7 +3,7 @@ import { createInbox, type Inbox } from '../src/index.js';
 import { CountingPool } from './support/counting-pool.js';
 import { postgresTarget, postgresUrl, type TargetDb } from './support/databases.js';
 
-// The hot path's round trips are a promise (see the comment at the top of src/inbox.ts);
+// The hot path's round trips are a promise (see the comment at the top of src/receive/pipeline.ts);
 // this pins them, so a change that adds one has to change this test and say why.
 describe.runIf(postgresTarget)('round trips to Postgres per delivery', () => {
   let t: TargetDb;

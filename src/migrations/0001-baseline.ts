@@ -252,18 +252,18 @@ begin
       and (e.run_after is null or e.run_after <= now())
     for update;
   if not found then return; end if;
+  update ${t.keys} k set next_seq = v_next + 1, updated_at = now() where k.source = p_source and k.key = p_key;
   update ${t.events} e set status = 'processed', processed_at = now(), run_after = null,
          payload = case when p_keep_payload then e.payload end,
          headers = case when p_keep_payload then e.headers end
-    where e.source = p_source and e.id = v_ev.id;
-  update ${t.keys} k set next_seq = v_next + 1, updated_at = now() where k.source = p_source and k.key = p_key;
+   where e.source = p_source and e.id = v_ev.id;
   id := v_ev.id;
-  seq := v_ev.seq;
   body_hash := v_ev.body_hash;
   payload := v_ev.payload;
   headers := v_ev.headers;
   attempts := v_ev.attempts;
   received_at := v_ev.received_at;
+  seq := v_ev.seq;
   more := exists (select 1 from ${t.events} e where e.source = p_source and e.key = p_key
                   and e.seq = v_next + 1 and e.status in ('held', 'pending'));
   return next;
@@ -319,12 +319,12 @@ begin
          headers = case when p_keep_payload then e.headers end
    where e.source = p_source and e.id = v_ev.id;
   id := v_ev.id;
-  seq := v_ev.seq;
   body_hash := v_ev.body_hash;
   payload := v_ev.payload;
   headers := v_ev.headers;
   attempts := v_ev.attempts;
   received_at := v_ev.received_at;
+  seq := v_ev.seq;
   return next;
 end
 $fn$;

@@ -1,6 +1,6 @@
-import { createHash } from 'node:crypto';
 import { InvalidDeliveryError } from '../errors.js';
 import type { ResolvedOptions } from '../options.js';
+import { bodyHash, parseBody } from '../payload.js';
 import { type Delivery, normalizeHeaders } from './request.js';
 
 /** A delivery whose headers and body passed validation. */
@@ -18,8 +18,6 @@ const PRINTABLE_ASCII = /^[\x20-\x7e]{1,255}$/;
 // Any character but controls; Node hands header values over as latin1 strings.
 const KEY = /^[^\x00-\x1f\x7f]{1,255}$/;
 const SEQ = /^[1-9][0-9]{0,15}$/;
-// Headers never stored with a held event: credentials must not sit in the inbox table.
-const SECRET_HEADERS = new Set(['authorization', 'proxy-authorization', 'cookie']);
 
 function single(
   raw: Delivery['headers'],
@@ -32,41 +30,6 @@ function single(
     throw new InvalidDeliveryError(label, `${label} must appear once`);
   }
   return headers[name];
-}
-
-/** The headers stored with an event that may be applied later (held, pending, dead). */
-export function storableHeaders(headers: Record<string, string>): Record<string, string> {
-  const out: Record<string, string> = {};
-  for (const name in headers) if (!SECRET_HEADERS.has(name)) out[name] = headers[name];
-  return out;
-}
-
-export function bodyHash(rawBody: Uint8Array): string {
-  return createHash('sha256').update(rawBody).digest('hex');
-}
-
-function isJsonContentType(contentType: string | undefined): boolean {
-  if (!contentType) return false;
-  const type = contentType.split(';', 1)[0].trim().toLowerCase();
-  return type === 'application/json' || type.endsWith('+json');
-}
-
-/** Parses the body the way option `parse` says; also used again when a held event is applied. */
-export function parseBody(
-  rawBody: Buffer,
-  contentType: string | undefined,
-  parse: ResolvedOptions['parse'],
-): unknown {
-  if (parse === 'raw') return rawBody;
-  if (parse === 'auto' && !isJsonContentType(contentType)) return rawBody;
-  if (parse === 'json' && contentType !== undefined && !isJsonContentType(contentType)) {
-    throw new InvalidDeliveryError('content-type', 'content-type must be application/json');
-  }
-  try {
-    return JSON.parse(rawBody.toString('utf8'));
-  } catch {
-    throw new InvalidDeliveryError('body', 'body is not valid JSON');
-  }
 }
 
 /**

@@ -1,20 +1,37 @@
 /**
  * The receive pipeline, one delivery's path: shed → read → verify → parse → memory → redis →
  * claim → apply → respond. Plain functions over the runtime; every outcome is built in
- * respond.ts. Round trips per delivery are stated once, in ARCHITECTURE.md ("Round trips"),
- * and pinned by test/round-trips.test.ts.
+ * respond.ts.
+ *
+ * Round trips to Postgres per delivery (the hot path; a change that adds one says why, and
+ * test/round-trips.test.ts pins them):
+ * - unique event, applied now (unordered, or ordered and its turn):
+ *   BEGIN, claim, <the handler's own statements>, [store result], COMMIT
+ *   = the handler's + 3, and + 1 only when the handler returns a result to replay.
+ * - duplicate this instance saw processed (bounded LRU, `duplicateCacheSize`): 0.
+ * - with option `redis`, a duplicate (or a 422 reuse) of an event any instance processed,
+ *   found by one Redis GET (before BEGIN, bounded by `redisTimeoutMs`): 0. Every other
+ *   delivery pays that GET and then exactly the rows here; a miss, error or timeout too.
+ *   After a COMMIT as processed, one Redis SET that the response does not wait for.
+ * - other duplicate, held, late, mismatch, buffer-full: BEGIN, claim, COMMIT = 3.
+ * - handler throws: BEGIN, claim, <handler>, ROLLBACK, then `fail` (autocommit) = + 1.
+ * - each held event drained after the response: BEGIN, take_next, <handler>, [result], COMMIT.
+ * - deferred mode: BEGIN, claim (stored as pending; its NOTIFY rides on the COMMIT), COMMIT = 3,
+ *   then a worker: BEGIN, take_pending | take_turn, <handler>, [result], [advance], COMMIT.
+ * - shed (maxInFlight, maxPending): 0, answered before touching the database.
  */
 import type { Context, Span } from '@opentelemetry/api';
 import { applyOne } from '../apply.js';
 import type { Background } from '../background/background.js';
 import { InvalidDeliveryError } from '../errors.js';
 import { type Outcome, OutcomeKind } from '../outcome.js';
+import { storableHeaders } from '../payload.js';
 import type { CachedEvent } from '../processed-cache.js';
 import type { Runtime } from '../runtime.js';
 import type { ClaimRow } from '../sql/claim.js';
 import type { TakenEvent } from '../sql/taken-event.js';
 import { inSpan, parentOf, recordError, SpanAttributes } from '../tracing.js';
-import { type ParsedDelivery, parseDelivery, storableHeaders } from './delivery.js';
+import { type ParsedDelivery, parseDelivery } from './delivery.js';
 import { type BodyStream, readRawBody } from './raw-body.js';
 import type { Delivery } from './request.js';
 import * as respond from './respond.js';

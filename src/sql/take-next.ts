@@ -1,7 +1,7 @@
 import type { Kysely } from 'kysely';
 import type { StatementNames } from '../database.js';
 import { defineStatement, type Tables, toNumber } from './tables.js';
-import { type StoredEventRow, type TakenEvent, toTakenEvent } from './taken-event.js';
+import { markTakenAndReturn, type StoredEventRow, type TakenEvent, toTakenEvent } from './taken-event.js';
 
 /**
  * `take_next`: the machinery behind inline drains and the sweeper. Locks the key, takes the
@@ -36,18 +36,9 @@ begin
       and (e.run_after is null or e.run_after <= now())
     for update;
   if not found then return; end if;
-  update ${t.events} e set status = 'processed', processed_at = now(), run_after = null,
-         payload = case when p_keep_payload then e.payload end,
-         headers = case when p_keep_payload then e.headers end
-    where e.source = p_source and e.id = v_ev.id;
   update ${t.keys} k set next_seq = v_next + 1, updated_at = now() where k.source = p_source and k.key = p_key;
-  id := v_ev.id;
+  ${markTakenAndReturn(t)}
   seq := v_ev.seq;
-  body_hash := v_ev.body_hash;
-  payload := v_ev.payload;
-  headers := v_ev.headers;
-  attempts := v_ev.attempts;
-  received_at := v_ev.received_at;
   more := exists (select 1 from ${t.events} e where e.source = p_source and e.key = p_key
                   and e.seq = v_next + 1 and e.status in ('held', 'pending'));
   return next;

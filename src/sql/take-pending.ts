@@ -1,7 +1,7 @@
 import type { Kysely } from 'kysely';
 import type { StatementNames } from '../database.js';
 import { defineStatement, type Tables } from './tables.js';
-import { type StoredEventRow, type TakenEvent, toTakenEvent } from './taken-event.js';
+import { markTakenAndReturn, type StoredEventRow, type TakenEvent, toTakenEvent } from './taken-event.js';
 
 /**
  * `take_pending`: takes one due, unordered, pending event that no one else holds (SKIP LOCKED,
@@ -23,16 +23,7 @@ begin
    limit 1
    for update skip locked;
   if not found then return; end if;
-  update ${t.events} e set status = 'processed', processed_at = now(), run_after = null,
-         payload = case when p_keep_payload then e.payload end,
-         headers = case when p_keep_payload then e.headers end
-   where e.source = p_source and e.id = v_ev.id;
-  id := v_ev.id;
-  body_hash := v_ev.body_hash;
-  payload := v_ev.payload;
-  headers := v_ev.headers;
-  attempts := v_ev.attempts;
-  received_at := v_ev.received_at;
+  ${markTakenAndReturn(t)}
   return next;
 end
 $fn$;

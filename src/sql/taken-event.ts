@@ -1,3 +1,5 @@
+import type { Tables } from './tables.js';
+
 /**
  * An event taken to be applied now, whichever step took it: the claim of a delivery applied
  * inline, or `take_next`, `take_pending` and `take_turn` for a stored one. The one shape the
@@ -41,4 +43,23 @@ export function toTakenEvent(row: StoredEventRow, key: string | null, seq: numbe
     attempts: row.attempts,
     receivedAt: new Date(row.received_at),
   };
+}
+
+/**
+ * PL/pgSQL shared by take_next, take_pending and take_turn: marks the locked row `v_ev`
+ * processed (keeping its payload only with `keepPayload`) and sets the function's output row
+ * from it. The caller runs the handler in the same transaction: handler and status change
+ * commit together, or neither does.
+ */
+export function markTakenAndReturn(t: Tables): string {
+  return `update ${t.events} e set status = 'processed', processed_at = now(), run_after = null,
+         payload = case when p_keep_payload then e.payload end,
+         headers = case when p_keep_payload then e.headers end
+   where e.source = p_source and e.id = v_ev.id;
+  id := v_ev.id;
+  body_hash := v_ev.body_hash;
+  payload := v_ev.payload;
+  headers := v_ev.headers;
+  attempts := v_ev.attempts;
+  received_at := v_ev.received_at;`;
 }
