@@ -58,7 +58,7 @@ export const noMetrics: InboxMetrics = {
   redisWriteError: noop,
 };
 
-/** Every metric name, for the README table and for tests. */
+/** Every metric name: the table of docs/observability.md is checked against it (test/docs.test.ts). */
 export const METRIC_NAMES = Object.freeze({
   deliveries: 'webhook_inbox_deliveries_total',
   handlerDuration: 'webhook_inbox_handler_duration_seconds',

@@ -2,7 +2,7 @@
  * The documentation against the code: the options table of docs/configuration.md against
  * `resolveOptions` (every option documented, nothing documented that is not an option, literal
  * defaults equal to what the code applies), a section in docs/outcomes.md for every outcome
- * kind (where problem `type` URLs point), no broken relative link in the README or docs/, and
+ * kind (where problem `type` URLs point), the metrics table against `METRIC_NAMES`, no broken relative link in the README or docs/, and
  * the README's promises to a new user (install line, the two first commands, its length).
  */
 import { readFileSync } from 'node:fs';
@@ -10,7 +10,7 @@ import { join, resolve } from 'node:path';
 import { describe, expect, test } from 'vitest';
 import { anchorsOf, brokenLinks } from '../scripts/check-doc-links.js';
 import { parseDuration } from '../src/duration.js';
-import { OutcomeKind } from '../src/index.js';
+import { METRIC_NAMES, OutcomeKind } from '../src/index.js';
 import { resolveOptions } from '../src/options.js';
 import { methodNotAllowed, PROBLEM_TYPE_BASE, problem } from '../src/outcome.js';
 
@@ -105,6 +105,19 @@ describe('outcomes and problem types', () => {
     const readme = read('README.md');
     for (const kind of Object.values(OutcomeKind).filter((k) => k !== 'health')) {
       expect(readme, kind).toContain(`| \`${kind}\` |`);
+    }
+  });
+});
+
+describe('docs/observability.md, against METRIC_NAMES', () => {
+  test('every metric is in the table, and every metric the docs name exists', () => {
+    const page = read('docs/observability.md');
+    const tableRows = [...page.matchAll(/^\| `(webhook_inbox_[a-z_]+)` \|/gm)].map((m) => m[1]);
+    expect([...tableRows].sort()).toEqual(Object.values(METRIC_NAMES).sort());
+    for (const docs of ['docs/observability.md', 'docs/redis.md', 'README.md']) {
+      for (const [name] of read(docs).matchAll(/webhook_inbox_[a-z_]+(?:_total|_seconds|_events|_keys)\b/g)) {
+        expect(Object.values(METRIC_NAMES), `${docs}: ${name}`).toContain(name);
+      }
     }
   });
 });
