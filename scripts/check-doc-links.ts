@@ -1,5 +1,5 @@
 /**
- * Checks every relative link of the README, the CHANGELOG and docs/: the file (or directory)
+ * Checks every relative link of the Markdown pages at the root (README, CHANGELOG, …) and in docs/: the file (or directory)
  * must exist, and an anchor (`page.md#section`, `#section`) must name a heading of that page
  * (GitHub's slugs) or an explicit `<a id="…">`. Links to other sites are not fetched: CI has
  * no network to spare, and they are not ours to keep alive. Exits 1 listing each broken link.
@@ -12,7 +12,10 @@ import { fileURLToPath } from 'node:url';
 
 /** The pages whose links are checked, relative to the repository root. */
 export function documentationPages(root: string): string[] {
-  const pages = ['README.md', 'CHANGELOG.md', 'BENCHMARKS.md'].filter((p) => existsSync(join(root, p)));
+  // Every Markdown page at the root (README, CHANGELOG, BENCHMARKS, …) and under docs/.
+  const pages = readdirSync(root).filter(
+    (name) => name.endsWith('.md') && statSync(join(root, name)).isFile(),
+  );
   const walk = (dir: string) => {
     for (const entry of readdirSync(join(root, dir), { withFileTypes: true })) {
       const path = join(dir, entry.name);
