@@ -4,6 +4,9 @@ import type { AddressInfo } from 'node:net';
 /** One request as the consumer saw it. */
 export interface Arrival {
   readonly n: number;
+  /** The request's path and query (redirected attempts arrive elsewhere). */
+  readonly url: string;
+  readonly method: string;
   readonly id: string;
   readonly key: string | null;
   readonly seq: number | null;
@@ -36,6 +39,8 @@ export async function recordingServer(respond: (arrival: Arrival) => Reply = () 
       const seq = req.headers['x-seq'] === undefined ? null : Number(req.headers['x-seq']);
       const arrival: Arrival = {
         n: arrivals.length + 1,
+        url: req.url ?? '',
+        method: req.method ?? '',
         id: String(req.headers['idempotency-key']),
         key,
         seq,
