@@ -1,8 +1,11 @@
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
+import { CompiledQuery, sql as sql_ } from 'kysely';
 import { afterEach, describe, expect, it } from 'vitest';
 import { startLedger } from '../examples/ledger/start.js';
-import { createSender, type Sender } from '../src/sender/index.js';
+import { StatementNames } from '../src/database.js';
+import { createSender, OutboxStore, type Sender } from '../src/sender/index.js';
+import { outboxStatements } from '../src/sender/outbox.js';
 import { createFaultProxy } from '../src/testing/index.js';
 import { postgresTarget, postgresUrl, targets, uniqueName } from './support/databases.js';
 import { recordingServer } from './support/recording-server.js';
@@ -179,5 +182,69 @@ describe.skipIf(!postgresTarget)('outbox across a sender crash (real PostgreSQL)
     expect(Number(pending.n)).toBe(0);
     // Deliveries the dead sender had in flight were sent again; the inbox absorbed them.
     expect(Number(leased.n)).toBeGreaterThanOrEqual(0);
+  });
+});
+
+/** Rows a plan touched: every node's output (times its loops) and the rows its filters threw away. */
+function rowsTouched(node: any): number {
+  const own =
+    (node['Actual Rows'] ?? 0) * (node['Actual Loops'] ?? 1) +
+    (node['Rows Removed by Filter'] ?? 0) +
+    (node['Rows Removed by Index Recheck'] ?? 0);
+  return own + (node.Plans ?? []).reduce((sum: number, child: any) => sum + rowsTouched(child), 0);
+}
+
+describe.each(targets)('6. outbox cost does not grow with a blocked backlog, on $name', (target) => {
+  it('claim and outstanding touch tens of rows with 2,000 events behind a dead letter and a slow head', async () => {
+    const t = await target.open();
+    cleanups.push(() => t.close());
+    const store = await OutboxStore.open(t.db, { schema: t.schema, migrate: true, poolSize: 2 });
+    cleanups.push(() => store.close());
+    for (const key of ['dead', 'slow']) {
+      for (let i = 0; i <= 1000; i++) {
+        await store.add({
+          id: `${key}-${i}`,
+          key,
+          seq: null,
+          body: Buffer.from('{}'),
+          contentType: 'application/json',
+          headers: {},
+        });
+      }
+    }
+    const heads = await store.claim(10, 60_000);
+    expect(heads.map((h) => h.id).sort()).toEqual(['dead-0', 'slow-0']);
+    await store.deadLetter(heads.find((h) => h.key === 'dead')!, 'rejected', 'HTTP 400: no');
+    await store.retryLater(heads.find((h) => h.key === 'slow')!, 3_600_000, 'HTTP 500: down', true);
+    for (let i = 0; i < 5; i++) {
+      await store.add({
+        id: `u-${i}`,
+        key: null,
+        seq: null,
+        body: Buffer.from('{}'),
+        contentType: 'application/json',
+        headers: {},
+      });
+    }
+    // The slow key's head and its 1,000 followers will still go; the dead key's will not.
+    expect(await store.outstanding()).toBe(1 + 1000 + 5);
+
+    const sql = outboxStatements(store.tables, new StatementNames());
+    const plan = async (text: string, parameters: unknown[]) => {
+      const { rows } = await store.kysely.executeQuery<any>(
+        CompiledQuery.raw(`explain (analyze, format json) ${text}`, parameters),
+      );
+      const json = rows[0]['QUERY PLAN'];
+      return (typeof json === 'string' ? JSON.parse(json) : json)[0].Plan;
+    };
+    // As autovacuum would: 2,000 enqueues' churn leaves dead index entries until then.
+    await sql_`vacuum analyze ${sql_.table(`${t.schema}.events`)}, ${sql_.table(`${t.schema}.keys`)}`.execute(
+      store.kysely,
+    );
+    // One row per key (two here) and the due heads: not the 2,000 queued events.
+    expect(rowsTouched(await plan(sql.outstanding, []))).toBeLessThan(50);
+    const claim = await plan(sql.claim, [16, 60_000, 'token']);
+    expect(rowsTouched(claim)).toBeLessThan(50);
+    expect(await store.deadLetters()).toHaveLength(1);
   });
 });

@@ -325,7 +325,7 @@ export class MemoryStore implements SenderStore {
     const before = this.#now() - retentionMs;
     let n = 0;
     for (const [id, done] of this.#done) {
-      if (done.at >= before) break;
+      if (done.at > before) break;
       this.#done.delete(id);
       n++;
     }

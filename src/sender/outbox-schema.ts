@@ -137,8 +137,8 @@ create index ${quote('events_heads')} on ${t.events} (key) where status in ('pen
 create index ${quote('events_dead')} on ${t.events} (key, seq) where status = 'dead';
 -- prune: delivered and skipped events by age.
 create index ${quote('events_done')} on ${t.events} (delivered_at) where status in ('delivered', 'skipped');
--- outstanding: the keys with a backlog that will flow.
-create index ${quote('keys_backlog')} on ${t.keys} (key) include (queued) where queued > 0 and not blocked;
+-- No index on keys (queued, blocked): every enqueue and promotion updates them, and keeping
+-- those updates HOT matters more than \`outstanding\`, which reads one row per key.
 
 drop function ${t.fn('enqueue')}(text, text, bigint, bytea, text, jsonb);
 create function ${t.fn('enqueue')}(

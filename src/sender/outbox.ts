@@ -38,8 +38,8 @@ import type {
   StoredEvent,
 } from './store.js';
 
-/** The statements, one round trip each. */
-function statements(t: OutboxTables, names: StatementNames) {
+/** The statements, one round trip each (exported for the plan tests and the outbox bench). */
+export function outboxStatements(t: OutboxTables, names: StatementNames) {
   const named = (name: string, text: string) => names.register(`wo:${t.schema}.${name}`, text);
   const ms = `* interval '1 millisecond'`;
   return {
@@ -149,12 +149,12 @@ export class OutboxStore implements SenderStore {
   readonly kind = 'postgres';
   readonly tables: OutboxTables;
   readonly #database: Database;
-  readonly #sql: ReturnType<typeof statements>;
+  readonly #sql: ReturnType<typeof outboxStatements>;
 
   private constructor(database: Database, tables: OutboxTables) {
     this.#database = database;
     this.tables = tables;
-    this.#sql = statements(tables, database.names);
+    this.#sql = outboxStatements(tables, database.names);
   }
 
   static async open(
