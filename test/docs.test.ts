@@ -13,6 +13,7 @@ import { parseDuration } from '../src/duration.js';
 import { METRIC_NAMES, OutcomeKind } from '../src/index.js';
 import { resolveOptions } from '../src/options.js';
 import { methodNotAllowed, PROBLEM_TYPE_BASE, problem } from '../src/outcome.js';
+import { resolveSenderOptions } from '../src/sender/options.js';
 
 const root = resolve(import.meta.dirname, '..');
 const read = (path: string) => readFileSync(join(root, path), 'utf8');
@@ -83,6 +84,31 @@ describe('docs/configuration.md, against resolveOptions', () => {
         expect(Object.keys(resolved), `docs/${page}: \`${name}\``).toContain(name);
       }
     }
+  });
+});
+
+describe('docs/sender.md, against resolveSenderOptions', () => {
+  const sender = resolveSenderOptions({ endpoint: 'http://127.0.0.1:9/' }) as unknown as Record<
+    string,
+    unknown
+  >;
+  // Resolved under another name: the secrets are decoded into keys.
+  const names = Object.keys(sender).map((name) => (name === 'secretKeys' ? 'secret' : name));
+  const rows = optionRows(read('docs/sender.md'));
+
+  test('every sender option is documented, once', () => {
+    expect(rows.map(([name]) => name).sort()).toEqual(names.sort());
+  });
+
+  test('each literal default is the value the code applies', () => {
+    let compared = 0;
+    for (const [name, cell] of rows) {
+      const value = literal(cell);
+      if (value === undefined) continue;
+      compared++;
+      expect(sender[name], `${name}: documented ${cell}`).toEqual(value);
+    }
+    expect(compared).toBeGreaterThan(8);
   });
 });
 
