@@ -84,16 +84,18 @@ export function inbox(options: ExpressInboxOptions, mount: ExpressMountOptions =
         return;
     }
     try {
+      // Header lists unjoined (`headersDistinct`): a repeated id, key or seq header is refused
+      // by the core instead of being read as one joined value.
       let outcome: Outcome;
       if (Buffer.isBuffer(req.body)) {
         // express.raw() ran first: it kept the bytes, which is all we need.
-        outcome = await core.receive({ headers: req.headers, rawBody: req.body });
+        outcome = await core.receive({ headers: req.headersDistinct, rawBody: req.body });
       } else if (req.body !== undefined || req.readableEnded) {
         throw new RawBodyUnavailableError(
           'Mount the inbox before express.json()/express.urlencoded(), or use express.raw({ type: "*/*" }) on its route.',
         );
       } else {
-        outcome = await core.receiveStream(req.headers, req);
+        outcome = await core.receiveStream(req.headersDistinct, req);
       }
       send(res, outcome);
     } catch (err) {

@@ -96,9 +96,12 @@ const plugin: FastifyPluginAsync<FastifyInboxOptions> = async (app, options) => 
         try {
           // No body at all (Content-Length: 0, no type): Fastify runs no parser.
           const stream = request.body as BodyStream | undefined;
+          // Header lists unjoined (`headersDistinct` of the Node request): a repeated id, key or
+          // seq header is refused by the core instead of being read as one joined value.
+          const headers = request.raw.headersDistinct;
           const outcome = stream
-            ? await core.receiveStream(request.headers, stream)
-            : await core.receive({ headers: request.headers, rawBody: EMPTY });
+            ? await core.receiveStream(headers, stream)
+            : await core.receive({ headers, rawBody: EMPTY });
           return send(reply, outcome);
         } catch (err) {
           return send(reply, core.outcomeForError(err));

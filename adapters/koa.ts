@@ -85,16 +85,18 @@ export function inbox(options: KoaInboxOptions, mount: KoaMountOptions = {}): Ko
         return;
     }
     try {
+      // Header lists unjoined (`headersDistinct` of the Node request): a repeated id, key or
+      // seq header is refused by the core instead of being read as one joined value.
       const body = (ctx.request as { body?: unknown }).body;
       if (Buffer.isBuffer(body)) {
         // A raw body parser ran first and kept the bytes, which is all we need.
-        send(ctx, await core.receive({ headers: ctx.headers, rawBody: body }));
+        send(ctx, await core.receive({ headers: ctx.req.headersDistinct, rawBody: body }));
       } else if (ctx.req.readableDidRead || ctx.req.readableEnded) {
         // A body parser consumed the stream. Its `ctx.request.rawBody` is a decoded string,
         // not the bytes the sender signed, so refuse clearly instead of hashing something else.
         throw new RawBodyUnavailableError(HINT);
       } else {
-        send(ctx, await core.receiveStream(ctx.headers, ctx.req));
+        send(ctx, await core.receiveStream(ctx.req.headersDistinct, ctx.req));
       }
     } catch (err) {
       send(ctx, core.outcomeForError(err));

@@ -9,7 +9,7 @@
  */
 import type { Context } from '@opentelemetry/api';
 import type { Transaction } from 'kysely';
-import { HandlerError } from './errors.js';
+import { HandlerError, RejectEvent } from './errors.js';
 import type { InboxEvent } from './event.js';
 import { runHandler } from './handler-context.js';
 import { parseBody, storableHeaders } from './payload.js';
@@ -129,8 +129,9 @@ function errorMessage(err: unknown): string {
 
 /**
  * Counts a failed run (its transaction rolled back): one round trip, `fail`. Dead-letters the
- * event as poison after `maxAttempts`, and then blocks or skips its key (`onPoison`). Returns
- * undefined when even that failed (logged): the event is then retried as if never run.
+ * event as poison after `maxAttempts` (at once, as rejected, when the handler threw
+ * RejectEvent), and then blocks or skips its key (`onPoison`). Returns undefined when even
+ * that failed (logged): the event is then retried as if never run.
  */
 export async function recordFailure(
   rt: Runtime,
@@ -139,6 +140,7 @@ export async function recordFailure(
 ): Promise<FailRow | undefined> {
   const o = rt.options;
   const { id, key, seq } = event;
+  const deadReason = cause instanceof RejectEvent ? 'rejected' : 'poison';
   o.logger.warn({ err: cause, id, key, seq, source: o.source }, 'webhook-inbox: handler failed');
   let row: FailRow;
   try {
@@ -151,20 +153,22 @@ export async function recordFailure(
       payload: event.payload,
       headers: storableHeaders(event.headers),
       error: errorMessage(cause),
-      maxAttempts: o.maxAttempts,
+      maxAttempts: deadReason === 'rejected' ? 1 : o.maxAttempts,
       onPoison: o.onPoison,
       retryInMs: backoffMs(event.attempts, o.retryBaseMs, o.retryCapMs),
       receivedAt: event.receivedAt,
+      deadReason,
     });
   } catch (failErr) {
     o.logger.error({ err: failErr, id }, 'webhook-inbox: could not record the failed attempt');
     return undefined;
   }
+  if (row.decision === 'dead') row = { ...row, reason: deadReason };
   if (row.decision === 'dead') {
-    rt.metrics.deadLetter('poison');
+    rt.metrics.deadLetter(deadReason);
     o.logger.info(
       { id, key, seq, source: o.source, attempts: row.attempts },
-      'webhook-inbox: dead-lettered (poison)',
+      `webhook-inbox: dead-lettered (${deadReason})`,
     );
     if (key !== null && o.onPoison === 'block') {
       o.logger.info({ key, blockedSeq: seq, source: o.source }, 'webhook-inbox: key blocked (poison)');

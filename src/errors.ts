@@ -72,6 +72,28 @@ export class HandlerError extends InboxError {
 }
 
 /**
+ * Thrown by a handler to refuse an event for good: the event is wrong, and running it again
+ * will not make it right. The inbox dead-letters it at once with reason `rejected` (no
+ * retries), answers the delivery 422 (a 4xx: the sender should not retry), counts it in
+ * `webhook_inbox_dead_letters_total{reason="rejected"}`, and an ordered key follows
+ * `onPoison` (blocked, or skipped). The message is logged and stored as the dead letter's
+ * error for the operator; it is never sent back to the sender.
+ *
+ * ```ts
+ * handle: async (event, tx) => {
+ *   if (!Number.isInteger(event.body.amount)) throw new RejectEvent('amount must be an integer');
+ *   await tx.insertInto('payments').values(event.body).execute();
+ * }
+ * ```
+ */
+export class RejectEvent extends InboxError {
+  override name = 'RejectEvent';
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, 'rejected', 422, options);
+  }
+}
+
+/**
  * An operator action (replay, skip, unblock, show) that could not be done as asked: nothing
  * was changed. `code` says why: `not-found`, `ambiguous` (the id or key exists in several
  * sources; name one), or `refused` (it exists, but the action does not apply in its state).

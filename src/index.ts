@@ -9,6 +9,7 @@ export {
   InvalidDeliveryError,
   OperationError,
   RawBodyUnavailableError,
+  RejectEvent,
   UnauthorizedDeliveryError,
 } from './errors.js';
 export type { HandlerContext, InboxEvent } from './event.js';

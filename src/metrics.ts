@@ -36,6 +36,8 @@ export interface InboxMetrics {
   claimToCommit(seconds: number): void;
   gapTimeout(action: 'skipped' | 'blocked'): void;
   deadLetter(reason: string): void;
+  /** A new id at a seq its key already applied (`applied`) or already holds for another id (`waiting`). */
+  seqConflict(reason: 'applied' | 'waiting'): void;
   drain(seconds: number): void;
   sweeperRun(): void;
   sweeperError(): void;
@@ -51,6 +53,7 @@ export const noMetrics: InboxMetrics = {
   claimToCommit: noop,
   gapTimeout: noop,
   deadLetter: noop,
+  seqConflict: noop,
   drain: noop,
   sweeperRun: noop,
   sweeperError: noop,
@@ -70,6 +73,7 @@ export const METRIC_NAMES = Object.freeze({
   deadLetterEvents: 'webhook_inbox_dead_letter_events',
   gapTimeouts: 'webhook_inbox_gap_timeouts_total',
   deadLetters: 'webhook_inbox_dead_letters_total',
+  seqConflicts: 'webhook_inbox_seq_conflicts_total',
   drainLatency: 'webhook_inbox_drain_latency_seconds',
   sweeperRuns: 'webhook_inbox_sweeper_runs_total',
   sweeperErrors: 'webhook_inbox_sweeper_errors_total',
@@ -197,10 +201,18 @@ function define(client: any, registry: RegistryLike): Shared {
         'source',
         'action',
       ]),
-      deadLetters: metric('Counter', n.deadLetters, 'Events dead-lettered, by reason (poison, late)', [
-        'source',
-        'reason',
-      ]),
+      deadLetters: metric(
+        'Counter',
+        n.deadLetters,
+        'Events dead-lettered, by reason (poison, late, rejected)',
+        ['source', 'reason'],
+      ),
+      seqConflicts: metric(
+        'Counter',
+        n.seqConflicts,
+        'Deliveries refused (422) for a new id at a seq its key already applied or holds, by reason (applied, waiting)',
+        ['source', 'reason'],
+      ),
       drainLatency: metric(
         'Histogram',
         n.drainLatency,
@@ -261,6 +273,7 @@ export async function createMetrics(
   const gapTimeouts = bound(m.gapTimeouts, 'action');
   const deadLetters = bound(m.deadLetters, 'reason');
   const fallbacks = bound(m.redisFallbacks, 'reason');
+  const seqConflicts = bound(m.seqConflicts, 'reason');
   const claimToCommit = m.claimToCommit.labels({ source });
   const drain = m.drainLatency.labels({ source });
   const sweeperRuns = m.sweeperRuns.labels({ source });
@@ -274,6 +287,8 @@ export async function createMetrics(
   duplicates('postgres').inc(0);
   deadLetters('poison').inc(0);
   deadLetters('late').inc(0);
+  deadLetters('rejected').inc(0);
+  seqConflicts('applied').inc(0);
   sweeperErrors.inc(0);
   writeErrors.inc(0);
   return {
@@ -284,6 +299,7 @@ export async function createMetrics(
       claimToCommit: (seconds) => claimToCommit.observe(seconds),
       gapTimeout: (action) => gapTimeouts(action).inc(),
       deadLetter: (reason) => deadLetters(reason).inc(),
+      seqConflict: (reason) => seqConflicts(reason).inc(),
       drain: (seconds) => drain.observe(seconds),
       sweeperRun: () => sweeperRuns.inc(),
       sweeperError: () => sweeperErrors.inc(),

@@ -1,5 +1,6 @@
 import { type Kysely, sql } from 'kysely';
 import { baseline } from './migrations/0001-baseline.js';
+import { hostileSenders } from './migrations/0003-hostile-senders.js';
 import type { Tables } from './sql/tables.js';
 
 /**
@@ -10,6 +11,7 @@ import type { Tables } from './sql/tables.js';
  */
 export const migrations: ReadonlyArray<readonly [name: string, up: (t: Tables) => string]> = [
   ['0001_baseline', baseline],
+  ['0003_hostile_senders', hostileSenders],
 ];
 
 /**

@@ -13,6 +13,8 @@ export const OutcomeKind = Object.freeze({
   pending: 'pending',
   shed: 'shed',
   unavailable: 'unavailable',
+  /** The handler threw RejectEvent: dead-lettered at once, 422. */
+  rejected: 'rejected',
   /** A request to the webhook path with another method than POST (answered by the adapters). */
   methodNotAllowed: 'method-not-allowed',
   /** Not a delivery: the answer to `GET …/health` (`inbox.healthOutcome()`). */
@@ -59,6 +61,7 @@ const TITLES: Record<string, string> = {
   shed: 'Overloaded',
   unavailable: 'Inbox unavailable',
   'method-not-allowed': 'Method not allowed',
+  rejected: 'Event rejected',
 };
 
 /** An RFC 9457 problem outcome. `detail` must never carry internals (SQL, stacks, handler messages). */

@@ -144,12 +144,21 @@ describe.each(targets)('signature verification on $name', (target) => {
       expect((await sw.inbox.event(id))?.status).toBe('processed');
     });
 
-    test('Idempotency-Key, when present, is the id rather than webhook-id', async () => {
+    test('webhook-id is the id: a captured delivery sent again under another Idempotency-Key is 400, not a new event', async () => {
       const id = uid('msg');
-      const key = uid('idem');
-      const payload = body(1);
-      const r = await sw.post({ ...signed(SW_SECRET, id, payload), 'idempotency-key': key }, payload);
-      expect(r.json).toMatchObject({ status: 'processed', id: key });
+      const payload = body(4);
+      const key = uid('acct');
+      const headers = { ...signed(SW_SECRET, id, payload), 'x-key': key, 'x-seq': '1' };
+      expect((await sw.post(headers, payload)).json).toMatchObject({ status: 'processed', id });
+      // The same signed bytes, replayed with an unsigned Idempotency-Key of the attacker's choice.
+      const replay = await sw.post({ ...headers, 'idempotency-key': uid('idem') }, payload);
+      expect(replay.status).toBe(400);
+      expect(replay.headers.get('content-type')).toMatch(/^application\/problem\+json/);
+      expect(replay.json).toMatchObject({ status: 400, field: 'idempotency-key' });
+      // An Idempotency-Key equal to webhook-id is the same event: a duplicate.
+      const same = await sw.post({ ...headers, 'idempotency-key': id }, payload);
+      expect(same.json).toMatchObject({ status: 'duplicate', id });
+      expect(await sw.balance(key)).toBe(4);
     });
 
     test('the previous secret still verifies during a rotation; so does one good signature among several', async () => {
@@ -212,6 +221,19 @@ describe.each(targets)('signature verification on $name', (target) => {
       expect(
         (await stripe.post({ 'stripe-signature': old, 'idempotency-key': uid('evt') }, payload)).status,
       ).toBe(200);
+    });
+
+    test("the signed body's id is the event id: a replay under another Idempotency-Key is 400, without one a duplicate", async () => {
+      const evt = uid('evt');
+      const key = uid('acct');
+      const payload = JSON.stringify({ id: evt, amount: 6 });
+      const headers = { 'stripe-signature': header(payload), 'x-key': key, 'x-seq': '1' };
+      expect((await stripe.post(headers, payload)).json).toMatchObject({ status: 'processed', id: evt });
+      const replay = await stripe.post({ ...headers, 'idempotency-key': uid('evt') }, payload);
+      expect(replay.status).toBe(400);
+      expect(replay.json).toMatchObject({ field: 'idempotency-key' });
+      expect((await stripe.post(headers, payload)).json).toMatchObject({ status: 'duplicate', id: evt });
+      expect(await stripe.balance(key)).toBe(6);
     });
 
     test('several v1 signatures: one matching is enough', async () => {

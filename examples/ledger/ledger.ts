@@ -5,7 +5,7 @@
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { type Kysely, sql } from 'kysely';
-import type { HandlerContext, Inbox, InboxEvent } from '../../src/index.js';
+import { type HandlerContext, type Inbox, type InboxEvent, RejectEvent } from '../../src/index.js';
 
 export interface LedgerEntry {
   id: string;
@@ -62,7 +62,9 @@ export class Ledger {
     if (this.delayMs > 0) await sleep(this.delayMs, undefined, { signal });
     const key = event.key ?? 'none';
     const amount = event.body?.amount;
-    if (!Number.isSafeInteger(amount)) throw new Error('body.amount must be an integer');
+    // Wrong for good: running it again will not help. Dead-lettered at once (reason
+    // `rejected`), answered 422, never retried.
+    if (!Number.isSafeInteger(amount)) throw new RejectEvent('body.amount must be an integer');
     const failures = this.failNext.get(key);
     if (failures) {
       if (failures > 1) this.failNext.set(key, failures - 1);

@@ -4,15 +4,16 @@ import { type StoredEvent, toStoredEvent } from '../sql/inspect.js';
 import { ageMs, durationMs, findEvent, limitOf, type OperationsContext, sourceIs, table } from './context.js';
 
 /**
- * Why an event is dead: `poison` (the handler failed `maxAttempts` times) or `late` (its seq
- * arrived after its key moved past it). What `deadReason` holds, and what `--reason` accepts.
+ * Why an event is dead: `poison` (the handler failed `maxAttempts` times), `late` (its seq
+ * arrived after its key moved past it) or `rejected` (the handler threw RejectEvent). What
+ * `deadReason` holds, and what `--reason` accepts.
  */
-export const DEAD_REASONS = Object.freeze(['poison', 'late'] as const);
+export const DEAD_REASONS = Object.freeze(['poison', 'late', 'rejected'] as const);
 
 /** A dead-lettered event, as an operator sees it. */
 export interface DeadLetter extends StoredEvent {
   readonly source: string;
-  /** Why it is dead: `poison` (the handler failed `maxAttempts` times) or `late` (its seq was skipped). */
+  /** Why it is dead: `poison` (failed `maxAttempts` times), `late` (its seq was skipped) or `rejected` (RejectEvent). */
   readonly deadReason: string | null;
   /** Its key is blocked at its seq: later events of the key are held until it is replayed or skipped. */
   readonly blocking: boolean;

@@ -15,21 +15,52 @@ export interface ParsedDelivery {
 }
 
 const PRINTABLE_ASCII = /^[\x20-\x7e]{1,255}$/;
-// Any character but controls; Node hands header values over as latin1 strings.
-const KEY = /^[^\x00-\x1f\x7f]{1,255}$/;
+// C0, DEL and C1 controls: none of them belongs in a key an operator reads.
+const CONTROL = /[\x00-\x1f\x7f-\x9f]/;
+const MAX_KEY_CHARACTERS = 255;
 const SEQ = /^[1-9][0-9]{0,15}$/;
+const UTF8 = new TextDecoder('utf-8', { fatal: true });
 
-function single(
-  raw: Delivery['headers'],
-  headers: Record<string, string>,
-  name: string,
-  label: string,
-): string | undefined {
-  const direct = raw[name];
-  if (Array.isArray(direct) && direct.length > 1) {
-    throw new InvalidDeliveryError(label, `${label} must appear once`);
+/**
+ * The one value of an identity header (id, key, seq). A header sent twice is refused, never
+ * joined: Node joins repeats (`A, A`), which would make a new id of a retry. Adapters pass the
+ * header lists unjoined (`req.headersDistinct`), so a repeat is seen here whatever its case.
+ */
+function single(raw: Delivery['headers'], headers: Record<string, string>, name: string): string | undefined {
+  let count = 0;
+  for (const given in raw) {
+    if (given.toLowerCase() !== name) continue;
+    const value = raw[given];
+    if (value === undefined) continue;
+    count += typeof value === 'string' ? 1 : (value as readonly string[]).length;
   }
+  if (count > 1) throw new InvalidDeliveryError(name, `${name} must appear once, not ${count} times`);
   return headers[name];
+}
+
+/**
+ * A key as text. Node hands header values over as latin1 strings, one character per byte:
+ * such a value is decoded as the UTF-8 it carries (invalid UTF-8 is refused). A value with a
+ * character past U+00FF was already decoded by whoever built the delivery, and is taken as is.
+ */
+export function decodeKey(value: string, name: string): string {
+  let text = value;
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: the test is for bytes past ASCII.
+  if (/^[\x00-\xff]*$/.test(value) && /[\x80-\xff]/.test(value)) {
+    try {
+      text = UTF8.decode(Buffer.from(value, 'latin1'));
+    } catch {
+      throw new InvalidDeliveryError(name, `${name} must be valid UTF-8`);
+    }
+  }
+  const length = [...text].length;
+  if (length < 1 || length > MAX_KEY_CHARACTERS || CONTROL.test(text)) {
+    throw new InvalidDeliveryError(
+      name,
+      `${name} must be 1-${MAX_KEY_CHARACTERS} characters, no control characters (C0, DEL or C1)`,
+    );
+  }
+  return text;
 }
 
 /**
@@ -39,8 +70,11 @@ function single(
 export function parseDelivery(
   delivery: Delivery,
   options: ResolvedOptions,
-  idOverride?: string,
-  /** The id a verified signature covers (Standard Webhooks' `webhook-id`), used when the id header is absent. */
+  /**
+   * The id a verified signature covers (Standard Webhooks' `webhook-id`, Stripe's event id):
+   * it is the event's id, and an id header that disagrees is refused. An unsigned header must
+   * not turn a captured, signed delivery into a new event.
+   */
   signedId?: string,
 ): ParsedDelivery {
   const rawBody = Buffer.isBuffer(delivery.rawBody)
@@ -53,7 +87,14 @@ export function parseDelivery(
   const names = options.headers;
   const hash = bodyHash(rawBody);
 
-  let id = idOverride ?? single(delivery.headers, headers, names.id, 'Idempotency-Key') ?? signedId;
+  const idHeader = single(delivery.headers, headers, names.id);
+  if (signedId !== undefined && idHeader !== undefined && idHeader !== signedId) {
+    throw new InvalidDeliveryError(
+      names.id,
+      `${names.id} differs from the event id the signature covers; send the signed id or none`,
+    );
+  }
+  let id = signedId ?? idHeader;
   if (id === undefined) {
     if (!options.idFromBody) throw new InvalidDeliveryError(names.id, `${names.id} header is required`);
     id = `sha256:${hash}`;
@@ -61,19 +102,14 @@ export function parseDelivery(
     throw new InvalidDeliveryError(names.id, `${names.id} must be 1-255 printable ASCII characters`);
   }
 
-  const keyHeader = single(delivery.headers, headers, names.key, names.key);
-  const seqHeader = single(delivery.headers, headers, names.seq, names.seq);
+  const keyHeader = single(delivery.headers, headers, names.key);
+  const seqHeader = single(delivery.headers, headers, names.seq);
   let key: string | null = null;
   let seq: number | null = null;
   if (keyHeader !== undefined) {
-    if (!KEY.test(keyHeader))
-      throw new InvalidDeliveryError(
-        names.key,
-        `${names.key} must be 1-255 characters, no control characters`,
-      );
+    key = decodeKey(keyHeader, names.key);
     if (seqHeader === undefined)
       throw new InvalidDeliveryError(names.seq, `${names.seq} is required when ${names.key} is present`);
-    key = keyHeader;
   }
   if (seqHeader !== undefined) {
     if (keyHeader === undefined)

@@ -75,7 +75,7 @@ export function receiveStream(
       rawBody = await readRawBody(
         stream,
         rt.options.maxBodyBytes,
-        typeof length === 'string' ? length : undefined,
+        typeof length === 'string' ? length : length?.[0],
       );
     } catch (err) {
       if (err instanceof InvalidDeliveryError)
@@ -119,7 +119,7 @@ async function decide(rt: Runtime, bg: Background, delivery: Delivery, obs: Obse
   }
   let d: ParsedDelivery;
   try {
-    d = parseDelivery(delivery, o, undefined, verified?.id);
+    d = parseDelivery(delivery, o, verified?.id);
   } catch (err) {
     if (err instanceof InvalidDeliveryError) return respond.invalid(err);
     throw err;
@@ -233,6 +233,7 @@ async function claimAndApply(
     const failure = applied.failure;
     if (failure?.decision !== 'dead') return respond.handlerFailed(d.id);
     if (failure.drain && d.key !== null) bg.drainLater(d.key);
+    if (failure.reason === 'rejected') return respond.rejected(d.id);
     return respond.deadLettered(d.id, 'poison');
   }
   // Committed.
@@ -256,6 +257,16 @@ async function claimAndApply(
     );
   } else if (claim.decision === 'pending') {
     bg.pendingStored(d.key);
+  } else if (
+    claim.decision === 'mismatch' &&
+    (claim.reason === 'seq-applied' || claim.reason === 'seq-taken')
+  ) {
+    // A sender that restarted its counter, or two events at one seq: visible, never dropped quietly.
+    rt.metrics.seqConflict(claim.reason === 'seq-applied' ? 'applied' : 'waiting');
+    o.logger.warn(
+      { id: d.id, key: d.key, seq: d.seq, source: o.source, reason: claim.reason },
+      'webhook-inbox: a new id at a seq its key already applied or holds (422)',
+    );
   }
   return respond.decided(o, d, claim);
 }

@@ -62,6 +62,19 @@ export function handlerFailed(id: string): Outcome {
   );
 }
 
+/**
+ * The handler threw RejectEvent: the event is dead-lettered (reason `rejected`) and will not be
+ * retried. A 4xx, so that senders stop; the handler's message stays in the logs and the dead letter.
+ */
+export function rejected(id: string): Outcome {
+  return problem(
+    OutcomeKind.rejected,
+    422,
+    'The handler rejected the event; it is dead-lettered and will not be applied. Do not deliver it again.',
+    { id },
+  );
+}
+
 /** What the claim decided when it did not apply the event now. */
 export function decided(o: ResolvedOptions, d: ParsedDelivery, c: ClaimRow): Outcome {
   const h = o.headers;
@@ -79,8 +92,17 @@ export function decided(o: ResolvedOptions, d: ParsedDelivery, c: ClaimRow): Out
     case 'pending':
       return ok(OutcomeKind.pending, 202, { status: 'pending', id: d.id });
     case 'dead':
-      return deadLettered(d.id, c.reason);
+      // A redelivery of a rejected event gets the same 4xx as the first delivery did.
+      return c.reason === 'rejected' ? rejected(d.id) : deadLettered(d.id, c.reason);
     case 'mismatch': {
+      if (c.reason === 'seq-applied') {
+        return problem(
+          OutcomeKind.mismatch,
+          422,
+          `${h.seq} ${d.seq} of this ${h.key} was already applied for another ${h.id}`,
+          { field: h.seq },
+        );
+      }
       if (c.reason === 'seq-taken') {
         return problem(
           OutcomeKind.mismatch,

@@ -17,9 +17,13 @@ export interface VerifiableDelivery {
   readonly rawBody: Buffer;
 }
 
-/** What a verifier may tell the inbox: the event id the signature covers (Standard Webhooks). */
+/** What a verifier may tell the inbox: the event id the signature covers. */
 export interface VerifiedDelivery {
-  /** Used as the idempotency key when the delivery has no id header of its own. */
+  /**
+   * The event id the signature covers (Standard Webhooks' `webhook-id`, Stripe's `id` in the
+   * signed body). It is the event's id: an id header that disagrees is refused (400 naming
+   * it), so an unsigned header cannot make a captured delivery a new event.
+   */
   readonly id?: string;
 }
 
@@ -104,7 +108,8 @@ function hmac(key: Buffer | string, ...parts: (string | Buffer)[]): Buffer {
  * Standard Webhooks (standardwebhooks.com, used by Svix and others): `webhook-id`,
  * `webhook-timestamp` and `webhook-signature` (`v1,<base64>` entries, space-separated), an
  * HMAC-SHA256 of `${id}.${timestamp}.${body}` keyed by the base64 secret after `whsec_`.
- * With it on, `webhook-id` is the idempotency key when the delivery has no id header.
+ * Covers the id, the timestamp and the body: `webhook-id` is the event's id (an id header that
+ * differs is refused); `X-Key`/`X-Seq` are not covered.
  *
  * ```ts
  * createInbox({ handle, verify: standardWebhooks({ secret: process.env.WEBHOOK_SECRET }) });
@@ -144,9 +149,22 @@ export function standardWebhooks(options: {
   };
 }
 
+/** The string `id` at the top of a JSON body (Stripe's `evt_…`), when there is one. */
+function signedBodyId(rawBody: Buffer): string | undefined {
+  try {
+    const body: unknown = JSON.parse(rawBody.toString('utf8'));
+    const id = (body as { id?: unknown } | null)?.id;
+    return typeof id === 'string' && id !== '' ? id : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
 /**
  * Stripe: `Stripe-Signature: t=<unix seconds>,v1=<hex>[,v1=<hex>…]`, an HMAC-SHA256 of
- * `${t}.${body}` keyed by the endpoint secret (`whsec_…`, used as-is).
+ * `${t}.${body}` keyed by the endpoint secret (`whsec_…`, used as-is). Covers the timestamp
+ * and the body: the event's `id` in the signed JSON body (`evt_…`) is the event's id (an id
+ * header that differs is refused); no header is covered.
  *
  * ```ts
  * createInbox({ handle, verify: stripeSignature({ secret: process.env.STRIPE_WEBHOOK_SECRET }) });
@@ -182,13 +200,17 @@ export function stripeSignature(options: {
     if (!anyEqual(given, expected)) {
       throw new UnauthorizedDeliveryError('stripe-signature', 'stripe-signature does not match');
     }
+    const id = signedBodyId(d.rawBody);
+    return id === undefined ? undefined : { id };
   };
 }
 
 /**
  * A plain HMAC-SHA256 of the raw body in one header, as GitHub (`X-Hub-Signature-256:
- * sha256=<hex>`), Shopify (base64) and many others send it. No timestamp: replays of a
- * signed delivery are caught by the idempotency key, not by the signature.
+ * sha256=<hex>`), Shopify (base64) and many others send it. Covers the body only: no id, no
+ * timestamp, no header. The id header is unsigned, so a captured delivery sent again under
+ * another id is a new event; with such a sender, prefer `idFromBody: true` (the id is the
+ * body's hash) or a custom verifier that returns the id the provider puts in the body.
  *
  * ```ts
  * verify: hmacSignature({ header: 'x-hub-signature-256', prefix: 'sha256=', secret: process.env.GITHUB_SECRET })

@@ -61,9 +61,16 @@ begin
             values (p_source, p_id, p_key, p_seq, p_hash, 'dead', p_payload, p_headers, 'late');
           decision := 'dead';
           reason := 'late';
+        elsif exists (select 1 from ${t.events} e where e.source = p_source and e.key = p_key
+                      and e.seq = p_seq and e.status = 'processed') then
+          -- Another id was applied at this seq (a sender that restarted its counter): refused
+          -- and counted, never "duplicate" for an id this inbox never saw.
+          decision := 'mismatch';
+          reason := 'seq-applied';
         else
-          -- Below the cursor and not skipped: applied long ago, its row since pruned. The cursor
-          -- is the permanent dedup record of an ordered key.
+          -- Below the cursor, not skipped, and no row at this seq: applied before retention
+          -- pruned its row. The cursor is the permanent dedup record of an ordered key; an id
+          -- never seen cannot be told apart here (docs/ordering.md).
           decision := 'duplicate';
         end if;
       elsif exists (select 1 from ${t.events} e where e.source = p_source and e.key = p_key

@@ -5,7 +5,8 @@ import { defineStatement, type Tables } from './tables.js';
 /**
  * `fail`: counts a failed handler run, in a short transaction of its own (the handler's
  * transaction rolled back, taking the claim with it). Keeps the payload so the event can be
- * retried without the sender; dead-letters it as poison after p_max_attempts. An empty hash
+ * retried without the sender; dead-letters it as poison after p_max_attempts (or at once, as
+ * rejected, when the caller passes p_max_attempts 1 and p_dead_reason 'rejected'). An empty hash
  * means "the stored event" (drains and workers took the stored row: nothing to compare).
  * A failed event is always at its key's cursor (only the next seq runs), so the key row, which
  * the rollback may have taken with it, is re-created at its seq.
@@ -14,7 +15,8 @@ export function failFunction(t: Tables): string {
   return `
 create or replace function ${t.fn('fail')}(
   p_source text, p_id text, p_key text, p_seq bigint, p_hash text, p_payload bytea, p_headers jsonb,
-  p_error text, p_max_attempts integer, p_on_poison text, p_retry_in_ms bigint, p_received_at timestamptz
+  p_error text, p_max_attempts integer, p_on_poison text, p_retry_in_ms bigint, p_received_at timestamptz,
+  p_dead_reason text
 ) returns table (decision text, attempts integer, drain boolean)
 language plpgsql as $fn$
 declare
@@ -50,7 +52,9 @@ begin
     return next;
     return;
   end if;
-  update ${t.events} e set status = 'dead', dead_reason = 'poison', run_after = null
+  -- 'poison' after p_max_attempts; 'rejected' at once (the handler threw RejectEvent). The key
+  -- follows onPoison either way; its block and gap reason stay 'poison' (an event it could not apply).
+  update ${t.events} e set status = 'dead', dead_reason = p_dead_reason, run_after = null
     where e.source = p_source and e.id = p_id;
   decision := 'dead';
   if p_key is not null then
@@ -84,6 +88,8 @@ export interface FailArgs {
   onPoison: 'block' | 'skip';
   retryInMs: number;
   receivedAt: Date | null;
+  /** The dead letter's reason when this failure dead-letters the event. */
+  deadReason: 'poison' | 'rejected';
 }
 
 export interface FailRow {
@@ -91,6 +97,8 @@ export interface FailRow {
   decision: 'failed' | 'dead' | 'gone';
   attempts: number;
   drain: boolean;
+  /** Why it was dead-lettered (set by recordFailure when decision is 'dead'). */
+  reason?: 'poison' | 'rejected';
 }
 
 /** One round trip, outside the handler's (rolled back) transaction. */
@@ -99,7 +107,7 @@ export function createFail(names: StatementNames, t: Tables) {
     names,
     t,
     'fail',
-    `select * from ${t.fn('fail')}($1, $2, $3, $4::bigint, $5, $6, $7::jsonb, $8, $9, $10, $11::bigint, $12::timestamptz)`,
+    `select * from ${t.fn('fail')}($1, $2, $3, $4::bigint, $5, $6, $7::jsonb, $8, $9, $10, $11::bigint, $12::timestamptz, $13)`,
   );
   return async function fail(db: Kysely<any>, a: FailArgs): Promise<FailRow> {
     const [row] = await statement.run<any>(db, [
@@ -115,6 +123,7 @@ export function createFail(names: StatementNames, t: Tables) {
       a.onPoison,
       a.retryInMs,
       a.receivedAt,
+      a.deadReason,
     ]);
     return { decision: row.decision, attempts: row.attempts ?? 0, drain: row.drain === true };
   };
