@@ -1,0 +1,243 @@
+/**
+ * Hostile and sloppy senders, over real sockets, through each framework adapter (the ledger
+ * example's apps): headers sent twice, keys that are not ASCII (or not text), a new id at a seq
+ * its key already applied, and a handler that rejects an event for good. Each case is what a
+ * sender sees (status, problem+json) and what the inbox and the ledger hold afterwards.
+ *
+ * The requests go through node:http, not fetch: fetch joins a repeated header into one line,
+ * and header values here are raw bytes (a latin1 string, one character per byte, as Node sends
+ * and receives them).
+ */
+import { randomBytes } from 'node:crypto';
+import { request } from 'node:http';
+import { connect } from 'node:net';
+import { sql } from 'kysely';
+import { Registry } from 'prom-client';
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { FRAMEWORKS, type LedgerServer, startLedger } from '../examples/ledger/start.js';
+import { type TargetDb, targets, uniqueName } from './support/databases.js';
+
+const target = targets.at(-1)!;
+const uid = (p: string) => `${p}_${randomBytes(6).toString('hex')}`;
+/** A header value carrying these UTF-8 bytes, as Node writes and reads header values. */
+const utf8 = (text: string) => Buffer.from(text, 'utf8').toString('latin1');
+
+interface Reply {
+  status: number;
+  contentType: string | undefined;
+  json: any;
+}
+
+function send(url: string, headers: Record<string, string | string[]>, body: string): Promise<Reply> {
+  return new Promise((resolve, reject) => {
+    const req = request(
+      `${url}/webhooks`,
+      {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', ...headers },
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () => {
+          const text = Buffer.concat(chunks).toString('utf8');
+          resolve({
+            status: res.statusCode ?? 0,
+            contentType: res.headers['content-type'],
+            json: text ? JSON.parse(text) : undefined,
+          });
+        });
+      },
+    );
+    req.on('error', reject);
+    // A Buffer, not a string: Node writes a string body and the head together in the body's
+    // encoding (UTF-8), which would re-encode the header bytes.
+    req.end(Buffer.from(body));
+  });
+}
+
+function expectProblem(r: Reply, status: number, field: string) {
+  expect(r.status, JSON.stringify(r.json)).toBe(status);
+  expect(r.contentType).toMatch(/^application\/problem\+json/);
+  expect(r.json).toMatchObject({ status, field });
+  expect(JSON.stringify(r.json)).not.toMatch(/at .*\.ts|select |insert /i);
+}
+
+let db: TargetDb;
+beforeAll(async () => {
+  db = await target.open();
+});
+afterAll(async () => {
+  await db?.close();
+});
+
+describe.each(FRAMEWORKS)('hostile senders through %s', (framework) => {
+  let app: LedgerServer;
+  let registry: Registry;
+  const schema = uniqueName('wi');
+  const ledgerSchema = uniqueName('app');
+  const body = (amount: unknown) => JSON.stringify({ amount });
+  const balance = async (key: string) => (await app.ledger.account(await app.inbox.kysely(), key)).balance;
+  const counter = async (name: string, labels: Record<string, string>) => {
+    const metric = (await registry.getMetricsAsJSON()).find((m) => m.name === name);
+    const value = (metric?.values as { labels: Record<string, string>; value: number }[] | undefined)?.find(
+      (v) => Object.entries(labels).every(([k, l]) => v.labels[k] === l),
+    );
+    return value?.value ?? 0;
+  };
+
+  beforeAll(async () => {
+    registry = new Registry();
+    app = await startLedger({
+      framework,
+      ledgerSchema,
+      inbox: { db: db.db, schema, sweepIntervalMs: 0, duplicateCacheSize: 0, metrics: { registry } },
+    });
+  });
+  afterAll(async () => {
+    if (!app) return;
+    const k = await app.inbox.kysely();
+    await sql`drop schema if exists ${sql.id(schema)}, ${sql.id(ledgerSchema)} cascade`.execute(k);
+    await app.close();
+  });
+
+  describe('a header sent twice is 400 naming it, never a new event', () => {
+    test.each([
+      [
+        'idempotency-key',
+        (id: string, key: string) => ({ 'idempotency-key': [id, id], 'x-key': key, 'x-seq': '1' }),
+      ],
+      ['x-key', (id: string, key: string) => ({ 'idempotency-key': id, 'x-key': [key, key], 'x-seq': '1' })],
+      ['x-seq', (id: string, key: string) => ({ 'idempotency-key': id, 'x-key': key, 'x-seq': ['1', '1'] })],
+    ])('%s', async (field, headers) => {
+      const id = uid('evt');
+      const key = uid('acct');
+      expectProblem(await send(app.url, headers(id, key), body(3)), 400, field);
+      expect(await app.inbox.event(id)).toBeUndefined();
+      expect(await app.inbox.event(`${id}, ${id}`)).toBeUndefined();
+      expect(await balance(key)).toBe(0);
+    });
+
+    test('in any letter case', async () => {
+      // Written by hand: Node's client merges header names that differ only in case.
+      const id = uid('evt');
+      const payload = body(1);
+      const { port } = new URL(app.url);
+      const socket = connect(Number(port), '127.0.0.1');
+      socket.end(
+        `POST /webhooks HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n` +
+          `Idempotency-Key: ${id}\r\nidempotency-KEY: ${id}\r\nContent-Length: ${payload.length}\r\n` +
+          `Connection: close\r\n\r\n${payload}`,
+      );
+      const chunks: Buffer[] = [];
+      for await (const chunk of socket) chunks.push(chunk as Buffer);
+      const response = Buffer.concat(chunks).toString('utf8');
+      expect(response).toMatch(/^HTTP\/1\.1 400 /);
+      expect(response).toMatch(/"field":"idempotency-key"/);
+      expect(await app.inbox.event(id)).toBeUndefined();
+    });
+  });
+
+  describe('keys are text', () => {
+    test.each([
+      ['Cyrillic', () => `счёт-${uid('к')}`],
+      ['emoji', () => `💳🏦-${uid('e')}`],
+    ])('a %s key is applied and stored as the characters sent', async (_name, make) => {
+      const key = make();
+      const r = await send(
+        app.url,
+        { 'idempotency-key': uid('evt'), 'x-key': utf8(key), 'x-seq': '1' },
+        body(7),
+      );
+      expect(r.status, JSON.stringify(r.json)).toBe(200);
+      expect(await balance(key)).toBe(7);
+      expect(await app.inbox.keyState(key)).toMatchObject({ nextSeq: 2 });
+    });
+
+    test('the length limit counts characters: 255 emoji pass, 256 are 400', async () => {
+      const id = uid('evt');
+      const ok = await send(
+        app.url,
+        { 'idempotency-key': id, 'x-key': utf8('💳'.repeat(255)), 'x-seq': '1' },
+        body(1),
+      );
+      expect(ok.status, JSON.stringify(ok.json)).toBe(200);
+      const long = await send(
+        app.url,
+        { 'idempotency-key': uid('evt'), 'x-key': utf8('💳'.repeat(256)), 'x-seq': '1' },
+        body(1),
+      );
+      expectProblem(long, 400, 'x-key');
+    });
+
+    test.each([
+      ['invalid UTF-8', '\xff\xfeacct'],
+      ['a C1 control character (U+0085)', utf8('acct\u0085x')],
+      ['a C1 escape (U+009B, CSI)', utf8('acct\u009b31m')],
+    ])('%s is 400 naming the header, nothing stored', async (_name, value) => {
+      const id = uid('evt');
+      expectProblem(
+        await send(app.url, { 'idempotency-key': id, 'x-key': value, 'x-seq': '1' }, body(1)),
+        400,
+        'x-key',
+      );
+      expect(await app.inbox.event(id)).toBeUndefined();
+    });
+  });
+
+  test('a new id at a seq its key already applied is 422 and counted, not a duplicate', async () => {
+    const key = uid('acct');
+    const first = uid('evt');
+    expect(
+      (await send(app.url, { 'idempotency-key': first, 'x-key': key, 'x-seq': '1' }, body(5))).status,
+    ).toBe(200);
+    const before = await counter('webhook_inbox_seq_conflicts_total', { reason: 'applied' });
+    // A sender that restarted its counter: a different event, at seq 1 again.
+    const other = uid('evt');
+    const r = await send(app.url, { 'idempotency-key': other, 'x-key': key, 'x-seq': '1' }, body(9));
+    expectProblem(r, 422, 'x-seq');
+    expect(r.json.detail).toContain('already applied');
+    expect(await counter('webhook_inbox_seq_conflicts_total', { reason: 'applied' })).toBe(before + 1);
+    expect(await app.inbox.event(other)).toBeUndefined();
+    expect(await balance(key)).toBe(5);
+    // The event itself, delivered again, is still a duplicate.
+    const again = await send(app.url, { 'idempotency-key': first, 'x-key': key, 'x-seq': '1' }, body(5));
+    expect(again.json).toMatchObject({ status: 'duplicate', id: first });
+  });
+
+  describe('RejectEvent: dead-lettered at once, 422, never retried', () => {
+    test('an unordered event', async () => {
+      const id = uid('evt');
+      const before = await counter('webhook_inbox_dead_letters_total', { reason: 'rejected' });
+      const r = await send(app.url, { 'idempotency-key': id }, body('ten'));
+      expectProblem({ ...r, json: { ...r.json, field: 'none' } }, 422, 'none');
+      expect(r.json).toMatchObject({ type: expect.stringMatching(/#rejected$/), id });
+      expect(JSON.stringify(r.json)).not.toContain('must be an integer');
+      expect(await app.inbox.event(id)).toMatchObject({
+        status: 'dead',
+        deadReason: 'rejected',
+        attempts: 1,
+      });
+      expect(await counter('webhook_inbox_dead_letters_total', { reason: 'rejected' })).toBe(before + 1);
+      expect((await app.inbox.deadLetters({ reason: 'rejected' })).map((e) => e.id)).toContain(id);
+      // Delivered again: the same answer, and the handler does not run again.
+      const runs = app.ledger.runs;
+      expect((await send(app.url, { 'idempotency-key': id }, body('ten'))).status).toBe(422);
+      expect(app.ledger.runs).toBe(runs);
+    });
+
+    test('an ordered event blocks its key (onPoison: block), later seqs wait', async () => {
+      const key = uid('acct');
+      const r = await send(app.url, { 'idempotency-key': uid('evt'), 'x-key': key, 'x-seq': '1' }, body(1.5));
+      expect(r.status).toBe(422);
+      expect(await app.inbox.keyState(key)).toMatchObject({ state: 'blocked', blockedSeq: 1 });
+      const next = await send(
+        app.url,
+        { 'idempotency-key': uid('evt'), 'x-key': key, 'x-seq': '2' },
+        body(2),
+      );
+      expect(next.json).toMatchObject({ status: 'held' });
+      expect(await balance(key)).toBe(0);
+    });
+  });
+});
