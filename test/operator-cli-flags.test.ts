@@ -85,7 +85,7 @@ describe('CLI argument checks (no database is opened)', { timeout: 120_000 }, ()
       expect(error(both).message).toContain('--db or --data-dir, not both');
       expect(error(missingDir).message).toContain('holds no embedded database');
       expect(error(notEmpty).message).toContain('is not empty');
-      expect(error(reason).message).toContain('--reason must be one of poison, late; got "bogus"');
+      expect(error(reason).message).toContain('--reason must be one of poison, late, rejected; got "bogus"');
       expect(error(replayReason).message).toContain('--reason must be one of');
       expect(error(retention).message).toContain('--retention must be a duration');
       expect(error(raw).message).toContain('--raw or --json');
