@@ -4,7 +4,7 @@ import { CompiledQuery, sql as sql_ } from 'kysely';
 import { afterEach, describe, expect, it } from 'vitest';
 import { startLedger } from '../examples/ledger/start.js';
 import { StatementNames } from '../src/database.js';
-import { createSender, OutboxStore, type Sender } from '../src/sender/index.js';
+import { createSender, InvalidEventError, OutboxStore, type Sender } from '../src/sender/index.js';
 import { outboxStatements } from '../src/sender/outbox.js';
 import { createFaultProxy } from '../src/testing/index.js';
 import { postgresTarget, postgresUrl, targets, uniqueName } from './support/databases.js';
@@ -66,6 +66,36 @@ describe.each(targets)('outbox on $name', (target) => {
       created: false,
       seq: 1,
     });
+  });
+});
+
+describe.each(targets)('a refused seq inside a producer transaction, on $name', (target) => {
+  it('is an InvalidEventError, and the producer transaction goes on and commits', async () => {
+    const t = await target.open();
+    cleanups.push(() => t.close());
+    const sender = createSender({
+      endpoint: 'http://127.0.0.1:9/',
+      db: t.db,
+      schema: t.schema,
+      dispatch: false,
+    });
+    cleanups.push(() => sender.close());
+    const db = await sender.kysely();
+    await db.schema.createSchema(t.appSchema).execute();
+    await db.schema.withSchema(t.appSchema).createTable('orders').addColumn('id', 'text').execute();
+    await sender.enqueue({ id: 'o5', key: 'acct', seq: 5, body: {} });
+    await db.transaction().execute(async (tx) => {
+      const error = await sender.enqueue(tx, { id: 'o3', key: 'acct', seq: 3, body: {} }).catch((e) => e);
+      expect(error).toBeInstanceOf(InvalidEventError);
+      expect(error.field).toBe('seq');
+      await tx.withSchema(t.appSchema).insertInto('orders').values({ id: 'o6' }).execute();
+      expect(await sender.enqueue(tx, { id: 'o6', key: 'acct', body: {} })).toMatchObject({
+        created: true,
+        seq: 6,
+      });
+    });
+    const orders = await db.withSchema(t.appSchema).selectFrom('orders').select('id').execute();
+    expect(orders).toEqual([{ id: 'o6' }]);
   });
 });
 

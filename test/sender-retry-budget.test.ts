@@ -282,6 +282,16 @@ describe('12. redirects, and several signing secrets', () => {
       ['/moved', 'POST', 'r1', '{"x":1}'],
       ['/final', 'POST', 'r1', '{"x":1}'],
     ]);
+    // A 301 may turn a POST into a GET: not followed, and not retried either.
+    const moved = await server(() => ({ status: 301, headers: { location: '/elsewhere' } }));
+    const other = createSender({ endpoint: moved.url, breaker: false });
+    cleanups.push(() => other.close());
+    expect(await other.send({ body: {} })).toMatchObject({
+      status: 'dead-lettered',
+      reason: 'rejected',
+      responseStatus: 301,
+    });
+    expect(moved.arrivals.map((a) => a.url)).toEqual(['/webhooks']);
   });
 
   it('signs with every secret during a rotation: an inbox knowing either one accepts', async () => {

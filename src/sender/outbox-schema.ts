@@ -143,7 +143,7 @@ create index ${quote('events_done')} on ${t.events} (delivered_at) where status 
 drop function ${t.fn('enqueue')}(text, text, bigint, bytea, text, jsonb);
 create function ${t.fn('enqueue')}(
   p_id text, p_key text, p_seq bigint, p_body bytea, p_content_type text, p_headers jsonb
-) returns table (r_seq bigint, r_key text, r_created boolean, r_settled boolean)
+) returns table (r_seq bigint, r_key text, r_created boolean, r_settled boolean, r_last_seq bigint)
 language plpgsql as $fn$
 declare
   v_next bigint;
@@ -157,10 +157,10 @@ begin
     insert into ${t.events} (id, body, content_type, headers)
       values (p_id, p_body, p_content_type, p_headers) on conflict (id) do nothing;
     if found then
-      return query select null::bigint, null::text, true, false;
+      return query select null::bigint, null::text, true, false, null::bigint;
       return;
     end if;
-    return query select e.seq, e.key, false, e.status not in ('pending', 'queued')
+    return query select e.seq, e.key, false, e.status not in ('pending', 'queued'), null::bigint
                    from ${t.events} e where e.id = p_id;
     return;
   end if;
@@ -170,14 +170,15 @@ begin
   select k.next_seq into v_next from ${t.keys} k where k.key = p_key for update;
   select e.key, e.seq, e.status into v_key, v_seq, v_status from ${t.events} e where e.id = p_id;
   if found then
-    return query select v_seq, v_key, false, v_status not in ('pending', 'queued');
+    return query select v_seq, v_key, false, v_status not in ('pending', 'queued'), null::bigint;
     return;
   end if;
   v_seq := coalesce(p_seq, v_next);
   if v_seq < v_next then
-    -- A late, lower seq would be sent while a higher one is (or was) in flight.
-    raise exception 'webhook-outbox: seq % is not above the last seq %', v_seq, v_next - 1
-      using errcode = '22023';
+    -- A late, lower seq would be sent while a higher one is (or was) in flight. Refused with
+    -- the key's last seq, not raised: an exception would abort the producer's transaction.
+    return query select v_seq, p_key, false, false, v_next - 1;
+    return;
   end if;
   if exists (select 1 from ${t.events} e where e.key = p_key and e.status in ('pending', 'dead')) then
     v_status := 'queued';
@@ -188,7 +189,7 @@ begin
    where k.key = p_key;
   insert into ${t.events} (id, key, seq, body, content_type, headers, status)
     values (p_id, p_key, v_seq, p_body, p_content_type, p_headers, v_status);
-  return query select v_seq, p_key, true, false;
+  return query select v_seq, p_key, true, false, null::bigint;
 end
 $fn$;
 

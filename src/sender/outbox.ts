@@ -45,7 +45,7 @@ export function outboxStatements(t: OutboxTables, names: StatementNames) {
   return {
     enqueue: named(
       'enqueue',
-      `select r_seq, r_key, r_created, r_settled from ${t.fn('enqueue')}($1, $2, $3, $4, $5, $6::jsonb)`,
+      `select r_seq, r_key, r_created, r_settled, r_last_seq from ${t.fn('enqueue')}($1, $2, $3, $4, $5, $6::jsonb)`,
     ),
     // Only heads (and unordered events) are 'pending', so this reads due heads off one partial
     // index. The lease is a due time: a leased head is not due again until its lease ends.
@@ -116,26 +116,24 @@ function stored(row: any): StoredEvent {
 
 /** Enqueues through any Kysely handle: the outbox's own, or a producer's transaction. */
 export async function enqueueOutbox(db: Kysely<any>, text: string, event: NewEvent): Promise<Enqueued> {
-  let rows: Array<{ r_seq: unknown; r_key: string | null; r_created: boolean; r_settled: boolean }>;
-  try {
-    ({ rows } = await db.executeQuery<(typeof rows)[number]>(
-      CompiledQuery.raw(text, [
-        event.id,
-        event.key,
-        event.seq,
-        Buffer.from(event.body.buffer, event.body.byteOffset, event.body.byteLength),
-        event.contentType,
-        JSON.stringify(event.headers),
-      ]),
-    ));
-  } catch (err) {
-    const m = /webhook-outbox: seq (\d+) is not above the last seq (\d+)/.exec(
-      String((err as Error)?.message),
-    );
-    if (m) throw seqNotAfterError(Number(m[1]), Number(m[2]));
-    throw err;
-  }
+  const { rows } = await db.executeQuery<{
+    r_seq: unknown;
+    r_key: string | null;
+    r_created: boolean;
+    r_settled: boolean;
+    r_last_seq: unknown;
+  }>(
+    CompiledQuery.raw(text, [
+      event.id,
+      event.key,
+      event.seq,
+      Buffer.from(event.body.buffer, event.body.byteOffset, event.body.byteLength),
+      event.contentType,
+      JSON.stringify(event.headers),
+    ]),
+  );
   const row = rows[0];
+  if (row.r_last_seq !== null) throw seqNotAfterError(Number(row.r_seq), Number(row.r_last_seq));
   return {
     id: event.id,
     key: row.r_key,
