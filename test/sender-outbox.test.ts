@@ -1,11 +1,13 @@
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { CompiledQuery, sql as sql_ } from 'kysely';
+import { CompiledQuery, sql } from 'kysely';
 import { afterEach, describe, expect, it } from 'vitest';
 import { startLedger } from '../examples/ledger/start.js';
 import { StatementNames } from '../src/database.js';
+import { runMigrations } from '../src/migrations.js';
 import { createSender, InvalidEventError, OutboxStore, type Sender } from '../src/sender/index.js';
 import { outboxStatements } from '../src/sender/outbox.js';
+import { outboxMigrations, outboxTables } from '../src/sender/outbox-schema.js';
 import { createFaultProxy } from '../src/testing/index.js';
 import { postgresTarget, postgresUrl, targets, uniqueName } from './support/databases.js';
 import { recordingServer } from './support/recording-server.js';
@@ -259,7 +261,7 @@ describe.each(targets)('6. outbox cost does not grow with a blocked backlog, on 
     // The slow key's head and its 1,000 followers will still go; the dead key's will not.
     expect(await store.outstanding()).toBe(1 + 1000 + 5);
 
-    const sql = outboxStatements(store.tables, new StatementNames());
+    const statements = outboxStatements(store.tables, new StatementNames());
     const plan = async (text: string, parameters: unknown[]) => {
       const { rows } = await store.kysely.executeQuery<any>(
         CompiledQuery.raw(`explain (analyze, format json) ${text}`, parameters),
@@ -268,13 +270,91 @@ describe.each(targets)('6. outbox cost does not grow with a blocked backlog, on 
       return (typeof json === 'string' ? JSON.parse(json) : json)[0].Plan;
     };
     // As autovacuum would: 2,000 enqueues' churn leaves dead index entries until then.
-    await sql_`vacuum analyze ${sql_.table(`${t.schema}.events`)}, ${sql_.table(`${t.schema}.keys`)}`.execute(
+    await sql`vacuum analyze ${sql.table(`${t.schema}.events`)}, ${sql.table(`${t.schema}.keys`)}`.execute(
       store.kysely,
     );
     // One row per key (two here) and the due heads: not the 2,000 queued events.
-    expect(rowsTouched(await plan(sql.outstanding, []))).toBeLessThan(50);
-    const claim = await plan(sql.claim, [16, 60_000, 'token']);
+    expect(rowsTouched(await plan(statements.outstanding, []))).toBeLessThan(50);
+    const claim = await plan(statements.claim, [16, 60_000, 'token']);
     expect(rowsTouched(claim)).toBeLessThan(50);
     expect(await store.deadLetters()).toHaveLength(1);
+  });
+});
+
+describe.each(targets)('migration 0002 on an outbox with events in it, on $name', (target) => {
+  it('turns the events behind each head into queued ones, counts them per key, and keeps leases', async () => {
+    const t = await target.open();
+    cleanups.push(() => t.close());
+    const tables = outboxTables(t.schema);
+    const bootstrap = createSender({
+      endpoint: 'http://127.0.0.1:9/',
+      db: t.db,
+      schema: t.schema,
+      migrate: false,
+      dispatch: false,
+    });
+    cleanups.push(() => bootstrap.close());
+    const db = await bootstrap.kysely();
+    // The outbox as 0001 left it: every undelivered event 'pending', heads found by a scan.
+    await runMigrations(db, {
+      label: 'test',
+      schema: t.schema,
+      ledger: tables.fn('migrations'),
+      lockKey: `webhook-inbox/sender:${t.schema}`,
+      migrations: [[outboxMigrations[0][0], () => outboxMigrations[0][1](tables)]],
+    });
+    for (const [key, n] of [
+      ['A', 3],
+      ['D', 3],
+      ['L', 2],
+    ] as const) {
+      for (let i = 1; i <= n; i++) {
+        await sql`select * from ${sql.raw(tables.fn('enqueue'))}(${`${key}-${i}`}, ${key}, null, ${Buffer.from('{}')}, 'application/json', '{}'::jsonb)`.execute(
+          db,
+        );
+      }
+    }
+    await sql`select * from ${sql.raw(tables.fn('enqueue'))}('U-1', null, null, ${Buffer.from('{}')}, 'application/json', '{}'::jsonb)`.execute(
+      db,
+    );
+    await sql`update ${sql.raw(tables.events)} set status = 'dead', dead_reason = 'rejected', attempts = 1 where id = 'D-1'`.execute(
+      db,
+    );
+    await sql`update ${sql.raw(tables.events)} set locked_until = now() + interval '1 hour', lock_token = 'old', attempts = 1 where id = 'L-1'`.execute(
+      db,
+    );
+
+    const store = await OutboxStore.open(t.db, { schema: t.schema, migrate: true, poolSize: 2 });
+    cleanups.push(() => store.close());
+    const { rows } = await sql<{
+      id: string;
+      status: string;
+    }>`select id, status from ${sql.raw(tables.events)} order by id`.execute(db);
+    expect(Object.fromEntries(rows.map((r) => [r.id, r.status]))).toEqual({
+      'A-1': 'pending',
+      'A-2': 'queued',
+      'A-3': 'queued',
+      'D-1': 'dead',
+      'D-2': 'queued',
+      'D-3': 'queued',
+      'L-1': 'pending',
+      'L-2': 'queued',
+      'U-1': 'pending',
+    });
+    const keys = await sql<{
+      key: string;
+      queued: string;
+      blocked: boolean;
+    }>`select key, queued, blocked from ${sql.raw(tables.keys)} order by key`.execute(db);
+    expect(keys.rows.map((k) => [k.key, Number(k.queued), k.blocked])).toEqual([
+      ['A', 2, false],
+      ['D', 2, true],
+      ['L', 1, false],
+    ]);
+    // A: 3, L: 2 (its head still leased), U: 1; D waits behind its dead letter.
+    expect(await store.outstanding()).toBe(6);
+    expect((await store.claim(10, 60_000)).map((c) => c.id).sort()).toEqual(['A-1', 'U-1']);
+    expect(await store.skip('D')).toBe(1);
+    expect((await store.claim(10, 60_000)).map((c) => c.id)).toEqual(['D-2']);
   });
 });
