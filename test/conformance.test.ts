@@ -107,6 +107,7 @@ async function serve(
       return handle(event, context);
     };
   const server = await startLedger({
+    testHooks: true,
     framework,
     ledgerSchema,
     inbox: { ...options, db: target.db.db, schema },

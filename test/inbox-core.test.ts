@@ -21,6 +21,7 @@ describe.each(targets)('the inbox core on $name', (target) => {
   beforeAll(async () => {
     t = await target.open();
     app = await startLedger({
+      testHooks: true,
       ledgerSchema: t.appSchema,
       inbox: { db: t.db, schema: t.schema, sweepIntervalMs: 0 },
     });

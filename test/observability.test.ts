@@ -52,6 +52,7 @@ describe.each(targets)('metrics, spans, logs and health on $name', (target) => {
     exporter = new InMemorySpanExporter();
     log = recordingLogger();
     app = await startLedger({
+      testHooks: true,
       ledgerSchema: t.appSchema,
       inbox: {
         db: t.db,
@@ -289,6 +290,7 @@ describe.each(FRAMEWORKS)('GET /webhooks/health and GET /metrics on %s', (framew
     const t = await (postgresTarget ?? targets[0]).open();
     const registry = new Registry();
     const app = await startLedger({
+      testHooks: true,
       framework,
       ledgerSchema: t.appSchema,
       inbox: { db: t.db, schema: t.schema, sweepIntervalMs: 0, metrics: { registry } },

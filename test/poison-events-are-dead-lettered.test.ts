@@ -38,6 +38,7 @@ describe.each(targets)('poison events ($name)', (target) => {
 
   async function ledgerServer(options: Record<string, unknown> = {}) {
     server = await startLedger({
+      testHooks: true,
       ledgerSchema: t.appSchema,
       inbox: { db: t.db, schema: t.schema, sweepIntervalMs: 0, maxAttempts: 3, ...options },
     });

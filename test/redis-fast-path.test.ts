@@ -61,6 +61,7 @@ describe.skipIf(!postgresTarget || !redisUrl)('the Redis fast path (real Postgre
     registry = new Registry();
     redis = new Redis(redisUrl!);
     app = await startLedger({
+      testHooks: true,
       ledgerSchema: t.appSchema,
       inbox: {
         db: pool,
@@ -288,6 +289,7 @@ describe.skipIf(!postgresTarget || !redisUrl)('when Redis goes away or slows dow
     proxy = await startTcpProxy(redisPort);
     registry = new Registry();
     app = await startLedger({
+      testHooks: true,
       ledgerSchema: t.appSchema,
       inbox: {
         db: t.db,

@@ -1,41 +1,76 @@
 import { createServer, type Server } from 'node:http';
-import express from 'express';
+import express, { type NextFunction, type Request, type Response } from 'express';
 import { inbox as inboxMiddleware } from '../../adapters/express.js';
 import type { Inbox } from '../../src/index.js';
+import { checkAccountKey, ledgerProblem, notFound, type Problem, problemForError } from './http-problems.js';
 import { type Ledger, metricsRegistry, parseFailNext } from './ledger.js';
+
+export interface LedgerAppOptions {
+  /** Serve POST /fail-next (a test hook). @defaultValue false */
+  testHooks?: boolean;
+}
+
+function sendProblem(res: Response, p: Problem): void {
+  res.status(p.status).set(p.headers).send(JSON.stringify(p.body));
+}
 
 /**
  * The ledger over Express: POST /webhooks behind the inbox (and GET /webhooks/health),
- * GET /accounts/:key, GET /health, and GET /metrics when the inbox has a metrics registry.
+ * GET /accounts/:key, GET /health, GET /metrics when the inbox has a metrics registry, and
+ * POST /fail-next with `testHooks`. Every error, on every route, is problem+json.
  */
-export function expressApp(inbox: Inbox, ledger: Ledger) {
+export function expressApp(inbox: Inbox, ledger: Ledger, options: LedgerAppOptions = {}) {
   const app = express();
   app.use('/webhooks', inboxMiddleware(inbox));
-  app.get('/accounts/:key', async (req, res) => {
-    res.json(await ledger.account(await inbox.kysely(), req.params.key));
-  });
-  app.post('/fail-next', express.json(), (req, res) => {
-    const failNext = parseFailNext(req.body);
-    if (!failNext) {
-      res.status(400).json({ error: 'body must be {"key": string, "times"?: integer}' });
-      return;
+  app.get('/accounts/:key', async (req, res, next) => {
+    const bad = checkAccountKey(req.params.key);
+    if (bad) return sendProblem(res, bad);
+    try {
+      res.json(await ledger.account(await inbox.kysely(), req.params.key));
+    } catch (err) {
+      next(err);
     }
-    ledger.failNext.set(failNext.key, failNext.times);
-    res.json(failNext);
   });
+  if (options.testHooks) {
+    app.post('/fail-next', express.json(), (req, res) => {
+      const failNext = parseFailNext(req.body);
+      if (!failNext) {
+        sendProblem(
+          res,
+          ledgerProblem(400, 'body must be {"key": string, "times"?: integer}', { field: 'body' }),
+        );
+        return;
+      }
+      ledger.failNext.set(failNext.key, failNext.times);
+      res.json(failNext);
+    });
+  }
   app.get('/health', (_req, res) => {
     res.json({ ok: true });
   });
   // The registry given as the inbox's `metrics` option, in Prometheus text format.
   const registry = metricsRegistry(inbox);
   if (registry) {
-    app.get('/metrics', async (_req, res) => {
-      res.type(registry.contentType).send(await registry.metrics());
+    app.get('/metrics', async (_req, res, next) => {
+      try {
+        res.type(registry.contentType).send(await registry.metrics());
+      } catch (err) {
+        next(err);
+      }
     });
   }
+  app.use((_req: Request, res: Response) => sendProblem(res, notFound()));
+  // Express's default handler writes HTML with the stack; this one writes problem+json.
+  app.use((err: unknown, _req: Request, res: Response, _next: NextFunction) =>
+    sendProblem(res, problemForError(err)),
+  );
   return app;
 }
 
-export async function expressServer(inbox: Inbox, ledger: Ledger): Promise<Server> {
-  return createServer(expressApp(inbox, ledger));
+export async function expressServer(
+  inbox: Inbox,
+  ledger: Ledger,
+  options: LedgerAppOptions = {},
+): Promise<Server> {
+  return createServer(expressApp(inbox, ledger, options));
 }

@@ -4,7 +4,8 @@
  * embedded PGlite when absent), FRAMEWORK (express | koa | fastify),
  * GAP_TIMEOUT_MS, SWEEP_INTERVAL_MS, REDIS_URL (turns the Redis fast path for duplicates on),
  * WEBHOOK_SECRET (Standard Webhooks verification, `whsec_…`),
- * INBOX_MODE (inline | deferred), HANDLER_DELAY_MS (a slow handler: each run waits this long), WORKERS.
+ * INBOX_MODE (inline | deferred), HANDLER_DELAY_MS (a slow handler: each run waits this long), WORKERS,
+ * LEDGER_TEST_HOOKS=1 (serve POST /fail-next, which makes the handler throw: never in production).
  * GET /metrics serves the inbox's Prometheus metrics (and Node's own).
  */
 import { collectDefaultMetrics, Registry } from 'prom-client';

@@ -8,12 +8,14 @@ import {
   standardWebhooks,
   type Verify,
 } from '../../src/index.js';
+import { testHooksFromEnv } from './http-problems.js';
 import { Ledger } from './ledger.js';
 
 export type Framework = 'express' | 'koa' | 'fastify';
 
 /** One HTTP server per framework, each serving the same ledger contract. Loaded on demand. */
-const SERVERS: Record<Framework, () => Promise<(inbox: Inbox, ledger: Ledger) => Promise<Server>>> = {
+type ServerFactory = (inbox: Inbox, ledger: Ledger, options: { testHooks?: boolean }) => Promise<Server>;
+const SERVERS: Record<Framework, () => Promise<ServerFactory>> = {
   express: async () => (await import('./app-express.js')).expressServer,
   koa: async () => (await import('./app-koa.js')).koaServer,
   fastify: async () => (await import('./app-fastify.js')).fastifyServer,
@@ -38,6 +40,8 @@ export interface LedgerServerOptions {
   wrapHandler?: (handle: Handler) => Handler;
   /** Every handler run first waits this long (a slow handler). @defaultValue 0 */
   handlerDelayMs?: number;
+  /** Serve POST /fail-next, a test hook anyone could call. @defaultValue LEDGER_TEST_HOOKS=1 */
+  testHooks?: boolean;
 }
 
 export interface LedgerServer {
@@ -58,7 +62,8 @@ export async function startLedger(options: LedgerServerOptions = {}): Promise<Le
   const inbox = createInbox({ ...options.inbox, handle });
   try {
     await ledger.setup(await inbox.kysely());
-    const server = await (await SERVERS[framework]())(inbox, ledger);
+    const testHooks = options.testHooks ?? testHooksFromEnv();
+    const server = await (await SERVERS[framework]())(inbox, ledger, { testHooks });
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject);
       server.listen(options.port ?? 0, options.host ?? '127.0.0.1', resolve);
