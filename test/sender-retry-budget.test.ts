@@ -244,6 +244,16 @@ describe('9. the memory store does not grow without bound', () => {
     expect(await sender.send({ id: 'e0', body: {} })).toMatchObject({ status: 'delivered' });
     expect(s.arrivals.map((a) => a.id)).toEqual([...Array.from({ length: 10 }, (_, i) => `e${i}`), 'e0']);
   });
+
+  it('forgets delivered ids after retentionMs, pruning in the background', async () => {
+    const s = await server(() => ({ status: 200 }));
+    sender = createSender({ endpoint: s.url, retentionMs: 0 });
+    for (let i = 0; i < 3; i++) await sender.send({ id: `p${i}`, body: {} });
+    // The dispatcher prunes at most once a second: wait for it, however long the machine takes.
+    while (sender.stats().pruned < 3) await new Promise((resolve) => setTimeout(resolve, 50));
+    expect(await sender.send({ id: 'p0', body: {} })).toMatchObject({ status: 'delivered' });
+    expect(s.arrivals.map((a) => a.id)).toEqual(['p0', 'p1', 'p2', 'p0']);
+  });
 });
 
 describe('10. headers fetch refuses are refused at enqueue', () => {

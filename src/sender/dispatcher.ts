@@ -144,7 +144,9 @@ export class Dispatcher {
   #maybePrune(store: SenderStore): void {
     const now = Date.now();
     if (this.#pruning || now < this.#nextPruneAt) return;
-    this.#nextPruneAt = now + Math.max(1, Math.min(PRUNE_EVERY_MS, this.#o.retentionMs));
+    // A short retention prunes more often, but never more than once a second (the loop's wait
+    // includes the next prune: a retention of 0 must not turn it into a spin).
+    this.#nextPruneAt = now + Math.min(PRUNE_EVERY_MS, Math.max(1000, this.#o.retentionMs));
     this.#pruning = true;
     store
       .prune(this.#o.retentionMs)
