@@ -10,7 +10,10 @@
  * // POST /webhooks is a delivery; GET /webhooks/health answers inbox.health() (200, or 503
  * // when Postgres does not answer); other methods on /webhooks are 405; the rest of the app
  * // is untouched.
- * ```
+ * ``` *
+ * Slow senders: the inbox reads a body for at most `bodyTimeoutMs` (then 408); the time before
+ * the request reaches the middleware is the Node server's. Set `server.headersTimeout` and
+ * `server.requestTimeout` (default 300 s) a little above `bodyTimeoutMs` (docs/mounting.md).
  */
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
 import { RawBodyUnavailableError } from '../src/errors.js';

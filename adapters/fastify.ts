@@ -15,6 +15,10 @@
  * the prefix of the context it is registered in otherwise (the same rule as the Express and
  * Koa adapters).
  *
+ * Slow senders: the inbox reads a body for at most `bodyTimeoutMs` (then 408); the time before
+ * the request reaches the route is Fastify's. Its `requestTimeout` and `connectionTimeout`
+ * options (0, none, by default) should be set a little above `bodyTimeoutMs` (docs/mounting.md).
+ *
  * Two layers, on purpose. The outer plugin is wrapped with fastify-plugin (name, `fastify: '5.x'`)
  * so that `app.webhookInbox` and the `onClose` hook reach the app that registered it. The
  * route lives in an inner, encapsulated plugin: its catch-all content-type parser (which

@@ -11,7 +11,10 @@
  * // on /webhooks are 405, and every other request goes on to the rest of the app.
  * // With @koa/router: router.post('/webhooks', inbox({ db, handle: applyEvent }))
  * // (and router.get('/webhooks/health', same middleware) for the probe).
- * ```
+ * ``` *
+ * Slow senders: the inbox reads a body for at most `bodyTimeoutMs` (then 408); the time before
+ * the request reaches the middleware is the Node server's. Set `server.headersTimeout` and
+ * `server.requestTimeout` (default 300 s) a little above `bodyTimeoutMs` (docs/mounting.md).
  */
 import type { Context, Middleware, Next } from 'koa';
 import { RawBodyUnavailableError } from '../src/errors.js';

@@ -57,6 +57,12 @@ export interface InboxOptions<TBody = any> {
   /** Largest body accepted, in bytes; larger is 413. @defaultValue 1048576 */
   maxBodyBytes?: number;
   /**
+   * How long the whole body may take to arrive, from the moment the adapter hands the request
+   * over; slower is 408 (and the connection is closed). A slow sender holds no in-flight slot
+   * (`maxInFlight`) while the inbox waits for its first bytes. @defaultValue 5000
+   */
+  bodyTimeoutMs?: number;
+  /**
    * How bodies reach the handler: `'auto'` parses JSON when the content type says JSON
    * (bad JSON is 400) and passes other bodies as a Buffer; `'json'` requires JSON;
    * `'raw'` always passes the Buffer. @defaultValue 'auto'
@@ -67,6 +73,13 @@ export interface InboxOptions<TBody = any> {
    * before answering 409 with Retry-After. @defaultValue 5000
    */
   lockTimeoutMs?: number;
+  /**
+   * A delivery that finds its id (or its ordering key) being processed by another delivery:
+   * `'wait'` for it up to `lockTimeoutMs`, then answer what it decided (or 409); `'reject'`
+   * answers 409 with Retry-After at once (a sender that retries in parallel gets its answer
+   * without tying up a connection). @defaultValue 'wait'
+   */
+  onInFlight?: 'wait' | 'reject';
   /** Keep the payload of processed events (for audit or replay). @defaultValue false */
   keepPayload?: boolean;
   /** First expected seq of a new key: 1, or the seq of the first event seen. @defaultValue 1 */
@@ -192,8 +205,10 @@ export interface ResolvedOptions {
   readonly headers: { readonly id: string; readonly key: string; readonly seq: string };
   readonly idFromBody: boolean;
   readonly maxBodyBytes: number;
+  readonly bodyTimeoutMs: number;
   readonly parse: 'auto' | 'json' | 'raw';
   readonly lockTimeoutMs: number;
+  readonly onInFlight: 'wait' | 'reject';
   readonly keepPayload: boolean;
   readonly firstSeq: 1 | 'first-seen';
   readonly maxHeldPerKey: number;
@@ -452,8 +467,10 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
     headers,
     idFromBody: bool(o, 'idFromBody', false),
     maxBodyBytes: integer(o, 'maxBodyBytes', 1024 * 1024, 1, 256 * 1024 * 1024),
+    bodyTimeoutMs: integer(o, 'bodyTimeoutMs', 5000, 1, 3_600_000),
     parse: oneOf(o, 'parse', ['auto', 'json', 'raw'] as const),
     lockTimeoutMs: integer(o, 'lockTimeoutMs', 5000, 1, 600_000),
+    onInFlight: oneOf(o, 'onInFlight', ['wait', 'reject'] as const),
     keepPayload: bool(o, 'keepPayload', false),
     firstSeq,
     maxHeldPerKey: integer(o, 'maxHeldPerKey', 1000, 1, 1_000_000),

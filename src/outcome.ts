@@ -74,7 +74,8 @@ export function problem(
   const { retryAfterSeconds, ...members } = extra;
   const headers: Record<string, string> = { 'content-type': 'application/problem+json; charset=utf-8' };
   if (retryAfterSeconds !== undefined) headers['retry-after'] = String(retryAfterSeconds);
-  if (status === 413) headers.connection = 'close';
+  // The rest of the body is not read: the connection cannot carry another request.
+  if (status === 413 || status === 408) headers.connection = 'close';
   return {
     kind,
     status,

@@ -9,6 +9,7 @@
  * and receives them).
  */
 import { randomBytes } from 'node:crypto';
+import { once } from 'node:events';
 import { request } from 'node:http';
 import { connect } from 'node:net';
 import { sql } from 'kysely';
@@ -239,5 +240,117 @@ describe.each(FRAMEWORKS)('hostile senders through %s', (framework) => {
       expect(next.json).toMatchObject({ status: 'held' });
       expect(await balance(key)).toBe(0);
     });
+  });
+
+  describe('slow senders and concurrent duplicates', () => {
+    let slow: LedgerServer;
+    let gate: { id: string; entered: () => void; release: Promise<void> } | undefined;
+    const slowSchemas = { inbox: uniqueName('wi'), ledger: uniqueName('app') };
+    beforeAll(async () => {
+      slow = await startLedger({
+        framework,
+        ledgerSchema: slowSchemas.ledger,
+        inbox: {
+          db: db.db,
+          schema: slowSchemas.inbox,
+          sweepIntervalMs: 0,
+          maxInFlight: 1,
+          bodyTimeoutMs: 300,
+          onInFlight: 'reject',
+          // Long enough that waiting for the lock could not pass for an answer at once.
+          lockTimeoutMs: 60_000,
+        },
+        wrapHandler: (handle) => async (event, ctx) => {
+          if (gate && event.id === gate.id) {
+            gate.entered();
+            await gate.release;
+          }
+          return handle(event, ctx);
+        },
+      });
+    });
+    afterAll(async () => {
+      if (!slow) return;
+      const k = await slow.inbox.kysely();
+      await sql`drop schema if exists ${sql.id(slowSchemas.inbox)}, ${sql.id(slowSchemas.ledger)} cascade`.execute(
+        k,
+      );
+      await slow.close();
+    });
+
+    /** Opens a delivery by hand that declares `declared` bytes and sends only `sent` of them. */
+    async function trickle(declared: number, sent: string) {
+      const { port } = new URL(slow.url);
+      const socket = connect(Number(port), '127.0.0.1');
+      await once(socket, 'connect');
+      socket.write(
+        `POST /webhooks HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n` +
+          `Idempotency-Key: ${uid('slow')}\r\nContent-Length: ${declared}\r\n\r\n${sent}`,
+      );
+      const chunks: Buffer[] = [];
+      socket.on('data', (c: Buffer) => chunks.push(c));
+      const closed = once(socket, 'close').then(() => Buffer.concat(chunks).toString('utf8'));
+      return { closed, socket };
+    }
+
+    test('a sender that sends headers and no body holds no in-flight slot, and gets 408', async () => {
+      const stalled = await trickle(40, '');
+      // maxInFlight is 1: were the stalled request counted, this would be 503.
+      const key = uid('acct');
+      const r = await send(slow.url, { 'idempotency-key': uid('evt'), 'x-key': key, 'x-seq': '1' }, body(2));
+      expect(r.status, JSON.stringify(r.json)).toBe(200);
+      const response = await stalled.closed;
+      expect(response).toMatch(/^HTTP\/1\.1 408 /);
+      expect(response).toMatch(/connection: close/i);
+      expect(response).toMatch(/"field":"body"/);
+    });
+
+    test('a body trickled past bodyTimeoutMs is 408, nothing stored', async () => {
+      const stalled = await trickle(40, '{"amo');
+      const response = await stalled.closed;
+      expect(response).toMatch(/^HTTP\/1\.1 408 /);
+      expect(response).toMatch(/application\/problem\+json/);
+    });
+
+    test("onInFlight 'reject': a duplicate of a delivery still in its handler is 409 at once", async () => {
+      const id = uid('evt');
+      let entered!: () => void;
+      const inHandler = new Promise<void>((resolve) => {
+        entered = resolve;
+      });
+      let release!: () => void;
+      gate = { id, entered, release: new Promise<void>((resolve) => (release = resolve)) };
+      const first = send(slow.url, { 'idempotency-key': id }, body(1));
+      await inHandler;
+      // maxInFlight is 1 and taken by the first delivery: raise it for this one request.
+      const second = await slowSecond(id);
+      expect(second.status, JSON.stringify(second.json)).toBe(409);
+      expect(second.json).toMatchObject({ status: 409 });
+      release();
+      expect((await first).json).toMatchObject({ status: 'processed', id });
+      expect((await send(slow.url, { 'idempotency-key': id }, body(1))).json).toMatchObject({
+        status: 'duplicate',
+      });
+    });
+
+    /** The duplicate goes to a second app on the same tables, so that maxInFlight 1 does not shed it. */
+    async function slowSecond(id: string): Promise<Reply> {
+      const other = await startLedger({
+        framework,
+        ledgerSchema: slowSchemas.ledger,
+        inbox: {
+          db: db.another(),
+          schema: slowSchemas.inbox,
+          sweepIntervalMs: 0,
+          onInFlight: 'reject',
+          lockTimeoutMs: 60_000,
+        },
+      });
+      try {
+        return await send(other.url, { 'idempotency-key': id }, body(1));
+      } finally {
+        await other.close();
+      }
+    }
   });
 });

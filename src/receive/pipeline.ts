@@ -32,7 +32,7 @@ import type { ClaimRow } from '../sql/claim.js';
 import type { TakenEvent } from '../sql/taken-event.js';
 import { inSpan, parentOf, recordError, SpanAttributes } from '../tracing.js';
 import { type ParsedDelivery, parseDelivery } from './delivery.js';
-import { type BodyStream, readRawBody } from './raw-body.js';
+import { type BodyStream, startBodyRead } from './raw-body.js';
 import type { Delivery } from './request.js';
 import * as respond from './respond.js';
 import { type VerifiedDelivery, verifyDelivery } from './verify.js';
@@ -61,22 +61,29 @@ async function admitted(rt: Runtime, receive: () => Promise<Outcome>): Promise<O
   }
 }
 
-/** A delivery whose body is still a stream (what the adapters have): read it, bounded by `maxBodyBytes`. */
-export function receiveStream(
+/**
+ * A delivery whose body is still a stream (what the adapters have): read it, bounded by
+ * `maxBodyBytes` and `bodyTimeoutMs`. The first bytes are awaited before the delivery counts
+ * as in flight: a sender that opens a request and sends nothing holds no slot (its wait is
+ * bounded by `bodyTimeoutMs`, then 408).
+ */
+export async function receiveStream(
   rt: Runtime,
   bg: Background,
   headers: Delivery['headers'],
   stream: BodyStream,
 ): Promise<Outcome> {
+  const length = headers['content-length'];
+  const reading = startBodyRead(stream, {
+    maxBytes: rt.options.maxBodyBytes,
+    timeoutMs: rt.options.bodyTimeoutMs,
+    declaredLength: typeof length === 'string' ? length : length?.[0],
+  });
+  await reading.started;
   return admitted(rt, async () => {
     let rawBody: Buffer;
     try {
-      const length = headers['content-length'];
-      rawBody = await readRawBody(
-        stream,
-        rt.options.maxBodyBytes,
-        typeof length === 'string' ? length : length?.[0],
-      );
+      rawBody = await reading.body;
     } catch (err) {
       if (err instanceof InvalidDeliveryError)
         return observed(rt, undefined, { parent: undefined }, respond.invalid(err));
@@ -206,7 +213,9 @@ async function claimAndApply(
             firstSeen: o.firstSeq === 'first-seen',
             maxHeld: o.maxHeldPerKey,
             maxAhead: o.maxSeqAhead,
-            lockTimeout: rt.lockTimeout,
+            // onInFlight 'reject': a delivery that finds its id or key locked gives up at once
+            // (Postgres has no zero lock_timeout; 0 means none), answered 409 like a timeout.
+            lockTimeout: o.onInFlight === 'reject' ? '1ms' : rt.lockTimeout,
           }),
         );
         if (claim.decision !== 'apply') return { claim };
