@@ -46,6 +46,8 @@ interface Lane {
   readonly queue: Entry[];
   /** Bumped whenever the lane is rescheduled: timer entries of an older version are stale. */
   version: number;
+  /** Its current schedule is an entry in the timer heap. */
+  timed: boolean;
 }
 
 interface Timer {
@@ -54,9 +56,20 @@ interface Timer {
   readonly version: number;
 }
 
-/** A binary min-heap of timers by due time. */
+/**
+ * A binary min-heap of timers by due time. Entries are not removed when their lane is
+ * rescheduled (most leases end with a completion long before they expire): they go stale, and
+ * the heap is rebuilt without them once they outnumber the live ones.
+ */
 class TimerHeap {
-  readonly #items: Timer[] = [];
+  #items: Timer[] = [];
+
+  /** Keeps only the entries `live` accepts, in heap order. */
+  compact(live: (t: Timer) => boolean): void {
+    const kept = this.#items.filter(live);
+    this.#items = [];
+    for (const t of kept) this.push(t);
+  }
 
   get size(): number {
     return this.#items.length;
@@ -106,6 +119,8 @@ export class MemoryStore implements SenderStore {
   /** Lanes whose head may be claimed now; a Set keeps the order they became ready (fairness). */
   readonly #ready = new Set<Lane>();
   readonly #timers = new TimerHeap();
+  /** Lanes whose current schedule is in the heap (the heap's other entries are stale). */
+  #timed = 0;
   /** Lanes whose head is dead-lettered (for `outstanding` without a scan). */
   readonly #blocked = new Set<Lane>();
   /** Events in line (dead letters too), by id. */
@@ -152,7 +167,7 @@ export class MemoryStore implements SenderStore {
     const laneId = laneOf(event.key, event.id);
     let lane = this.#lanes.get(laneId);
     if (!lane) {
-      lane = { id: laneId, queue: [], version: 0 };
+      lane = { id: laneId, queue: [], version: 0, timed: false };
       this.#lanes.set(laneId, lane);
     }
     lane.queue.push(entry);
@@ -163,6 +178,10 @@ export class MemoryStore implements SenderStore {
   /** Puts the lane where its head says: ready, on a timer, or nowhere. */
   #schedule(lane: Lane): void {
     lane.version++;
+    if (lane.timed) {
+      lane.timed = false;
+      this.#timed--;
+    }
     this.#ready.delete(lane);
     this.#blocked.delete(lane);
     const head = lane.queue[0];
@@ -175,8 +194,16 @@ export class MemoryStore implements SenderStore {
       return;
     }
     const at = head.token !== null ? head.leaseUntil : head.runAt;
-    if (at <= this.#now()) this.#ready.add(lane);
-    else this.#timers.push({ at, lane, version: lane.version });
+    if (at <= this.#now()) {
+      this.#ready.add(lane);
+      return;
+    }
+    this.#timers.push({ at, lane, version: lane.version });
+    lane.timed = true;
+    this.#timed++;
+    if (this.#timers.size > 1024 && this.#timers.size > 2 * this.#timed) {
+      this.#timers.compact((t) => t.version === t.lane.version);
+    }
   }
 
   /** Moves lanes whose timer has fallen due to the ready set; an expired lease frees its head. */
