@@ -102,11 +102,12 @@ describe('Retry-After', () => {
     sender = createSender({ endpoint: server.url, maxRetryAfterMs: 1500, breaker: false });
     sender.on('retry', (r) => retries.push(r));
     expect(await sender.send({ body: {} })).toMatchObject({ status: 'delivered', attempts: 3 });
-    // The date is ~2 s ahead (whole seconds), clamped to 1.5 s; then up to a quarter more.
+    // The date is ~2 s ahead (whole seconds), clamped to 1.5 s; then a spread of up to a
+    // quarter of it or `baseMs` (500 ms by default), whichever is larger.
     expect(retries[0].delayMs).toBeGreaterThan(900);
-    expect(retries[0].delayMs).toBeLessThan(1500 * 1.25);
+    expect(retries[0].delayMs).toBeLessThan(1500 + 500);
     expect(retries[1].delayMs).toBeGreaterThanOrEqual(1500);
-    expect(retries[1].delayMs).toBeLessThan(1500 * 1.25);
+    expect(retries[1].delayMs).toBeLessThan(1500 + 500);
   });
 
   it('parses both forms and ignores garbage', () => {

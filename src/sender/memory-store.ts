@@ -11,7 +11,9 @@
  * Ids are remembered so an id enqueued twice is stored once: while the event is in line, and
  * after delivery for `retentionMs` and at most `rememberIds` of them (the oldest are forgotten
  * first). That bounds the memory a long-running sender keeps; an id enqueued again after it was
- * forgotten is sent again (the consumer's inbox answers it as a duplicate).
+ * forgotten is sent again (the consumer's inbox answers it as a duplicate). What stays for good
+ * is one number per key, its next seq: forgetting it would restart the key at seq 1, which the
+ * consumer has already seen.
  */
 import { randomUUID } from 'node:crypto';
 import { seqNotAfterError } from './event.js';
