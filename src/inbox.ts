@@ -24,7 +24,7 @@ import type {
 } from './operations/index.js';
 import { type InboxOptions, type ResolvedOptions, resolveOptions } from './options.js';
 import type { Outcome } from './outcome.js';
-import { receive, receiveStream } from './receive/pipeline.js';
+import { deliveriesSettled, receive, receiveStream } from './receive/pipeline.js';
 import type { BodyStream } from './receive/raw-body.js';
 import type { Delivery } from './receive/request.js';
 import { outcomeForError } from './receive/respond.js';
@@ -128,10 +128,23 @@ export class Inbox {
     return this.#background.idle();
   }
 
-  /** Stops the sweeper and workers, waits for drains in flight, and closes what the inbox opened. */
+  /**
+   * Shuts the inbox down, in order: takes no new delivery (one that arrives now is 503 +
+   * Retry-After, reason `closing`: close the HTTP server first, see docs/operations.md);
+   * waits for the deliveries in flight to be answered (each bounded by `handlerTimeoutMs` and
+   * `lockTimeoutMs`: a handler past its timeout is rolled back); stops the sweeper and the
+   * workers, whose handler runs finish or roll back; waits for drains and Redis writes; then
+   * closes what the inbox opened (its pool, its Redis client). Nothing taken is lost: an event
+   * not yet applied stays pending or held for another instance, or for this one's next start.
+   *
+   * ```ts
+   * process.once('SIGTERM', () => server.close(() => inbox.close().then(() => process.exit(0))));
+   * ```
+   */
   async close(): Promise<void> {
     if (this.#rt.closing) return;
     this.#rt.closing = true;
+    await deliveriesSettled(this.#rt);
     await this.#background.close();
     await this.#rt.close();
   }

@@ -130,6 +130,7 @@ async function serve(
     inbox: server.inbox,
     ledger: server.ledger,
     server: server.server,
+    shutdown: () => server.shutdown(),
     close: async () => {
       await sql`drop schema if exists ${sql.id(schema)}, ${sql.id(ledgerSchema)} cascade`.execute(
         await server.inbox.kysely(),

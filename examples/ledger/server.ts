@@ -61,8 +61,17 @@ const ledger = await startLedger({
 console.log(
   `ledger listening on ${ledger.url} (${process.env.DATABASE_URL ? 'PostgreSQL' : 'embedded PGlite'}, ${ledger.inbox.options.mode} mode${process.env.REDIS_URL ? ', Redis fast path on' : ''}${process.env.WEBHOOK_SECRET ? ', Standard Webhooks signatures required' : ''})`,
 );
+// Graceful: requests in flight are answered, handlers finish or roll back, workers and the
+// sweeper stop, then the process exits 0. A second signal exits at once.
 for (const signal of ['SIGINT', 'SIGTERM'] as const) {
   process.once(signal, () => {
-    ledger.close().then(() => process.exit(0));
+    ledger.shutdown().then(
+      () => process.exit(0),
+      (err) => {
+        console.error(`ledger: shutdown failed: ${err.message}`);
+        process.exit(1);
+      },
+    );
+    process.once(signal, () => process.exit(1));
   });
 }

@@ -49,7 +49,13 @@ export interface LedgerServer {
   readonly inbox: Inbox;
   readonly ledger: Ledger;
   readonly server: Server;
+  /** Stops at once: open connections are cut (tests). */
   close(): Promise<void>;
+  /**
+   * Stops gracefully (SIGTERM): no new connection, requests in flight are answered (with
+   * `Connection: close`), then `inbox.close()` and the last idle connections.
+   */
+  shutdown(): Promise<void>;
 }
 
 /** Starts the ledger example: the inbox, its tables, the ledger's tables, and an HTTP server. */
@@ -69,6 +75,19 @@ export async function startLedger(options: LedgerServerOptions = {}): Promise<Le
       server.listen(options.port ?? 0, options.host ?? '127.0.0.1', resolve);
     });
     const { port } = server.address() as AddressInfo;
+    // Requests being answered, for a graceful shutdown; once stopping, each response closes
+    // its connection, so that a keep-alive sender cannot slip another request in.
+    let active = 0;
+    let stopping = false;
+    let onIdle: (() => void) | undefined;
+    server.on('request', (_req, res) => {
+      active++;
+      if (stopping) res.shouldKeepAlive = false;
+      res.once('close', () => {
+        active--;
+        if (active === 0) onIdle?.();
+      });
+    });
     return {
       url: `http://${options.host ?? '127.0.0.1'}:${port}`,
       inbox,
@@ -78,6 +97,18 @@ export async function startLedger(options: LedgerServerOptions = {}): Promise<Le
         server.closeAllConnections();
         await new Promise<void>((resolve) => server.close(() => resolve()));
         await inbox.close();
+      },
+      async shutdown() {
+        stopping = true;
+        const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+        // No new connection from here on; idle keep-alive connections close now.
+        server.closeIdleConnections();
+        while (active > 0) await new Promise<void>((resolve) => (onIdle = resolve));
+        // Every request taken has its answer; the inbox waits for its own deliveries, stops the
+        // workers and the sweeper, and closes its pool.
+        await inbox.close();
+        server.closeIdleConnections();
+        await closed;
       },
     };
   } catch (err) {

@@ -33,11 +33,13 @@ export function invalid(err: InvalidDeliveryError): Outcome {
 }
 
 /** 503 with Retry-After, nothing stored: the sender keeps the event and delivers it again later. */
-export function shed(reason: 'in-flight' | 'pool' | 'pending'): Outcome {
+export function shed(reason: 'in-flight' | 'pool' | 'pending' | 'closing'): Outcome {
   const detail =
     reason === 'pending'
       ? 'Too many events are waiting to be applied; deliver the event again later'
-      : 'Too many deliveries are in flight; deliver the event again later';
+      : reason === 'closing'
+        ? 'This instance is shutting down; deliver the event again'
+        : 'Too many deliveries are in flight; deliver the event again later';
   return problem(OutcomeKind.shed, 503, detail, { reason, retryAfterSeconds: reason === 'pending' ? 5 : 1 });
 }
 
