@@ -26,6 +26,10 @@ export interface InboxStats {
   oldestHeldAgeMs: number | null;
   blockedKeys: number;
   deadLetters: number;
+  /** Events waiting for a worker or a retry. */
+  pending: number;
+  /** How long the longest-blocked key has been blocked, in ms; null when none is. */
+  oldestBlockedAgeMs: number | null;
 }
 
 /** What the inbox reports; every method is cheap and synchronous. */
@@ -79,6 +83,9 @@ export const METRIC_NAMES = Object.freeze({
   sweeperErrors: 'webhook_inbox_sweeper_errors_total',
   redisFallbacks: 'webhook_inbox_redis_fallbacks_total',
   redisWriteErrors: 'webhook_inbox_redis_write_errors_total',
+  pendingEvents: 'webhook_inbox_pending_events',
+  oldestBlockedKeyAge: 'webhook_inbox_oldest_blocked_key_age_seconds',
+  databaseUp: 'webhook_inbox_database_up',
 } as const);
 
 type StatsSource = { source: string; stats: () => Promise<InboxStats> };
@@ -109,12 +116,16 @@ function define(client: any, registry: RegistryLike): Shared {
   // Gauges from a query: the gauges of one scrape share one query per inbox (they are
   // collected concurrently); the next scrape queries again.
   let inFlight: Promise<Map<string, InboxStats>> | undefined;
+  // Whether each source's last stats query answered: webhook_inbox_database_up.
+  const answered = new Map<string, boolean>();
   const read = (): Promise<Map<string, InboxStats>> => {
     if (inFlight) return inFlight;
     const values = Promise.all(
       [...sources].map(async (s) => [s.source, await s.stats().catch(() => undefined)] as const),
     ).then((rows) => {
       const bySource = new Map<string, InboxStats>();
+      answered.clear();
+      for (const [source, stats] of rows) answered.set(source, (answered.get(source) ?? true) && !!stats);
       for (const [source, stats] of rows) {
         // A failed query leaves the source out (its gauges keep their last value): a scrape
         // must not fail because the database is down.
@@ -128,6 +139,9 @@ function define(client: any, registry: RegistryLike): Shared {
                 oldestHeldAgeMs: Math.max(seen.oldestHeldAgeMs ?? 0, stats.oldestHeldAgeMs ?? 0) || null,
                 blockedKeys: seen.blockedKeys + stats.blockedKeys,
                 deadLetters: seen.deadLetters + stats.deadLetters,
+                pending: seen.pending + stats.pending,
+                oldestBlockedAgeMs:
+                  Math.max(seen.oldestBlockedAgeMs ?? 0, stats.oldestBlockedAgeMs ?? 0) || null,
               }
             : stats,
         );
@@ -197,6 +211,26 @@ function define(client: any, registry: RegistryLike): Shared {
         (s) => s.blockedKeys,
       ),
       deadLetterEvents: gauge(n.deadLetterEvents, 'Dead-lettered events stored now', (s) => s.deadLetters),
+      pendingEvents: gauge(n.pendingEvents, 'Events waiting for a worker or a retry', (s) => s.pending),
+      oldestBlockedKeyAge: gauge(
+        n.oldestBlockedKeyAge,
+        'How long the longest-blocked key has been blocked, in seconds (0 when none is)',
+        (s) => (s.oldestBlockedAgeMs === null ? 0 : s.oldestBlockedAgeMs / 1000),
+      ),
+      databaseUp: (() => {
+        const existing = registry.getSingleMetric(n.databaseUp);
+        if (existing) return existing;
+        return new client.Gauge({
+          name: n.databaseUp,
+          help: "1 when the inbox's stats query answered at the last scrape, 0 when it failed",
+          labelNames: ['source'],
+          registers: [registry],
+          async collect(this: any) {
+            await read();
+            for (const [source, up] of answered) this.set({ source }, up ? 1 : 0);
+          },
+        });
+      })(),
       gapTimeouts: metric('Counter', n.gapTimeouts, 'Gap timeouts, by action (skipped or blocked)', [
         'source',
         'action',

@@ -123,10 +123,11 @@ import { inbox as expressInbox } from 'webhook-inbox/express';
 import { inbox as fastifyInbox } from 'webhook-inbox/fastify';
 import { inbox as koaInbox } from 'webhook-inbox/koa';
 import { createSender } from 'webhook-inbox/sender';
+import { createConsole } from 'webhook-inbox/console';
 import * as testing from 'webhook-inbox/testing';
 
 const options: InboxOptions = { db: 'memory', handle: () => ({ ok: true }) };
-export const used = [createInbox, expressInbox, fastifyInbox, koaInbox, createSender, testing, options];
+export const used = [createInbox, expressInbox, fastifyInbox, koaInbox, createSender, createConsole, testing, options];
 `;
 const RESOLUTIONS = {
   node16: { module: 'Node16', moduleResolution: 'Node16' },
@@ -316,10 +317,10 @@ afterAll(async () => {
 });
 
 describe('the packed package', () => {
-  test('exports lists types first for ., ./express, ./koa and ./fastify, and ships what they point to', () => {
+  test('exports lists types first for ., ./express, ./koa, ./fastify and ./console, and ships what they point to', () => {
     const installed = join(scratch, 'consumer', 'node_modules', 'webhook-inbox');
     const manifest = JSON.parse(readFileSync(join(installed, 'package.json'), 'utf8'));
-    for (const subpath of ['.', './express', './koa', './fastify']) {
+    for (const subpath of ['.', './express', './koa', './fastify', './console']) {
       const entry = manifest.exports[subpath];
       expect(Object.keys(entry)[0], subpath).toBe('types');
       for (const file of Object.values(entry) as string[]) {

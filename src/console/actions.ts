@@ -1,0 +1,205 @@
+/**
+ * The console's POST actions: replay and skip dead letters (one or many), replay every dead
+ * letter a filter matches, unblock a key, skip what blocks a key. Each asks for a confirmation
+ * first (a page with the same form and `confirmed=yes`), then runs, logs who did it and what
+ * came of it, and shows the outcome item by item.
+ */
+import { OperationError } from '../errors.js';
+import type { ReplayResult } from '../operations/index.js';
+import type { ConsoleBackend, EventRef } from './backend.js';
+import { type DeadLetterFilterInput, parseDeadLetterFilter } from './filters.js';
+import { FormError } from './form-error.js';
+import { href } from './html.js';
+import type { ResolvedConsoleOptions } from './options.js';
+import { confirmPage, type PageContext, resultPage } from './pages.js';
+import type { Principal } from './security.js';
+
+/** The most events one console action handles (the CLI's `--all` goes further). */
+const MAX_TARGETS = 1000;
+
+export const ACTIONS = ['replay', 'replay-all', 'skip', 'unblock', 'skip-key'] as const;
+export type ActionName = (typeof ACTIONS)[number];
+
+function targetsOf(form: URLSearchParams): EventRef[] {
+  const values = form.getAll('target');
+  if (values.length === 0) throw new FormError('select at least one dead letter (field `target`)');
+  if (values.length > MAX_TARGETS)
+    throw new FormError(`at most ${MAX_TARGETS} dead letters at once (field \`target\`)`);
+  return values.map((value) => {
+    const slash = value.indexOf('/');
+    let ref: EventRef | undefined;
+    try {
+      if (slash > 0)
+        ref = {
+          source: decodeURIComponent(value.slice(0, slash)),
+          id: decodeURIComponent(value.slice(slash + 1)),
+        };
+    } catch {}
+    if (!ref || ref.id === '')
+      throw new FormError('field `target` must be `<source>/<id>`, each URI-encoded');
+    return ref;
+  });
+}
+
+function keyOf(form: URLSearchParams): { source: string; key: string } {
+  const source = form.get('source');
+  const key = form.get('key');
+  if (!source) throw new FormError('field `source` is required');
+  if (!key) throw new FormError('field `key` is required');
+  return { source, key };
+}
+
+function outcomeOf(err: unknown): string {
+  if (err instanceof OperationError) return `${err.code}: ${err.message}`;
+  throw err;
+}
+
+function replayOutcome(r: ReplayResult): string {
+  return r.status && r.outcome === 'requeued' ? `requeued (now ${r.status})` : r.outcome;
+}
+
+export async function runAction(
+  name: ActionName,
+  form: URLSearchParams,
+  ctx: PageContext,
+  principal: Principal,
+  backend: ConsoleBackend,
+  options: ResolvedConsoleOptions,
+): Promise<string> {
+  const confirmed = form.get('confirmed') === 'yes';
+  const log = (details: object) =>
+    options.logger.info(
+      { console: name, who: principal.name, ...details },
+      `webhook-inbox console: ${name} by ${principal.name}`,
+    );
+  const eventLink = (r: { source: string | null; id: string }) =>
+    r.source === null ? undefined : href(ctx.base, 'events', r.source, r.id);
+
+  switch (name) {
+    case 'replay': {
+      const targets = targetsOf(form);
+      const items = targets.map((t) => `${t.source}/${t.id}`);
+      if (!confirmed) {
+        return confirmPage(
+          ctx,
+          name,
+          `Replay ${targets.length} dead letter${targets.length === 1 ? '' : 's'}? ${ctx.appliesHere ? 'The handler applies them now.' : "The application's sweeper applies them."}`,
+          items,
+          form.getAll('target').map((t) => ['target', t]),
+        );
+      }
+      const results = await backend.replay(targets);
+      log({
+        targets: items,
+        outcomes: results.map((r) => ({ id: r.id, outcome: r.outcome, status: r.status })),
+      });
+      return resultPage(
+        ctx,
+        'Replayed',
+        results.map((r) => ({
+          item: `${r.source ?? '?'}/${r.id}`,
+          outcome: replayOutcome(r),
+          link: eventLink(r),
+        })),
+      );
+    }
+    case 'replay-all': {
+      const filter: DeadLetterFilterInput = parseDeadLetterFilter(form);
+      const ops = await backend.ops();
+      const selection = { all: true as const, ...filter.filter, limit: MAX_TARGETS };
+      const fields = Object.entries(filter.query).filter(([, v]) => v !== undefined) as Array<
+        [string, string]
+      >;
+      if (!confirmed) {
+        const wouldBe = await ops.replay(selection, { dryRun: true });
+        const requeued = wouldBe.filter((r) => r.outcome === 'requeued');
+        return confirmPage(
+          ctx,
+          name,
+          `Replay the ${requeued.length} dead letter${requeued.length === 1 ? '' : 's'} matching this filter (${wouldBe.length - requeued.length} cannot be replayed)?`,
+          wouldBe.map(
+            (r) => `${r.source}/${r.id}: ${r.outcome === 'requeued' ? 'would be re-queued' : r.outcome}`,
+          ),
+          fields,
+        );
+      }
+      const dead = await ops.deadLetters(selection);
+      const results = await backend.replay(dead.map((d) => ({ source: d.source, id: d.id })));
+      log({
+        filter: filter.query,
+        outcomes: results.map((r) => ({ id: r.id, outcome: r.outcome, status: r.status })),
+      });
+      return resultPage(
+        ctx,
+        'Replayed',
+        results.map((r) => ({
+          item: `${r.source ?? '?'}/${r.id}`,
+          outcome: replayOutcome(r),
+          link: eventLink(r),
+        })),
+      );
+    }
+    case 'skip': {
+      const targets = targetsOf(form);
+      const items = targets.map((t) => `${t.source}/${t.id}`);
+      if (!confirmed) {
+        return confirmPage(
+          ctx,
+          name,
+          `Skip ${targets.length} dead letter${targets.length === 1 ? '' : 's'}? Each key moves past the seq for good; the dead letter stays as the record.`,
+          items,
+          form.getAll('target').map((t) => ['target', t]),
+        );
+      }
+      const rows: Array<{ item: string; outcome: string; link?: string }> = [];
+      for (const t of targets) {
+        let outcome: string;
+        try {
+          const r = await backend.skip(t);
+          outcome = `skipped seq ${r.fromSeq === r.toSeq ? r.fromSeq : `${r.fromSeq}–${r.toSeq}`} of ${r.key}; it waits for ${r.nextSeq}`;
+        } catch (err) {
+          outcome = outcomeOf(err);
+        }
+        rows.push({ item: `${t.source}/${t.id}`, outcome, link: eventLink(t) });
+      }
+      log({ targets: items, outcomes: rows.map((r) => r.outcome) });
+      return resultPage(ctx, 'Skipped', rows);
+    }
+    case 'unblock':
+    case 'skip-key': {
+      const { source, key } = keyOf(form);
+      if (!confirmed) {
+        const question =
+          name === 'unblock'
+            ? `Unblock key ${key}? Its cursor stays where it is; what waits at it is applied.`
+            : `Skip what blocks key ${key}? The blocked seqs become a gap for good; what is held behind them drains.`;
+        return confirmPage(
+          ctx,
+          name,
+          question,
+          [`${source}/${key}`],
+          [
+            ['source', source],
+            ['key', key],
+          ],
+        );
+      }
+      let outcome: string;
+      try {
+        if (name === 'unblock') {
+          const k = await backend.unblock(key, source);
+          outcome = `unblocked; ${k.state}, waits for seq ${k.nextSeq}`;
+        } else {
+          const r = await backend.skip({ key, source });
+          outcome = `skipped seq ${r.fromSeq === r.toSeq ? r.fromSeq : `${r.fromSeq}–${r.toSeq}`}; it waits for ${r.nextSeq}`;
+        }
+      } catch (err) {
+        outcome = outcomeOf(err);
+      }
+      log({ source, key, outcome });
+      return resultPage(ctx, name === 'unblock' ? 'Unblocked' : 'Skipped', [
+        { item: `${source}/${key}`, outcome, link: href(ctx.base, 'keys', source, key) },
+      ]);
+    }
+  }
+}

@@ -1,0 +1,65 @@
+/**
+ * What the console reads and does, over either an inbox (actions drain at once, in this
+ * process) or handler-free operations (the application's sweeper applies replays). Reads go
+ * through `Operations`; the one query of its own is the overview's events per minute.
+ */
+import { sql } from 'kysely';
+import type { Inbox } from '../inbox.js';
+import type { KeySummary, Operations, ReplayResult, SkipResult } from '../operations/index.js';
+import type { ResolvedConsoleOptions } from './options.js';
+
+export interface EventRef {
+  readonly source: string;
+  readonly id: string;
+}
+
+export interface ConsoleBackend {
+  /** Whether actions are applied here and now (an inbox), or re-queued for the application. */
+  readonly appliesHere: boolean;
+  ops(): Promise<Operations>;
+  replay(targets: readonly EventRef[]): Promise<ReplayResult[]>;
+  skip(target: EventRef | { key: string; source: string }): Promise<SkipResult>;
+  unblock(key: string, source: string): Promise<KeySummary>;
+  /** Events processed in each of the last 60 minutes, oldest first (60 numbers). */
+  processedPerMinute(): Promise<number[]>;
+}
+
+function inboxBackend(inbox: Inbox): ConsoleBackend {
+  const ops = () => inbox.operations();
+  return {
+    appliesHere: true,
+    ops,
+    replay: (targets) => inbox.replay(targets.map((t) => t.id)),
+    skip: (target) => inbox.skip('id' in target ? { id: target.id } : { key: target.key }),
+    unblock: (key) => inbox.unblock(key),
+    processedPerMinute: async () => perMinute(await ops()),
+  };
+}
+
+function operationsBackend(ops: Operations): ConsoleBackend {
+  return {
+    appliesHere: false,
+    ops: async () => ops,
+    replay: (targets) => ops.replay(targets.map((t) => ({ id: t.id, source: t.source }))),
+    skip: (target) => ops.skip(target),
+    unblock: (key, source) => ops.unblock(key, source),
+    processedPerMinute: () => perMinute(ops),
+  };
+}
+
+async function perMinute(ops: Operations): Promise<number[]> {
+  // The partial index on processed_at (status = 'processed') serves this range.
+  const { rows } = await sql<{ ago: number; n: string }>`
+    select floor(extract(epoch from now() - processed_at) / 60)::int as ago, count(*) as n
+      from ${sql.raw(ops.tables.events)}
+     where status = 'processed' and processed_at >= now() - interval '60 minutes'
+       ${ops.source === undefined ? sql`` : sql`and source = ${ops.source}`}
+     group by 1`.execute(ops.db);
+  const counts = new Array<number>(60).fill(0);
+  for (const r of rows) if (r.ago >= 0 && r.ago < 60) counts[59 - r.ago] = Number(r.n);
+  return counts;
+}
+
+export function createBackend(options: ResolvedConsoleOptions): ConsoleBackend {
+  return options.inbox ? inboxBackend(options.inbox) : operationsBackend(options.operations!);
+}

@@ -1,0 +1,273 @@
+/**
+ * The console's core: `(request) => response`, framework-free. It authenticates every request
+ * before routing it (so an unknown path without credentials is 401 too, revealing nothing),
+ * checks origin and CSRF token on every POST, and renders pages whose every value from an
+ * event is escaped. Adapters (mount.ts) map Node, Express, Koa and Fastify onto it.
+ */
+import { randomBytes } from 'node:crypto';
+import { OperationError } from '../errors.js';
+import { ACTIONS, type ActionName, runAction } from './actions.js';
+import { createBackend } from './backend.js';
+import { parseDeadLetterFilter } from './filters.js';
+import { FormError } from './form-error.js';
+import { html } from './html.js';
+import { type ConsoleOptions, type ResolvedConsoleOptions, resolveConsoleOptions } from './options.js';
+import {
+  deadLettersPage,
+  eventPage,
+  keyPage,
+  keysPage,
+  layout,
+  loginPage,
+  messagePage,
+  overviewPage,
+  type PageContext,
+} from './pages.js';
+import type { ConsoleRequest, ConsoleResponse } from './request.js';
+import {
+  authenticate,
+  CsrfTokens,
+  type Principal,
+  SESSION_COOKIE,
+  sameOrigin,
+  securityHeaders,
+  sessionValue,
+  tokenMatches,
+} from './security.js';
+
+/** The most a form body may hold (a bulk selection of 1000 ids fits). */
+export const MAX_FORM_BYTES = 1024 * 1024;
+
+/** A mounted console: one function from a request to a response. */
+export interface Console {
+  readonly options: ResolvedConsoleOptions;
+  handle(request: ConsoleRequest): Promise<ConsoleResponse>;
+}
+
+function decodeSegment(segment: string): string | undefined {
+  try {
+    return decodeURIComponent(segment);
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Creates the console over an inbox (or handler-free operations). Throws InboxOptionsError
+ * when it has no way to authenticate (`authorize`, `token`) and was not told `insecure: true`.
+ *
+ * ```ts
+ * import { createConsole } from 'webhook-inbox/console';
+ * const console = createConsole({ inbox, token: process.env.CONSOLE_TOKEN });
+ * const response = await console.handle({ method: 'GET', url: '/', headers: { authorization: `Bearer ${token}` } });
+ * ```
+ */
+export function createConsole(input: ConsoleOptions): Console {
+  const options = resolveConsoleOptions(input);
+  const backend = createBackend(options);
+  const csrf = new CsrfTokens();
+
+  function respond(
+    status: number,
+    nonce: string,
+    body: string,
+    extra: Record<string, string | string[]> = {},
+  ): ConsoleResponse {
+    return {
+      status,
+      headers: { 'content-type': 'text/html; charset=utf-8', ...securityHeaders(nonce), ...extra },
+      body,
+    };
+  }
+
+  function redirect(location: string, extra: Record<string, string | string[]> = {}): ConsoleResponse {
+    return { status: 303, headers: { location, 'cache-control': 'no-store', ...extra }, body: '' };
+  }
+
+  function cookie(base: string, value: string, maxAge: number): string {
+    return `${SESSION_COOKIE}=${value}; Path=${base || '/'}; HttpOnly; SameSite=Strict; Max-Age=${maxAge}`;
+  }
+
+  async function handle(request: ConsoleRequest): Promise<ConsoleResponse> {
+    const nonce = randomBytes(16).toString('base64');
+    const base = request.basePath ?? '';
+    const anonymous: PageContext = {
+      base,
+      nonce,
+      readOnly: options.readOnly,
+      appliesHere: backend.appliesHere,
+    };
+    const url = new URL(
+      request.url.startsWith('/') ? request.url : `/${request.url}`,
+      'http://console.invalid',
+    );
+    const path = url.pathname.replace(/\/+$/, '') || '/';
+    const method = request.method.toUpperCase();
+
+    let principal: Principal | undefined;
+    try {
+      principal = await authenticate(options, request);
+    } catch (err) {
+      options.logger.error({ err }, 'webhook-inbox console: the authorize hook threw');
+      return respond(500, nonce, messagePage(anonymous, 'Error', 'The console could not check who you are.'));
+    }
+
+    // The login form, when there is a token to type in: the only pages answered without credentials.
+    if (options.token !== undefined && path === '/login') {
+      if (method === 'GET') return respond(200, nonce, loginPage(anonymous, false));
+      if (method === 'POST') {
+        if (!sameOrigin(options, request))
+          return respond(403, nonce, messagePage(anonymous, 'Refused', 'Cross-origin request refused.'));
+        const given = new URLSearchParams(request.body ?? '').get('token') ?? '';
+        if (!tokenMatches(options, given)) {
+          options.logger.warn({ console: 'login' }, 'webhook-inbox console: a login with a wrong token');
+          return respond(401, nonce, loginPage(anonymous, true));
+        }
+        options.logger.info({ console: 'login', who: 'token' }, 'webhook-inbox console: login');
+        return redirect(`${base}/`, { 'set-cookie': cookie(base, sessionValue(options.token), 8 * 3600) });
+      }
+    }
+
+    if (!principal) {
+      const challenge = { 'www-authenticate': 'Bearer realm="webhook-inbox console"' };
+      return options.token !== undefined
+        ? respond(401, nonce, loginPage(anonymous, false), challenge)
+        : respond(401, nonce, layout(anonymous, 'Unauthorized', html`<h1>Unauthorized</h1>`), challenge);
+    }
+
+    const ctx: PageContext = { ...anonymous, user: principal.name, csrf: csrf.for(principal) };
+    try {
+      if (method === 'GET' || method === 'HEAD') return await page(ctx, path, url.searchParams, nonce);
+      if (method !== 'POST')
+        return respond(405, nonce, messagePage(ctx, 'Method not allowed', `${method} is not allowed here.`), {
+          allow: 'GET, POST',
+        });
+
+      // Every POST: from this console's own origin, and carrying the user's CSRF token.
+      const form = new URLSearchParams(request.body ?? '');
+      if (!sameOrigin(options, request) || !csrf.verify(principal, form.get('csrf') ?? undefined)) {
+        options.logger.warn(
+          { console: path, who: principal.name },
+          'webhook-inbox console: a POST without a same-origin CSRF token was refused',
+        );
+        return respond(
+          403,
+          nonce,
+          messagePage(
+            ctx,
+            'Refused',
+            'This form did not come from the console (cross-origin, or an expired page: reload it).',
+          ),
+        );
+      }
+      if (path === '/logout') {
+        return redirect(
+          options.token !== undefined ? `${base}/login` : `${base}/`,
+          principal.via === 'session' ? { 'set-cookie': cookie(base, '', 0) } : {},
+        );
+      }
+      const action = /^\/actions\/([a-z-]+)$/.exec(path)?.[1];
+      if (!action || !(ACTIONS as readonly string[]).includes(action))
+        return respond(404, nonce, messagePage(ctx, 'Not found', 'No such action.'));
+      if (options.readOnly)
+        return respond(403, nonce, messagePage(ctx, 'Read-only', 'This console is read-only.'));
+      return respond(
+        200,
+        nonce,
+        await runAction(action as ActionName, form, ctx, principal, backend, options),
+      );
+    } catch (err) {
+      if (err instanceof FormError) return respond(400, nonce, messagePage(ctx, 'Bad request', err.message));
+      if (err instanceof OperationError) {
+        return respond(
+          err.code === 'not-found' ? 404 : 409,
+          nonce,
+          messagePage(ctx, err.code === 'not-found' ? 'Not found' : 'Refused', err.message),
+        );
+      }
+      options.logger.error(
+        { err, console: path, who: principal.name },
+        'webhook-inbox console: a request failed',
+      );
+      return respond(
+        500,
+        nonce,
+        messagePage(ctx, 'Error', 'The console could not read or change the inbox (see the server log).'),
+      );
+    }
+  }
+
+  async function page(
+    ctx: PageContext,
+    path: string,
+    params: URLSearchParams,
+    nonce: string,
+  ): Promise<ConsoleResponse> {
+    const ops = await backend.ops();
+    const segments = path.split('/').slice(1).map(decodeSegment);
+    if (segments.some((s) => s === undefined)) throw new FormError('the path is not valid percent-encoding');
+    const [first, source, name, extra] = segments as string[];
+    if (path === '/') {
+      const [status, perMinute, blocked] = await Promise.all([
+        ops.status(),
+        backend.processedPerMinute(),
+        ops.keys({ blocked: true, limit: 20 }),
+      ]);
+      return respond(200, nonce, overviewPage(ctx, status, perMinute, blocked));
+    }
+    if (path === '/dead-letters') {
+      const { query, filter } = parseDeadLetterFilter(params);
+      return respond(
+        200,
+        nonce,
+        deadLettersPage(ctx, query, await ops.deadLetters({ ...filter, limit: 500 })),
+      );
+    }
+    if (first === 'events' && source && name && extra === undefined) {
+      return respond(200, nonce, eventPage(ctx, await ops.deadLetter(name, source)));
+    }
+    if (path === '/keys') {
+      const blocked = params.get('blocked') === '1';
+      return respond(200, nonce, keysPage(ctx, blocked, await ops.keys({ blocked, limit: 500 })));
+    }
+    if (first === 'keys' && source && name && extra === undefined) {
+      const detail = await ops.key(name, source);
+      if (!detail)
+        throw new OperationError(
+          'not-found',
+          `no key ${JSON.stringify(name)} in source ${JSON.stringify(source)}`,
+        );
+      return respond(200, nonce, keyPage(ctx, detail));
+    }
+    if (path === '/search') {
+      const id = params.get('id')?.trim();
+      if (!id) throw new FormError('field `id` is required');
+      const found = await ops.deadLetter(id, ops.source).catch((err) => {
+        if (err instanceof OperationError && err.code === 'ambiguous') return undefined;
+        throw err;
+      });
+      if (found)
+        return redirect(
+          `${ctx.base}/events/${encodeURIComponent(found.source)}/${encodeURIComponent(found.id)}`,
+        );
+      // In several sources: list them.
+      const { sources } = await ops.status();
+      const links = [];
+      for (const s of sources) {
+        const hit = await ops.deadLetter(id, s).catch(() => undefined);
+        if (hit)
+          links.push(
+            html`<li><a href="${ctx.base}/events/${encodeURIComponent(s)}/${encodeURIComponent(id)}">${s}</a></li>`,
+          );
+      }
+      return respond(
+        200,
+        nonce,
+        layout(ctx, 'Search', html`<h1>Event <code>${id}</code> is in several sources</h1><ul>${links}</ul>`),
+      );
+    }
+    return respond(404, nonce, messagePage(ctx, 'Not found', 'No such page.'));
+  }
+
+  return { options, handle };
+}

@@ -1,0 +1,20 @@
+/**
+ * `webhook-inbox/console`: an operator console in the browser for one inbox database. Dead
+ * letters (filter, open, replay, skip), blocked and holding keys (unblock, skip), search by
+ * event id, and an overview. Server-rendered; every value from an event is escaped; every
+ * action is a POST with a same-origin check and a CSRF token, and is logged with who did it.
+ *
+ * ```ts
+ * import express from 'express';
+ * import { expressConsole } from 'webhook-inbox/console';
+ *
+ * app.use('/console', expressConsole({ inbox, token: process.env.CONSOLE_TOKEN }));
+ * ```
+ */
+export { type Console, createConsole, MAX_FORM_BYTES } from './console.js';
+export { escapeHtml, Html, html } from './html.js';
+export { expressConsole, fastifyConsole, koaConsole, nodeConsole } from './mount.js';
+export type { ConsoleOptions, ConsoleUser, ResolvedConsoleOptions } from './options.js';
+export { resolveConsoleOptions } from './options.js';
+export type { ConsoleRequest, ConsoleResponse } from './request.js';
+export { type ServeConsoleOptions, type ServedConsole, serveConsole } from './server.js';

@@ -1,0 +1,173 @@
+/**
+ * Thin adapters from Node's http, Express, Koa and Fastify to the console's core. Each maps a
+ * request in (method, path below the mount point, headers, form body, local address) and the
+ * response out; none decides anything.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { type Console, createConsole, MAX_FORM_BYTES } from './console.js';
+import type { ConsoleOptions } from './options.js';
+import type { ConsoleRequest, ConsoleResponse } from './request.js';
+
+type ConsoleInput = Console | ConsoleOptions;
+
+function consoleOf(input: ConsoleInput): Console {
+  return typeof (input as Console).handle === 'function'
+    ? (input as Console)
+    : createConsole(input as ConsoleOptions);
+}
+
+class BodyTooLarge extends Error {}
+
+/** The form body, bounded; '' for a request without one. */
+async function readBody(req: IncomingMessage, parsed?: unknown): Promise<string> {
+  if (req.method !== 'POST') return '';
+  // A body parser ran before the console (express.urlencoded, @koa/bodyparser): use its result.
+  if (req.readableEnded || req.readableDidRead) {
+    if (parsed && typeof parsed === 'object') {
+      const params = new URLSearchParams();
+      for (const [name, value] of Object.entries(parsed as Record<string, unknown>)) {
+        for (const v of Array.isArray(value) ? value : [value]) params.append(name, String(v));
+      }
+      return params.toString();
+    }
+    return typeof parsed === 'string' ? parsed : '';
+  }
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req) {
+    size += (chunk as Buffer).length;
+    if (size > MAX_FORM_BYTES) throw new BodyTooLarge();
+    chunks.push(chunk as Buffer);
+  }
+  return Buffer.concat(chunks).toString('utf8');
+}
+
+function requestOf(req: IncomingMessage, url: string, basePath: string, body: string): ConsoleRequest {
+  return {
+    method: req.method ?? 'GET',
+    url: url || '/',
+    headers: req.headers,
+    body,
+    basePath,
+    localAddress: req.socket.localAddress,
+    raw: req,
+  };
+}
+
+function write(res: ServerResponse, response: ConsoleResponse): void {
+  res.writeHead(response.status, response.headers);
+  res.end(response.body);
+}
+
+const TOO_LARGE: ConsoleResponse = {
+  status: 413,
+  headers: { 'content-type': 'text/plain; charset=utf-8', connection: 'close' },
+  body: 'form too large',
+};
+
+/**
+ * A Node `(req, res)` listener serving the console at `basePath` ('' for the whole server).
+ *
+ * ```ts
+ * http.createServer(nodeConsole({ operations: ops, token })).listen(8080, '127.0.0.1');
+ * ```
+ */
+export function nodeConsole(input: ConsoleInput, basePath = '') {
+  const app = consoleOf(input);
+  return async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
+    let url = req.url ?? '/';
+    if (basePath && url.startsWith(basePath)) url = url.slice(basePath.length) || '/';
+    let body: string;
+    try {
+      body = await readBody(req);
+    } catch (err) {
+      if (err instanceof BodyTooLarge) return write(res, TOO_LARGE);
+      throw err;
+    }
+    write(res, await app.handle(requestOf(req, url, basePath, body)));
+  };
+}
+
+/**
+ * Express middleware: `app.use('/console', expressConsole({ inbox, authorize }))`. Mount it
+ * before a urlencoded body parser, or after one: it reads the body either way.
+ */
+export function expressConsole(input: ConsoleInput) {
+  const app = consoleOf(input);
+  return (req: any, res: any, next: (err?: unknown) => void): void => {
+    (async () => {
+      let body: string;
+      try {
+        body = await readBody(req, req.body);
+      } catch (err) {
+        if (err instanceof BodyTooLarge) return write(res, TOO_LARGE);
+        throw err;
+      }
+      const response = await app.handle(requestOf(req, req.url, req.baseUrl ?? '', body));
+      write(res, response);
+    })().catch(next);
+  };
+}
+
+/**
+ * Koa middleware for every path under `prefix`: `app.use(koaConsole({ inbox, token }, '/console'))`.
+ * Other paths go on to `next()`.
+ */
+export function koaConsole(input: ConsoleInput, prefix = '/console') {
+  const app = consoleOf(input);
+  return async (ctx: any, next: () => Promise<unknown>): Promise<void> => {
+    const path: string = ctx.path;
+    if (path !== prefix && !path.startsWith(`${prefix}/`)) return void (await next());
+    let body: string;
+    try {
+      body = await readBody(ctx.req, ctx.request.body);
+    } catch (err) {
+      if (!(err instanceof BodyTooLarge)) throw err;
+      ctx.status = 413;
+      ctx.body = 'form too large';
+      return;
+    }
+    const response = await app.handle(requestOf(ctx.req, ctx.url.slice(prefix.length) || '/', prefix, body));
+    ctx.status = response.status;
+    ctx.set(response.headers);
+    ctx.body = response.body;
+  };
+}
+
+/**
+ * A Fastify plugin: `app.register(fastifyConsole, { console: { inbox, token }, prefix: '/console' })`.
+ * It reads form bodies itself (in its own encapsulated scope: the app's parsers are untouched).
+ */
+export async function fastifyConsole(
+  instance: any,
+  opts: { console: ConsoleInput; prefix?: string },
+): Promise<void> {
+  const app = consoleOf(opts.console);
+  const basePath: string = opts.prefix ?? instance.prefix ?? '';
+  instance.removeAllContentTypeParsers();
+  instance.addContentTypeParser(
+    '*',
+    { parseAs: 'string', bodyLimit: MAX_FORM_BYTES },
+    (_req: unknown, body: string, done: (err: null, body: string) => void) => done(null, body),
+  );
+  const handler = async (request: any, reply: any) => {
+    const raw: IncomingMessage = request.raw;
+    const url = (raw.url ?? '/').slice(basePath.length) || '/';
+    const response = await app.handle(
+      requestOf(raw, url, basePath, typeof request.body === 'string' ? request.body : ''),
+    );
+    reply.code(response.status).headers(response.headers).send(response.body);
+  };
+  instance.route({
+    method: ['GET', 'HEAD', 'POST', 'PUT', 'DELETE', 'PATCH'],
+    url: '/',
+    handler,
+    exposeHeadRoute: false,
+  });
+  instance.route({
+    method: ['GET', 'HEAD', 'POST', 'PUT', 'DELETE', 'PATCH'],
+    url: '/*',
+    handler,
+    exposeHeadRoute: false,
+  });
+}

@@ -1,0 +1,30 @@
+/** The framework-free request and response the console's core speaks; adapters map to them. */
+
+export interface ConsoleRequest {
+  /** Upper-case HTTP method. */
+  readonly method: string;
+  /** The path and query below the mount point, starting with '/': `/dead-letters?reason=poison`. */
+  readonly url: string;
+  /** Lower-case header names. */
+  readonly headers: Readonly<Record<string, string | string[] | undefined>>;
+  /** A form POST's body (application/x-www-form-urlencoded), as text. */
+  readonly body?: string;
+  /** Where the console is mounted: '' at the root, '/console' below it. Links are built under it. */
+  readonly basePath?: string;
+  /** The local address the request arrived on: `insecure` mode answers loopback ones only. */
+  readonly localAddress?: string;
+  /** The framework's own request object, for an `authorize` hook that needs it. */
+  readonly raw?: unknown;
+}
+
+export interface ConsoleResponse {
+  status: number;
+  headers: Record<string, string | string[]>;
+  body: string;
+}
+
+/** The first value of a header. */
+export function header(request: ConsoleRequest, name: string): string | undefined {
+  const value = request.headers[name];
+  return Array.isArray(value) ? value[0] : value;
+}
