@@ -1,6 +1,7 @@
 import { createServer, type Server } from 'node:http';
 import express, { type NextFunction, type Request, type Response } from 'express';
 import { inbox as inboxMiddleware } from '../../adapters/express.js';
+import { expressConsole } from '../../src/console/index.js';
 import type { Inbox } from '../../src/index.js';
 import { checkAccountKey, ledgerProblem, notFound, type Problem, problemForError } from './http-problems.js';
 import { type Ledger, metricsRegistry, parseFailNext } from './ledger.js';
@@ -8,6 +9,8 @@ import { type Ledger, metricsRegistry, parseFailNext } from './ledger.js';
 export interface LedgerAppOptions {
   /** Serve POST /fail-next (a test hook). @defaultValue false */
   testHooks?: boolean;
+  /** Serve the operator console at /console, behind this token (Bearer, or the login form). */
+  consoleToken?: string;
 }
 
 function sendProblem(res: Response, p: Problem): void {
@@ -17,11 +20,12 @@ function sendProblem(res: Response, p: Problem): void {
 /**
  * The ledger over Express: POST /webhooks behind the inbox (and GET /webhooks/health),
  * GET /accounts/:key, GET /health, GET /metrics when the inbox has a metrics registry, and
- * POST /fail-next with `testHooks`. Every error, on every route, is problem+json.
+ * POST /fail-next with `testHooks`, the operator console at /console with `consoleToken`. Every error, on every route, is problem+json.
  */
 export function expressApp(inbox: Inbox, ledger: Ledger, options: LedgerAppOptions = {}) {
   const app = express();
   app.use('/webhooks', inboxMiddleware(inbox));
+  if (options.consoleToken) app.use('/console', expressConsole({ inbox, token: options.consoleToken }));
   app.get('/accounts/:key', async (req, res, next) => {
     const bad = checkAccountKey(req.params.key);
     if (bad) return sendProblem(res, bad);

@@ -1,6 +1,7 @@
 import { createServer, type Server } from 'node:http';
 import Fastify, { type FastifyReply } from 'fastify';
 import { inbox as inboxPlugin } from '../../adapters/fastify.js';
+import { fastifyConsole } from '../../src/console/index.js';
 import type { Inbox } from '../../src/index.js';
 import type { LedgerAppOptions } from './app-express.js';
 import { checkAccountKey, ledgerProblem, notFound, type Problem, problemForError } from './http-problems.js';
@@ -32,6 +33,12 @@ export async function fastifyServer(
   app.setErrorHandler((err, _request, reply) => sendProblem(reply, problemForError(err)));
   app.setNotFoundHandler((_request, reply) => sendProblem(reply, notFound()));
   await app.register(inboxPlugin, { prefix: '/webhooks', inbox });
+  if (options.consoleToken) {
+    await app.register(fastifyConsole, {
+      prefix: '/console',
+      console: { inbox, token: options.consoleToken },
+    });
+  }
   app.get<{ Params: { key: string } }>('/accounts/:key', async (request, reply) => {
     const bad = checkAccountKey(request.params.key);
     if (bad) return sendProblem(reply, bad);

@@ -3,6 +3,7 @@ import { bodyParser } from '@koa/bodyparser';
 import Router from '@koa/router';
 import Koa, { type Context } from 'koa';
 import { inbox as inboxMiddleware } from '../../adapters/koa.js';
+import { koaConsole } from '../../src/console/index.js';
 import type { Inbox } from '../../src/index.js';
 import type { LedgerAppOptions } from './app-express.js';
 import { checkAccountKey, ledgerProblem, notFound, type Problem, problemForError } from './http-problems.js';
@@ -63,6 +64,7 @@ export function koaApp(inbox: Inbox, ledger: Ledger, options: LedgerAppOptions =
       sendProblem(ctx, problemForError(err));
     }
   });
+  if (options.consoleToken) app.use(koaConsole({ inbox, token: options.consoleToken }, '/console'));
   app.use(router.routes()).use(router.allowedMethods());
   return app;
 }

@@ -7,6 +7,7 @@
  * INBOX_MODE (inline | deferred), HANDLER_DELAY_MS (a slow handler: each run waits this long), WORKERS,
  * LEDGER_TEST_HOOKS=1 (serve POST /fail-next, which makes the handler throw: never in production).
  * GET /metrics serves the inbox's Prometheus metrics (and Node's own).
+ * CONSOLE_TOKEN (16 characters or more) serves the operator console at /console behind it.
  */
 import { collectDefaultMetrics, Registry } from 'prom-client';
 import { InboxOptionsError } from '../../src/index.js';
@@ -59,7 +60,7 @@ const ledger = await startLedger({
   process.exit(1);
 });
 console.log(
-  `ledger listening on ${ledger.url} (${process.env.DATABASE_URL ? 'PostgreSQL' : 'embedded PGlite'}, ${ledger.inbox.options.mode} mode${process.env.REDIS_URL ? ', Redis fast path on' : ''}${process.env.WEBHOOK_SECRET ? ', Standard Webhooks signatures required' : ''})`,
+  `ledger listening on ${ledger.url} (${process.env.DATABASE_URL ? 'PostgreSQL' : 'embedded PGlite'}, ${ledger.inbox.options.mode} mode${process.env.REDIS_URL ? ', Redis fast path on' : ''}${process.env.WEBHOOK_SECRET ? ', Standard Webhooks signatures required' : ''}${process.env.CONSOLE_TOKEN ? `; console at ${ledger.url}/console` : ''})`,
 );
 // Graceful: requests in flight are answered, handlers finish or roll back, workers and the
 // sweeper stop, then the process exits 0. A second signal exits at once.

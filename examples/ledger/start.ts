@@ -14,7 +14,11 @@ import { Ledger } from './ledger.js';
 export type Framework = 'express' | 'koa' | 'fastify';
 
 /** One HTTP server per framework, each serving the same ledger contract. Loaded on demand. */
-type ServerFactory = (inbox: Inbox, ledger: Ledger, options: { testHooks?: boolean }) => Promise<Server>;
+type ServerFactory = (
+  inbox: Inbox,
+  ledger: Ledger,
+  options: { testHooks?: boolean; consoleToken?: string },
+) => Promise<Server>;
 const SERVERS: Record<Framework, () => Promise<ServerFactory>> = {
   express: async () => (await import('./app-express.js')).expressServer,
   koa: async () => (await import('./app-koa.js')).koaServer,
@@ -42,6 +46,8 @@ export interface LedgerServerOptions {
   handlerDelayMs?: number;
   /** Serve POST /fail-next, a test hook anyone could call. @defaultValue LEDGER_TEST_HOOKS=1 */
   testHooks?: boolean;
+  /** Serve the operator console at /console behind this token. @defaultValue CONSOLE_TOKEN */
+  consoleToken?: string;
 }
 
 export interface LedgerServer {
@@ -69,7 +75,10 @@ export async function startLedger(options: LedgerServerOptions = {}): Promise<Le
   try {
     await ledger.setup(await inbox.kysely());
     const testHooks = options.testHooks ?? testHooksFromEnv();
-    const server = await (await SERVERS[framework]())(inbox, ledger, { testHooks });
+    const server = await (await SERVERS[framework]())(inbox, ledger, {
+      testHooks,
+      consoleToken: options.consoleToken ?? (process.env.CONSOLE_TOKEN || undefined),
+    });
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject);
       server.listen(options.port ?? 0, options.host ?? '127.0.0.1', resolve);

@@ -146,7 +146,7 @@ export function deadLettersPage(ctx: PageContext, filter: DeadLetterQuery, list:
 <label>older than <input name="olderThan" value="${filter.olderThan ?? ''}" placeholder="1h" size="6"></label>
 <label>newer than <input name="newerThan" value="${filter.newerThan ?? ''}" placeholder="1d" size="6"></label>
 <button>Filter</button></form>
-<form method="post" action="${ctx.base}/actions/replay">${csrfField(ctx)}
+${actions ? html`<form method="post" action="${ctx.base}/actions/replay">${csrfField(ctx)}` : ''}
 <table><tr>${actions ? html`<th><input type="checkbox" data-select-all aria-label="select all"></th>` : ''}<th>id</th><th>source</th><th>key</th><th>seq</th><th>reason</th><th>attempts</th><th>age</th><th>blocks key</th><th>last error</th></tr>
 ${list.map(
   (
@@ -157,7 +157,7 @@ ${list.map(
 </table>
 ${list.length === 0 ? html`<p>No dead letters${Object.values(filter).some(Boolean) ? ' match' : ''}.</p>` : ''}
 ${actions ? html`<p><button name="action" value="replay">Replay selected</button> <button class="danger" formaction="${ctx.base}/actions/skip" name="action" value="skip">Skip selected</button></p>` : ''}
-</form>
+${actions ? html`</form>` : ''}
 ${
   actions
     ? html`<form method="post" action="${ctx.base}/actions/replay-all">${csrfField(ctx)}
