@@ -87,7 +87,7 @@ describe.skipIf(!chromiumInstalled())('the console in Chromium', () => {
   });
 
   const noScriptRan = async () => {
-    expect(await page.evaluate(() => (window as any).__xss)).toBeUndefined();
+    expect(await page.evaluate(() => (globalThis as any).__xss)).toBeUndefined();
     expect(dialogs).toEqual([]);
   };
 
@@ -134,9 +134,12 @@ describe.skipIf(!chromiumInstalled())('the console in Chromium', () => {
     expect(await page.textContent('[data-testid=results]')).toContain('requeued (now processed)');
 
     // Applied in the ledger, and seq 2 drained behind it.
-    const account = await (await fetch(`${app.url}/accounts/acct-1`)).json();
+    const account = (await (await fetch(`${app.url}/accounts/acct-1`)).json()) as {
+      balance: number;
+      entries: Array<{ id: string }>;
+    };
     expect(account.balance).toBe(30);
-    expect(account.entries.map((e: { id: string }) => e.id)).toEqual(['evt-1', 'evt-2']);
+    expect(account.entries.map((e) => e.id)).toEqual(['evt-1', 'evt-2']);
     await page.goto(`${base}/keys/default/acct-1`);
     expect(await page.textContent('[data-testid=key-state]')).toBe('open');
   });
