@@ -43,18 +43,21 @@ class StampingPool implements PgPoolLike {
       query: async (config) => {
         this.statements++;
         const text = config.text;
-        if (text === 'begin') began = performance.now();
-        if (/^select \* from .*"claim"\(/.test(text)) applying = String(config.values?.[1]);
-        const result = await client.query(config as pg.QueryConfig);
-        if (/^select \* from .*"take_next"\(/.test(text)) applying = result.rows[0]?.id;
-        if (text === 'commit') {
+        // BEGIN rides on the claim or take_next (src/drivers/pg.ts), their values as literals.
+        if (text.startsWith('begin')) began = performance.now();
+        const claimed = /"claim"\('(?:[^']|'')*', '((?:[^']|'')*)'/.exec(text);
+        if (claimed) applying = claimed[1].replace(/''/g, "'");
+        const answer: any = await client.query(config as pg.QueryConfig);
+        const result = Array.isArray(answer) ? answer.at(-1) : answer;
+        if (/"take_next"\(/.test(text)) applying = result.rows[0]?.id;
+        if (/(^|; )commit$/.test(text)) {
           if (applying !== undefined) {
             this.committedAt.set(applying, performance.now());
             this.beganAt.set(applying, began);
           }
           applying = undefined;
         } else if (text === 'rollback') applying = undefined;
-        return result as any;
+        return answer;
       },
       release: (err) => client.release(err as any),
     };

@@ -11,7 +11,7 @@ import type { Context } from '@opentelemetry/api';
 import type { Transaction } from 'kysely';
 import { HandlerError, RejectEvent } from './errors.js';
 import type { InboxEvent } from './event.js';
-import { runHandler } from './handler-context.js';
+import { runHandler as runWithContext } from './handler-context.js';
 import { parseBody, storableHeaders } from './payload.js';
 import type { Runtime } from './runtime.js';
 import type { FailRow } from './sql/fail.js';
@@ -31,7 +31,7 @@ export function backoffMs(previousAttempts: number, baseMs: number, capMs: numbe
 export interface ApplyStep<T extends { readonly event?: TakenEvent }> {
   /** Inside the transaction: take the event to apply now (none: commit and stop). */
   take(tx: Transaction<any>): Promise<T>;
-  /** After the handler and its result, before COMMIT (a worker moves the cursor here). */
+  /** After the handler, before its result is stored and COMMIT (a worker moves the cursor here). */
   finish?(tx: Transaction<any>, event: TakenEvent): Promise<void>;
   /** The parent of the handler's span (a delivery's or a drain's). */
   parent?: Context;
@@ -62,13 +62,20 @@ export async function applyOne<T extends { readonly event?: TakenEvent }>(
   let result: unknown;
   let json: string | undefined;
   try {
-    await rt.database.kysely.transaction().execute(async (tx) => {
-      took = await step.take(tx);
-      const event = took.event;
-      if (!event) return;
-      ({ result, json } = await runInTransaction(rt, tx, event, step.parent));
-      await step.finish?.(tx, event);
-    });
+    // The SQL state machine relies on READ COMMITTED (each statement sees what committed before
+    // it, e.g. a claim that waited for a key lock); said explicitly, whatever the server default.
+    await rt.database.kysely
+      .transaction()
+      .setIsolationLevel('read committed')
+      .execute(async (tx) => {
+        took = await step.take(tx);
+        const event = took.event;
+        if (!event) return;
+        ({ result, json } = await runHandler(rt, tx, event, step.parent));
+        await step.finish?.(tx, event);
+        // Last before COMMIT, so that it rides on it (src/drivers/pg.ts): one round trip fewer.
+        if (json !== undefined) await rt.statements.storeResult(tx, rt.options.source, event.id, json);
+      });
   } catch (err) {
     if (err instanceof HandlerError && took?.event) {
       const failure = await recordFailure(rt, took.event, err.cause);
@@ -83,8 +90,8 @@ export async function applyOne<T extends { readonly event?: TakenEvent }>(
   return { status: 'applied', took: taken, event: taken.event, result };
 }
 
-/** Runs the handler in `tx` and stores what it returns. Any throw becomes a HandlerError. */
-async function runInTransaction(
+/** Runs the handler in `tx`; its result, as JSON for storing. Any throw becomes a HandlerError. */
+async function runHandler(
   rt: Runtime,
   tx: Transaction<any>,
   taken: TakenEvent,
@@ -110,7 +117,7 @@ async function runInTransaction(
     // runHandler gives the handler its context (signal, idempotencyKey) and enforces
     // handlerTimeoutMs; it throws HandlerError.
     result = await inSpan(rt.tracer, 'webhook-inbox.handler', parent, () =>
-      runHandler(o.handle, event, tx, o.handlerTimeoutMs),
+      runWithContext(o.handle, event, tx, o.handlerTimeoutMs),
     );
     json = result === undefined ? undefined : JSON.stringify(result);
   } catch (err) {
@@ -118,7 +125,6 @@ async function runInTransaction(
     throw err instanceof HandlerError ? err : new HandlerError(err);
   }
   rt.metrics.handler((performance.now() - started) / 1000, 'processed');
-  if (json !== undefined) await rt.statements.storeResult(tx, o.source, taken.id, json);
   return { result, json };
 }
 

@@ -1,6 +1,7 @@
 export { backoffMs } from './apply.js';
 export type { SweepReport } from './background/sweeper.js';
-export type { DatabaseInput, PGliteLike, PgClientLike, PgPoolLike } from './database.js';
+export type { DatabaseInput } from './database.js';
+export type { PGliteLike, PgClientLike, PgPoolLike } from './drivers/shapes.js';
 export {
   EmbeddedDatabaseUnavailableError,
   HandlerError,

@@ -10,6 +10,7 @@ import { migrateToLatest } from './migrations.js';
 import { Operations } from './operations/index.js';
 import type { ResolvedOptions } from './options.js';
 import { ProcessedCache } from './processed-cache.js';
+import { DuplicateOdds } from './receive/duplicate-odds.js';
 import { connectRedis, RedisCache, type RedisLike } from './redis-cache.js';
 import { createStatements, type Statements } from './sql/statements.js';
 import { createTables, type Tables } from './sql/tables.js';
@@ -36,6 +37,8 @@ export class Runtime {
   readonly tracer: Tracer;
   /** Events this instance saw processed: duplicates answered with no round trip. */
   readonly processed: ProcessedCache;
+  /** Whether a primary-key read before BEGIN pays, from the recent share of duplicates. */
+  readonly duplicateOdds = new DuplicateOdds();
   metrics: InboxMetrics = noMetrics;
   redis: RedisCache | undefined;
   /**

@@ -174,7 +174,19 @@ async function decide(rt: Runtime, bg: Background, delivery: Delivery, obs: Obse
     const found = await rt.redis.lookup(d.id);
     if (found.hit) {
       obs.answeredBy = 'redis';
-      return fromRedis(rt, d, found.event);
+      rt.duplicateOdds.note(true);
+      return fromProcessed(rt, d, found.event);
+    }
+  }
+  if (rt.duplicateOdds.likely) {
+    // A retry storm: one primary-key read answers a processed duplicate before any transaction.
+    const processed = await rt.statements
+      .findProcessed(rt.database.kysely, o.source, d.id)
+      .catch(() => undefined);
+    if (processed) {
+      obs.answeredBy = 'postgres';
+      rt.duplicateOdds.note(true);
+      return fromProcessed(rt, d, processed);
     }
   }
   // Deferred mode: a bound on pending events, against the workers' estimate (no query).
@@ -184,10 +196,11 @@ async function decide(rt: Runtime, bg: Background, delivery: Delivery, obs: Obse
 }
 
 /**
- * Answers from a Redis entry exactly as the claim would from the processed row: the same
- * comparisons in the same order (body, then key, then seq), the same responses.
+ * Answers from a processed event (a Redis entry, or the row read before BEGIN) exactly as the
+ * claim would: the same comparisons in the same order (body, then key, then seq), the same
+ * responses.
  */
-function fromRedis(rt: Runtime, d: ParsedDelivery, e: CachedEvent): Outcome {
+function fromProcessed(rt: Runtime, d: ParsedDelivery, e: CachedEvent): Outcome {
   const reason = e.hash !== d.hash ? 'body' : e.key !== d.key ? 'key' : e.seq !== d.seq ? 'seq' : null;
   if (!reason) {
     rt.processed.remember(d.id, d.hash, d.key, d.seq, JSON.stringify(e.result));
@@ -262,6 +275,7 @@ async function claimAndApply(
     return respond.infrastructureFailure(o, err);
   }
   const claim = applied.took.claim;
+  rt.duplicateOdds.note(claim.decision === 'duplicate');
   if (applied.status === 'failed') {
     const failure = applied.failure;
     if (failure?.decision !== 'dead') return respond.handlerFailed(d.id);

@@ -24,7 +24,8 @@
  */
 import { randomUUID } from 'node:crypto';
 import { CompiledQuery, type Kysely } from 'kysely';
-import { type Database, type DatabaseInput, openDatabase, type StatementNames } from '../database.js';
+import { type Database, type DatabaseInput, openDatabase } from '../database.js';
+import type { StatementNames } from '../drivers/common.js';
 import { seqNotAfterError } from './event.js';
 import { migrateOutbox, type OutboxTables, outboxTables } from './outbox-schema.js';
 import type {

@@ -1,5 +1,5 @@
 import type { Kysely } from 'kysely';
-import type { StatementNames } from '../database.js';
+import type { StatementNames } from '../drivers/common.js';
 import { defineStatement, type Tables, toNumber } from './tables.js';
 
 /**
@@ -217,6 +217,7 @@ export function createClaim(names: StatementNames, t: Tables) {
     t,
     'claim',
     `select * from ${t.fn('claim')}($1, $2, $3, $4::bigint, $5, $6, $7::jsonb, $8, $9, $10, $11, $12::bigint, $13)`,
+    'after-begin',
   );
   return async function claim(db: Kysely<any>, a: ClaimArgs): Promise<ClaimRow> {
     const [row] = await statement.run<any>(db, [

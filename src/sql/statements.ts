@@ -1,8 +1,9 @@
-import type { StatementNames } from '../database.js';
+import type { StatementNames } from '../drivers/common.js';
 import { createAdvance } from './advance.js';
 import { createClaim } from './claim.js';
 import { createCountPending } from './count-pending.js';
 import { createFail } from './fail.js';
+import { createFindProcessed } from './find-processed.js';
 import { createStats } from './stats.js';
 import { createStoreResult } from './store-result.js';
 import { createSweep } from './sweep.js';
@@ -17,6 +18,7 @@ export function createStatements(names: StatementNames, t: Tables) {
     claim: createClaim(names, t),
     storeResult: createStoreResult(names, t),
     fail: createFail(names, t),
+    findProcessed: createFindProcessed(names, t),
     takeNext: createTakeNext(names, t),
     takePending: createTakePending(names, t),
     takeTurn: createTakeTurn(names, t),

@@ -1,5 +1,5 @@
 import type { Kysely } from 'kysely';
-import type { StatementNames } from '../database.js';
+import type { StatementNames } from '../drivers/common.js';
 import { defineStatement, type Tables } from './tables.js';
 
 /** Stores the handler's result, in the handler's transaction. Only sent when there is one. */
@@ -9,6 +9,7 @@ export function createStoreResult(names: StatementNames, t: Tables) {
     t,
     'store_result',
     `update ${t.events} set result = $3::jsonb where source = $1 and id = $2`,
+    'before-commit',
   );
   return async function storeResult(
     db: Kysely<any>,

@@ -1,5 +1,5 @@
 import { CompiledQuery, type Kysely } from 'kysely';
-import type { StatementNames } from '../database.js';
+import type { Fold, StatementNames } from '../drivers/common.js';
 
 /**
  * Qualified, quoted names of the inbox's tables and functions. The schema and prefix are
@@ -46,9 +46,10 @@ export function defineStatement(
   tables: Tables,
   name: string,
   text: string,
+  fold?: Fold,
 ): Statement {
   // Names are per connection, and one pool may serve inboxes in several schemas.
-  names.register(`wi:${tables.schema}.${tables.prefix}${name}`, text);
+  names.register(`wi:${tables.schema}.${tables.prefix}${name}`, text, fold);
   return {
     text,
     async run<R>(db: Kysely<any>, parameters: readonly unknown[]): Promise<R[]> {

@@ -1,5 +1,5 @@
 import type { Kysely } from 'kysely';
-import type { StatementNames } from '../database.js';
+import type { StatementNames } from '../drivers/common.js';
 import { defineStatement, type Tables, toNumber } from './tables.js';
 import { markTakenAndReturn, type StoredEventRow, type TakenEvent, toTakenEvent } from './taken-event.js';
 
@@ -54,6 +54,7 @@ export function createTakeNext(names: StatementNames, t: Tables) {
     t,
     'take_next',
     `select * from ${t.fn('take_next')}($1, $2, $3, $4, $5)`,
+    'after-begin',
   );
   return async function takeNext(
     db: Kysely<any>,

@@ -1,5 +1,5 @@
 import type { Kysely } from 'kysely';
-import type { StatementNames } from '../database.js';
+import type { StatementNames } from '../drivers/common.js';
 import { defineStatement, type Tables } from './tables.js';
 import { markTakenAndReturn, type StoredEventRow, type TakenEvent, toTakenEvent } from './taken-event.js';
 
@@ -37,6 +37,7 @@ export function createTakePending(names: StatementNames, t: Tables) {
     t,
     'take_pending',
     `select * from ${t.fn('take_pending')}($1, $2)`,
+    'after-begin',
   );
   return async function takePending(
     db: Kysely<any>,

@@ -1,5 +1,5 @@
 import type { Kysely } from 'kysely';
-import type { StatementNames } from '../database.js';
+import type { StatementNames } from '../drivers/common.js';
 import { defineStatement, type Tables, toNumber } from './tables.js';
 import { markTakenAndReturn, type StoredEventRow, type TakenEvent, toTakenEvent } from './taken-event.js';
 
@@ -39,7 +39,13 @@ $fn$;
 
 /** One round trip: take the ordered key's event at its cursor, without locking the key. */
 export function createTakeTurn(names: StatementNames, t: Tables) {
-  const statement = defineStatement(names, t, 'take_turn', `select * from ${t.fn('take_turn')}($1, $2, $3)`);
+  const statement = defineStatement(
+    names,
+    t,
+    'take_turn',
+    `select * from ${t.fn('take_turn')}($1, $2, $3)`,
+    'after-begin',
+  );
   return async function takeTurn(
     db: Kysely<any>,
     source: string,

@@ -14,7 +14,14 @@ export class CountingPool implements PgPoolLike {
     const statements = this.statements;
     return {
       query(config) {
-        statements.push(config.text.trim().split(/\s+/).slice(0, 4).join(' '));
+        // One entry per round trip; a folded one (`begin; select … claim(…)`) keeps each part's start.
+        statements.push(
+          config.text
+            .split(';')
+            .map((part) => part.trim().split(/\s+/).slice(0, 4).join(' '))
+            .filter(Boolean)
+            .join('; '),
+        );
         return client.query(config as pg.QueryConfig) as any;
       },
       release: (err) => client.release(err as any),

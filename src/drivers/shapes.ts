@@ -1,0 +1,32 @@
+/**
+ * The subset of `pg.Pool` that webhook-inbox needs. Anything shaped like it works
+ * (pg, pg-pool, a proxy that counts queries), so the core does not depend on `pg`'s types.
+ */
+export interface PgPoolLike {
+  connect(): Promise<PgClientLike>;
+  end?(): Promise<void>;
+  readonly totalCount?: number;
+  readonly idleCount?: number;
+  readonly waitingCount?: number;
+}
+
+/** The subset of a pooled `pg.PoolClient` that webhook-inbox needs. */
+export interface PgClientLike {
+  query(config: { text: string; values?: readonly unknown[]; name?: string }): Promise<{
+    rows: any[];
+    rowCount: number | null;
+    command?: string;
+  }>;
+  release(err?: Error | boolean): void;
+  /** pg's clients are event emitters: a checked-out client reports a dead backend as 'error'. */
+  on?(event: 'error', listener: (err: Error) => void): unknown;
+  off?(event: 'error', listener: (err: Error) => void): unknown;
+}
+
+/** The subset of a PGlite instance that webhook-inbox needs. */
+export interface PGliteLike {
+  query<T>(query: string, params?: unknown[]): Promise<{ rows: T[]; affectedRows?: number }>;
+  exec(query: string): Promise<Array<{ rows: any[]; affectedRows?: number }>>;
+  close(): Promise<void>;
+  readonly closed?: boolean;
+}
