@@ -8,7 +8,7 @@
  * round trip of its own.
  */
 import type { Context } from '@opentelemetry/api';
-import type { Transaction } from 'kysely';
+import type { Kysely, Transaction } from 'kysely';
 import { HandlerError, RejectEvent } from './errors.js';
 import type { InboxEvent } from './event.js';
 import { runHandler as runWithContext } from './handler-context.js';
@@ -35,6 +35,8 @@ export interface ApplyStep<T extends { readonly event?: TakenEvent }> {
   finish?(tx: Transaction<any>, event: TakenEvent): Promise<void>;
   /** The parent of the handler's span (a delivery's or a drain's). */
   parent?: Context;
+  /** Where to run the transaction: a connection the caller holds, else the pool. */
+  db?: Kysely<any>;
 }
 
 export type Applied<T> =
@@ -64,7 +66,7 @@ export async function applyOne<T extends { readonly event?: TakenEvent }>(
   try {
     // The SQL state machine relies on READ COMMITTED (each statement sees what committed before
     // it, e.g. a claim that waited for a key lock); said explicitly, whatever the server default.
-    await rt.database.kysely
+    await (step.db ?? rt.database.kysely)
       .transaction()
       .setIsolationLevel('read committed')
       .execute(async (tx) => {
@@ -78,7 +80,9 @@ export async function applyOne<T extends { readonly event?: TakenEvent }>(
       });
   } catch (err) {
     if (err instanceof HandlerError && took?.event) {
-      const failure = await recordFailure(rt, took.event, err.cause);
+      // On the same connection when the caller holds one: asking the pool for another while
+      // holding one can wait forever (PGlite has a single session; a full pool, likewise).
+      const failure = await recordFailure(rt, took.event, err.cause, step.db);
       return { status: 'failed', took, event: took.event, failure };
     }
     throw err;
@@ -143,6 +147,7 @@ export async function recordFailure(
   rt: Runtime,
   event: TakenEvent,
   cause: unknown,
+  db: Kysely<any> = rt.database.kysely,
 ): Promise<FailRow | undefined> {
   const o = rt.options;
   const { id, key, seq } = event;
@@ -150,7 +155,7 @@ export async function recordFailure(
   o.logger.warn({ err: cause, id, key, seq, source: o.source }, 'webhook-inbox: handler failed');
   let row: FailRow;
   try {
-    row = await rt.statements.fail(rt.database.kysely, {
+    row = await rt.statements.fail(db, {
       source: o.source,
       id,
       key,

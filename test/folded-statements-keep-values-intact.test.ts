@@ -15,7 +15,7 @@ const HOSTILE = [
   'back\\slash\\',
   "'); drop table events; --",
   "\\'; select pg_sleep(10); --",
-  '$1 $$ $fn$ E\'\\x00\'',
+  "$1 $$ $fn$ E'\\x00'",
   '/* comment */ ; commit; begin',
 ];
 
@@ -46,8 +46,16 @@ describe.runIf(postgresTarget)('folded statements keep every value intact (real 
   });
 
   async function stored(id: string) {
-    const { rows } = await sql<{ key: string | null; payload: Buffer | null; headers: any; result: any; status: string }>`
-      select key, payload, headers, result, status from ${sql.table(`${t.schema}.events`)} where id = ${id}`.execute(db);
+    const { rows } = await sql<{
+      key: string | null;
+      payload: Buffer | null;
+      headers: any;
+      result: any;
+      status: string;
+    }>`
+      select key, payload, headers, result, status from ${sql.table(`${t.schema}.events`)} where id = ${id}`.execute(
+      db,
+    );
     return rows[0];
   }
 
@@ -61,7 +69,10 @@ describe.runIf(postgresTarget)('folded statements keep every value intact (real 
       });
       expect(outcome.body).toMatchObject({ status: 'processed', id, result: { echo: value } });
       // It was folded: BEGIN with the claim, COMMIT with the result.
-      expect(pool.reset()).toEqual([expect.stringMatching(/^begin .*claim/), expect.stringMatching(/; commit$/)]);
+      expect(pool.reset()).toEqual([
+        expect.stringMatching(/^begin .*claim/),
+        expect.stringMatching(/; commit$/),
+      ]);
       expect(await stored(id)).toMatchObject({ status: 'processed', result: { echo: value } });
       // The stored result is what a duplicate replays.
       const again = await inbox.receive({
@@ -70,7 +81,9 @@ describe.runIf(postgresTarget)('folded statements keep every value intact (real 
       });
       expect(again.body).toMatchObject({ status: 'duplicate', result: { echo: value } });
     }
-    const { rows } = await sql<{ n: string }>`select count(*) as n from ${sql.table(`${t.schema}.events`)}`.execute(db);
+    const { rows } = await sql<{
+      n: string;
+    }>`select count(*) as n from ${sql.table(`${t.schema}.events`)}`.execute(db);
     expect(Number(rows[0].n)).toBe(HOSTILE.length); // no statement of a value ran
   });
 
@@ -104,7 +117,12 @@ describe.runIf(postgresTarget)('folded statements keep every value intact (real 
     big.write("'); drop table events; --", 100);
     pool.reset();
     const outcome = await inbox.receive({
-      headers: { 'idempotency-key': 'big-1', 'x-key': 'big', 'x-seq': '2', 'content-type': 'application/octet-stream' },
+      headers: {
+        'idempotency-key': 'big-1',
+        'x-key': 'big',
+        'x-seq': '2',
+        'content-type': 'application/octet-stream',
+      },
       rawBody: big,
     });
     expect(outcome.kind).toBe('held');

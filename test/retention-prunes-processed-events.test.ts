@@ -15,8 +15,10 @@ describe('the retention option', () => {
   it('is checked at construction, and shorter than 3 days warns once per process (and on every logger)', async () => {
     const handle = () => {};
     for (const retention of ['abc', '7', 500, -1, '1x']) {
-      expect(() => createInbox({ handle, retention } as any)).toThrow(InboxOptionsError);
-      expect(() => createInbox({ handle, retention } as any)).toThrow(/option `retention` must be/);
+      expect(() => createInbox({ db: 'memory', handle, retention } as any)).toThrow(InboxOptionsError);
+      expect(() => createInbox({ db: 'memory', handle, retention } as any)).toThrow(
+        /option `retention` must be/,
+      );
     }
     const warnings: Error[] = [];
     const onWarning = (w: Error) => warnings.push(w);
@@ -24,10 +26,10 @@ describe('the retention option', () => {
     try {
       const logged: string[] = [];
       const logger = { warn: (_obj: object, msg?: string) => logged.push(msg ?? '') };
-      createInbox({ handle, retention: '1d', logger });
-      createInbox({ handle, retention: 36 * 3_600_000, logger });
-      createInbox({ handle, retention: '3d', logger });
-      createInbox({ handle, retention: false, logger });
+      createInbox({ db: 'memory', handle, retention: '1d', logger });
+      createInbox({ db: 'memory', handle, retention: 36 * 3_600_000, logger });
+      createInbox({ db: 'memory', handle, retention: '3d', logger });
+      createInbox({ db: 'memory', handle, retention: false, logger });
       await new Promise((resolve) => setImmediate(resolve)); // process warnings are emitted on the next tick
       expect(logged).toHaveLength(2);
       expect(logged[0]).toContain('shorter than 3 days');

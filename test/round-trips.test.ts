@@ -83,7 +83,10 @@ describe.runIf(postgresTarget)('round trips to Postgres per delivery', () => {
     pool.reset();
     expect((await deliver('rt-storm-last')).kind).toBe('processed');
     pool.reset();
-    expect((await duplicateOf('rt-storm-last')).body).toMatchObject({ status: 'duplicate', result: { ok: true } });
+    expect((await duplicateOf('rt-storm-last')).body).toMatchObject({
+      status: 'duplicate',
+      result: { ok: true },
+    });
     expect(pool.reset()).toEqual([expect.stringMatching(/^select body_hash, key, seq,/)]);
     await other.close();
   });

@@ -3,7 +3,7 @@ import { once } from 'node:events';
 import { CompiledQuery, sql } from 'kysely';
 import { afterEach, describe, expect, it } from 'vitest';
 import { startLedger } from '../examples/ledger/start.js';
-import { StatementNames } from '../src/database.js';
+import { StatementNames } from '../src/drivers/common.js';
 import { runMigrations } from '../src/migrations.js';
 import { createSender, InvalidEventError, OutboxStore, type Sender } from '../src/sender/index.js';
 import { outboxStatements } from '../src/sender/outbox.js';

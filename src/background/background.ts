@@ -4,6 +4,7 @@
  * set) and their listener. Each is a loop around the one apply path (src/apply.ts).
  */
 import type { Context } from '@opentelemetry/api';
+import type { Kysely } from 'kysely';
 import type { Runtime } from '../runtime.js';
 import { drainInline } from './drain.js';
 import { applyDuePendingEvents, PENDING_PER_SWEEP, Sweeper, type SweepReport } from './sweeper.js';
@@ -47,11 +48,9 @@ export class Background {
     return drainInline(this.#rt, key, wait, parent);
   }
 
-  /** Right after the response: the delivery's commit is what made the held events runnable. */
-  drainLater(key: string, parent?: Context): void {
-    this.#rt.track(
-      new Promise<void>((resolve) => setImmediate(resolve)).then(() => this.drain(key, true, parent)),
-    );
+  /** Drains on a connection the caller holds (inline mode), right after its delivery's response. */
+  drainOn(key: string, db: Kysely<any>, parent?: Context): Promise<number> {
+    return drainInline(this.#rt, key, true, parent, db);
   }
 
   /** A delivery was stored as pending (after its commit: the worker this wakes can see it). */

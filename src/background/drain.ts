@@ -6,16 +6,21 @@
  * unblocked it, or a root for the sweeper.
  */
 import type { Context } from '@opentelemetry/api';
+import type { Kysely } from 'kysely';
 import type { Runtime } from '../runtime.js';
 import { parentOf, SpanAttributes } from '../tracing.js';
 import { applyNextInline } from './turns.js';
 
-/** Inline mode's drain (`take_next`). `wait`: wait (bounded) for the key's lock. Returns how many it applied. */
+/**
+ * Inline mode's drain (`take_next`). `wait`: wait (bounded) for the key's lock. `db`: a
+ * connection the caller holds, else the pool. Returns how many it applied.
+ */
 export async function drainInline(
   rt: Runtime,
   key: string,
   wait: boolean,
   parent: Context | undefined,
+  db?: Kysely<any>,
 ): Promise<number> {
   const span = rt.tracer.startSpan('webhook-inbox.drain', undefined, parent);
   const spanParent = parentOf(span);
@@ -23,7 +28,7 @@ export async function drainInline(
   let applied = 0;
   try {
     for (;;) {
-      const step = await applyNextInline(rt, key, wait, spanParent);
+      const step = await applyNextInline(rt, key, wait, spanParent, db);
       if (step.applied) applied++;
       if (!step.more || rt.closing) return applied;
     }

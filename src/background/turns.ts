@@ -9,6 +9,7 @@
  *   sweeper, `inbox.replay`).
  */
 import type { Context } from '@opentelemetry/api';
+import type { Kysely } from 'kysely';
 import { applyOne } from '../apply.js';
 import type { Runtime } from '../runtime.js';
 import { CONTENDED, sqlState } from '../sql/sql-state.js';
@@ -20,12 +21,16 @@ export interface Step {
   readonly more: boolean;
 }
 
-/** Applies the key's next event by `take_next`. `wait`: wait (bounded) for the key's lock. */
+/**
+ * Applies the key's next event by `take_next`. `wait`: wait (bounded) for the key's lock.
+ * `db`: a connection the caller holds (a drain right after its delivery), else the pool.
+ */
 export async function applyNextInline(
   rt: Runtime,
   key: string,
   wait: boolean,
   parent: Context | undefined,
+  db?: Kysely<any>,
 ): Promise<Step> {
   const o = rt.options;
   try {
@@ -33,6 +38,7 @@ export async function applyNextInline(
       take: async (tx) =>
         (await rt.statements.takeNext(tx, o.source, key, wait, o.keepPayload, rt.lockTimeout)) ?? {},
       parent,
+      db,
     });
     if (r.status === 'failed') return { applied: false, more: r.failure?.drain === true };
     return { applied: r.status === 'applied', more: r.took.more === true };

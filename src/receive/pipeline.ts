@@ -21,6 +21,7 @@
  * - shed (maxInFlight, maxPending): 0, answered before touching the database.
  */
 import type { Context, Span } from '@opentelemetry/api';
+import type { Kysely } from 'kysely';
 import { applyOne } from '../apply.js';
 import type { Background } from '../background/background.js';
 import { InvalidDeliveryError } from '../errors.js';
@@ -177,9 +178,9 @@ async function decide(rt: Runtime, bg: Background, delivery: Delivery, obs: Obse
       rt.duplicateOdds.note(true);
       return fromProcessed(rt, d, found.event);
     }
-  }
-  if (rt.duplicateOdds.likely) {
-    // A retry storm: one primary-key read answers a processed duplicate before any transaction.
+  } else if (rt.duplicateOdds.likely) {
+    // A retry storm and no Redis (which holds every processed event already): one primary-key
+    // read answers a processed duplicate before any transaction.
     const processed = await rt.statements
       .findProcessed(rt.database.kysely, o.source, d.id)
       .catch(() => undefined);
@@ -217,13 +218,36 @@ function fromProcessed(rt: Runtime, d: ParsedDelivery, e: CachedEvent): Outcome 
   });
 }
 
-/** The claim and, when it says "apply", the handler: one transaction (src/apply.ts). */
-async function claimAndApply(
+/**
+ * The claim and, when it says "apply", the handler: one transaction (src/apply.ts).
+ *
+ * An ordered delivery in inline mode keeps its connection after COMMIT: when its commit made
+ * held events runnable, it drains them on that connection right after the response, instead
+ * of queueing for the pool again behind every delivery that arrived meanwhile (under load that
+ * queue was most of a held event's wait).
+ */
+function claimAndApply(rt: Runtime, bg: Background, d: ParsedDelivery, obs: Observation): Promise<Outcome> {
+  const key = d.key;
+  if (key === null || rt.options.mode === 'deferred') {
+    return claimAndApplyOn(rt, bg, d, obs, undefined).then((settled) => settled.outcome);
+  }
+  return new Promise<Outcome>((resolve) => {
+    const work = rt.database.kysely.connection().execute(async (conn) => {
+      const settled = await claimAndApplyOn(rt, bg, d, obs, conn);
+      resolve(settled.outcome);
+      if (settled.drain) await bg.drainOn(key, conn, obs.parent);
+    });
+    rt.track(work.catch((err) => resolve(respond.infrastructureFailure(rt.options, err))));
+  });
+}
+
+async function claimAndApplyOn(
   rt: Runtime,
   bg: Background,
   d: ParsedDelivery,
   obs: Observation,
-): Promise<Outcome> {
+  db: Kysely<any> | undefined,
+): Promise<{ outcome: Outcome; drain: boolean }> {
   const o = rt.options;
   const ordered = d.key !== null;
   const deferred = o.mode === 'deferred';
@@ -270,23 +294,24 @@ async function claimAndApply(
         return { claim, event };
       },
       parent: obs.parent,
+      db,
     });
   } catch (err) {
-    return respond.infrastructureFailure(o, err);
+    return { outcome: respond.infrastructureFailure(o, err), drain: false };
   }
   const claim = applied.took.claim;
   rt.duplicateOdds.note(claim.decision === 'duplicate');
   if (applied.status === 'failed') {
     const failure = applied.failure;
-    if (failure?.decision !== 'dead') return respond.handlerFailed(d.id);
-    if (failure.drain && d.key !== null) bg.drainLater(d.key);
-    if (failure.reason === 'rejected') return respond.rejected(d.id);
-    return respond.deadLettered(d.id, 'poison');
+    if (failure?.decision !== 'dead') return { outcome: respond.handlerFailed(d.id), drain: false };
+    // onPoison 'skip' moved the cursor past it: what waits behind it may run now.
+    if (failure.reason === 'rejected') return { outcome: respond.rejected(d.id), drain: failure.drain };
+    return { outcome: respond.deadLettered(d.id, 'poison'), drain: failure.drain };
   }
   // Committed.
   rt.metrics.claimToCommit((performance.now() - claimedAt) / 1000);
-  if (claim.drain && d.key !== null) bg.drainLater(d.key, obs.parent);
-  if (applied.status === 'applied') return respond.processed(d.id, applied.result);
+  if (applied.status === 'applied')
+    return { outcome: respond.processed(d.id, applied.result), drain: claim.drain };
   if (claim.decision === 'dead' && claim.reason === 'late') {
     // Counted per late delivery: a redelivery of a late event (rare: it was answered 200) counts again.
     rt.metrics.deadLetter('late');
@@ -315,7 +340,7 @@ async function claimAndApply(
       'webhook-inbox: a new id at a seq its key already applied or holds (422)',
     );
   }
-  return respond.decided(o, d, claim);
+  return { outcome: respond.decided(o, d, claim), drain: claim.drain };
 }
 
 /** Metrics, span attributes and the debug log line of one delivery's outcome. */
