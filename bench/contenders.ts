@@ -130,9 +130,10 @@ async function plainContender(
   config: ContenderConfig,
   name: string,
   mount: (app: express.Express, db: Database, ledger: Ledger, schema: string) => Promise<() => Promise<void>>,
+  embedded = false,
 ): Promise<RunningContender> {
   const schema = `${config.schemaBase}_${name}`;
-  const db = await openDatabase(config.postgresUrl, { poolSize: config.poolSize });
+  const db = await openDatabase(embedded ? 'memory' : config.postgresUrl, { poolSize: config.poolSize });
   const ledger = new Ledger(schema);
   await ledger.setup(db.kysely);
   const app = express();
@@ -269,6 +270,26 @@ export const CONTENDERS: Record<string, ContenderSpec> = {
         });
         return async () => {};
       }),
+  },
+
+  'bare-pglite': {
+    description: 'the ledger write in a plain transaction on embedded PGlite (the ceiling for inbox-pglite)',
+    start: (config) =>
+      plainContender(
+        config,
+        'barepgl',
+        async (app, db, ledger) => {
+          app.post('/webhooks', express.json(), async (req, res) => {
+            try {
+              res.json(await applyInTransaction(db, ledger, eventOf(req)));
+            } catch {
+              res.status(500).json({ error: 'failed' });
+            }
+          });
+          return async () => {};
+        },
+        true,
+      ),
   },
 
   naive: {

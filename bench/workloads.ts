@@ -149,6 +149,7 @@ export const MATRIX: Record<string, string[]> = {
     'inbox-koa',
     'inbox-fastify',
     'inbox-pglite',
+    'bare-pglite',
   ],
   dup50: ['naive', 'node-idempotency', 'express-idempotency', 'inbox', 'inbox-redis', 'inbox-pg'],
   replay: ['hello', 'naive', 'node-idempotency', 'express-idempotency', 'inbox', 'inbox-redis', 'inbox-pg'],
