@@ -47,6 +47,8 @@ export interface CliIo {
    * ask on (stdin is not a TTY), so the caller must be told with a flag instead.
    */
   confirm?: (question: string) => Promise<boolean>;
+  /** A long-running command (`console`) runs until this settles. @defaultValue SIGINT or SIGTERM */
+  untilStopped?: () => Promise<void>;
 }
 
 /** Output for one command: JSON for scripts, or text that is safe on a terminal. */
@@ -65,6 +67,8 @@ export interface Connection {
 
 export interface CommandArgs {
   values: Values;
+  /** The environment (a secret such as the console's token is read from it, not from argv). */
+  env: Record<string, string | undefined>;
   positionals: string[];
   out: Out;
   io: CliIo;
@@ -79,6 +83,11 @@ export interface Command {
   /** Allowed number of positional arguments. */
   readonly positionals: readonly [min: number, max: number];
   /** Checks done before the database is opened (the connection options are checked by then too). */
-  check?(args: { values: Values; positionals: string[]; io: CliIo }): void;
+  check?(args: {
+    values: Values;
+    positionals: string[];
+    io: CliIo;
+    env: Record<string, string | undefined>;
+  }): void;
   run(args: CommandArgs): Promise<number>;
 }

@@ -21,6 +21,7 @@ import {
   UsageError,
   type Values,
 } from './command.js';
+import { CONSOLE_COMMAND } from './console-command.js';
 import { DEAD_COMMANDS } from './dead-commands.js';
 import { commandHelp, groupHelp, topHelp } from './help.js';
 import { INBOX_COMMANDS } from './inbox-commands.js';
@@ -33,6 +34,7 @@ export const COMMANDS: Record<string, Command> = {
   ...DEAD_COMMANDS,
   ...KEY_COMMANDS,
   prune: INBOX_COMMANDS.prune,
+  console: CONSOLE_COMMAND,
 };
 
 const GROUPS = new Set(['dead', 'keys']);
@@ -155,7 +157,7 @@ export async function main(
     checkPositionals(name, command, positionals);
     const where = connectionOptions(values, env, name);
     schema = where.schema ?? schema;
-    command.check?.({ values, positionals, io });
+    command.check?.({ values, positionals, io, env });
     const connection: Connection = {
       async ops() {
         opened ??= await openOperations(where);
@@ -166,7 +168,7 @@ export async function main(
       json,
       result: (value, text) => io.stdout(json ? safeJson(value) : safeBlock(text(value))),
     };
-    return await command.run({ values, positionals, out, io, connection });
+    return await command.run({ values, positionals, env, out, io, connection });
   } catch (err) {
     if (err instanceof UsageError)
       return fail(EXIT.usage, 'usage', `${err.message}\nusage: ${command.usage}`);
