@@ -13,7 +13,7 @@
  */
 export { type Console, createConsole, MAX_FORM_BYTES } from './console.js';
 export { escapeHtml, Html, html } from './html.js';
-export { expressConsole, fastifyConsole, koaConsole, nodeConsole } from './mount.js';
+export { type ConsoleInput, expressConsole, fastifyConsole, koaConsole, nodeConsole } from './mount.js';
 export type { ConsoleOptions, ConsoleUser, ResolvedConsoleOptions } from './options.js';
 export { resolveConsoleOptions } from './options.js';
 export type { ConsoleRequest, ConsoleResponse } from './request.js';

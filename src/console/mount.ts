@@ -8,7 +8,8 @@ import { type Console, createConsole, MAX_FORM_BYTES } from './console.js';
 import type { ConsoleOptions } from './options.js';
 import type { ConsoleRequest, ConsoleResponse } from './request.js';
 
-type ConsoleInput = Console | ConsoleOptions;
+/** A console made with `createConsole`, or the options to make one. */
+export type ConsoleInput = Console | ConsoleOptions;
 
 function consoleOf(input: ConsoleInput): Console {
   return typeof (input as Console).handle === 'function'
