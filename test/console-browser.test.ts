@@ -49,6 +49,16 @@ describe.skipIf(!chromiumInstalled())('the console in Chromium', () => {
       inbox: { db: db.db, schema: schemas.inbox, sweepIntervalMs: 0, maxAttempts: 2 },
     });
     base = `${app.url}/console`;
+    // Some traffic that went through (the overview's counts and chart).
+    for (let seq = 1; seq <= 12; seq++) {
+      const status = await deliver(
+        app.url,
+        `evt-ok-${seq}`,
+        { amount: seq },
+        { 'x-key': 'acct-9', 'x-seq': `${seq}` },
+      );
+      expect(status).toBe(200);
+    }
     // A poison event: the handler fails for acct-1 until it is "fixed"; seq 2 waits behind it.
     app.ledger.failNext.set('acct-1', 1000);
     expect(await deliver(app.url, 'evt-1', { amount: 10 }, { 'x-key': 'acct-1', 'x-seq': '1' })).toBe(500);
@@ -102,6 +112,7 @@ describe.skipIf(!chromiumInstalled())('the console in Chromium', () => {
     expect(counts).toMatch(/3\s*dead letters/);
     expect(counts).toMatch(/3\s*blocked keys/);
     expect(counts).toMatch(/1\s*held/);
+    expect(counts).toMatch(/12\s*processed/);
     expect(await page.textContent('main')).toContain('acct-1');
     if (SCREENSHOTS) await page.screenshot({ path: join(IMAGES, 'console-overview.png'), fullPage: true });
     await noScriptRan();

@@ -235,3 +235,23 @@ test('html escapes every interpolated value', () => {
     '<td title="&quot;&gt;&lt;img src=x onerror=alert(1)&gt;&lt;script&gt;alert(2)&lt;/script&gt;&#39;&#96;">&quot;&gt;&lt;img src=x onerror=alert(1)&gt;&lt;script&gt;alert(2)&lt;/script&gt;&#39;&#96;</td>',
   );
 });
+
+test('over TLS (as the framework sees it) the session cookie is Secure too', async () => {
+  const ops = await openOperations({ db: db.db, schema: db.schema });
+  try {
+    const app = createConsole({ operations: ops, token: CONSOLE_TOKEN });
+    const login = (secure: boolean) =>
+      app.handle({
+        method: 'POST',
+        url: '/login',
+        basePath: '/console',
+        headers: { host: 'ops.example', origin: `${secure ? 'https' : 'http'}://ops.example` },
+        body: `token=${CONSOLE_TOKEN}`,
+        secure,
+      });
+    expect((await login(true)).headers['set-cookie']).toMatch(/; Secure$/);
+    expect((await login(false)).headers['set-cookie']).not.toMatch(/Secure/);
+  } finally {
+    await ops.close();
+  }
+});

@@ -84,8 +84,9 @@ export function createConsole(input: ConsoleOptions): Console {
     return { status: 303, headers: { location, 'cache-control': 'no-store', ...extra }, body: '' };
   }
 
-  function cookie(base: string, value: string, maxAge: number): string {
-    return `${SESSION_COOKIE}=${value}; Path=${base || '/'}; HttpOnly; SameSite=Strict; Max-Age=${maxAge}`;
+  function cookie(request: ConsoleRequest, base: string, value: string, maxAge: number): string {
+    const secure = request.secure ? '; Secure' : '';
+    return `${SESSION_COOKIE}=${value}; Path=${base || '/'}; HttpOnly; SameSite=Strict; Max-Age=${maxAge}${secure}`;
   }
 
   async function handle(request: ConsoleRequest): Promise<ConsoleResponse> {
@@ -124,7 +125,9 @@ export function createConsole(input: ConsoleOptions): Console {
           return respond(401, nonce, loginPage(anonymous, true));
         }
         options.logger.info({ console: 'login', who: 'token' }, 'webhook-inbox console: login');
-        return redirect(`${base}/`, { 'set-cookie': cookie(base, sessionValue(options.token), 8 * 3600) });
+        return redirect(`${base}/`, {
+          'set-cookie': cookie(request, base, sessionValue(options.token), 8 * 3600),
+        });
       }
     }
 
@@ -163,7 +166,7 @@ export function createConsole(input: ConsoleOptions): Console {
       if (path === '/logout') {
         return redirect(
           options.token !== undefined ? `${base}/login` : `${base}/`,
-          principal.via === 'session' ? { 'set-cookie': cookie(base, '', 0) } : {},
+          principal.via === 'session' ? { 'set-cookie': cookie(request, base, '', 0) } : {},
         );
       }
       const action = /^\/actions\/([a-z-]+)$/.exec(path)?.[1];

@@ -4,6 +4,7 @@
  * response out; none decides anything.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { TLSSocket } from 'node:tls';
 import { type Console, createConsole, MAX_FORM_BYTES } from './console.js';
 import type { ConsoleOptions } from './options.js';
 import type { ConsoleRequest, ConsoleResponse } from './request.js';
@@ -43,8 +44,15 @@ async function readBody(req: IncomingMessage, parsed?: unknown): Promise<string>
   return Buffer.concat(chunks).toString('utf8');
 }
 
-function requestOf(req: IncomingMessage, url: string, basePath: string, body: string): ConsoleRequest {
+function requestOf(
+  req: IncomingMessage,
+  url: string,
+  basePath: string,
+  body: string,
+  secure = (req.socket as TLSSocket).encrypted === true,
+): ConsoleRequest {
   return {
+    secure,
     method: req.method ?? 'GET',
     url: url || '/',
     headers: req.headers,
@@ -104,7 +112,10 @@ export function expressConsole(input: ConsoleInput) {
         if (err instanceof BodyTooLarge) return write(res, TOO_LARGE);
         throw err;
       }
-      const response = await app.handle(requestOf(req, req.url, req.baseUrl ?? '', body));
+      // req.secure honours Express's `trust proxy` setting (X-Forwarded-Proto).
+      const response = await app.handle(
+        requestOf(req, req.url, req.baseUrl ?? '', body, req.secure === true),
+      );
       write(res, response);
     })().catch(next);
   };
@@ -128,7 +139,9 @@ export function koaConsole(input: ConsoleInput, prefix = '/console') {
       ctx.body = 'form too large';
       return;
     }
-    const response = await app.handle(requestOf(ctx.req, ctx.url.slice(prefix.length) || '/', prefix, body));
+    const response = await app.handle(
+      requestOf(ctx.req, ctx.url.slice(prefix.length) || '/', prefix, body, ctx.secure === true),
+    );
     ctx.status = response.status;
     ctx.set(response.headers);
     ctx.body = response.body;
@@ -144,7 +157,8 @@ export async function fastifyConsole(
   opts: { console: ConsoleInput; prefix?: string },
 ): Promise<void> {
   const app = consoleOf(opts.console);
-  const basePath: string = opts.prefix ?? instance.prefix ?? '';
+  // The full prefix, parents' included (what the browser's paths start with).
+  const basePath: string = instance.prefix || opts.prefix || '';
   instance.removeAllContentTypeParsers();
   instance.addContentTypeParser(
     '*',
@@ -154,9 +168,8 @@ export async function fastifyConsole(
   const handler = async (request: any, reply: any) => {
     const raw: IncomingMessage = request.raw;
     const url = (raw.url ?? '/').slice(basePath.length) || '/';
-    const response = await app.handle(
-      requestOf(raw, url, basePath, typeof request.body === 'string' ? request.body : ''),
-    );
+    const body = typeof request.body === 'string' ? request.body : '';
+    const response = await app.handle(requestOf(raw, url, basePath, body, request.protocol === 'https'));
     reply.code(response.status).headers(response.headers).send(response.body);
   };
   instance.route({
