@@ -84,7 +84,7 @@ describe.skipIf(!chromiumInstalled())('the console in Chromium', () => {
       dialogs.push(d.message());
       void d.dismiss();
     });
-  }, 60_000);
+  });
 
   afterAll(async () => {
     await browser?.close();
