@@ -2,7 +2,8 @@
  * ops/: the Grafana dashboard and the Prometheus alert rules. Every metric they name exists in
  * what an inbox's registry serves (histograms by their _bucket/_sum/_count series), every
  * label value they match on is one the inbox emits, and the rules pass `promtool check rules`
- * (Debian's prometheus package; .ci/run installs it when missing).
+ * and their unit tests, `promtool test rules` (Debian's prometheus package; .ci/run installs
+ * it when missing).
  */
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
@@ -94,4 +95,16 @@ describe('ops/', () => {
     const out = execFileSync('promtool', ['check', 'rules', RULES], { encoding: 'utf8' });
     expect(out).toContain('SUCCESS: 6 rules found');
   });
+
+  test.skipIf(!promtool() && !process.env.CI)(
+    'each alert fires on the series that should fire it, and only then',
+    () => {
+      // ops/prometheus/webhook-inbox-alerts.test.yml: input series, and the alerts expected (or
+      // not) at given times, with their rendered summaries. A failing case exits non-zero.
+      const out = execFileSync('promtool', ['test', 'rules', RULES.replace(/\.yml$/, '.test.yml')], {
+        encoding: 'utf8',
+      });
+      expect(out).toContain('SUCCESS');
+    },
+  );
 });
