@@ -116,7 +116,7 @@ export async function runAction(
         return confirmPage(
           ctx,
           name,
-          `Replay the ${requeued.length} dead letter${requeued.length === 1 ? '' : 's'} matching this filter (${wouldBe.length - requeued.length} cannot be replayed)?`,
+          `Replay the ${requeued.length} dead letter${requeued.length === 1 ? '' : 's'} matching this filter (${wouldBe.length - requeued.length} cannot be replayed)?${wouldBe.length === MAX_TARGETS ? ` At most ${MAX_TARGETS} at once, oldest first: repeat for the rest.` : ''}`,
           wouldBe.map(
             (r) => `${r.source}/${r.id}: ${r.outcome === 'requeued' ? 'would be re-queued' : r.outcome}`,
           ),

@@ -164,6 +164,7 @@ export function createConsole(input: ConsoleOptions): Console {
         );
       }
       if (path === '/logout') {
+        options.logger.info({ console: 'logout', who: principal.name }, 'webhook-inbox console: logout');
         return redirect(
           options.token !== undefined ? `${base}/login` : `${base}/`,
           principal.via === 'session' ? { 'set-cookie': cookie(request, base, '', 0) } : {},
