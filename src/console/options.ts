@@ -37,7 +37,8 @@ export interface ConsoleOptions {
   token?: string;
   /**
    * Neither `authorize` nor `token`: anyone who can reach the console may act. Only requests
-   * that arrive on a loopback address are answered; every other gets 401. @defaultValue false
+   * that arrive on a loopback address are answered; every other gets 401. Never behind a
+   * reverse proxy on the same host (what it forwards arrives on loopback). @defaultValue false
    */
   insecure?: boolean;
   /** Show everything, offer no action, refuse every POST but login and logout. @defaultValue false */
