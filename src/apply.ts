@@ -3,18 +3,21 @@
  * receive (taken by `claim`), drains (`take_next`), the sweeper and workers (`take_pending`,
  * `take_turn` then `advance`). In one transaction it takes the event, runs the handler with
  * its span, timeout and metrics, and stores the result; after COMMIT it remembers the event as
- * processed. When the handler throws, the transaction has rolled back and `recordFailure`
- * counts the attempt (backoff, poison, dead letter, key blocked, metric, log) in one more
- * round trip of its own.
+ * processed. When the handler throws, the transaction rolls back to the savepoint the take left
+ * (src/sql/failed-run.ts) and `recordFailure` counts the attempt (backoff, poison, dead letter,
+ * key blocked) in the same transaction, while the event is still locked: nobody can take it
+ * in between and run it again. Those statements ride on COMMIT: a failed run costs what a
+ * successful one does. `reportFailure` then counts and logs it.
  */
 import type { Context } from '@opentelemetry/api';
-import type { Kysely, Transaction } from 'kysely';
+import { type Kysely, sql, type Transaction } from 'kysely';
 import { HandlerError, RejectEvent } from './errors.js';
 import type { InboxEvent } from './event.js';
 import { runHandler as runWithContext } from './handler-context.js';
 import { parseBody, storableHeaders } from './payload.js';
 import type { Runtime } from './runtime.js';
 import type { FailRow } from './sql/fail.js';
+import { APPLY_SAVEPOINT } from './sql/failed-run.js';
 import type { TakenEvent } from './sql/taken-event.js';
 import { inSpan } from './tracing.js';
 
@@ -43,12 +46,12 @@ export type Applied<T> =
   /** Nothing to apply: the taker found no event, or decided something else (a claim's duplicate). */
   | { readonly status: 'none'; readonly took: T }
   | { readonly status: 'applied'; readonly took: T; readonly event: TakenEvent; readonly result: unknown }
-  /** The handler threw; `failure` is what `fail` recorded (undefined when even that failed). */
+  /** The handler threw; `failure` is what was recorded, in the same transaction. */
   | {
       readonly status: 'failed';
       readonly took: T;
       readonly event: TakenEvent;
-      readonly failure: FailRow | undefined;
+      readonly failure: FailRow;
     };
 
 /**
@@ -63,32 +66,34 @@ export async function applyOne<T extends { readonly event?: TakenEvent }>(
   let took: T | undefined;
   let result: unknown;
   let json: string | undefined;
-  try {
-    // The SQL state machine relies on READ COMMITTED (each statement sees what committed before
-    // it, e.g. a claim that waited for a key lock); said explicitly, whatever the server default.
-    await (step.db ?? rt.database.kysely)
-      .transaction()
-      .setIsolationLevel('read committed')
-      .execute(async (tx) => {
-        took = await step.take(tx);
-        const event = took.event;
-        if (!event) return;
+  let failure: FailRow | undefined;
+  // The SQL state machine relies on READ COMMITTED (each statement sees what committed before
+  // it, e.g. a claim that waited for a key lock); said explicitly, whatever the server default.
+  await (step.db ?? rt.database.kysely)
+    .transaction()
+    .setIsolationLevel('read committed')
+    .execute(async (tx) => {
+      took = await step.take(tx);
+      const event = took.event;
+      if (!event) return;
+      if (!rt.database.sendsThen) await sql.raw(APPLY_SAVEPOINT).execute(tx);
+      try {
         ({ result, json } = await runHandler(rt, tx, event, step.parent));
-        await step.finish?.(tx, event);
-        // Last before COMMIT, so that it rides on it (src/drivers/pg.ts): one round trip fewer.
-        if (json !== undefined) await rt.statements.storeResult(tx, rt.options.source, event.id, json);
-      });
-  } catch (err) {
-    if (err instanceof HandlerError && took?.event) {
-      // On the same connection when the caller holds one: asking the pool for another while
-      // holding one can wait forever (PGlite has a single session; a full pool, likewise).
-      const failure = await recordFailure(rt, took.event, err.cause, step.db);
-      return { status: 'failed', took, event: took.event, failure };
-    }
-    throw err;
-  }
+      } catch (err) {
+        if (!(err instanceof HandlerError)) throw err;
+        failure = await recordFailure(rt, tx, event, err.cause);
+        return;
+      }
+      await step.finish?.(tx, event);
+      // Last before COMMIT, so that it rides on it (src/drivers/pg.ts): one round trip fewer.
+      if (json !== undefined) await rt.statements.storeResult(tx, rt.options.source, event.id, json);
+    });
   const taken = took as T;
   if (!taken.event) return { status: 'none', took: taken };
+  if (failure) {
+    reportFailure(rt, taken.event, failure);
+    return { status: 'failed', took: taken, event: taken.event, failure };
+  }
   // Committed: only now may the event be remembered as processed.
   rt.rememberProcessed(taken.event, json);
   return { status: 'applied', took: taken, event: taken.event, result };
@@ -138,52 +143,71 @@ function errorMessage(err: unknown): string {
 }
 
 /**
- * Counts a failed run (its transaction rolled back): one round trip, `fail`. Dead-letters the
- * event as poison after `maxAttempts` (at once, as rejected, when the handler threw
- * RejectEvent), and then blocks or skips its key (`onPoison`). Returns undefined when even
- * that failed (logged): the event is then retried as if never run.
+ * Records a failed run inside its transaction, after the handler threw: back to the savepoint
+ * the take left (the handler's writes undone, the event still locked), the event waiting again,
+ * then `fail` counts the attempt and, past `maxAttempts` (at once for RejectEvent), dead-letters
+ * it and blocks or skips its key (`onPoison`). None of it is read back before COMMIT, so what
+ * `fail` decides is computed here from the attempts the take read under the same lock.
  */
-export async function recordFailure(
+async function recordFailure(
   rt: Runtime,
+  tx: Transaction<any>,
   event: TakenEvent,
   cause: unknown,
-  db: Kysely<any> = rt.database.kysely,
-): Promise<FailRow | undefined> {
+): Promise<FailRow> {
   const o = rt.options;
   const { id, key, seq } = event;
-  const deadReason = cause instanceof RejectEvent ? 'rejected' : 'poison';
+  const reason = cause instanceof RejectEvent ? 'rejected' : 'poison';
+  const maxAttempts = reason === 'rejected' ? 1 : o.maxAttempts;
   o.logger.warn({ err: cause, id, key, seq, source: o.source }, 'webhook-inbox: handler failed');
-  let row: FailRow;
-  try {
-    row = await rt.statements.fail(db, {
-      source: o.source,
-      id,
-      key,
-      seq,
-      hash: event.hash,
-      payload: event.payload,
-      headers: storableHeaders(event.headers),
-      error: errorMessage(cause),
-      maxAttempts: deadReason === 'rejected' ? 1 : o.maxAttempts,
-      onPoison: o.onPoison,
-      retryInMs: backoffMs(event.attempts, o.retryBaseMs, o.retryCapMs),
-      receivedAt: event.receivedAt,
-      deadReason,
-    });
-  } catch (failErr) {
-    o.logger.error({ err: failErr, id }, 'webhook-inbox: could not record the failed attempt');
-    return undefined;
+  const headers = storableHeaders(event.headers);
+  await rt.statements.undoTake(tx, {
+    source: o.source,
+    id,
+    key,
+    seq,
+    waiting: event.waiting ?? 'pending',
+    payload: event.payload,
+    headers,
+  });
+  await rt.statements.fail(tx, {
+    source: o.source,
+    id,
+    key,
+    seq,
+    hash: event.hash,
+    payload: event.payload,
+    headers,
+    error: errorMessage(cause),
+    maxAttempts,
+    onPoison: o.onPoison,
+    retryInMs: backoffMs(event.attempts, o.retryBaseMs, o.retryCapMs),
+    receivedAt: event.receivedAt,
+    deadReason: reason,
+  });
+  const attempts = event.attempts + 1;
+  const dead = attempts >= maxAttempts;
+  return {
+    decision: dead ? 'dead' : 'failed',
+    attempts,
+    // onPoison 'skip' moved the cursor past it: what waits behind it may run now.
+    drain: dead && key !== null && o.onPoison === 'skip',
+    reason: dead ? reason : undefined,
+  };
+}
+
+/** After COMMIT: a dead letter is counted and said, and so is the key it blocks. */
+function reportFailure(rt: Runtime, event: TakenEvent, failure: FailRow): void {
+  if (failure.decision !== 'dead') return;
+  const o = rt.options;
+  const { id, key, seq } = event;
+  const reason = failure.reason ?? 'poison';
+  rt.metrics.deadLetter(reason);
+  o.logger.info(
+    { id, key, seq, source: o.source, attempts: failure.attempts },
+    `webhook-inbox: dead-lettered (${reason})`,
+  );
+  if (key !== null && o.onPoison === 'block') {
+    o.logger.info({ key, blockedSeq: seq, source: o.source }, 'webhook-inbox: key blocked (poison)');
   }
-  if (row.decision === 'dead') row = { ...row, reason: deadReason };
-  if (row.decision === 'dead') {
-    rt.metrics.deadLetter(deadReason);
-    o.logger.info(
-      { id, key, seq, source: o.source, attempts: row.attempts },
-      `webhook-inbox: dead-lettered (${deadReason})`,
-    );
-    if (key !== null && o.onPoison === 'block') {
-      o.logger.info({ key, blockedSeq: seq, source: o.source }, 'webhook-inbox: key blocked (poison)');
-    }
-  }
-  return row;
 }

@@ -61,6 +61,12 @@ export interface Database {
   /** The pool, when we have one (for pool-wait bounds and LISTEN/NOTIFY). */
   readonly pool: PgPoolLike | undefined;
   readonly names: StatementNames;
+  /**
+   * The driver is ours, so it sends a registered statement's `then` (the savepoint after a
+   * take) itself; a Kysely instance the user passed has its own driver, and the apply path
+   * sends the savepoint as a statement of its own.
+   */
+  readonly sendsThen: boolean;
   destroy(): Promise<void>;
 }
 
@@ -108,7 +114,7 @@ export async function openDatabase(
     return fromPool(pool, true, names, wait);
   }
   if (isKysely(input)) {
-    return { kysely: input, kind: 'pg', pool: undefined, names, destroy: async () => {} };
+    return { kysely: input, kind: 'pg', pool: undefined, names, sendsThen: false, destroy: async () => {} };
   }
   if (isPGlite(input)) return fromPGlite(input, false, names, wait);
   if (typeof (input as PgPoolLike).connect === 'function')
@@ -120,10 +126,10 @@ export async function openDatabase(
 
 function fromPool(pool: PgPoolLike, owns: boolean, names: StatementNames, wait: number): Database {
   const kysely = new Kysely<any>({ dialect: postgresDialect(new PgPoolDriver(pool, names, owns, wait)) });
-  return { kysely, kind: 'pg', pool, names, destroy: () => kysely.destroy() };
+  return { kysely, kind: 'pg', pool, names, sendsThen: true, destroy: () => kysely.destroy() };
 }
 
 function fromPGlite(pglite: PGliteLike, owns: boolean, names: StatementNames, wait: number): Database {
-  const kysely = new Kysely<any>({ dialect: postgresDialect(new PGliteDriver(pglite, owns, wait)) });
-  return { kysely, kind: 'pglite', pool: undefined, names, destroy: () => kysely.destroy() };
+  const kysely = new Kysely<any>({ dialect: postgresDialect(new PGliteDriver(pglite, owns, wait, names)) });
+  return { kysely, kind: 'pglite', pool: undefined, names, sendsThen: true, destroy: () => kysely.destroy() };
 }

@@ -107,6 +107,31 @@ describe.runIf(postgresTarget)('round trips to Postgres per delivery', () => {
     expect(pool.reset()).toHaveLength(3);
   });
 
+  it('a handler that throws: BEGIN with the claim, the handler, the failure recorded with COMMIT', async () => {
+    const failing = createInbox({
+      db: pool,
+      schema: t.schema,
+      sweepIntervalMs: 0,
+      handle: async (_e, { tx }) => {
+        await tx.selectNoFrom((eb) => eb.lit(1).as('one')).execute();
+        throw new Error('no');
+      },
+    });
+    await failing.ready();
+    pool.reset();
+    const outcome = await failing.receive({
+      headers: { 'idempotency-key': 'rt-fail', 'content-type': 'application/json' },
+      rawBody: Buffer.from('{}'),
+    });
+    expect(outcome.status).toBe(500);
+    const sent = pool.reset();
+    expect(sent).toHaveLength(3);
+    expect(sent[0]).toMatch(/^begin .*claim.*; savepoint wi_apply$/);
+    expect(sent[2]).toMatch(/^rollback to savepoint wi_apply; update .*; select \* from .*fail.*; commit$/);
+    expect(await failing.event('rt-fail')).toMatchObject({ status: 'pending', attempts: 1 });
+    await failing.close();
+  });
+
   it('a held event: BEGIN with the claim, COMMIT', async () => {
     pool.reset();
     expect((await deliver('rt-o3', { 'x-key': 'k', 'x-seq': '3' })).kind).toBe('held');

@@ -4,9 +4,17 @@ import { PoolWaitTimeoutError } from '../errors.js';
 /**
  * How a registered statement may travel with its neighbours in one round trip (pg only; see
  * src/drivers/pg.ts): `after-begin` rides on the transaction's BEGIN (the claim and the take
- * statements open every apply), `before-commit` on its COMMIT (the stored result).
+ * statements open every apply), `before-commit` on its COMMIT (the stored result, and the
+ * statements that record a failed run). A `before-commit` statement's rows are never read.
  */
 export type Fold = 'after-begin' | 'before-commit';
+
+export interface StatementEntry {
+  readonly name: string;
+  readonly fold: Fold | undefined;
+  /** A parameterless statement every driver sends right after this one (a SAVEPOINT). */
+  readonly then: string | undefined;
+}
 
 /**
  * Hot-path statements are sent as named prepared statements (pg's `name:`): Postgres parses
@@ -15,12 +23,12 @@ export type Fold = 'after-begin' | 'before-commit';
  * number of prepared statements per connection stays bounded.
  */
 export class StatementNames {
-  readonly #entries = new Map<string, { readonly name: string; readonly fold: Fold | undefined }>();
-  register(name: string, text: string, fold?: Fold): string {
-    this.#entries.set(text, { name, fold });
+  readonly #entries = new Map<string, StatementEntry>();
+  register(name: string, text: string, fold?: Fold, then?: string): string {
+    this.#entries.set(text, { name, fold, then });
     return text;
   }
-  get(text: string): { readonly name: string; readonly fold: Fold | undefined } | undefined {
+  get(text: string): StatementEntry | undefined {
     return this.#entries.get(text);
   }
 }

@@ -7,6 +7,7 @@
  *   as one simple-protocol query: `begin; select * from claim('…', …)`. A statement registered
  *   `before-commit` (the stored result) is held back and sent with COMMIT. A new event then
  *   costs what a bare transaction costs: BEGIN+claim, the handler's statements, result+COMMIT.
+ *   A statement may name one to send right after it (`then`: the SAVEPOINT after a take).
  *   node-postgres has no pipelining, and the simple protocol takes no parameters, so the
  *   values are written as literals by pg's own `escapeLiteral` (bytea as hex, JSON as text),
  *   never concatenated by hand; a value too large to be worth it (over `MAX_FOLDED_CHARS`)
@@ -69,8 +70,8 @@ class PgConnection implements DatabaseConnection {
   #begin: string | undefined;
   /** In a transaction (sent or not): `before-commit` statements wait for COMMIT. */
   #inTransaction = false;
-  /** A statement held back to ride on COMMIT. */
-  #tail: CompiledQuery | undefined;
+  /** Statements held back to ride on COMMIT, in order. */
+  #tails: CompiledQuery[] = [];
   /**
    * A checked-out client whose backend dies between two queries (pg_terminate_backend, a
    * server restart, idle-in-transaction timeout) emits 'error' on itself, not on the pool, and
@@ -95,20 +96,19 @@ class PgConnection implements DatabaseConnection {
 
   async commit(): Promise<void> {
     const begin = this.#begin;
-    const tail = this.#tail;
+    const tails = this.#tails;
     this.#reset();
-    if (begin !== undefined) {
-      // Nothing was sent in this transaction: nothing to open or close. A held-back tail is
-      // impossible here (it needs a statement before it), but would be sent on its own.
-      if (tail) await this.#send(tail);
+    // Nothing was sent in this transaction: nothing to open or close (a held-back statement
+    // needs one before it, so there is none either).
+    if (begin !== undefined && tails.length === 0) return;
+    if (begin !== undefined) await this.#simple(begin);
+    const folded = tails.map(inlineParameters);
+    if (folded.every((text) => text !== undefined)) {
+      await this.#simple([...folded, 'commit'].join('; '));
       return;
     }
-    const folded = tail && inlineParameters(tail);
-    if (folded) await this.#simple(`${folded}; commit`);
-    else {
-      if (tail) await this.#send(tail);
-      await this.#simple('commit');
-    }
+    for (const tail of tails) await this.#send(tail);
+    await this.#simple('commit');
   }
 
   async rollback(): Promise<void> {
@@ -119,29 +119,31 @@ class PgConnection implements DatabaseConnection {
 
   #reset(): void {
     this.#begin = undefined;
-    this.#tail = undefined;
+    this.#tails = [];
     this.#inTransaction = false;
   }
 
   async executeQuery<R>(compiled: CompiledQuery): Promise<QueryResult<R>> {
     const entry = this.names.get(compiled.sql);
-    if (this.#tail) {
-      // Order is kept: a statement after a held-back one sends it first.
-      const tail = this.#tail;
-      this.#tail = undefined;
-      await this.#send(tail);
+    if (entry?.fold === 'before-commit' && this.#inTransaction) {
+      this.#tails.push(compiled);
+      return { rows: [] };
     }
+    // Order is kept: a statement after held-back ones sends them first.
+    for (const tail of this.#tails.splice(0)) await this.#send(tail);
     if (this.#begin !== undefined) {
       const begin = this.#begin;
       this.#begin = undefined;
       const folded = entry?.fold === 'after-begin' ? inlineParameters(compiled) : undefined;
-      if (folded) return this.#simple<R>(`${begin}; ${folded}`);
+      if (folded) {
+        if (!entry?.then) return this.#simple<R>(`${begin}; ${folded}`);
+        return this.#simple<R>(`${begin}; ${folded}; ${entry.then}`, 2);
+      }
       await this.#simple(begin);
-    } else if (entry?.fold === 'before-commit' && this.#inTransaction) {
-      this.#tail = compiled;
-      return { rows: [] };
     }
-    return this.#send<R>(compiled, entry?.name);
+    const result = await this.#send<R>(compiled, entry?.name);
+    if (entry?.then) await this.#simple(entry.then);
+    return result;
   }
 
   /** One statement on the extended protocol: parameters bound, named when registered. */
@@ -150,16 +152,19 @@ class PgConnection implements DatabaseConnection {
     return this.#query<R>(name ? { name, text: compiled.sql, values } : { text: compiled.sql, values });
   }
 
-  /** Text on the simple protocol (no values): several statements; the last one's rows. */
-  #simple<R>(text: string): Promise<QueryResult<R>> {
-    return this.#query<R>({ text });
+  /** Text on the simple protocol (no values): several statements; the rows of the `fromEnd`th last. */
+  #simple<R>(text: string, fromEnd = 1): Promise<QueryResult<R>> {
+    return this.#query<R>({ text }, fromEnd);
   }
 
-  async #query<R>(config: { text: string; values?: unknown[]; name?: string }): Promise<QueryResult<R>> {
+  async #query<R>(
+    config: { text: string; values?: unknown[]; name?: string },
+    fromEnd = 1,
+  ): Promise<QueryResult<R>> {
     try {
       const answer: unknown = await this.client.query(config);
       // Several statements on the simple protocol answer one result each.
-      const result = (Array.isArray(answer) ? answer.at(-1) : answer) as {
+      const result = (Array.isArray(answer) ? answer.at(-fromEnd) : answer) as {
         rows?: R[];
         rowCount: number | null;
         command?: string;

@@ -5,7 +5,7 @@ import {
   type QueryResult,
   type TransactionSettings,
 } from 'kysely';
-import { beginStatement, boundedWait } from './common.js';
+import { beginStatement, boundedWait, type StatementNames } from './common.js';
 import type { PGliteLike } from './shapes.js';
 
 /**
@@ -41,6 +41,7 @@ export class PGliteDriver implements Driver {
     readonly pglite: PGliteLike,
     readonly ownsDatabase: boolean,
     readonly waitTimeoutMs: number,
+    readonly names: StatementNames,
   ) {
     this.#turns = turnsOf(pglite);
     this.#connection = {
@@ -51,6 +52,10 @@ export class PGliteDriver implements Driver {
           compiled.parameters.length === 0
             ? ((await pglite.exec(compiled.sql)).at(-1) ?? { rows: [] })
             : await pglite.query<R>(compiled.sql, compiled.parameters as unknown[]);
+        // A statement that names one to follow it (the SAVEPOINT after a take): no round trips
+        // to save here, one session in this process.
+        const then = names.get(compiled.sql)?.then;
+        if (then) await pglite.exec(then);
         return {
           rows: result.rows,
           numAffectedRows: result.affectedRows === undefined ? undefined : BigInt(result.affectedRows),

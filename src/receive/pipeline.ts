@@ -4,21 +4,29 @@
  * respond.ts.
  *
  * Round trips to Postgres per delivery (the hot path; a change that adds one says why, and
- * test/round-trips.test.ts pins them):
+ * test/round-trips.test.ts pins them). BEGIN rides on the claim and the stored result on COMMIT
+ * (src/drivers/pg.ts), so:
  * - unique event, applied now (unordered, or ordered and its turn):
- *   BEGIN, claim, <the handler's own statements>, [store result], COMMIT
- *   = the handler's + 3, and + 1 only when the handler returns a result to replay.
+ *   [BEGIN + claim + SAVEPOINT], <the handler's own statements>, [result + COMMIT]
+ *   = the handler's + 2, what a bare transaction costs; with or without a result to replay.
  * - duplicate this instance saw processed (bounded LRU, `duplicateCacheSize`): 0.
  * - with option `redis`, a duplicate (or a 422 reuse) of an event any instance processed,
  *   found by one Redis GET (before BEGIN, bounded by `redisTimeoutMs`): 0. Every other
  *   delivery pays that GET and then exactly the rows here; a miss, error or timeout too.
  *   After a COMMIT as processed, one Redis SET that the response does not wait for.
- * - other duplicate, held, late, mismatch, buffer-full: BEGIN, claim, COMMIT = 3.
- * - handler throws: BEGIN, claim, <handler>, ROLLBACK, then `fail` (autocommit) = + 1.
- * - each held event drained after the response: BEGIN, take_next, <handler>, [result], COMMIT.
- * - deferred mode: BEGIN, claim (stored as pending; its NOTIFY rides on the COMMIT), COMMIT = 3,
- *   then a worker: BEGIN, take_pending | take_turn, <handler>, [result], [advance], COMMIT.
+ * - other duplicate, held, late, mismatch, buffer-full: [BEGIN + claim], COMMIT = 2; without
+ *   Redis and while most deliveries are duplicates (duplicate-odds.ts), a processed duplicate
+ *   is answered by one primary-key read = 1 (and a new event then pays that read too).
+ * - handler throws: [BEGIN + claim + SAVEPOINT], <handler>, [ROLLBACK TO SAVEPOINT + the event
+ *   waiting again + `fail` + COMMIT] = the handler's + 2, the event locked until COMMIT.
+ * - each held event drained after the response (on the delivery's own connection):
+ *   [BEGIN + take_next + SAVEPOINT], <handler>, [result + COMMIT].
+ * - deferred mode: [BEGIN + claim] (stored as pending; its NOTIFY rides on the COMMIT), COMMIT
+ *   = 2, then a worker: [BEGIN + take_pending | take_turn + SAVEPOINT], <handler>, [advance],
+ *   [result + COMMIT].
  * - shed (maxInFlight, maxPending): 0, answered before touching the database.
+ * Values too large to write as literals (over 64 KiB, e.g. a big held payload) travel as
+ * parameters instead: BEGIN then goes alone, one round trip more.
  */
 import type { Context, Span } from '@opentelemetry/api';
 import type { Kysely } from 'kysely';

@@ -1,5 +1,6 @@
 import type { Kysely } from 'kysely';
 import type { StatementNames } from '../drivers/common.js';
+import { APPLY_SAVEPOINT } from './failed-run.js';
 import { defineStatement, type Tables, toNumber } from './tables.js';
 
 /**
@@ -218,6 +219,7 @@ export function createClaim(names: StatementNames, t: Tables) {
     'claim',
     `select * from ${t.fn('claim')}($1, $2, $3, $4::bigint, $5, $6, $7::jsonb, $8, $9, $10, $11, $12::bigint, $13)`,
     'after-begin',
+    APPLY_SAVEPOINT,
   );
   return async function claim(db: Kysely<any>, a: ClaimArgs): Promise<ClaimRow> {
     const [row] = await statement.run<any>(db, [

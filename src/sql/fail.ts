@@ -92,25 +92,27 @@ export interface FailArgs {
   deadReason: 'poison' | 'rejected';
 }
 
+/** What recording a failed run decided (src/apply.ts computes it; `fail` is never read back). */
 export interface FailRow {
-  /** 'failed': counted, will be retried; 'dead': poison; 'gone': applied meanwhile elsewhere. */
-  decision: 'failed' | 'dead' | 'gone';
+  /** 'failed': counted, will be retried; 'dead': dead-lettered. */
+  decision: 'failed' | 'dead';
   attempts: number;
   drain: boolean;
   /** Why it was dead-lettered (set by recordFailure when decision is 'dead'). */
   reason?: 'poison' | 'rejected';
 }
 
-/** One round trip, outside the handler's (rolled back) transaction. */
+/** In the failed run's own transaction, riding on its COMMIT (see src/sql/failed-run.ts). */
 export function createFail(names: StatementNames, t: Tables) {
   const statement = defineStatement(
     names,
     t,
     'fail',
     `select * from ${t.fn('fail')}($1, $2, $3, $4::bigint, $5, $6, $7::jsonb, $8, $9, $10, $11::bigint, $12::timestamptz, $13)`,
+    'before-commit',
   );
-  return async function fail(db: Kysely<any>, a: FailArgs): Promise<FailRow> {
-    const [row] = await statement.run<any>(db, [
+  return async function fail(db: Kysely<any>, a: FailArgs): Promise<void> {
+    await statement.run(db, [
       a.source,
       a.id,
       a.key,
@@ -125,6 +127,5 @@ export function createFail(names: StatementNames, t: Tables) {
       a.receivedAt,
       a.deadReason,
     ]);
-    return { decision: row.decision, attempts: row.attempts ?? 0, drain: row.drain === true };
   };
 }

@@ -3,6 +3,7 @@ import { createAdvance } from './advance.js';
 import { createClaim } from './claim.js';
 import { createCountPending } from './count-pending.js';
 import { createFail } from './fail.js';
+import { createUndoTake } from './failed-run.js';
 import { createFindProcessed } from './find-processed.js';
 import { createStats } from './stats.js';
 import { createStoreResult } from './store-result.js';
@@ -18,6 +19,7 @@ export function createStatements(names: StatementNames, t: Tables) {
     claim: createClaim(names, t),
     storeResult: createStoreResult(names, t),
     fail: createFail(names, t),
+    undoTake: createUndoTake(names, t),
     findProcessed: createFindProcessed(names, t),
     takeNext: createTakeNext(names, t),
     takePending: createTakePending(names, t),

@@ -47,9 +47,10 @@ export function defineStatement(
   name: string,
   text: string,
   fold?: Fold,
+  then?: string,
 ): Statement {
   // Names are per connection, and one pool may serve inboxes in several schemas.
-  names.register(`wi:${tables.schema}.${tables.prefix}${name}`, text, fold);
+  names.register(`wi:${tables.schema}.${tables.prefix}${name}`, text, fold, then);
   return {
     text,
     async run<R>(db: Kysely<any>, parameters: readonly unknown[]): Promise<R[]> {

@@ -1,5 +1,6 @@
 import type { Kysely } from 'kysely';
 import type { StatementNames } from '../drivers/common.js';
+import { APPLY_SAVEPOINT } from './failed-run.js';
 import { defineStatement, type Tables, toNumber } from './tables.js';
 import { markTakenAndReturn, type StoredEventRow, type TakenEvent, toTakenEvent } from './taken-event.js';
 
@@ -55,6 +56,7 @@ export function createTakeNext(names: StatementNames, t: Tables) {
     'take_next',
     `select * from ${t.fn('take_next')}($1, $2, $3, $4, $5)`,
     'after-begin',
+    APPLY_SAVEPOINT,
   );
   return async function takeNext(
     db: Kysely<any>,

@@ -1,5 +1,6 @@
 import type { Kysely } from 'kysely';
 import type { StatementNames } from '../drivers/common.js';
+import { APPLY_SAVEPOINT } from './failed-run.js';
 import { defineStatement, type Tables } from './tables.js';
 import { markTakenAndReturn, type StoredEventRow, type TakenEvent, toTakenEvent } from './taken-event.js';
 
@@ -38,6 +39,7 @@ export function createTakePending(names: StatementNames, t: Tables) {
     'take_pending',
     `select * from ${t.fn('take_pending')}($1, $2)`,
     'after-begin',
+    APPLY_SAVEPOINT,
   );
   return async function takePending(
     db: Kysely<any>,

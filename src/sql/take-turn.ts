@@ -1,5 +1,6 @@
 import type { Kysely } from 'kysely';
 import type { StatementNames } from '../drivers/common.js';
+import { APPLY_SAVEPOINT } from './failed-run.js';
 import { defineStatement, type Tables, toNumber } from './tables.js';
 import { markTakenAndReturn, type StoredEventRow, type TakenEvent, toTakenEvent } from './taken-event.js';
 
@@ -45,6 +46,7 @@ export function createTakeTurn(names: StatementNames, t: Tables) {
     'take_turn',
     `select * from ${t.fn('take_turn')}($1, $2, $3)`,
     'after-begin',
+    APPLY_SAVEPOINT,
   );
   return async function takeTurn(
     db: Kysely<any>,

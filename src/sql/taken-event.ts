@@ -19,6 +19,8 @@ export interface TakenEvent {
   readonly receivedAt: Date;
   /** The parsed body when the taker has it already (a delivery); else parsed from `payload`. */
   readonly body?: unknown;
+  /** What it is again when its handler fails: `held` for an ordered event a drain took. */
+  readonly waiting?: 'held' | 'pending';
 }
 
 /** The columns `take_next`, `take_pending` and `take_turn` return. */
@@ -34,6 +36,7 @@ export interface StoredEventRow {
 
 export function toTakenEvent(row: StoredEventRow, key: string | null, seq: number | null): TakenEvent {
   return {
+    waiting: key === null ? 'pending' : 'held',
     id: row.id,
     key,
     seq,
