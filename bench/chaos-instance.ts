@@ -29,6 +29,9 @@ const app = await startLedger({
     lockTimeoutMs: 2000,
     retryBaseMs: 50,
     retryCapMs: 500,
+    // The chaos suite's private Redis, stopped and restarted among the faults.
+    redis: env.REDIS_URL || undefined,
+    redisPrefix: `${env.INBOX_SCHEMA}:`,
   },
   wrapHandler: (handle) => async (event, context) => {
     // The delivery's own event runs in the delivery's context (see `receive` below); any other
@@ -46,12 +49,17 @@ const app = await startLedger({
     }
   },
 });
-// Every adapter ends in `inbox.receive`: run it in a context that names the delivery's event.
-const receive = app.inbox.receive.bind(app.inbox);
-app.inbox.receive = (delivery: Delivery) => {
-  const id = delivery.headers['idempotency-key'];
-  return request.run(typeof id === 'string' ? id : '', () => receive(delivery));
+// Every adapter ends in `inbox.receive` or `inbox.receiveStream`: run them in a context that
+// names the delivery's event. Adapters pass header lists unjoined (`headersDistinct`).
+const idOf = (headers: Delivery['headers']) => {
+  const id = headers['idempotency-key'];
+  return typeof id === 'string' ? id : (id?.[0] ?? '');
 };
+const receive = app.inbox.receive.bind(app.inbox);
+app.inbox.receive = (delivery: Delivery) => request.run(idOf(delivery.headers), () => receive(delivery));
+const receiveStream = app.inbox.receiveStream.bind(app.inbox);
+app.inbox.receiveStream = (headers, stream) =>
+  request.run(idOf(headers), () => receiveStream(headers, stream));
 process.send?.({ type: 'ready' });
 
 process.on('message', (m: { cmd: string; id: number }) => {

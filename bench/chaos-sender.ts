@@ -1,6 +1,7 @@
 /**
  * A minimal at-least-once sender for the chaos suite (until the project's own sender is used):
- * retries every event until it gets a 2xx, with capped exponential backoff and full jitter,
+ * retries every event until it gets a 2xx (or a 422: the handler rejected it for good, which
+ * is final, as it is for real senders), with capped exponential backoff and full jitter,
  * honouring Retry-After (capped). Ordered keys send a window of consecutive seqs at once, so
  * they overtake each other on the way and the inbox must hold and drain them.
  */
@@ -20,6 +21,8 @@ export interface SenderStats {
   retries: number;
   /** Events acknowledged with a 2xx. */
   acknowledged: number;
+  /** Events refused for good (422, RejectEvent): final, not retried. */
+  refused: string[];
   byStatus: Record<string, number>;
   /** The event that took longest from its first attempt to its 2xx, and how long (ms). */
   slowest: { id: string; ms: number; attempts: number };
@@ -44,6 +47,7 @@ export async function send(
     attempts: 0,
     retries: 0,
     acknowledged: 0,
+    refused: [],
     byStatus: {},
     slowest: { id: '', ms: 0, attempts: 0 },
   };
@@ -93,6 +97,10 @@ export async function send(
         stats.acknowledged++;
         const ms = Date.now() - first;
         if (ms > stats.slowest.ms) stats.slowest = { id: e.id, ms, attempts: n + 1 };
+        return;
+      }
+      if (r.status === 422) {
+        stats.refused.push(e.id);
         return;
       }
       stats.retries++;

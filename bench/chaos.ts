@@ -1,22 +1,28 @@
 /**
  * `npm run chaos`: proves that nothing is lost, applied twice or applied out of order while
- * instances die, connections are cut and the network misbehaves.
+ * instances die, connections are cut, the database and Redis restart, and the network
+ * misbehaves.
  *
- *   npm run chaos -- --ci                 a few thousand deliveries, under 3 minutes (.ci/run)
- *   npm run chaos                         full: ≥ 100,000 deliveries
- *   npm run chaos -- --restart-postgres   also restart PostgreSQL once (full mode only: the
- *                                         server is shared, so never by default and never in CI)
+ *   npm run chaos -- --ci                      a few thousand deliveries, under 3 minutes (.ci/run)
+ *   npm run chaos                              full: ≥ 100,000 deliveries
+ *   npm run chaos -- --deliveries 100000       about that many events (sized plan and deadline)
+ *   npm run chaos -- --shared-postgres         on DATABASE_URL instead of a private cluster
+ *                                              (then PostgreSQL is never restarted)
  *
- * Three instances of the ledger app (child processes) share one PostgreSQL (schemas of their
- * own); the project's fault proxy (src/testing) sits in front of a small balancer over them; a sender pushes ordered events over hundreds of
- * keys and unordered events, retrying each until it gets a 2xx. Meanwhile: SIGKILL of a random
- * instance (aimed mid-handler or mid-drain, restarted after a moment), pg_terminate_backend on
- * the instances' own connections (found by application_name), and at the proxy 500s, lost
- * acks, duplicates and delays. Poison events (a body the handler rejects) are sent on purpose.
- * Then the ledger and the inbox are read back and every guarantee is checked; any violation
- * exits non-zero.
+ * By default the suite starts servers of its own (test/support/private-servers.ts): a
+ * throwaway PostgreSQL cluster and a redis-server on free ports, never the shared ones, and
+ * restarts them among its faults. Three instances of the ledger app (child processes) share
+ * that PostgreSQL (schemas of their own) and Redis (the duplicates fast path); the project's
+ * fault proxy (src/testing) sits in front of a small balancer over them; a sender pushes
+ * ordered events over hundreds of keys and unordered events, retrying each until it gets a
+ * 2xx. Meanwhile: SIGKILL of a random instance (aimed mid-handler or mid-drain, restarted
+ * after a moment), pg_terminate_backend on the instances' own connections (found by
+ * application_name), PostgreSQL restarts (`pg_ctl restart -m fast`), Redis killed and started
+ * again, and at the proxy 500s, lost acks, duplicates and delays. Events the handler rejects
+ * (RejectEvent: a non-integer amount) are sent on purpose. Then the ledger and the inbox are
+ * read back and every guarantee is checked; any violation exits non-zero.
  */
-import { type ChildProcess, execFileSync, fork } from 'node:child_process';
+import { type ChildProcess, fork } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { createServer } from 'node:net';
 import { dirname, join } from 'node:path';
@@ -26,23 +32,39 @@ import { Ledger } from '../examples/ledger/ledger.js';
 import { FRAMEWORKS, type Framework } from '../examples/ledger/start.js';
 import { createInbox } from '../src/index.js';
 import { createFaultProxy, type FaultProxy } from '../src/testing/index.js';
+import {
+  type PrivatePostgres,
+  type PrivateRedis,
+  postgresBinariesAvailable,
+  redisServerAvailable,
+  startPrivatePostgres,
+  startPrivateRedis,
+} from '../test/support/private-servers.js';
 import { type Balancer, startBalancer } from './balancer.js';
 import { type ChaosEvent, send } from './chaos-sender.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const argv = process.argv.slice(2);
 const ci = argv.includes('--ci');
-const restartPostgres = argv.includes('--restart-postgres');
-if (restartPostgres && ci) {
-  console.error('chaos: --restart-postgres is for full mode only (the PostgreSQL server is shared)');
-  process.exit(2);
-}
+const sharedPostgres = argv.includes('--shared-postgres') || !postgresBinariesAvailable();
 function value(name: string): number | undefined {
   const i = argv.indexOf(`--${name}`);
-  return i >= 0 ? Number(argv[i + 1]) : undefined;
+  if (i < 0) return undefined;
+  const n = Number(argv[i + 1]);
+  if (!Number.isSafeInteger(n) || n < 1) {
+    console.error(`chaos: --${name} must be a positive integer; got ${JSON.stringify(argv[i + 1])}`);
+    process.exit(2);
+  }
+  return n;
 }
 
-const postgresUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+// Servers of the suite's own, to restart; the shared PostgreSQL only with --shared-postgres.
+const privatePostgres: PrivatePostgres | undefined = sharedPostgres
+  ? undefined
+  : await startPrivatePostgres();
+const privateRedis: PrivateRedis | undefined = redisServerAvailable() ? await startPrivateRedis() : undefined;
+const postgresUrl =
+  privatePostgres?.url ?? process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 const run = `chaos_${randomBytes(3).toString('hex')}`;
 const applicationName = `webhook-inbox-${run}`;
 const inboxSchema = `${run}_inbox`;
@@ -57,10 +79,23 @@ const plan = ci
     // deadline is looser so that a busy CI machine is slow rather than red.
     { keys: 120, seqs: 10, unordered: 900, poison: 8, concurrency: 48, window: 3, minutes: 4 }
   : { keys: 500, seqs: 120, unordered: 30_000, poison: 40, concurrency: 48, window: 4, minutes: 40 };
+const targetEvents = value('deliveries');
+if (targetEvents !== undefined) {
+  // About `deliveries` events: 70 % ordered over `keys` keys, the rest unordered; the deadline
+  // grows with the size (some 40 minutes per 100,000 on a quiet 2-core machine).
+  plan.seqs = Math.max(1, Math.round((targetEvents * 0.7) / plan.keys));
+  plan.unordered = Math.max(0, targetEvents - plan.keys * plan.seqs);
+  plan.minutes = Math.max(plan.minutes, Math.ceil((targetEvents / 100_000) * 40) + 5);
+}
 plan.keys = value('keys') ?? plan.keys;
 plan.seqs = value('seqs') ?? plan.seqs;
 plan.unordered = value('unordered') ?? plan.unordered;
-const faultEveryMs = { kill: ci ? 4000 : 6000, terminate: ci ? 3000 : 4000 };
+const faultEveryMs = {
+  kill: ci ? 4000 : 6000,
+  terminate: ci ? 3000 : 4000,
+  postgresRestart: ci ? 10_000 : 60_000,
+  redisRestart: ci ? 6_000 : 20_000,
+};
 // At the fault proxy, per request: never forwarded (connection reset or 502), applied but the
 // answer lost, forwarded twice, delayed, overtaken by a later request, answered 500.
 const rates = { drop: 0.02, dropResponse: 0.03, duplicate: 0.05, delay: 0.1, reorder: 0.05, error: 0.03 };
@@ -108,6 +143,7 @@ function spawnInstance(instance: Instance): Promise<void> {
       LEDGER_SCHEMA: ledgerSchema,
       GAP_TIMEOUT_MS: String(gapTimeoutMs),
       HANDLER_DELAY_MS: '3',
+      REDIS_URL: privateRedis?.url ?? '',
       FRAMEWORK: instance.framework,
     },
   });
@@ -115,7 +151,7 @@ function spawnInstance(instance: Instance): Promise<void> {
   // Keep the tail of its stderr, to show when it crashes (a SIGKILLed instance says nothing).
   let stderr = '';
   child.stderr?.on('data', (chunk: Buffer) => {
-    stderr = (stderr + chunk.toString()).slice(-1500);
+    stderr = (stderr + chunk.toString()).slice(-4000);
   });
   instance.calls = new Map();
   let nextId = 0;
@@ -203,12 +239,14 @@ async function terminateBackends(admin: pg.Pool): Promise<void> {
   for (const r of rows) if (r.ok) bump('pg-terminate-backend');
 }
 
-function restartPostgresServer(): void {
-  const version = execFileSync('ls', ['/etc/postgresql']).toString().trim().split('\n')[0];
-  execFileSync('pg_ctlcluster', ['--skip-systemctl-redirect', version, 'main', 'restart'], {
-    stdio: 'inherit',
-  });
-  bump('postgres-restart');
+async function restartRedis(redis: PrivateRedis): Promise<void> {
+  await redis.stop();
+  bump('redis-stop');
+  log('Redis stopped');
+  // Down for a moment, then back, empty: the instances reconnect by themselves.
+  await new Promise((r) => setTimeout(r, 500 + Math.random() * 1500));
+  await redis.start();
+  log('Redis started again');
 }
 
 // ---- events ----------------------------------------------------------------------------------
@@ -237,7 +275,7 @@ function events() {
   for (let i = 0; i < plan.poison; i++) {
     const id = `${run}-p${i}`;
     poison.add(id);
-    // The ledger rejects a non-integer amount: the handler throws on every attempt.
+    // The ledger rejects a non-integer amount (RejectEvent): dead-lettered at once, as rejected.
     unordered.push({ id, body: JSON.stringify({ account: `${run}-a0`, amount: 'poison' }) });
   }
   return { ordered, unordered, poison };
@@ -273,11 +311,12 @@ try {
   const total = plan.keys * plan.seqs + unordered.length;
   log(
     `${ci ? 'CI' : 'full'} mode: ${instances.length} instances (${instances.map((i) => i.name).join(', ')}), ${plan.keys} keys × ${plan.seqs} seqs + ${unordered.length} unordered (${plan.poison} poison) = ${total} events; schema ${inboxSchema}` +
-      (ci
-        ? '; PostgreSQL is shared, so it is not restarted in CI mode'
-        : restartPostgres
-          ? '; PostgreSQL restarted once'
-          : ''),
+      (privatePostgres
+        ? `; a private PostgreSQL, restarted every ~${faultEveryMs.postgresRestart / 1000} s`
+        : '; the shared PostgreSQL (never restarted)') +
+      (privateRedis
+        ? `; a private Redis, restarted every ~${faultEveryMs.redisRestart / 1000} s`
+        : '; no Redis'),
   );
 
   const started = Date.now();
@@ -304,13 +343,30 @@ try {
       }
     })(),
   ];
-  if (restartPostgres) {
+  if (privatePostgres) {
     loops.push(
       (async () => {
-        await new Promise((r) => setTimeout(r, 30_000));
-        if (sending) {
+        // The first one early, so that even a short run has one.
+        for (let n = 0; sending; n++) {
+          const every = faultEveryMs.postgresRestart;
+          await new Promise((r) => setTimeout(r, n === 0 ? every * 0.4 : every * (0.5 + Math.random())));
+          if (!sending) break;
           log('restarting PostgreSQL');
-          restartPostgresServer();
+          await privatePostgres.restart().then(
+            () => bump('postgres-restart'),
+            (err) => log(`PostgreSQL restart failed: ${err.message}`),
+          );
+        }
+      })(),
+    );
+  }
+  if (privateRedis) {
+    loops.push(
+      (async () => {
+        while (sending) {
+          await new Promise((r) => setTimeout(r, faultEveryMs.redisRestart * (0.5 + Math.random())));
+          if (sending)
+            await restartRedis(privateRedis).catch((err) => log(`Redis restart failed: ${err.message}`));
         }
       })(),
     );
@@ -386,7 +442,7 @@ try {
     `select id, dead_reason from "${inboxSchema}".events where id like $1 and status = 'dead'`,
     [`${run}-%`],
   );
-  const unexplained = dead.rows.filter((r) => !(poison.has(r.id) && r.dead_reason === 'poison'));
+  const unexplained = dead.rows.filter((r) => !(poison.has(r.id) && r.dead_reason === 'rejected'));
   const missingPoison = [...poison].filter((id) => !dead.rows.some((r) => r.id === id));
   const stillHeld = await admin.query(
     `select count(*)::int as n from "${inboxSchema}".events where id like $1 and status in ('held', 'pending')
@@ -411,12 +467,16 @@ try {
         .map((r) => `${r.id}:${r.dead_reason}`)
         .join(', ')})`,
     );
-  if (missingPoison.length) violations.push(`${missingPoison.length} poison events not dead-lettered`);
+  if (missingPoison.length) violations.push(`${missingPoison.length} rejected events not dead-lettered`);
   if (gaps.rows[0].n) violations.push(`${gaps.rows[0].n} gaps skipped (an event was given up on)`);
   if (crashes.length)
     violations.push(`${crashes.length} instance crashes: ${crashes.slice(0, 3).join('; ')}`);
-  if (stats.acknowledged !== total)
-    violations.push(`${total - stats.acknowledged} events never acknowledged`);
+  if (stats.acknowledged + stats.refused.length !== total)
+    violations.push(`${total - stats.acknowledged - stats.refused.length} events never acknowledged`);
+  // 422 is final for a sender: only the events the handler rejects on purpose may get it.
+  const wronglyRefused = stats.refused.filter((id) => !poison.has(id));
+  if (wronglyRefused.length)
+    violations.push(`${wronglyRefused.length} events refused 422 that are not rejected on purpose`);
 
   const proxyStats = proxy.stats();
   const deliveries = proxyStats.forwarded;
@@ -428,6 +488,7 @@ try {
     deliveries,
     'sender attempts': stats.attempts,
     'sender retries': stats.retries,
+    'refused (422, rejected on purpose)': stats.refused.length,
     'slowest acknowledgement': `${stats.slowest.id} after ${stats.slowest.attempts} attempts, ${(stats.slowest.ms / 1000).toFixed(1)} s`,
     'faults injected': {
       ...faults,
@@ -439,7 +500,7 @@ try {
     held: balancer.heldIds.size,
     drained,
     'dead-lettered': dead.rows.length,
-    'dead letters explained (poison injected)': `${dead.rows.length - unexplained.length} of ${dead.rows.length} (${poison.size} injected)`,
+    'dead letters explained (rejected, injected)': `${dead.rows.length - unexplained.length} of ${dead.rows.length} (${poison.size} injected)`,
     'inbox rows by status': byStatus,
     lost,
     'double-applied': doubleApplied,
@@ -477,5 +538,7 @@ try {
     await admin.query(`drop schema if exists "${ledgerSchema}" cascade`).catch(() => {});
   }
   await admin.end();
+  await privateRedis?.destroy();
+  await privatePostgres?.destroy();
   process.exit(exitCode);
 }

@@ -181,6 +181,24 @@ describe.each(targets)('signature verification on $name', (target) => {
         'webhook-signature',
         () => ({ ...signed(SW_SECRET, uid('msg'), body(9)), 'webhook-id': uid('msg') }),
       ],
+      // Node's base64 decoder skips unknown characters and missing padding: the signature
+      // would still match. Only canonical base64 is compared.
+      [
+        'the right signature with junk appended',
+        'webhook-signature',
+        () => {
+          const h = signed(SW_SECRET, uid('msg'), body(9));
+          return { ...h, 'webhook-signature': `${h['webhook-signature']}!!` };
+        },
+      ],
+      [
+        'the right signature without its padding',
+        'webhook-signature',
+        () => {
+          const h = signed(SW_SECRET, uid('msg'), body(9));
+          return { ...h, 'webhook-signature': h['webhook-signature'].replace(/=+$/, '') };
+        },
+      ],
       [
         'a timestamp 6 minutes old',
         'webhook-timestamp',
@@ -285,6 +303,8 @@ describe.each(targets)('signature verification on $name', (target) => {
       ['another secret', sig(body(9), 'nope')],
       ['no sha256= prefix', sig(body(9)).slice('sha256='.length)],
       ['not hex', 'sha256=zz'],
+      // Node's hex decoder stops at an odd trailing digit: the digest would still match.
+      ['the right digest with a stray hex digit', `${sig(body(9))}0`],
     ])('%s: 401 naming the header, nothing stored', async (_name, value) => {
       const id = uid('gh');
       const headers = { 'x-hub-signature-256': value, 'idempotency-key': id, 'x-seq': '1' };

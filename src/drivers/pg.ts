@@ -21,6 +21,9 @@ import { beginStatement, boundedWait, type StatementNames } from './common.js';
 import type { PgClientLike, PgPoolLike } from './shapes.js';
 
 const MUTATING = new Set(['INSERT', 'UPDATE', 'DELETE', 'MERGE']);
+/** Clients that carry a permanent no-op 'error' listener (see PgConnection). */
+const quieted = new WeakSet<object>();
+const ignore = () => {};
 
 /** Past this many characters of literals, folding costs more CPU than the round trip it saves. */
 const MAX_FOLDED_CHARS = 64 * 1024;
@@ -87,6 +90,13 @@ class PgConnection implements DatabaseConnection {
     readonly names: StatementNames,
   ) {
     client.on?.('error', this.onError);
+    // Once per client, for good: a client released as broken is ended by the pool without its
+    // idle listener, and a server shutting down (57P01) can still report on it while it ends.
+    // Unheard, that 'error' ended the process (the chaos suite's PostgreSQL restarts).
+    if (!quieted.has(client)) {
+      quieted.add(client);
+      client.on?.('error', ignore);
+    }
   }
 
   begin(settings: TransactionSettings): void {

@@ -98,6 +98,17 @@ function anyEqual(given: readonly Buffer[], expected: readonly Buffer[]): boolea
   return found;
 }
 
+/**
+ * Decodes canonical base64 only. Node's decoder skips characters it does not know and accepts
+ * missing padding, so `sig!!`, `s i g` and `sig` could all match one signature; a signature
+ * is compared as sent, or not at all.
+ */
+function strictBase64(text: string): Buffer | undefined {
+  if (!/^[A-Za-z0-9+/]+={0,2}$/.test(text) || text.length % 4 !== 0) return undefined;
+  const bytes = Buffer.from(text, 'base64');
+  return bytes.toString('base64') === text ? bytes : undefined;
+}
+
 function hmac(key: Buffer | string, ...parts: (string | Buffer)[]): Buffer {
   const h = createHmac('sha256', key);
   for (const part of parts) h.update(part);
@@ -140,7 +151,8 @@ export function standardWebhooks(options: {
     const given = signatures
       .split(' ')
       .filter((s) => s.startsWith('v1,'))
-      .map((s) => Buffer.from(s.slice(3), 'base64'));
+      .map((s) => strictBase64(s.slice(3)))
+      .filter((b): b is Buffer => b !== undefined);
     const expected = keys.map((key) => hmac(key, `${id}.${timestamp}.`, d.rawBody));
     if (!anyEqual(given, expected)) {
       throw new UnauthorizedDeliveryError('webhook-signature', 'webhook-signature does not match');
@@ -246,12 +258,19 @@ export function hmacSignature(options: {
   return (d) => {
     const value = required(d, name);
     const digest = value.startsWith(prefix) ? value.slice(prefix.length).trim() : undefined;
-    const valid = encoding === 'hex' ? /^[0-9a-f]+$/i : /^[A-Za-z0-9+/]+={0,2}$/;
-    if (digest === undefined || !valid.test(digest)) {
+    const given =
+      digest === undefined
+        ? undefined
+        : encoding === 'hex'
+          ? /^([0-9a-f]{2})+$/i.test(digest)
+            ? Buffer.from(digest, 'hex')
+            : undefined
+          : strictBase64(digest);
+    if (given === undefined) {
       throw new UnauthorizedDeliveryError(name, `${name} must be ${prefix}<${encoding} HMAC-SHA256>`);
     }
     const expected = keys.map((key) => hmac(key, d.rawBody));
-    if (!anyEqual([Buffer.from(digest, encoding)], expected)) {
+    if (!anyEqual([given], expected)) {
       throw new UnauthorizedDeliveryError(name, `${name} does not match`);
     }
   };
