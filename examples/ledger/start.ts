@@ -84,18 +84,11 @@ export async function startLedger(options: LedgerServerOptions = {}): Promise<Le
       server.listen(options.port ?? 0, options.host ?? '127.0.0.1', resolve);
     });
     const { port } = server.address() as AddressInfo;
-    // Requests being answered, for a graceful shutdown; once stopping, each response closes
-    // its connection, so that a keep-alive sender cannot slip another request in.
-    let active = 0;
+    // Once stopping, each response closes its connection, so that a keep-alive sender cannot
+    // slip another request in (graceful shutdown).
     let stopping = false;
-    let onIdle: (() => void) | undefined;
     server.on('request', (_req, res) => {
-      active++;
       if (stopping) res.shouldKeepAlive = false;
-      res.once('close', () => {
-        active--;
-        if (active === 0) onIdle?.();
-      });
     });
     return {
       url: `http://${options.host ?? '127.0.0.1'}:${port}`,
@@ -110,14 +103,16 @@ export async function startLedger(options: LedgerServerOptions = {}): Promise<Le
       async shutdown() {
         stopping = true;
         const closed = new Promise<void>((resolve) => server.close(() => resolve()));
-        // No new connection from here on; idle keep-alive connections close now.
+        // No new connection from here on. Each response now closes its connection; one that
+        // carries no request (idle keep-alive, or accepted and still silent) is closed here, now
+        // and as it goes idle, until the last one has ended: then every request taken has its
+        // answer, and none can arrive once the inbox is closing.
         server.closeIdleConnections();
-        while (active > 0) await new Promise<void>((resolve) => (onIdle = resolve));
-        // Every request taken has its answer; the inbox waits for its own deliveries, stops the
-        // workers and the sweeper, and closes its pool.
-        await inbox.close();
-        server.closeIdleConnections();
+        const sweep = setInterval(() => server.closeIdleConnections(), 100);
         await closed;
+        clearInterval(sweep);
+        // The inbox stops the workers and the sweeper, and closes its pool.
+        await inbox.close();
       },
     };
   } catch (err) {
