@@ -39,6 +39,7 @@ export { Operations, openOperations } from './operations/index.js';
 export type { Handler, InboxOptions, ResolvedOptions } from './options.js';
 export type { Outcome } from './outcome.js';
 export { OutcomeKind } from './outcome.js';
+export type { FieldDelivery, FieldSource, Fields } from './receive/field-source.js';
 export type { Delivery } from './receive/request.js';
 export type { Secrets, VerifiableDelivery, VerifiedDelivery, Verify } from './receive/verify.js';
 export { hmacSignature, standardWebhooks, stripeSignature } from './receive/verify.js';

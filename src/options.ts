@@ -5,6 +5,7 @@ import { InboxOptionsError } from './errors.js';
 import type { HandlerContext, InboxEvent } from './event.js';
 import type { Logger } from './logger.js';
 import type { MetricsOptions, RegistryLike } from './metrics.js';
+import { type Fields, type ResolvedSource, resolveSource } from './receive/field-source.js';
 import type { Verify } from './receive/verify.js';
 import type { RedisInput } from './redis-cache.js';
 
@@ -48,6 +49,17 @@ export interface InboxOptions<TBody = any> {
   migrate?: boolean;
   /** Header names, case-insensitive. */
   headers?: { id?: string; key?: string; seq?: string };
+  /**
+   * Where the event id, ordering key and seq come from, when not from the `headers`: a header
+   * name, a JSON pointer into the body (`'/sequence_id'`), `{ constant }` or a function of the
+   * delivery. With a body source, that field's header is ignored.
+   *
+   * ```ts
+   * fields: { id: '/idempotency_key', key: { constant: 'ledger' }, seq: '/sequence_id' }
+   * ```
+   * @defaultValue the `headers`
+   */
+  fields?: Fields;
   /**
    * When the id header is absent, derive the id from SHA-256 of the raw body instead of
    * answering 400. Only safe when the sender's bodies are unique per event.
@@ -203,6 +215,12 @@ export interface ResolvedOptions {
   readonly tablePrefix: string;
   readonly migrate: boolean;
   readonly headers: { readonly id: string; readonly key: string; readonly seq: string };
+  /** Where id, key and seq are read: `fields`, else the `headers`. */
+  readonly fields: {
+    readonly id: ResolvedSource;
+    readonly key: ResolvedSource;
+    readonly seq: ResolvedSource;
+  };
   readonly idFromBody: boolean;
   readonly maxBodyBytes: number;
   readonly bodyTimeoutMs: number;
@@ -373,6 +391,20 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
   };
   if (new Set(Object.values(headers)).size !== 3)
     throw new InboxOptionsError('headers', 'must name three different headers');
+  const f = o.fields ?? {};
+  if (typeof f !== 'object' || f === null) throw new InboxOptionsError('fields', 'must be an object');
+  for (const name of Object.keys(f)) {
+    if (name !== 'id' && name !== 'key' && name !== 'seq') {
+      throw new InboxOptionsError(`fields.${name}`, 'is not a field; fields are id, key and seq');
+    }
+  }
+  const fieldSource = (name: 'id' | 'key' | 'seq'): ResolvedSource => {
+    const given = (f as Record<string, unknown>)[name];
+    return given === undefined
+      ? { kind: 'header', name: headers[name], label: headers[name] }
+      : resolveSource(given, `fields.${name}`);
+  };
+  const fields = { id: fieldSource('id'), key: fieldSource('key'), seq: fieldSource('seq') };
   const logger = (o.logger ?? {}) as Partial<Logger>;
   if (typeof logger !== 'object') throw new InboxOptionsError('logger', 'must be a pino-shaped logger');
   const firstSeq = o.firstSeq === undefined ? 1 : o.firstSeq;
@@ -465,6 +497,7 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
     tablePrefix,
     migrate: bool(o, 'migrate', true),
     headers,
+    fields,
     idFromBody: bool(o, 'idFromBody', false),
     maxBodyBytes: integer(o, 'maxBodyBytes', 1024 * 1024, 1, 256 * 1024 * 1024),
     bodyTimeoutMs: integer(o, 'bodyTimeoutMs', 5000, 1, 3_600_000),

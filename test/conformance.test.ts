@@ -436,6 +436,87 @@ const cases: Case[] = [
   },
 ];
 
+/**
+ * Field sources: the same ledger app reading the id, key and seq from the body
+ * (`fields: { id: '/idempotency_key', key: '/account', seq: '/sequence_id' }`), in every
+ * adapter. Errors name the body field; the identity headers are ignored.
+ */
+const FIELD_OPTIONS = {
+  fields: { id: '/idempotency_key', key: '/account', seq: '/sequence_id' },
+} satisfies Partial<InboxOptions>;
+
+function bodyEvent() {
+  const account = uid('acct');
+  return {
+    account,
+    body: (id: string, sequence_id: unknown, amount = 1) =>
+      JSON.stringify({ idempotency_key: id, account, sequence_id, amount }),
+  };
+}
+
+const fieldCases: Case[] = [
+  {
+    name: 'fields: id, key and seq from the body; a retry is a duplicate; identity headers are ignored',
+    async run(app) {
+      const e = bodyEvent();
+      const id = uid('evt');
+      // Headers that would be invalid (or another event) are not read when the body is the source.
+      const noise = { 'idempotency-key': 'other', 'x-key': '', 'x-seq': 'abc' };
+      await expectApplied(app, await app.post(noise, e.body(id, 1, 6)), id, { balance: 6 });
+      const again = await app.post({}, e.body(id, 1, 6));
+      expectJson(again, 200);
+      expect(again.headers.get('idempotent-replayed')).toBe('true');
+      expect(await app.account(e.account)).toEqual({
+        key: e.account,
+        balance: 6,
+        entries: [{ id, seq: 1, amount: 6 }],
+      });
+    },
+  },
+  {
+    name: 'fields: a body seq ahead of the key is held, and applied once the gap fills',
+    async run(app) {
+      const e = bodyEvent();
+      const [first, second] = [uid('evt'), uid('evt')];
+      const r = await app.post({}, e.body(second, 2, 20));
+      expectJson(r, 202);
+      expect(r.json).toEqual({ status: 'held', id: second, key: e.account, seq: 2, expected: 1 });
+      await expectApplied(app, await app.post({}, e.body(first, 1, 1)), first, { balance: 1 });
+      await app.settle(second);
+      expect((await app.account(e.account)).entries.map((x) => x.seq)).toEqual([1, 2]);
+    },
+  },
+  ...[0, -1, 1.5, '1e3', 2 ** 53, true].map(
+    (value): Case => ({
+      name: `fields: sequence_id ${JSON.stringify(value)} is 400 naming body /sequence_id`,
+      async run(app) {
+        const e = bodyEvent();
+        const id = uid('evt');
+        const r = await app.post({}, e.body(id, value));
+        expectProblem(r, 400, 'body /sequence_id');
+        expect(r.json.detail).toMatch(/^body \/sequence_id must be/);
+        await expectNothingStored(app, id, e.account);
+      },
+    }),
+  ),
+  {
+    name: 'fields: a missing body id is 400 naming body /idempotency_key; a key without seq names the seq',
+    async run(app) {
+      const e = bodyEvent();
+      const r = await app.post({}, JSON.stringify({ account: e.account, sequence_id: 1, amount: 1 }));
+      expectProblem(r, 400, 'body /idempotency_key');
+      expect(r.json.detail).toBe('body /idempotency_key is required');
+      const id = uid('evt');
+      const noSeq = await app.post(
+        {},
+        JSON.stringify({ idempotency_key: id, account: e.account, amount: 1 }),
+      );
+      expectProblem(noSeq, 400, 'body /sequence_id');
+      await expectNothingStored(app, id, e.account);
+    },
+  },
+];
+
 describe.each(targets)('conformance on $name', (target) => {
   const shared = { name: target.name, db: undefined as unknown as TargetDb };
   beforeAll(async () => {
@@ -461,6 +542,16 @@ describe.each(targets)('conformance on $name', (target) => {
           await c.run(app);
         });
       }
+    });
+    describe('field sources (inline)', () => {
+      let app: App;
+      beforeAll(async () => {
+        app = await serve(framework, shared, modes[0] as Mode, { ...BASE_OPTIONS, ...FIELD_OPTIONS });
+      });
+      afterAll(async () => {
+        await app?.close();
+      });
+      for (const c of fieldCases) test.concurrent(c.name, () => c.run(app));
     });
   });
 });

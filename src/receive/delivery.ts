@@ -1,6 +1,7 @@
 import { InvalidDeliveryError } from '../errors.js';
 import type { ResolvedOptions } from '../options.js';
 import { bodyHash, parseBody } from '../payload.js';
+import { type FieldDelivery, type ResolvedSource, readSource, readsBody } from './field-source.js';
 import { type Delivery, normalizeHeaders } from './request.js';
 
 /** A delivery whose headers and body passed validation. */
@@ -53,6 +54,11 @@ export function decodeKey(value: string, name: string): string {
       throw new InvalidDeliveryError(name, `${name} must be valid UTF-8`);
     }
   }
+  return checkKey(text, name);
+}
+
+/** A key's text is 1-255 characters with no control character. */
+function checkKey(text: string, name: string): string {
   const length = [...text].length;
   if (length < 1 || length > MAX_KEY_CHARACTERS || CONTROL.test(text)) {
     throw new InvalidDeliveryError(
@@ -61,6 +67,36 @@ export function decodeKey(value: string, name: string): string {
     );
   }
   return text;
+}
+
+/** A body's JSON when a field source needs it, whatever the content type; undefined when it is not JSON. */
+function jsonOf(rawBody: Buffer): unknown {
+  try {
+    return JSON.parse(rawBody.toString('utf8'));
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * One field's value as text, or undefined when absent. A header must appear once; a body
+ * field, constant or function may hold a string or an integer (written in decimal).
+ */
+function textOf(
+  source: ResolvedSource,
+  raw: Delivery['headers'],
+  fd: FieldDelivery,
+): { text: string; fromHeader: boolean } | undefined {
+  if (source.kind === 'header') {
+    const value = single(raw, fd.headers as Record<string, string>, source.name);
+    return value === undefined ? undefined : { text: value, fromHeader: true };
+  }
+  const value = readSource(source, fd);
+  if (value === undefined) return undefined;
+  if (typeof value === 'string') return { text: value, fromHeader: false };
+  if (typeof value === 'number' && Number.isSafeInteger(value))
+    return { text: String(value), fromHeader: false };
+  throw new InvalidDeliveryError(source.label, `${source.label} must be a string or an integer`);
 }
 
 /**
@@ -84,46 +120,75 @@ export function parseDelivery(
     throw new InvalidDeliveryError('body', `body is larger than ${options.maxBodyBytes} bytes`, 413);
   }
   const headers = normalizeHeaders(delivery.headers);
-  const names = options.headers;
   const hash = bodyHash(rawBody);
 
-  const idHeader = single(delivery.headers, headers, names.id);
-  if (signedId !== undefined && idHeader !== undefined && idHeader !== signedId) {
+  const fields = options.fields;
+  // A body source reads the body before the identity is known: a broken JSON body is then
+  // refused first (naming the body), as it is anyway further down.
+  const body = readsBody([fields.id, fields.key, fields.seq])
+    ? parseBody(rawBody, headers['content-type'], options.parse)
+    : undefined;
+  const fd: FieldDelivery = {
+    headers,
+    rawBody,
+    get body() {
+      return body === undefined || Buffer.isBuffer(body) ? jsonOf(rawBody) : body;
+    },
+  };
+
+  const idField = textOf(fields.id, delivery.headers, fd);
+  const idName = fields.id.label;
+  if (signedId !== undefined && idField !== undefined && idField.text !== signedId) {
     throw new InvalidDeliveryError(
-      names.id,
-      `${names.id} differs from the event id the signature covers; send the signed id or none`,
+      idName,
+      `${idName} differs from the event id the signature covers; send the signed id or none`,
     );
   }
-  let id = signedId ?? idHeader;
+  let id = signedId ?? idField?.text;
   if (id === undefined) {
-    if (!options.idFromBody) throw new InvalidDeliveryError(names.id, `${names.id} header is required`);
+    if (!options.idFromBody) {
+      throw new InvalidDeliveryError(
+        idName,
+        fields.id.kind === 'header' ? `${idName} header is required` : `${idName} is required`,
+      );
+    }
     id = `sha256:${hash}`;
   } else if (!PRINTABLE_ASCII.test(id)) {
-    throw new InvalidDeliveryError(names.id, `${names.id} must be 1-255 printable ASCII characters`);
+    throw new InvalidDeliveryError(idName, `${idName} must be 1-255 printable ASCII characters`);
   }
 
-  const keyHeader = single(delivery.headers, headers, names.key);
-  const seqHeader = single(delivery.headers, headers, names.seq);
+  const keyField = textOf(fields.key, delivery.headers, fd);
+  const seqField = textOf(fields.seq, delivery.headers, fd);
+  const keyName = fields.key.label;
+  const seqName = fields.seq.label;
   let key: string | null = null;
   let seq: number | null = null;
-  if (keyHeader !== undefined) {
-    key = decodeKey(keyHeader, names.key);
-    if (seqHeader === undefined)
-      throw new InvalidDeliveryError(names.seq, `${names.seq} is required when ${names.key} is present`);
+  if (keyField !== undefined) {
+    key = keyField.fromHeader ? decodeKey(keyField.text, keyName) : checkKey(keyField.text, keyName);
+    if (seqField === undefined)
+      throw new InvalidDeliveryError(seqName, `${seqName} is required when ${keyName} is present`);
   }
-  if (seqHeader !== undefined) {
-    if (keyHeader === undefined)
-      throw new InvalidDeliveryError(names.key, `${names.seq} requires ${names.key}`);
-    const n = SEQ.test(seqHeader) ? Number(seqHeader) : Number.NaN;
+  if (seqField !== undefined) {
+    if (keyField === undefined) throw new InvalidDeliveryError(keyName, `${seqName} requires ${keyName}`);
+    const n = SEQ.test(seqField.text) ? Number(seqField.text) : Number.NaN;
     if (!Number.isSafeInteger(n)) {
       throw new InvalidDeliveryError(
-        names.seq,
-        `${names.seq} must be a decimal integer from 1 to 9007199254740991`,
+        seqName,
+        seqField.fromHeader
+          ? `${seqName} must be a decimal integer from 1 to 9007199254740991`
+          : `${seqName} must be an integer ≥ 1 (at most 9007199254740991)`,
       );
     }
     seq = n;
   }
 
-  const body = parseBody(rawBody, headers['content-type'], options.parse);
-  return { id, key, seq, hash, rawBody, body, headers };
+  return {
+    id,
+    key,
+    seq,
+    hash,
+    rawBody,
+    body: body !== undefined ? body : parseBody(rawBody, headers['content-type'], options.parse),
+    headers,
+  };
 }

@@ -1,0 +1,160 @@
+/**
+ * Field sources: where an event's id, ordering key, sequence and version come from. A header
+ * (the default: `Idempotency-Key`, `X-Key`, `X-Seq`), a JSON pointer into the parsed body
+ * (`'/sequence_id'`), a constant (one stream for every event), or a function of the delivery.
+ * Provider presets (`webhook-inbox/providers`) are built on the same sources.
+ *
+ * Resolved once, in `options.ts`; read per delivery by `delivery.ts`. Every error names the
+ * source it read (`body /sequence_id must be an integer ≥ 1`), so the sender learns which
+ * field to fix.
+ */
+import { InboxOptionsError, InvalidDeliveryError } from '../errors.js';
+
+/** What a function source sees: lower-case header names, the parsed body and the exact bytes. */
+export interface FieldDelivery {
+  readonly headers: Readonly<Record<string, string>>;
+  /** The JSON body, parsed (undefined when the body is not JSON). */
+  readonly body: unknown;
+  readonly rawBody: Buffer;
+}
+
+/**
+ * Where one field comes from:
+ * - `'x-request-id'` or `{ header: 'x-request-id' }`: a header (case-insensitive);
+ * - `'/data/object/id'` or `{ body: '/data/object/id' }`: a JSON pointer (RFC 6901) into the body;
+ * - `{ constant: 'ledger' }`: the same value for every delivery (one stream for all events);
+ * - `(d) => d.body.order.id`: a function of the delivery; `undefined` means absent.
+ *
+ * ```ts
+ * createInbox({ handle, fields: { id: '/idempotency_key', key: { constant: 'ledger' }, seq: '/sequence_id' } });
+ * ```
+ */
+export type FieldSource =
+  | string
+  | { readonly header: string }
+  | { readonly body: string }
+  | { readonly constant: string | number }
+  | ((delivery: FieldDelivery) => string | number | undefined | null);
+
+/** The field sources an inbox reads; each left out keeps its default (a header). */
+export interface Fields {
+  /** The event id (the dedup key). @defaultValue the `Idempotency-Key` header (`headers.id`) */
+  readonly id?: FieldSource;
+  /** The ordering key. @defaultValue the `X-Key` header (`headers.key`) */
+  readonly key?: FieldSource;
+  /** The position in the key's sequence (integer ≥ 1). @defaultValue the `X-Seq` header (`headers.seq`) */
+  readonly seq?: FieldSource;
+}
+
+/** A field source, checked and ready to read. `label` is how errors name it. */
+export type ResolvedSource =
+  | { readonly kind: 'header'; readonly name: string; readonly label: string }
+  | { readonly kind: 'body'; readonly path: readonly string[]; readonly label: string }
+  | { readonly kind: 'constant'; readonly value: string | number; readonly label: string }
+  | {
+      readonly kind: 'function';
+      readonly read: (d: FieldDelivery) => string | number | undefined | null;
+      readonly label: string;
+    };
+
+const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9a-z-]+$/i;
+
+/** RFC 6901: `''` is the whole document; `/a~1b/0` is `["a/b", "0"]`. */
+function pointer(text: string, option: string): string[] {
+  if (text !== '' && !text.startsWith('/')) {
+    throw new InboxOptionsError(
+      option,
+      `must be a JSON pointer starting with "/"; got ${JSON.stringify(text)}`,
+    );
+  }
+  if (/~[^01]|~$/.test(text)) {
+    throw new InboxOptionsError(option, `is not a valid JSON pointer (~ must be followed by 0 or 1)`);
+  }
+  return text === ''
+    ? []
+    : text
+        .slice(1)
+        .split('/')
+        .map((p) => p.replace(/~1/g, '/').replace(/~0/g, '~'));
+}
+
+/**
+ * Checks a field source given in options. `option` is its name in errors (`fields.seq`).
+ * Throws InboxOptionsError naming the option.
+ */
+export function resolveSource(given: unknown, option: string): ResolvedSource {
+  if (typeof given === 'function') {
+    return {
+      kind: 'function',
+      read: given as (d: FieldDelivery) => string | number | undefined,
+      label: option,
+    };
+  }
+  if (typeof given === 'string') {
+    if (given.startsWith('/')) return { kind: 'body', path: pointer(given, option), label: `body ${given}` };
+    return resolveSource({ header: given }, option);
+  }
+  if (given !== null && typeof given === 'object') {
+    const o = given as Record<string, unknown>;
+    const kinds = ['header', 'body', 'constant'].filter((k) => k in o);
+    if (kinds.length === 1) {
+      if (typeof o.header === 'string') {
+        if (!HEADER_NAME.test(o.header)) throw new InboxOptionsError(option, 'must be an HTTP header name');
+        const name = o.header.toLowerCase();
+        return { kind: 'header', name, label: name };
+      }
+      if (typeof o.body === 'string')
+        return { kind: 'body', path: pointer(o.body, option), label: `body ${o.body}` };
+      if (typeof o.constant === 'string' || (typeof o.constant === 'number' && Number.isFinite(o.constant))) {
+        return { kind: 'constant', value: o.constant, label: `${option} (constant)` };
+      }
+    }
+  }
+  throw new InboxOptionsError(
+    option,
+    'must be a header name, a JSON pointer ("/field"), { header }, { body }, { constant } or a function of the delivery',
+  );
+}
+
+/** The value at `path` in `body`, or undefined. Arrays are indexed by decimal strings. */
+function at(body: unknown, path: readonly string[]): unknown {
+  let node = body;
+  for (const part of path) {
+    if (node === null || typeof node !== 'object') return undefined;
+    if (Array.isArray(node)) {
+      if (!/^(0|[1-9][0-9]*)$/.test(part)) return undefined;
+      node = node[Number(part)];
+    } else {
+      if (!Object.hasOwn(node, part)) return undefined;
+      node = (node as Record<string, unknown>)[part];
+    }
+  }
+  return node;
+}
+
+/**
+ * Reads one source. A header source returns the header's text as sent (the caller checks it
+ * appears once); the others return whatever they hold, `undefined` when absent.
+ */
+export function readSource(source: ResolvedSource, d: FieldDelivery): unknown {
+  switch (source.kind) {
+    case 'header':
+      return d.headers[source.name];
+    case 'body':
+      if (d.body === undefined || Buffer.isBuffer(d.body)) {
+        throw new InvalidDeliveryError(source.label, `${source.label} requires a JSON body`);
+      }
+      return at(d.body, source.path) ?? undefined;
+    case 'constant':
+      return source.value;
+    case 'function': {
+      const value = source.read(d);
+      return value === null ? undefined : value;
+    }
+  }
+}
+
+/** True when any of the sources reads the body: then the body is parsed as JSON whatever its content type. */
+export function readsBody(sources: readonly ResolvedSource[]): boolean {
+  return sources.some((s) => s.kind === 'body' || s.kind === 'function');
+}
