@@ -1,6 +1,7 @@
 /**
  * One table of cases (DESIGN.md §1), run against every framework adapter, on every target,
- * over real sockets. A case added to `cases` runs for Express, Koa and Fastify alike.
+ * over real sockets. A case added to `cases` runs for Express 5, Express 4, Koa, Fastify, Hono
+ * and the plain fetch handler alike.
  *
  * The apps are the ledger example's (examples/ledger/app-*.ts), so the side effects are the
  * ledger's rows, read back over HTTP (`GET /accounts/:key`) as a user would.
@@ -12,7 +13,7 @@ import { createHmac, randomBytes } from 'node:crypto';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import type { Account } from '../examples/ledger/ledger.js';
-import { FRAMEWORKS, type Framework, type LedgerServer, startLedger } from '../examples/ledger/start.js';
+import { ALL_FRAMEWORKS, type Framework, type LedgerServer, startLedger } from '../examples/ledger/start.js';
 import { type Handler, hmacSignature, type InboxOptions } from '../src/index.js';
 import { type Target, type TargetDb, targets, uniqueName } from './support/databases.js';
 
@@ -525,7 +526,7 @@ describe.each(targets)('conformance on $name', (target) => {
   afterAll(async () => {
     await shared.db?.close();
   });
-  describe.each(FRAMEWORKS.map((framework) => ({ framework })))('$framework', ({ framework }) => {
+  describe.each(ALL_FRAMEWORKS.map((framework) => ({ framework })))('$framework', ({ framework }) => {
     describe.each(modes)('$name', (mode) => {
       let app: App;
       beforeAll(async () => {

@@ -21,9 +21,15 @@ function sendProblem(res: Response, p: Problem): void {
  * The ledger over Express: POST /webhooks behind the inbox (and GET /webhooks/health),
  * GET /accounts/:key, GET /health, GET /metrics when the inbox has a metrics registry, and
  * POST /fail-next with `testHooks`, the operator console at /console with `consoleToken`. Every error, on every route, is problem+json.
+ * `framework` is the `express` module to build it with (Express 4 in app-express4.ts).
  */
-export function expressApp(inbox: Inbox, ledger: Ledger, options: LedgerAppOptions = {}) {
-  const app = express();
+export function expressApp(
+  inbox: Inbox,
+  ledger: Ledger,
+  options: LedgerAppOptions = {},
+  framework: typeof express = express,
+) {
+  const app = framework();
   app.use('/webhooks', inboxMiddleware(inbox));
   if (options.consoleToken) app.use('/console', expressConsole({ inbox, token: options.consoleToken }));
   app.get('/accounts/:key', async (req, res, next) => {
@@ -36,7 +42,7 @@ export function expressApp(inbox: Inbox, ledger: Ledger, options: LedgerAppOptio
     }
   });
   if (options.testHooks) {
-    app.post('/fail-next', express.json(), (req, res) => {
+    app.post('/fail-next', framework.json(), (req, res) => {
       const failNext = parseFailNext(req.body);
       if (!failNext) {
         sendProblem(

@@ -1,7 +1,7 @@
 /**
  * `npm run example`: the ledger behind the inbox. Configured by environment variables:
  * PORT (3000), DATABASE_URL (required with NODE_ENV=production; otherwise an in-memory
- * embedded PGlite when absent), FRAMEWORK (express | koa | fastify),
+ * embedded PGlite when absent), FRAMEWORK (express | express4 | koa | fastify | hono | fetch),
  * GAP_TIMEOUT_MS, SWEEP_INTERVAL_MS, REDIS_URL (turns the Redis fast path for duplicates on),
  * WEBHOOK_SECRET (Standard Webhooks verification, `whsec_…`),
  * INBOX_MODE (inline | deferred), HANDLER_DELAY_MS (a slow handler: each run waits this long), WORKERS,

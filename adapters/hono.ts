@@ -1,0 +1,72 @@
+/**
+ * Hono middleware, on top of the fetch-standard entry (adapters/fetch.ts). Maps a request to a
+ * delivery and an outcome to a response; nothing else. Runs wherever Hono runs (Node with
+ * `@hono/node-server`, Bun, Deno, workers).
+ *
+ * ```ts
+ * import { Hono } from 'hono';
+ * import { inbox } from 'webhook-inbox/hono';
+ *
+ * const app = new Hono();
+ * app.use('/webhooks/*', inbox({ db: process.env.DATABASE_URL, handle: applyEvent, path: '/webhooks' }));
+ * // or on a route: app.post('/webhooks', inbox(…)); app.get('/webhooks/health', inbox(…))
+ * ```
+ *
+ * With `path`, the middleware answers `POST <path>`, `GET <path>/health` and 405 for other
+ * methods on the path, and passes every other request on with `next()`. Without it, the route
+ * that chose the middleware decides (every POST is a delivery).
+ */
+import type { MiddlewareHandler } from 'hono';
+import { createInbox, Inbox } from '../src/inbox.js';
+import { checkPath } from '../src/mount-path.js';
+import type { InboxOptions } from '../src/options.js';
+import { methodNotAllowed } from '../src/outcome.js';
+import { fetchEndpoint, receiveRequest, responseOf } from './fetch.js';
+
+export interface HonoMountOptions {
+  /**
+   * The webhook path (the full path, as Hono matches it): deliveries are `POST` to it, the
+   * health probe is `GET <path>/health`, other methods on it are 405, and every other request
+   * is passed on with `next()`.
+   * @defaultValue none: the route that chose the middleware decides.
+   */
+  path?: string;
+}
+
+export type HonoInboxOptions = (InboxOptions & HonoMountOptions) | Inbox;
+
+export interface InboxHonoMiddleware extends MiddlewareHandler {
+  /** The core inbox behind this middleware (for `close()`, inspection, the sweeper). */
+  readonly inbox: Inbox;
+}
+
+function withoutPath({ path: _path, ...options }: InboxOptions & HonoMountOptions): InboxOptions {
+  return options;
+}
+
+/**
+ * Hono middleware for `app.use(inbox({ …, path: '/webhooks' }))` or
+ * `app.post('/webhooks', inbox(options))`. The second argument gives the mount options to an
+ * inbox made by `createInbox`.
+ */
+export function inbox(options: HonoInboxOptions, mount: HonoMountOptions = {}): InboxHonoMiddleware {
+  const own = options instanceof Inbox ? undefined : options;
+  const base = checkPath(mount.path ?? own?.path);
+  const core = own ? createInbox(withoutPath(own)) : (options as Inbox);
+  const middleware: MiddlewareHandler = async (c, next) => {
+    switch (fetchEndpoint(c.req.raw, base)) {
+      case 'pass':
+        return next();
+      case 'health':
+        return responseOf(await core.healthOutcome().catch((err) => core.outcomeForError(err)));
+      case 'method-not-allowed':
+        return responseOf(methodNotAllowed());
+    }
+    // `c.req.raw` is the untouched Request: Hono's own body helpers cache what they read, but
+    // never consume the raw stream unless a validator or handler before this one did.
+    return responseOf(await receiveRequest(core, c.req.raw));
+  };
+  return Object.assign(middleware, { inbox: core });
+}
+
+export { createInbox, Inbox };
