@@ -1,6 +1,7 @@
 import { type Kysely, sql } from 'kysely';
 import { baseline } from './migrations/0001-baseline.js';
 import { hostileSenders } from './migrations/0003-hostile-senders.js';
+import { stateMachine } from './migrations/0004-state-machine.js';
 import type { Tables } from './sql/tables.js';
 
 /**
@@ -12,6 +13,7 @@ import type { Tables } from './sql/tables.js';
 export const migrations: ReadonlyArray<readonly [name: string, up: (t: Tables) => string]> = [
   ['0001_baseline', baseline],
   ['0003_hostile_senders', hostileSenders],
+  ['0004_state_machine', stateMachine],
 ];
 
 /**

@@ -24,6 +24,8 @@ export interface SweepReport {
   applied: number;
   /** Processed rows pruned by retention. */
   pruned: number;
+  /** Keys this pass could not handle (each logged and counted in the sweeper's error metric). */
+  keyErrors: number;
 }
 
 export class Sweeper {
@@ -64,20 +66,35 @@ export class Sweeper {
     rt.metrics.sweeperRun();
     let rows: SweepRow[];
     try {
-      rows = await rt.statements.sweep(
-        rt.database.kysely,
-        o.source,
-        o.gapTimeoutMs,
-        o.onGapTimeout,
-        KEYS_PER_SWEEP,
-      );
+      // READ COMMITTED whatever the server's default: under a snapshot older than a claim, the
+      // pass would skip a gap that a held event has filled meanwhile.
+      rows = await rt.database.kysely
+        .transaction()
+        .setIsolationLevel('read committed')
+        .execute((tx) => rt.statements.sweep(tx, o.source, o.gapTimeoutMs, o.onGapTimeout, KEYS_PER_SWEEP));
     } catch (err) {
       rt.metrics.sweeperError();
       throw err;
     }
-    const report: SweepReport = { drained: 0, gapsSkipped: 0, keysBlocked: 0, applied: 0, pruned: 0 };
+    const report: SweepReport = {
+      drained: 0,
+      gapsSkipped: 0,
+      keysBlocked: 0,
+      applied: 0,
+      pruned: 0,
+      keyErrors: 0,
+    };
     const toDrain: string[] = [];
     for (const row of rows) {
+      if (row.action === 'error') {
+        report.keyErrors++;
+        rt.metrics.sweeperError();
+        o.logger.error(
+          { key: row.key, error: row.error, source: o.source },
+          'webhook-inbox: sweeper could not handle a key; the pass goes on',
+        );
+        continue;
+      }
       if (row.action === 'blocked') {
         report.keysBlocked++;
         rt.metrics.gapTimeout('blocked');
@@ -103,7 +120,15 @@ export class Sweeper {
     await Promise.all(
       Array.from({ length: Math.min(lanes, toDrain.length) }, async () => {
         while (next < toDrain.length && !rt.closing) {
-          report.drained += await rt.track(this.#drain(toDrain[next++]));
+          const key = toDrain[next++];
+          try {
+            report.drained += await rt.track(this.#drain(key));
+          } catch (err) {
+            // One key's drain failing (the database, a moved cursor) must not end the pass.
+            report.keyErrors++;
+            rt.metrics.sweeperError();
+            o.logger.error({ err, key, source: o.source }, 'webhook-inbox: sweeper could not drain a key');
+          }
         }
       }),
     );

@@ -162,7 +162,7 @@ export async function unblock(
 async function skipTarget(
   ctx: OperationsContext,
   target: { id: string; source?: string } | { key: string; source?: string },
-): Promise<{ source: string; key: string; seq: number | null }> {
+): Promise<{ source: string; key: string; seq: number | null; id?: string }> {
   if (!('id' in target)) {
     const { source } = await findKey(ctx, target.key, target.source ?? ctx.source);
     return { source, key: target.key, seq: null };
@@ -174,67 +174,84 @@ async function skipTarget(
       `event ${JSON.stringify(target.id)} is unordered: it blocks nothing, so there is no seq to skip (replay it, or leave it dead)`,
     );
   }
+  // Its status is checked again inside the skip's transaction, under the key's lock: a replay
+  // may make it waiting in between.
   if (found.status !== 'dead') {
     throw new OperationError('refused', `event ${JSON.stringify(target.id)} is ${found.status}, not dead`);
   }
-  return { source: found.source, key: found.key, seq: found.seq };
+  return { source: found.source, key: found.key, seq: found.seq, id: target.id };
 }
 
 export async function skip(
   ctx: OperationsContext,
   target: { id: string; source?: string } | { key: string; source?: string },
 ): Promise<SkipResult> {
-  const { source, key, seq } = await skipTarget(ctx, target);
-  return ctx.db.transaction().execute(async (tx): Promise<SkipResult> => {
-    const { rows } = await sql<any>`
+  const { source, key, seq, id } = await skipTarget(ctx, target);
+  return ctx.db
+    .transaction()
+    .setIsolationLevel('read committed')
+    .execute(async (tx): Promise<SkipResult> => {
+      const { rows } = await sql<any>`
       select next_seq, state, blocked_seq, blocked_reason from ${table(ctx, 'keys')}
        where source = ${source} and key = ${key} for update`.execute(tx);
-    const k = rows[0];
-    if (!k)
-      throw new OperationError(
-        'not-found',
-        `no key ${JSON.stringify(key)} in source ${JSON.stringify(source)}`,
-      );
-    const next = toNumber(k.next_seq)!;
-    let to: number;
-    if (seq !== null) {
-      // A dead letter's seq can be skipped while the key waits at it (blocked by it, or
-      // unblocked by an operator since); once the cursor moved past it there is nothing to skip.
-      if (seq !== next) {
+      const k = rows[0];
+      if (!k)
         throw new OperationError(
-          'refused',
-          `event's seq ${seq} is not what key ${JSON.stringify(key)} waits for (next seq ${next}); nothing to skip`,
+          'not-found',
+          `no key ${JSON.stringify(key)} in source ${JSON.stringify(source)}`,
         );
+      const next = toNumber(k.next_seq)!;
+      if (id !== undefined) {
+        // Read under the key's lock, the order every replay takes: a replay that made it waiting
+        // meanwhile has committed, and skipping its seq now would strand it below the cursor.
+        const { rows: now } = await sql<any>`
+        select status from ${table(ctx, 'events')} where source = ${source} and id = ${id}`.execute(tx);
+        if (now[0]?.status !== 'dead') {
+          throw new OperationError(
+            'refused',
+            `event ${JSON.stringify(id)} is ${now[0]?.status ?? 'gone'}, not dead`,
+          );
+        }
       }
-      to = seq;
-    } else {
-      if (k.state !== 'blocked') {
-        throw new OperationError(
-          'refused',
-          `key ${JSON.stringify(key)} is not blocked (it waits for seq ${next})`,
-        );
-      }
-      to = next;
-      if (k.blocked_reason === 'gap') {
-        const { rows: first } = await sql<any>`
+      let to: number;
+      if (seq !== null) {
+        // A dead letter's seq can be skipped while the key waits at it (blocked by it, or
+        // unblocked by an operator since); once the cursor moved past it there is nothing to skip.
+        if (seq !== next) {
+          throw new OperationError(
+            'refused',
+            `event's seq ${seq} is not what key ${JSON.stringify(key)} waits for (next seq ${next}); nothing to skip`,
+          );
+        }
+        to = seq;
+      } else {
+        if (k.state !== 'blocked') {
+          throw new OperationError(
+            'refused',
+            `key ${JSON.stringify(key)} is not blocked (it waits for seq ${next})`,
+          );
+        }
+        to = next;
+        if (k.blocked_reason === 'gap') {
+          const { rows: first } = await sql<any>`
           select min(seq) as seq from ${table(ctx, 'events')}
            where source = ${source} and key = ${key} and status in ('held', 'pending') and seq > ${next}`.execute(
-          tx,
-        );
-        const firstHeld = toNumber(first[0]?.seq);
-        if (firstHeld !== null) to = firstHeld - 1;
+            tx,
+          );
+          const firstHeld = toNumber(first[0]?.seq);
+          if (firstHeld !== null) to = firstHeld - 1;
+        }
       }
-    }
-    await sql`
+      await sql`
       insert into ${table(ctx, 'gaps')} (source, key, from_seq, to_seq, reason)
       values (${source}, ${key}, ${next}, ${to}, 'skip')
       on conflict (source, key, from_seq) do update set to_seq = greatest(${table(ctx, 'gaps')}.to_seq, excluded.to_seq)`.execute(
-      tx,
-    );
-    await sql`
+        tx,
+      );
+      await sql`
       update ${table(ctx, 'keys')}
          set next_seq = ${to + 1}, state = 'open', blocked_seq = null, blocked_reason = null, updated_at = now()
        where source = ${source} and key = ${key}`.execute(tx);
-    return { source, key, fromSeq: next, toSeq: to, nextSeq: to + 1 };
-  });
+      return { source, key, fromSeq: next, toSeq: to, nextSeq: to + 1 };
+    });
 }

@@ -89,48 +89,61 @@ async function replayOne(
   }
   const { key, seq } = found;
   const base = { source: found.source, id, key, seq };
-  const lock = dryRun ? sql`` : sql`for update`;
-  return ctx.db.transaction().execute(async (tx): Promise<ReplayResult> => {
-    let next: number | null = null;
-    let blockedHere = false;
-    if (key !== null) {
-      const { rows } = await sql<any>`
+  const lock = dryRun ? sql`` : sql`for update skip locked`;
+  return ctx.db
+    .transaction()
+    .setIsolationLevel('read committed')
+    .execute(async (tx): Promise<ReplayResult> => {
+      let next: number | null = null;
+      let blockedHere = false;
+      if (key !== null) {
+        const { rows } = await sql<any>`
         select next_seq, state, blocked_seq from ${table(ctx, 'keys')}
          where source = ${found.source} and key = ${key} ${lock}`.execute(tx);
-      if (rows[0]) {
-        next = toNumber(rows[0].next_seq);
-        blockedHere = rows[0].state === 'blocked' && toNumber(rows[0].blocked_seq) === seq;
-      } else {
-        // No cursor yet (the key's only event died before one was stored): start it at this seq.
-        if (!dryRun) {
-          await sql`insert into ${table(ctx, 'keys')} (source, key, next_seq) values (${found.source}, ${key}, ${seq})
+        if (rows[0]) {
+          next = toNumber(rows[0].next_seq);
+          blockedHere = rows[0].state === 'blocked' && toNumber(rows[0].blocked_seq) === seq;
+        } else {
+          // No cursor yet (the key's only event died before one was stored): start it at this seq.
+          if (!dryRun) {
+            await sql`insert into ${table(ctx, 'keys')} (source, key, next_seq) values (${found.source}, ${key}, ${seq})
                     on conflict do nothing`.execute(tx);
+          }
+          next = seq;
         }
-        next = seq;
       }
-    }
-    const { rows: events } = await sql<any>`
+      // Holding the key, never wait for an event row (ARCHITECTURE.md, "Locks"): one that is
+      // locked is being applied by a worker, so it is not dead; its committed status says so.
+      const { rows: events } = await sql<any>`
       select status from ${table(ctx, 'events')} where source = ${found.source} and id = ${id} ${lock}`.execute(
-      tx,
-    );
-    const status = events[0]?.status ?? null;
-    if (status !== 'dead') return { ...base, outcome: status ? 'not-dead' : 'not-found', status };
-    if (key !== null && seq! < next!) return { ...base, outcome: 'behind-cursor', status };
-    if (dryRun) return { ...base, outcome: 'requeued', status };
-    const waiting = key === null ? 'pending' : 'held';
-    await sql`
+        tx,
+      );
+      const status =
+        events[0]?.status ??
+        (dryRun
+          ? null
+          : ((
+              await sql<any>`select status from ${table(ctx, 'events')} where source = ${found.source} and id = ${id}`.execute(
+                tx,
+              )
+            ).rows[0]?.status ?? null));
+      if (status !== 'dead') return { ...base, outcome: status ? 'not-dead' : 'not-found', status };
+      if (key !== null && seq! < next!) return { ...base, outcome: 'behind-cursor', status };
+      if (dryRun) return { ...base, outcome: 'requeued', status };
+      const waiting = key === null ? 'pending' : 'held';
+      await sql`
       update ${table(ctx, 'events')}
          set status = ${waiting}, attempts = 0, dead_reason = null,
              run_after = ${key === null ? sql`now()` : sql`null`}
        where source = ${found.source} and id = ${id}`.execute(tx);
-    if (blockedHere) {
-      await sql`
+      if (blockedHere) {
+        await sql`
         update ${table(ctx, 'keys')}
            set state = 'open', blocked_seq = null, blocked_reason = null, updated_at = now()
          where source = ${found.source} and key = ${key}`.execute(tx);
-    }
-    return { ...base, outcome: 'requeued', status: waiting };
-  });
+      }
+      return { ...base, outcome: 'requeued', status: waiting };
+    });
 }
 
 /** The current status of events by id, in one source (for reporting after a replay). */

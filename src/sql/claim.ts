@@ -22,10 +22,12 @@ declare
   v_next bigint;
   v_state text;
   v_blocked_reason text;
+  v_blocked_seq bigint;
   v_ev ${t.events}%rowtype;
   v_found boolean := false;
   v_created boolean := false;
   v_turn boolean;
+  v_busy boolean := false;
   v_held integer;
 begin
   -- Bounds the wait for a concurrent delivery of the same id or key (-> 409 in-flight);
@@ -38,21 +40,30 @@ begin
   if p_key is not null then
     -- The key row is the key's lock: one event of a key is applied at a time, and the cursor
     -- moves only under it. It is locked before any event row; drains lock in the same order.
-    select k.next_seq, k.state, k.blocked_reason into v_next, v_state, v_blocked_reason
+    select k.next_seq, k.state, k.blocked_reason, k.blocked_seq into v_next, v_state, v_blocked_reason, v_blocked_seq
       from ${t.keys} k where k.source = p_source and k.key = p_key for update;
     if not found then
       insert into ${t.keys} as k (source, key, next_seq)
         values (p_source, p_key, case when p_first_seen then p_seq else 1 end)
         on conflict (source, key) do nothing;
       v_created := found;
-      select k.next_seq, k.state, k.blocked_reason into v_next, v_state, v_blocked_reason
+      select k.next_seq, k.state, k.blocked_reason, k.blocked_seq into v_next, v_state, v_blocked_reason, v_blocked_seq
         from ${t.keys} k where k.source = p_source and k.key = p_key for update;
     end if;
     expected := v_next;
     v_turn := p_seq = v_next and (v_state = 'open' or v_blocked_reason = 'gap');
 
-    select * into v_ev from ${t.events} e where e.source = p_source and e.id = p_id for update;
+    -- Holding the key, never wait for an event row (ARCHITECTURE.md, "Locks"): the only holder
+    -- of an ordered event row without its key is a worker between take_turn and advance, which
+    -- is applying it and waits for this key in advance. Such a row is answered from its
+    -- committed status and never applied here.
+    select * into v_ev from ${t.events} e where e.source = p_source and e.id = p_id for update skip locked;
     v_found := found;
+    if not v_found then
+      select * into v_ev from ${t.events} e where e.source = p_source and e.id = p_id;
+      v_found := found;
+      v_busy := v_found;
+    end if;
     if not v_found then
       if p_seq < v_next then
         if exists (select 1 from ${t.gaps} g
@@ -80,6 +91,11 @@ begin
         -- held below the cursor forever once the other is applied.
         decision := 'mismatch';
         reason := 'seq-taken';
+      elsif v_state = 'blocked' and v_blocked_reason = 'poison' and p_seq = v_blocked_seq then
+        -- The dead event that blocks the key holds this seq: a second id here would wait beside
+        -- it, and a replay of the dead one would leave two events at one seq.
+        decision := 'mismatch';
+        reason := 'seq-taken';
       elsif v_turn then
         if p_apply then
           insert into ${t.events} (source, id, key, seq, body_hash, status, payload, headers, processed_at)
@@ -90,6 +106,12 @@ begin
           insert into ${t.events} (source, id, key, seq, body_hash, status, payload, headers)
             values (p_source, p_id, p_key, p_seq, p_hash, 'pending', p_payload, p_headers);
           decision := 'pending';
+          if v_state = 'blocked' then
+            -- The missing seq of a gap-blocked key arrived: the key is open again for the worker
+            -- that applies it, as applying it inline reopens it.
+            update ${t.keys} k set state = 'open', blocked_seq = null, blocked_reason = null, updated_at = now()
+              where k.source = p_source and k.key = p_key;
+          end if;
         end if;
       elsif p_seq - v_next > p_max_ahead then
         decision := 'buffer-full';
@@ -146,7 +168,7 @@ begin
     elsif v_ev.status = 'dead' then
       decision := 'dead';
       reason := v_ev.dead_reason;
-    elsif p_apply and (p_key is null or v_turn) then
+    elsif p_apply and (p_key is null or v_turn) and not v_busy then
       -- Waiting (an earlier run failed, or a drain has not reached it yet) and its turn has
       -- come: this delivery applies it.
       update ${t.events} e set status = 'processed', processed_at = now(), run_after = null,
@@ -155,7 +177,7 @@ begin
         where e.source = p_source and e.id = p_id;
       decision := 'apply';
     else
-      decision := v_ev.status;  -- 'held' or 'pending': it stays buffered
+      decision := v_ev.status;  -- 'held' or 'pending': it stays buffered (or a worker applies it now)
     end if;
   end if;
 

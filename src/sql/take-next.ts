@@ -32,10 +32,12 @@ begin
       where k.source = p_source and k.key = p_key and k.state = 'open' for update skip locked;
   end if;
   if not found then return; end if;
+  -- Holding the key, never wait for an event row (ARCHITECTURE.md, "Locks"): a locked one is
+  -- being applied by a worker (take_turn), which waits for this key in advance.
   select * into v_ev from ${t.events} e
     where e.source = p_source and e.key = p_key and e.seq = v_next and e.status in ('held', 'pending')
       and (e.run_after is null or e.run_after <= now())
-    for update;
+    for update skip locked;
   if not found then return; end if;
   update ${t.keys} k set next_seq = v_next + 1, updated_at = now() where k.source = p_source and k.key = p_key;
   ${markTakenAndReturn(t)}

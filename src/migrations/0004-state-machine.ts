@@ -1,0 +1,461 @@
+import type { Tables } from '../sql/tables.js';
+
+/**
+ * Migration 0004, the ordering state machine's races closed (no event stranded below its
+ * cursor). Frozen history: never edit it; today's functions live in src/sql/.
+ *
+ * - Rows an older version left waiting below their key's cursor, where nothing would ever
+ *   apply them, are dead-lettered as late; of two rows waiting at one key and seq, all but the
+ *   first received are dead-lettered as seq-taken; gaps recorded at or ahead of a cursor (which
+ *   made every later gap timeout of the key fail) are removed.
+ * - The waiting index becomes unique: two events can no longer wait at one key and seq.
+ * - claim: never waits for an event row while holding the key (a worker between take_turn
+ *   and advance is applying it); a new id at a poison-blocked seq is refused; the missing seq of
+ *   a gap-blocked key reopens it in deferred mode too.
+ * - take_next: never waits for an event row while holding the key.
+ * - fail: dead-letters as late an event whose key's cursor moved past it since the rollback;
+ *   records a poison gap only when it moves the cursor; answers 'busy' instead of waiting for a
+ *   worker that took the event again.
+ * - sweep: chooses only keys with something to do now, handles each key in a block of its own
+ *   (an error is returned as that key's row), and merges a gap with one recorded before.
+ */
+export function stateMachine(t: Tables): string {
+  return `
+update ${t.events} e set status = 'dead', dead_reason = 'late', run_after = null
+  from ${t.keys} k
+ where k.source = e.source and k.key = e.key and e.status in ('held', 'pending') and e.seq < k.next_seq;
+
+update ${t.events} e set status = 'dead', dead_reason = 'seq-taken', run_after = null
+  from (select source, id, row_number() over (partition by source, key, seq order by received_at, id) as n
+          from ${t.events} where status in ('held', 'pending') and key is not null) d
+ where d.source = e.source and d.id = e.id and d.n > 1;
+
+delete from ${t.gaps} g using ${t.keys} k
+ where k.source = g.source and k.key = g.key and g.from_seq >= k.next_seq;
+
+-- Qualified (t.fn qualifies any of our names): the index lives in the inbox's schema.
+drop index ${t.fn('events_waiting')};
+create unique index ${t.local('events_waiting')} on ${t.events} (source, key, seq) where status in ('held', 'pending');
+
+drop function ${t.fn('sweep')}(text, bigint, text, integer);
+
+create or replace function ${t.fn('claim')}(
+  p_source text, p_id text, p_key text, p_seq bigint, p_hash text,
+  p_payload bytea, p_headers jsonb, p_apply boolean, p_keep_payload boolean,
+  p_first_seen boolean, p_max_held integer, p_max_ahead bigint, p_lock_timeout text
+) returns table (decision text, result jsonb, expected bigint, reason text, attempts integer, drain boolean, received_at timestamptz)
+language plpgsql as $fn$
+declare
+  v_prev_lock_timeout text := current_setting('lock_timeout');
+  v_next bigint;
+  v_state text;
+  v_blocked_reason text;
+  v_blocked_seq bigint;
+  v_ev ${t.events}%rowtype;
+  v_found boolean := false;
+  v_created boolean := false;
+  v_turn boolean;
+  v_busy boolean := false;
+  v_held integer;
+begin
+  -- Bounds the wait for a concurrent delivery of the same id or key (-> 409 in-flight);
+  -- restored below so that the handler's own statements are not affected.
+  perform set_config('lock_timeout', p_lock_timeout, true);
+  drain := false;
+  attempts := 0;
+  received_at := now();
+
+  if p_key is not null then
+    -- The key row is the key's lock: one event of a key is applied at a time, and the cursor
+    -- moves only under it. It is locked before any event row; drains lock in the same order.
+    select k.next_seq, k.state, k.blocked_reason, k.blocked_seq into v_next, v_state, v_blocked_reason, v_blocked_seq
+      from ${t.keys} k where k.source = p_source and k.key = p_key for update;
+    if not found then
+      insert into ${t.keys} as k (source, key, next_seq)
+        values (p_source, p_key, case when p_first_seen then p_seq else 1 end)
+        on conflict (source, key) do nothing;
+      v_created := found;
+      select k.next_seq, k.state, k.blocked_reason, k.blocked_seq into v_next, v_state, v_blocked_reason, v_blocked_seq
+        from ${t.keys} k where k.source = p_source and k.key = p_key for update;
+    end if;
+    expected := v_next;
+    v_turn := p_seq = v_next and (v_state = 'open' or v_blocked_reason = 'gap');
+
+    -- Holding the key, never wait for an event row (ARCHITECTURE.md, "Locks"): the only holder
+    -- of an ordered event row without its key is a worker between take_turn and advance, which
+    -- is applying it and waits for this key in advance. Such a row is answered from its
+    -- committed status and never applied here.
+    select * into v_ev from ${t.events} e where e.source = p_source and e.id = p_id for update skip locked;
+    v_found := found;
+    if not v_found then
+      select * into v_ev from ${t.events} e where e.source = p_source and e.id = p_id;
+      v_found := found;
+      v_busy := v_found;
+    end if;
+    if not v_found then
+      if p_seq < v_next then
+        if exists (select 1 from ${t.gaps} g
+                   where g.source = p_source and g.key = p_key and p_seq between g.from_seq and g.to_seq) then
+          -- Late: its seq was skipped by a gap timeout. Applying it now would break the order.
+          insert into ${t.events} (source, id, key, seq, body_hash, status, payload, headers, dead_reason)
+            values (p_source, p_id, p_key, p_seq, p_hash, 'dead', p_payload, p_headers, 'late');
+          decision := 'dead';
+          reason := 'late';
+        else
+          -- Below the cursor and not skipped: applied long ago, its row since pruned. The cursor
+          -- is the permanent dedup record of an ordered key.
+          decision := 'duplicate';
+        end if;
+      elsif exists (select 1 from ${t.events} e where e.source = p_source and e.key = p_key
+                    and e.seq = p_seq and e.status in ('held', 'pending')) then
+        -- Another id already waits at this seq. Taking this one too would leave one of them
+        -- held below the cursor forever once the other is applied.
+        decision := 'mismatch';
+        reason := 'seq-taken';
+      elsif v_state = 'blocked' and v_blocked_reason = 'poison' and p_seq = v_blocked_seq then
+        -- The dead event that blocks the key holds this seq: a second id here would wait beside
+        -- it, and a replay of the dead one would leave two events at one seq.
+        decision := 'mismatch';
+        reason := 'seq-taken';
+      elsif v_turn then
+        if p_apply then
+          insert into ${t.events} (source, id, key, seq, body_hash, status, payload, headers, processed_at)
+            values (p_source, p_id, p_key, p_seq, p_hash, 'processed',
+                    case when p_keep_payload then p_payload end, case when p_keep_payload then p_headers end, now());
+          decision := 'apply';
+        else
+          insert into ${t.events} (source, id, key, seq, body_hash, status, payload, headers)
+            values (p_source, p_id, p_key, p_seq, p_hash, 'pending', p_payload, p_headers);
+          decision := 'pending';
+          if v_state = 'blocked' then
+            -- The missing seq of a gap-blocked key arrived: the key is open again for the worker
+            -- that applies it, as applying it inline reopens it.
+            update ${t.keys} k set state = 'open', blocked_seq = null, blocked_reason = null, updated_at = now()
+              where k.source = p_source and k.key = p_key;
+          end if;
+        end if;
+      elsif p_seq - v_next > p_max_ahead then
+        decision := 'buffer-full';
+        reason := 'seq-ahead';
+      else
+        select count(*) into v_held from ${t.events} e
+          where e.source = p_source and e.key = p_key and e.status in ('held', 'pending');
+        if v_held >= p_max_held then
+          decision := 'buffer-full';
+          reason := 'held-per-key';
+        else
+          insert into ${t.events} (source, id, key, seq, body_hash, status, payload, headers)
+            values (p_source, p_id, p_key, p_seq, p_hash, 'held', p_payload, p_headers);
+          decision := 'held';
+        end if;
+      end if;
+    end if;
+  else
+    insert into ${t.events} as e (source, id, body_hash, status, payload, headers, processed_at)
+      values (p_source, p_id, p_hash,
+              case when p_apply then 'processed' else 'pending' end,
+              case when p_keep_payload or not p_apply then p_payload end,
+              case when p_keep_payload or not p_apply then p_headers end,
+              case when p_apply then now() end)
+      on conflict (source, id) do nothing;
+    if found then
+      decision := case when p_apply then 'apply' else 'pending' end;
+    else
+      -- The id exists. If a concurrent claim holds it, this waits for that transaction
+      -- (bounded by lock_timeout) and then sees what it committed.
+      select * into v_ev from ${t.events} e where e.source = p_source and e.id = p_id for update;
+      v_found := found;
+      if not v_found then
+        raise exception 'event row pruned during claim' using errcode = '55P03';
+      end if;
+    end if;
+  end if;
+
+  if v_found then
+    attempts := v_ev.attempts;
+    received_at := v_ev.received_at;
+    if v_ev.body_hash <> p_hash then
+      decision := 'mismatch';
+      reason := 'body';
+    elsif v_ev.key is distinct from p_key then
+      decision := 'mismatch';
+      reason := 'key';
+    elsif v_ev.seq is distinct from p_seq then
+      decision := 'mismatch';
+      reason := 'seq';
+    elsif v_ev.status = 'processed' then
+      decision := 'duplicate';
+      result := v_ev.result;
+    elsif v_ev.status = 'dead' then
+      decision := 'dead';
+      reason := v_ev.dead_reason;
+    elsif p_apply and (p_key is null or v_turn) and not v_busy then
+      -- Waiting (an earlier run failed, or a drain has not reached it yet) and its turn has
+      -- come: this delivery applies it.
+      update ${t.events} e set status = 'processed', processed_at = now(), run_after = null,
+             payload = case when p_keep_payload then e.payload end,
+             headers = case when p_keep_payload then e.headers end
+        where e.source = p_source and e.id = p_id;
+      decision := 'apply';
+    else
+      decision := v_ev.status;  -- 'held' or 'pending': it stays buffered (or a worker applies it now)
+    end if;
+  end if;
+
+  if v_created and decision in ('mismatch', 'buffer-full') then
+    -- A refused delivery leaves nothing behind, not even a cursor (it would fix the first seq
+    -- of the key under firstSeq 'first-seen').
+    delete from ${t.keys} k where k.source = p_source and k.key = p_key;
+  end if;
+
+  if decision = 'apply' and p_key is not null then
+    update ${t.keys} k set next_seq = p_seq + 1, state = 'open', blocked_seq = null, blocked_reason = null,
+           updated_at = now()
+      where k.source = p_source and k.key = p_key;
+    -- Tells the caller whether to drain after its response, saving a query when there is nothing.
+    drain := exists (select 1 from ${t.events} e where e.source = p_source and e.key = p_key
+                     and e.seq = p_seq + 1 and e.status in ('held', 'pending'));
+  end if;
+
+  perform set_config('lock_timeout', v_prev_lock_timeout, true);
+  return next;
+end
+$fn$;
+
+create or replace function ${t.fn('take_next')}(p_source text, p_key text, p_wait boolean, p_keep_payload boolean, p_lock_timeout text)
+returns table (id text, seq bigint, body_hash text, payload bytea, headers jsonb, attempts integer, received_at timestamptz, more boolean)
+language plpgsql as $fn$
+declare
+  v_prev_lock_timeout text := current_setting('lock_timeout');
+  v_next bigint;
+  v_ev ${t.events}%rowtype;
+begin
+  if p_wait then
+    -- After a delivery's response: wait (bounded) for whoever holds the key; the cursor
+    -- decides which event is next, so two drainers cooperate instead of colliding.
+    perform set_config('lock_timeout', p_lock_timeout, true);
+    select k.next_seq into v_next from ${t.keys} k
+      where k.source = p_source and k.key = p_key and k.state = 'open' for update;
+    perform set_config('lock_timeout', v_prev_lock_timeout, true);
+  else
+    -- The sweeper: a locked key is being applied by someone who will drain it.
+    select k.next_seq into v_next from ${t.keys} k
+      where k.source = p_source and k.key = p_key and k.state = 'open' for update skip locked;
+  end if;
+  if not found then return; end if;
+  -- Holding the key, never wait for an event row (ARCHITECTURE.md, "Locks"): a locked one is
+  -- being applied by a worker (take_turn), which waits for this key in advance.
+  select * into v_ev from ${t.events} e
+    where e.source = p_source and e.key = p_key and e.seq = v_next and e.status in ('held', 'pending')
+      and (e.run_after is null or e.run_after <= now())
+    for update skip locked;
+  if not found then return; end if;
+  update ${t.keys} k set next_seq = v_next + 1, updated_at = now() where k.source = p_source and k.key = p_key;
+  update ${t.events} e set status = 'processed', processed_at = now(), run_after = null,
+         payload = case when p_keep_payload then e.payload end,
+         headers = case when p_keep_payload then e.headers end
+   where e.source = p_source and e.id = v_ev.id;
+  id := v_ev.id;
+  body_hash := v_ev.body_hash;
+  payload := v_ev.payload;
+  headers := v_ev.headers;
+  attempts := v_ev.attempts;
+  received_at := v_ev.received_at;
+  seq := v_ev.seq;
+  more := exists (select 1 from ${t.events} e where e.source = p_source and e.key = p_key
+                  and e.seq = v_next + 1 and e.status in ('held', 'pending'));
+  return next;
+end
+$fn$;
+
+create or replace function ${t.fn('fail')}(
+  p_source text, p_id text, p_key text, p_seq bigint, p_hash text, p_payload bytea, p_headers jsonb,
+  p_error text, p_max_attempts integer, p_on_poison text, p_retry_in_ms bigint, p_received_at timestamptz
+) returns table (decision text, attempts integer, drain boolean)
+language plpgsql as $fn$
+declare
+  v_attempts integer;
+  v_next bigint;
+  v_ev ${t.events}%rowtype;
+begin
+  drain := false;
+  if p_key is null then
+    insert into ${t.events} as e (source, id, key, seq, body_hash, status, payload, headers, attempts, last_error,
+                                  run_after, received_at)
+      values (p_source, p_id, null, null, p_hash, 'pending', p_payload, p_headers, 1, p_error,
+              now() + p_retry_in_ms * interval '1 millisecond', coalesce(p_received_at, now()))
+      on conflict (source, id) do update
+        set attempts = e.attempts + 1, last_error = excluded.last_error, run_after = excluded.run_after,
+            payload = coalesce(e.payload, excluded.payload), headers = coalesce(e.headers, excluded.headers)
+        where e.status = 'pending' and (excluded.body_hash = '' or e.body_hash = excluded.body_hash)
+      returning e.attempts into v_attempts;
+    if not found then
+      -- Applied (or dead-lettered) meanwhile by another delivery: this failure no longer counts.
+      decision := 'gone';
+      return next;
+      return;
+    end if;
+  else
+    -- Lock order (ARCHITECTURE.md, "Locks"): the key row, then the event row, as the claim,
+    -- take_next and the operator actions do. The rollback may have taken the key row with it
+    -- (its first event): it is created again at this seq.
+    insert into ${t.keys} as k (source, key, next_seq) values (p_source, p_key, p_seq)
+      on conflict (source, key) do nothing;
+    select k.next_seq into v_next from ${t.keys} k where k.source = p_source and k.key = p_key for update;
+    -- Holding the key, never wait for an event row: a worker that took it again since the
+    -- rollback is applying it now and waits for this key in advance. The caller tries again.
+    select * into v_ev from ${t.events} e where e.source = p_source and e.id = p_id for update skip locked;
+    if not found then
+      if exists (select 1 from ${t.events} e where e.source = p_source and e.id = p_id) then
+        decision := 'busy';
+        return next;
+        return;
+      end if;
+      -- The claim's row rolled back with the handler: the event is stored now, to be retried.
+      -- Its seq may be behind the cursor already (a gap timeout skipped it meanwhile, or under
+      -- firstSeq 'first-seen' a later seq started the key): it can never run in order, so it is
+      -- dead-lettered as late instead of waiting below the cursor for ever.
+      insert into ${t.events} (source, id, key, seq, body_hash, status, payload, headers, attempts, last_error,
+                               run_after, received_at, dead_reason)
+        values (p_source, p_id, p_key, p_seq, p_hash, case when p_seq < v_next then 'dead' else 'pending' end,
+                p_payload, p_headers, 1, p_error,
+                case when p_seq >= v_next then now() + p_retry_in_ms * interval '1 millisecond' end,
+                coalesce(p_received_at, now()), case when p_seq < v_next then 'late' end);
+      v_attempts := 1;
+    else
+      if v_ev.status not in ('pending', 'held') or (p_hash <> '' and v_ev.body_hash <> p_hash) then
+        decision := 'gone';
+        return next;
+        return;
+      end if;
+      update ${t.events} e
+         set attempts = e.attempts + 1, last_error = p_error,
+             run_after = case when v_ev.seq >= v_next then now() + p_retry_in_ms * interval '1 millisecond' end,
+             status = case when v_ev.seq < v_next then 'dead' else e.status end,
+             dead_reason = case when v_ev.seq < v_next then 'late' end,
+             payload = coalesce(e.payload, p_payload), headers = coalesce(e.headers, p_headers)
+       where e.source = p_source and e.id = p_id
+      returning e.attempts into v_attempts;
+    end if;
+    if p_seq < v_next then
+      decision := 'late';
+      attempts := v_attempts;
+      return next;
+      return;
+    end if;
+  end if;
+  attempts := v_attempts;
+  if v_attempts < p_max_attempts then
+    decision := 'failed';
+    return next;
+    return;
+  end if;
+  update ${t.events} e set status = 'dead', dead_reason = 'poison', run_after = null
+    where e.source = p_source and e.id = p_id;
+  decision := 'dead';
+  if p_key is not null then
+    -- Only an event at the cursor blocks or is skipped: one above it (its key's first seq was
+    -- taken by another under firstSeq 'first-seen') waits for the gap timeout like a missing seq,
+    -- and no gap is recorded ahead of the cursor.
+    if p_on_poison = 'block' then
+      update ${t.keys} k set state = 'blocked', blocked_seq = p_seq, blocked_reason = 'poison', updated_at = now()
+        where k.source = p_source and k.key = p_key and k.next_seq = p_seq;
+    else
+      update ${t.keys} k set next_seq = p_seq + 1, updated_at = now()
+        where k.source = p_source and k.key = p_key and k.next_seq = p_seq;
+      drain := found;
+      if drain then
+        insert into ${t.gaps} (source, key, from_seq, to_seq, reason) values (p_source, p_key, p_seq, p_seq, 'poison')
+          on conflict do nothing;
+      end if;
+    end if;
+  end if;
+  return next;
+end
+$fn$;
+
+create or replace function ${t.fn('sweep')}(p_source text, p_gap_timeout_ms bigint, p_on_gap text, p_limit integer)
+returns table (key text, action text, from_seq bigint, to_seq bigint, error text)
+language plpgsql as $fn$
+declare
+  r record;
+  v_next bigint;
+  v_first bigint;
+  v_oldest timestamptz;
+  v_action text;
+  v_from bigint;
+  v_to bigint;
+begin
+  for r in
+    -- Open keys only: blocked keys wait for an operator.
+    select e.key as k
+      from ${t.events} e
+      join ${t.keys} k on k.source = e.source and k.key = e.key and k.state = 'open'
+     where e.source = p_source and e.status in ('held', 'pending') and e.key is not null
+       and e.seq >= k.next_seq
+     group by e.key
+    having bool_or(e.seq = k.next_seq and (e.run_after is null or e.run_after <= now()))
+        or (not bool_or(e.seq = k.next_seq)
+            and min(e.received_at) <= now() - p_gap_timeout_ms * interval '1 millisecond')
+     order by min(e.received_at)
+     limit p_limit
+  loop
+    v_action := null;
+    begin
+      -- Skip keys someone is applying right now: they drain them.
+      select k.next_seq into v_next from ${t.keys} k
+        where k.source = p_source and k.key = r.k and k.state = 'open' for update skip locked;
+      if found then
+        -- Read the buffer again under the key lock: the loop's snapshot is older, and a held
+        -- event that arrived since (below the one it saw first) must not be skipped as a gap.
+        select min(e.seq), min(e.received_at) into v_first, v_oldest from ${t.events} e
+          where e.source = p_source and e.key = r.k and e.status in ('held', 'pending') and e.seq >= v_next;
+        if v_first is null then
+          null;
+        elsif v_first = v_next then
+          if exists (
+            select 1 from ${t.events} e where e.source = p_source and e.key = r.k and e.seq = v_next
+               and e.status in ('held', 'pending') and (e.run_after is null or e.run_after <= now())) then
+            v_action := 'drain';
+            v_from := null;
+            v_to := null;
+          end if;
+        elsif v_oldest <= now() - p_gap_timeout_ms * interval '1 millisecond' then
+          v_from := v_next;
+          v_to := v_first - 1;
+          if p_on_gap = 'skip' then
+            insert into ${t.gaps} as g (source, key, from_seq, to_seq, reason)
+              values (p_source, r.k, v_next, v_first - 1, 'timeout')
+              on conflict (source, key, from_seq) do update set to_seq = greatest(g.to_seq, excluded.to_seq);
+            update ${t.keys} k set next_seq = v_first, updated_at = now() where k.source = p_source and k.key = r.k;
+            v_action := 'skipped';
+          else
+            update ${t.keys} k set state = 'blocked', blocked_seq = v_next, blocked_reason = 'gap', updated_at = now()
+              where k.source = p_source and k.key = r.k;
+            v_action := 'blocked';
+          end if;
+        end if;
+      end if;
+    exception when others then
+      -- One bad key must not stop the pass (and so every other key's gap timeout and retry).
+      key := r.k;
+      action := 'error';
+      from_seq := null;
+      to_seq := null;
+      error := sqlstate || ': ' || sqlerrm;
+      return next;
+      continue;
+    end;
+    continue when v_action is null;
+    key := r.k;
+    action := v_action;
+    from_seq := v_from;
+    to_seq := v_to;
+    error := null;
+    return next;
+  end loop;
+end
+$fn$;
+
+`;
+}
