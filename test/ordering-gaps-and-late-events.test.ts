@@ -7,6 +7,7 @@ import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Inbox } from '../src/index.js';
 import { type TargetDb, targets } from './support/databases.js';
+import { invariantsHoldAfterEach } from './support/invariants.js';
 import { type LedgerInbox, ledgerInbox, ordered, range } from './support/ordering.js';
 
 /** Opening PGlite and migrating can take a minute when the 2-core box is busy. */
@@ -48,6 +49,8 @@ async function eventRows(inbox: Inbox, key: string) {
     .execute();
   return rows.map((r) => ({ id: r.id, seq: Number(r.seq), status: r.status }));
 }
+
+invariantsHoldAfterEach();
 
 describe.each(targets)('per-key ordering on $name', (target) => {
   let t: TargetDb;
@@ -124,6 +127,7 @@ describe.each(targets)('per-key ordering on $name', (target) => {
       keysBlocked: 0,
       applied: 0,
       pruned: 0,
+      keyErrors: 0,
     });
     expect(await app.seqs(key)).toEqual([]);
 
@@ -173,6 +177,7 @@ describe.each(targets)('per-key ordering on $name', (target) => {
       keysBlocked: 1,
       applied: 0,
       pruned: 0,
+      keyErrors: 0,
     });
     expect(await v.inbox.keyState(key)).toMatchObject({
       nextSeq: 1,
@@ -188,6 +193,7 @@ describe.each(targets)('per-key ordering on $name', (target) => {
       keysBlocked: 0,
       applied: 0,
       pruned: 0,
+      keyErrors: 0,
     });
     expect(await gaps(v.inbox, key)).toEqual([]);
     expect((await v.send(ordered(key, 2)))[0].status).toBe(202);

@@ -6,6 +6,7 @@ import type { Kysely } from 'kysely';
 import { Ledger } from '../../examples/ledger/ledger.js';
 import { createInbox, type Delivery, type Inbox, type InboxOptions, type Outcome } from '../../src/index.js';
 import type { TargetDb } from './databases.js';
+import { watchInvariants } from './invariants.js';
 
 /** The ledger event for `seq` of `key`: id `${key}:${seq}`, amount `seq` unless given. */
 export function ordered(key: string, seq: number, amount = seq, id = `${key}:${seq}`): Delivery {
@@ -41,13 +42,16 @@ export async function ledgerInbox(
   wrap: (handle: Ledger['handle']) => InboxOptions['handle'] = (h) => h,
 ): Promise<LedgerInbox> {
   const ledger = new Ledger(t.appSchema);
-  const inbox = createInbox({
-    db: t.db,
-    schema: t.schema,
-    sweepIntervalMs: 0,
-    ...options,
-    handle: wrap(ledger.handle),
-  });
+  // Checked by invariantsHoldAfterEach() in the suites that call it.
+  const inbox = watchInvariants(
+    createInbox({
+      db: t.db,
+      schema: t.schema,
+      sweepIntervalMs: 0,
+      ...options,
+      handle: wrap(ledger.handle),
+    }),
+  );
   const db = await inbox.kysely();
   await ledger.setup(db);
   return {

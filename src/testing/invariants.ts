@@ -1,0 +1,173 @@
+/**
+ * The inbox's state invariants (ARCHITECTURE.md, "Invariants" 4), checked against its tables:
+ * what a test, a chaos run or an operator's health script can assert after any traffic.
+ * It reads the tables only, so it needs nothing of the inbox but where they live.
+ */
+import { CompiledQuery, type Kysely } from 'kysely';
+
+/** Anything that runs a statement: a Kysely instance, a pg Pool or Client, a PGlite instance. */
+export type InvariantsDatabase =
+  | Kysely<any>
+  | { query(text: string, values?: unknown[]): Promise<{ rows: any[] }> };
+
+/** Where an inbox's tables live: its `schema` and table `prefix` options. */
+export interface InvariantsTables {
+  readonly schema: string;
+  /** @defaultValue '' */
+  readonly prefix?: string;
+}
+
+/** One broken rule, naming the rows it found. */
+export interface InvariantViolation {
+  readonly rule:
+    /** A held or pending event whose seq is below its key's cursor: nothing will ever apply it. */
+    | 'waiting-below-cursor'
+    /** A held or pending ordered event whose key has no cursor row. */
+    | 'waiting-without-cursor'
+    /** Two events waiting at one key and seq: applying one strands the other. */
+    | 'two-waiting-at-one-seq'
+    /** A dead letter that does not say why. */
+    | 'dead-without-reason'
+    /** A processed ordered event at or above its key's cursor: the cursor did not move with it. */
+    | 'processed-at-or-above-cursor'
+    /** A recorded gap reaching the cursor: the seqs it names were never skipped. */
+    | 'gap-reaches-cursor';
+  readonly source: string;
+  readonly key: string | null;
+  readonly seq: number | null;
+  /** The event ids involved (none for a gap). */
+  readonly ids: readonly string[];
+}
+
+/** Thrown by `assertInvariants`; `violations` lists every broken rule found. */
+export class InvariantsError extends Error {
+  readonly violations: readonly InvariantViolation[];
+  constructor(violations: readonly InvariantViolation[]) {
+    super(
+      `webhook-inbox: ${violations.length} invariant violation(s): ${violations
+        .slice(0, 10)
+        .map((v) => `${v.rule} (source ${v.source}, key ${v.key}, seq ${v.seq}, ids ${v.ids.join(',')})`)
+        .join('; ')}`,
+    );
+    this.name = 'InvariantsError';
+    this.violations = violations;
+  }
+}
+
+function quote(identifier: string): string {
+  return `"${identifier.replace(/"/g, '""')}"`;
+}
+
+async function rowsOf(db: InvariantsDatabase, text: string): Promise<any[]> {
+  if ('executeQuery' in db) return (await db.executeQuery(CompiledQuery.raw(text, []))).rows as any[];
+  return (await db.query(text)).rows;
+}
+
+/**
+ * Reads the inbox's tables and returns every violation of its invariants (an empty array
+ * when they hold): no `held` or `pending` row below its key's `next_seq` (or without a key
+ * row); no two waiting rows at one key and seq; every `dead` row has a reason; no processed
+ * row at or above its cursor; no recorded gap reaching the cursor.
+ *
+ * @example
+ * ```ts
+ * import { checkInvariants } from 'webhook-inbox/testing';
+ * const violations = await checkInvariants(pool, { schema: 'webhook_inbox' });
+ * if (violations.length > 0) console.error(violations);
+ * ```
+ */
+export async function checkInvariants(
+  db: InvariantsDatabase,
+  tables: InvariantsTables,
+): Promise<InvariantViolation[]> {
+  const q = (name: string) => `${quote(tables.schema)}.${quote((tables.prefix ?? '') + name)}`;
+  const events = q('events');
+  const keys = q('keys');
+  const gaps = q('gaps');
+  const found: InvariantViolation[] = [];
+  const add = (rule: InvariantViolation['rule'], rows: any[]) => {
+    for (const r of rows) {
+      found.push({
+        rule,
+        source: r.source,
+        key: r.key ?? null,
+        seq: r.seq === null || r.seq === undefined ? null : Number(r.seq),
+        ids: r.ids ?? [],
+      });
+    }
+  };
+  add(
+    'waiting-below-cursor',
+    await rowsOf(
+      db,
+      `select e.source, e.key, e.seq, array[e.id] as ids from ${events} e
+         join ${keys} k on k.source = e.source and k.key = e.key
+        where e.status in ('held', 'pending') and e.key is not null and e.seq < k.next_seq
+        order by e.source, e.key, e.seq`,
+    ),
+  );
+  add(
+    'waiting-without-cursor',
+    await rowsOf(
+      db,
+      `select e.source, e.key, e.seq, array[e.id] as ids from ${events} e
+        where e.status in ('held', 'pending') and e.key is not null
+          and not exists (select 1 from ${keys} k where k.source = e.source and k.key = e.key)
+        order by e.source, e.key, e.seq`,
+    ),
+  );
+  add(
+    'two-waiting-at-one-seq',
+    await rowsOf(
+      db,
+      `select e.source, e.key, e.seq, array_agg(e.id order by e.id) as ids from ${events} e
+        where e.status in ('held', 'pending') and e.key is not null
+        group by e.source, e.key, e.seq having count(*) > 1
+        order by e.source, e.key, e.seq`,
+    ),
+  );
+  add(
+    'dead-without-reason',
+    await rowsOf(
+      db,
+      `select e.source, e.key, e.seq, array[e.id] as ids from ${events} e
+        where e.status = 'dead' and coalesce(e.dead_reason, '') = ''
+        order by e.source, e.id`,
+    ),
+  );
+  add(
+    'processed-at-or-above-cursor',
+    await rowsOf(
+      db,
+      `select e.source, e.key, e.seq, array[e.id] as ids from ${events} e
+         join ${keys} k on k.source = e.source and k.key = e.key
+        where e.status = 'processed' and e.seq >= k.next_seq
+        order by e.source, e.key, e.seq`,
+    ),
+  );
+  add(
+    'gap-reaches-cursor',
+    await rowsOf(
+      db,
+      `select g.source, g.key, g.from_seq as seq from ${gaps} g
+         join ${keys} k on k.source = g.source and k.key = g.key
+        where g.to_seq >= k.next_seq
+        order by g.source, g.key, g.from_seq`,
+    ),
+  );
+  return found;
+}
+
+/**
+ * `checkInvariants`, throwing an `InvariantsError` that lists the violations when any is found.
+ *
+ * @example
+ * ```ts
+ * import { assertInvariants } from 'webhook-inbox/testing';
+ * afterEach(() => assertInvariants(pool, { schema: 'webhook_inbox' }));
+ * ```
+ */
+export async function assertInvariants(db: InvariantsDatabase, tables: InvariantsTables): Promise<void> {
+  const violations = await checkInvariants(db, tables);
+  if (violations.length > 0) throw new InvariantsError(violations);
+}

@@ -1,0 +1,386 @@
+/**
+ * No event stranded below its cursor. Each case forces one interleaving of the ordering state
+ * machine deterministically (a gate in the handler, a pool that holds one statement, a second
+ * session) and checks what a user sees — outcomes, the ledger, the event's status — and the
+ * invariants of the inbox's tables (src/testing/invariants.ts): before the fixes each left an
+ * event `held` or `pending` below its key's cursor, two events at one seq, a deadlock, or a
+ * sweeper that failed on every pass.
+ */
+import { sql } from 'kysely';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { InboxEvent } from '../src/index.js';
+import { checkInvariants } from '../src/testing/index.js';
+import { postgresTarget, postgresUrl, type TargetDb, targets } from './support/databases.js';
+import { blockedOnLock, Gate, GatedPool } from './support/gated-pool.js';
+import { invariantsHoldAfterEach } from './support/invariants.js';
+import { type LedgerInbox, ledgerInbox, ordered } from './support/ordering.js';
+import { perTestSchemas } from './support/per-test-schemas.js';
+
+const SETUP = 180_000;
+/** Every connection of a pool made with this starts its transactions REPEATABLE READ. */
+const REPEATABLE_READ = '-c default_transaction_isolation=repeatable\\ read';
+
+invariantsHoldAfterEach();
+
+async function invariants(app: LedgerInbox) {
+  return checkInvariants(await app.db(), app.inbox.tables);
+}
+
+/** A handler wrapper that throws for the events `failing` names (while it does). */
+function failWhen(failing: (event: InboxEvent) => boolean | Promise<boolean>) {
+  return (handle: LedgerInbox['ledger']['handle']) => async (event: InboxEvent<any>, ctx: any) => {
+    if (await failing(event)) throw new Error(`injected failure of ${event.id}`);
+    return handle(event, ctx);
+  };
+}
+
+describe.runIf(postgresTarget)('ordering races on real Postgres', () => {
+  const schemas = perTestSchemas(postgresTarget!);
+  let admin: pg.Pool;
+  const pools: GatedPool[] = [];
+  beforeAll(() => {
+    admin = new pg.Pool({ connectionString: postgresUrl!, max: 2 });
+    admin.on('error', () => {});
+  });
+  afterAll(async () => {
+    await Promise.all(pools.map((p) => p.end().catch(() => {})));
+    await admin?.end();
+  });
+  const gatedPool = (options?: string) => {
+    const pool = new GatedPool(postgresUrl!, options);
+    pools.push(pool);
+    return pool;
+  };
+  const claimOf = (t: TargetDb) => `"${t.schema}"."claim"(`;
+
+  it('1. first-seen: the key\'s first event fails while the next is in flight: dead-lettered late, not pending below the cursor', async () => {
+    const t = schemas();
+    const pool = gatedPool();
+    const inHandler = new Gate();
+    const app = await ledgerInbox(
+      { ...t, db: pool },
+      { firstSeq: 'first-seen', lockTimeoutMs: 30_000 },
+      failWhen(async (e) => {
+        if (e.seq !== 5 || e.attempt > 1) return false;
+        await inHandler.passed();
+        return true;
+      }),
+    );
+    await app.inbox.ready();
+    const failRecorded = pool.hold(/"fail"\(/);
+    // Seq 5 creates the key (uncommitted) and its handler waits; seq 6 waits on that key row.
+    const five = app.inbox.receive(ordered('k', 5));
+    await inHandler.reached;
+    const six = app.inbox.receive(ordered('k', 6));
+    await blockedOnLock(admin, claimOf(t));
+    // Seq 5 throws and rolls back: seq 6 starts the key at 6 and is applied, then 5's failure is counted.
+    inHandler.open();
+    expect((await six).status).toBe(200);
+    await failRecorded.reached;
+    failRecorded.open();
+    expect((await five).status).toBe(500);
+
+    expect(await app.inbox.event('k:5')).toMatchObject({ status: 'dead', deadReason: 'late' });
+    // Its retry is answered as the dead letter it is, not "202 pending" for ever.
+    expect((await app.inbox.receive(ordered('k', 5))).kind).toBe('dead-lettered');
+    expect(await app.seqs('k')).toEqual([6]);
+    expect(await invariants(app)).toEqual([]);
+    await app.inbox.close();
+  });
+
+  it('3. deferred: a redelivery while a worker applies the same event is answered at once, and the event is applied once', async () => {
+    const t = schemas();
+    const inHandler = new Gate();
+    let runs = 0;
+    const app = await ledgerInbox(
+      t,
+      { mode: 'deferred', workers: 1, lockTimeoutMs: 30_000 },
+      (handle) => async (event, ctx) => {
+        runs++;
+        if (runs === 1) await inHandler.passed();
+        return handle(event, ctx);
+      },
+    );
+    expect((await app.inbox.receive(ordered('k', 1))).status).toBe(202);
+    await inHandler.reached; // a worker took it (take_turn) and runs the handler
+    const again = app.inbox.receive(ordered('k', 1));
+    // Before: the redelivery's claim held the key and waited for the worker's event row, and
+    // the worker's advance then waited for the key: a deadlock, and the handler ran twice.
+    const waited = await blockedOnLock(admin, claimOf(t), again);
+    inHandler.open();
+    expect(waited).toBe(false);
+    expect((await again).status).toBe(202);
+    await app.inbox.idle();
+    expect(runs).toBe(1);
+    expect(await app.seqs('k')).toEqual([1]);
+    expect(await app.inbox.event('k:1')).toMatchObject({ status: 'processed' });
+    expect(await invariants(app)).toEqual([]);
+    await app.inbox.close();
+  });
+
+  it('4. a gap timeout between an inline rollback and its fail(): the failed event is dead-lettered late', async () => {
+    const t = schemas();
+    const pool = gatedPool();
+    let failing = true;
+    const app = await ledgerInbox(
+      { ...t, db: pool },
+      { gapTimeoutMs: 1, onGapTimeout: 'skip' },
+      failWhen((e) => e.seq === 2 && failing),
+    );
+    expect((await app.send(ordered('k', 1), ordered('k', 3))).map((o) => o.status)).toEqual([200, 202]);
+    const failRecorded = pool.hold(/"fail"\(/);
+    const two = app.inbox.receive(ordered('k', 2));
+    await failRecorded.reached; // rolled back, its failure not yet recorded
+    const report = await app.inbox.sweep();
+    expect(report).toMatchObject({ gapsSkipped: 1, drained: 1 });
+    failRecorded.open();
+    expect((await two).status).toBe(500);
+    failing = false;
+
+    expect(await app.inbox.event('k:2')).toMatchObject({ status: 'dead', deadReason: 'late' });
+    expect((await app.inbox.receive(ordered('k', 2))).kind).toBe('dead-lettered');
+    expect(await app.seqs('k')).toEqual([1, 3]);
+    expect(await invariants(app)).toEqual([]);
+    await app.inbox.close();
+  });
+
+  it('5a. under a REPEATABLE READ server default, two new ids at one seq: one waits, the other is refused', async () => {
+    const t = schemas();
+    const pool = gatedPool(REPEATABLE_READ);
+    const app = await ledgerInbox({ ...t, db: pool }, { lockTimeoutMs: 30_000 });
+    const db = await app.db();
+    const { rows } = await sql<{ d: string }>`select current_setting('default_transaction_isolation') as d`.execute(db);
+    expect(rows[0].d).toBe('repeatable read');
+
+    const aCommits = pool.hold(/^commit/i);
+    const a = app.inbox.receive(ordered('k', 3, 3, 'a'));
+    await aCommits.reached; // a's claim decided "held"; its transaction holds the key
+    const b = app.inbox.receive(ordered('k', 3, 3, 'b'));
+    await blockedOnLock(admin, claimOf(t)); // b's statement (and, under RR, its snapshot) began
+    aCommits.open();
+    const [oa, ob] = await Promise.all([a, b]);
+    expect(oa.status).toBe(202);
+    expect(ob).toMatchObject({ status: 422, kind: 'mismatch' });
+
+    await app.send(ordered('k', 1), ordered('k', 2));
+    await app.inbox.idle();
+    expect(await app.seqs('k')).toEqual([1, 2, 3]);
+    expect(await invariants(app)).toEqual([]);
+    await app.inbox.close();
+  });
+
+  it('5b. under a REPEATABLE READ server default, a sweep never skips a gap a held event filled during the pass', async () => {
+    const t = schemas();
+    const pool = gatedPool(REPEATABLE_READ);
+    const app = await ledgerInbox({ ...t, db: pool }, { gapTimeoutMs: 1, onGapTimeout: 'skip', lockTimeoutMs: 30_000 });
+    // k0's event is the older: the pass handles k0 first, then k1.
+    expect((await app.send(ordered('k0', 3), ordered('k1', 3))).map((o) => o.status)).toEqual([202, 202]);
+    // A session of our own records k0's gap and does not commit: the pass waits there, on k0.
+    const blocker = await admin.connect();
+    try {
+      await blocker.query('begin');
+      await blocker.query(
+        `insert into "${t.schema}".gaps (source, key, from_seq, to_seq, reason) values ($1, 'k0', 1, 1, 'skip')`,
+        [app.inbox.options.source],
+      );
+      const sweep = app.inbox.sweep();
+      await blockedOnLock(admin, `"${t.schema}"."sweep"(`);
+      // Meanwhile seq 2 of k1 arrives and is held: k1's gap is only seq 1 now.
+      expect((await app.inbox.receive(ordered('k1', 2))).status).toBe(202);
+      await blocker.query('rollback');
+      await sweep;
+    } finally {
+      blocker.release();
+    }
+    await app.inbox.idle();
+    expect(await app.seqs('k1')).toEqual([2, 3]);
+    expect(await app.seqs('k0')).toEqual([3]);
+    expect(await invariants(app)).toEqual([]);
+    await app.inbox.close();
+  });
+
+  it('8. first-seen with onPoison skip: no gap is recorded ahead of the cursor, and later sweeps do not fail', async () => {
+    const t = schemas();
+    const pool = gatedPool();
+    const inHandler = new Gate();
+    const app = await ledgerInbox(
+      { ...t, db: pool },
+      { firstSeq: 'first-seen', onPoison: 'skip', maxAttempts: 1, gapTimeoutMs: 1, lockTimeoutMs: 30_000 },
+      failWhen(async (e) => {
+        if (e.seq !== 5) return false;
+        await inHandler.passed();
+        return true;
+      }),
+    );
+    await app.inbox.ready();
+    const failRecorded = pool.hold(/"fail"\(/);
+    const five = app.inbox.receive(ordered('k', 5));
+    await inHandler.reached;
+    const three = app.inbox.receive(ordered('k', 3));
+    await blockedOnLock(admin, claimOf(t));
+    inHandler.open();
+    expect((await three).status).toBe(200); // seq 3 started the key: cursor 4
+    await failRecorded.reached;
+    failRecorded.open();
+    expect((await five).status).toBe(500); // poison (maxAttempts 1), above the cursor
+    expect(await app.inbox.event('k:5')).toMatchObject({ status: 'dead', deadReason: 'poison' });
+    expect(await invariants(app)).toEqual([]);
+
+    expect((await app.send(ordered('k', 4), ordered('k', 7))).map((o) => o.status)).toEqual([200, 202]);
+    // The cursor waits at the dead seq 5; the gap timeout skips 5..6 and drains 7.
+    expect(await app.inbox.sweep()).toMatchObject({ gapsSkipped: 1, drained: 1, keyErrors: 0 });
+    expect(await app.seqs('k')).toEqual([3, 4, 7]);
+    expect(await invariants(app)).toEqual([]);
+    await app.inbox.close();
+  });
+
+  it('9. an operator skip racing a replay of the same dead letter refuses instead of stranding it', async () => {
+    const t = schemas();
+    const pool = gatedPool();
+    let poison = true;
+    const app = await ledgerInbox(
+      { ...t, db: pool },
+      { onPoison: 'block', maxAttempts: 1 },
+      failWhen((e) => e.seq === 2 && poison),
+    );
+    expect((await app.send(ordered('k', 1), ordered('k', 2))).map((o) => o.kind)).toEqual([
+      'processed',
+      'dead-lettered',
+    ]);
+    poison = false;
+    const ops = await app.inbox.operations();
+    // The skip has read the event's status (dead) and waits before its transaction locks the key.
+    const skipLocks = pool.hold(/select next_seq, state, blocked_seq, blocked_reason/);
+    const skipping = ops.skip({ id: 'k:2' });
+    await skipLocks.reached;
+    const [replayed] = await ops.replay('k:2'); // held again at seq 2, the key open
+    expect(replayed.outcome).toBe('requeued');
+    skipLocks.open();
+    await expect(skipping).rejects.toThrow(/not dead/);
+
+    await app.inbox.sweep();
+    expect(await app.seqs('k')).toEqual([1, 2]);
+    expect(await invariants(app)).toEqual([]);
+    await app.inbox.close();
+  });
+});
+
+describe.each(targets)('ordering races on $name', (target) => {
+  const schemas = perTestSchemas(target);
+
+  it(
+    '2. a new id at a poison-blocked seq is refused, so a replay leaves one event at that seq',
+    async () => {
+      const t = schemas();
+      let poison = true;
+      const app = await ledgerInbox(
+        t,
+        { onPoison: 'block', maxAttempts: 1 },
+        failWhen((e) => e.id === 'k:2' && poison),
+      );
+      expect((await app.send(ordered('k', 1), ordered('k', 2))).map((o) => o.kind)).toEqual([
+        'processed',
+        'dead-lettered',
+      ]);
+      const other = await app.inbox.receive(ordered('k', 2, 2, 'k:2-other'));
+      expect(other).toMatchObject({ status: 422, kind: 'mismatch' });
+
+      poison = false;
+      const [replayed] = await app.inbox.replay('k:2');
+      expect(replayed.status).toBe('processed');
+      expect((await app.inbox.receive(ordered('k', 3))).status).toBe(200);
+      const account = await app.ledger.account(await app.db(), 'k');
+      expect(account.entries.map((e) => e.id)).toEqual(['k:1', 'k:2', 'k:3']);
+      expect(await invariants(app)).toEqual([]);
+      await app.inbox.close();
+    },
+    SETUP,
+  );
+
+  it(
+    '6. keys left stranded or waiting for a retry cannot starve another key\'s gap timeout',
+    async () => {
+      const t = schemas();
+      const app = await ledgerInbox(t, { gapTimeoutMs: 60_000 });
+      const db = await app.db();
+      const { events, keys } = app.inbox.tables;
+      const source = app.inbox.options.source;
+      expect((await app.inbox.receive(ordered('victim', 3))).status).toBe(202);
+      await sql`update ${sql.raw(events)} set received_at = now() - interval '1 hour' where id = 'victim:3'`.execute(db);
+      // Older than the victim: 600 keys whose only waiting row is below the cursor (what an
+      // older version could leave), and 600 whose next event waits for a retry an hour away.
+      await sql`insert into ${sql.raw(keys)} (source, key, next_seq)
+        select ${source}, 'stranded-' || i, 5 from generate_series(1, 600) i
+        union all select ${source}, 'retry-' || i, 1 from generate_series(1, 600) i`.execute(db);
+      await sql`insert into ${sql.raw(events)} (source, id, key, seq, body_hash, status, payload, headers, received_at, run_after)
+        select ${source}, 'stranded-' || i, 'stranded-' || i, 1, 'x', 'held', '\\x7b7d'::bytea, '{}'::jsonb, now() - interval '2 hours', null
+          from generate_series(1, 600) i
+        union all
+        select ${source}, 'retry-' || i, 'retry-' || i, 1, 'x', 'pending', '\\x7b7d'::bytea, '{}'::jsonb, now() - interval '2 hours', now() + interval '1 hour'
+          from generate_series(1, 600) i`.execute(db);
+
+      expect(await app.inbox.sweep()).toMatchObject({ gapsSkipped: 1, drained: 1, keyErrors: 0 });
+      expect(await app.seqs('victim')).toEqual([3]);
+      // The planted rows are not this test's subject: remove them before the invariants run.
+      await sql`delete from ${sql.raw(events)} where id like 'stranded-%' or id like 'retry-%'`.execute(db);
+      await app.inbox.close();
+    },
+    SETUP,
+  );
+
+  it(
+    '7. deferred mode with onGapTimeout block: the missing seq arriving opens the key and both apply',
+    async () => {
+      const t = schemas();
+      const app = await ledgerInbox(t, { mode: 'deferred', workers: 1, gapTimeoutMs: 1, onGapTimeout: 'block' });
+      expect((await app.inbox.receive(ordered('k', 1))).status).toBe(202);
+      await app.inbox.idle();
+      expect((await app.inbox.receive(ordered('k', 3))).status).toBe(202);
+      await app.inbox.idle();
+      expect(await app.inbox.sweep()).toMatchObject({ keysBlocked: 1 });
+      expect(await app.inbox.keyState('k')).toMatchObject({ state: 'blocked', blockedSeq: 2 });
+
+      expect((await app.inbox.receive(ordered('k', 2))).status).toBe(202);
+      await app.inbox.idle();
+      expect(await app.seqs('k')).toEqual([1, 2, 3]);
+      expect(await app.inbox.keyState('k')).toMatchObject({ state: 'open', nextSeq: 4 });
+      expect(await invariants(app)).toEqual([]);
+      await app.inbox.close();
+    },
+    SETUP,
+  );
+
+  it(
+    'the sweeper survives one bad key: the error is logged and counted, the other keys are handled',
+    async () => {
+      const t = schemas();
+      const errors: Array<{ key?: string; msg?: string }> = [];
+      const logger = {
+        debug: () => {},
+        info: () => {},
+        warn: () => {},
+        error: (obj: { key?: string }, msg?: string) => errors.push({ key: obj.key, msg }),
+      };
+      const app = await ledgerInbox(t, { gapTimeoutMs: 1, logger });
+      expect((await app.send(ordered('bad', 3), ordered('good', 3))).map((o) => o.status)).toEqual([202, 202]);
+      const db = await app.db();
+      const schema = sql.id(t.schema);
+      // A fault of our own: any change to the key 'bad' fails (as a corrupt row would).
+      await sql`create function ${schema}.refuse_bad() returns trigger language plpgsql as $$
+        begin raise exception 'the bad key'; end $$`.execute(db);
+      await sql`create trigger refuse_bad before update on ${sql.raw(app.inbox.tables.keys)}
+        for each row when (new.key = 'bad') execute function ${schema}.refuse_bad()`.execute(db);
+
+      expect(await app.inbox.sweep()).toMatchObject({ keyErrors: 1, gapsSkipped: 1, drained: 1 });
+      expect(await app.seqs('good')).toEqual([3]);
+      expect(errors).toEqual([{ key: 'bad', msg: expect.stringMatching(/sweeper could not handle a key/) }]);
+
+      await sql`drop trigger refuse_bad on ${sql.raw(app.inbox.tables.keys)}`.execute(db);
+      expect(await app.inbox.sweep()).toMatchObject({ keyErrors: 0, gapsSkipped: 1 });
+      expect(await app.seqs('bad')).toEqual([3]);
+      await app.inbox.close();
+    },
+    SETUP,
+  );
+});

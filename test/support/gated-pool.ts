@@ -1,0 +1,103 @@
+/**
+ * Tools to force an interleaving against real Postgres, deterministically: a pg pool that
+ * holds one chosen statement until the test lets it go, a gate a handler can wait at, and a
+ * wait for a session to be blocked on a lock (seen in pg_stat_activity).
+ */
+import pg from 'pg';
+import type { PgClientLike, PgPoolLike } from '../../src/index.js';
+
+/** A one-shot gate: `open()` lets every `passed()` waiter through; `reached` says someone is waiting. */
+export class Gate {
+  #open!: () => void;
+  #reached!: () => void;
+  readonly opened = new Promise<void>((resolve) => {
+    this.#open = resolve;
+  });
+  /** Resolves when the first waiter arrives at the gate. */
+  readonly reached = new Promise<void>((resolve) => {
+    this.#reached = resolve;
+  });
+  /** Waits at the gate. */
+  passed(): Promise<void> {
+    this.#reached();
+    return this.opened;
+  }
+  open(): void {
+    this.#open();
+  }
+}
+
+/** A pg pool whose next statement matching a pattern waits at a gate before it is sent. */
+export class GatedPool implements PgPoolLike {
+  readonly pool: pg.Pool;
+  readonly #holds: Array<{ pattern: RegExp; gate: Gate }> = [];
+
+  /** `options`: extra server settings for every connection (e.g. the default isolation). */
+  constructor(connectionString: string, options?: string) {
+    this.pool = new pg.Pool({ connectionString, max: 10, ...(options ? { options } : {}) });
+    this.pool.on('error', () => {});
+  }
+
+  /** The next statement whose text matches `pattern` waits until the returned gate opens. */
+  hold(pattern: RegExp): Gate {
+    const gate = new Gate();
+    this.#holds.push({ pattern, gate });
+    return gate;
+  }
+
+  async connect(): Promise<PgClientLike> {
+    const client = await this.pool.connect();
+    const holds = this.#holds;
+    return {
+      async query(config) {
+        const i = holds.findIndex((h) => h.pattern.test(config.text));
+        if (i >= 0) {
+          const [{ gate }] = holds.splice(i, 1);
+          await gate.passed();
+        }
+        return client.query(config as pg.QueryConfig) as any;
+      },
+      release: (err) => client.release(err as any),
+      on: (event, listener) => client.on(event, listener),
+      off: (event, listener) => client.off(event, listener),
+    };
+  }
+
+  end(): Promise<void> {
+    return this.pool.end();
+  }
+}
+
+/**
+ * Resolves true once some session's current statement containing `text` waits for a lock, or
+ * false if `unless` settles first (the statement finished without waiting). Polls
+ * pg_stat_activity: a lock wait is not an event a client can subscribe to.
+ */
+export async function blockedOnLock(
+  db: pg.Pool,
+  text: string,
+  unless?: Promise<unknown>,
+  timeoutMs = 20_000,
+): Promise<boolean> {
+  let settled = false;
+  unless?.then(
+    () => {
+      settled = true;
+    },
+    () => {
+      settled = true;
+    },
+  );
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const { rows } = await db.query(
+      `select 1 from pg_stat_activity
+        where wait_event_type = 'Lock' and position($1 in query) > 0 and pid <> pg_backend_pid()`,
+      [text],
+    );
+    if (rows.length > 0) return true;
+    if (settled) return false;
+    if (Date.now() > deadline) throw new Error(`no session running ${text} waited for a lock`);
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+}
