@@ -13,9 +13,7 @@ import type { Tables } from '../sql/tables.js';
  *   and advance is applying it); a new id at a poison-blocked seq is refused; the missing seq of
  *   a gap-blocked key reopens it in deferred mode too.
  * - take_next: never waits for an event row while holding the key.
- * - fail: dead-letters as late an event whose key's cursor moved past it since the rollback;
- *   records a poison gap only when it moves the cursor; answers 'busy' instead of waiting for a
- *   worker that took the event again.
+ * - fail: records a poison gap only when it moves the cursor (never one ahead of it).
  * - sweep: chooses only keys with something to do now, handles each key in a block of its own
  *   (an error is returned as that key's row), and merges a gap with one recorded before.
  */
@@ -101,9 +99,16 @@ begin
             values (p_source, p_id, p_key, p_seq, p_hash, 'dead', p_payload, p_headers, 'late');
           decision := 'dead';
           reason := 'late';
+        elsif exists (select 1 from ${t.events} e where e.source = p_source and e.key = p_key
+                      and e.seq = p_seq and e.status = 'processed') then
+          -- Another id was applied at this seq (a sender that restarted its counter): refused
+          -- and counted, never "duplicate" for an id this inbox never saw.
+          decision := 'mismatch';
+          reason := 'seq-applied';
         else
-          -- Below the cursor and not skipped: applied long ago, its row since pruned. The cursor
-          -- is the permanent dedup record of an ordered key.
+          -- Below the cursor, not skipped, and no row at this seq: applied before retention
+          -- pruned its row. The cursor is the permanent dedup record of an ordered key; an id
+          -- never seen cannot be told apart here (docs/ordering.md).
           decision := 'duplicate';
         end if;
       elsif exists (select 1 from ${t.events} e where e.source = p_source and e.key = p_key
@@ -270,79 +275,36 @@ $fn$;
 
 create or replace function ${t.fn('fail')}(
   p_source text, p_id text, p_key text, p_seq bigint, p_hash text, p_payload bytea, p_headers jsonb,
-  p_error text, p_max_attempts integer, p_on_poison text, p_retry_in_ms bigint, p_received_at timestamptz
+  p_error text, p_max_attempts integer, p_on_poison text, p_retry_in_ms bigint, p_received_at timestamptz,
+  p_dead_reason text
 ) returns table (decision text, attempts integer, drain boolean)
 language plpgsql as $fn$
 declare
   v_attempts integer;
-  v_next bigint;
-  v_ev ${t.events}%rowtype;
 begin
   drain := false;
-  if p_key is null then
-    insert into ${t.events} as e (source, id, key, seq, body_hash, status, payload, headers, attempts, last_error,
-                                  run_after, received_at)
-      values (p_source, p_id, null, null, p_hash, 'pending', p_payload, p_headers, 1, p_error,
-              now() + p_retry_in_ms * interval '1 millisecond', coalesce(p_received_at, now()))
-      on conflict (source, id) do update
-        set attempts = e.attempts + 1, last_error = excluded.last_error, run_after = excluded.run_after,
-            payload = coalesce(e.payload, excluded.payload), headers = coalesce(e.headers, excluded.headers)
-        where e.status = 'pending' and (excluded.body_hash = '' or e.body_hash = excluded.body_hash)
-      returning e.attempts into v_attempts;
-    if not found then
-      -- Applied (or dead-lettered) meanwhile by another delivery: this failure no longer counts.
-      decision := 'gone';
-      return next;
-      return;
-    end if;
-  else
+  if p_key is not null then
     -- Lock order (ARCHITECTURE.md, "Locks"): the key row, then the event row, as the claim,
-    -- take_next and the operator actions do. The rollback may have taken the key row with it
-    -- (its first event): it is created again at this seq.
+    -- take_next and the operator actions do. Updating the event first and the key after
+    -- deadlocked against a sender's retry of the same event, whose claim held the key.
     insert into ${t.keys} as k (source, key, next_seq) values (p_source, p_key, p_seq)
       on conflict (source, key) do nothing;
-    select k.next_seq into v_next from ${t.keys} k where k.source = p_source and k.key = p_key for update;
-    -- Holding the key, never wait for an event row: a worker that took it again since the
-    -- rollback is applying it now and waits for this key in advance. The caller tries again.
-    select * into v_ev from ${t.events} e where e.source = p_source and e.id = p_id for update skip locked;
-    if not found then
-      if exists (select 1 from ${t.events} e where e.source = p_source and e.id = p_id) then
-        decision := 'busy';
-        return next;
-        return;
-      end if;
-      -- The claim's row rolled back with the handler: the event is stored now, to be retried.
-      -- Its seq may be behind the cursor already (a gap timeout skipped it meanwhile, or under
-      -- firstSeq 'first-seen' a later seq started the key): it can never run in order, so it is
-      -- dead-lettered as late instead of waiting below the cursor for ever.
-      insert into ${t.events} (source, id, key, seq, body_hash, status, payload, headers, attempts, last_error,
-                               run_after, received_at, dead_reason)
-        values (p_source, p_id, p_key, p_seq, p_hash, case when p_seq < v_next then 'dead' else 'pending' end,
-                p_payload, p_headers, 1, p_error,
-                case when p_seq >= v_next then now() + p_retry_in_ms * interval '1 millisecond' end,
-                coalesce(p_received_at, now()), case when p_seq < v_next then 'late' end);
-      v_attempts := 1;
-    else
-      if v_ev.status not in ('pending', 'held') or (p_hash <> '' and v_ev.body_hash <> p_hash) then
-        decision := 'gone';
-        return next;
-        return;
-      end if;
-      update ${t.events} e
-         set attempts = e.attempts + 1, last_error = p_error,
-             run_after = case when v_ev.seq >= v_next then now() + p_retry_in_ms * interval '1 millisecond' end,
-             status = case when v_ev.seq < v_next then 'dead' else e.status end,
-             dead_reason = case when v_ev.seq < v_next then 'late' end,
-             payload = coalesce(e.payload, p_payload), headers = coalesce(e.headers, p_headers)
-       where e.source = p_source and e.id = p_id
-      returning e.attempts into v_attempts;
-    end if;
-    if p_seq < v_next then
-      decision := 'late';
-      attempts := v_attempts;
-      return next;
-      return;
-    end if;
+    perform 1 from ${t.keys} k where k.source = p_source and k.key = p_key for update;
+  end if;
+  insert into ${t.events} as e (source, id, key, seq, body_hash, status, payload, headers, attempts, last_error,
+                                run_after, received_at)
+    values (p_source, p_id, p_key, p_seq, p_hash, 'pending', p_payload, p_headers, 1, p_error,
+            now() + p_retry_in_ms * interval '1 millisecond', coalesce(p_received_at, now()))
+    on conflict (source, id) do update
+      set attempts = e.attempts + 1, last_error = excluded.last_error, run_after = excluded.run_after,
+          payload = coalesce(e.payload, excluded.payload), headers = coalesce(e.headers, excluded.headers)
+      where e.status in ('pending', 'held') and (excluded.body_hash = '' or e.body_hash = excluded.body_hash)
+    returning e.attempts into v_attempts;
+  if not found then
+    -- Applied (or dead-lettered) meanwhile by another delivery: this failure no longer counts.
+    decision := 'gone';
+    return next;
+    return;
   end if;
   attempts := v_attempts;
   if v_attempts < p_max_attempts then
@@ -350,17 +312,18 @@ begin
     return next;
     return;
   end if;
-  update ${t.events} e set status = 'dead', dead_reason = 'poison', run_after = null
+  -- 'poison' after p_max_attempts; 'rejected' at once (the handler threw RejectEvent). The key
+  -- follows onPoison either way; its block and gap reason stay 'poison' (an event it could not apply).
+  update ${t.events} e set status = 'dead', dead_reason = p_dead_reason, run_after = null
     where e.source = p_source and e.id = p_id;
   decision := 'dead';
   if p_key is not null then
-    -- Only an event at the cursor blocks or is skipped: one above it (its key's first seq was
-    -- taken by another under firstSeq 'first-seen') waits for the gap timeout like a missing seq,
-    -- and no gap is recorded ahead of the cursor.
     if p_on_poison = 'block' then
       update ${t.keys} k set state = 'blocked', blocked_seq = p_seq, blocked_reason = 'poison', updated_at = now()
         where k.source = p_source and k.key = p_key and k.next_seq = p_seq;
     else
+      -- A gap is recorded only when the cursor moves past it: one recorded ahead of the cursor
+      -- would make the key's later gap timeouts collide with it.
       update ${t.keys} k set next_seq = p_seq + 1, updated_at = now()
         where k.source = p_source and k.key = p_key and k.next_seq = p_seq;
       drain := found;

@@ -62,11 +62,15 @@ begin
       update ${t.keys} k set state = 'blocked', blocked_seq = p_seq, blocked_reason = 'poison', updated_at = now()
         where k.source = p_source and k.key = p_key and k.next_seq = p_seq;
     else
-      insert into ${t.gaps} (source, key, from_seq, to_seq, reason) values (p_source, p_key, p_seq, p_seq, 'poison')
-        on conflict do nothing;
+      -- A gap is recorded only when the cursor moves past it: one recorded ahead of the cursor
+      -- would make the key's later gap timeouts collide with it.
       update ${t.keys} k set next_seq = p_seq + 1, updated_at = now()
         where k.source = p_source and k.key = p_key and k.next_seq = p_seq;
       drain := found;
+      if drain then
+        insert into ${t.gaps} (source, key, from_seq, to_seq, reason) values (p_source, p_key, p_seq, p_seq, 'poison')
+          on conflict do nothing;
+      end if;
     end if;
   end if;
   return next;

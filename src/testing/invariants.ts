@@ -19,8 +19,7 @@ export interface InvariantsTables {
 
 /** One broken rule, naming the rows it found. */
 export interface InvariantViolation {
-  readonly rule:
-    /** A held or pending event whose seq is below its key's cursor: nothing will ever apply it. */
+  readonly rule: /** A held or pending event whose seq is below its key's cursor: nothing will ever apply it. */
     | 'waiting-below-cursor'
     /** A held or pending ordered event whose key has no cursor row. */
     | 'waiting-without-cursor'
