@@ -68,7 +68,7 @@ begin
           if p_on_gap = 'skip' then
             insert into ${t.gaps} as g (source, key, from_seq, to_seq, reason)
               values (p_source, r.k, v_next, v_first - 1, 'timeout')
-              on conflict (source, key, from_seq) do update set to_seq = greatest(g.to_seq, excluded.to_seq);
+              on conflict on constraint ${t.local('gaps_pkey')} do update set to_seq = greatest(g.to_seq, excluded.to_seq);
             update ${t.keys} k set next_seq = v_first, updated_at = now() where k.source = p_source and k.key = r.k;
             v_action := 'skipped';
           else
