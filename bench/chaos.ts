@@ -31,7 +31,7 @@ import pg from 'pg';
 import { Ledger } from '../examples/ledger/ledger.js';
 import { FRAMEWORKS, type Framework } from '../examples/ledger/start.js';
 import { createInbox } from '../src/index.js';
-import { createFaultProxy, type FaultProxy } from '../src/testing/index.js';
+import { checkInvariants, createFaultProxy, type FaultProxy } from '../src/testing/index.js';
 import {
   type PrivatePostgres,
   type PrivateRedis,
@@ -468,6 +468,13 @@ try {
         .join(', ')})`,
     );
   if (missingPoison.length) violations.push(`${missingPoison.length} rejected events not dead-lettered`);
+  // The state invariants of the inbox's tables (ARCHITECTURE.md, "Invariants" 4): nothing
+  // waiting below its cursor, no two events waiting at one seq, every dead letter explained.
+  const broken = await checkInvariants(admin, { schema: inboxSchema });
+  for (const v of broken.slice(0, 10)) {
+    violations.push(`invariant ${v.rule}: key ${v.key}, seq ${v.seq}, ids ${v.ids.join(',')}`);
+  }
+  if (broken.length > 10) violations.push(`${broken.length - 10} more invariant violations`);
   if (gaps.rows[0].n) violations.push(`${gaps.rows[0].n} gaps skipped (an event was given up on)`);
   if (crashes.length)
     violations.push(`${crashes.length} instance crashes: ${crashes.slice(0, 3).join('; ')}`);
@@ -505,6 +512,7 @@ try {
     lost,
     'double-applied': doubleApplied,
     'out-of-order': outOfOrder,
+    'invariant violations': broken.length,
     violations: violations.length,
   };
   console.log(JSON.stringify(summary, null, 2));
