@@ -18,6 +18,9 @@ import {
   uniqueName,
 } from './support/databases.js';
 import { post, type Reply } from './support/http.js';
+import { invariantsHoldAfterEach, watchInvariants } from './support/invariants.js';
+
+invariantsHoldAfterEach();
 
 let n = 0;
 const uid = (label: string) => `${label}-${process.pid}-${++n}`;
@@ -171,6 +174,7 @@ describe.each(targets)('deferred mode on $name', (target) => {
       inbox: { db, schema: t.schema, mode: 'deferred', sweepIntervalMs: 50, pollIntervalMs: 50, ...inbox },
     });
     apps.push(app);
+    watchInvariants(app.inbox);
     return app;
   };
 
@@ -225,6 +229,7 @@ onPostgres('deferred mode with two instances on one database (PostgreSQL)', () =
       inbox: { db, schema: t.schema, mode: 'deferred', sweepIntervalMs: 100, ...inbox },
     });
     apps.push(app);
+    watchInvariants(app.inbox);
     return app;
   };
 
@@ -366,6 +371,7 @@ onPostgres('deferred mode with two instances on one database (PostgreSQL)', () =
       inbox: { db: t.another(), schema: t.schema, source: 'inline', sweepIntervalMs: 0 },
     });
     apps.push(inline);
+    watchInvariants(inline.inbox);
     const id2 = uid('slow-inline');
     const inlineSent = await deliver(
       `${inline.url}/webhooks`,
@@ -523,14 +529,16 @@ async function gatedServer(options: Omit<InboxOptions, 'handle'>, items: string)
     open = resolve;
   });
   let entered = 0;
-  const inbox = createInbox({
-    ...options,
-    async handle(event, { tx }) {
-      entered++;
-      await gate;
-      await tx.executeQuery(CompiledQuery.raw(`insert into ${items} (id) values ($1)`, [event.id]));
-    },
-  });
+  const inbox = watchInvariants(
+    createInbox({
+      ...options,
+      async handle(event, { tx }) {
+        entered++;
+        await gate;
+        await tx.executeQuery(CompiledQuery.raw(`insert into ${items} (id) values ($1)`, [event.id]));
+      },
+    }),
+  );
   const db = await inbox.kysely();
   await db.executeQuery(CompiledQuery.raw(`create table if not exists ${items} (id text)`));
   const app = express();
