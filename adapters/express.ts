@@ -67,6 +67,19 @@ function endpoint(req: Request, path: string | undefined): Endpoint {
 }
 
 /**
+ * The exact bytes of a body that a parser before the inbox already read, when it kept them:
+ * `express.raw()` leaves a Buffer in `req.body`; NestJS with `rawBody: true`, the
+ * `express.json({ verify: (req, _res, buf) => { req.rawBody = buf } })` pattern and
+ * body-parser look-alikes leave one in `req.rawBody`. A string is not the bytes (it was
+ * decoded), so it is not used.
+ */
+function keptBytes(req: Request): Buffer | undefined {
+  if (Buffer.isBuffer(req.body)) return req.body;
+  const raw = (req as Request & { rawBody?: unknown }).rawBody;
+  return Buffer.isBuffer(raw) ? raw : undefined;
+}
+
+/**
  * Express middleware for `app.use('/webhooks', inbox(options))`, `app.use(inbox(options))`
  * (answers at `/webhooks`, or at `path`) or `app.post('/webhooks', inbox(options))`. The second
  * argument gives the mount options to an inbox made by `createInbox`.
@@ -90,12 +103,13 @@ export function inbox(options: ExpressInboxOptions, mount: ExpressMountOptions =
       // Header lists unjoined (`headersDistinct`): a repeated id, key or seq header is refused
       // by the core instead of being read as one joined value.
       let outcome: Outcome;
-      if (Buffer.isBuffer(req.body)) {
-        // express.raw() ran first: it kept the bytes, which is all we need.
-        outcome = await core.receive({ headers: req.headersDistinct, rawBody: req.body });
+      const kept = keptBytes(req);
+      if (kept) {
+        // A parser ran first and kept the bytes, which is all we need.
+        outcome = await core.receive({ headers: req.headersDistinct, rawBody: kept });
       } else if (req.body !== undefined || req.readableEnded) {
         throw new RawBodyUnavailableError(
-          'Mount the inbox before express.json()/express.urlencoded(), or use express.raw({ type: "*/*" }) on its route.',
+          'Mount the inbox before express.json()/express.urlencoded(), use express.raw({ type: "*/*" }) on its route, or keep the bytes as req.rawBody (NestJS rawBody: true, express.json({ verify })).',
         );
       } else {
         outcome = await core.receiveStream(req.headersDistinct, req);
