@@ -53,7 +53,7 @@ describe.each([
     app.use(
       framework.json({
         verify: (req, _res, buf) => {
-          (req as typeof req & { rawBody?: Buffer }).rawBody = buf;
+          (req as unknown as { rawBody?: unknown }).rawBody = buf;
         },
       }),
     );
@@ -87,7 +87,7 @@ describe.each([
     app.use(
       framework.json({
         verify: (req, _res, buf) => {
-          (req as typeof req & { rawBody?: string }).rawBody = buf.toString('utf8');
+          (req as unknown as { rawBody?: unknown }).rawBody = buf.toString('utf8');
         },
       }),
     );
