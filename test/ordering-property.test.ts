@@ -1,13 +1,19 @@
 /**
  * The ordering guarantee as a property: whatever the interleaving of a few keys' events, with
  * duplicates, concurrent batches and handler failures (and, on real Postgres, two inbox
- * instances on two pools taking turns at random), each key's ledger ends up with exactly the
- * entries 1..n, in that order, each once.
+ * instances on two pools taking turns at random, the second one's server default REPEATABLE
+ * READ), each key's ledger ends up with exactly the entries 1..n, in that order, each once, and
+ * the inbox's tables keep their invariants. Each run picks a mode: inline, deferred (workers
+ * racing the sender's redeliveries), or inline with firstSeq 'first-seen' (the key starts at
+ * the first seq applied: the ledger is then exactly start..n).
  */
 import fc from 'fast-check';
+import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Inbox, Outcome } from '../src/index.js';
-import { type TargetDb, targets } from './support/databases.js';
+import type { Inbox, InboxOptions, Outcome } from '../src/index.js';
+import { checkInvariants } from '../src/testing/index.js';
+import { postgresUrl, type TargetDb, targets } from './support/databases.js';
+import { invariantsHoldAfterEach } from './support/invariants.js';
 import { type LedgerInbox, ledgerInbox, ordered, range } from './support/ordering.js';
 
 /** Opening PGlite and migrating can take a minute when the 2-core box is busy. */
@@ -28,7 +34,19 @@ interface Scenario {
   batches: number[];
   /** Which instance receives each delivery (only with two instances). */
   instance: boolean[];
+  /** How the inboxes apply events in this run. */
+  mode: Mode;
 }
+
+type Mode = 'inline' | 'deferred' | 'first-seen';
+const MODES: Mode[] = ['inline', 'deferred', 'first-seen'];
+
+/** Each mode is an inbox of its own source (one set of tables, one ledger). */
+const MODE_OPTIONS: Record<Mode, Omit<InboxOptions, 'handle'>> = {
+  inline: {},
+  deferred: { source: 'deferred', mode: 'deferred', workers: 2, pollIntervalMs: 20 },
+  'first-seen': { source: 'first-seen', firstSeq: 'first-seen' },
+};
 
 const scenario: fc.Arbitrary<Scenario> = fc
   .array(fc.integer({ min: 1, max: 6 }), { minLength: 1, maxLength: 3 })
@@ -52,13 +70,18 @@ const scenario: fc.Arbitrary<Scenario> = fc
           order: fc.shuffledSubarray(all, { minLength: deliveries, maxLength: deliveries }),
           batches: fc.array(fc.integer({ min: 1, max: 4 }), { minLength: 1, maxLength: 5 }),
           instance: fc.array(fc.boolean(), { minLength: deliveries, maxLength: deliveries }),
+          mode: fc.constantFrom(...MODES),
         });
       });
   });
 
+invariantsHoldAfterEach();
+
 describe.each(targets)('ordering property on $name', (target) => {
   let t: TargetDb;
-  const apps: LedgerInbox[] = [];
+  /** The instances of each mode: one, or two on real Postgres. */
+  const appsOf = new Map<Mode, LedgerInbox[]>();
+  let repeatableRead: pg.Pool | undefined;
   /** Handler runs that must still fail, by event id (deterministic injected failures). */
   const failuresLeft = new Map<string, number>();
   const runsOf = new Map<string, number>();
@@ -75,12 +98,30 @@ describe.each(targets)('ordering property on $name', (target) => {
       }
       return handle(event, context);
     };
-    apps.push(await ledgerInbox(t, options, failing));
-    // PGlite is one embedded session: a second instance is a real-Postgres case.
-    if (target.name === 'postgres') apps.push(await ledgerInbox({ ...t, db: t.another() }, options, failing));
+    if (target.name === 'postgres') {
+      // The second instance's server default is REPEATABLE READ: the inbox sets READ
+      // COMMITTED on its own transactions, which its SQL relies on.
+      repeatableRead = new pg.Pool({
+        connectionString: postgresUrl!,
+        max: 20,
+        options: '-c default_transaction_isolation=repeatable\\ read',
+      });
+      repeatableRead.on('error', () => {});
+    }
+    for (const mode of MODES) {
+      const apps = [await ledgerInbox(t, { ...options, ...MODE_OPTIONS[mode] }, failing)];
+      // PGlite is one embedded session: a second instance is a real-Postgres case.
+      if (repeatableRead) {
+        apps.push(
+          await ledgerInbox({ ...t, db: repeatableRead }, { ...options, ...MODE_OPTIONS[mode] }, failing),
+        );
+      }
+      appsOf.set(mode, apps);
+    }
   }, SETUP);
   afterAll(async () => {
-    for (const app of apps) await app.inbox.close();
+    for (const apps of appsOf.values()) for (const app of apps) await app.inbox.close();
+    await repeatableRead?.end();
     await t?.close();
   });
 
@@ -89,6 +130,7 @@ describe.each(targets)('ordering property on $name', (target) => {
     await fc.assert(
       fc.asyncProperty(scenario, async (s) => {
         run++;
+        const apps = appsOf.get(s.mode)!;
         const keys = s.lengths.map((_, i) => `p${run}-k${i}`);
         const events = keys.flatMap((key, i) => range(1, s.lengths[i]).map((seq) => ({ key, seq })));
         events.forEach((e, i) => {
@@ -114,19 +156,27 @@ describe.each(targets)('ordering property on $name', (target) => {
           apps.map((a) => a.inbox),
           keys,
         );
+        const firstOf = new Map<string, number>();
         for (const [i, key] of keys.entries()) {
           const n = s.lengths[i];
           const account = await apps[0].ledger.account(await apps[0].db(), key);
-          expect(account.entries.map((e) => e.seq)).toEqual(range(1, n));
-          expect(account.entries.map((e) => e.id)).toEqual(range(1, n).map((seq) => `${key}:${seq}`));
-          expect(account.balance).toBe((n * (n + 1)) / 2);
+          // First-seen: the key starts at the first seq applied; earlier ones are from before.
+          const first = s.mode === 'first-seen' ? (account.entries[0]?.seq ?? 1) : 1;
+          firstOf.set(key, first);
+          expect(account.entries.map((e) => e.seq)).toEqual(range(first, n));
+          expect(account.entries.map((e) => e.id)).toEqual(range(first, n).map((seq) => `${key}:${seq}`));
+          expect(account.balance).toBe((n * (n + 1)) / 2 - ((first - 1) * first) / 2);
           expect(await apps[0].inbox.keyState(key)).toMatchObject({ nextSeq: n + 1, heldSeqs: [] });
           expect(await apps[0].inbox.deadLetters({ key })).toEqual([]);
         }
-        // Each injected failure was met (the failing runs happened) and nothing ran after success.
+        // Each injected failure was met (the failing runs happened) and nothing ran after
+        // success; under first-seen, a seq below the key's start never ran.
         events.forEach((e, i) => {
-          expect(runsOf.get(`${e.key}:${e.seq}`)).toBe(s.failures[i] + 1);
+          const runs = runsOf.get(`${e.key}:${e.seq}`);
+          if (e.seq < firstOf.get(e.key)!) expect(runs).toBeUndefined();
+          else expect(runs).toBe(s.failures[i] + 1);
         });
+        expect(await checkInvariants(await apps[0].db(), apps[0].inbox.tables)).toEqual([]);
       }),
       { numRuns: RUNS },
     );
