@@ -39,10 +39,18 @@ export { Operations, openOperations } from './operations/index.js';
 export type { Handler, InboxOptions, ResolvedOptions } from './options.js';
 export type { Outcome } from './outcome.js';
 export { OutcomeKind } from './outcome.js';
+export type { Provider } from './providers.js';
 export type { FieldDelivery, FieldSource, Fields } from './receive/field-source.js';
 export type { Delivery } from './receive/request.js';
 export type { Secrets, VerifiableDelivery, VerifiedDelivery, Verify } from './receive/verify.js';
-export { hmacSignature, standardWebhooks, stripeSignature } from './receive/verify.js';
+export {
+  headerToken,
+  hmacSignature,
+  paddleSignature,
+  slackSignature,
+  standardWebhooks,
+  stripeSignature,
+} from './receive/verify.js';
 export type { RedisInput, RedisLike } from './redis-cache.js';
 export type { KeyState, StoredEvent } from './sql/inspect.js';
 export { SpanAttributes } from './tracing.js';

@@ -5,6 +5,7 @@ import { InboxOptionsError } from './errors.js';
 import type { HandlerContext, InboxEvent } from './event.js';
 import type { Logger } from './logger.js';
 import type { MetricsOptions, RegistryLike } from './metrics.js';
+import type { Provider } from './providers.js';
 import { type Fields, type ResolvedSource, resolveSource } from './receive/field-source.js';
 import type { Verify } from './receive/verify.js';
 import type { RedisInput } from './redis-cache.js';
@@ -166,6 +167,17 @@ export interface InboxOptions<TBody = any> {
    */
   verify?: Verify;
   /**
+   * A provider preset from `webhook-inbox/providers`: its signature verification and where its
+   * event id comes from (`fields.id` and `verify` may not be given with it; override through
+   * the preset's own options).
+   *
+   * ```ts
+   * provider: stripe({ secret: process.env.STRIPE_WEBHOOK_SECRET })
+   * ```
+   * @defaultValue none
+   */
+  provider?: Provider;
+  /**
    * `'inline'`: the handler runs inside the request and 200 means "applied". `'deferred'`:
    * the request only verifies, claims and stores the event as pending and answers 202; workers
    * apply it (slow handlers, senders with short timeouts). @defaultValue 'inline'
@@ -248,6 +260,7 @@ export interface ResolvedOptions {
   readonly metrics: { readonly registry: RegistryLike } | undefined;
   readonly tracerProvider: TracerProvider | undefined;
   readonly verify: Verify | undefined;
+  readonly provider: Provider | undefined;
   readonly mode: 'inline' | 'deferred';
   readonly workers: number;
   readonly pollIntervalMs: number;
@@ -398,8 +411,29 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
       throw new InboxOptionsError(`fields.${name}`, 'is not a field; fields are id, key and seq');
     }
   }
+  const provider = o.provider as Provider | undefined;
+  if (provider !== undefined) {
+    if (provider === null || typeof provider !== 'object' || typeof provider.verify !== 'function') {
+      throw new InboxOptionsError(
+        'provider',
+        'must be a preset of webhook-inbox/providers, e.g. stripe({ secret })',
+      );
+    }
+    if (o.verify !== undefined) {
+      throw new InboxOptionsError(
+        'verify',
+        'is set by `provider`; give the secret to the preset, or drop `provider`',
+      );
+    }
+    if ((f as Fields).id !== undefined) {
+      throw new InboxOptionsError(
+        'fields.id',
+        "is set by `provider`; override it with the preset's `id` option",
+      );
+    }
+  }
   const fieldSource = (name: 'id' | 'key' | 'seq'): ResolvedSource => {
-    const given = (f as Record<string, unknown>)[name];
+    const given = name === 'id' && provider ? provider.id : (f as Record<string, unknown>)[name];
     return given === undefined
       ? { kind: 'header', name: headers[name], label: headers[name] }
       : resolveSource(given, `fields.${name}`);
@@ -486,7 +520,8 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
     1000,
   );
   return {
-    verify: o.verify as Verify | undefined,
+    verify: (o.verify as Verify | undefined) ?? provider?.verify,
+    provider,
     handle: o.handle as Handler,
     // 'memory' was an explicit choice of what no `db` means: the embedded database, in memory.
     db: o.db === MEMORY ? undefined : (o.db as DatabaseInput | undefined),

@@ -317,10 +317,10 @@ afterAll(async () => {
 });
 
 describe('the packed package', () => {
-  test('exports lists types first for ., ./express, ./koa, ./fastify and ./console, and ships what they point to', () => {
+  test('exports lists types first for ., ./express, ./koa, ./fastify, ./console and ./providers, and ships what they point to', () => {
     const installed = join(scratch, 'consumer', 'node_modules', 'webhook-inbox');
     const manifest = JSON.parse(readFileSync(join(installed, 'package.json'), 'utf8'));
-    for (const subpath of ['.', './express', './koa', './fastify', './console']) {
+    for (const subpath of ['.', './express', './koa', './fastify', './console', './providers']) {
       const entry = manifest.exports[subpath];
       expect(Object.keys(entry)[0], subpath).toBe('types');
       for (const file of Object.values(entry) as string[]) {

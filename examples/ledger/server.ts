@@ -11,7 +11,7 @@
  */
 import { collectDefaultMetrics, Registry } from 'prom-client';
 import { InboxOptionsError } from '../../src/index.js';
-import { type Framework, startLedger, verifyFromEnv } from './start.js';
+import { type Framework, providerFromEnv, startLedger, verifyFromEnv } from './start.js';
 
 function intEnv(name: string): number | undefined {
   const raw = process.env[name];
@@ -45,6 +45,7 @@ const ledger = await startLedger({
     redis: process.env.REDIS_URL || undefined,
     metrics: { registry },
     verify: verifyFromEnv(),
+    provider: providerFromEnv(),
     mode: modeEnv(),
     workers: intEnv('WORKERS'),
   },
@@ -60,7 +61,7 @@ const ledger = await startLedger({
   process.exit(1);
 });
 console.log(
-  `ledger listening on ${ledger.url} (${process.env.DATABASE_URL ? 'PostgreSQL' : 'embedded PGlite'}, ${ledger.inbox.options.mode} mode${process.env.REDIS_URL ? ', Redis fast path on' : ''}${process.env.WEBHOOK_SECRET ? ', Standard Webhooks signatures required' : ''}${process.env.CONSOLE_TOKEN ? `; console at ${ledger.url}/console` : ''})`,
+  `ledger listening on ${ledger.url} (${process.env.DATABASE_URL ? 'PostgreSQL' : 'embedded PGlite'}, ${ledger.inbox.options.mode} mode${process.env.REDIS_URL ? ', Redis fast path on' : ''}${process.env.PROVIDER ? `, ${process.env.PROVIDER} signatures required` : process.env.WEBHOOK_SECRET ? ', Standard Webhooks signatures required' : ''}${process.env.CONSOLE_TOKEN ? `; console at ${ledger.url}/console` : ''})`,
 );
 // Graceful: requests in flight are answered, handlers finish or roll back, workers and the
 // sweeper stop, then the process exits 0. A second signal exits at once.

@@ -8,6 +8,7 @@ import {
   standardWebhooks,
   type Verify,
 } from '../../src/index.js';
+import { type Provider, providers } from '../../src/providers.js';
 import { testHooksFromEnv } from './http-problems.js';
 import { Ledger } from './ledger.js';
 
@@ -35,10 +36,30 @@ export const ALL_FRAMEWORKS = Object.keys(SERVERS) as readonly Framework[];
  */
 export const FRAMEWORKS = ['express', 'koa', 'fastify'] as const satisfies readonly Framework[];
 
-/** Standard Webhooks verification when WEBHOOK_SECRET (`whsec_…`) is set; off otherwise. */
+/**
+ * Standard Webhooks verification when WEBHOOK_SECRET (`whsec_…`) is set and PROVIDER is not;
+ * off otherwise.
+ */
 export function verifyFromEnv(env: Record<string, string | undefined> = process.env): Verify | undefined {
   const secret = env.WEBHOOK_SECRET;
-  return secret ? standardWebhooks({ secret }) : undefined;
+  return secret && !env.PROVIDER ? standardWebhooks({ secret }) : undefined;
+}
+
+/**
+ * A provider preset when PROVIDER names one (`stripe`, `github`, `shopify`, `svix`,
+ * `standardWebhooks`, `slack`, `paddle`, `gitlab`), with WEBHOOK_SECRET as its secret.
+ */
+export function providerFromEnv(env: Record<string, string | undefined> = process.env): Provider | undefined {
+  const name = env.PROVIDER;
+  if (!name) return undefined;
+  if (!Object.hasOwn(providers, name)) {
+    throw new Error(
+      `PROVIDER must be one of ${Object.keys(providers).join(', ')}; got ${JSON.stringify(name)}`,
+    );
+  }
+  const secret = env.WEBHOOK_SECRET;
+  if (!secret) throw new Error(`PROVIDER=${name} needs WEBHOOK_SECRET (the provider's signing secret)`);
+  return providers[name as keyof typeof providers]({ secret });
 }
 
 export interface LedgerServerOptions {

@@ -7,7 +7,7 @@
  * digests), and timestamps are checked both ways (too old is a replay, too far ahead is a
  * forged or badly skewed clock).
  */
-import { createHmac, timingSafeEqual } from 'node:crypto';
+import { createHash, createHmac, timingSafeEqual } from 'node:crypto';
 import { InboxOptionsError, UnauthorizedDeliveryError } from '../errors.js';
 import { type Delivery, normalizeHeaders } from './request.js';
 
@@ -131,6 +131,11 @@ export function standardWebhooks(options: {
   secret: Secrets;
   /** How far the timestamp may be from now, either way. @defaultValue 300 */
   toleranceSeconds?: number;
+  /**
+   * Which header family to read: `webhook-*` (the specification), `svix-*` (as Svix, Clerk
+   * and Resend send it), or `'either'` (`svix-*` when `svix-id` is present). @defaultValue 'webhook'
+   */
+  headers?: 'webhook' | 'svix' | 'either';
 }): Verify {
   const keys = secretList(options?.secret, 'verify.secret').map((s) => {
     if (Buffer.isBuffer(s) && s.length > 0) return s;
@@ -143,11 +148,17 @@ export function standardWebhooks(options: {
     return key;
   });
   const tolerance = toleranceOf(options.toleranceSeconds, 'verify.toleranceSeconds');
+  const family = options.headers ?? 'webhook';
+  if (family !== 'webhook' && family !== 'svix' && family !== 'either') {
+    throw new InboxOptionsError('verify.headers', 'must be "webhook", "svix" or "either"');
+  }
   return (d) => {
-    const signatures = required(d, 'webhook-signature');
-    const id = required(d, 'webhook-id');
-    const timestamp = required(d, 'webhook-timestamp');
-    checkTimestamp(timestamp, 'webhook-timestamp', tolerance);
+    const prefix = family === 'either' ? (d.headers['svix-id'] !== undefined ? 'svix' : 'webhook') : family;
+    const signatures = required(d, `${prefix}-signature`);
+    const id = required(d, `${prefix}-id`);
+    const timestamp = required(d, `${prefix}-timestamp`);
+    checkTimestamp(timestamp, `${prefix}-timestamp`, tolerance);
+    // `v1,` entries only: `v1a,` (ed25519, asymmetric) is not supported and never matches.
     const given = signatures
       .split(' ')
       .filter((s) => s.startsWith('v1,'))
@@ -155,9 +166,111 @@ export function standardWebhooks(options: {
       .filter((b): b is Buffer => b !== undefined);
     const expected = keys.map((key) => hmac(key, `${id}.${timestamp}.`, d.rawBody));
     if (!anyEqual(given, expected)) {
-      throw new UnauthorizedDeliveryError('webhook-signature', 'webhook-signature does not match');
+      throw new UnauthorizedDeliveryError(`${prefix}-signature`, `${prefix}-signature does not match`);
     }
     return { id };
+  };
+}
+
+function plainSecrets(secret: unknown): (string | Buffer)[] {
+  return secretList(secret, 'verify.secret').map((s) => {
+    if ((typeof s !== 'string' && !Buffer.isBuffer(s)) || s.length === 0) {
+      throw new InboxOptionsError('verify.secret', 'must be a non-empty string or Buffer');
+    }
+    return s as string | Buffer;
+  });
+}
+
+/**
+ * Slack: `X-Slack-Signature: v0=<hex>`, an HMAC-SHA256 of `v0:${timestamp}:${body}` keyed by
+ * the app's signing secret, the timestamp in `X-Slack-Request-Timestamp` (5 minutes either
+ * way). Covers the timestamp and the body.
+ *
+ * ```ts
+ * verify: slackSignature({ secret: process.env.SLACK_SIGNING_SECRET })
+ * ```
+ */
+export function slackSignature(options: { secret: Secrets; toleranceSeconds?: number }): Verify {
+  const keys = plainSecrets(options?.secret);
+  const tolerance = toleranceOf(options.toleranceSeconds, 'verify.toleranceSeconds');
+  return (d) => {
+    const header = required(d, 'x-slack-signature');
+    const timestamp = required(d, 'x-slack-request-timestamp');
+    checkTimestamp(timestamp, 'x-slack-request-timestamp', tolerance);
+    const hex = header.startsWith('v0=') ? header.slice(3) : '';
+    if (!/^[0-9a-f]{64}$/i.test(hex)) {
+      throw new UnauthorizedDeliveryError(
+        'x-slack-signature',
+        'x-slack-signature must be v0=<hex HMAC-SHA256>',
+      );
+    }
+    const expected = keys.map((key) => hmac(key, `v0:${timestamp}:`, d.rawBody));
+    if (!anyEqual([Buffer.from(hex, 'hex')], expected)) {
+      throw new UnauthorizedDeliveryError('x-slack-signature', 'x-slack-signature does not match');
+    }
+  };
+}
+
+/**
+ * Paddle Billing: `Paddle-Signature: ts=<unix seconds>;h1=<hex>[;h1=<hex>…]`, an HMAC-SHA256
+ * of `${ts}:${body}` keyed by the notification destination's secret key. Paddle's SDK allows
+ * 5 seconds of clock difference; so does this verifier unless told otherwise.
+ *
+ * ```ts
+ * verify: paddleSignature({ secret: process.env.PADDLE_WEBHOOK_SECRET })
+ * ```
+ */
+export function paddleSignature(options: { secret: Secrets; toleranceSeconds?: number }): Verify {
+  const keys = plainSecrets(options?.secret);
+  const tolerance =
+    options.toleranceSeconds === undefined
+      ? 5
+      : toleranceOf(options.toleranceSeconds, 'verify.toleranceSeconds');
+  return (d) => {
+    const header = required(d, 'paddle-signature');
+    let ts: string | undefined;
+    const given: Buffer[] = [];
+    for (const item of header.split(';')) {
+      const eq = item.indexOf('=');
+      const name = item.slice(0, eq).trim();
+      const value = item.slice(eq + 1).trim();
+      if (name === 'ts') ts = value;
+      else if (name === 'h1' && /^[0-9a-f]{64}$/i.test(value)) given.push(Buffer.from(value, 'hex'));
+    }
+    if (ts === undefined || given.length === 0) {
+      throw new UnauthorizedDeliveryError('paddle-signature', 'paddle-signature must carry ts= and h1=');
+    }
+    checkTimestamp(ts, 'paddle-signature', tolerance);
+    const expected = keys.map((key) => hmac(key, `${ts}:`, d.rawBody));
+    if (!anyEqual(given, expected)) {
+      throw new UnauthorizedDeliveryError('paddle-signature', 'paddle-signature does not match');
+    }
+  };
+}
+
+/**
+ * A shared token in a header, compared in constant time, as GitLab sends it
+ * (`X-Gitlab-Token`). Covers nothing: whoever knows the token can send any body; keep it
+ * secret and the endpoint on TLS.
+ *
+ * ```ts
+ * verify: headerToken({ header: 'x-gitlab-token', secret: process.env.GITLAB_WEBHOOK_TOKEN })
+ * ```
+ */
+export function headerToken(options: { header: string; secret: Secrets }): Verify {
+  const header = options?.header;
+  if (typeof header !== 'string' || !/^[!#$%&'*+.^_`|~0-9a-z-]+$/i.test(header)) {
+    throw new InboxOptionsError('verify.header', 'must be an HTTP header name');
+  }
+  const name = header.toLowerCase();
+  // Digests of equal length: the comparison leaks neither the token nor its length.
+  const digest = (v: string | Buffer) => createHash('sha256').update(v).digest();
+  const expected = plainSecrets(options.secret).map(digest);
+  return (d) => {
+    const value = required(d, name);
+    if (!anyEqual([digest(Buffer.from(value, 'latin1'))], expected)) {
+      throw new UnauthorizedDeliveryError(name, `${name} does not match`);
+    }
   };
 }
 

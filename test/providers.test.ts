@@ -1,0 +1,408 @@
+/**
+ * Provider presets (`webhook-inbox/providers`), each through the ledger example over HTTP on
+ * every target, turned on as `PROVIDER=<name>` with `WEBHOOK_SECRET` turns it on. Deliveries are
+ * signed by the provider's own SDK where one signs (stripe's generateTestHeaderString,
+ * @octokit/webhooks-methods' sign, svix's and standardwebhooks' Webhook#sign), else by an
+ * independent HMAC per the provider's documentation; the verifiers are also checked against the
+ * providers' published worked examples (Slack, GitHub).
+ *
+ * For every preset: a signed delivery is applied once; the same event sent again with a fresh
+ * signature is a duplicate (200, Idempotent-Replayed), applied once; a tampered body, a wrong
+ * secret, a missing signature header and (where signed) a stale timestamp are 401 with nothing
+ * stored.
+ */
+import { createHmac, randomBytes, randomUUID } from 'node:crypto';
+import { sign as octokitSign } from '@octokit/webhooks-methods';
+import { sql } from 'kysely';
+import { Webhook as StandardWebhook } from 'standardwebhooks';
+import Stripe from 'stripe';
+import { Webhook as SvixWebhook } from 'svix';
+import { afterAll, afterEach, beforeAll, describe, expect, test, vi } from 'vitest';
+import { type LedgerServer, providerFromEnv, startLedger } from '../examples/ledger/start.js';
+import { createInbox, InboxOptionsError, UnauthorizedDeliveryError } from '../src/index.js';
+import { github, type providers, slack, stripe } from '../src/providers.js';
+import { type TargetDb, targets, uniqueName } from './support/databases.js';
+
+const now = () => Math.floor(Date.now() / 1000);
+const hex = (key: string, text: string) => createHmac('sha256', key).update(text).digest('hex');
+const whsec = () => `whsec_${randomBytes(24).toString('base64')}`;
+
+/** A delivery of one event, signed at a time, with a secret. */
+interface Signed {
+  headers: Record<string, string>;
+  body: string;
+}
+
+interface Case {
+  readonly provider: keyof typeof providers;
+  readonly secret: string;
+  /** A new event: its id, and its delivery signed with `secret` at `ts` (Unix seconds). */
+  event(): { id: string; deliver(secret: string, ts: number): Promise<Signed> | Signed };
+  /** The header whose absence or mismatch is the 401. */
+  readonly signatureHeader: string;
+  /** Where the provider signs a timestamp: how old is too old. */
+  readonly staleSeconds?: number;
+  /** GitLab's token covers nothing: a changed body cannot be told from another event. */
+  readonly unsignedBody?: true;
+}
+
+const cases: Case[] = [
+  {
+    provider: 'stripe',
+    secret: `whsec_${randomBytes(16).toString('hex')}`,
+    signatureHeader: 'stripe-signature',
+    staleSeconds: 600,
+    event() {
+      const id = `evt_${randomBytes(8).toString('hex')}`;
+      const body = JSON.stringify({
+        id,
+        object: 'event',
+        type: 'payment_intent.succeeded',
+        created: now(),
+        amount: 5,
+        data: { object: { id: `pi_${randomBytes(6).toString('hex')}`, object: 'payment_intent' } },
+      });
+      return {
+        id,
+        deliver: (secret, timestamp) => ({
+          body,
+          headers: {
+            'stripe-signature': Stripe.webhooks.generateTestHeaderString({
+              payload: body,
+              secret,
+              timestamp,
+            }),
+          },
+        }),
+      };
+    },
+  },
+  {
+    provider: 'github',
+    secret: 'github-secret',
+    signatureHeader: 'x-hub-signature-256',
+    event() {
+      const id = randomUUID();
+      const body = JSON.stringify({ ref: 'refs/heads/main', amount: 5 });
+      return {
+        id,
+        deliver: async (secret) => ({
+          body,
+          headers: {
+            'x-github-delivery': id,
+            'x-github-event': 'push',
+            'x-hub-signature-256': await octokitSign(secret, body),
+          },
+        }),
+      };
+    },
+  },
+  {
+    provider: 'shopify',
+    secret: 'shopify-secret',
+    signatureHeader: 'x-shopify-hmac-sha256',
+    event() {
+      const id = randomUUID();
+      const body = JSON.stringify({ id: 820982911946154500, updated_at: '2026-01-01T00:00:00Z', amount: 5 });
+      return {
+        id,
+        // Shopify publishes no SDK signer: base64 HMAC-SHA256 of the body, as documented.
+        deliver: (secret) => ({
+          body,
+          headers: {
+            'x-shopify-webhook-id': id,
+            'x-shopify-event-id': randomUUID(),
+            'x-shopify-topic': 'orders/updated',
+            'x-shopify-triggered-at': new Date().toISOString(),
+            'x-shopify-hmac-sha256': createHmac('sha256', secret).update(body).digest('base64'),
+          },
+        }),
+      };
+    },
+  },
+  {
+    provider: 'svix',
+    secret: whsec(),
+    signatureHeader: 'svix-signature',
+    staleSeconds: 600,
+    event() {
+      const id = `msg_${randomBytes(8).toString('hex')}`;
+      const body = JSON.stringify({ type: 'user.created', data: { id: 'user_1' }, amount: 5 });
+      return {
+        id,
+        deliver: (secret, ts) => ({
+          body,
+          headers: {
+            'svix-id': id,
+            'svix-timestamp': String(ts),
+            'svix-signature': new SvixWebhook(secret).sign(id, new Date(ts * 1000), body),
+          },
+        }),
+      };
+    },
+  },
+  {
+    provider: 'standardWebhooks',
+    secret: whsec(),
+    signatureHeader: 'webhook-signature',
+    staleSeconds: 600,
+    event() {
+      const id = `msg_${randomBytes(8).toString('hex')}`;
+      const body = JSON.stringify({ type: 'invoice.paid', amount: 5 });
+      return {
+        id,
+        deliver: (secret, ts) => ({
+          body,
+          headers: {
+            'webhook-id': id,
+            'webhook-timestamp': String(ts),
+            'webhook-signature': new StandardWebhook(secret).sign(id, new Date(ts * 1000), body),
+          },
+        }),
+      };
+    },
+  },
+  {
+    provider: 'slack',
+    secret: randomBytes(16).toString('hex'),
+    signatureHeader: 'x-slack-signature',
+    staleSeconds: 600,
+    event() {
+      const id = `Ev${randomBytes(5).toString('hex').toUpperCase()}`;
+      const body = JSON.stringify({
+        type: 'event_callback',
+        event_id: id,
+        event: { type: 'app_mention' },
+        amount: 5,
+      });
+      return {
+        id,
+        // Slack publishes no signer: `v0=` + hex HMAC of `v0:{timestamp}:{body}`, as documented.
+        deliver: (secret, ts) => ({
+          body,
+          headers: {
+            'x-slack-request-timestamp': String(ts),
+            'x-slack-signature': `v0=${hex(secret, `v0:${ts}:${body}`)}`,
+          },
+        }),
+      };
+    },
+  },
+  {
+    provider: 'paddle',
+    secret: `pdl_ntfset_${randomBytes(12).toString('hex')}`,
+    signatureHeader: 'paddle-signature',
+    staleSeconds: 60,
+    event() {
+      const id = `evt_${randomBytes(8).toString('hex')}`;
+      const body = JSON.stringify({
+        event_id: id,
+        event_type: 'transaction.completed',
+        occurred_at: new Date().toISOString(),
+        data: { id: 'txn_1' },
+        amount: 5,
+      });
+      return {
+        id,
+        // Paddle's signer lives in its SDK; by its documentation: hex HMAC of `${ts}:${body}`.
+        deliver: (secret, ts) => ({
+          body,
+          headers: { 'paddle-signature': `ts=${ts};h1=${hex(secret, `${ts}:${body}`)}` },
+        }),
+      };
+    },
+  },
+  {
+    provider: 'gitlab',
+    secret: 'gitlab-token',
+    unsignedBody: true,
+    signatureHeader: 'x-gitlab-token',
+    event() {
+      const id = randomUUID();
+      const body = JSON.stringify({ object_kind: 'push', amount: 5 });
+      return {
+        id,
+        deliver: (secret) => ({
+          body,
+          headers: {
+            'idempotency-key': id,
+            'x-gitlab-event-uuid': randomUUID(),
+            'x-gitlab-event': 'Push Hook',
+            'x-gitlab-token': secret,
+          },
+        }),
+      };
+    },
+  },
+];
+
+interface Reply {
+  status: number;
+  headers: Headers;
+  json: any;
+}
+
+describe.each(targets)('provider presets on $name', (target) => {
+  let db: TargetDb;
+  beforeAll(async () => {
+    db = await target.open();
+  });
+  afterAll(async () => {
+    await db?.close();
+  });
+
+  describe.each(cases)('$provider', (c) => {
+    let server: LedgerServer;
+    const schema = uniqueName('wi');
+    const ledgerSchema = uniqueName('app');
+    beforeAll(async () => {
+      server = await startLedger({
+        ledgerSchema,
+        inbox: {
+          db: db.db,
+          schema,
+          sweepIntervalMs: 0,
+          provider: providerFromEnv({ PROVIDER: c.provider, WEBHOOK_SECRET: c.secret }),
+        },
+      });
+    });
+    afterAll(async () => {
+      await sql`drop schema if exists ${sql.id(schema)}, ${sql.id(ledgerSchema)} cascade`.execute(
+        await server.inbox.kysely(),
+      );
+      await server.close();
+    });
+
+    const post = async ({ headers, body }: Signed): Promise<Reply> => {
+      const res = await fetch(`${server.url}/webhooks`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', ...headers },
+        body,
+      });
+      return { status: res.status, headers: res.headers, json: await res.json() };
+    };
+    const entriesOf = async (id: string) =>
+      (await server.ledger.account(await server.inbox.kysely(), 'none')).entries.filter((e) => e.id === id);
+
+    test('a signed delivery is applied once; the same event with a fresh signature is a duplicate', async () => {
+      const e = c.event();
+      const first = await post(await e.deliver(c.secret, now()));
+      expect(first.status, JSON.stringify(first.json)).toBe(200);
+      expect(first.json).toMatchObject({ status: 'processed', id: e.id });
+      const again = await post(await e.deliver(c.secret, now() + 1));
+      expect(again.status, JSON.stringify(again.json)).toBe(200);
+      expect(again.headers.get('idempotent-replayed')).toBe('true');
+      expect(again.json).toMatchObject({ status: 'duplicate', id: e.id });
+      expect(await entriesOf(e.id)).toEqual([{ id: e.id, seq: null, amount: 5 }]);
+    });
+
+    const rejected: [string, (e: ReturnType<Case['event']>) => Promise<Signed>][] = [
+      [
+        c.unsignedBody ? 'a wrong token (the body is not signed)' : 'a tampered body',
+        async (e) => {
+          const d = await e.deliver(c.unsignedBody ? 'forged' : c.secret, now());
+          return { ...d, body: d.body.replace('"amount":5', '"amount":500') };
+        },
+      ],
+      [
+        'a wrong secret',
+        (e) =>
+          Promise.resolve(
+            e.deliver(
+              c.provider === 'svix' || c.provider === 'standardWebhooks' ? whsec() : `${c.secret}x`,
+              now(),
+            ),
+          ),
+      ],
+      [
+        'a missing signature header',
+        async (e) => {
+          const d = await e.deliver(c.secret, now());
+          const { [c.signatureHeader]: _, ...headers } = d.headers;
+          return { ...d, headers };
+        },
+      ],
+      ...(c.staleSeconds === undefined
+        ? []
+        : [
+            [
+              'a stale timestamp',
+              (e) => Promise.resolve(e.deliver(c.secret, now() - (c.staleSeconds as number))),
+            ] as [string, (e: ReturnType<Case['event']>) => Promise<Signed>],
+          ]),
+    ];
+    test.each(rejected)('%s is 401 naming the signature, with nothing stored', async (_, make) => {
+      const e = c.event();
+      const r = await post(await make(e));
+      expect(r.status, JSON.stringify(r.json)).toBe(401);
+      expect(r.json.field).toEqual(expect.any(String));
+      expect(await server.inbox.event(e.id)).toBeUndefined();
+      expect(await entriesOf(e.id)).toEqual([]);
+    });
+  });
+});
+
+describe("verifiers against the providers' published examples", () => {
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
+  test("Slack's worked example verifies at its time, and not five minutes later", async () => {
+    // docs.slack.dev, "Verifying requests from Slack".
+    const secret = '8f742231b10e8888abcd99yyyzzz85a5';
+    const rawBody = Buffer.from(
+      'token=xyzz0WbapA4vBCDEFasx0q6G&team_id=T1DC2JH3J&team_domain=testteamnow&channel_id=G8PSS9T3V&channel_name=foobar&user_id=U2CERLKJA&user_name=roadrunner&command=%2Fwebhook-collect&text=&response_url=https%3A%2F%2Fhooks.slack.com%2Fcommands%2FT1DC2JH3J%2F397700885554%2F96rGlfmibIGlgcZRskXaIFfN&trigger_id=398738663015.47445629121.803a0bc887a14d10d2c447fce8b6703c',
+    );
+    const headers = {
+      'x-slack-request-timestamp': '1531420618',
+      'x-slack-signature': 'v0=a2114d57b48eac39b9ad189dd8316235a7b4a8d21a10bd27519666489c69b503',
+    };
+    const { verify } = slack({ secret });
+    vi.useFakeTimers({ now: 1531420618_000 + 60_000, toFake: ['Date'] });
+    await expect(Promise.resolve(verify({ headers, rawBody }))).resolves.toBeUndefined();
+    vi.setSystemTime(1531420618_000 + 301_000);
+    expect(() => verify({ headers, rawBody })).toThrow(UnauthorizedDeliveryError);
+  });
+
+  test("GitHub's worked example verifies; another secret does not", () => {
+    // docs.github.com, "Validating webhook deliveries".
+    const headers = {
+      'x-hub-signature-256': 'sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17',
+    };
+    const rawBody = Buffer.from('Hello, World!');
+    expect(github({ secret: "It's a Secret to Everybody" }).verify({ headers, rawBody })).toBeUndefined();
+    expect(() => github({ secret: 'another' }).verify({ headers, rawBody })).toThrow(
+      UnauthorizedDeliveryError,
+    );
+  });
+});
+
+describe('provider options', () => {
+  test('a preset with verify or fields.id beside it is refused naming the option', () => {
+    const provider = stripe({ secret: 'whsec_x' });
+    const handle = () => null;
+    expect(() => createInbox({ db: 'memory', handle, provider, verify: () => {} })).toThrow(
+      expect.objectContaining({ name: InboxOptionsError.name, option: 'verify' }),
+    );
+    expect(() => createInbox({ db: 'memory', handle, provider, fields: { id: 'x-id' } })).toThrow(
+      expect.objectContaining({ name: InboxOptionsError.name, option: 'fields.id' }),
+    );
+    expect(() => createInbox({ db: 'memory', handle, provider: {} as never })).toThrow(
+      expect.objectContaining({ option: 'provider' }),
+    );
+  });
+
+  test('presets are overridable: id, and order turned off', () => {
+    const custom = github({ secret: 's', id: (d) => d.headers['x-request-id'] });
+    expect(typeof custom.id).toBe('function');
+    expect(stripe({ secret: 'whsec_x', order: false }).order).toBe(false);
+    expect(stripe({ secret: 'whsec_x' }).order).toEqual({ key: '/data/object/id', version: '/created' });
+  });
+
+  test('PROVIDER without WEBHOOK_SECRET, or an unknown one, is refused', () => {
+    expect(() => providerFromEnv({ PROVIDER: 'stripe' })).toThrow(/WEBHOOK_SECRET/);
+    expect(() => providerFromEnv({ PROVIDER: 'nope', WEBHOOK_SECRET: 'x' })).toThrow(
+      /PROVIDER must be one of/,
+    );
+  });
+});
