@@ -7,6 +7,7 @@
 import { type Kysely, sql } from 'kysely';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { postgresTarget, postgresUrl, type TargetDb, uniqueName } from './support/databases.js';
+import { invariantsHoldAfterEach } from './support/invariants.js';
 import { killAll, startLedgerProcess } from './support/ledger-processes.js';
 import { type LedgerInbox, ledgerInbox, postOrdered, range } from './support/ordering.js';
 
@@ -38,6 +39,8 @@ async function sessionsGone(db: Kysely<any>, applicationName: string): Promise<v
     await new Promise((resolve) => setTimeout(resolve, 10));
   }
 }
+
+invariantsHoldAfterEach();
 
 describe.skipIf(!postgresTarget)(
   'a crashed process loses no held event (postgres)',

@@ -6,6 +6,7 @@
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { postgresTarget, postgresUrl, type TargetDb } from './support/databases.js';
+import { invariantsHoldAfterEach } from './support/invariants.js';
 import { killAll, type LedgerProcess, startLedgerProcess } from './support/ledger-processes.js';
 import { type LedgerInbox, ledgerInbox, ordered, postOrdered, range } from './support/ordering.js';
 
@@ -29,6 +30,8 @@ function scrambled(count: number): number[] {
   }
   return seqs;
 }
+
+invariantsHoldAfterEach();
 
 describe.skipIf(!postgresTarget)('two instances on one database (postgres)', () => {
   let t: TargetDb;
