@@ -177,7 +177,7 @@ async function decide(rt: Runtime, bg: Background, delivery: Delivery, obs: Obse
     o.logger.error({ err }, 'webhook-inbox: database unavailable');
     return respond.unavailable();
   }
-  if (rt.redis) {
+  if (rt.redis && rt.duplicateOdds.worthAsking) {
     // One GET, before any Postgres round trip: a duplicate of an event that any instance
     // processed is answered here.
     const found = await rt.redis.lookup(d.id);
