@@ -40,7 +40,10 @@ export interface ExpressMountOptions {
   path?: string;
 }
 
-export type ExpressInboxOptions = (InboxOptions & ExpressMountOptions) | Inbox;
+/** Inbox options and the mount's, or an inbox made by `createInbox`. `TBody` types `event.body`, `DB` the handler's `tx`. */
+export type ExpressInboxOptions<TBody = any, DB = any> =
+  | (InboxOptions<TBody, DB> & ExpressMountOptions)
+  | Inbox;
 
 export interface InboxMiddleware extends RequestHandler {
   /** The core inbox behind this middleware (for `close()`, inspection, the sweeper). */
@@ -84,7 +87,10 @@ function keptBytes(req: Request): Buffer | undefined {
  * (answers at `/webhooks`, or at `path`) or `app.post('/webhooks', inbox(options))`. The second
  * argument gives the mount options to an inbox made by `createInbox`.
  */
-export function inbox(options: ExpressInboxOptions, mount: ExpressMountOptions = {}): InboxMiddleware {
+export function inbox<DB = any, TBody = any>(
+  options: ExpressInboxOptions<TBody, DB>,
+  mount: ExpressMountOptions = {},
+): InboxMiddleware {
   const own = options instanceof Inbox ? undefined : options;
   const base = checkPath(mount.path ?? own?.path);
   const core = own ? createInbox(withoutPath(own)) : (options as Inbox);

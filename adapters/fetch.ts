@@ -35,7 +35,8 @@ export interface FetchMountOptions {
   path?: string;
 }
 
-export type FetchInboxOptions = (InboxOptions & FetchMountOptions) | Inbox;
+/** Inbox options and the mount's, or an inbox made by `createInbox`. `TBody` types `event.body`, `DB` the handler's `tx`. */
+export type FetchInboxOptions<TBody = any, DB = any> = (InboxOptions<TBody, DB> & FetchMountOptions) | Inbox;
 
 /** A fetch handler: `Request` in, `Response` out, with the core inbox attached. */
 export interface InboxFetchHandler {
@@ -102,7 +103,10 @@ function notFound(): Outcome {
  * Bun.serve({ fetch: handler({ db: process.env.DATABASE_URL, handle, path: '/webhooks' }) });
  * ```
  */
-export function handler(options: FetchInboxOptions, mount: FetchMountOptions = {}): InboxFetchHandler {
+export function handler<DB = any, TBody = any>(
+  options: FetchInboxOptions<TBody, DB>,
+  mount: FetchMountOptions = {},
+): InboxFetchHandler {
   const own = options instanceof Inbox ? undefined : options;
   const base = checkPath(mount.path ?? own?.path);
   const core = own ? createInbox(withoutPath(own)) : (options as Inbox);

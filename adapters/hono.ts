@@ -33,7 +33,8 @@ export interface HonoMountOptions {
   path?: string;
 }
 
-export type HonoInboxOptions = (InboxOptions & HonoMountOptions) | Inbox;
+/** Inbox options and the mount's, or an inbox made by `createInbox`. `TBody` types `event.body`, `DB` the handler's `tx`. */
+export type HonoInboxOptions<TBody = any, DB = any> = (InboxOptions<TBody, DB> & HonoMountOptions) | Inbox;
 
 export interface InboxHonoMiddleware extends MiddlewareHandler {
   /** The core inbox behind this middleware (for `close()`, inspection, the sweeper). */
@@ -49,7 +50,10 @@ function withoutPath({ path: _path, ...options }: InboxOptions & HonoMountOption
  * `app.post('/webhooks', inbox(options))`. The second argument gives the mount options to an
  * inbox made by `createInbox`.
  */
-export function inbox(options: HonoInboxOptions, mount: HonoMountOptions = {}): InboxHonoMiddleware {
+export function inbox<DB = any, TBody = any>(
+  options: HonoInboxOptions<TBody, DB>,
+  mount: HonoMountOptions = {},
+): InboxHonoMiddleware {
   const own = options instanceof Inbox ? undefined : options;
   const base = checkPath(mount.path ?? own?.path);
   const core = own ? createInbox(withoutPath(own)) : (options as Inbox);

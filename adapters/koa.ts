@@ -40,7 +40,8 @@ export interface KoaMountOptions {
   path?: string;
 }
 
-export type KoaInboxOptions = (InboxOptions & KoaMountOptions) | Inbox;
+/** Inbox options and the mount's, or an inbox made by `createInbox`. `TBody` types `event.body`, `DB` the handler's `tx`. */
+export type KoaInboxOptions<TBody = any, DB = any> = (InboxOptions<TBody, DB> & KoaMountOptions) | Inbox;
 
 export interface KoaInboxMiddleware extends Middleware {
   /** The core inbox behind this middleware (for `close()`, inspection, the sweeper). */
@@ -72,7 +73,10 @@ function endpoint(ctx: Context, path: string | undefined): Endpoint {
 }
 
 /** Koa middleware for `app.use(inbox({ path, … }))` or `router.post(path, inbox(…))`. */
-export function inbox(options: KoaInboxOptions, mount: KoaMountOptions = {}): KoaInboxMiddleware {
+export function inbox<DB = any, TBody = any>(
+  options: KoaInboxOptions<TBody, DB>,
+  mount: KoaMountOptions = {},
+): KoaInboxMiddleware {
   const own = options instanceof Inbox ? undefined : options;
   const base = checkPath(mount.path ?? own?.path);
   const core = own ? createInbox(withoutPath(own)) : (options as Inbox);

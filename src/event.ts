@@ -21,12 +21,16 @@ export interface InboxEvent<TBody = any> {
 }
 
 /** What the handler gets besides the event. */
-export interface HandlerContext {
+/**
+ * What a handler gets beside its event. `DB` types `tx` (your Kysely database interface, e.g.
+ * `kysely-codegen` output): `createInbox<DB, Body>(…)` passes it through.
+ */
+export interface HandlerContext<DB = any> {
   /**
    * The transaction that claimed the event. Write the side effect through it: it commits
    * with the dedup record, or neither happens.
    */
-  readonly tx: Transaction<any>;
+  readonly tx: Transaction<DB>;
   /**
    * Aborted when the handler runs past `handlerTimeoutMs`: its transaction is then rolled back
    * and the attempt counted. Pass it to `fetch` and other calls that accept one.

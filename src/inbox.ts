@@ -296,7 +296,10 @@ export class Inbox {
  * });
  * const outcome = await inbox.receive({ headers, rawBody });
  * ```
+ *
+ * Typed: `createInbox<DB, Body>(…)` makes the handler's `tx` a `Transaction<DB>` (your Kysely
+ * database interface, e.g. from `kysely-codegen`) and `event.body` a `Body`.
  */
-export function createInbox<TBody = any>(options: InboxOptions<TBody>): Inbox {
+export function createInbox<DB = any, TBody = any>(options: InboxOptions<TBody, DB>): Inbox {
   return new Inbox(options as InboxOptions);
 }

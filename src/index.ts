@@ -16,6 +16,13 @@ export {
 export type { HandlerContext, InboxEvent } from './event.js';
 export type { InboxHealth } from './health.js';
 export { createInbox, Inbox } from './inbox.js';
+export type {
+  InboxDatabase,
+  InboxEventsTable,
+  InboxGapsTable,
+  InboxKeysTable,
+  Int8,
+} from './inbox-tables.js';
 export type { Logger } from './logger.js';
 export type { InboxStats, MetricsOptions, RegistryLike } from './metrics.js';
 export { METRIC_NAMES } from './metrics.js';

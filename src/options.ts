@@ -10,18 +10,23 @@ import { type Fields, type ResolvedSource, resolveSource } from './receive/field
 import type { Verify } from './receive/verify.js';
 import type { RedisInput } from './redis-cache.js';
 
-export type Handler<TBody = any, TResult = unknown> = (
+/**
+ * Applies one event. `TBody` types `event.body`, `DB` types `context.tx` (a Kysely
+ * `Transaction<DB>`).
+ */
+export type Handler<TBody = any, TResult = unknown, DB = any> = (
   event: InboxEvent<TBody>,
-  context: HandlerContext,
+  context: HandlerContext<DB>,
 ) => TResult | Promise<TResult>;
 
-export interface InboxOptions<TBody = any> {
+/** The inbox's options. `TBody` is the type of `event.body`; `DB` the database interface `tx` is typed by. */
+export interface InboxOptions<TBody = any, DB = any> {
   /**
    * Applies one event. Runs inside the transaction that claims the event: write through
    * `tx` and the side effect and the dedup record commit together or not at all. The
    * returned value (JSON) is stored and replayed to duplicates.
    */
-  handle: Handler<TBody>;
+  handle: Handler<TBody, unknown, DB>;
   /**
    * Where the inbox lives: a PostgreSQL connection string, a `pg.Pool`, a Kysely instance or a
    * PGlite instance; or `'memory'` for an embedded PGlite database in memory, which forgets

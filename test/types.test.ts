@@ -1,0 +1,130 @@
+/**
+ * Typed handlers. `createInbox<DB, Body>()` and the adapters' `inbox<DB, Body>()` type the
+ * handler's `tx` as `Transaction<DB>` and `event.body` as `Body`; a wrong column name does not
+ * compile (the `@ts-expect-error` lines below fail `npm run typecheck` if it ever does). The
+ * inbox's own table types match the tables the migrations create.
+ */
+import type { Generated, Transaction } from 'kysely';
+import { sql } from 'kysely';
+import { describe, expect, expectTypeOf, test } from 'vitest';
+import { inbox as expressInbox } from '../adapters/express.js';
+import { handler as fetchHandler } from '../adapters/fetch.js';
+import { inbox as honoInbox } from '../adapters/hono.js';
+import { inbox as koaInbox } from '../adapters/koa.js';
+import { INBOX_COLUMNS } from '../src/inbox-tables.js';
+import {
+  createInbox,
+  type InboxDatabase,
+  type InboxEventsTable,
+  type InboxGapsTable,
+  type InboxKeysTable,
+} from '../src/index.js';
+import { pgliteTarget } from './support/databases.js';
+
+/** A user's database interface, as kysely-codegen writes it. */
+interface DB {
+  payments: { id: string; amount: number; created_at: Generated<Date> };
+}
+interface Payment {
+  amount: number;
+  currency: 'EUR' | 'USD';
+}
+
+describe('typed handlers', () => {
+  test('createInbox<DB, Body>: tx is Transaction<DB>, event.body is Body; a wrong column fails to compile', () => {
+    const options = {
+      db: 'memory' as const,
+      migrate: false,
+      async handle(event: { body: Payment; id: string }, { tx }: { tx: Transaction<DB> }) {
+        await tx.insertInto('payments').values({ id: event.id, amount: event.body.amount }).execute();
+        // @ts-expect-error: `amout` is not a column of payments
+        tx.insertInto('payments').values({ id: event.id, amout: 1 });
+        // @ts-expect-error: `refunds` is not a table of DB
+        tx.selectFrom('refunds');
+      },
+    };
+    expectTypeOf(options.handle).parameter(1).toHaveProperty('tx').toEqualTypeOf<Transaction<DB>>();
+    const inbox = createInbox<DB, Payment>({
+      db: 'memory',
+      migrate: false,
+      handle(event, { tx }) {
+        expectTypeOf(tx).toEqualTypeOf<Transaction<DB>>();
+        expectTypeOf(event.body).toEqualTypeOf<Payment>();
+        // @ts-expect-error: `amout` is not a column of payments
+        tx.selectFrom('payments').select('amout');
+        // @ts-expect-error: currency is 'EUR' | 'USD'
+        const yen: typeof event.body.currency = 'JPY';
+        return { yen };
+      },
+    });
+    expect(inbox).toBeDefined();
+  });
+
+  test("the adapters' inbox<DB, Body>() type the handler the same way", () => {
+    const handle = (name: string) => ({
+      db: 'memory' as const,
+      migrate: false,
+      path: `/${name}`,
+    });
+    const express = expressInbox<DB, Payment>({
+      ...handle('e'),
+      handle(event, { tx }) {
+        expectTypeOf(tx).toEqualTypeOf<Transaction<DB>>();
+        expectTypeOf(event.body).toEqualTypeOf<Payment>();
+      },
+    });
+    const koa = koaInbox<DB, Payment>({
+      ...handle('k'),
+      handle(event, { tx }) {
+        expectTypeOf(tx).toEqualTypeOf<Transaction<DB>>();
+        expectTypeOf(event.body).toEqualTypeOf<Payment>();
+      },
+    });
+    const hono = honoInbox<DB, Payment>({
+      ...handle('h'),
+      handle(event, { tx }) {
+        expectTypeOf(tx).toEqualTypeOf<Transaction<DB>>();
+        expectTypeOf(event.body.currency).toEqualTypeOf<'EUR' | 'USD'>();
+        // @ts-expect-error: `amout` is not a column of payments
+        tx.updateTable('payments').set({ amout: 2 });
+      },
+    });
+    const fetch = fetchHandler<DB, Payment>({
+      ...handle('f'),
+      handle(_event, { tx }) {
+        expectTypeOf(tx).toEqualTypeOf<Transaction<DB>>();
+      },
+    });
+    expect([express, koa, hono, fetch].every((h) => typeof h === 'function')).toBe(true);
+  });
+});
+
+describe("the inbox's own table types", () => {
+  test('name every column of each table, and only those', async () => {
+    expectTypeOf<(typeof INBOX_COLUMNS.events)[number]>().toEqualTypeOf<keyof InboxEventsTable>();
+    expectTypeOf<(typeof INBOX_COLUMNS.keys)[number]>().toEqualTypeOf<keyof InboxKeysTable>();
+    expectTypeOf<(typeof INBOX_COLUMNS.gaps)[number]>().toEqualTypeOf<keyof InboxGapsTable>();
+    expectTypeOf<InboxDatabase<'billing', 'wh_'>>().toHaveProperty('billing.wh_events');
+
+    const db = await pgliteTarget.open();
+    const inbox = createInbox({
+      db: db.db,
+      schema: db.schema,
+      tablePrefix: 'wh_',
+      handle: () => {},
+      sweepIntervalMs: 0,
+    });
+    try {
+      const kysely = await inbox.kysely();
+      for (const table of ['events', 'keys', 'gaps'] as const) {
+        const { rows } = await sql<{ column_name: string }>`
+          select column_name from information_schema.columns
+          where table_schema = ${db.schema} and table_name = ${`wh_${table}`}`.execute(kysely);
+        expect(rows.map((r) => r.column_name).sort(), table).toEqual([...INBOX_COLUMNS[table]].sort());
+      }
+    } finally {
+      await inbox.close();
+      await db.close();
+    }
+  });
+});
