@@ -7,7 +7,9 @@
  * racing the sender's redeliveries), inline with firstSeq 'first-seen' (the key starts at
  * the first seq applied: the ledger is then exactly start..n), or inline with sweeper passes
  * racing every batch and an instant gap timeout (a seq is then applied once, in order, or, if
- * it arrived after its gap was skipped, dead-lettered as late: never both, never lost).
+ * it arrived after its gap was skipped, dead-lettered as late: never both, never lost), or
+ * with poison events (maxAttempts 2, the key blocked) that an operator's replay, racing every
+ * batch, brings back until each is applied.
  */
 import fc from 'fast-check';
 import pg from 'pg';
@@ -40,8 +42,8 @@ interface Scenario {
   mode: Mode;
 }
 
-type Mode = 'inline' | 'deferred' | 'first-seen' | 'gap-timeouts';
-const MODES: Mode[] = ['inline', 'deferred', 'first-seen', 'gap-timeouts'];
+type Mode = 'inline' | 'deferred' | 'first-seen' | 'gap-timeouts' | 'replayed';
+const MODES: Mode[] = ['inline', 'deferred', 'first-seen', 'gap-timeouts', 'replayed'];
 
 /** Each mode is an inbox of its own source (one set of tables, one ledger). */
 const MODE_OPTIONS: Record<Mode, Omit<InboxOptions, 'handle'>> = {
@@ -50,6 +52,9 @@ const MODE_OPTIONS: Record<Mode, Omit<InboxOptions, 'handle'>> = {
   'first-seen': { source: 'first-seen', firstSeq: 'first-seen' },
   // A sweeper pass races every batch, and any gap is past its timeout at once.
   'gap-timeouts': { source: 'gap-timeouts', gapTimeoutMs: 1 },
+  // An event failing twice is dead-lettered and blocks its key; an operator's replay of every
+  // dead letter races every batch (and runs until none is left).
+  replayed: { source: 'replayed', maxAttempts: 2, onPoison: 'block' },
 };
 
 const scenario: fc.Arbitrary<Scenario> = fc
@@ -148,8 +153,14 @@ describe.each(targets)('ordering property on $name', (target) => {
         for (let b = 0; queue.length > 0; b++) {
           const batch = queue.splice(0, s.batches[b % s.batches.length]);
           const receiving = Promise.all(batch.map((d) => d.via.inbox.receive(ordered(d.key, d.seq))));
-          const sweeping = s.mode === 'gap-timeouts' ? apps[b % apps.length].inbox.sweep() : undefined;
-          const [outcomes] = await Promise.all([receiving, sweeping]);
+          const operator = apps[b % apps.length].inbox;
+          const racing =
+            s.mode === 'gap-timeouts'
+              ? operator.sweep()
+              : s.mode === 'replayed'
+                ? operator.replay({ all: true })
+                : undefined;
+          const [outcomes] = await Promise.all([receiving, racing]);
           outcomes.forEach((outcome, i) => {
             if (outcome.status === 500 || outcome.status === 409) queue.push(batch[i]);
             else finals.push(outcome);
@@ -162,6 +173,16 @@ describe.each(targets)('ordering property on $name', (target) => {
           apps.map((a) => a.inbox),
           keys,
         );
+        // The operator replays what is still dead (blocking its key) until nothing is.
+        for (let round = 0; s.mode === 'replayed' && round < 10; round++) {
+          const dead = (await apps[0].inbox.deadLetters()).filter((d) => keys.includes(d.key!));
+          if (dead.length === 0) break;
+          await apps[0].inbox.replay(dead.map((d) => d.id));
+          await settle(
+            apps.map((a) => a.inbox),
+            keys,
+          );
+        }
         if (s.mode === 'gap-timeouts') {
           for (const [i, key] of keys.entries()) {
             const n = s.lengths[i];
@@ -222,7 +243,8 @@ async function settle(inboxes: Inbox[], keys: string[]): Promise<void> {
   for (let pass = 0; pass < 50; pass++) {
     await Promise.all(inboxes.map((i) => i.idle()));
     const states = await Promise.all(keys.map((key) => inboxes[0].keyState(key)));
-    if (states.every((s) => s && s.heldSeqs.length === 0)) return;
+    // A blocked key waits for an operator (the 'replayed' mode's), not for a sweep.
+    if (states.every((s) => s && (s.heldSeqs.length === 0 || s.state === 'blocked'))) return;
     await inboxes[pass % inboxes.length].sweep();
   }
   throw new Error('the inboxes did not settle: events are still buffered after 50 sweeper passes');
