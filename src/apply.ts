@@ -111,13 +111,17 @@ async function runHandler(
   let result: unknown;
   let json: string | undefined;
   try {
+    // A stored payload that no longer parses (or no longer passes `bodySchema`) fails like a
+    // handler would: counted, then poison. Checked again here so that `event.body` is the
+    // schema's output for a held or pending event too.
+    const body =
+      'body' in taken ? taken.body : parseBody(taken.payload, taken.headers['content-type'], o.parse);
     const event: InboxEvent = {
       id: taken.id,
       source: o.source,
       key: taken.key,
       seq: taken.seq,
-      // A stored payload that no longer parses fails like a handler would: counted, then poison.
-      body: 'body' in taken ? taken.body : parseBody(taken.payload, taken.headers['content-type'], o.parse),
+      body: o.bodySchema && !('body' in taken) ? await o.bodySchema.check(body) : body,
       rawBody: taken.payload,
       headers: taken.headers,
       attempt: taken.attempts + 1,

@@ -1,4 +1,5 @@
 import type { TracerProvider } from '@opentelemetry/api';
+import { type BodySchema, resolveBodySchema, type StandardSchemaV1 } from './body-schema.js';
 import type { DatabaseInput } from './database.js';
 import { parseDuration } from './duration.js';
 import { InboxOptionsError } from './errors.js';
@@ -86,6 +87,18 @@ export interface InboxOptions<TBody = any, DB = any> {
    * `'raw'` always passes the Buffer. @defaultValue 'auto'
    */
   parse?: 'auto' | 'json' | 'raw';
+  /**
+   * Checks each body before anything is stored: any Standard Schema (zod, valibot, arktype…).
+   * A body that fails is 422 naming the path of the first issue (`body /amount`), with nothing
+   * stored and the handler not run; a body that passes reaches the handler as the schema's
+   * output, which also types `event.body`.
+   *
+   * ```ts
+   * createInbox({ bodySchema: z.object({ amount: z.number().int() }), handle(event) { event.body.amount } })
+   * ```
+   * @defaultValue none: any JSON body (see `parse`)
+   */
+  bodySchema?: StandardSchemaV1<unknown, TBody>;
   /**
    * How long a delivery waits for a concurrent delivery of the same id (or of the same key)
    * before answering 409 with Retry-After. @defaultValue 5000
@@ -242,6 +255,7 @@ export interface ResolvedOptions {
   readonly maxBodyBytes: number;
   readonly bodyTimeoutMs: number;
   readonly parse: 'auto' | 'json' | 'raw';
+  readonly bodySchema: BodySchema | undefined;
   readonly lockTimeoutMs: number;
   readonly onInFlight: 'wait' | 'reject';
   readonly keepPayload: boolean;
@@ -528,6 +542,7 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
     verify: (o.verify as Verify | undefined) ?? provider?.verify,
     provider,
     handle: o.handle as Handler,
+    bodySchema: resolveBodySchema(o.bodySchema),
     // 'memory' was an explicit choice of what no `db` means: the embedded database, in memory.
     db: o.db === MEMORY ? undefined : (o.db as DatabaseInput | undefined),
     dataDir: o.dataDir as string | undefined,

@@ -160,6 +160,8 @@ async function decide(rt: Runtime, bg: Background, delivery: Delivery, obs: Obse
   let d: ParsedDelivery;
   try {
     d = parseDelivery(delivery, o, verified?.id);
+    // At the door: a body that fails the schema is 422 before anything is looked up or stored.
+    if (o.bodySchema) d = { ...d, body: await o.bodySchema.check(d.body) };
   } catch (err) {
     if (err instanceof InvalidDeliveryError) return respond.invalid(err);
     throw err;

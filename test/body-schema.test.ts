@@ -1,0 +1,153 @@
+/**
+ * `bodySchema`: any Standard Schema checks the body at the door. Tested with zod and valibot
+ * through the Express adapter (supertest): an invalid body is 422 naming the path of the first
+ * issue, with zero rows written and zero handler runs; a valid one applies once, and the
+ * handler gets the schema's output (defaults filled in), also for an event that waited held.
+ */
+import { randomUUID } from 'node:crypto';
+import express from 'express';
+import request from 'supertest';
+import * as v from 'valibot';
+import { afterAll, beforeAll, describe, expect, expectTypeOf, test } from 'vitest';
+import { z } from 'zod';
+import { inbox as expressInbox } from '../adapters/express.js';
+import { createInbox, type Inbox, InboxOptionsError } from '../src/index.js';
+import { type Target, type TargetDb, targets } from './support/databases.js';
+
+const zodPayment = z.object({
+  amount: z.number().int().positive(),
+  currency: z.enum(['EUR', 'USD']).default('EUR'),
+  items: z.array(z.object({ sku: z.string(), price: z.number() })).default([]),
+});
+const valibotPayment = v.object({
+  amount: v.pipe(v.number(), v.integer(), v.minValue(1)),
+  currency: v.optional(v.picklist(['EUR', 'USD']), 'EUR'),
+  items: v.optional(v.array(v.object({ sku: v.string(), price: v.number() })), []),
+});
+
+describe.each(targets)('bodySchema on $name', (target: Target) => {
+  describe.each([
+    { vendor: 'zod', schema: zodPayment },
+    { vendor: 'valibot', schema: valibotPayment },
+  ])('$vendor', ({ schema }) => {
+    let db: TargetDb;
+    let core: Inbox;
+    const seen: { id: string; body: unknown }[] = [];
+    let app: express.Express;
+    beforeAll(async () => {
+      db = await target.open();
+      core = createInbox({
+        db: db.db,
+        schema: db.schema,
+        sweepIntervalMs: 0,
+        bodySchema: schema,
+        handle(event) {
+          seen.push({ id: event.id, body: event.body });
+          return { amount: event.body.amount, currency: event.body.currency };
+        },
+      });
+      app = express().use('/webhooks', expressInbox(core));
+    });
+    afterAll(async () => {
+      await core?.close();
+      await db?.close();
+    });
+
+    const post = (headers: Record<string, string>, body: string) =>
+      request(app)
+        .post('/webhooks')
+        .set({ 'content-type': 'application/json', ...headers })
+        .send(body);
+    const runsOf = (id: string) => seen.filter((s) => s.id === id).length;
+
+    test('an invalid body is 422 naming the path of the first issue; nothing stored, no handler run', async () => {
+      const id = `evt_${randomUUID()}`;
+      const reply = await post(
+        { 'idempotency-key': id },
+        '{"amount": 5, "items": [{"sku": "a", "price": "free"}]}',
+      );
+      expect(reply.status).toBe(422);
+      expect(reply.headers['content-type']).toMatch(/application\/problem\+json/);
+      expect(reply.body).toMatchObject({ status: 422, field: 'body /items/0/price' });
+      expect(reply.body.detail).toMatch(/^body \/items\/0\/price: /);
+      const missing = await post({ 'idempotency-key': id }, '{"currency": "EUR"}');
+      expect(missing.status).toBe(422);
+      expect(missing.body.field).toBe('body /amount');
+      expect(await core.event(id)).toBeUndefined();
+      expect(runsOf(id)).toBe(0);
+    });
+
+    test('a valid body applies once, and the handler gets the schema output (defaults filled in)', async () => {
+      const id = `evt_${randomUUID()}`;
+      const first = await post({ 'idempotency-key': id }, '{"amount": 5}');
+      expect(first.status).toBe(200);
+      expect(first.body.result).toEqual({ amount: 5, currency: 'EUR' });
+      const again = await post({ 'idempotency-key': id }, '{"amount": 5}');
+      expect(again.status).toBe(200);
+      expect(again.headers['idempotent-replayed']).toBe('true');
+      expect(runsOf(id)).toBe(1);
+      expect(seen.find((s) => s.id === id)?.body).toEqual({ amount: 5, currency: 'EUR', items: [] });
+    });
+
+    test('a held event is checked at the door and gets the schema output when its turn comes', async () => {
+      const key = `k_${randomUUID()}`;
+      const bad = await post({ 'idempotency-key': `${key}-2`, 'x-key': key, 'x-seq': '2' }, '{"amount": -1}');
+      expect(bad.status).toBe(422);
+      expect(await core.keyState(key)).toBeUndefined();
+      const held = await post({ 'idempotency-key': `${key}-2`, 'x-key': key, 'x-seq': '2' }, '{"amount": 2}');
+      expect(held.status).toBe(202);
+      const first = await post(
+        { 'idempotency-key': `${key}-1`, 'x-key': key, 'x-seq': '1' },
+        '{"amount": 1}',
+      );
+      expect(first.status).toBe(200);
+      await core.idle();
+      expect((await core.event(`${key}-2`))?.status).toBe('processed');
+      expect(seen.find((s) => s.id === `${key}-2`)?.body).toEqual({ amount: 2, currency: 'EUR', items: [] });
+    });
+
+    test('a body that is not JSON is 415: a schema checks JSON', async () => {
+      const id = `evt_${randomUUID()}`;
+      const reply = await request(app)
+        .post('/webhooks')
+        .set({ 'content-type': 'text/plain', 'idempotency-key': id })
+        .send('amount=5');
+      expect(reply.status).toBe(415);
+      expect(reply.body.field).toBe('body');
+      expect(await core.event(id)).toBeUndefined();
+    });
+  });
+});
+
+describe('the bodySchema option', () => {
+  test('something that is not a Standard Schema is refused, naming the option', () => {
+    expect(() => createInbox({ db: 'memory', handle: () => {}, bodySchema: {} as never })).toThrow(
+      InboxOptionsError,
+    );
+    expect(() =>
+      createInbox({ db: 'memory', handle: () => {}, bodySchema: { parse() {} } as never }),
+    ).toThrow(/bodySchema/);
+  });
+
+  test("types event.body as the schema's output", () => {
+    const inbox = createInbox({
+      db: 'memory',
+      migrate: false,
+      bodySchema: zodPayment,
+      handle(event) {
+        expectTypeOf(event.body).toEqualTypeOf<z.output<typeof zodPayment>>();
+        // @ts-expect-error: the output has no `amout`
+        return event.body.amout;
+      },
+    });
+    const other = createInbox({
+      db: 'memory',
+      migrate: false,
+      bodySchema: valibotPayment,
+      handle(event) {
+        expectTypeOf(event.body.currency).toEqualTypeOf<'EUR' | 'USD'>();
+      },
+    });
+    expect([inbox, other]).toHaveLength(2);
+  });
+});
