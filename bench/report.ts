@@ -52,6 +52,9 @@ export interface ReportOptions {
   postgresUrl: string;
   elapsedS: number;
   writeMarkdown: boolean;
+  /** One-minute load average when the run started and now: a run above 1.5 is to be discarded. */
+  loadAtStart: number;
+  loadAtEnd: number;
 }
 
 export function median(xs: number[]): number {
@@ -394,8 +397,10 @@ export function report(cells: Cell[], o: ReportOptions): Goal[] {
       `${o.connections} connections, pool of ${o.poolSize} PostgreSQL connections per server; ${o.pinned ? 'server pinned to core 0 and load generator to core 1 with taskset; PostgreSQL unpinned' : 'not pinned'}; ${o.elapsedS} s in all).`,
     '',
     `Machine: ${m.nproc} × ${m.cpu}, ${m.memoryGb} GB, Node ${m.node}, PostgreSQL ${m.postgres}, Redis ${m.redis}. ` +
-      '**Shared with ~6 other agents running their test suites at the same time**: absolute figures are noisy; ' +
-      'the ratios (each taken between cells of the same run, then the median over runs) are what to read.',
+      `Load average (1 min) ${o.loadAtStart.toFixed(2)} at the start and ${o.loadAtEnd.toFixed(2)} at the end` +
+      (Math.max(o.loadAtStart, o.loadAtEnd) > 1.5
+        ? ' — **above 1.5: something else ran; discard these figures**.'
+        : ': nothing else ran (the bench is its own load: the server and PostgreSQL on one core, autocannon on the other).'),
     '',
     '![requests/s per workload and contender](bench/results/chart.svg)',
     '',

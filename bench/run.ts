@@ -16,7 +16,7 @@ import { type ChildProcess, execFileSync, fork } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import { cpus } from 'node:os';
+import { cpus, loadavg } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
@@ -283,7 +283,17 @@ function write(cells: Cell[], runsDone: number): Goal[] {
     postgresUrl,
     elapsedS: Math.round((Date.now() - started) / 1000),
     writeMarkdown: !flag('no-markdown'),
+    loadAtStart,
+    loadAtEnd: loadavg()[0],
   });
+}
+
+// Benchmarks mean something only on a quiet machine: say so before spending minutes on a run.
+const loadAtStart = loadavg()[0];
+if (loadAtStart > 1.5) {
+  console.warn(
+    `bench: load average is ${loadAtStart.toFixed(2)} (> 1.5): something else is running; figures will be marked for discarding`,
+  );
 }
 
 // ---- main ------------------------------------------------------------------------------------
