@@ -44,13 +44,21 @@ export interface FastifyMountOptions {
   prefix?: string;
   /** The same as `prefix`. */
   path?: string;
+  /**
+   * The name under which the inbox is decorated on the app (`app[decorator]`). Give each inbox
+   * its own when registering several; a name already taken is refused.
+   * @defaultValue `'webhookInbox'` (taken by the first inbox registered; later ones without a
+   * `decorator` are not decorated)
+   */
+  decorator?: string;
 }
 
 /**
  * Inbox options, or `{ inbox }` to serve an inbox made by `createInbox` (not closed by
  * Fastify); with the mount options either way.
  */
-export type FastifyInboxOptions = (InboxOptions | { inbox: Inbox }) & FastifyMountOptions;
+export type FastifyInboxOptions<TBody = any, DB = any> = (InboxOptions<TBody, DB> | { inbox: Inbox }) &
+  FastifyMountOptions;
 
 /** Methods other than POST that get 405 on the webhook path (HEAD follows GET in Fastify). */
 const OTHER_METHODS = ['GET', 'PUT', 'DELETE', 'PATCH', 'OPTIONS'] as const;
@@ -64,19 +72,67 @@ declare module 'fastify' {
 
 const EMPTY = Buffer.alloc(0);
 
+/**
+ * Route schemas, for `@fastify/swagger` and other tools that read them. Documentation only: no
+ * body, header or response validation (the core checks every header and the body itself, and
+ * answers problem+json; Fastify's validation would answer first, in its own format).
+ */
+const TAGS = ['webhooks'];
+const PROBLEM = { description: 'problem+json (RFC 9457)', type: 'object', additionalProperties: true };
+const DELIVERY_SCHEMA = {
+  summary: 'Receive a webhook delivery',
+  description:
+    'Claims the event and runs the handler once (Idempotency-Key, X-Key/X-Seq for ordered events). Duplicates get 200 with the stored result and Idempotent-Replayed: true.',
+  tags: TAGS,
+  response: {
+    200: { description: 'processed, duplicate or dead-lettered', type: 'object', additionalProperties: true },
+    202: {
+      description: 'held (waiting for an earlier seq) or pending (deferred mode)',
+      type: 'object',
+      additionalProperties: true,
+    },
+    '4xx': PROBLEM,
+    '5xx': PROBLEM,
+  },
+};
+const HEALTH_SCHEMA = {
+  summary: 'Inbox health',
+  description: '200 when the database answers, 503 otherwise.',
+  tags: TAGS,
+  response: { 200: { type: 'object', additionalProperties: true }, 503: PROBLEM },
+};
+const NOT_ALLOWED_SCHEMA = { hide: true, tags: TAGS, response: { 405: PROBLEM } };
+
 function send(reply: FastifyReply, outcome: Outcome): FastifyReply {
   return reply.code(outcome.status).headers(outcome.headers).send(JSON.stringify(outcome.body));
 }
 
 const plugin: FastifyPluginAsync<FastifyInboxOptions> = async (app, options) => {
-  const { prefix: givenPrefix, path, ...rest } = options;
+  const { prefix: givenPrefix, path, decorator, ...rest } = options;
   if (givenPrefix !== undefined && path !== undefined && givenPrefix !== path) {
     throw new InboxOptionsError('path', 'is the same option as `prefix`: give one of them');
   }
   const prefix = checkPath(givenPrefix ?? path, givenPrefix !== undefined ? 'prefix' : 'path');
+  if (decorator !== undefined && (typeof decorator !== 'string' || !/^[A-Za-z_$][\w$]*$/.test(decorator))) {
+    throw new InboxOptionsError(
+      'decorator',
+      `must be a property name, e.g. 'billingInbox'; got ${JSON.stringify(decorator)}`,
+    );
+  }
+  if (decorator !== undefined && app.hasDecorator(decorator)) {
+    throw new InboxOptionsError(
+      'decorator',
+      `"${decorator}" is already decorated on this app: give each inbox its own name`,
+    );
+  }
+  // The app's logger by default, so the inbox's lines carry Fastify's request-independent
+  // bindings and go where the app's go.
   const core =
-    'inbox' in rest && rest.inbox instanceof Inbox ? rest.inbox : createInbox(rest as InboxOptions);
-  if (!app.hasDecorator('webhookInbox')) app.decorate('webhookInbox', core);
+    'inbox' in rest && rest.inbox instanceof Inbox
+      ? rest.inbox
+      : createInbox({ logger: app.log, ...(rest as InboxOptions) });
+  if (decorator !== undefined) app.decorate(decorator, core);
+  else if (!app.hasDecorator('webhookInbox')) app.decorate('webhookInbox', core);
   // Close only what this plugin created: an inbox passed in may be shared with a worker or CLI.
   if (core !== (rest as { inbox?: Inbox }).inbox) app.addHook('onClose', () => core.close());
 
@@ -88,21 +144,23 @@ const plugin: FastifyPluginAsync<FastifyInboxOptions> = async (app, options) => 
       // parsers that buffer for it, so it plays no part here.
       scope.removeAllContentTypeParsers();
       scope.addContentTypeParser('*', (_request, payload, done) => done(null, payload));
-      scope.get('/health', async (_request: FastifyRequest, reply: FastifyReply) =>
+      scope.get('/health', { schema: HEALTH_SCHEMA }, async (_request: FastifyRequest, reply: FastifyReply) =>
         send(reply, await core.healthOutcome().catch((err) => core.outcomeForError(err))),
       );
       scope.route({
         method: [...OTHER_METHODS],
         url: '/',
+        schema: NOT_ALLOWED_SCHEMA,
         handler: async (_request: FastifyRequest, reply: FastifyReply) => send(reply, methodNotAllowed()),
       });
-      scope.post('/', async (request: FastifyRequest, reply: FastifyReply) => {
+      scope.post('/', { schema: DELIVERY_SCHEMA }, async (request: FastifyRequest, reply: FastifyReply) => {
         try {
           // No body at all (Content-Length: 0, no type): Fastify runs no parser.
           const stream = request.body as BodyStream | undefined;
           // Header lists unjoined (`headersDistinct` of the Node request): a repeated id, key or
           // seq header is refused by the core instead of being read as one joined value.
-          const headers = request.raw.headersDistinct;
+          // `app.inject()`'s request (light-my-request) has no headersDistinct: its headers then.
+          const headers = request.raw.headersDistinct ?? request.headers;
           const outcome = stream
             ? await core.receiveStream(headers, stream)
             : await core.receive({ headers, rawBody: EMPTY });
