@@ -5,13 +5,14 @@
  * handler gets the schema's output (defaults filled in), also for an event that waited held.
  */
 import { randomUUID } from 'node:crypto';
+import type { StandardSchemaV1 as SpecSchema } from '@standard-schema/spec';
 import express from 'express';
 import request from 'supertest';
 import * as v from 'valibot';
 import { afterAll, beforeAll, describe, expect, expectTypeOf, test } from 'vitest';
 import { z } from 'zod';
 import { inbox as expressInbox } from '../adapters/express.js';
-import { createInbox, type Inbox, InboxOptionsError } from '../src/index.js';
+import { createInbox, type Inbox, InboxOptionsError, type StandardSchemaV1 } from '../src/index.js';
 import { type Target, type TargetDb, targets } from './support/databases.js';
 
 const zodPayment = z.object({
@@ -127,6 +128,13 @@ describe('the bodySchema option', () => {
     expect(() =>
       createInbox({ db: 'memory', handle: () => {}, bodySchema: { parse() {} } as never }),
     ).toThrow(/bodySchema/);
+  });
+
+  test('our copy of the Standard Schema interface accepts what the spec describes', () => {
+    // The spec's own type (types only, @standard-schema/spec) fits the option's type.
+    expectTypeOf<SpecSchema<unknown, { n: number }>>().toExtend<StandardSchemaV1<unknown, { n: number }>>();
+    expectTypeOf(zodPayment).toExtend<SpecSchema>();
+    expectTypeOf(valibotPayment).toExtend<StandardSchemaV1>();
   });
 
   test("types event.body as the schema's output", () => {

@@ -21,7 +21,9 @@ import { postgresUrl, uniqueName } from './support/databases.js';
 const run = promisify(execFile);
 const repo = resolve(import.meta.dirname, '..');
 const tsc = join(repo, 'node_modules', 'typescript', 'bin', 'tsc');
-const FRAMEWORKS = ['express', 'koa', 'fastify'] as const;
+const FRAMEWORKS = ['express', 'koa', 'fastify', 'hono', 'fetch'] as const;
+/** The minimal apps of examples/ that type-check against the published package. */
+const EXAMPLES = ['express', 'koa', 'fastify', 'hono'] as const;
 /** Installed next to the tarball, at the versions this repository tests with (so the npm cache has them). */
 const CONSUMER_DEPS = [
   '@electric-sql/pglite',
@@ -32,6 +34,8 @@ const CONSUMER_DEPS = [
   '@types/express',
   '@types/koa',
   '@types/node',
+  'hono',
+  '@hono/node-server',
 ];
 
 const version = (name: string) =>
@@ -86,6 +90,40 @@ void decorated;
 await deliverOne(app.server.listen(0, '127.0.0.1'));
 await app.close(); // closes the inbox too (onClose)
 `,
+  hono: `
+import { Hono } from 'hono';
+import type { InboxEvent } from 'webhook-inbox';
+import { inbox } from 'webhook-inbox/hono';
+import { inboxOptions } from './deliver.js';
+
+const app = new Hono();
+const middleware = inbox({ ...inboxOptions, path: '/webhooks', handle: (event: InboxEvent<{ n: number }>) => ({ doubled: event.body.n * 2 }) });
+app.use(middleware);
+// Hono's own in-process request: a fetch Request through the app.
+const res = await app.request('/webhooks', {
+  method: 'POST',
+  headers: { 'content-type': 'application/json', 'idempotency-key': 'pkg-1' },
+  body: JSON.stringify({ n: 21 }),
+});
+console.log(JSON.stringify({ status: res.status, body: await res.json() }));
+await middleware.inbox.close();
+`,
+  fetch: `
+import { handler } from 'webhook-inbox/fetch';
+import { inboxOptions } from './deliver.js';
+
+// A Next.js route handler's shape: a plain Request in, a Response out.
+const POST = handler<any, { n: number }>({ ...inboxOptions, handle: (event) => ({ doubled: event.body.n * 2 }) });
+const res = await POST(
+  new Request('http://localhost/webhooks', {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'idempotency-key': 'pkg-1' },
+    body: JSON.stringify({ n: 21 }),
+  }),
+);
+console.log(JSON.stringify({ status: res.status, body: await res.json() }));
+await POST.inbox.close();
+`,
 };
 
 const DELIVER = `
@@ -122,12 +160,14 @@ import { createInbox, type InboxOptions } from 'webhook-inbox';
 import { inbox as expressInbox } from 'webhook-inbox/express';
 import { inbox as fastifyInbox } from 'webhook-inbox/fastify';
 import { inbox as koaInbox } from 'webhook-inbox/koa';
+import { inbox as honoInbox } from 'webhook-inbox/hono';
+import { handler as fetchHandler } from 'webhook-inbox/fetch';
 import { createSender } from 'webhook-inbox/sender';
 import { createConsole } from 'webhook-inbox/console';
 import * as testing from 'webhook-inbox/testing';
 
 const options: InboxOptions = { db: 'memory', handle: () => ({ ok: true }) };
-export const used = [createInbox, expressInbox, fastifyInbox, koaInbox, createSender, createConsole, testing, options];
+export const used = [createInbox, expressInbox, fastifyInbox, koaInbox, honoInbox, fetchHandler, createSender, createConsole, testing, options];
 `;
 const RESOLUTIONS = {
   node16: { module: 'Node16', moduleResolution: 'Node16' },
@@ -276,7 +316,7 @@ const adapter = require('webhook-inbox/${framework}');
 console.log(JSON.stringify({
   createInbox: typeof core.createInbox,
   standardWebhooks: typeof core.standardWebhooks,
-  inbox: typeof adapter.inbox,
+  inbox: typeof (adapter.inbox ?? adapter.handler), // webhook-inbox/fetch exports handler
   sameInbox: adapter.Inbox === core.Inbox,
 }));
 `,
@@ -284,7 +324,7 @@ console.log(JSON.stringify({
   }
   // The minimal example apps in examples/ must type-check against the published package too.
   mkdirSync(join(consumer, 'examples'));
-  for (const framework of FRAMEWORKS) {
+  for (const framework of EXAMPLES) {
     cpSync(join(repo, 'examples', `${framework}.ts`), join(consumer, 'examples', `${framework}.ts`));
   }
   // One tsc run for both; it emits out/*.js, which the ESM cases run. The three
@@ -317,10 +357,19 @@ afterAll(async () => {
 });
 
 describe('the packed package', () => {
-  test('exports lists types first for ., ./express, ./koa, ./fastify, ./console and ./providers, and ships what they point to', () => {
+  test('exports lists types first for ., ./express, ./koa, ./fastify, ./hono, ./fetch, ./console and ./providers, and ships what they point to', () => {
     const installed = join(scratch, 'consumer', 'node_modules', 'webhook-inbox');
     const manifest = JSON.parse(readFileSync(join(installed, 'package.json'), 'utf8'));
-    for (const subpath of ['.', './express', './koa', './fastify', './console', './providers']) {
+    for (const subpath of [
+      '.',
+      './express',
+      './koa',
+      './fastify',
+      './hono',
+      './fetch',
+      './console',
+      './providers',
+    ]) {
       const entry = manifest.exports[subpath];
       expect(Object.keys(entry)[0], subpath).toBe('types');
       for (const file of Object.values(entry) as string[]) {
