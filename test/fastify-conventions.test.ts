@@ -7,6 +7,7 @@
 import { Writable } from 'node:stream';
 import swagger from '@fastify/swagger';
 import Fastify from 'fastify';
+import rawBody from 'fastify-raw-body';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { inbox } from '../adapters/fastify.js';
 import { type Inbox, InboxOptionsError } from '../src/index.js';
@@ -91,6 +92,39 @@ describe('the Fastify plugin', () => {
       again.register(inbox, { ...options(), prefix: '/b', decorator: 'billingInbox', handle: () => {} }),
     ).rejects.toThrow(InboxOptionsError);
     await again.close();
+  });
+
+  test('beside fastify-raw-body registered for the whole app, deliveries are applied from the exact bytes', async () => {
+    const app = Fastify();
+    await app.register(rawBody, { global: true, runFirst: true, encoding: false });
+    await app.register(inbox, {
+      ...options(),
+      prefix: '/webhooks',
+      handle: (event) => ({ got: event.body }),
+    });
+    app.post('/orders', async (request) => ({ raw: Buffer.isBuffer(request.rawBody), body: request.body }));
+    try {
+      const reply = await app.inject({
+        method: 'POST',
+        url: '/webhooks',
+        headers: { 'content-type': 'application/json', 'idempotency-key': 'evt_raw_1' },
+        payload: '{ "a" : 1 }',
+      });
+      expect(reply.statusCode).toBe(200);
+      expect(reply.json()).toMatchObject({ status: 'processed', result: { got: { a: 1 } } });
+      const stored = await app.webhookInbox.event('evt_raw_1');
+      expect(stored?.status).toBe('processed');
+      // The app's own routes keep fastify-raw-body's rawBody and Fastify's JSON parser.
+      const order = await app.inject({
+        method: 'POST',
+        url: '/orders',
+        headers: { 'content-type': 'application/json' },
+        payload: '{"sku":"a"}',
+      });
+      expect(order.json()).toEqual({ raw: true, body: { sku: 'a' } });
+    } finally {
+      await app.close();
+    }
   });
 
   test('the routes show in the @fastify/swagger document; 405 routes are hidden', async () => {
