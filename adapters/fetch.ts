@@ -74,8 +74,9 @@ export async function receiveRequest(core: Inbox, request: Request): Promise<Out
         'Hand the inbox the Request before anything reads its body (request.json(), request.text()), or a request.clone() made before.',
       );
     }
-    // Fetch joins a repeated header's values with ", ": the core reads such a joined id, key or
-    // seq as malformed (400), which is the same answer a repeated header gets elsewhere.
+    // Fetch joins a repeated header's values with ", " and cannot tell them apart: a repeated
+    // X-Seq is then malformed (400), but a repeated id or key reads as one value with a comma.
+    // The Node adapters (Express, Koa, Fastify) see the repetition and refuse it.
     const headers: Record<string, string> = {};
     request.headers.forEach((value, name) => {
       headers[name] = value;
