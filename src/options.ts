@@ -6,6 +6,7 @@ import { InboxOptionsError } from './errors.js';
 import type { HandlerContext, InboxEvent } from './event.js';
 import type { Logger } from './logger.js';
 import type { MetricsOptions, RegistryLike } from './metrics.js';
+import { bool, describe, headerName, IDENTIFIER, integer, oneOf } from './option-checks.js';
 import type { Provider } from './providers.js';
 import { type Fields, type ResolvedSource, resolveSource } from './receive/field-source.js';
 import type { Verify } from './receive/verify.js';
@@ -289,64 +290,7 @@ export interface ResolvedOptions {
   readonly maxPending: number;
 }
 
-const IDENTIFIER = /^[a-z_][a-z0-9_]{0,39}$/;
-const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9a-z-]+$/;
 const noop = () => {};
-
-function integer(
-  options: Record<string, unknown>,
-  name: string,
-  fallback: number,
-  min: number,
-  max: number,
-): number {
-  const value = options[name];
-  if (value === undefined) return fallback;
-  if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
-    throw new InboxOptionsError(name, `must be an integer from ${min} to ${max}; got ${describe(value)}`);
-  }
-  return value;
-}
-
-function oneOf<T extends string | number>(
-  options: Record<string, unknown>,
-  name: string,
-  allowed: readonly T[],
-): T {
-  const value = options[name];
-  if (value === undefined) return allowed[0];
-  if (!allowed.includes(value as T)) {
-    throw new InboxOptionsError(
-      name,
-      `must be one of ${allowed.map((a) => JSON.stringify(a)).join(', ')}; got ${describe(value)}`,
-    );
-  }
-  return value as T;
-}
-
-function bool(options: Record<string, unknown>, name: string, fallback: boolean): boolean {
-  const value = options[name];
-  if (value === undefined) return fallback;
-  if (typeof value !== 'boolean')
-    throw new InboxOptionsError(name, `must be a boolean; got ${describe(value)}`);
-  return value;
-}
-
-function describe(value: unknown): string {
-  if (typeof value === 'string') return JSON.stringify(value.length > 40 ? value.slice(0, 40) + '…' : value);
-  if (typeof value === 'function') return 'a function';
-  if (value === null) return 'null';
-  if (typeof value === 'object') return Array.isArray(value) ? 'an array' : 'an object';
-  return String(value);
-}
-
-function headerName(value: unknown, name: string, fallback: string): string {
-  if (value === undefined) return fallback;
-  if (typeof value !== 'string' || !HEADER_NAME.test(value.toLowerCase())) {
-    throw new InboxOptionsError(name, `must be an HTTP header name; got ${describe(value)}`);
-  }
-  return value.toLowerCase();
-}
 
 /** `db: 'memory'`: the embedded database in memory, chosen knowingly (no warning). */
 const MEMORY = 'memory';

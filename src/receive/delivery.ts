@@ -46,7 +46,6 @@ function single(raw: Delivery['headers'], headers: Record<string, string>, name:
  */
 export function decodeKey(value: string, name: string): string {
   let text = value;
-  // biome-ignore lint/suspicious/noControlCharactersInRegex: the test is for bytes past ASCII.
   if (/^[\x00-\xff]*$/.test(value) && /[\x80-\xff]/.test(value)) {
     try {
       text = UTF8.decode(Buffer.from(value, 'latin1'));

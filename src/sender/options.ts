@@ -1,5 +1,6 @@
 import type { DatabaseInput } from '../database.js';
 import { InboxOptionsError } from '../errors.js';
+import { bool, describe, headerName, IDENTIFIER, integer } from '../option-checks.js';
 import { decodeSecret } from './signature.js';
 
 export interface BreakerOptions {
@@ -99,8 +100,6 @@ export interface ResolvedSenderOptions {
   readonly random: () => number;
 }
 
-const IDENTIFIER = /^[a-z_][a-z0-9_]{0,39}$/;
-const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9a-z-]+$/;
 const KNOWN = new Set([
   'endpoint',
   'concurrency',
@@ -125,47 +124,8 @@ const KNOWN = new Set([
   'random',
 ]);
 
-function describe(value: unknown): string {
-  if (typeof value === 'string') return JSON.stringify(value.length > 40 ? value.slice(0, 40) + '…' : value);
-  if (typeof value === 'function') return 'a function';
-  if (value === null) return 'null';
-  if (typeof value === 'object') return Array.isArray(value) ? 'an array' : 'an object';
-  return String(value);
-}
-
 function fail(option: string, message: string): never {
   throw new InboxOptionsError(option, message);
-}
-
-function integer(
-  o: Record<string, unknown>,
-  name: string,
-  fallback: number,
-  min: number,
-  max: number,
-  label = name,
-): number {
-  const value = o[name];
-  if (value === undefined) return fallback;
-  if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
-    fail(label, `must be an integer from ${min} to ${max}; got ${describe(value)}`);
-  }
-  return value;
-}
-
-function bool(o: Record<string, unknown>, name: string, fallback: boolean): boolean {
-  const value = o[name];
-  if (value === undefined) return fallback;
-  if (typeof value !== 'boolean') fail(name, `must be a boolean; got ${describe(value)}`);
-  return value;
-}
-
-function headerName(value: unknown, name: string, fallback: string): string {
-  if (value === undefined) return fallback;
-  if (typeof value !== 'string' || !HEADER_NAME.test(value.toLowerCase())) {
-    fail(name, `must be an HTTP header name; got ${describe(value)}`);
-  }
-  return value.toLowerCase();
 }
 
 /** Every sender option, checked and defaulted in one place. A bad value throws, naming the option. */
