@@ -2,6 +2,7 @@ import { type Kysely, sql } from 'kysely';
 import { baseline } from './migrations/0001-baseline.js';
 import { hostileSenders } from './migrations/0003-hostile-senders.js';
 import { stateMachine } from './migrations/0004-state-machine.js';
+import { latestWins } from './migrations/0005-latest-wins.js';
 import type { Tables } from './sql/tables.js';
 
 /**
@@ -14,6 +15,7 @@ export const migrations: ReadonlyArray<readonly [name: string, up: (t: Tables) =
   ['0001_baseline', baseline],
   ['0003_hostile_senders', hostileSenders],
   ['0004_state_machine', stateMachine],
+  ['0005_latest_wins', latestWins],
 ];
 
 /**

@@ -8,7 +8,7 @@ import type { Logger } from './logger.js';
 import type { MetricsOptions, RegistryLike } from './metrics.js';
 import { bool, describe, headerName, IDENTIFIER, integer, oneOf } from './option-checks.js';
 import type { Provider } from './providers.js';
-import { type Fields, type ResolvedSource, resolveSource } from './receive/field-source.js';
+import { type FieldSource, type Fields, type ResolvedSource, resolveSource } from './receive/field-source.js';
 import type { Verify } from './receive/verify.js';
 import type { RedisInput } from './redis-cache.js';
 
@@ -197,6 +197,19 @@ export interface InboxOptions<TBody = any, DB = any> {
    */
   provider?: Provider;
   /**
+   * How events of one object are ordered. `{ policy: 'seq' }` (the default): contiguous seqs per
+   * key (`X-Key`/`X-Seq` or `fields`), early ones held. `{ policy: 'latest', key, version }`:
+   * never let an older event overwrite a newer one: per key, an event whose version is below
+   * the last applied one is answered 200 `superseded`, recorded and not applied; equal
+   * versions both apply, in arrival order. A `provider` fills `key` and `version`. Inline mode only.
+   *
+   * ```ts
+   * order: { policy: 'latest', key: '/data/object/id', version: '/created' }
+   * ```
+   * @defaultValue { policy: 'seq' }
+   */
+  order?: { policy: 'seq' } | { policy: 'latest'; key?: FieldSource; version?: FieldSource };
+  /**
    * `'inline'`: the handler runs inside the request and 200 means "applied". `'deferred'`:
    * the request only verifies, claims and stores the event as pending and answers 202; workers
    * apply it (slow handlers, senders with short timeouts). @defaultValue 'inline'
@@ -281,6 +294,10 @@ export interface ResolvedOptions {
   readonly tracerProvider: TracerProvider | undefined;
   readonly verify: Verify | undefined;
   readonly provider: Provider | undefined;
+  /** `seq`, or latest-wins with where its key and version are read. */
+  readonly order:
+    | { readonly policy: 'seq' }
+    | { readonly policy: 'latest'; readonly key: ResolvedSource; readonly version: ResolvedSource };
   readonly mode: 'inline' | 'deferred';
   readonly workers: number;
   readonly pollIntervalMs: number;
@@ -402,6 +419,29 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
       : resolveSource(given, `fields.${name}`);
   };
   const fields = { id: fieldSource('id'), key: fieldSource('key'), seq: fieldSource('seq') };
+  const order = (o.order ?? { policy: 'seq' }) as { policy?: unknown; key?: unknown; version?: unknown };
+  if (typeof order !== 'object' || order === null || (order.policy !== 'seq' && order.policy !== 'latest')) {
+    throw new InboxOptionsError('order', "must be { policy: 'seq' } or { policy: 'latest', key, version }");
+  }
+  let resolvedOrder: ResolvedOptions['order'] = { policy: 'seq' };
+  if (order.policy === 'latest') {
+    const preset = provider?.order || undefined;
+    const key = order.key ?? preset?.key;
+    const version = order.version ?? preset?.version;
+    if (key === undefined)
+      throw new InboxOptionsError('order.key', 'is required (or a provider preset that has one)');
+    if (version === undefined) {
+      throw new InboxOptionsError('order.version', 'is required (or a provider preset that has one)');
+    }
+    if (o.mode === 'deferred') {
+      throw new InboxOptionsError('order', "latest-wins runs in inline mode only; drop mode: 'deferred'");
+    }
+    resolvedOrder = {
+      policy: 'latest',
+      key: resolveSource(key as FieldSource, 'order.key'),
+      version: resolveSource(version, 'order.version'),
+    };
+  }
   const logger = (o.logger ?? {}) as Partial<Logger>;
   if (typeof logger !== 'object') throw new InboxOptionsError('logger', 'must be a pino-shaped logger');
   const firstSeq = o.firstSeq === undefined ? 1 : o.firstSeq;
@@ -485,6 +525,7 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
   return {
     verify: (o.verify as Verify | undefined) ?? provider?.verify,
     provider,
+    order: resolvedOrder,
     handle: o.handle as Handler,
     bodySchema: resolveBodySchema(o.bodySchema),
     // 'memory' was an explicit choice of what no `db` means: the embedded database, in memory.

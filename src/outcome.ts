@@ -15,6 +15,8 @@ export const OutcomeKind = Object.freeze({
   unavailable: 'unavailable',
   /** The handler threw RejectEvent: dead-lettered at once, 422. */
   rejected: 'rejected',
+  /** Latest-wins: older than its key's last applied version; recorded, not applied, 200. */
+  superseded: 'superseded',
   /** A request to the webhook path with another method than POST (answered by the adapters). */
   methodNotAllowed: 'method-not-allowed',
   /** Not a delivery: the answer to `GET …/health` (`inbox.healthOutcome()`). */

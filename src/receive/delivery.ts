@@ -13,6 +13,8 @@ export interface ParsedDelivery {
   readonly rawBody: Buffer;
   readonly body: unknown;
   readonly headers: Record<string, string>;
+  /** Latest-wins ordering: the object's key and this event's version; null when off or keyless. */
+  readonly latest: { readonly key: string; readonly version: number } | null;
 }
 
 const PRINTABLE_ASCII = /^[\x20-\x7e]{1,255}$/;
@@ -66,6 +68,22 @@ function checkKey(text: string, name: string): string {
     );
   }
   return text;
+}
+
+const ISO_DATE_TIME = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:\d{2})$/;
+
+/**
+ * A version as a number: an integer (Stripe's `created`), or an ISO 8601 date-time (Shopify's
+ * `X-Shopify-Triggered-At`, Paddle's `occurred_at`) as milliseconds since the epoch; finer
+ * fractions are cut, so two versions within one millisecond are equal (both apply).
+ */
+function versionOf(text: string, name: string): number {
+  if (/^-?[0-9]{1,16}$/.test(text) && Number.isSafeInteger(Number(text))) return Number(text);
+  const ms = ISO_DATE_TIME.test(text) ? Date.parse(text) : Number.NaN;
+  if (!Number.isFinite(ms)) {
+    throw new InvalidDeliveryError(name, `${name} must be an integer or an ISO 8601 date-time`);
+  }
+  return ms;
 }
 
 /** A body's JSON when a field source needs it, whatever the content type; undefined when it is not JSON. */
@@ -122,9 +140,11 @@ export function parseDelivery(
   const hash = bodyHash(rawBody);
 
   const fields = options.fields;
+  const latestOrder = options.order.policy === 'latest' ? options.order : undefined;
+  const latestSources = latestOrder ? [latestOrder.key, latestOrder.version] : [];
   // A body source reads the body before the identity is known: a broken JSON body is then
   // refused first (naming the body), as it is anyway further down.
-  const body = readsBody([fields.id, fields.key, fields.seq])
+  const body = readsBody([fields.id, fields.key, fields.seq, ...latestSources])
     ? parseBody(rawBody, headers['content-type'], options.parse)
     : undefined;
   const fd: FieldDelivery = {
@@ -156,8 +176,9 @@ export function parseDelivery(
     throw new InvalidDeliveryError(idName, `${idName} must be 1-255 printable ASCII characters`);
   }
 
-  const keyField = textOf(fields.key, delivery.headers, fd);
-  const seqField = textOf(fields.seq, delivery.headers, fd);
+  // Under latest-wins, the seq stream's fields are not read: one key is in one policy.
+  const keyField = latestOrder ? undefined : textOf(fields.key, delivery.headers, fd);
+  const seqField = latestOrder ? undefined : textOf(fields.seq, delivery.headers, fd);
   const keyName = fields.key.label;
   const seqName = fields.seq.label;
   let key: string | null = null;
@@ -181,10 +202,30 @@ export function parseDelivery(
     seq = n;
   }
 
+  let latest: ParsedDelivery['latest'] = null;
+  if (latestOrder) {
+    const { key: keySource, version: versionSource } = latestOrder;
+    const objectKey = textOf(keySource, delivery.headers, fd);
+    if (objectKey !== undefined) {
+      const text = objectKey.fromHeader
+        ? decodeKey(objectKey.text, keySource.label)
+        : checkKey(objectKey.text, keySource.label);
+      const version = textOf(versionSource, delivery.headers, fd);
+      if (version === undefined) {
+        throw new InvalidDeliveryError(
+          versionSource.label,
+          `${versionSource.label} is required when ${keySource.label} is present`,
+        );
+      }
+      latest = { key: text, version: versionOf(version.text, versionSource.label) };
+    }
+  }
+
   return {
     id,
     key,
     seq,
+    latest,
     hash,
     rawBody,
     body: body !== undefined ? body : parseBody(rawBody, headers['content-type'], options.parse),

@@ -38,6 +38,7 @@ import { storableHeaders } from '../payload.js';
 import type { CachedEvent } from '../processed-cache.js';
 import type { Runtime } from '../runtime.js';
 import type { ClaimRow } from '../sql/claim.js';
+import type { ClaimLatestRow } from '../sql/claim-latest.js';
 import type { TakenEvent } from '../sql/taken-event.js';
 import { inSpan, parentOf, recordError, SpanAttributes } from '../tracing.js';
 import { type ParsedDelivery, parseDelivery } from './delivery.js';
@@ -237,6 +238,7 @@ function fromProcessed(rt: Runtime, d: ParsedDelivery, e: CachedEvent): Outcome 
  * queue was most of a held event's wait).
  */
 function claimAndApply(rt: Runtime, bg: Background, d: ParsedDelivery, obs: Observation): Promise<Outcome> {
+  if (d.latest) return claimLatestAndApply(rt, d, d.latest, obs);
   const key = d.key;
   if (key === null || rt.options.mode === 'deferred') {
     return claimAndApplyOn(rt, bg, d, obs, undefined).then((settled) => settled.outcome);
@@ -248,6 +250,90 @@ function claimAndApply(rt: Runtime, bg: Background, d: ParsedDelivery, obs: Obse
       if (settled.drain) await bg.drainOn(key, conn, obs.parent);
     });
     rt.track(work.catch((err) => resolve(respond.infrastructureFailure(rt.options, err))));
+  });
+}
+
+/**
+ * Latest-wins: `claim_latest` decides under the object's key row (superseded, or apply and move
+ * its version), and the handler runs in the same transaction, as for any claim. The event row
+ * has no key or seq: to the rest of the inbox it is an unordered event.
+ */
+async function claimLatestAndApply(
+  rt: Runtime,
+  d: ParsedDelivery,
+  latest: NonNullable<ParsedDelivery['latest']>,
+  obs: Observation,
+): Promise<Outcome> {
+  const o = rt.options;
+  let claimedAt = 0;
+  let applied: Awaited<ReturnType<typeof applyOne<{ claim: ClaimLatestRow; event?: TakenEvent }>>>;
+  try {
+    applied = await applyOne(rt, {
+      take: async (tx) => {
+        claimedAt = performance.now();
+        const claim = await inSpan(rt.tracer, 'webhook-inbox.claim', obs.parent, () =>
+          rt.statements.claimLatest(tx, {
+            source: o.source,
+            id: d.id,
+            key: latest.key,
+            version: latest.version,
+            hash: d.hash,
+            lockTimeout: o.onInFlight === 'reject' ? '1ms' : rt.lockTimeout,
+          }),
+        );
+        if (claim.decision !== 'apply') return { claim };
+        const event: TakenEvent = {
+          id: d.id,
+          key: null,
+          seq: null,
+          hash: d.hash,
+          payload: d.rawBody,
+          headers: d.headers,
+          attempts: claim.attempts,
+          receivedAt: claim.receivedAt,
+          body: d.body,
+        };
+        return { claim, event };
+      },
+      parent: obs.parent,
+    });
+  } catch (err) {
+    return respond.infrastructureFailure(o, err);
+  }
+  const claim = applied.took.claim;
+  if (applied.status === 'failed') {
+    const failure = applied.failure;
+    if (failure?.decision !== 'dead') return respond.handlerFailed(d.id);
+    return failure.reason === 'rejected' ? respond.rejected(d.id) : respond.deadLettered(d.id, 'poison');
+  }
+  rt.metrics.claimToCommit((performance.now() - claimedAt) / 1000);
+  if (applied.status === 'applied') return respond.processed(d.id, applied.result);
+  if (claim.decision === 'superseded') {
+    o.logger.debug(
+      { id: d.id, key: latest.key, version: latest.version, latest: claim.latest, source: o.source },
+      'webhook-inbox: superseded (a newer version of its key was applied)',
+    );
+    // Remembered as processed: a redelivery is a duplicate, answered with the recorded result.
+    rt.rememberProcessed({ id: d.id, hash: d.hash, key: null, seq: null }, JSON.stringify(claim.result));
+    return respond.superseded(d.id, latest.key, latest.version, claim.latest);
+  }
+  if (claim.decision === 'duplicate') {
+    rt.processed.remember(
+      d.id,
+      d.hash,
+      null,
+      null,
+      claim.result === null ? undefined : JSON.stringify(claim.result),
+    );
+  }
+  return respond.decided(o, d, {
+    decision: claim.decision,
+    result: claim.result,
+    expected: null,
+    reason: claim.reason,
+    attempts: claim.attempts,
+    drain: false,
+    receivedAt: claim.receivedAt,
   });
 }
 

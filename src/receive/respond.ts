@@ -24,6 +24,11 @@ export function duplicate(id: string, result: unknown): Outcome {
   return ok(OutcomeKind.duplicate, 200, { status: 'duplicate', id, result }, true);
 }
 
+/** Latest-wins: a newer version of the object was applied already; this one is recorded, not applied. */
+export function superseded(id: string, key: string, version: number, latest: number | null): Outcome {
+  return ok(OutcomeKind.superseded, 200, { status: 'superseded', id, key, version, latest });
+}
+
 export function deadLettered(id: string, reason: string | null): Outcome {
   return ok(OutcomeKind.deadLettered, 200, { status: 'dead-lettered', id, reason });
 }

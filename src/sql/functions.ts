@@ -1,5 +1,6 @@
 import { advanceFunction } from './advance.js';
 import { claimFunction } from './claim.js';
+import { claimLatestFunction } from './claim-latest.js';
 import { failFunction } from './fail.js';
 import { notifyPendingFunction } from './notify-pending.js';
 import { sweepFunction } from './sweep.js';
@@ -16,6 +17,7 @@ import { takeTurnFunction } from './take-turn.js';
 export const functionDefinitions: ReadonlyArray<readonly [name: string, definition: (t: Tables) => string]> =
   [
     ['claim', claimFunction],
+    ['claim_latest', claimLatestFunction],
     ['take_next', takeNextFunction],
     ['take_pending', takePendingFunction],
     ['take_turn', takeTurnFunction],

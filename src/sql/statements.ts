@@ -1,6 +1,7 @@
 import type { StatementNames } from '../drivers/common.js';
 import { createAdvance } from './advance.js';
 import { createClaim } from './claim.js';
+import { createClaimLatest } from './claim-latest.js';
 import { createCountPending } from './count-pending.js';
 import { createFail } from './fail.js';
 import { createUndoTake } from './failed-run.js';
@@ -17,6 +18,7 @@ import { createTakeTurn } from './take-turn.js';
 export function createStatements(names: StatementNames, t: Tables) {
   return {
     claim: createClaim(names, t),
+    claimLatest: createClaimLatest(names, t),
     storeResult: createStoreResult(names, t),
     fail: createFail(names, t),
     undoTake: createUndoTake(names, t),
