@@ -21,10 +21,7 @@ interface Applied {
   version: number;
 }
 
-// Skipped: since the last edit of this file these target-backed tests hang before their first
-// test on this shared machine (they passed 14/14 on PGlite and Postgres one edit earlier);
-// the in-memory tests below exercise claim_latest. To be un-skipped once diagnosed.
-describe.skip.each(targets)('latest wins on $name', (target) => {
+describe.each(targets)('latest wins on $name', (target) => {
   let db: TargetDb;
   beforeAll(async () => {
     db = await target.open();
@@ -71,7 +68,7 @@ describe.skip.each(targets)('latest wins on $name', (target) => {
     };
     const close = async () => {
       await sql`drop schema if exists ${sql.id(schema)} cascade`.execute(await inbox.kysely());
-      await close();
+      await inbox.close();
     };
     return { inbox, applied, post, superseded, close };
   }
