@@ -397,10 +397,11 @@ export function report(cells: Cell[], o: ReportOptions): Goal[] {
       `${o.connections} connections, pool of ${o.poolSize} PostgreSQL connections per server; ${o.pinned ? 'server pinned to core 0 and load generator to core 1 with taskset; PostgreSQL unpinned' : 'not pinned'}; ${o.elapsedS} s in all).`,
     '',
     `Machine: ${m.nproc} × ${m.cpu}, ${m.memoryGb} GB, Node ${m.node}, PostgreSQL ${m.postgres}, Redis ${m.redis}. ` +
-      `Load average (1 min) ${o.loadAtStart.toFixed(2)} at the start and ${o.loadAtEnd.toFixed(2)} at the end` +
-      (Math.max(o.loadAtStart, o.loadAtEnd) > 1.5
-        ? ' — **above 1.5: something else ran; discard these figures**.'
-        : ': nothing else ran (the bench is its own load: the server and PostgreSQL on one core, autocannon on the other).'),
+      `Load average (1 min) ${o.loadAtStart.toFixed(2)} before the run` +
+      (o.loadAtStart > 1.5
+        ? ' — **above 1.5: something else was running; discard these figures**'
+        : ', nothing else running') +
+      `; ${o.loadAtEnd.toFixed(2)} at its end, which is the bench's own load (the server and PostgreSQL keep one core busy, autocannon the other: about 2).`,
     '',
     '![requests/s per workload and contender](bench/results/chart.svg)',
     '',
