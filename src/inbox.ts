@@ -22,12 +22,13 @@ import type {
   ReplaySelection,
   SkipResult,
 } from './operations/index.js';
-import { type InboxOptions, type ResolvedOptions, resolveOptions } from './options.js';
+import type { InboxOptions, ResolvedOptions } from './options.js';
 import type { Outcome } from './outcome.js';
 import { deliveriesSettled, receive, receiveStream } from './receive/pipeline.js';
 import type { BodyStream } from './receive/raw-body.js';
 import type { Delivery } from './receive/request.js';
 import { outcomeForError } from './receive/respond.js';
+import { resolveOptions } from './resolve-options.js';
 import { Runtime } from './runtime.js';
 import { type KeyState, keyState, listEvents, type StoredEvent } from './sql/inspect.js';
 import type { Tables } from './sql/tables.js';

@@ -48,7 +48,7 @@ export type { Handler, InboxOptions, ResolvedOptions } from './options.js';
 export type { Outcome } from './outcome.js';
 export { OutcomeKind } from './outcome.js';
 export type { Provider } from './providers.js';
-export type { FieldDelivery, FieldSource, Fields } from './receive/field-source.js';
+export type { FieldDelivery, FieldSource, Fields, ResolvedSource } from './receive/field-source.js';
 export type { Delivery } from './receive/request.js';
 export type { Secrets, VerifiableDelivery, VerifiedDelivery, Verify } from './receive/verify.js';
 export {

@@ -100,7 +100,7 @@ describe.each(targets)('latest wins on $name', (target) => {
   });
 
   test('older then newer applies both, in order; equal versions apply both in arrival order', async () => {
-    const { inbox, applied, post, close } = await open();
+    const { applied, post, close } = await open();
     const object = uid('pi');
     expect((await post('a', object, 1)).kind).toBe('processed');
     expect((await post('b', object, 2)).kind).toBe('processed');

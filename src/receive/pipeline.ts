@@ -253,6 +253,33 @@ function claimAndApply(rt: Runtime, bg: Background, d: ParsedDelivery, obs: Obse
   });
 }
 
+/** A delivery the claim said to apply now, as the apply path takes it. */
+function taken(
+  d: Pick<ParsedDelivery, 'id' | 'key' | 'seq' | 'hash' | 'rawBody' | 'headers' | 'body'>,
+  claim: { attempts: number; receivedAt: Date },
+): TakenEvent {
+  return {
+    id: d.id,
+    key: d.key,
+    seq: d.seq,
+    hash: d.hash,
+    payload: d.rawBody,
+    headers: d.headers,
+    attempts: claim.attempts,
+    receivedAt: claim.receivedAt,
+    body: d.body,
+  };
+}
+
+/**
+ * How long a claim waits for a concurrent delivery of its id or key. With onInFlight 'reject'
+ * it gives up at once (Postgres has no zero lock_timeout; 0 means none), answered 409 like a
+ * timeout.
+ */
+function claimLockTimeout(rt: Runtime): string {
+  return rt.options.onInFlight === 'reject' ? '1ms' : rt.lockTimeout;
+}
+
 /**
  * Latest-wins: `claim_latest` decides under the object's key row (superseded, or apply and move
  * its version), and the handler runs in the same transaction, as for any claim. The event row
@@ -278,22 +305,12 @@ async function claimLatestAndApply(
             key: latest.key,
             version: latest.version,
             hash: d.hash,
-            lockTimeout: o.onInFlight === 'reject' ? '1ms' : rt.lockTimeout,
+            lockTimeout: claimLockTimeout(rt),
           }),
         );
         if (claim.decision !== 'apply') return { claim };
-        const event: TakenEvent = {
-          id: d.id,
-          key: null,
-          seq: null,
-          hash: d.hash,
-          payload: d.rawBody,
-          headers: d.headers,
-          attempts: claim.attempts,
-          receivedAt: claim.receivedAt,
-          body: d.body,
-        };
-        return { claim, event };
+        // To the rest of the inbox a latest-wins event is unordered: no key, no seq.
+        return { claim, event: taken({ ...d, key: null, seq: null }, claim) };
       },
       parent: obs.parent,
     });
@@ -370,24 +387,11 @@ async function claimAndApplyOn(
             firstSeen: o.firstSeq === 'first-seen',
             maxHeld: o.maxHeldPerKey,
             maxAhead: o.maxSeqAhead,
-            // onInFlight 'reject': a delivery that finds its id or key locked gives up at once
-            // (Postgres has no zero lock_timeout; 0 means none), answered 409 like a timeout.
-            lockTimeout: o.onInFlight === 'reject' ? '1ms' : rt.lockTimeout,
+            lockTimeout: claimLockTimeout(rt),
           }),
         );
         if (claim.decision !== 'apply') return { claim };
-        const event: TakenEvent = {
-          id: d.id,
-          key: d.key,
-          seq: d.seq,
-          hash: d.hash,
-          payload: d.rawBody,
-          headers: d.headers,
-          attempts: claim.attempts,
-          receivedAt: claim.receivedAt,
-          body: d.body,
-        };
-        return { claim, event };
+        return { claim, event: taken(d, claim) };
       },
       parent: obs.parent,
       db,

@@ -1,0 +1,289 @@
+import type { TracerProvider } from '@opentelemetry/api';
+import { resolveBodySchema } from './body-schema.js';
+import type { DatabaseInput } from './database.js';
+import { parseDuration } from './duration.js';
+import { InboxOptionsError } from './errors.js';
+import type { Logger } from './logger.js';
+import type { MetricsOptions } from './metrics.js';
+import { bool, describe, headerName, IDENTIFIER, integer, oneOf } from './option-checks.js';
+import type { Handler, InboxOptions, ResolvedOptions } from './options.js';
+import type { Provider } from './providers.js';
+import { type FieldSource, type Fields, type ResolvedSource, resolveSource } from './receive/field-source.js';
+import type { Verify } from './receive/verify.js';
+import type { RedisInput } from './redis-cache.js';
+
+/**
+ * Every inbox option checked and defaulted in one place (`resolveOptions`): a bad value throws
+ * InboxOptionsError naming the option and what it must be. The options themselves, with their
+ * documentation, are in options.ts.
+ */
+const noop = () => {};
+
+/** `db: 'memory'`: the embedded database in memory, chosen knowingly (no warning). */
+const MEMORY = 'memory';
+let warnedInMemory = false;
+
+/**
+ * No `db` and no `dataDir`. In production that is almost always an unset `DATABASE_URL`, and
+ * running in memory would lose every event and every write of the handler on restart, the very
+ * failure this library exists to prevent: refuse. Elsewhere (tests, a first try) run in memory,
+ * and say so once per process, and to each inbox's logger.
+ */
+function noDatabaseGiven(logger: Partial<Logger> | undefined): void {
+  if (process.env.NODE_ENV === 'production') {
+    throw new InboxOptionsError(
+      'db',
+      "is required when NODE_ENV=production: without it, events and the handler's writes would be kept in memory and lost on restart. " +
+        "Pass a PostgreSQL connection string or pool (e.g. db: process.env.DATABASE_URL, and check that it is set), or opt in to the embedded database with db: 'memory' or dataDir",
+    );
+  }
+  const message =
+    "webhook-inbox: no `db` option: events are kept in an in-memory database and lost when the process ends. Pass a PostgreSQL connection string (db: process.env.DATABASE_URL), or db: 'memory' to choose this knowingly";
+  if (typeof logger?.warn === 'function') logger.warn({ db: undefined }, message);
+  if (!warnedInMemory) {
+    warnedInMemory = true;
+    process.emitWarning(message, 'WebhookInboxWarning');
+  }
+}
+
+/** Every option, checked and defaulted in one place. A bad value throws, naming the option. */
+export function resolveOptions(input: InboxOptions): ResolvedOptions {
+  if (!input || typeof input !== 'object') throw new InboxOptionsError('options', 'must be an object');
+  const o = input as unknown as Record<string, unknown>;
+  if (typeof o.handle !== 'function')
+    throw new InboxOptionsError('handle', `must be a function; got ${describe(o.handle)}`);
+  const source = o.source ?? 'default';
+  if (
+    typeof source !== 'string' ||
+    source.length < 1 ||
+    source.length > 100 ||
+    !/^[\x21-\x7e]+$/.test(source)
+  ) {
+    throw new InboxOptionsError(
+      'source',
+      `must be 1-100 printable ASCII characters; got ${describe(source)}`,
+    );
+  }
+  const schema = o.schema ?? 'webhook_inbox';
+  if (typeof schema !== 'string' || !IDENTIFIER.test(schema)) {
+    throw new InboxOptionsError(
+      'schema',
+      `must be a lower-case SQL identifier (a-z, 0-9, _; at most 40); got ${describe(schema)}`,
+    );
+  }
+  const tablePrefix = o.tablePrefix ?? '';
+  if (typeof tablePrefix !== 'string' || (tablePrefix !== '' && !IDENTIFIER.test(tablePrefix))) {
+    throw new InboxOptionsError(
+      'tablePrefix',
+      `must be empty or a lower-case SQL identifier; got ${describe(tablePrefix)}`,
+    );
+  }
+  if (o.dataDir !== undefined && (typeof o.dataDir !== 'string' || o.dataDir === '')) {
+    throw new InboxOptionsError('dataDir', `must be a directory path; got ${describe(o.dataDir)}`);
+  }
+  if (o.dataDir !== undefined && o.db !== undefined) {
+    throw new InboxOptionsError('dataDir', 'applies to the embedded database only; remove it or remove `db`');
+  }
+  if (o.db === undefined && o.dataDir === undefined) noDatabaseGiven(o.logger as Partial<Logger> | undefined);
+  const h = (o.headers ?? {}) as Record<string, unknown>;
+  if (typeof h !== 'object') throw new InboxOptionsError('headers', 'must be an object');
+  const headers = {
+    id: headerName(h.id, 'headers.id', 'idempotency-key'),
+    key: headerName(h.key, 'headers.key', 'x-key'),
+    seq: headerName(h.seq, 'headers.seq', 'x-seq'),
+  };
+  if (new Set(Object.values(headers)).size !== 3)
+    throw new InboxOptionsError('headers', 'must name three different headers');
+  const f = o.fields ?? {};
+  if (typeof f !== 'object' || f === null) throw new InboxOptionsError('fields', 'must be an object');
+  for (const name of Object.keys(f)) {
+    if (name !== 'id' && name !== 'key' && name !== 'seq') {
+      throw new InboxOptionsError(`fields.${name}`, 'is not a field; fields are id, key and seq');
+    }
+  }
+  const provider = o.provider as Provider | undefined;
+  if (provider !== undefined) {
+    if (provider === null || typeof provider !== 'object' || typeof provider.verify !== 'function') {
+      throw new InboxOptionsError(
+        'provider',
+        'must be a preset of webhook-inbox/providers, e.g. stripe({ secret })',
+      );
+    }
+    if (o.verify !== undefined) {
+      throw new InboxOptionsError(
+        'verify',
+        'is set by `provider`; give the secret to the preset, or drop `provider`',
+      );
+    }
+    if ((f as Fields).id !== undefined) {
+      throw new InboxOptionsError(
+        'fields.id',
+        "is set by `provider`; override it with the preset's `id` option",
+      );
+    }
+  }
+  const fieldSource = (name: 'id' | 'key' | 'seq'): ResolvedSource => {
+    const given = name === 'id' && provider ? provider.id : (f as Record<string, unknown>)[name];
+    return given === undefined
+      ? { kind: 'header', name: headers[name], label: headers[name] }
+      : resolveSource(given, `fields.${name}`);
+  };
+  const fields = { id: fieldSource('id'), key: fieldSource('key'), seq: fieldSource('seq') };
+  const order = (o.order ?? { policy: 'seq' }) as { policy?: unknown; key?: unknown; version?: unknown };
+  if (typeof order !== 'object' || order === null || (order.policy !== 'seq' && order.policy !== 'latest')) {
+    throw new InboxOptionsError('order', "must be { policy: 'seq' } or { policy: 'latest', key, version }");
+  }
+  let resolvedOrder: ResolvedOptions['order'] = { policy: 'seq' };
+  if (order.policy === 'latest') {
+    const preset = provider?.order || undefined;
+    const key = order.key ?? preset?.key;
+    const version = order.version ?? preset?.version;
+    if (key === undefined)
+      throw new InboxOptionsError('order.key', 'is required (or a provider preset that has one)');
+    if (version === undefined) {
+      throw new InboxOptionsError('order.version', 'is required (or a provider preset that has one)');
+    }
+    if (o.mode === 'deferred') {
+      throw new InboxOptionsError('order', "latest-wins runs in inline mode only; drop mode: 'deferred'");
+    }
+    resolvedOrder = {
+      policy: 'latest',
+      key: resolveSource(key as FieldSource, 'order.key'),
+      version: resolveSource(version, 'order.version'),
+    };
+  }
+  const logger = (o.logger ?? {}) as Partial<Logger>;
+  if (typeof logger !== 'object') throw new InboxOptionsError('logger', 'must be a pino-shaped logger');
+  const firstSeq = o.firstSeq === undefined ? 1 : o.firstSeq;
+  if (firstSeq !== 1 && firstSeq !== 'first-seen') {
+    throw new InboxOptionsError('firstSeq', `must be 1 or "first-seen"; got ${describe(firstSeq)}`);
+  }
+  const retryBaseMs = integer(o, 'retryBaseMs', 1000, 1, 3_600_000);
+  const redis = o.redis as RedisInput | undefined;
+  if (redis !== undefined) {
+    if (typeof redis === 'string') {
+      if (!/^rediss?:\/\/./.test(redis))
+        throw new InboxOptionsError(
+          'redis',
+          `must be a redis:// or rediss:// URL or an ioredis client; got ${describe(redis.replace(/\/\/[^@/]*@/, '//…@'))}`,
+        );
+    } else if (
+      !redis ||
+      typeof redis !== 'object' ||
+      typeof redis.get !== 'function' ||
+      typeof redis.set !== 'function'
+    ) {
+      throw new InboxOptionsError(
+        'redis',
+        `must be a redis:// URL or an ioredis client (with get and set); got ${describe(redis)}`,
+      );
+    }
+  }
+  const redisPrefix = o.redisPrefix ?? 'inbox:';
+  if (typeof redisPrefix !== 'string' || redisPrefix.length > 100) {
+    throw new InboxOptionsError(
+      'redisPrefix',
+      `must be a string of at most 100 characters; got ${describe(redisPrefix)}`,
+    );
+  }
+  const metrics = o.metrics as MetricsOptions | undefined;
+  if (
+    metrics !== undefined &&
+    (!metrics ||
+      typeof metrics !== 'object' ||
+      typeof metrics.registry?.registerMetric !== 'function' ||
+      typeof metrics.registry?.getSingleMetric !== 'function')
+  ) {
+    throw new InboxOptionsError('metrics', 'must be `{ registry }` with a prom-client Registry');
+  }
+  const tracerProvider = o.tracerProvider as TracerProvider | undefined;
+  if (tracerProvider !== undefined && typeof tracerProvider?.getTracer !== 'function') {
+    throw new InboxOptionsError(
+      'tracerProvider',
+      `must be an OpenTelemetry TracerProvider; got ${describe(tracerProvider)}`,
+    );
+  }
+  const retryCapMs = integer(o, 'retryCapMs', 60_000, 1, 86_400_000);
+  if (retryCapMs < retryBaseMs) throw new InboxOptionsError('retryCapMs', 'must be at least `retryBaseMs`');
+  if (o.verify !== undefined && typeof o.verify !== 'function') {
+    throw new InboxOptionsError(
+      'verify',
+      `must be a function, e.g. standardWebhooks({ secret }); got ${describe(o.verify)}`,
+    );
+  }
+  let retention: number | false = 7 * 86_400_000;
+  if (o.retention === false) retention = false;
+  else if (o.retention !== undefined) {
+    const ms = parseDuration(o.retention);
+    if (ms === undefined || ms < 1000) {
+      throw new InboxOptionsError(
+        'retention',
+        `must be a number of milliseconds (at least 1000), a duration such as '7d' or '36h', or false; got ${describe(o.retention)}`,
+      );
+    }
+    retention = ms;
+  }
+  const poolSize = integer(o, 'poolSize', 10, 1, 1000);
+  const mode = oneOf(o, 'mode', ['inline', 'deferred'] as const);
+  const workers = integer(
+    o,
+    'workers',
+    mode === 'deferred' ? Math.max(1, Math.min(8, Math.floor(poolSize / 2))) : 0,
+    0,
+    1000,
+  );
+  return {
+    verify: (o.verify as Verify | undefined) ?? provider?.verify,
+    provider,
+    order: resolvedOrder,
+    handle: o.handle as Handler,
+    bodySchema: resolveBodySchema(o.bodySchema),
+    // 'memory' was an explicit choice of what no `db` means: the embedded database, in memory.
+    db: o.db === MEMORY ? undefined : (o.db as DatabaseInput | undefined),
+    dataDir: o.dataDir as string | undefined,
+    poolSize,
+    source,
+    schema,
+    tablePrefix,
+    migrate: bool(o, 'migrate', true),
+    headers,
+    fields,
+    idFromBody: bool(o, 'idFromBody', false),
+    maxBodyBytes: integer(o, 'maxBodyBytes', 1024 * 1024, 1, 256 * 1024 * 1024),
+    bodyTimeoutMs: integer(o, 'bodyTimeoutMs', 5000, 1, 3_600_000),
+    parse: oneOf(o, 'parse', ['auto', 'json', 'raw'] as const),
+    lockTimeoutMs: integer(o, 'lockTimeoutMs', 5000, 1, 600_000),
+    onInFlight: oneOf(o, 'onInFlight', ['wait', 'reject'] as const),
+    keepPayload: bool(o, 'keepPayload', false),
+    firstSeq,
+    maxHeldPerKey: integer(o, 'maxHeldPerKey', 1000, 1, 1_000_000),
+    maxSeqAhead: integer(o, 'maxSeqAhead', 10_000, 1, Number.MAX_SAFE_INTEGER),
+    gapTimeoutMs: integer(o, 'gapTimeoutMs', 30_000, 1, 7 * 86_400_000),
+    onGapTimeout: oneOf(o, 'onGapTimeout', ['skip', 'block'] as const),
+    sweepIntervalMs: integer(o, 'sweepIntervalMs', 1000, 0, 3_600_000),
+    maxAttempts: integer(o, 'maxAttempts', 5, 1, 1000),
+    onPoison: oneOf(o, 'onPoison', ['block', 'skip'] as const),
+    retryBaseMs,
+    retryCapMs,
+    duplicateCacheSize: integer(o, 'duplicateCacheSize', 5000, 0, 1_000_000),
+    retention,
+    logger: {
+      debug: logger.debug?.bind(logger) ?? noop,
+      info: logger.info?.bind(logger) ?? noop,
+      warn: logger.warn?.bind(logger) ?? noop,
+      error: logger.error?.bind(logger) ?? noop,
+    },
+    redis,
+    redisPrefix,
+    redisTimeoutMs: integer(o, 'redisTimeoutMs', 50, 1, 60_000),
+    metrics: metrics ? { registry: metrics.registry } : undefined,
+    tracerProvider,
+    mode,
+    workers,
+    pollIntervalMs: integer(o, 'pollIntervalMs', 1000, 1, 3_600_000),
+    maxInFlight: integer(o, 'maxInFlight', 1000, 1, 1_000_000),
+    poolWaitTimeoutMs: integer(o, 'poolWaitTimeoutMs', 5000, 1, 600_000),
+    handlerTimeoutMs: integer(o, 'handlerTimeoutMs', 30_000, 0, 86_400_000),
+    maxPending: integer(o, 'maxPending', 100_000, 1, Number.MAX_SAFE_INTEGER),
+  };
+}
