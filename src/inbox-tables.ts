@@ -50,6 +50,8 @@ export interface InboxKeysTable {
   blocked_seq: Int8 | null;
   blocked_reason: 'gap' | 'poison' | null;
   updated_at: Date;
+  /** `order: { policy: 'latest' }`: the version last applied for this key. */
+  last_version: Int8 | null;
 }
 
 /** Seqs a key skipped (gap timeout, poison skip, operator skip): a late arrival is dead-lettered. */
@@ -101,6 +103,7 @@ export const INBOX_COLUMNS = {
     'blocked_seq',
     'blocked_reason',
     'updated_at',
+    'last_version',
   ] satisfies (keyof InboxKeysTable)[],
   gaps: ['source', 'key', 'from_seq', 'to_seq', 'reason', 'created_at'] satisfies (keyof InboxGapsTable)[],
 } as const;

@@ -8,17 +8,11 @@
  * costs p + (1 - p)(n + 3) round trips per delivery against 2p + (1 - p)(n + 2) without it: it
  * pays exactly when p > 1/2. So the read is sent in a retry storm and skipped otherwise, and
  * either way the claim still decides: the read only ever answers what the claim would.
- *
- * Redis's GET is cheaper than a round trip to Postgres but not free (a Redis round trip, and
- * the client's CPU): it is skipped while duplicates are rare (under one in ten of late), so
- * that a stream of new events does not pay for a cache it never hits. A duplicate then costs
- * the claim's two round trips, raises the share, and the GETs resume.
  */
 const WEIGHT = 1 / 8;
 
 export class DuplicateOdds {
-  /** Unknown at first: Redis is asked until the traffic shows what it is. */
-  #share = 0.5;
+  #share = 0;
 
   /** A delivery that missed the in-process cache turned out a duplicate, or not. */
   note(duplicate: boolean): void {
@@ -28,10 +22,5 @@ export class DuplicateOdds {
   /** More likely a duplicate than not: the read before BEGIN pays. */
   get likely(): boolean {
     return this.#share > 0.5;
-  }
-
-  /** Duplicates are common enough for a Redis GET to pay. */
-  get worthAsking(): boolean {
-    return this.#share >= 0.1;
   }
 }

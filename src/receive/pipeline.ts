@@ -180,7 +180,7 @@ async function decide(rt: Runtime, bg: Background, delivery: Delivery, obs: Obse
     o.logger.error({ err }, 'webhook-inbox: database unavailable');
     return respond.unavailable();
   }
-  if (rt.redis && rt.duplicateOdds.worthAsking) {
+  if (rt.redis) {
     // One GET, before any Postgres round trip: a duplicate of an event that any instance
     // processed is answered here.
     const found = await rt.redis.lookup(d.id);
