@@ -1,5 +1,5 @@
 /**
- * One table of cases (DESIGN.md §1), run against every framework adapter, on every target,
+ * One table of cases (docs/outcomes.md), run against every framework adapter, on every target,
  * over real sockets. A case added to `cases` runs for Express 5, Express 4, Koa, Fastify, Hono
  * and the plain fetch handler alike.
  *
