@@ -26,7 +26,7 @@ import {
   routedEndpointOf,
 } from '../src/mount-path.js';
 import type { InboxOptions } from '../src/options.js';
-import { methodNotAllowed, type Outcome } from '../src/outcome.js';
+import { methodNotAllowed, type Outcome, responseText } from '../src/outcome.js';
 
 export interface ExpressMountOptions {
   /**
@@ -55,7 +55,7 @@ function withoutPath({ path: _path, ...options }: InboxOptions & ExpressMountOpt
 }
 
 function send(res: Response, outcome: Outcome): void {
-  res.status(outcome.status).set(outcome.headers).send(JSON.stringify(outcome.body));
+  res.status(outcome.status).set(outcome.headers).send(responseText(outcome));
 }
 
 /**

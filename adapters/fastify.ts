@@ -31,7 +31,7 @@ import { InboxOptionsError } from '../src/errors.js';
 import { createInbox, Inbox } from '../src/inbox.js';
 import { checkPath, DEFAULT_ROOT_PATH } from '../src/mount-path.js';
 import type { InboxOptions } from '../src/options.js';
-import { methodNotAllowed, type Outcome } from '../src/outcome.js';
+import { methodNotAllowed, type Outcome, responseText } from '../src/outcome.js';
 import type { BodyStream } from '../src/receive/raw-body.js';
 
 export interface FastifyMountOptions {
@@ -104,7 +104,7 @@ const HEALTH_SCHEMA = {
 const NOT_ALLOWED_SCHEMA = { hide: true, tags: TAGS, response: { 405: PROBLEM } };
 
 function send(reply: FastifyReply, outcome: Outcome): FastifyReply {
-  return reply.code(outcome.status).headers(outcome.headers).send(JSON.stringify(outcome.body));
+  return reply.code(outcome.status).headers(outcome.headers).send(responseText(outcome));
 }
 
 const plugin: FastifyPluginAsync<FastifyInboxOptions> = async (app, options) => {

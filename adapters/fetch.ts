@@ -21,7 +21,7 @@ import { RawBodyUnavailableError } from '../src/errors.js';
 import { createInbox, Inbox } from '../src/inbox.js';
 import { checkPath, type Endpoint, endpointOf, routedEndpointOf } from '../src/mount-path.js';
 import type { InboxOptions } from '../src/options.js';
-import { methodNotAllowed, type Outcome, problem } from '../src/outcome.js';
+import { methodNotAllowed, type Outcome, problem, responseText } from '../src/outcome.js';
 
 export interface FetchMountOptions {
   /**
@@ -51,7 +51,7 @@ function withoutPath({ path: _path, ...options }: InboxOptions & FetchMountOptio
 
 /** An outcome as a fetch `Response`: its status, its headers, its JSON body. */
 export function responseOf(outcome: Outcome): Response {
-  return new Response(JSON.stringify(outcome.body), { status: outcome.status, headers: outcome.headers });
+  return new Response(responseText(outcome), { status: outcome.status, headers: outcome.headers });
 }
 
 /** Which of the inbox's endpoints a request is; `undefined` when its path is not the inbox's. */

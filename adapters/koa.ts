@@ -27,7 +27,7 @@ import {
   routedEndpointOf,
 } from '../src/mount-path.js';
 import type { InboxOptions } from '../src/options.js';
-import { methodNotAllowed, type Outcome } from '../src/outcome.js';
+import { methodNotAllowed, type Outcome, responseText } from '../src/outcome.js';
 
 export interface KoaMountOptions {
   /**
@@ -58,7 +58,7 @@ function withoutPath({ path: _path, ...options }: InboxOptions & KoaMountOptions
 function send(ctx: Context, outcome: Outcome): void {
   ctx.status = outcome.status;
   ctx.set(outcome.headers as Record<string, string>);
-  ctx.body = JSON.stringify(outcome.body);
+  ctx.body = responseText(outcome);
 }
 
 /**

@@ -46,10 +46,11 @@ export type {
 export { Operations, openOperations } from './operations/index.js';
 export type { Handler, InboxOptions, ResolvedOptions } from './options.js';
 export type { Outcome } from './outcome.js';
-export { OutcomeKind } from './outcome.js';
+export { OutcomeKind, responseText } from './outcome.js';
 export type { Provider } from './providers.js';
 export type { FieldDelivery, FieldSource, Fields, ResolvedSource } from './receive/field-source.js';
 export type { Delivery } from './receive/request.js';
+export type { RespondEvent, RespondHook, ResponseShape } from './receive/respond-hook.js';
 export type { Secrets, VerifiableDelivery, VerifiedDelivery, Verify } from './receive/verify.js';
 export {
   headerToken,

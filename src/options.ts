@@ -6,6 +6,7 @@ import type { Logger } from './logger.js';
 import type { MetricsOptions, RegistryLike } from './metrics.js';
 import type { Provider } from './providers.js';
 import type { FieldSource, Fields, ResolvedSource } from './receive/field-source.js';
+import type { RespondHook } from './receive/respond-hook.js';
 import type { Verify } from './receive/verify.js';
 import type { RedisInput } from './redis-cache.js';
 
@@ -97,6 +98,24 @@ export interface InboxOptions<TBody = any, DB = any> {
    * @defaultValue none: any JSON body (see `parse`)
    */
   bodySchema?: StandardSchemaV1<unknown, TBody>;
+  /**
+   * Shapes what the sender receives for each outcome: return `{ status?, headers?, body? }` to
+   * change the answer, or `undefined` for the default. `outcome.kind` says what the inbox
+   * decided (`processed`, `duplicate`, `held`, `pending`, `dead-lettered`, … docs/outcomes.md);
+   * `event` is the delivery's `{ id, key, seq, body, headers }`, or `undefined` when it was
+   * refused before its id could be read. The decision itself never changes: a failure that left
+   * nothing stored keeps a status of 400 or more. A hook that throws or returns something
+   * invalid is logged and the default is answered. Synchronous; called once per delivery.
+   *
+   * ```ts
+   * respond: (outcome) =>
+   *   outcome.kind === 'held' || outcome.kind === 'pending'
+   *     ? { status: 202, body: { status: 'buffered' } }
+   *     : undefined
+   * ```
+   * @defaultValue none: the answers of docs/outcomes.md
+   */
+  respond?: RespondHook<TBody>;
   /**
    * How long a delivery waits for a concurrent delivery of the same id (or of the same key)
    * before answering 409 with Retry-After. @defaultValue 5000
@@ -267,6 +286,7 @@ export interface ResolvedOptions {
   readonly bodyTimeoutMs: number;
   readonly parse: 'auto' | 'json' | 'raw';
   readonly bodySchema: BodySchema | undefined;
+  readonly respond: RespondHook | undefined;
   readonly lockTimeoutMs: number;
   readonly onInFlight: 'wait' | 'reject';
   readonly keepPayload: boolean;

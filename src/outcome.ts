@@ -26,13 +26,24 @@ export type OutcomeKind = (typeof OutcomeKind)[keyof typeof OutcomeKind];
 
 /**
  * What the inbox decided about one delivery, as data. Adapters write `status`, `headers`
- * and `JSON.stringify(body)`; nothing else.
+ * and {@link responseText} (the body as JSON, or the `respond` hook's text); nothing else.
  */
 export interface Outcome {
   readonly kind: OutcomeKind;
   readonly status: number;
   readonly headers: Readonly<Record<string, string>>;
+  /** The JSON body (a `respond` hook's, when it returned an object). */
   readonly body: Readonly<Record<string, unknown>>;
+  /**
+   * The body exactly as sent, when a `respond` hook gave one (its string, or its value as
+   * JSON); absent otherwise, and the body is `JSON.stringify(body)`.
+   */
+  readonly text?: string;
+}
+
+/** The bytes of an outcome's body, as the adapters write them. */
+export function responseText(outcome: Outcome): string {
+  return outcome.text ?? JSON.stringify(outcome.body);
 }
 
 const JSON_HEADERS = Object.freeze({ 'content-type': 'application/json; charset=utf-8' });

@@ -9,6 +9,7 @@ import { bool, describe, headerName, IDENTIFIER, integer, oneOf } from './option
 import type { Handler, InboxOptions, ResolvedOptions } from './options.js';
 import type { Provider } from './providers.js';
 import { type FieldSource, type Fields, type ResolvedSource, resolveSource } from './receive/field-source.js';
+import { resolveRespondHook } from './receive/respond-hook.js';
 import type { Verify } from './receive/verify.js';
 import type { RedisInput } from './redis-cache.js';
 
@@ -238,6 +239,7 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
     order: resolvedOrder,
     handle: o.handle as Handler,
     bodySchema: resolveBodySchema(o.bodySchema),
+    respond: resolveRespondHook(o.respond),
     // 'memory' was an explicit choice of what no `db` means: the embedded database, in memory.
     db: o.db === MEMORY ? undefined : (o.db as DatabaseInput | undefined),
     dataDir: o.dataDir as string | undefined,

@@ -14,7 +14,7 @@ import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import type { Account } from '../examples/ledger/ledger.js';
 import { ALL_FRAMEWORKS, type Framework, type LedgerServer, startLedger } from '../examples/ledger/start.js';
-import { type Handler, hmacSignature, type InboxOptions } from '../src/index.js';
+import { type Handler, hmacSignature, type InboxOptions, type ResponseShape } from '../src/index.js';
 import { type Target, type TargetDb, targets, uniqueName } from './support/databases.js';
 
 /**
@@ -526,6 +526,81 @@ const fieldCases: Case[] = [
   },
 ];
 
+/**
+ * The `respond` hook: what the sender receives is shaped, in every adapter, the same way. The
+ * ingest contract's answers (202 buffered or processed), Slack's url_verification challenge as
+ * text, and a failure that keeps a failure status whatever the hook asks.
+ */
+const RESPOND_OPTIONS = {
+  respond(outcome, event): ResponseShape | undefined {
+    const body = event?.body as { type?: string; challenge?: string } | undefined;
+    if (body?.type === 'url_verification') {
+      return { status: 200, headers: { 'content-type': 'text/plain' }, body: String(body.challenge) };
+    }
+    switch (outcome.kind) {
+      case 'held':
+      case 'pending':
+        return { status: 202, body: { status: 'buffered' } };
+      case 'processed':
+        return { status: 202, body: { status: 'processed' } };
+      case 'failed':
+        return { headers: { 'retry-after': '7', 'x-hook': 'failed' }, body: { status: 'retry' } };
+      case 'invalid':
+        // Refused: nothing was stored, a 2xx would make the sender drop the event.
+        return { status: 200, body: { status: 'ok' } };
+      default:
+        return undefined;
+    }
+  },
+} satisfies Partial<InboxOptions>;
+
+const respondCases: Case[] = [
+  {
+    name: 'respond: held is 202 buffered, processed 202 processed; a duplicate keeps its default answer',
+    async run(app) {
+      const e = freshEvent();
+      const second = uid('evt');
+      const held = await app.post(e.headers(second, 2), '{"amount":2}');
+      expectJson(held, 202);
+      expect(held.json).toEqual({ status: 'buffered' });
+      const first = await app.post(e.headers(e.id, 1), '{"amount":1}');
+      expectJson(first, 202);
+      expect(first.json).toEqual({ status: 'processed' });
+      const again = await app.post(e.headers(e.id, 1), '{"amount":1}');
+      expectJson(again, 200);
+      expect(again.headers.get('idempotent-replayed')).toBe('true');
+      await app.settle(second);
+      expect((await app.account(e.key)).entries.map((x) => x.seq)).toEqual([1, 2]);
+    },
+  },
+  {
+    name: "respond: Slack's url_verification is answered 200 with its challenge as text/plain",
+    async run(app) {
+      const challenge = uid('challenge');
+      const body = JSON.stringify({ token: 't', challenge, type: 'url_verification' });
+      const r = await app.post({ 'idempotency-key': `url_verification:${challenge}` }, body);
+      expect(r.status, r.text).toBe(200);
+      expect(r.headers.get('content-type')).toMatch(/^text\/plain/);
+      expect(r.text).toBe(challenge);
+    },
+  },
+  {
+    name: 'respond: a failure keeps its status with the body and headers the hook gives; a 2xx for a 400 is refused',
+    async run(app) {
+      const e = freshEvent();
+      await app.failNext(e.key, 1);
+      const failed = await app.post(e.headers(e.id), '{"amount":4}');
+      expectJson(failed, 500);
+      expect(failed.json).toEqual({ status: 'retry' });
+      expect(failed.headers.get('retry-after')).toBe('7');
+      expect(failed.headers.get('x-hook')).toBe('failed');
+      expect(failed.text).not.toMatch(/failing on purpose/);
+      const { 'idempotency-key': _, ...noId } = e.headers(e.id);
+      expectProblem(await app.post(noId), 400, 'idempotency-key');
+    },
+  },
+];
+
 describe.each(targets)('conformance on $name', (target) => {
   const shared = { name: target.name, db: undefined as unknown as TargetDb };
   beforeAll(async () => {
@@ -561,6 +636,16 @@ describe.each(targets)('conformance on $name', (target) => {
         await app?.close();
       });
       for (const c of fieldCases) test.concurrent(c.name, () => c.run(app));
+    });
+    describe('respond hook (inline)', () => {
+      let app: App;
+      beforeAll(async () => {
+        app = await serve(framework, shared, modes[0] as Mode, { ...BASE_OPTIONS, ...RESPOND_OPTIONS });
+      });
+      afterAll(async () => {
+        await app?.close();
+      });
+      for (const c of respondCases) test.concurrent(c.name, () => c.run(app));
     });
   });
 });

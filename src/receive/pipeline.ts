@@ -45,6 +45,7 @@ import { type ParsedDelivery, parseDelivery } from './delivery.js';
 import { type BodyStream, startBodyRead } from './raw-body.js';
 import type { Delivery } from './request.js';
 import * as respond from './respond.js';
+import { shapeOutcome } from './respond-hook.js';
 import { type VerifiedDelivery, verifyDelivery } from './verify.js';
 
 /** What one delivery's telemetry needs to know besides its outcome. */
@@ -443,10 +444,13 @@ async function claimAndApplyOn(
   return { outcome: respond.decided(o, d, claim), drain: claim.drain };
 }
 
-/** Metrics, span attributes and the debug log line of one delivery's outcome. */
-function observed(rt: Runtime, span: Span | undefined, obs: Observation, outcome: Outcome): Outcome {
+/** The `respond` hook's shape of one delivery's outcome; its metrics, span attributes and debug log line. */
+function observed(rt: Runtime, span: Span | undefined, obs: Observation, decided: Outcome): Outcome {
   const o = rt.options;
   const d = obs.parsed;
+  // The `respond` hook shapes the answer last, after every decision; what is observed is what
+  // the sender receives (the kind stays the inbox's).
+  const outcome = o.respond ? shapeOutcome(o.respond, o.logger, decided, d) : decided;
   rt.metrics.delivery(outcome.kind);
   const answeredBy = outcome.kind === OutcomeKind.duplicate ? (obs.answeredBy ?? 'postgres') : undefined;
   if (answeredBy) rt.metrics.duplicate(answeredBy);
