@@ -4,6 +4,7 @@ import { inbox as inboxMiddleware } from '../../adapters/express.js';
 import { expressConsole } from '../../src/console/index.js';
 import type { Inbox } from '../../src/index.js';
 import { checkAccountKey, ledgerProblem, notFound, type Problem, problemForError } from './http-problems.js';
+import { reconcile } from './ingest.js';
 import { type Ledger, metricsRegistry, parseFailNext } from './ledger.js';
 
 export interface LedgerAppOptions {
@@ -11,6 +12,8 @@ export interface LedgerAppOptions {
   testHooks?: boolean;
   /** Serve the operator console at /console, behind this token (Bearer, or the login form). */
   consoleToken?: string;
+  /** The ingest contract's inbox: serve POST /webhooks/ingest and GET /ledger/verify (ingest.ts). */
+  ingest?: Inbox;
 }
 
 function sendProblem(res: Response, p: Problem): void {
@@ -20,7 +23,8 @@ function sendProblem(res: Response, p: Problem): void {
 /**
  * The ledger over Express: POST /webhooks behind the inbox (and GET /webhooks/health),
  * GET /accounts/:key, GET /health, GET /metrics when the inbox has a metrics registry, and
- * POST /fail-next with `testHooks`, the operator console at /console with `consoleToken`. Every error, on every route, is problem+json.
+ * POST /fail-next with `testHooks`, the operator console at /console with `consoleToken`,
+ * POST /webhooks/ingest and GET /ledger/verify with `ingest`. Every error, on every route, is problem+json.
  * `framework` is the `express` module to build it with (Express 4 in app-express4.ts).
  */
 export function expressApp(
@@ -30,6 +34,17 @@ export function expressApp(
   framework: typeof express = express,
 ) {
   const app = framework();
+  const ingest = options.ingest;
+  if (ingest) {
+    app.use('/webhooks/ingest', inboxMiddleware(ingest));
+    app.get('/ledger/verify', async (_req, res, next) => {
+      try {
+        res.json(await reconcile(ingest, ledger));
+      } catch (err) {
+        next(err);
+      }
+    });
+  }
   app.use('/webhooks', inboxMiddleware(inbox));
   if (options.consoleToken) app.use('/console', expressConsole({ inbox, token: options.consoleToken }));
   app.get('/accounts/:key', async (req, res, next) => {

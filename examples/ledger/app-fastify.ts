@@ -5,6 +5,7 @@ import { fastifyConsole } from '../../src/console/index.js';
 import type { Inbox } from '../../src/index.js';
 import type { LedgerAppOptions } from './app-express.js';
 import { checkAccountKey, ledgerProblem, notFound, type Problem, problemForError } from './http-problems.js';
+import { reconcile } from './ingest.js';
 import { type Ledger, metricsRegistry, parseFailNext } from './ledger.js';
 
 function sendProblem(reply: FastifyReply, p: Problem): FastifyReply {
@@ -33,6 +34,11 @@ export async function fastifyServer(
   app.setErrorHandler((err, _request, reply) => sendProblem(reply, problemForError(err)));
   app.setNotFoundHandler((_request, reply) => sendProblem(reply, notFound()));
   await app.register(inboxPlugin, { prefix: '/webhooks', inbox });
+  const ingest = options.ingest;
+  if (ingest) {
+    await app.register(inboxPlugin, { prefix: '/webhooks/ingest', inbox: ingest, decorator: 'ingestInbox' });
+    app.get('/ledger/verify', async () => reconcile(ingest, ledger));
+  }
   if (options.consoleToken) {
     await app.register(fastifyConsole, {
       prefix: '/console',

@@ -4,6 +4,7 @@ import { handler } from '../../adapters/fetch.js';
 import type { Inbox } from '../../src/index.js';
 import type { LedgerAppOptions } from './app-express.js';
 import { checkAccountKey, ledgerProblem, notFound, type Problem, problemForError } from './http-problems.js';
+import { reconcile } from './ingest.js';
 import { type Ledger, parseFailNext } from './ledger.js';
 
 function problemResponse(p: Problem): Response {
@@ -24,9 +25,17 @@ export function fetchApp(
   options: LedgerAppOptions = {},
 ): (request: Request) => Promise<Response> {
   const webhooks = handler(inbox, { path: '/webhooks' });
+  const ingest = options.ingest;
+  const ingestWebhooks = ingest && handler(ingest, { path: '/webhooks/ingest' });
   return async (request) => {
     try {
       const { pathname } = new URL(request.url);
+      if (ingest && ingestWebhooks) {
+        if (pathname === '/webhooks/ingest' || pathname.startsWith('/webhooks/ingest/'))
+          return await ingestWebhooks(request);
+        if (pathname === '/ledger/verify' && request.method === 'GET')
+          return Response.json(await reconcile(ingest, ledger));
+      }
       if (pathname === '/webhooks' || pathname.startsWith('/webhooks/')) return await webhooks(request);
       const account = /^\/accounts\/([^/]+)$/.exec(pathname);
       if (account && request.method === 'GET') {

@@ -5,6 +5,7 @@ import { inbox as inboxMiddleware } from '../../adapters/hono.js';
 import type { Inbox } from '../../src/index.js';
 import type { LedgerAppOptions } from './app-express.js';
 import { checkAccountKey, ledgerProblem, notFound, type Problem, problemForError } from './http-problems.js';
+import { reconcile } from './ingest.js';
 import { type Ledger, metricsRegistry, parseFailNext } from './ledger.js';
 
 function problemResponse(c: Context, p: Problem): Response {
@@ -17,6 +18,11 @@ function problemResponse(c: Context, p: Problem): Response {
  */
 export function honoApp(inbox: Inbox, ledger: Ledger, options: LedgerAppOptions = {}): Hono {
   const app = new Hono();
+  const ingest = options.ingest;
+  if (ingest) {
+    app.use(inboxMiddleware(ingest, { path: '/webhooks/ingest' }));
+    app.get('/ledger/verify', async (c) => c.json(await reconcile(ingest, ledger)));
+  }
   app.use(inboxMiddleware(inbox, { path: '/webhooks' }));
   app.get('/accounts/:key', async (c) => {
     const key = c.req.param('key');

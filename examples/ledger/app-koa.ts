@@ -7,6 +7,7 @@ import { koaConsole } from '../../src/console/index.js';
 import type { Inbox } from '../../src/index.js';
 import type { LedgerAppOptions } from './app-express.js';
 import { checkAccountKey, ledgerProblem, notFound, type Problem, problemForError } from './http-problems.js';
+import { reconcile } from './ingest.js';
 import { type Ledger, metricsRegistry, parseFailNext } from './ledger.js';
 
 function sendProblem(ctx: Context, p: Problem): void {
@@ -25,6 +26,15 @@ export function koaApp(inbox: Inbox, ledger: Ledger, options: LedgerAppOptions =
   const webhooks = inboxMiddleware(inbox);
   router.post('/webhooks', webhooks);
   router.get('/webhooks/health', webhooks);
+  const ingest = options.ingest;
+  if (ingest) {
+    const ingestWebhooks = inboxMiddleware(ingest);
+    router.post('/webhooks/ingest', ingestWebhooks);
+    router.get('/webhooks/ingest/health', ingestWebhooks);
+    router.get('/ledger/verify', async (ctx) => {
+      ctx.body = await reconcile(ingest, ledger);
+    });
+  }
   router.get('/accounts/:key', async (ctx) => {
     const bad = checkAccountKey(ctx.params.key);
     if (bad) return sendProblem(ctx, bad);

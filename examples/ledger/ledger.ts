@@ -71,6 +71,20 @@ export class Ledger {
       else this.failNext.delete(key);
       throw new Error(`failing on purpose for account ${key}`);
     }
+    return this.credit(tx, key, event.id, event.seq, amount as number);
+  };
+
+  /**
+   * Adds `amount` to the account and appends an entry, in `tx`: the side effect both handlers
+   * (this one and the ingest contract's, `ingest.ts`) commit with the claim of their event.
+   */
+  async credit(
+    tx: HandlerContext['tx'],
+    key: string,
+    eventId: string,
+    seq: number | null,
+    amount: number,
+  ): Promise<{ balance: number }> {
     const db = tx.withSchema(this.schema);
     const { balance } = await db
       .insertInto('accounts')
@@ -78,9 +92,9 @@ export class Ledger {
       .onConflict((oc) => oc.column('key').doUpdateSet({ balance: sql`accounts.balance + excluded.balance` }))
       .returning('balance')
       .executeTakeFirstOrThrow();
-    await db.insertInto('entries').values({ key, event_id: event.id, seq: event.seq, amount }).execute();
+    await db.insertInto('entries').values({ key, event_id: eventId, seq, amount }).execute();
     return { balance: Number(balance) };
-  };
+  }
 
   async account(db: Kysely<any>, key: string): Promise<Account> {
     const d = db.withSchema(this.schema);

@@ -10,6 +10,7 @@ import {
 } from '../../src/index.js';
 import { type Provider, providers } from '../../src/providers.js';
 import { testHooksFromEnv } from './http-problems.js';
+import { ingestInboxOptions } from './ingest.js';
 import { Ledger } from './ledger.js';
 
 export type Framework = 'express' | 'express4' | 'koa' | 'fastify' | 'hono' | 'fetch';
@@ -18,7 +19,7 @@ export type Framework = 'express' | 'express4' | 'koa' | 'fastify' | 'hono' | 'f
 type ServerFactory = (
   inbox: Inbox,
   ledger: Ledger,
-  options: { testHooks?: boolean; consoleToken?: string },
+  options: { testHooks?: boolean; consoleToken?: string; ingest?: Inbox },
 ) => Promise<Server>;
 const SERVERS: Record<Framework, () => Promise<ServerFactory>> = {
   express: async () => (await import('./app-express.js')).expressServer,
@@ -78,12 +79,22 @@ export interface LedgerServerOptions {
   testHooks?: boolean;
   /** Serve the operator console at /console behind this token. @defaultValue CONSOLE_TOKEN */
   consoleToken?: string;
+  /**
+   * The ingest contract's inbox (`POST /webhooks/ingest`, `GET /ledger/verify`, ingest.ts):
+   * options over its defaults, or `false` to leave it out. It shares the ledger inbox's
+   * database (the same connection string, else its Kysely instance), `schema`, `tablePrefix`,
+   * `gapTimeoutMs`, `sweepIntervalMs` and `logger` unless given here.
+   * @defaultValue served
+   */
+  ingest?: Omit<InboxOptions, 'handle'> | false;
 }
 
 export interface LedgerServer {
   readonly url: string;
   readonly inbox: Inbox;
   readonly ledger: Ledger;
+  /** The ingest contract's inbox, unless `ingest: false`. */
+  readonly ingest?: Inbox;
   readonly server: Server;
   /** Stops at once: open connections are cut (tests). */
   close(): Promise<void>;
@@ -103,12 +114,31 @@ export async function startLedger(options: LedgerServerOptions = {}): Promise<Le
   ledger.delayMs = options.handlerDelayMs ?? 0;
   const handle: Handler = options.wrapHandler ? options.wrapHandler(ledger.handle) : ledger.handle;
   const inbox = createInbox({ ...options.inbox, handle });
+  let ingest: Inbox | undefined;
   try {
     await ledger.setup(await inbox.kysely());
+    if (options.ingest !== false) {
+      const { db, schema, tablePrefix, gapTimeoutMs, sweepIntervalMs, logger } = options.inbox ?? {};
+      ingest = createInbox(
+        ingestInboxOptions(ledger, {
+          // Its own pool from a connection string; otherwise the ledger inbox's Kysely instance
+          // (one embedded PGlite database is one session: two drivers on it would interleave).
+          db: typeof db === 'string' ? db : await inbox.kysely(),
+          schema,
+          tablePrefix,
+          gapTimeoutMs,
+          sweepIntervalMs,
+          logger,
+          ...options.ingest,
+        }),
+      );
+      await ledger.setup(await ingest.kysely());
+    }
     const testHooks = options.testHooks ?? testHooksFromEnv();
     const server = await (await SERVERS[framework]())(inbox, ledger, {
       testHooks,
       consoleToken: options.consoleToken ?? (process.env.CONSOLE_TOKEN || undefined),
+      ingest,
     });
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject);
@@ -125,10 +155,12 @@ export async function startLedger(options: LedgerServerOptions = {}): Promise<Le
       url: `http://${options.host ?? '127.0.0.1'}:${port}`,
       inbox,
       ledger,
+      ingest,
       server,
       async close() {
         server.closeAllConnections();
         await new Promise<void>((resolve) => server.close(() => resolve()));
+        await ingest?.close();
         await inbox.close();
       },
       async shutdown() {
@@ -142,11 +174,14 @@ export async function startLedger(options: LedgerServerOptions = {}): Promise<Le
         const sweep = setInterval(() => server.closeIdleConnections(), 100);
         await closed;
         clearInterval(sweep);
-        // The inbox stops the workers and the sweeper, and closes its pool.
+        // The inboxes stop the workers and the sweeper, and close their pools (the ingest inbox
+        // first: it may run on the ledger inbox's Kysely instance).
+        await ingest?.close();
         await inbox.close();
       },
     };
   } catch (err) {
+    await ingest?.close();
     await inbox.close();
     throw err;
   }

@@ -1,0 +1,252 @@
+/**
+ * The ingest contract of the ledger example (examples/ledger/ingest.ts, docs/body-sourced-events.md),
+ * over real HTTP on real PostgreSQL: events that carry their id and sequence in the body,
+ * answered `202 {"status": "buffered" | "processed"}`, applied in order by the workers, and
+ * reconciled by `GET /ledger/verify`. The two acceptance tests of the contract:
+ * - chaos: ids 1..100 shuffled, about 10% dropped, minimal payloads (`sequence_id` and a string
+ *   `data`); after the gap timeout every delivered id is applied once and nothing is buffered;
+ * - load: 50 senders, each posting a random `sequence_id` in 1..10^6 every 100 ms, for
+ *   INGEST_LOAD_SECONDS (30 by default); every answer is 202 but the late ones (their seq
+ *   already skipped by a gap timeout), and the ledger reconciles. The p95 latency is printed,
+ *   never asserted (BENCHMARKS.md has the figure from a quiet machine).
+ * And the door: a body that breaks the contract is 422 problem+json naming the field, with
+ * nothing stored.
+ */
+import { sql } from 'kysely';
+import { afterEach, describe, expect, test, vi } from 'vitest';
+import { ALL_FRAMEWORKS, type Framework, type LedgerServer, startLedger } from '../examples/ledger/start.js';
+import { postgresUrl, uniqueName } from './support/databases.js';
+
+const servers: Array<{ server: LedgerServer; schemas: string[] }> = [];
+
+async function serve(
+  options: { framework?: Framework; gapTimeoutMs?: number; sweepIntervalMs?: number } = {},
+): Promise<LedgerServer> {
+  const schema = uniqueName('wi');
+  const ledgerSchema = uniqueName('app');
+  const server = await startLedger({
+    framework: options.framework ?? 'express',
+    ledgerSchema,
+    inbox: {
+      db: postgresUrl!,
+      schema,
+      gapTimeoutMs: options.gapTimeoutMs ?? 30_000,
+      sweepIntervalMs: options.sweepIntervalMs ?? 1000,
+    },
+  });
+  servers.push({ server, schemas: [schema, ledgerSchema] });
+  return server;
+}
+
+afterEach(async () => {
+  for (const { server, schemas } of servers.splice(0)) {
+    const db = await server.inbox.kysely();
+    for (const schema of schemas) await sql`drop schema if exists ${sql.id(schema)} cascade`.execute(db);
+    await server.close();
+  }
+});
+
+interface Answer {
+  status: number;
+  type: string;
+  body: any;
+  ms: number;
+}
+
+async function post(url: string, payload: unknown): Promise<Answer> {
+  const started = performance.now();
+  const res = await fetch(`${url}/webhooks/ingest`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(payload),
+  });
+  const text = await res.text();
+  const ms = performance.now() - started;
+  return { status: res.status, type: res.headers.get('content-type') ?? '', body: JSON.parse(text), ms };
+}
+
+interface Verified {
+  reconciled: boolean;
+  applied: number;
+  buffered: number;
+  skipped: number;
+}
+
+async function verify(url: string): Promise<Verified> {
+  const res = await fetch(`${url}/ledger/verify`);
+  expect(res.status).toBe(200);
+  return (await res.json()) as Verified;
+}
+
+async function account(
+  url: string,
+): Promise<{ balance: number; entries: Array<{ seq: number; amount: number }> }> {
+  return (await (await fetch(`${url}/accounts/ingest`)).json()) as any;
+}
+
+/** mulberry32: a small deterministic generator, so that a failing run can be replayed. */
+function random(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+const accepted = (a: Answer) => a.status === 202 && ['buffered', 'processed'].includes(a.body.status);
+
+describe.skipIf(!postgresUrl)('the ledger ingest contract, over HTTP on PostgreSQL', () => {
+  test('chaos: 1..100 shuffled, 10% dropped; after the gap timeout every delivered id is applied once, nothing buffered', async () => {
+    const SEED = 17;
+    const rand = random(SEED);
+    const ids = Array.from({ length: 100 }, (_, i) => i + 1);
+    for (let i = ids.length - 1; i > 0; i--) {
+      const j = Math.floor(rand() * (i + 1));
+      [ids[i], ids[j]] = [ids[j], ids[i]];
+    }
+    const delivered = ids.filter(() => rand() >= 0.1);
+    const dropped = ids.filter((id) => !delivered.includes(id));
+    expect(dropped.length, `seed ${SEED}`).toBeGreaterThanOrEqual(5);
+    // The gap timeout must outlast the posting (a seq posted after its gap was skipped would be
+    // late): 90 small posts, ten at a time, take well under a second.
+    const app = await serve({ gapTimeoutMs: 3000, sweepIntervalMs: 20 });
+    const answers: Answer[] = [];
+    for (let i = 0; i < delivered.length; i += 10) {
+      const batch = delivered.slice(i, i + 10);
+      answers.push(
+        ...(await Promise.all(batch.map((id) => post(app.url, { sequence_id: id, data: `chaos ${id}` })))),
+      );
+    }
+    for (const a of answers) expect(accepted(a), JSON.stringify(a)).toBe(true);
+
+    // The gap timeout, then one gap per sweeper pass: wait for the buffer to empty.
+    await vi.waitFor(async () => expect((await verify(app.url)).buffered).toBe(0), {
+      timeout: 60_000,
+      interval: 50,
+    });
+    const last = Math.max(...delivered);
+    const sorted = [...delivered].sort((a, b) => a - b);
+    expect(await verify(app.url)).toEqual({
+      reconciled: true,
+      applied: delivered.length,
+      buffered: 0,
+      // Dropped ids past the last delivered one were never a gap: nothing came after them.
+      skipped: dropped.filter((id) => id < last).length,
+    });
+    const { balance, entries } = await account(app.url);
+    expect(entries.map((e) => e.seq)).toEqual(sorted);
+    expect(entries.map((e) => e.amount)).toEqual(sorted); // a string data: credits the sequence_id
+    expect(balance).toBe(sorted.reduce((s, n) => s + n, 0));
+  });
+
+  test('load: 50 senders posting random sequence ids; every answer 202 but the late ones, and the ledger reconciles', {
+    timeout: 600_000,
+  }, async () => {
+    const seconds = Number(process.env.INGEST_LOAD_SECONDS ?? 30);
+    const SENDERS = 50;
+    const app = await serve({ gapTimeoutMs: 2000, sweepIntervalMs: 100 });
+    const rand = random(1_000_000);
+    // The same body for the same seq (a fixed timestamp): two senders that draw one seq send
+    // the same event, a true collision, answered as the duplicate it is.
+    const payload = (seq: number) => ({
+      sequence_id: seq,
+      idempotency_key: `test-${seq}`,
+      event_type: 'ledger.credit',
+      timestamp: new Date(Date.UTC(2026, 0, 1) + seq * 1000).toISOString(),
+      payload_version: 'v2',
+      data: { amount: 1 + (seq % 100) },
+    });
+    const answers: Array<Answer & { seq: number }> = [];
+    const posted = new Map<number, number>();
+    const end = Date.now() + seconds * 1000;
+    await Promise.all(
+      Array.from({ length: SENDERS }, async () => {
+        while (Date.now() < end) {
+          const tick = Date.now();
+          const seq = 1 + Math.floor(rand() * 1_000_000);
+          posted.set(seq, (posted.get(seq) ?? 0) + 1);
+          answers.push({ ...(await post(app.url, payload(seq))), seq });
+          // Pacing, not waiting for a result: one post per sender every 100 ms.
+          const rest = 100 - (Date.now() - tick);
+          if (rest > 0) await new Promise((resolve) => setTimeout(resolve, rest));
+        }
+      }),
+    );
+
+    const late = answers.filter(
+      (a) => a.status === 200 && a.body.status === 'dead-lettered' && a.body.reason === 'late',
+    );
+    const lateSet = new Set(late);
+    const others = answers.filter((a) => !accepted(a) && !lateSet.has(a));
+    expect(others.slice(0, 5), `${others.length} answers neither 202 nor late`).toEqual([]);
+    const collisions = [...posted.values()].filter((n) => n > 1).reduce((s, n) => s + n - 1, 0);
+    const latencies = answers.map((a) => a.ms).sort((a, b) => a - b);
+    const p95 = latencies[Math.floor(latencies.length * 0.95)];
+    console.log(
+      `ingest load: ${SENDERS} senders, ${seconds} s, ${answers.length} posts, ` +
+        `${answers.filter((a) => a.body.status === 'buffered').length} buffered, ` +
+        `${answers.filter((a) => a.body.status === 'processed').length} processed, ` +
+        `${late.length} late, ${collisions} collisions (same seq posted again), p95 ${p95.toFixed(1)} ms`,
+    );
+    expect(answers.length).toBeGreaterThan(SENDERS);
+
+    // A seq once accepted is never late afterwards (the sweeper skips only seqs below the
+    // first one held), and each accepted seq is applied or still buffered, once.
+    const acceptedSeqs = new Set(answers.filter(accepted).map((a) => a.seq));
+    for (const a of late) expect(acceptedSeqs.has(a.seq), `seq ${a.seq} was accepted, then late`).toBe(false);
+    const v = await verify(app.url);
+    expect(v.reconciled).toBe(true);
+    expect(v.applied + v.buffered).toBe(acceptedSeqs.size);
+  });
+
+  describe.each(ALL_FRAMEWORKS)('over %s', (framework) => {
+    test('a body that breaks the contract is 422 naming the field, nothing stored; a valid one is buffered, then processed', async () => {
+      const app = await serve({ framework, gapTimeoutMs: 30_000, sweepIntervalMs: 20 });
+      const refused: Array<[unknown, string]> = [
+        [{ sequence_id: 0, data: 'x' }, 'body /sequence_id'],
+        [{ sequence_id: 3, event_type: 'ledger.refund', data: 'x' }, 'body /event_type'],
+        [{ data: 'no sequence' }, 'body /sequence_id'],
+        [{ sequence_id: '4', data: 'x' }, 'body /sequence_id'],
+        [{ sequence_id: 5, timestamp: 'yesterday' }, 'body /timestamp'],
+        [{ sequence_id: 6, payload_version: '2' }, 'body /payload_version'],
+        [{ sequence_id: 7, data: 42 }, 'body /data'],
+      ];
+      for (const [payload, field] of refused) {
+        const a = await post(app.url, payload);
+        expect(a.status, JSON.stringify(payload)).toBe(422);
+        expect(a.type).toMatch(/^application\/problem\+json/);
+        expect(a.body).toMatchObject({ status: 422, field });
+      }
+      expect((await app.ingest!.status()).events).toEqual({ pending: 0, held: 0, processed: 0, dead: 0 });
+
+      // Seq 2 waits for seq 1; seq 1 (with an amount) is applied, then 2; a redelivery of an
+      // applied event answers its stored status.
+      const full = (seq: number) => ({
+        sequence_id: seq,
+        idempotency_key: `full-${seq}`,
+        event_type: 'payment.cleared',
+        timestamp: '2026-11-26T09:00:00Z',
+        payload_version: 'v2',
+        data: { amount: 250 },
+      });
+      expect(await post(app.url, { sequence_id: 2, data: 'minimal' })).toMatchObject({
+        status: 202,
+        body: { status: 'buffered' },
+      });
+      expect(await post(app.url, full(1))).toMatchObject({ status: 202, body: { status: 'buffered' } });
+      await vi.waitFor(async () => expect((await verify(app.url)).applied).toBe(2), {
+        timeout: 30_000,
+        interval: 25,
+      });
+      expect(await post(app.url, full(1))).toMatchObject({ status: 202, body: { status: 'processed' } });
+      expect(await verify(app.url)).toEqual({ reconciled: true, applied: 2, buffered: 0, skipped: 0 });
+      expect((await account(app.url)).entries).toEqual([
+        { id: 'full-1', seq: 1, amount: 250 },
+        { id: 'ingest:2', seq: 2, amount: 2 },
+      ]);
+    });
+  });
+});
