@@ -198,6 +198,7 @@ describe.skipIf(!postgresUrl)('the ledger ingest contract, over HTTP on PostgreS
     const acceptedSeqs = new Set(answers.filter(accepted).map((a) => a.seq));
     for (const a of late) expect(acceptedSeqs.has(a.seq), `seq ${a.seq} was accepted, then late`).toBe(false);
     const v = await verify(app.url);
+    console.log(`ingest load: then GET /ledger/verify: ${JSON.stringify(v)}`);
     expect(v.reconciled).toBe(true);
     expect(v.applied + v.buffered).toBe(acceptedSeqs.size);
   });

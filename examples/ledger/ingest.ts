@@ -11,7 +11,15 @@
  */
 import { sql } from 'kysely';
 import { z } from 'zod';
-import type { FieldDelivery, Fields, Handler, Inbox, InboxOptions, Outcome } from '../../src/index.js';
+import type {
+  FieldDelivery,
+  Fields,
+  Handler,
+  Inbox,
+  InboxOptions,
+  Outcome,
+  ResponseShape,
+} from '../../src/index.js';
 import type { Ledger } from './ledger.js';
 
 /** The one stream every ingested event belongs to: its ordering key and its account. */
@@ -90,7 +98,7 @@ export function ingestHandler(ledger: Ledger): Handler<IngestPayload> {
  * keeps the inbox's answer: a late event (its gap skipped by the timeout) is 200
  * `dead-lettered` with reason `late`, a refused body 422 problem+json.
  */
-export function ingestAnswer(outcome: Outcome): { status: number; body: { status: string } } | undefined {
+export function ingestAnswer(outcome: Outcome): ResponseShape | undefined {
   switch (outcome.kind) {
     case 'held':
     case 'pending':
@@ -120,6 +128,7 @@ export function ingestInboxOptions(
     parse: 'json',
     fields: ingestFields,
     bodySchema: ingestBodySchema as InboxOptions<IngestPayload>['bodySchema'],
+    respond: ingestAnswer,
     maxHeldPerKey: 1_000_000,
     maxSeqAhead: 1_000_000,
     ...given,
