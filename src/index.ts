@@ -1,6 +1,12 @@
 export { backoffMs } from './apply.js';
 export type { SweepReport } from './background/sweeper.js';
-export type { BodySchema, StandardIssue, StandardResult, StandardSchemaV1 } from './body-schema.js';
+export type {
+  BodySchema,
+  JsonSchema,
+  StandardIssue,
+  StandardResult,
+  StandardSchemaV1,
+} from './body-schema.js';
 export type { DatabaseInput } from './database.js';
 export type { PGliteLike, PgClientLike, PgPoolLike } from './drivers/shapes.js';
 export {

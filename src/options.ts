@@ -1,5 +1,5 @@
 import type { TracerProvider } from '@opentelemetry/api';
-import type { BodySchema, StandardSchemaV1 } from './body-schema.js';
+import type { BodySchema, JsonSchema, StandardSchemaV1 } from './body-schema.js';
 import type { DatabaseInput } from './database.js';
 import type { HandlerContext, InboxEvent } from './event.js';
 import type { Logger } from './logger.js';
@@ -87,17 +87,21 @@ export interface InboxOptions<TBody = any, DB = any> {
    */
   parse?: 'auto' | 'json' | 'raw';
   /**
-   * Checks each body before anything is stored: any Standard Schema (zod, valibot, arktype…).
+   * Checks each body before anything is stored: any Standard Schema (zod, valibot, arktype…),
+   * or a JSON Schema object (draft-07, 2019-09 or 2020-12 by its `$schema`; 2020-12 without
+   * one), validated by Ajv with ajv-formats (optional peers: `npm install ajv ajv-formats`).
    * A body that fails is 422 naming the path of the first issue (`body /amount`), with nothing
    * stored and the handler not run; a body that passes reaches the handler as the schema's
-   * output, which also types `event.body`.
+   * output, which also types `event.body` (a JSON Schema leaves the body as sent, and types
+   * nothing: give `TBody` yourself).
    *
    * ```ts
    * createInbox({ bodySchema: z.object({ amount: z.number().int() }), handle(event) { event.body.amount } })
+   * createInbox({ bodySchema: { type: 'object', required: ['amount'], properties: { amount: { type: 'integer' } } }, handle })
    * ```
    * @defaultValue none: any JSON body (see `parse`)
    */
-  bodySchema?: StandardSchemaV1<unknown, TBody>;
+  bodySchema?: StandardSchemaV1<unknown, TBody> | JsonSchema;
   /**
    * Shapes what the sender receives for each outcome: return `{ status?, headers?, body? }` to
    * change the answer, or `undefined` for the default. `outcome.kind` says what the inbox

@@ -601,6 +601,54 @@ const respondCases: Case[] = [
   },
 ];
 
+/**
+ * `bodySchema` as a JSON Schema (Ajv): checked at the door in every adapter; a failing body is
+ * 422 naming its path, nothing stored, the handler not run.
+ */
+const JSON_SCHEMA_OPTIONS = {
+  bodySchema: {
+    $schema: 'https://json-schema.org/draft/2020-12/schema',
+    type: 'object',
+    required: ['amount'],
+    properties: { amount: { type: 'integer', minimum: 1 }, note: { type: 'string', maxLength: 20 } },
+  },
+} satisfies Partial<InboxOptions>;
+
+const jsonSchemaCases: Case[] = [
+  {
+    name: 'json schema: a body that passes is applied once',
+    async run(app) {
+      const e = freshEvent();
+      await expectApplied(app, await app.post(e.headers(e.id), '{"amount":3,"note":"ok"}'), e.id, {
+        balance: 3,
+      });
+      expect((await app.account(e.key)).entries).toEqual([{ id: e.id, seq: 1, amount: 3 }]);
+    },
+  },
+  ...[
+    ['{"amount":0}', 'body /amount', 'body /amount: must be >= 1'],
+    ['{"amount":"3"}', 'body /amount', 'body /amount: must be integer'],
+    ['{"note":"x"}', 'body /amount', 'body /amount: is required'],
+    [
+      '{"amount":1,"note":"far too long for the schema"}',
+      'body /note',
+      'body /note: must NOT have more than 20 characters',
+    ],
+  ].map(
+    ([body, field, detail]): Case => ({
+      name: `json schema: ${body} is 422 naming ${field}; nothing stored, no handler run`,
+      async run(app) {
+        const e = freshEvent();
+        const r = await app.post(e.headers(e.id), body);
+        expectProblem(r, 422, field);
+        expect(r.json.detail).toBe(detail);
+        await expectNothingStored(app, e.id, e.key);
+        expect(await app.inbox.keyState(e.key)).toBeUndefined();
+      },
+    }),
+  ),
+];
+
 describe.each(targets)('conformance on $name', (target) => {
   const shared = { name: target.name, db: undefined as unknown as TargetDb };
   beforeAll(async () => {
@@ -646,6 +694,16 @@ describe.each(targets)('conformance on $name', (target) => {
         await app?.close();
       });
       for (const c of respondCases) test.concurrent(c.name, () => c.run(app));
+    });
+    describe('json schema (inline)', () => {
+      let app: App;
+      beforeAll(async () => {
+        app = await serve(framework, shared, modes[0] as Mode, { ...BASE_OPTIONS, ...JSON_SCHEMA_OPTIONS });
+      });
+      afterAll(async () => {
+        await app?.close();
+      });
+      for (const c of jsonSchemaCases) test.concurrent(c.name, () => c.run(app));
     });
   });
 });
