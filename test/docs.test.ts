@@ -73,6 +73,7 @@ describe('docs/configuration.md, against resolveOptions', () => {
   test('option tables on the topic pages name only options that exist', () => {
     const pages = [
       'ordering.md',
+      'body-sourced-events.md',
       'deferred-mode.md',
       'redis.md',
       'observability.md',

@@ -12,8 +12,9 @@
  * And the door: a body that breaks the contract is 422 problem+json naming the field, with
  * nothing stored.
  */
-import { sql } from 'kysely';
+import pg from 'pg';
 import { afterEach, describe, expect, test, vi } from 'vitest';
+import { isAccepted, isLate, runIngestLoad, seededRandom } from '../examples/ledger/ingest-load.js';
 import { ALL_FRAMEWORKS, type Framework, type LedgerServer, startLedger } from '../examples/ledger/start.js';
 import { postgresUrl, uniqueName } from './support/databases.js';
 
@@ -40,9 +41,12 @@ async function serve(
 
 afterEach(async () => {
   for (const { server, schemas } of servers.splice(0)) {
-    const db = await server.inbox.kysely();
-    for (const schema of schemas) await sql`drop schema if exists ${sql.id(schema)} cascade`.execute(db);
     await server.close();
+    // Dropped after the inboxes stopped, so that no worker or sweeper meets a missing table.
+    const client = new pg.Client({ connectionString: postgresUrl! });
+    await client.connect();
+    for (const schema of schemas) await client.query(`drop schema if exists "${schema}" cascade`);
+    await client.end();
   }
 });
 
@@ -50,19 +54,15 @@ interface Answer {
   status: number;
   type: string;
   body: any;
-  ms: number;
 }
 
 async function post(url: string, payload: unknown): Promise<Answer> {
-  const started = performance.now();
   const res = await fetch(`${url}/webhooks/ingest`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
     body: JSON.stringify(payload),
   });
-  const text = await res.text();
-  const ms = performance.now() - started;
-  return { status: res.status, type: res.headers.get('content-type') ?? '', body: JSON.parse(text), ms };
+  return { status: res.status, type: res.headers.get('content-type') ?? '', body: await res.json() };
 }
 
 interface Verified {
@@ -84,24 +84,10 @@ async function account(
   return (await (await fetch(`${url}/accounts/ingest`)).json()) as any;
 }
 
-/** mulberry32: a small deterministic generator, so that a failing run can be replayed. */
-function random(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
-const accepted = (a: Answer) => a.status === 202 && ['buffered', 'processed'].includes(a.body.status);
-
 describe.skipIf(!postgresUrl)('the ledger ingest contract, over HTTP on PostgreSQL', () => {
   test('chaos: 1..100 shuffled, 10% dropped; after the gap timeout every delivered id is applied once, nothing buffered', async () => {
     const SEED = 17;
-    const rand = random(SEED);
+    const rand = seededRandom(SEED);
     const ids = Array.from({ length: 100 }, (_, i) => i + 1);
     for (let i = ids.length - 1; i > 0; i--) {
       const j = Math.floor(rand() * (i + 1));
@@ -120,7 +106,7 @@ describe.skipIf(!postgresUrl)('the ledger ingest contract, over HTTP on PostgreS
         ...(await Promise.all(batch.map((id) => post(app.url, { sequence_id: id, data: `chaos ${id}` })))),
       );
     }
-    for (const a of answers) expect(accepted(a), JSON.stringify(a)).toBe(true);
+    for (const a of answers) expect(isAccepted(a), JSON.stringify(a)).toBe(true);
 
     // The gap timeout, then one gap per sweeper pass: wait for the buffer to empty.
     await vi.waitFor(async () => expect((await verify(app.url)).buffered).toBe(0), {
@@ -146,57 +132,26 @@ describe.skipIf(!postgresUrl)('the ledger ingest contract, over HTTP on PostgreS
     timeout: 600_000,
   }, async () => {
     const seconds = Number(process.env.INGEST_LOAD_SECONDS ?? 30);
-    const SENDERS = 50;
     const app = await serve({ gapTimeoutMs: 2000, sweepIntervalMs: 100 });
-    const rand = random(1_000_000);
-    // The same body for the same seq (a fixed timestamp): two senders that draw one seq send
-    // the same event, a true collision, answered as the duplicate it is.
-    const payload = (seq: number) => ({
-      sequence_id: seq,
-      idempotency_key: `test-${seq}`,
-      event_type: 'ledger.credit',
-      timestamp: new Date(Date.UTC(2026, 0, 1) + seq * 1000).toISOString(),
-      payload_version: 'v2',
-      data: { amount: 1 + (seq % 100) },
-    });
-    const answers: Array<Answer & { seq: number }> = [];
-    const posted = new Map<number, number>();
-    const end = Date.now() + seconds * 1000;
-    await Promise.all(
-      Array.from({ length: SENDERS }, async () => {
-        while (Date.now() < end) {
-          const tick = Date.now();
-          const seq = 1 + Math.floor(rand() * 1_000_000);
-          posted.set(seq, (posted.get(seq) ?? 0) + 1);
-          answers.push({ ...(await post(app.url, payload(seq))), seq });
-          // Pacing, not waiting for a result: one post per sender every 100 ms.
-          const rest = 100 - (Date.now() - tick);
-          if (rest > 0) await new Promise((resolve) => setTimeout(resolve, rest));
-        }
-      }),
-    );
-
-    const late = answers.filter(
-      (a) => a.status === 200 && a.body.status === 'dead-lettered' && a.body.reason === 'late',
-    );
-    const lateSet = new Set(late);
-    const others = answers.filter((a) => !accepted(a) && !lateSet.has(a));
-    expect(others.slice(0, 5), `${others.length} answers neither 202 nor late`).toEqual([]);
-    const collisions = [...posted.values()].filter((n) => n > 1).reduce((s, n) => s + n - 1, 0);
-    const latencies = answers.map((a) => a.ms).sort((a, b) => a - b);
-    const p95 = latencies[Math.floor(latencies.length * 0.95)];
+    const load = await runIngestLoad({ url: app.url, seconds, senders: 50 });
+    const { answers } = load;
     console.log(
-      `ingest load: ${SENDERS} senders, ${seconds} s, ${answers.length} posts, ` +
-        `${answers.filter((a) => a.body.status === 'buffered').length} buffered, ` +
-        `${answers.filter((a) => a.body.status === 'processed').length} processed, ` +
-        `${late.length} late, ${collisions} collisions (same seq posted again), p95 ${p95.toFixed(1)} ms`,
+      `ingest load: 50 senders, ${seconds} s, ${answers.length} posts, ${load.accepted} answered 202 ` +
+        `(${answers.filter((a) => a.body.status === 'processed').length} of them processed), ` +
+        `${load.late} late, ${load.collisions} collisions (a seq posted again), p50 ${load.p50.toFixed(1)} ms, ` +
+        `p95 ${load.p95.toFixed(1)} ms (not asserted)`,
     );
-    expect(answers.length).toBeGreaterThan(SENDERS);
+    expect(answers.length).toBeGreaterThan(50);
+    // The only answers that are not 202 buffered|processed are the late ones.
+    const others = answers.filter((a) => !isAccepted(a) && !isLate(a));
+    expect(others.slice(0, 5), `${others.length} answers neither 202 nor late`).toEqual([]);
 
     // A seq once accepted is never late afterwards (the sweeper skips only seqs below the
     // first one held), and each accepted seq is applied or still buffered, once.
-    const acceptedSeqs = new Set(answers.filter(accepted).map((a) => a.seq));
-    for (const a of late) expect(acceptedSeqs.has(a.seq), `seq ${a.seq} was accepted, then late`).toBe(false);
+    const acceptedSeqs = new Set(answers.filter(isAccepted).map((a) => a.seq));
+    for (const a of answers.filter(isLate)) {
+      expect(acceptedSeqs.has(a.seq), `seq ${a.seq} was accepted, then late`).toBe(false);
+    }
     const v = await verify(app.url);
     console.log(`ingest load: then GET /ledger/verify: ${JSON.stringify(v)}`);
     expect(v.reconciled).toBe(true);

@@ -7,6 +7,8 @@
  * INBOX_MODE (inline | deferred), HANDLER_DELAY_MS (a slow handler: each run waits this long), WORKERS,
  * LEDGER_TEST_HOOKS=1 (serve POST /fail-next, which makes the handler throw: never in production).
  * GET /metrics serves the inbox's Prometheus metrics (and Node's own).
+ * POST /webhooks/ingest and GET /ledger/verify serve the ingest contract (ingest.ts,
+ * docs/body-sourced-events.md), with the same GAP_TIMEOUT_MS and SWEEP_INTERVAL_MS.
  * CONSOLE_TOKEN (16 characters or more) serves the operator console at /console behind it.
  */
 import { collectDefaultMetrics, Registry } from 'prom-client';
