@@ -172,6 +172,11 @@ describe.each(targets)('the respond hook on $name', (target: Target) => {
     expect(shaped.headers['retry-after']).toBe('30');
     expect(shaped.headers['content-type']).toMatch(/^application\/json/);
     expect(shaped.body).toEqual({ error: 'try again later' });
+    answer = { status: 503 };
+    const statusOnly = await post({ 'idempotency-key': id }, '{"fail":true}');
+    expect(statusOnly.status).toBe(503);
+    expect(statusOnly.headers['content-type']).toMatch(/^application\/problem\+json/);
+    expect(statusOnly.body).toMatchObject({ status: 503, id, title: 'Handler failed' });
     answer = { status: 200, body: { ok: true } };
     const refused = await post({ 'idempotency-key': id }, '{"fail":true}');
     expect(refused.status).toBe(500);

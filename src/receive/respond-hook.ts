@@ -157,6 +157,10 @@ function shapedBy(outcome: Outcome, shape: unknown): Outcome {
       headers[name] = value;
     }
   }
+  // A problem's `status` member repeats the HTTP status (RFC 9457): kept equal when only the status changed.
+  if (shape.body === undefined && status !== outcome.status && body.status === outcome.status) {
+    body = { ...body, status };
+  }
   return text === undefined
     ? { kind: outcome.kind, status, headers, body }
     : { kind: outcome.kind, status, headers, body, text };
