@@ -10,13 +10,13 @@
  * one). Only `sequence_id` is required.
  */
 import { sql } from 'kysely';
-import { z } from 'zod';
 import type {
   FieldDelivery,
   Fields,
   Handler,
   Inbox,
   InboxOptions,
+  JsonSchema,
   Outcome,
   ResponseShape,
 } from '../../src/index.js';
@@ -37,18 +37,26 @@ export interface IngestPayload {
   data?: Record<string, unknown> | string;
 }
 
-/** The v2 contract as a zod schema. */
-export const ingestBodySchema = z.looseObject({
-  sequence_id: z.number().int().min(1).max(Number.MAX_SAFE_INTEGER),
-  idempotency_key: z.string().min(1).max(255).optional(),
-  event_type: z.enum(['ledger.credit', 'ledger.debit', 'payment.cleared']).optional(),
-  timestamp: z.iso.datetime({ offset: true }).optional(),
-  payload_version: z
-    .string()
-    .regex(/^v\d+$/)
-    .optional(),
-  data: z.union([z.record(z.string(), z.unknown()), z.string()]).optional(),
-});
+/**
+ * The v2 contract as a JSON Schema (2020-12), checked by `bodySchema` at the door: a body that
+ * fails is 422 naming the field (`body /event_type`), nothing stored. Only `sequence_id` is
+ * required: the contract's minimal payloads carry nothing else (and a string `data`), and must
+ * be accepted; every other field is checked when present. `data` is an object, or a string.
+ * Other members are allowed (a later payload_version may add some).
+ */
+export const ingestBodySchema: JsonSchema = {
+  $schema: 'https://json-schema.org/draft/2020-12/schema',
+  type: 'object',
+  required: ['sequence_id'],
+  properties: {
+    sequence_id: { type: 'integer', minimum: 1, maximum: Number.MAX_SAFE_INTEGER },
+    idempotency_key: { type: 'string', minLength: 1, maxLength: 255 },
+    event_type: { enum: ['ledger.credit', 'ledger.debit', 'payment.cleared'] },
+    timestamp: { type: 'string', format: 'date-time' },
+    payload_version: { type: 'string', pattern: '^v\\d+$' },
+    data: { type: ['object', 'string'] },
+  },
+};
 
 /**
  * The body's `sequence_id` when it is one the schema accepts (an integer from 1 to 2^53−1),
@@ -127,7 +135,7 @@ export function ingestInboxOptions(
     mode: 'deferred',
     parse: 'json',
     fields: ingestFields,
-    bodySchema: ingestBodySchema as InboxOptions<IngestPayload>['bodySchema'],
+    bodySchema: ingestBodySchema,
     respond: ingestAnswer,
     maxHeldPerKey: 1_000_000,
     maxSeqAhead: 1_000_000,
