@@ -272,6 +272,72 @@ describe.runIf(postgresTarget)('ordering races on real Postgres', () => {
     expect(await invariants(app)).toEqual([]);
     await app.inbox.close();
   });
+
+  it("10. an operator replay while a delivery holds the key's row waits for it, unblocks the key, and the event is applied", async () => {
+    const t = schemas();
+    const pool = gatedPool();
+    let poison = true;
+    const app = await ledgerInbox(
+      { ...t, db: pool },
+      { onPoison: 'block', maxAttempts: 1, lockTimeoutMs: 30_000 },
+      failWhen((e) => e.seq === 1 && poison),
+    );
+    expect((await app.inbox.receive(ordered('k', 1))).kind).toBe('dead-lettered');
+    expect(await app.inbox.keyState('k')).toMatchObject({ state: 'blocked', blockedSeq: 1 });
+    poison = false;
+    // Seq 2's claim locks the key row (seq 2 is held behind the block) and waits before COMMIT.
+    const commit = pool.hold(/commit$/);
+    const two = app.inbox.receive(ordered('k', 2));
+    await commit.reached;
+    const replaying = app.inbox.replay('k:1');
+    // Before: the replay read the key row with SKIP LOCKED, found none, took the key for one
+    // without a cursor yet, and re-queued seq 1 without unblocking the key. Seq 1 then waited
+    // behind a block that nothing lifts (no dead letter left to replay), and nothing applied.
+    // The replay reads the key while the claim holds it: it waits for the key (or, before, its
+    // drain did; or it finished without waiting), then the claim commits.
+    await blockedOnLock(admin, `"${t.schema}".`, replaying).finally(() => commit.open());
+    expect((await two).status).toBe(202);
+    const [replayed] = await replaying;
+    expect(replayed).toMatchObject({ outcome: 'requeued', status: 'processed' });
+    await app.inbox.sweep();
+    expect(await app.seqs('k')).toEqual([1, 2]);
+    expect(await app.inbox.keyState('k')).toMatchObject({ state: 'open', nextSeq: 3, heldSeqs: [] });
+    expect(await app.inbox.deadLetters({ key: 'k' })).toEqual([]);
+    expect(await invariants(app)).toEqual([]);
+    await app.inbox.close();
+  });
+
+  it('10b. an operator replay, while a delivery holds the key, of a dead letter its cursor has passed is refused, not stranded', async () => {
+    const t = schemas();
+    const pool = gatedPool();
+    const app = await ledgerInbox(
+      { ...t, db: pool },
+      { onPoison: 'skip', maxAttempts: 1, lockTimeoutMs: 30_000 },
+      failWhen((e) => e.seq === 1),
+    );
+    // Seq 1 is poison: dead-lettered, its seq recorded as a gap, the cursor at 2.
+    expect((await app.inbox.receive(ordered('k', 1))).kind).toBe('dead-lettered');
+    expect(await app.inbox.keyState('k')).toMatchObject({ state: 'open', nextSeq: 2 });
+    // Seq 3's claim locks the key row (seq 3 is held behind seq 2) and waits before COMMIT.
+    const commit = pool.hold(/commit$/);
+    const three = app.inbox.receive(ordered('k', 3));
+    await commit.reached;
+    const replaying = app.inbox.replay('k:1');
+    // Before: the replay skipped the locked key row, took the cursor to be seq 1, and re-queued
+    // seq 1 held below the cursor (2), where nothing ever applies or dead-letters it.
+    // The replay reads the key while the claim holds it: it waits for the key (or, before, its
+    // drain did; or it finished without waiting), then the claim commits.
+    await blockedOnLock(admin, `"${t.schema}".`, replaying).finally(() => commit.open());
+    expect((await three).status).toBe(202);
+    const [replayed] = await replaying;
+    expect(replayed).toMatchObject({ outcome: 'behind-cursor', status: 'dead' });
+    expect(await app.inbox.event('k:1')).toMatchObject({ status: 'dead' });
+    expect((await app.inbox.receive(ordered('k', 2))).status).toBe(200);
+    await app.inbox.idle();
+    expect(await app.seqs('k')).toEqual([2, 3]);
+    expect(await invariants(app)).toEqual([]);
+    await app.inbox.close();
+  });
 });
 
 describe.each(targets)('ordering races on $name', (target) => {

@@ -72,6 +72,13 @@ export async function replay(
 /**
  * One short transaction that locks the key row before the event row, the order the claim
  * uses, so a replay and a delivery of the same key serialise instead of deadlocking.
+ *
+ * It waits for the key row (plain FOR UPDATE): it holds nothing yet, so the wait cannot close a
+ * cycle, and what it decides (unblock the key, or refuse a seq behind the cursor) is only true
+ * of the row it locked. With SKIP LOCKED a delivery holding the key made the row look missing:
+ * the replay took the key for one without a cursor, re-queued the event without unblocking
+ * the key, and the event waited behind a block no dead letter was left to lift (or, when the
+ * cursor had passed its seq, below the cursor); the property test's 'replayed' mode found it.
  */
 async function replayOne(
   ctx: OperationsContext,
@@ -89,7 +96,8 @@ async function replayOne(
   }
   const { key, seq } = found;
   const base = { source: found.source, id, key, seq };
-  const lock = dryRun ? sql`` : sql`for update skip locked`;
+  const keyLock = dryRun ? sql`` : sql`for update`;
+  const eventLock = dryRun ? sql`` : sql`for update skip locked`;
   return ctx.db
     .transaction()
     .setIsolationLevel('read committed')
@@ -97,25 +105,26 @@ async function replayOne(
       let next: number | null = null;
       let blockedHere = false;
       if (key !== null) {
-        const { rows } = await sql<any>`
+        const cursor = () =>
+          sql<any>`
         select next_seq, state, blocked_seq from ${table(ctx, 'keys')}
-         where source = ${found.source} and key = ${key} ${lock}`.execute(tx);
-        if (rows[0]) {
-          next = toNumber(rows[0].next_seq);
-          blockedHere = rows[0].state === 'blocked' && toNumber(rows[0].blocked_seq) === seq;
-        } else {
-          // No cursor yet (the key's only event died before one was stored): start it at this seq.
-          if (!dryRun) {
-            await sql`insert into ${table(ctx, 'keys')} (source, key, next_seq) values (${found.source}, ${key}, ${seq})
-                    on conflict do nothing`.execute(tx);
-          }
-          next = seq;
+         where source = ${found.source} and key = ${key} ${keyLock}`.execute(tx);
+        let { rows } = await cursor();
+        if (!rows[0] && !dryRun) {
+          // No cursor yet (the key's only event died before one was stored): start it at this
+          // seq. A claim may be creating it meanwhile: the insert then waits for it and does
+          // nothing, and the row that claim committed is read (and locked) instead.
+          await sql`insert into ${table(ctx, 'keys')} (source, key, next_seq) values (${found.source}, ${key}, ${seq})
+                  on conflict do nothing`.execute(tx);
+          ({ rows } = await cursor());
         }
+        next = rows[0] ? toNumber(rows[0].next_seq) : seq;
+        blockedHere = rows[0]?.state === 'blocked' && toNumber(rows[0].blocked_seq) === seq;
       }
       // Holding the key, never wait for an event row (ARCHITECTURE.md, "Locks"): one that is
       // locked is being applied by a worker, so it is not dead; its committed status says so.
       const { rows: events } = await sql<any>`
-      select status from ${table(ctx, 'events')} where source = ${found.source} and id = ${id} ${lock}`.execute(
+      select status from ${table(ctx, 'events')} where source = ${found.source} and id = ${id} ${eventLock}`.execute(
         tx,
       );
       const status =
