@@ -132,7 +132,10 @@ export async function startLedger(options: LedgerServerOptions = {}): Promise<Le
           ...options.ingest,
         }),
       );
-      await ledger.setup(await ingest.kysely());
+      // On the ledger inbox's database its tables exist already, and the ingest inbox opens
+      // (its workers and sweeper start) on its first request: nothing runs for it until then.
+      // Another database needs the ledger's tables now.
+      if (options.ingest?.db !== undefined) await ledger.setup(await ingest.kysely());
     }
     const testHooks = options.testHooks ?? testHooksFromEnv();
     const server = await (await SERVERS[framework]())(inbox, ledger, {
