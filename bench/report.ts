@@ -24,6 +24,10 @@ export interface Cell {
   total: number;
   non2xx: number;
   errors: number;
+  /** The server process's CPU (user + system) per request, in µs. */
+  cpuUs: number;
+  /** PostgreSQL's CPU (every backend) per request, in µs. */
+  pgUs: number;
   applied: number;
   distinct: number;
   doubleApplied: number;

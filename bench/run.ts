@@ -5,6 +5,7 @@
  *   npm run bench -- --quick              1 run of 3 s per cell
  *   npm run bench -- --contenders inbox,bare --workloads unique
  *   npm run bench -- --cpu-prof           also write a CPU profile of every server (bench/results/profiles)
+ *   npm run bench -- --rate 300           offer 300 req/s instead of saturating (CPU per request compares work)
  *   npm run bench -- --long 200000        RSS growth of the inbox over that many unique deliveries
  *
  * The load (autocannon, in this process) and each contender's server (a child process) are
@@ -14,7 +15,7 @@
  */
 import { type ChildProcess, execFileSync, fork } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { cpus, loadavg } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -44,6 +45,9 @@ const warmup = Number(value('warmup') ?? (quick ? 1 : 2));
 const connections = Number(value('connections') ?? 50);
 const poolSize = Number(value('pool') ?? 10);
 const cpuProf = flag('cpu-prof');
+// A fixed offered rate (req/s, all connections together) instead of as fast as the server goes:
+// CPU per request at a rate every contender sustains compares their work, not their batching.
+const rate = value('rate') === undefined ? undefined : Number(value('rate'));
 const long = value('long') === undefined ? undefined : Number(value('long'));
 const pin = !flag('no-pin');
 const postgresUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
@@ -162,6 +166,7 @@ function load(
       {
         url: `http://127.0.0.1:${port}`,
         connections,
+        ...(rate ? { overallRate: rate } : {}),
         ...(limit.amount ? { amount: limit.amount } : { duration: limit.seconds }),
         requests: [{ setupRequest: () => toRequest(next()) }],
       },
@@ -178,6 +183,37 @@ function load(
       },
     );
   });
+}
+
+// ---- CPU per request ------------------------------------------------------------------------
+// Throughput on a 2-core machine mixes three consumers of CPU (the server, PostgreSQL, the load);
+// CPU time per request splits them, and moves far less than req/s when the machine is busy.
+const TICK_MS = 1000 / 100; // USER_HZ: /proc/<pid>/stat counts in 1/100 s on Linux
+
+/** User + system CPU of one process, in ms (0 when it is gone). */
+function processCpuMs(pid: number): number {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return (Number(fields[11]) + Number(fields[12])) * TICK_MS; // utime, stime
+  } catch {
+    return 0;
+  }
+}
+
+/** CPU of every process named `postgres` (the backends of all pools, and the server's own), in ms. */
+function postgresCpuMs(): number {
+  let total = 0;
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      if (readFileSync(`/proc/${entry}/comm`, 'utf8').trim() !== 'postgres') continue;
+    } catch {
+      continue;
+    }
+    total += processCpuMs(Number(entry));
+  }
+  return total;
 }
 
 // ---- one measurement -------------------------------------------------------------------------
@@ -202,9 +238,13 @@ async function measure(
       const seed = w.seed(prefix);
       await load(server.port, seed.next, { amount: seed.count });
     }
+    const cpuBefore = processCpuMs(server.child.pid!);
+    const pgBefore = postgresCpuMs();
     const l = await load(server.port, w.next(prefix), { seconds: duration });
+    const cpuUs = ((processCpuMs(server.child.pid!) - cpuBefore) * 1000) / Math.max(1, l.total);
+    const pgUs = ((postgresCpuMs() - pgBefore) * 1000) / Math.max(1, l.total);
     const stats = await server.call<Stats>('stats', { prefix });
-    return { run, workload, contender, ...l, ...stats, drainMs: stats.drainMs };
+    return { run, workload, contender, ...l, cpuUs, pgUs, ...stats, drainMs: stats.drainMs };
   } finally {
     await stopServer(server);
   }
@@ -324,6 +364,7 @@ try {
         cells.push(cell);
         console.log(
           `run ${run} ${w.padEnd(8)} ${c.padEnd(20)} ${Math.round(cell.rps).toString().padStart(6)} req/s  p50 ${cell.p50} ms  p99 ${cell.p99} ms  ` +
+            `cpu ${Math.round(cell.cpuUs)} µs/req  pg ${Math.round(cell.pgUs)} µs/req  ` +
             `non-2xx ${cell.non2xx}  double-applied ${cell.doubleApplied}  out-of-order ${cell.outOfOrder}`,
         );
       }

@@ -32,11 +32,85 @@ export function startBodyRead(stream: BodyStream, limits: BodyLimits): BodyRead 
   const started = new Promise<void>((resolve) => {
     markStarted = resolve;
   });
-  const body = read(stream, limits, markStarted);
+  const body = isNodeReadable(stream)
+    ? readNode(stream, limits, markStarted)
+    : read(stream, limits, markStarted);
   body.then(markStarted, markStarted);
   // Handled here so that a body nobody waits for (the delivery was shed) is no unhandled rejection.
   body.catch(() => {});
   return { started, body };
+}
+
+/** The part of a Node readable (IncomingMessage, a fastify raw stream) that {@link readNode} uses. */
+interface NodeReadable {
+  on(event: string, listener: (...args: any[]) => void): unknown;
+  removeListener(event: string, listener: (...args: any[]) => void): unknown;
+  pause(): unknown;
+  readonly readableEnded?: boolean;
+}
+
+function isNodeReadable(stream: BodyStream): stream is BodyStream & NodeReadable {
+  const s = stream as Partial<NodeReadable>;
+  return (
+    typeof s.on === 'function' && typeof s.removeListener === 'function' && typeof s.pause === 'function'
+  );
+}
+
+function tooLarge(maxBytes: number): InvalidDeliveryError {
+  return new InvalidDeliveryError('body', `body is larger than ${maxBytes} bytes`, 413);
+}
+
+/**
+ * {@link read} for a Node readable, with its own events: the async iterator costs a promise,
+ * an iterator result and a `Promise.race` per chunk, which the profile of a small delivery
+ * showed as a tenth of the adapter's work. Same limits, same errors; on 413 or 408 the stream
+ * is paused and left to the server, as there.
+ */
+function readNode(stream: NodeReadable, limits: BodyLimits, onFirstBytes: () => void): Promise<Buffer> {
+  const { maxBytes, timeoutMs, declaredLength } = limits;
+  if (declaredLength !== undefined && Number(declaredLength) > maxBytes) {
+    return Promise.reject(tooLarge(maxBytes));
+  }
+  // Read to the end already (by what came before the inbox): no 'end' will come.
+  if (stream.readableEnded) return Promise.resolve(Buffer.alloc(0));
+  return new Promise<Buffer>((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    const done = (err: Error | undefined) => {
+      clearTimeout(timer);
+      stream.removeListener('data', onData);
+      stream.removeListener('end', onEnd);
+      stream.removeListener('error', onFail);
+      stream.removeListener('close', onClose);
+      if (err === undefined) resolve(chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, size));
+      else {
+        stream.pause();
+        reject(err);
+      }
+    };
+    const onData = (chunk: Buffer | string) => {
+      onFirstBytes();
+      const buf = typeof chunk === 'string' ? Buffer.from(chunk) : chunk;
+      size += buf.length;
+      if (size > maxBytes) return done(tooLarge(maxBytes));
+      chunks.push(buf);
+    };
+    const onEnd = () => done(undefined);
+    const onFail = (err: Error) => done(err);
+    // A client that goes away mid-body: the iterator's ERR_STREAM_PREMATURE_CLOSE, kept.
+    const onClose = () => {
+      if (stream.readableEnded) return;
+      done(Object.assign(new Error('Premature close'), { code: 'ERR_STREAM_PREMATURE_CLOSE' }));
+    };
+    const timer = setTimeout(
+      () => done(new InvalidDeliveryError('body', `body was not received within ${timeoutMs} ms`, 408)),
+      timeoutMs,
+    );
+    stream.on('data', onData);
+    stream.on('end', onEnd);
+    stream.on('error', onFail);
+    stream.on('close', onClose);
+  });
 }
 
 async function read(stream: BodyStream, limits: BodyLimits, onFirstBytes: () => void): Promise<Buffer> {
