@@ -3,7 +3,7 @@
  * the headers kept with it, and how it is parsed — by the receive pipeline for a delivery, and
  * by the apply path again for a stored event.
  */
-import { createHash } from 'node:crypto';
+import * as crypto from 'node:crypto';
 import { InvalidDeliveryError } from './errors.js';
 import type { ResolvedOptions } from './options.js';
 
@@ -17,8 +17,12 @@ export function storableHeaders(headers: Record<string, string>): Record<string,
   return out;
 }
 
+/** `crypto.hash` (Node 20.12+): one call, no Hash object, for what is hashed once per delivery. */
+const oneShot = (crypto as { hash?: (algorithm: string, data: Uint8Array, encoding: 'hex') => string }).hash;
+
 export function bodyHash(rawBody: Uint8Array): string {
-  return createHash('sha256').update(rawBody).digest('hex');
+  if (oneShot) return oneShot('sha256', rawBody, 'hex');
+  return crypto.createHash('sha256').update(rawBody).digest('hex');
 }
 
 function isJsonContentType(contentType: string | undefined): boolean {

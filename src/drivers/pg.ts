@@ -29,6 +29,7 @@ const ignore = () => {};
 const MAX_FOLDED_CHARS = 64 * 1024;
 
 const { escapeLiteral } = pg;
+const NEEDS_ESCAPING = /['\\]/;
 
 /** One value as a SQL literal, or undefined when it cannot (or should not) be folded. */
 function literal(value: unknown): string | undefined {
@@ -41,7 +42,9 @@ function literal(value: unknown): string | undefined {
     case 'bigint':
       return value.toString();
     case 'string':
-      return escapeLiteral(value);
+      // What escapeLiteral returns for text without quotes or backslashes, without its
+      // character-by-character loop (ids, hashes, JSON of most results).
+      return NEEDS_ESCAPING.test(value) ? escapeLiteral(value) : `'${value}'`;
   }
   if (value instanceof Uint8Array)
     return `${escapeLiteral(`\\x${Buffer.from(value).toString('hex')}`)}::bytea`;
@@ -63,7 +66,22 @@ export function inlineParameters(compiled: CompiledQuery): string | undefined {
     if (size > MAX_FOLDED_CHARS) return undefined;
     literals.push(text);
   }
-  return compiled.sql.replace(/\$(\d+)/g, (_, n: string) => literals[Number(n) - 1]);
+  const parts = placeholderSplit(compiled.sql);
+  let text = parts[0] as string;
+  for (let i = 1; i < parts.length; i += 2) text += literals[(parts[i] as number) - 1] + parts[i + 1];
+  return text;
+}
+
+/** A statement's text split around its `$n` placeholders (text, n, text, …), once per text. */
+const splits = new Map<string, Array<string | number>>();
+function placeholderSplit(sql: string): Array<string | number> {
+  let parts = splits.get(sql);
+  if (!parts) {
+    parts = sql.split(/\$(\d+)/).map((part, i) => (i % 2 === 1 ? Number(part) : part));
+    // Registered statements only (a handful per schema); a bound keeps a misuse from growing it.
+    if (splits.size < 1000) splits.set(sql, parts);
+  }
+  return parts;
 }
 
 class PgConnection implements DatabaseConnection {
