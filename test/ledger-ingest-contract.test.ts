@@ -12,6 +12,7 @@
  * And the door: a body that breaks the contract is 422 problem+json naming the field, with
  * nothing stored.
  */
+import { sql } from 'kysely';
 import pg from 'pg';
 import { afterEach, describe, expect, test, vi } from 'vitest';
 import { isAccepted, isLate, runIngestLoad, seededRandom } from '../examples/ledger/ingest-load.js';
@@ -156,6 +157,29 @@ describe.skipIf(!postgresUrl)('the ledger ingest contract, over HTTP on PostgreS
     console.log(`ingest load: then GET /ledger/verify: ${JSON.stringify(v)}`);
     expect(v.reconciled).toBe(true);
     expect(v.applied + v.buffered).toBe(acceptedSeqs.size);
+  });
+
+  test('verify is not reconciled when a sequence was applied twice, out of order, or the balance is off', async () => {
+    const app = await serve({ sweepIntervalMs: 20 });
+    for (const seq of [1, 2, 3]) await post(app.url, { sequence_id: seq, data: 'x' });
+    await vi.waitFor(async () => expect((await verify(app.url)).applied).toBe(3), {
+      timeout: 30_000,
+      interval: 25,
+    });
+    expect((await verify(app.url)).reconciled).toBe(true);
+    const db = await app.inbox.kysely();
+    const entries = sql.table(`${app.ledger.schema}.entries`);
+    const accounts = sql.table(`${app.ledger.schema}.accounts`);
+    // What a handler that ran twice would leave: seq 2 again, after 3 (balance kept in step).
+    await sql`insert into ${entries} (key, event_id, seq, amount) values ('ingest', 'again', 2, 2)`.execute(
+      db,
+    );
+    await sql`update ${accounts} set balance = balance + 2 where key = 'ingest'`.execute(db);
+    expect(await verify(app.url)).toMatchObject({ reconciled: false, applied: 4 });
+    await sql`delete from ${entries} where event_id = 'again'`.execute(db);
+    expect(await verify(app.url)).toMatchObject({ reconciled: false, applied: 3 }); // the balance is 2 over
+    await sql`update ${accounts} set balance = balance - 2 where key = 'ingest'`.execute(db);
+    expect(await verify(app.url)).toEqual({ reconciled: true, applied: 3, buffered: 0, skipped: 0 });
   });
 
   describe.each(ALL_FRAMEWORKS)('over %s', (framework) => {
