@@ -193,6 +193,9 @@ describe.skipIf(!postgresUrl)('the ledger ingest contract, over HTTP on PostgreS
         [{ sequence_id: 5, timestamp: 'yesterday' }, 'body /timestamp'],
         [{ sequence_id: 6, payload_version: '2' }, 'body /payload_version'],
         [{ sequence_id: 7, data: 42 }, 'body /data'],
+        [{ sequence_id: 8, idempotency_key: 'clé' }, 'body /idempotency_key'],
+        [{ sequence_id: 9, idempotency_key: '' }, 'body /idempotency_key'],
+        [{ sequence_id: 10, idempotency_key: 7 }, 'body /idempotency_key'],
       ];
       for (const [payload, field] of refused) {
         const a = await post(app.url, payload);

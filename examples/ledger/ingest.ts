@@ -50,7 +50,8 @@ export const ingestBodySchema: JsonSchema = {
   required: ['sequence_id'],
   properties: {
     sequence_id: { type: 'integer', minimum: 1, maximum: Number.MAX_SAFE_INTEGER },
-    idempotency_key: { type: 'string', minLength: 1, maxLength: 255 },
+    // The inbox's rule for an id: 1-255 printable ASCII characters.
+    idempotency_key: { type: 'string', pattern: '^[ -~]{1,255}$' },
     event_type: { enum: ['ledger.credit', 'ledger.debit', 'payment.cleared'] },
     timestamp: { type: 'string', format: 'date-time' },
     payload_version: { type: 'string', pattern: '^v\\d+$' },
@@ -67,6 +68,9 @@ function sequenceOf(body: unknown): number | undefined {
   return typeof seq === 'number' && Number.isSafeInteger(seq) && seq >= 1 ? seq : undefined;
 }
 
+/** The inbox's rule for an id, which the schema states for `idempotency_key` too. */
+const PRINTABLE_ID = /^[ -~]{1,255}$/;
+
 /**
  * Where the id, key and seq come from. Functions rather than JSON pointers so that a body whose
  * `sequence_id` breaks the contract (0, missing, a string) is refused by the schema (422
@@ -77,9 +81,10 @@ function sequenceOf(body: unknown): number | undefined {
 export const ingestFields: Fields = {
   id: (d: FieldDelivery) => {
     const key = (d.body as { idempotency_key?: unknown } | null | undefined)?.idempotency_key;
-    if (typeof key === 'string') return key;
-    // No idempotency_key: the stream and the sequence name the event. A body without a valid
-    // sequence_id gets a placeholder the schema refuses before anything is stored.
+    if (typeof key === 'string' && PRINTABLE_ID.test(key)) return key;
+    // No idempotency_key: the stream and the sequence name the event. A body with a malformed
+    // idempotency_key or without a valid sequence_id gets an id all the same, and the schema
+    // refuses it (422) before anything is stored.
     return `${INGEST_STREAM}:${sequenceOf(d.body) ?? 'invalid'}`;
   },
   key: (d: FieldDelivery) => (sequenceOf(d.body) === undefined ? undefined : INGEST_STREAM),
