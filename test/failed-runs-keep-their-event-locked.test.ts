@@ -80,7 +80,7 @@ describe.runIf(postgresTarget)('failed runs keep their event locked (real Postgr
       });
       expect(outcome.kind).toBe('pending');
       // A's run fails; the statement that records it (with its COMMIT) is held back.
-      const held = gated.gate(/"fail"\(/);
+      const held = gated.gate(/^rollback to savepoint wi_apply;[\s\S]*fail"\(/);
       const first = a.sweep();
       await held;
       expect(runs).toBe(1);

@@ -52,7 +52,8 @@ describe.runIf(postgresTarget)('ordering races on real Postgres', () => {
     pools.push(pool);
     return pool;
   };
-  const claimOf = (t: TargetDb) => `"${t.schema}"."claim"(`;
+  // A folded claim is `execute "wi_fold:<schema>.claim"(…)` (src/drivers/pg.ts).
+  const claimOf = (t: TargetDb) => `"wi_fold:${t.schema}.claim"(`;
 
   it("1. first-seen: the key's first event fails while the next is in flight: the first stays at the cursor, the next waits behind it", async () => {
     const t = schemas();

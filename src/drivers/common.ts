@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import type { TransactionSettings } from 'kysely';
 import { PoolWaitTimeoutError } from '../errors.js';
 
@@ -14,6 +15,13 @@ export interface StatementEntry {
   readonly fold: Fold | undefined;
   /** A parameterless statement every driver sends right after this one (a SAVEPOINT). */
   readonly then: string | undefined;
+  /**
+   * The name it is PREPAREd under for folding (`execute <prepared>(…)`, src/drivers/pg.ts):
+   * short (identifiers stop at 63 bytes, and schema-qualified names would be cut, then
+   * collide) and distinct from `name`, which pg's own Parse messages use. Undefined for what
+   * PREPARE does not take (ROLLBACK TO SAVEPOINT): it folds as text.
+   */
+  readonly prepared: string | undefined;
 }
 
 /**
@@ -22,14 +30,40 @@ export interface StatementEntry {
  * same. Only statements registered here are named; the handler's own queries are not, so the
  * number of prepared statements per connection stays bounded.
  */
+/** The statements PREPARE takes (the rest, such as ROLLBACK TO SAVEPOINT, are utility commands). */
+const PREPARABLE = /^\s*(select|insert|update|delete|with|values)\b/i;
+
+/**
+ * `"wi_fold:<schema>.<statement>"`: readable in pg_stat_activity and in logs, and distinct
+ * from pg's own name for the statement (`wi:…`, its Parse messages). Identifiers stop at 63
+ * bytes (a longer one would be cut, and two cut names could collide): past that, the
+ * statement's name and a hash of its text.
+ */
+function preparedName(name: string, text: string): string {
+  const readable = `wi_fold:${name.replace(/^wi:/, '')}`;
+  if (Buffer.byteLength(readable) <= 63) return `"${readable.replace(/"/g, '""')}"`;
+  const short = (name.split('.').pop() ?? name).replace(/[^a-z0-9_]/gi, '_').slice(-24);
+  return `wi_fold_${short}_${createHash('sha256').update(text).digest('hex').slice(0, 16)}`;
+}
+
 export class StatementNames {
   readonly #entries = new Map<string, StatementEntry>();
   register(name: string, text: string, fold?: Fold, then?: string): string {
-    this.#entries.set(text, { name, fold, then });
+    this.#entries.set(text, {
+      name,
+      fold,
+      then,
+      prepared: PREPARABLE.test(text) ? preparedName(name, text) : undefined,
+    });
     return text;
   }
   get(text: string): StatementEntry | undefined {
     return this.#entries.get(text);
+  }
+  /** Every statement that folds and can be PREPAREd, with its text. */
+  *preparable(): IterableIterator<[string, StatementEntry & { prepared: string }]> {
+    for (const [text, entry] of this.#entries)
+      if (entry.fold && entry.prepared) yield [text, entry as StatementEntry & { prepared: string }];
   }
 }
 

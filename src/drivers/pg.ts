@@ -17,7 +17,7 @@
 
 import type { CompiledQuery, DatabaseConnection, Driver, QueryResult, TransactionSettings } from 'kysely';
 import pg from 'pg';
-import { beginStatement, boundedWait, type StatementNames } from './common.js';
+import { beginStatement, boundedWait, type StatementEntry, type StatementNames } from './common.js';
 import type { PgClientLike, PgPoolLike } from './shapes.js';
 
 const MUTATING = new Set(['INSERT', 'UPDATE', 'DELETE', 'MERGE']);
@@ -52,11 +52,8 @@ function literal(value: unknown): string | undefined {
   return undefined;
 }
 
-/**
- * The statement with its `$n` placeholders replaced by literals, or undefined when it cannot
- * be. Registered statements are ours: their text has no `$` but the placeholders.
- */
-export function inlineParameters(compiled: CompiledQuery): string | undefined {
+/** The literals of a statement's parameters, or undefined when they cannot (or should not) be folded. */
+function literalsOf(compiled: CompiledQuery): string[] | undefined {
   let size = 0;
   const literals: string[] = [];
   for (const value of compiled.parameters) {
@@ -66,7 +63,20 @@ export function inlineParameters(compiled: CompiledQuery): string | undefined {
     if (size > MAX_FOLDED_CHARS) return undefined;
     literals.push(text);
   }
-  const parts = placeholderSplit(compiled.sql);
+  return literals;
+}
+
+/**
+ * The statement with its `$n` placeholders replaced by literals, or undefined when it cannot
+ * be. Registered statements are ours: their text has no `$` but the placeholders.
+ */
+export function inlineParameters(compiled: CompiledQuery): string | undefined {
+  const literals = literalsOf(compiled);
+  return literals && inline(compiled.sql, literals);
+}
+
+function inline(sql: string, literals: string[]): string {
+  const parts = placeholderSplit(sql);
   let text = parts[0] as string;
   for (let i = 1; i < parts.length; i += 2) text += literals[(parts[i] as number) - 1] + parts[i + 1];
   return text;
@@ -82,6 +92,31 @@ function placeholderSplit(sql: string): Array<string | number> {
     if (splits.size < 1000) splits.set(sql, parts);
   }
   return parts;
+}
+
+/**
+ * Which folding statements are PREPAREd on a connection (keyed by the pool's client object,
+ * which outlives our PgConnection), or 'inline' when folds on it carry the statement's text.
+ *
+ * A folded statement travels on the simple protocol, where Postgres parses, analyses and plans
+ * its text every time; `execute <prepared>(literals)` skips all of that (bench/postgres-cost.ts
+ * measures the difference). The statements are prepared in one round trip before the
+ * connection's first fold: once per connection, never per delivery. A connection whose
+ * PREPARE failed, or whose statements were deallocated behind our back (DISCARD ALL; a pooler
+ * that swaps backends), folds text from then on: slower, never wrong. A pool that hands out a
+ * new client object for the same connection costs one failed PREPARE per object.
+ */
+const preparedOn = new WeakMap<object, Set<string> | 'inline'>();
+const UNDEFINED_PREPARED_STATEMENT = '26000';
+const DUPLICATE_PREPARED_STATEMENT = '42P05';
+
+/**
+ * Per pool: set when a PREPARE found its statement already there, i.e. the pool hands out a
+ * new client object for a connection it handed out before (a wrapping pool). Such a pool's
+ * connections cannot be told apart, so all of them fold text, and none pays a PREPARE again.
+ */
+interface FoldState {
+  textOnly: boolean;
 }
 
 class PgConnection implements DatabaseConnection {
@@ -106,6 +141,7 @@ class PgConnection implements DatabaseConnection {
   constructor(
     readonly client: PgClientLike,
     readonly names: StatementNames,
+    readonly folds: FoldState = { textOnly: false },
   ) {
     client.on?.('error', this.onError);
     // Once per client, for good: a client released as broken is ended by the pool without its
@@ -130,7 +166,7 @@ class PgConnection implements DatabaseConnection {
     // needs one before it, so there is none either).
     if (begin !== undefined && tails.length === 0) return;
     if (begin !== undefined) await this.#simple(begin);
-    const folded = tails.map(inlineParameters);
+    const folded = tails.map((tail) => this.#foldText(tail, this.names.get(tail.sql)));
     if (folded.every((text) => text !== undefined)) {
       await this.#simple([...folded, 'commit'].join('; '));
       return;
@@ -162,16 +198,73 @@ class PgConnection implements DatabaseConnection {
     if (this.#begin !== undefined) {
       const begin = this.#begin;
       this.#begin = undefined;
-      const folded = entry?.fold === 'after-begin' ? inlineParameters(compiled) : undefined;
-      if (folded) {
-        if (!entry?.then) return this.#simple<R>(`${begin}; ${folded}`);
-        return this.#simple<R>(`${begin}; ${folded}; ${entry.then}`, 2);
+      if (entry?.fold === 'after-begin') {
+        const folded = await this.#foldOnBegin<R>(begin, compiled, entry);
+        if (folded) return folded;
       }
       await this.#simple(begin);
     }
     const result = await this.#send<R>(compiled, entry?.name);
     if (entry?.then) await this.#simple(entry.then);
     return result;
+  }
+
+  /**
+   * BEGIN and an `after-begin` statement (and its `then`) in one round trip. Undefined when
+   * the values cannot be folded (the caller sends BEGIN alone, then the statement).
+   */
+  async #foldOnBegin<R>(
+    begin: string,
+    compiled: CompiledQuery,
+    entry: StatementEntry,
+  ): Promise<QueryResult<R> | undefined> {
+    const prepared = preparedOn.get(this.client);
+    if (entry.prepared && !this.folds.textOnly && prepared !== 'inline' && !prepared?.has(entry.prepared))
+      await this.#prepareFolds();
+    const folded = this.#foldText(compiled, entry);
+    if (folded === undefined) return undefined;
+    return this.#simple<R>(`${begin}; ${folded}${entry.then ? `; ${entry.then}` : ''}`, entry.then ? 2 : 1);
+  }
+
+  /**
+   * PREPAREs the folding statements this connection lacks (one pool may serve inboxes in
+   * several schemas): one round trip, once per connection and schema, before a fold's BEGIN,
+   * so that a failure aborts nothing. A failure (a statement of that name already there: a
+   * pool that wraps one connection in several client objects) leaves it folding text.
+   */
+  async #prepareFolds(): Promise<void> {
+    const prepared = preparedOn.get(this.client);
+    const have = prepared instanceof Set ? prepared : new Set<string>();
+    const missing = [...this.names.preparable()].filter(([, e]) => !have.has(e.prepared));
+    try {
+      await this.#simple(missing.map(([text, e]) => `prepare ${e.prepared} as ${text}`).join('; '));
+      for (const [, e] of missing) have.add(e.prepared);
+      preparedOn.set(this.client, have);
+    } catch (err) {
+      if (this.broken) throw err;
+      preparedOn.set(this.client, 'inline');
+      if ((err as { code?: string }).code === DUPLICATE_PREPARED_STATEMENT) this.folds.textOnly = true;
+    }
+  }
+
+  /**
+   * A registered statement as folded text: `execute <prepared>(literals)` on a connection where
+   * it is prepared, else its text with the literals in.
+   */
+  #foldText(
+    compiled: CompiledQuery,
+    entry: StatementEntry | undefined,
+    preparing = false,
+  ): string | undefined {
+    const literals = literalsOf(compiled);
+    if (literals === undefined) return undefined;
+    const prepared = preparedOn.get(this.client);
+    if (entry?.prepared && !this.folds.textOnly && prepared instanceof Set && prepared.has(entry.prepared)) {
+      return literals.length
+        ? `execute ${entry.prepared}(${literals.join(', ')})`
+        : `execute ${entry.prepared}`;
+    }
+    return inline(compiled.sql, literals);
   }
 
   /** One statement on the extended protocol: parameters bound, named when registered. */
@@ -207,6 +300,9 @@ class PgConnection implements DatabaseConnection {
       // else (socket closed, backend terminated) means the pool must not hand it out again.
       if (!(err && typeof err === 'object' && 'code' in err && typeof err.code === 'string')) {
         this.broken = err as Error;
+      } else if (err.code === UNDEFINED_PREPARED_STATEMENT) {
+        // Deallocated behind our back (DISCARD ALL, a pooler): fold text on this connection.
+        preparedOn.set(this.client, 'inline');
       }
       throw err;
     }
@@ -219,6 +315,7 @@ class PgConnection implements DatabaseConnection {
 }
 
 export class PgPoolDriver implements Driver {
+  readonly #folds: FoldState = { textOnly: false };
   constructor(
     readonly pool: PgPoolLike,
     readonly names: StatementNames,
@@ -228,7 +325,7 @@ export class PgPoolDriver implements Driver {
   async init(): Promise<void> {}
   async acquireConnection(): Promise<DatabaseConnection> {
     const client = await boundedWait(this.pool.connect(), this.waitTimeoutMs, (late) => late.release());
-    return new PgConnection(client, this.names);
+    return new PgConnection(client, this.names, this.#folds);
   }
   async beginTransaction(connection: DatabaseConnection, settings: TransactionSettings): Promise<void> {
     (connection as PgConnection).begin(settings);

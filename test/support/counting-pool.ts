@@ -9,11 +9,24 @@ export class CountingPool implements PgPoolLike {
     this.pool = new pg.Pool({ connectionString, max: 10 });
     this.pool.on('error', () => {});
   }
+  /** One wrapper per connection, as pg.Pool hands out one client object per connection. */
+  readonly #wrappers = new WeakMap<pg.PoolClient, PgClientLike>();
   async connect(): Promise<PgClientLike> {
     const client = await this.pool.connect();
+    let wrapper = this.#wrappers.get(client);
+    if (!wrapper) {
+      wrapper = this.#wrap(client);
+      this.#wrappers.set(client, wrapper);
+    }
+    return wrapper;
+  }
+  #wrap(client: pg.PoolClient): PgClientLike {
     const statements = this.statements;
     return {
       query(config) {
+        // A connection's PREPAREs of the folding statements (src/drivers/pg.ts) go once in its
+        // life, not per delivery: not counted.
+        if (config.text.startsWith('prepare ')) return client.query(config as pg.QueryConfig) as any;
         // One entry per round trip; a folded one (`begin; select … claim(…)`) keeps each part's start.
         statements.push(
           config.text

@@ -45,8 +45,19 @@ export class GatedPool implements PgPoolLike {
     return gate;
   }
 
+  /** One wrapper per connection, as pg.Pool hands out one client object per connection. */
+  readonly #wrappers = new WeakMap<pg.PoolClient, PgClientLike>();
   async connect(): Promise<PgClientLike> {
     const client = await this.pool.connect();
+    let wrapper = this.#wrappers.get(client);
+    if (!wrapper) {
+      wrapper = this.#wrap(client);
+      this.#wrappers.set(client, wrapper);
+    }
+    return wrapper;
+  }
+
+  #wrap(client: pg.PoolClient): PgClientLike {
     const holds = this.#holds;
     return {
       async query(config) {

@@ -1,0 +1,152 @@
+/**
+ * What one new event costs PostgreSQL, statement by statement: the CPU of one backend per
+ * transaction (from /proc, user + system), for the bare ledger write and for the inbox's
+ * transaction with parts of it taken away. It answers "how much of the inbox's price is
+ * Postgres work that any inbox must do", which throughput on a 2-core machine (where the
+ * server, Postgres and the load share the cores) cannot separate.
+ *
+ *   npx tsx bench/postgres-cost.ts                 every variant, 15 rounds of 300 transactions
+ *   ROUNDS=30 TXS=500 npx tsx bench/postgres-cost.ts bare inbox
+ *
+ * The texts are what the inbox sends for a new unordered event (BEGIN with the claim folded
+ * in and the SAVEPOINT after it; the handler's two statements; the stored result folded into
+ * COMMIT), with literals as src/drivers/pg.ts writes them. One client, so nothing waits on a
+ * lock; rounds interleave the variants and the report gives min, lower quartile and median
+ * per variant, so a busy moment of the machine moves all of them, not one.
+ */
+import { readFileSync } from 'node:fs';
+import pg from 'pg';
+import { Ledger } from '../examples/ledger/ledger.js';
+import { createInbox } from '../src/index.js';
+
+const url = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+const ROUNDS = Number(process.env.ROUNDS ?? 15);
+const TXS = Number(process.env.TXS ?? 300);
+const HASH = 'e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855';
+const run = `pgcost_${process.pid}`;
+const inboxSchema = `${run}_inbox`;
+const ledgerSchema = `${run}_ledger`;
+
+/** User + system CPU of one process, in ms (USER_HZ is 100 on Linux). */
+function cpuMs(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return (Number(fields[11]) + Number(fields[12])) * 10;
+}
+
+type Query = string | { text: string; values: unknown[] };
+
+/** The handler's two statements (examples/ledger/ledger.ts), as Kysely sends them. */
+function ledgerWrite(id: string, i: number): Query[] {
+  const key = `acct-${i % 1000}`;
+  return [
+    {
+      text: `insert into "${ledgerSchema}"."accounts" ("key", "balance") values ($1, $2) on conflict ("key") do update set "balance" = accounts.balance + excluded.balance returning "balance"`,
+      values: [key, 5],
+    },
+    {
+      text: `insert into "${ledgerSchema}"."entries" ("key", "event_id", "seq", "amount") values ($1, $2, $3, $4)`,
+      values: [key, id, null, 5],
+    },
+  ];
+}
+
+const BEGIN = 'begin isolation level read committed';
+const claim = (id: string) =>
+  `select * from "${inboxSchema}"."claim"('default', '${id}', null, null::bigint, '${HASH}', null, null::jsonb, true, false, false, 1000, 10000::bigint, '5000ms')`;
+const storeResult = (id: string) =>
+  `update "${inboxSchema}"."events" set result = '{"balance":10}'::jsonb where source = 'default' and id = '${id}'`;
+const plainInsert = (id: string) =>
+  `insert into "${inboxSchema}"."events" (source, id, body_hash, status, processed_at) values ('default', '${id}', '${HASH}', 'processed', now()) on conflict (source, id) do nothing returning now()`;
+
+const VARIANTS: Record<string, { what: string; queries(id: string, i: number): Query[] }> = {
+  bare: {
+    what: 'BEGIN, the two ledger statements, COMMIT (the bench contender `bare`)',
+    queries: (id, i) => [BEGIN, ...ledgerWrite(id, i), 'commit'],
+  },
+  inbox: {
+    what: 'what the inbox sends: BEGIN+claim+SAVEPOINT, the ledger, result+COMMIT',
+    queries: (id, i) => [
+      `${BEGIN}; ${claim(id)}; savepoint wi_apply`,
+      ...ledgerWrite(id, i),
+      `${storeResult(id)}; commit`,
+    ],
+  },
+  'inbox-no-result': {
+    what: 'the same for a handler that returns nothing (no result stored)',
+    queries: (id, i) => [`${BEGIN}; ${claim(id)}; savepoint wi_apply`, ...ledgerWrite(id, i), 'commit'],
+  },
+  'inbox-no-savepoint': {
+    what: 'the inbox without the SAVEPOINT (what a failed run is rolled back to)',
+    queries: (id, i) => [`${BEGIN}; ${claim(id)}`, ...ledgerWrite(id, i), `${storeResult(id)}; commit`],
+  },
+  'inbox-prepared': {
+    what: 'the inbox with the claim and the result as EXECUTE of statements prepared once per connection',
+    queries: (id, i) => [
+      `${BEGIN}; execute wi_claim('default', '${id}', null, null, '${HASH}', null, null, true, false, false, 1000, 10000, '5000ms'); savepoint wi_apply`,
+      ...ledgerWrite(id, i),
+      `execute wi_store_result('default', '${id}', '{"balance":10}'); commit`,
+    ],
+  },
+  'insert-and-result': {
+    what: 'the claim function replaced by a plain INSERT (no lock_timeout, no ordering)',
+    queries: (id, i) => [`${BEGIN}; ${plainInsert(id)}`, ...ledgerWrite(id, i), `${storeResult(id)}; commit`],
+  },
+  'dedup-row-only': {
+    what: 'the floor of any inbox: one plain INSERT of the dedup row, nothing else',
+    queries: (id, i) => [`${BEGIN}; ${plainInsert(id)}`, ...ledgerWrite(id, i), 'commit'],
+  },
+};
+
+const picked = process.argv.slice(2).length ? process.argv.slice(2) : Object.keys(VARIANTS);
+for (const name of picked)
+  if (!VARIANTS[name]) throw new Error(`unknown variant ${name}; one of ${Object.keys(VARIANTS)}`);
+
+// The inbox's tables and functions, as createInbox migrates them; the ledger's tables.
+const inbox = createInbox({ db: url, schema: inboxSchema, handle: () => undefined });
+const kysely = await inbox.kysely();
+await new Ledger(ledgerSchema).setup(kysely);
+await inbox.close();
+
+const client = new pg.Client({ connectionString: url });
+await client.connect();
+try {
+  const pid = (await client.query<{ pid: number }>('select pg_backend_pid() as pid')).rows[0].pid;
+  await client.query(
+    `prepare wi_claim (text, text, text, bigint, text, bytea, jsonb, boolean, boolean, boolean, integer, bigint, text) as select * from "${inboxSchema}"."claim"($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
+  );
+  await client.query(
+    `prepare wi_store_result (text, text, jsonb) as update "${inboxSchema}"."events" set result = $3 where source = $1 and id = $2`,
+  );
+  const tag = Date.now().toString(36);
+  const perTx = new Map<string, number[]>(picked.map((name) => [name, []]));
+  const send = async (name: string, prefix: string, count: number) => {
+    for (let i = 0; i < count; i++)
+      for (const q of VARIANTS[name].queries(`${prefix}-${i}`, i)) await client.query(q as pg.QueryConfig);
+  };
+  for (const name of picked) await send(name, `warm-${tag}-${name}`, 100);
+  for (let round = 0; round < ROUNDS; round++) {
+    for (const name of picked) {
+      const before = cpuMs(pid);
+      await send(name, `m-${tag}-${round}-${name}`, TXS);
+      perTx.get(name)!.push(((cpuMs(pid) - before) * 1000) / TXS);
+    }
+  }
+  const at = (xs: number[], q: number) => xs[Math.floor((xs.length - 1) * q)];
+  const bare = perTx.get('bare')?.sort((a, b) => a - b);
+  console.log(
+    `PostgreSQL CPU per transaction (one backend), ${ROUNDS} rounds × ${TXS}; µs: min / q1 / median`,
+  );
+  for (const name of picked) {
+    const xs = perTx.get(name)!.sort((a, b) => a - b);
+    const ratio = bare ? `  ${(at(xs, 0.5) / at(bare, 0.5)).toFixed(2)}× bare` : '';
+    console.log(
+      `${name.padEnd(20)} ${at(xs, 0).toFixed(0).padStart(5)} / ${at(xs, 0.25).toFixed(0).padStart(5)} / ${at(xs, 0.5).toFixed(0).padStart(5)}${ratio}   ${VARIANTS[name].what}`,
+    );
+  }
+} finally {
+  await client.query(
+    `drop schema if exists "${inboxSchema}" cascade; drop schema if exists "${ledgerSchema}" cascade`,
+  );
+  await client.end();
+}
