@@ -99,6 +99,10 @@ export interface Row {
   held: number;
   dead: number;
   runs: number;
+  /** Median server CPU per request, µs. */
+  cpuUs: number;
+  /** Median PostgreSQL CPU per request, µs. */
+  pgUs: number;
 }
 
 /** Median over runs of (a / b), each pair taken from the same run. */
@@ -140,6 +144,8 @@ export function rows(cells: Cell[]): Row[] {
       held: mine.reduce((s, x) => s + x.held, 0),
       dead: mine.reduce((s, x) => s + x.dead, 0),
       runs: mine.length,
+      cpuUs: median(mine.map((x) => x.cpuUs ?? Number.NaN)),
+      pgUs: median(mine.map((x) => x.pgUs ?? Number.NaN)),
     });
   }
   return out;
@@ -299,6 +305,8 @@ const HEADER = [
   'vs',
   'p50 ms',
   'p99 ms',
+  'server µs/req',
+  'pg µs/req',
   'non-2xx',
   'double-applied',
   'out-of-order',
@@ -314,6 +322,8 @@ function rowCells(r: Row): string[] {
     r.ratioOf,
     fmt(r.p50, 1),
     fmt(r.p99, 1),
+    fmt(r.cpuUs),
+    fmt(r.pgUs),
     String(r.non2xx),
     String(r.doubleApplied),
     String(r.outOfOrder),

@@ -26,7 +26,8 @@
  *   [result + COMMIT].
  * - shed (maxInFlight, maxPending): 0, answered before touching the database.
  * Values too large to write as literals (over 64 KiB, e.g. a big held payload) travel as
- * parameters instead: BEGIN then goes alone, one round trip more.
+ * parameters instead: BEGIN then goes alone, one round trip more. Once in each connection's
+ * life (not per delivery), one round trip PREPAREs the folded statements (src/drivers/pg.ts).
  */
 import type { Context, Span } from '@opentelemetry/api';
 import type { Kysely } from 'kysely';
