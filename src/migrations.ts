@@ -3,6 +3,7 @@ import { baseline } from './migrations/0001-baseline.js';
 import { hostileSenders } from './migrations/0003-hostile-senders.js';
 import { stateMachine } from './migrations/0004-state-machine.js';
 import { latestWins } from './migrations/0005-latest-wins.js';
+import { heldBound } from './migrations/0006-held-bound.js';
 import type { Tables } from './sql/tables.js';
 
 /**
@@ -16,6 +17,7 @@ export const migrations: ReadonlyArray<readonly [name: string, up: (t: Tables) =
   ['0003_hostile_senders', hostileSenders],
   ['0004_state_machine', stateMachine],
   ['0005_latest_wins', latestWins],
+  ['0006_held_bound', heldBound],
 ];
 
 /**

@@ -29,6 +29,7 @@ declare
   v_turn boolean;
   v_busy boolean := false;
   v_held integer;
+  v_top bigint;
 begin
   -- Bounds the wait for a concurrent delivery of the same id or key (-> 409 in-flight);
   -- restored below so that the handler's own statements are not affected.
@@ -117,8 +118,18 @@ begin
         decision := 'buffer-full';
         reason := 'seq-ahead';
       else
-        select count(*) into v_held from ${t.events} e
+        -- Waiting events of a key have distinct seqs at or above its cursor (the unique
+        -- waiting index; no event stranded below its cursor), so there are at most
+        -- (highest waiting seq - cursor + 1) of them: one index read. They are counted only
+        -- when that bound reaches the limit, as a count under the key's lock grows with the
+        -- buffer and every claim of the key waits behind it.
+        select max(e.seq) into v_top from ${t.events} e
           where e.source = p_source and e.key = p_key and e.status in ('held', 'pending');
+        v_held := 0;
+        if greatest(v_top, p_seq) - v_next + 1 >= p_max_held then
+          select count(*) into v_held from ${t.events} e
+            where e.source = p_source and e.key = p_key and e.status in ('held', 'pending');
+        end if;
         if v_held >= p_max_held then
           decision := 'buffer-full';
           reason := 'held-per-key';
