@@ -4,6 +4,7 @@
  * every 100 ms, for `seconds`. Shared by the contract test (test/ledger-ingest-contract.test.ts)
  * and the benchmark (bench/ingest-load.ts), so that both send the same thing.
  */
+import { seededRandom } from '../../src/testing/random.js';
 
 /** One answer, with its sequence id and how long it took (ms, from send to the last byte). */
 export interface IngestAnswer {
@@ -27,17 +28,8 @@ export interface IngestLoadReport {
   readonly p95: number;
 }
 
-/** mulberry32: a small deterministic generator, so that a run can be replayed. */
-export function seededRandom(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+// A small deterministic generator, so that a run can be replayed (the chaos suite's).
+export { seededRandom } from '../../src/testing/random.js';
 
 /**
  * A full v2 payload, the same for the same seq (its timestamp is derived from it): two senders

@@ -251,11 +251,7 @@ class PgConnection implements DatabaseConnection {
    * A registered statement as folded text: `execute <prepared>(literals)` on a connection where
    * it is prepared, else its text with the literals in.
    */
-  #foldText(
-    compiled: CompiledQuery,
-    entry: StatementEntry | undefined,
-    preparing = false,
-  ): string | undefined {
+  #foldText(compiled: CompiledQuery, entry: StatementEntry | undefined): string | undefined {
     const literals = literalsOf(compiled);
     if (literals === undefined) return undefined;
     const prepared = preparedOn.get(this.client);

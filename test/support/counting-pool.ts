@@ -1,6 +1,24 @@
 import pg from 'pg';
 import type { PgClientLike, PgPoolLike } from '../../src/index.js';
 
+/**
+ * One wrapper per connection, as pg.Pool hands out one client object per connection: the
+ * inbox's driver keeps per-connection state (its prepared statements) by that object.
+ */
+export function onePerClient(
+  wrap: (client: pg.PoolClient) => PgClientLike,
+): (client: pg.PoolClient) => PgClientLike {
+  const wrappers = new WeakMap<pg.PoolClient, PgClientLike>();
+  return (client) => {
+    let wrapper = wrappers.get(client);
+    if (!wrapper) {
+      wrapper = wrap(client);
+      wrappers.set(client, wrapper);
+    }
+    return wrapper;
+  };
+}
+
 /** A pg.Pool that counts the statements sent to Postgres: round trips, as the inbox pays them. */
 export class CountingPool implements PgPoolLike {
   readonly pool: pg.Pool;
@@ -9,16 +27,9 @@ export class CountingPool implements PgPoolLike {
     this.pool = new pg.Pool({ connectionString, max: 10 });
     this.pool.on('error', () => {});
   }
-  /** One wrapper per connection, as pg.Pool hands out one client object per connection. */
-  readonly #wrappers = new WeakMap<pg.PoolClient, PgClientLike>();
+  readonly #wrapper = onePerClient((client) => this.#wrap(client));
   async connect(): Promise<PgClientLike> {
-    const client = await this.pool.connect();
-    let wrapper = this.#wrappers.get(client);
-    if (!wrapper) {
-      wrapper = this.#wrap(client);
-      this.#wrappers.set(client, wrapper);
-    }
-    return wrapper;
+    return this.#wrapper(await this.pool.connect());
   }
   #wrap(client: pg.PoolClient): PgClientLike {
     const statements = this.statements;

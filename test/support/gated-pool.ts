@@ -5,6 +5,7 @@
  */
 import pg from 'pg';
 import type { PgClientLike, PgPoolLike } from '../../src/index.js';
+import { onePerClient } from './counting-pool.js';
 
 /** A one-shot gate: `open()` lets every `passed()` waiter through; `reached` says someone is waiting. */
 export class Gate {
@@ -45,16 +46,9 @@ export class GatedPool implements PgPoolLike {
     return gate;
   }
 
-  /** One wrapper per connection, as pg.Pool hands out one client object per connection. */
-  readonly #wrappers = new WeakMap<pg.PoolClient, PgClientLike>();
+  readonly #wrapper = onePerClient((client) => this.#wrap(client));
   async connect(): Promise<PgClientLike> {
-    const client = await this.pool.connect();
-    let wrapper = this.#wrappers.get(client);
-    if (!wrapper) {
-      wrapper = this.#wrap(client);
-      this.#wrappers.set(client, wrapper);
-    }
-    return wrapper;
+    return this.#wrapper(await this.pool.connect());
   }
 
   #wrap(client: pg.PoolClient): PgClientLike {
