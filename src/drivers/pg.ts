@@ -221,9 +221,21 @@ class PgConnection implements DatabaseConnection {
     const prepared = preparedOn.get(this.client);
     if (entry.prepared && !this.folds.textOnly && prepared !== 'inline' && !prepared?.has(entry.prepared))
       await this.#prepareFolds();
-    const folded = this.#foldText(compiled, entry);
-    if (folded === undefined) return undefined;
-    return this.#simple<R>(`${begin}; ${folded}${entry.then ? `; ${entry.then}` : ''}`, entry.then ? 2 : 1);
+    const send = () => {
+      const folded = this.#foldText(compiled, entry);
+      if (folded === undefined) return undefined;
+      return this.#simple<R>(`${begin}; ${folded}${entry.then ? `; ${entry.then}` : ''}`, entry.then ? 2 : 1);
+    };
+    try {
+      return await send();
+    } catch (err) {
+      // Its prepared statement was deallocated behind our back (DISCARD ALL, a pooler that
+      // swapped backends). Nothing but BEGIN ran in this transaction: roll it back and send
+      // the same as text (the connection folds text from now on), rather than fail a delivery.
+      if ((err as { code?: string }).code !== UNDEFINED_PREPARED_STATEMENT || this.broken) throw err;
+      await this.#simple('rollback');
+      return send();
+    }
   }
 
   /**

@@ -1,0 +1,100 @@
+/**
+ * Folded statements are EXECUTEs of statements prepared once per connection (src/drivers/pg.ts).
+ * A connection that lost them (DISCARD ALL or DEALLOCATE ALL by someone else, a pooler that
+ * swapped backends) must not fail a delivery: it folds text from then on. Nor must a pool that
+ * wraps one connection in a new client object at every checkout (its PREPAREs find their names
+ * taken).
+ */
+import pg from 'pg';
+import { afterEach, describe, expect, it } from 'vitest';
+import { createInbox, type Inbox, type PgClientLike, type PgPoolLike } from '../src/index.js';
+import { postgresTarget, postgresUrl, type TargetDb } from './support/databases.js';
+
+/** One connection; every round trip's text recorded; a new wrapper per checkout when asked. */
+class OneConnection implements PgPoolLike {
+  readonly pool = new pg.Pool({ connectionString: postgresUrl!, max: 1 });
+  readonly sent: string[] = [];
+  #wrapper: PgClientLike | undefined;
+  constructor(readonly newWrapperEachTime = false) {
+    this.pool.on('error', () => {});
+  }
+  async connect(): Promise<PgClientLike> {
+    const client = await this.pool.connect();
+    if (this.#wrapper && !this.newWrapperEachTime) return this.#wrapper;
+    const sent = this.sent;
+    this.#wrapper = {
+      query(config) {
+        sent.push(config.text);
+        return client.query(config as pg.QueryConfig) as any;
+      },
+      release: (err) => client.release(err as any),
+      on: (event, listener) => client.on(event, listener),
+      off: (event, listener) => client.off(event, listener),
+    };
+    return this.#wrapper;
+  }
+  end(): Promise<void> {
+    return this.pool.end();
+  }
+}
+
+describe.runIf(postgresTarget)('prepared folds fall back to text (real Postgres)', () => {
+  let t: TargetDb | undefined;
+  let inbox: Inbox | undefined;
+  let pool: OneConnection | undefined;
+  afterEach(async () => {
+    await inbox?.close();
+    await pool?.end();
+    await t?.close();
+  });
+
+  async function start(newWrapperEachTime: boolean) {
+    t = await postgresTarget!.open();
+    pool = new OneConnection(newWrapperEachTime);
+    inbox = createInbox({
+      db: pool,
+      schema: t.schema,
+      sweepIntervalMs: 0,
+      duplicateCacheSize: 0,
+      handle: (event) => ({ id: event.id }),
+    });
+    await inbox.ready();
+    return { inbox, pool };
+  }
+  const delivery = (id: string) => ({
+    headers: { 'idempotency-key': id, 'content-type': 'application/json' },
+    rawBody: Buffer.from('{}'),
+  });
+
+  it('statements deallocated behind its back: the next delivery is processed, folded as text', async () => {
+    const { inbox, pool } = await start(false);
+    expect((await inbox.receive(delivery('p-1'))).kind).toBe('processed');
+    expect(pool.sent.some((text) => /execute "wi_fold:[^"]+\.claim"/.test(text))).toBe(true);
+
+    await pool.pool.query('deallocate all'); // the one connection the inbox uses
+    pool.sent.length = 0;
+    const outcome = await inbox.receive(delivery('p-2'));
+    expect(outcome).toMatchObject({ kind: 'processed', status: 200, body: { result: { id: 'p-2' } } });
+    // The failed EXECUTE was rolled back and the claim sent again as text, once.
+    expect(pool.sent.filter((text) => /^rollback$/.test(text))).toHaveLength(1);
+    expect(pool.sent.at(-1)).toMatch(/^update .* set result = .*; commit$/s);
+    expect(await inbox.event('p-2')).toMatchObject({ status: 'processed', result: { id: 'p-2' } });
+    // And it stays text: no PREPARE again on this connection.
+    pool.sent.length = 0;
+    expect((await inbox.receive(delivery('p-3'))).kind).toBe('processed');
+    expect(pool.sent.some((text) => text.startsWith('prepare '))).toBe(false);
+  });
+
+  it('a pool that wraps its connection anew at every checkout: every delivery processed', async () => {
+    const { inbox, pool } = await start(true);
+    for (const id of ['w-1', 'w-2', 'w-3']) {
+      expect((await inbox.receive(delivery(id))).kind).toBe('processed');
+      expect(await inbox.event(id)).toMatchObject({ status: 'processed', result: { id } });
+    }
+    // One PREPARE found its names taken; the pool folds text from then on.
+    pool.sent.length = 0;
+    expect((await inbox.receive(delivery('w-4'))).kind).toBe('processed');
+    expect(pool.sent.some((text) => text.startsWith('prepare '))).toBe(false);
+    expect(pool.sent[0]).toMatch(/^begin .*; select \* from .*"claim"\(/s);
+  });
+});
