@@ -92,6 +92,14 @@ const VARIANTS: Record<string, { what: string; queries(id: string, i: number): Q
     what: 'the claim function replaced by a plain INSERT (no lock_timeout, no ordering)',
     queries: (id, i) => [`${BEGIN}; ${plainInsert(id)}`, ...ledgerWrite(id, i), `${storeResult(id)}; commit`],
   },
+  'lock-then-insert': {
+    what: 'an advisory lock and a read of the id at BEGIN; the row inserted with its result at COMMIT',
+    queries: (id, i) => [
+      `${BEGIN}; select pg_advisory_xact_lock(hashtextextended('default:${id}', 0)); select status from "${inboxSchema}"."events" where source = 'default' and id = '${id}'`,
+      ...ledgerWrite(id, i),
+      `insert into "${inboxSchema}"."events" (source, id, body_hash, status, processed_at, result) values ('default', '${id}', '${HASH}', 'processed', now(), '{"balance":10}'); commit`,
+    ],
+  },
   'dedup-row-only': {
     what: 'the floor of any inbox: one plain INSERT of the dedup row, nothing else',
     queries: (id, i) => [`${BEGIN}; ${plainInsert(id)}`, ...ledgerWrite(id, i), 'commit'],
