@@ -54,8 +54,51 @@ function withoutPath({ path: _path, ...options }: InboxOptions & ExpressMountOpt
   return options;
 }
 
+/** Express's own answer: its charset handling, ETag and freshness (the health probe, the 405, rare answers). */
 function send(res: Response, outcome: Outcome): void {
   res.status(outcome.status).set(outcome.headers).send(responseText(outcome));
+}
+
+/**
+ * The content types the inbox writes, each already as Express's `res.send` would rewrite it
+ * (`; charset=utf-8`): an answer in one of them needs none of that rewriting.
+ */
+const WRITTEN_AS_IS = new Set([
+  'application/json; charset=utf-8',
+  'application/problem+json; charset=utf-8',
+  'text/plain; charset=utf-8',
+]);
+
+/**
+ * The answer to a delivery (a POST), written with Node's own API: `res.send` would parse and
+ * rewrite the content type and hash the body for an ETag, which means nothing on the answer to
+ * a POST (the other adapters send none) and is per-delivery work. `writeHead` merges the
+ * headers that earlier middleware set (`X-Powered-By`, CORS, a request id), as `res.set`
+ * did. A content type of a `respond` hook's own, a status without a body (204, 205, 304) or a
+ * `Transfer-Encoding` set before us are rare: those go through `res.send` as before.
+ */
+function answer(res: Response, outcome: Outcome): void {
+  const type = outcome.headers['content-type'];
+  const status = outcome.status;
+  if (
+    type === undefined ||
+    !WRITTEN_AS_IS.has(type) ||
+    status === 204 ||
+    status === 205 ||
+    status === 304 ||
+    res.hasHeader('transfer-encoding')
+  ) {
+    send(res, outcome);
+    return;
+  }
+  const text = responseText(outcome);
+  const headers: Record<string, string | number> = {};
+  for (const name in outcome.headers) {
+    headers[name === 'content-type' ? 'Content-Type' : name] = outcome.headers[name];
+  }
+  headers['Content-Length'] = Buffer.byteLength(text);
+  res.writeHead(status, headers);
+  res.end(text);
 }
 
 /**
@@ -120,9 +163,9 @@ export function inbox<DB = any, TBody = any>(
       } else {
         outcome = await core.receiveStream(req.headersDistinct, req);
       }
-      send(res, outcome);
+      answer(res, outcome);
     } catch (err) {
-      send(res, core.outcomeForError(err));
+      answer(res, core.outcomeForError(err));
     }
   };
   return Object.assign(middleware, { inbox: core });
