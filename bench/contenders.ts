@@ -272,6 +272,41 @@ export const CONTENDERS: Record<string, ContenderSpec> = {
       }),
   },
 
+  handmade: {
+    description:
+      'the smallest correct inbox by hand: in one transaction, INSERT the id into a `processed` table (ON CONFLICT DO NOTHING; nothing inserted = a duplicate, rolled back, 200), the ledger write, COMMIT; no stored result, no ordering, no body check',
+    start: (config) =>
+      plainContender(config, 'handmade', async (app, db, ledger, schema) => {
+        await sql`create table if not exists ${sql.table(`${schema}.processed`)} (id text primary key)`.execute(
+          db.kysely,
+        );
+        const processed = `${schema}.processed`;
+        const handle = ledgerHandler(ledger);
+        const duplicate = Symbol('duplicate');
+        app.post('/webhooks', express.json(), async (req, res) => {
+          const event = eventOf(req);
+          try {
+            // The dedup row first: a concurrent delivery of the id waits on it (the unique
+            // index), then finds it and answers duplicate. One statement more than bare.
+            const result = await db.kysely.transaction().execute(async (tx) => {
+              const claimed = await tx
+                .insertInto(processed)
+                .values({ id: event.id })
+                .onConflict((oc) => oc.doNothing())
+                .returning('id')
+                .executeTakeFirst();
+              if (!claimed) return duplicate;
+              return handle(event, contextFor(tx, event));
+            });
+            res.json(result === duplicate ? { status: 'duplicate' } : result);
+          } catch {
+            res.status(500).json({ error: 'failed' });
+          }
+        });
+        return async () => {};
+      }),
+  },
+
   'bare-pglite': {
     description: 'the ledger write in a plain transaction on embedded PGlite (the ceiling for inbox-pglite)',
     start: (config) =>

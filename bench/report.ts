@@ -183,6 +183,17 @@ export function goals(cells: Cell[]): Goal[] {
       ['unique', 'express-idempotency'],
     ],
   );
+  // Not a goal of the issue: how far the inbox is from the smallest correct inbox one would
+  // write by hand (the dedup row in the handler's transaction, nothing else).
+  if (has('unique', 'inbox') && has('unique', 'handmade')) {
+    const r = ratio(cells, ['unique', 'inbox'], ['unique', 'handmade']);
+    out.push({
+      goal: 'unique deliveries: inbox vs handmade (reference, not a goal)',
+      target: '–',
+      measured: `${fmt(r, 2)}×`,
+      met: null,
+    });
+  }
   check('unique deliveries: inbox-redis vs bare', 0.88, ['unique', 'inbox-redis'], ['unique', 'bare']);
   check(
     'unique deliveries on PGlite: inbox-pglite vs bare-pglite',

@@ -141,6 +141,7 @@ export const MATRIX: Record<string, string[]> = {
   unique: [
     'hello',
     'bare',
+    'handmade',
     'naive',
     'node-idempotency',
     'express-idempotency',
@@ -153,7 +154,7 @@ export const MATRIX: Record<string, string[]> = {
   ],
   dup50: ['naive', 'node-idempotency', 'express-idempotency', 'inbox', 'inbox-redis', 'inbox-pg'],
   replay: ['hello', 'naive', 'node-idempotency', 'express-idempotency', 'inbox', 'inbox-redis', 'inbox-pg'],
-  storm: ['naive', 'node-idempotency', 'express-idempotency', 'inbox', 'inbox-redis', 'inbox-pg'],
+  storm: ['handmade', 'naive', 'node-idempotency', 'express-idempotency', 'inbox', 'inbox-redis', 'inbox-pg'],
   ordered: ['inbox'],
   shuffled: ['naive', 'inbox'],
 };
