@@ -19,13 +19,37 @@ export function idempotencyKey(source: string, id: string, name: string): string
 }
 
 /**
+ * The abort side of one handler run. Its AbortController is made only when the handler reads
+ * `ctx.signal` (most never do): one read after the deadline gets a signal already aborted with
+ * the timeout, as if it had been made at the start.
+ */
+class RunAbort {
+  #controller: AbortController | undefined;
+  /** The timeout, once the run went past it. */
+  reason: HandlerTimeoutError | undefined;
+
+  get signal(): AbortSignal {
+    if (!this.#controller) {
+      this.#controller = new AbortController();
+      if (this.reason) this.#controller.abort(this.reason);
+    }
+    return this.#controller.signal;
+  }
+
+  abort(reason: HandlerTimeoutError): void {
+    this.reason = reason;
+    this.#controller?.abort(reason);
+  }
+}
+
+/**
  * Refuses queries a timed-out handler still sends through `tx`: its transaction has been
  * rolled back and its connection may already serve someone else.
  */
 class RefuseAfterAbort implements KyselyPlugin {
-  constructor(readonly signal: AbortSignal) {}
+  constructor(readonly run: RunAbort) {}
   transformQuery(args: PluginTransformQueryArgs) {
-    if (this.signal.aborted) throw this.signal.reason;
+    if (this.run.reason) throw this.run.reason;
     return args.node;
   }
   async transformResult(args: PluginTransformResultArgs) {
@@ -43,10 +67,12 @@ export async function runHandler(
   tx: Transaction<any>,
   timeoutMs: number,
 ): Promise<unknown> {
-  const controller = new AbortController();
+  const abort = new RunAbort();
   const context: HandlerContext = {
-    tx: timeoutMs > 0 ? tx.withPlugin(new RefuseAfterAbort(controller.signal)) : tx,
-    signal: controller.signal,
+    tx: timeoutMs > 0 ? tx.withPlugin(new RefuseAfterAbort(abort)) : tx,
+    get signal() {
+      return abort.signal;
+    },
     idempotencyKey: (name = 'default') => idempotencyKey(event.source, event.id, String(name)),
   };
   let timer: NodeJS.Timeout | undefined;
@@ -58,7 +84,7 @@ export async function runHandler(
       new Promise<never>((_, reject) => {
         timer = setTimeout(() => {
           const err = new HandlerTimeoutError(timeoutMs);
-          controller.abort(err);
+          abort.abort(err);
           // The abandoned run may still settle; nobody waits for it any more.
           run.catch(() => {});
           reject(err);
