@@ -4,6 +4,7 @@ import { hostileSenders } from './migrations/0003-hostile-senders.js';
 import { stateMachine } from './migrations/0004-state-machine.js';
 import { latestWins } from './migrations/0005-latest-wins.js';
 import { heldBound } from './migrations/0006-held-bound.js';
+import { pendingBatches } from './migrations/0007-pending-batches.js';
 import type { Tables } from './sql/tables.js';
 
 /**
@@ -18,6 +19,7 @@ export const migrations: ReadonlyArray<readonly [name: string, up: (t: Tables) =
   ['0004_state_machine', stateMachine],
   ['0005_latest_wins', latestWins],
   ['0006_held_bound', heldBound],
+  ['0007_pending_batches', pendingBatches],
 ];
 
 /**

@@ -70,7 +70,7 @@ export async function applyTurn(rt: Runtime, key: string): Promise<Step> {
 export async function applyDuePending(rt: Runtime): Promise<{ taken: boolean; applied: boolean }> {
   const o = rt.options;
   const r = await applyOne<{ event?: TakenEvent }>(rt, {
-    take: async (tx) => ({ event: await rt.statements.takePending(tx, o.source, o.keepPayload) }),
+    take: async (tx) => ({ event: (await rt.statements.takePending(tx, o.source, o.keepPayload, 1))[0] }),
   });
   if (r.status === 'none') return { taken: false, applied: false };
   tookPending(rt, r.status === 'applied' || r.failure?.decision === 'dead');

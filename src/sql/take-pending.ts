@@ -5,39 +5,48 @@ import { defineStatement, type Tables } from './tables.js';
 import { markTakenAndReturn, type StoredEventRow, type TakenEvent, toTakenEvent } from './taken-event.js';
 
 /**
- * `take_pending`: takes one due, unordered, pending event that no one else holds (SKIP LOCKED,
- * so every instance's workers share the work), marks it processed and returns it with its
- * payload, so that the caller runs the handler in the same transaction.
+ * `take_pending`: takes up to `p_limit` due, unordered, pending events that no one else holds
+ * (SKIP LOCKED, so every instance's workers share the work), oldest due first, marks them
+ * processed and returns them with their payloads, so that the caller runs their handlers in
+ * the same transaction. One event for the sweeper and `inbox.replay`; a batch for the workers
+ * (`workerBatchSize`, src/background/turns.ts). The LIMIT sits above the row locks: it counts
+ * the rows locked, not the rows skipped. A two-argument call (an older instance during a
+ * rolling deploy) takes one, as before migration 0007.
  */
 export function takePendingFunction(t: Tables): string {
   return `
-create or replace function ${t.fn('take_pending')}(p_source text, p_keep_payload boolean)
+create or replace function ${t.fn('take_pending')}(p_source text, p_keep_payload boolean, p_limit integer default 1)
 returns table (id text, body_hash text, payload bytea, headers jsonb, attempts integer, received_at timestamptz)
 language plpgsql as $fn$
 declare
   v_ev ${t.events}%rowtype;
 begin
-  select * into v_ev from ${t.events} e
-   where e.source = p_source and e.status = 'pending' and e.key is null
-     and coalesce(e.run_after, e.received_at) <= now()
-   order by coalesce(e.run_after, e.received_at)
-   limit 1
-   for update skip locked;
-  if not found then return; end if;
-  ${markTakenAndReturn(t)}
-  return next;
+  for v_ev in
+    select * from ${t.events} e
+     where e.source = p_source and e.status = 'pending' and e.key is null
+       and coalesce(e.run_after, e.received_at) <= now()
+     order by coalesce(e.run_after, e.received_at)
+     limit p_limit
+     for update skip locked
+  loop
+    ${markTakenAndReturn(t)}
+    return next;
+  end loop;
 end
 $fn$;
 `;
 }
 
-/** One round trip, inside the transaction that then runs the handler. */
+/**
+ * One round trip, inside the transaction that then runs the handlers: up to `limit` events,
+ * oldest due first.
+ */
 export function createTakePending(names: StatementNames, t: Tables) {
   const statement = defineStatement(
     names,
     t,
     'take_pending',
-    `select * from ${t.fn('take_pending')}($1, $2)`,
+    `select * from ${t.fn('take_pending')}($1, $2, $3)`,
     'after-begin',
     APPLY_SAVEPOINT,
   );
@@ -45,8 +54,9 @@ export function createTakePending(names: StatementNames, t: Tables) {
     db: Kysely<any>,
     source: string,
     keepPayload: boolean,
-  ): Promise<TakenEvent | undefined> {
-    const [row] = await statement.run<StoredEventRow>(db, [source, keepPayload]);
-    return row ? toTakenEvent(row, null, null) : undefined;
+    limit: number,
+  ): Promise<TakenEvent[]> {
+    const rows = await statement.run<StoredEventRow>(db, [source, keepPayload, limit]);
+    return rows.map((row) => toTakenEvent(row, null, null));
   };
 }
