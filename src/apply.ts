@@ -1,23 +1,24 @@
 /**
- * The one apply path. Every way an event gets applied goes through `applyOne`: the inline
- * receive (taken by `claim`), drains (`take_next`), the sweeper and workers (`take_pending`,
- * `take_turn` then `advance`). In one transaction it takes the event, runs the handler with
- * its span, timeout and metrics, and stores the result; after COMMIT it remembers the event as
- * processed. When the handler throws, the transaction rolls back to the savepoint the take left
- * (src/sql/failed-run.ts) and `recordFailure` counts the attempt (backoff, poison, dead letter,
- * key blocked) in the same transaction, while the event is still locked: nobody can take it
- * in between and run it again. Those statements ride on COMMIT: a failed run costs what a
- * successful one does. `reportFailure` then counts and logs it.
+ * The one apply path. Every way an event gets applied goes through it: `applyOne` for the
+ * inline receive (taken by `claim`), drains (`take_next`), the sweeper (`take_pending`) and
+ * ordered keys' workers (`take_turn` then `advance`); `applyBatch` for deferred mode's workers
+ * taking several unordered events at once (`take_pending` with a limit). Both are `applyTaken`:
+ * in one transaction it takes, runs each handler with its span, timeout and metrics, and
+ * stores each result; after COMMIT it remembers the events as processed. When a handler
+ * throws, the transaction rolls back to that event's savepoint (src/sql/failed-run.ts) and
+ * `recordFailure` counts the attempt (backoff, poison, dead letter, key blocked) in the same
+ * transaction, while the event is still locked: nobody can take it in between and run it
+ * again. Those statements ride on what follows (COMMIT, or the next event's savepoint): a
+ * failed run costs what a successful one does. `reportFailure` then counts and logs it.
  */
 import type { Context } from '@opentelemetry/api';
-import { type Kysely, sql, type Transaction } from 'kysely';
+import type { Kysely, Transaction } from 'kysely';
 import { HandlerError, RejectEvent } from './errors.js';
 import type { InboxEvent } from './event.js';
 import { runHandler as runWithContext } from './handler-context.js';
 import { parseBody, storableHeaders } from './payload.js';
 import type { Runtime } from './runtime.js';
 import type { FailRow } from './sql/fail.js';
-import { APPLY_SAVEPOINT } from './sql/failed-run.js';
 import type { TakenEvent } from './sql/taken-event.js';
 import { inSpan } from './tracing.js';
 
@@ -30,9 +31,9 @@ export function backoffMs(previousAttempts: number, baseMs: number, capMs: numbe
   return Math.floor(Math.random() * ceiling);
 }
 
-/** How one transaction takes its event, and what it does after the handler. */
-export interface ApplyStep<T extends { readonly event?: TakenEvent }> {
-  /** Inside the transaction: take the event to apply now (none: commit and stop). */
+/** How one transaction takes its event (or events), and what it does after each handler. */
+export interface ApplyStep<T> {
+  /** Inside the transaction: take what to apply now (nothing: commit and stop). */
   take(tx: Transaction<any>): Promise<T>;
   /** After the handler, before its result is stored and COMMIT (a worker moves the cursor here). */
   finish?(tx: Transaction<any>, event: TakenEvent): Promise<void>;
@@ -42,17 +43,15 @@ export interface ApplyStep<T extends { readonly event?: TakenEvent }> {
   db?: Kysely<any>;
 }
 
+/** What one taken event's run came to, in its transaction (committed when it is returned). */
+export type Run =
+  | { readonly status: 'applied'; readonly event: TakenEvent; readonly result: unknown }
+  /** The handler threw; `failure` is what was recorded, in the same transaction. */
+  | { readonly status: 'failed'; readonly event: TakenEvent; readonly failure: FailRow };
+
 export type Applied<T> =
   /** Nothing to apply: the taker found no event, or decided something else (a claim's duplicate). */
-  | { readonly status: 'none'; readonly took: T }
-  | { readonly status: 'applied'; readonly took: T; readonly event: TakenEvent; readonly result: unknown }
-  /** The handler threw; `failure` is what was recorded, in the same transaction. */
-  | {
-      readonly status: 'failed';
-      readonly took: T;
-      readonly event: TakenEvent;
-      readonly failure: FailRow;
-    };
+  { readonly status: 'none'; readonly took: T } | (Run & { readonly took: T });
 
 /**
  * One transaction: take, run the handler, store its result, COMMIT. Errors other than the
@@ -63,10 +62,40 @@ export async function applyOne<T extends { readonly event?: TakenEvent }>(
   rt: Runtime,
   step: ApplyStep<T>,
 ): Promise<Applied<T>> {
+  const { took, runs } = await applyTaken(rt, step, (t) => (t.event ? [t.event] : []));
+  const run = runs[0];
+  return run ? { ...run, took } : { status: 'none', took };
+}
+
+/**
+ * One transaction for several events (deferred mode's workers: `take_pending` with a limit):
+ * each runs as `applyOne` runs its one, under a savepoint of its own, so a handler that throws
+ * undoes only its own writes and its failure is recorded as `applyOne` records it, while the
+ * others' results commit. They all commit together, or (COMMIT failed, the connection died)
+ * none does and every event is pending again.
+ */
+export async function applyBatch(
+  rt: Runtime,
+  step: ApplyStep<readonly TakenEvent[]>,
+): Promise<readonly Run[]> {
+  return (await applyTaken(rt, step, (events) => events)).runs;
+}
+
+/**
+ * The apply path itself, for one event or several. The take's own savepoint (its `then`)
+ * covers the first event; each next one opens a savepoint of its own, and with it the previous
+ * event's stored result (or recorded failure) goes in the same round trip (src/drivers/pg.ts:
+ * held-back statements ride on the next registered one), so a batch of n costs the handlers'
+ * statements + n + 1. Savepoints nest (none is released): ROLLBACK TO names the latest, the
+ * failed event's own.
+ */
+async function applyTaken<T>(
+  rt: Runtime,
+  step: ApplyStep<T>,
+  eventsOf: (took: T) => readonly TakenEvent[],
+): Promise<{ took: T; runs: Array<Run & { readonly json?: string }> }> {
   let took: T | undefined;
-  let result: unknown;
-  let json: string | undefined;
-  let failure: FailRow | undefined;
+  const runs: Array<Run & { readonly json?: string }> = [];
   // The SQL state machine relies on READ COMMITTED (each statement sees what committed before
   // it, e.g. a claim that waited for a key lock); said explicitly, whatever the server default.
   await (step.db ?? rt.database.kysely)
@@ -74,29 +103,42 @@ export async function applyOne<T extends { readonly event?: TakenEvent }>(
     .setIsolationLevel('read committed')
     .execute(async (tx) => {
       took = await step.take(tx);
-      const event = took.event;
-      if (!event) return;
-      if (!rt.database.sendsThen) await sql.raw(APPLY_SAVEPOINT).execute(tx);
-      try {
-        ({ result, json } = await runHandler(rt, tx, event, step.parent));
-      } catch (err) {
-        if (!(err instanceof HandlerError)) throw err;
-        failure = await recordFailure(rt, tx, event, err.cause);
-        return;
+      const events = eventsOf(took);
+      for (let i = 0; i < events.length; i++) {
+        if (i > 0 || !rt.database.sendsThen) await rt.statements.applySavepoint(tx);
+        runs.push(await runTaken(rt, tx, events[i] as TakenEvent, step));
       }
-      await step.finish?.(tx, event);
-      // Last before COMMIT, so that it rides on it (src/drivers/pg.ts): one round trip fewer.
-      if (json !== undefined) await rt.statements.storeResult(tx, rt.options.source, event.id, json);
     });
-  const taken = took as T;
-  if (!taken.event) return { status: 'none', took: taken };
-  if (failure) {
-    reportFailure(rt, taken.event, failure);
-    return { status: 'failed', took: taken, event: taken.event, failure };
+  // Committed: only now may the events be remembered as processed.
+  for (const run of runs) {
+    if (run.status === 'failed') reportFailure(rt, run.event, run.failure);
+    else rt.rememberProcessed(run.event, run.json);
   }
-  // Committed: only now may the event be remembered as processed.
-  rt.rememberProcessed(taken.event, json);
-  return { status: 'applied', took: taken, event: taken.event, result };
+  return { took: took as T, runs };
+}
+
+/**
+ * One taken event, inside its transaction and under its savepoint: the handler, then its
+ * result stored (last, so that it rides on what follows: COMMIT, or the next event's
+ * savepoint); or, when the handler threw, the failure recorded.
+ */
+async function runTaken(
+  rt: Runtime,
+  tx: Transaction<any>,
+  event: TakenEvent,
+  step: ApplyStep<unknown>,
+): Promise<Run & { readonly json?: string }> {
+  let result: unknown;
+  let json: string | undefined;
+  try {
+    ({ result, json } = await runHandler(rt, tx, event, step.parent));
+  } catch (err) {
+    if (!(err instanceof HandlerError)) throw err;
+    return { status: 'failed', event, failure: await recordFailure(rt, tx, event, err.cause) };
+  }
+  await step.finish?.(tx, event);
+  if (json !== undefined) await rt.statements.storeResult(tx, rt.options.source, event.id, json);
+  return { status: 'applied', event, result, json };
 }
 
 /** Runs the handler in `tx`; its result, as JSON for storing. Any throw becomes a HandlerError. */

@@ -155,15 +155,15 @@ export class Sweeper {
 export async function applyDuePendingEvents(rt: Runtime, limit: number): Promise<number> {
   let applied = 0;
   for (let taken = 0; taken < limit && !rt.closing; taken++) {
-    let step: { taken: boolean; applied: boolean };
+    let step: { taken: number; applied: number };
     try {
       step = await rt.track(applyDuePending(rt));
     } catch (err) {
       rt.options.logger.error({ err }, 'webhook-inbox: applying a pending event failed');
       break;
     }
-    if (!step.taken) break;
-    if (step.applied) applied++;
+    if (step.taken === 0) break;
+    applied += step.applied;
   }
   return applied;
 }

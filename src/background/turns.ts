@@ -5,12 +5,13 @@
  *   handler's duration (inline mode's drains and the sweeper);
  * - `applyTurn`: the same event by `take_turn`, then `advance` after the handler, without
  *   holding the key's lock meanwhile (deferred mode's workers and drains);
- * - `applyDuePending`: one due unordered pending event by `take_pending` (workers, the
- *   sweeper, `inbox.replay`).
+ * - `applyDuePending`: due unordered pending events by `take_pending`, several in one
+ *   transaction for workers (`workerBatchSize`), one at a time for the sweeper and
+ *   `inbox.replay`.
  */
 import type { Context } from '@opentelemetry/api';
 import type { Kysely } from 'kysely';
-import { applyOne } from '../apply.js';
+import { applyBatch, applyOne } from '../apply.js';
 import type { Runtime } from '../runtime.js';
 import { CONTENDED, sqlState } from '../sql/sql-state.js';
 import type { TakenEvent } from '../sql/taken-event.js';
@@ -66,15 +67,22 @@ export async function applyTurn(rt: Runtime, key: string): Promise<Step> {
   return { applied: r.status === 'applied', more };
 }
 
-/** Applies one due unordered pending event. Returns whether one was taken (applied or failed). */
-export async function applyDuePending(rt: Runtime): Promise<{ taken: boolean; applied: boolean }> {
+/**
+ * Applies due unordered pending events, up to `limit` in one transaction (`take_pending`, then
+ * each handler under its own savepoint: src/apply.ts `applyBatch`). What it took (applied or
+ * failed) and what it applied.
+ */
+export async function applyDuePending(rt: Runtime, limit = 1): Promise<{ taken: number; applied: number }> {
   const o = rt.options;
-  const r = await applyOne<{ event?: TakenEvent }>(rt, {
-    take: async (tx) => ({ event: (await rt.statements.takePending(tx, o.source, o.keepPayload, 1))[0] }),
+  const runs = await applyBatch(rt, {
+    take: (tx) => rt.statements.takePending(tx, o.source, o.keepPayload, limit),
   });
-  if (r.status === 'none') return { taken: false, applied: false };
-  tookPending(rt, r.status === 'applied' || r.failure?.decision === 'dead');
-  return { taken: true, applied: r.status === 'applied' };
+  let applied = 0;
+  for (const run of runs) {
+    if (run.status === 'applied') applied++;
+    tookPending(rt, run.status === 'applied' || run.failure.decision === 'dead');
+  }
+  return { taken: runs.length, applied };
 }
 
 /** A pending event left the queue (applied or dead-lettered): one fewer for `maxPending`. */

@@ -150,7 +150,7 @@ export class Workers {
         let didWork = false;
         this.#busy++;
         try {
-          didWork = (await applyDuePending(this.#rt)).taken;
+          didWork = (await applyDuePending(this.#rt)).taken > 0;
         } catch (err) {
           // The database is unreachable or the pool is exhausted: the poll will try again.
           this.#rt.options.logger.error({ err }, 'webhook-inbox: worker failed');

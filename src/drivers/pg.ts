@@ -8,6 +8,8 @@
  *   `before-commit` (the stored result) is held back and sent with COMMIT. A new event then
  *   costs what a bare transaction costs: BEGIN+claim, the handler's statements, result+COMMIT.
  *   A statement may name one to send right after it (`then`: the SAVEPOINT after a take).
+ *   Held-back statements ride likewise on the next registered statement, when one comes
+ *   before COMMIT (a batch of events: the next event's SAVEPOINT carries the last result).
  *   node-postgres has no pipelining, and the simple protocol takes no parameters, so the
  *   values are written as literals by pg's own `escapeLiteral` (bytea as hex, JSON as text),
  *   never concatenated by hand; a value too large to be worth it (over `MAX_FOLDED_CHARS`)
@@ -193,6 +195,12 @@ class PgConnection implements DatabaseConnection {
       this.#tails.push(compiled);
       return { rows: [] };
     }
+    if (this.#tails.length > 0 && entry && this.#begin === undefined) {
+      // Held-back statements ride on the next registered statement as they would on COMMIT:
+      // in a batch of events, the next event's SAVEPOINT carries the previous one's result.
+      const folded = await this.#foldOnTails<R>(compiled, entry);
+      if (folded) return folded;
+    }
     // Order is kept: a statement after held-back ones sends them first.
     for (const tail of this.#tails.splice(0)) await this.#send(tail);
     if (this.#begin !== undefined) {
@@ -236,6 +244,19 @@ class PgConnection implements DatabaseConnection {
       await this.#simple('rollback');
       return send();
     }
+  }
+
+  /**
+   * The held-back statements and a registered one (and its `then`) in one round trip; the
+   * registered one's rows. Undefined when a value cannot be folded (the caller sends each).
+   */
+  async #foldOnTails<R>(compiled: CompiledQuery, entry: StatementEntry): Promise<QueryResult<R> | undefined> {
+    const texts = this.#tails.map((tail) => this.#foldText(tail, this.names.get(tail.sql)));
+    texts.push(this.#foldText(compiled, entry));
+    if (!texts.every((text) => text !== undefined)) return undefined;
+    this.#tails = [];
+    if (entry.then) texts.push(entry.then);
+    return this.#simple<R>(texts.join('; '), entry.then ? 2 : 1);
   }
 
   /**

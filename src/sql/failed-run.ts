@@ -14,6 +14,20 @@ import { defineStatement, type Tables } from './tables.js';
 export const APPLY_SAVEPOINT = 'savepoint wi_apply';
 
 /**
+ * The savepoint as a statement of its own: before each event of a batch but the first (whose
+ * savepoint the take sent), and before the only one when the driver is not ours (a Kysely
+ * instance the user passed: it does not send a take's `then`). Registered, so that on our pg
+ * driver the previous event's held-back statements (its result, or its recorded failure) ride
+ * on it: one round trip (src/drivers/pg.ts).
+ */
+export function createApplySavepoint(names: StatementNames, t: Tables) {
+  const statement = defineStatement(names, t, 'apply_savepoint', APPLY_SAVEPOINT);
+  return async function applySavepoint(db: Kysely<any>): Promise<void> {
+    await statement.run(db, []);
+  };
+}
+
+/**
  * The statements that turn a taken event back into a waiting one after its handler failed,
  * all riding on COMMIT with `fail` (whose rows the caller never reads): back to the savepoint;
  * the row waiting again (`held` or `pending`) with its payload kept for the retry; the key's

@@ -4,7 +4,7 @@ import { createClaim } from './claim.js';
 import { createClaimLatest } from './claim-latest.js';
 import { createCountPending } from './count-pending.js';
 import { createFail } from './fail.js';
-import { createUndoTake } from './failed-run.js';
+import { createApplySavepoint, createUndoTake } from './failed-run.js';
 import { createFindProcessed } from './find-processed.js';
 import { createStats } from './stats.js';
 import { createStoreResult } from './store-result.js';
@@ -22,6 +22,7 @@ export function createStatements(names: StatementNames, t: Tables) {
     storeResult: createStoreResult(names, t),
     fail: createFail(names, t),
     undoTake: createUndoTake(names, t),
+    applySavepoint: createApplySavepoint(names, t),
     findProcessed: createFindProcessed(names, t),
     takeNext: createTakeNext(names, t),
     takePending: createTakePending(names, t),
