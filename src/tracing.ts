@@ -9,6 +9,7 @@
 import {
   type Context,
   context,
+  isSpanContextValid,
   type Span,
   SpanStatusCode,
   type Tracer,
@@ -32,6 +33,19 @@ export const SpanAttributes = Object.freeze({
 
 export function createTracer(provider: TracerProvider | undefined): Tracer {
   return (provider ?? trace.getTracerProvider()).getTracer(TRACER_NAME);
+}
+
+/**
+ * Runs `fn` in a new span `name`, made active as `tracer.startActiveSpan` does, so that spans
+ * the handler starts nest under it. A span with no valid context (no SDK installed and none
+ * active to inherit from) is not made active: nothing could nest under it or propagate from
+ * it, and making it active costs a context object per delivery. A sampled-out span of an SDK
+ * has a valid context, and is made active as before.
+ */
+export function inActiveSpan<T>(tracer: Tracer, name: string, fn: (span: Span) => T): T {
+  const span = tracer.startSpan(name);
+  if (!isSpanContextValid(span.spanContext())) return fn(span);
+  return context.with(trace.setSpan(context.active(), span), fn, undefined, span);
 }
 
 /** The context to parent child spans on, or undefined when the span records nothing. */

@@ -1,3 +1,4 @@
+import { trace } from '@opentelemetry/api';
 import {
   BasicTracerProvider,
   InMemorySpanExporter,
@@ -307,6 +308,40 @@ describe.each(FRAMEWORKS)('GET /webhooks/health and GET /metrics on %s', (framew
       expect(metrics).toMatch(/webhook_inbox_deliveries_total\{source="default",outcome="processed"\} 1/);
     } finally {
       await app.close();
+      await t.close();
+    }
+  });
+});
+
+describe('an SDK installed after the inbox was made', () => {
+  it('records spans from then on: the no-op tracer is noticed per delivery, never for good', async () => {
+    const t = await (postgresTarget ?? targets[0]).open();
+    const inbox = createInbox({
+      db: t.db,
+      schema: t.schema,
+      sweepIntervalMs: 0,
+      handle: () => ({ ok: true }),
+    });
+    const deliver = (id: string) =>
+      inbox.receive({
+        headers: { 'idempotency-key': id, 'content-type': 'application/json' },
+        rawBody: Buffer.from('{}'),
+      });
+    const exporter = new InMemorySpanExporter();
+    try {
+      expect((await deliver(uid('before'))).status).toBe(200);
+      trace.setGlobalTracerProvider(
+        new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] }),
+      );
+      const id = uid('after');
+      expect((await deliver(id)).status).toBe(200);
+      const [receive] = exporter.getFinishedSpans().filter((s) => s.name === 'webhook-inbox.receive');
+      expect(receive.attributes[SpanAttributes.eventId]).toBe(id);
+      const handler = exporter.getFinishedSpans().filter((s) => s.name === 'webhook-inbox.handler');
+      expect(handler.map((s) => s.parentSpanContext?.spanId)).toEqual([receive.spanContext().spanId]);
+    } finally {
+      trace.disable();
+      await inbox.close();
       await t.close();
     }
   });

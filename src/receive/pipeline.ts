@@ -41,7 +41,7 @@ import type { Runtime } from '../runtime.js';
 import type { ClaimRow } from '../sql/claim.js';
 import type { ClaimLatestRow } from '../sql/claim-latest.js';
 import type { TakenEvent } from '../sql/taken-event.js';
-import { inSpan, parentOf, recordError, SpanAttributes } from '../tracing.js';
+import { inActiveSpan, inSpan, parentOf, recordError, SpanAttributes } from '../tracing.js';
 import { type ParsedDelivery, parseDelivery } from './delivery.js';
 import { type BodyStream, startBodyRead } from './raw-body.js';
 import type { Delivery } from './request.js';
@@ -135,7 +135,7 @@ export function receive(rt: Runtime, bg: Background, delivery: Delivery): Promis
 }
 
 function traced(rt: Runtime, bg: Background, delivery: Delivery): Promise<Outcome> {
-  return rt.tracer.startActiveSpan('webhook-inbox.receive', async (span) => {
+  return inActiveSpan(rt.tracer, 'webhook-inbox.receive', async (span) => {
     const obs: Observation = { parent: parentOf(span) };
     try {
       return observed(rt, span, obs, await decide(rt, bg, delivery, obs));
