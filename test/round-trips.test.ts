@@ -1,3 +1,4 @@
+import { PGlite } from '@electric-sql/pglite';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createInbox, type Inbox } from '../src/index.js';
 import { CountingPool } from './support/counting-pool.js';
@@ -143,5 +144,75 @@ describe.runIf(postgresTarget)('round trips to Postgres per delivery', () => {
     pool.reset();
     expect((await deliver('rt-o3', { 'x-key': 'k', 'x-seq': '3' })).kind).toBe('held');
     expect(pool.reset()).toHaveLength(2);
+  });
+});
+
+// On PGlite the same folds save calls into the embedded database, each of which has a fixed
+// cost of its own (src/drivers/pglite.ts): pinned the same way, counted as calls.
+describe('calls into PGlite per delivery', () => {
+  const calls: string[] = [];
+  let pglite: PGlite;
+  let counting: object;
+  let inbox: Inbox;
+  beforeAll(async () => {
+    pglite = new PGlite();
+    // Every call the driver makes into the embedded database, by its text.
+    counting = {
+      query: (text: string, params?: unknown[]) => {
+        calls.push(text);
+        return pglite.query(text, params);
+      },
+      exec: (text: string) => {
+        calls.push(text);
+        return pglite.exec(text);
+      },
+      close: () => pglite.close(),
+      get closed() {
+        return pglite.closed;
+      },
+    };
+    inbox = createInbox({
+      db: counting,
+      sweepIntervalMs: 0,
+      handle: async (_e, { tx }) => {
+        await tx.selectNoFrom((eb) => eb.lit(1).as('one')).execute(); // the handler's own statement
+        return { ok: true };
+      },
+    });
+    await inbox.ready();
+  });
+  afterAll(async () => {
+    await inbox.close();
+    await pglite.close();
+  });
+  const deliver = (id: string) =>
+    inbox.receive({
+      headers: { 'idempotency-key': id, 'content-type': 'application/json' },
+      rawBody: Buffer.from('{}'),
+    });
+
+  it('a new event: BEGIN with the claim and the SAVEPOINT, the handler, the result with COMMIT', async () => {
+    calls.length = 0;
+    expect((await deliver('pgl-1')).kind).toBe('processed');
+    expect(calls).toHaveLength(3);
+    expect(calls[0]).toMatch(
+      /^begin isolation level read committed; select \* from .*claim"\(.*; savepoint wi_apply$/,
+    );
+    expect(calls[2]).toMatch(/; commit$/);
+    expect(await inbox.event('pgl-1')).toMatchObject({ status: 'processed', result: { ok: true } });
+  });
+
+  it('a duplicate another instance processed: BEGIN with the claim, COMMIT', async () => {
+    const other = createInbox({ db: counting as any, sweepIntervalMs: 0, handle: () => {} });
+    await other.ready();
+    calls.length = 0;
+    expect(
+      await other.receive({
+        headers: { 'idempotency-key': 'pgl-1', 'content-type': 'application/json' },
+        rawBody: Buffer.from('{}'),
+      }),
+    ).toMatchObject({ kind: 'duplicate', body: { result: { ok: true } } });
+    expect(calls).toHaveLength(2);
+    await other.close();
   });
 });

@@ -2,99 +2,20 @@
  * Our Kysely driver over a pg-shaped pool. Two things set it apart from a plain one:
  *
  * - Hot-path statements are named prepared statements (see `StatementNames`).
- * - **Folding**: BEGIN is not sent on its own. It waits for the transaction's first statement
- *   and, when that is one registered `after-begin` (the claim, the take statements), both go
- *   as one simple-protocol query: `begin; select * from claim('…', …)`. A statement registered
- *   `before-commit` (the stored result) is held back and sent with COMMIT. A new event then
- *   costs what a bare transaction costs: BEGIN+claim, the handler's statements, result+COMMIT.
- *   A statement may name one to send right after it (`then`: the SAVEPOINT after a take).
- *   Held-back statements ride likewise on the next registered statement, when one comes
- *   before COMMIT (a batch of events: the next event's SAVEPOINT carries the last result).
- *   node-postgres has no pipelining, and the simple protocol takes no parameters, so the
- *   values are written as literals by pg's own `escapeLiteral` (bytea as hex, JSON as text),
- *   never concatenated by hand; a value too large to be worth it (over `MAX_FOLDED_CHARS`)
- *   travels as a parameter instead, with BEGIN sent first. A transaction that sends nothing
- *   sends neither BEGIN nor COMMIT.
+ * - Folding (src/drivers/fold.ts): BEGIN rides on the claim, the stored result on COMMIT, so
+ *   that a new event costs the round trips of a bare transaction. Here a folded statement is
+ *   an `EXECUTE` of a statement PREPAREd once per connection (below).
  */
 
 import type { CompiledQuery, DatabaseConnection, Driver, QueryResult, TransactionSettings } from 'kysely';
-import pg from 'pg';
-import { beginStatement, boundedWait, type StatementEntry, type StatementNames } from './common.js';
+import { boundedWait, type StatementEntry, type StatementNames } from './common.js';
+import { FoldingConnection, inline, literalsOf } from './fold.js';
 import type { PgClientLike, PgPoolLike } from './shapes.js';
 
 const MUTATING = new Set(['INSERT', 'UPDATE', 'DELETE', 'MERGE']);
 /** Clients that carry a permanent no-op 'error' listener (see PgConnection). */
 const quieted = new WeakSet<object>();
 const ignore = () => {};
-
-/** Past this many characters of literals, folding costs more CPU than the round trip it saves. */
-const MAX_FOLDED_CHARS = 64 * 1024;
-
-const { escapeLiteral } = pg;
-const NEEDS_ESCAPING = /['\\]/;
-
-/** One value as a SQL literal, or undefined when it cannot (or should not) be folded. */
-function literal(value: unknown): string | undefined {
-  if (value === null || value === undefined) return 'null';
-  switch (typeof value) {
-    case 'boolean':
-      return value ? 'true' : 'false';
-    case 'number':
-      return Number.isFinite(value) ? String(value) : undefined;
-    case 'bigint':
-      return value.toString();
-    case 'string':
-      // What escapeLiteral returns for text without quotes or backslashes, without its
-      // character-by-character loop (ids, hashes, JSON of most results).
-      return NEEDS_ESCAPING.test(value) ? escapeLiteral(value) : `'${value}'`;
-  }
-  if (value instanceof Uint8Array)
-    return `${escapeLiteral(`\\x${Buffer.from(value).toString('hex')}`)}::bytea`;
-  if (value instanceof Date) return `${escapeLiteral(value.toISOString())}::timestamptz`;
-  return undefined;
-}
-
-/** The literals of a statement's parameters, or undefined when they cannot (or should not) be folded. */
-function literalsOf(compiled: CompiledQuery): string[] | undefined {
-  let size = 0;
-  const literals: string[] = [];
-  for (const value of compiled.parameters) {
-    const text = literal(value);
-    if (text === undefined) return undefined;
-    size += text.length;
-    if (size > MAX_FOLDED_CHARS) return undefined;
-    literals.push(text);
-  }
-  return literals;
-}
-
-/**
- * The statement with its `$n` placeholders replaced by literals, or undefined when it cannot
- * be. Registered statements are ours: their text has no `$` but the placeholders.
- */
-export function inlineParameters(compiled: CompiledQuery): string | undefined {
-  const literals = literalsOf(compiled);
-  return literals && inline(compiled.sql, literals);
-}
-
-function inline(sql: string, literals: string[]): string {
-  const parts = placeholderSplit(sql);
-  let text = parts[0] as string;
-  for (let i = 1; i < parts.length; i += 2) text += literals[(parts[i] as number) - 1] + parts[i + 1];
-  return text;
-}
-
-/** A statement's text split around its `$n` placeholders (text, n, text, …), once per text. */
-const splits = new Map<string, Array<string | number>>();
-function placeholderSplit(sql: string): Array<string | number> {
-  let parts = splits.get(sql);
-  if (!parts) {
-    parts = sql.split(/\$(\d+)/).map((part, i) => (i % 2 === 1 ? Number(part) : part));
-    // Registered statements only (a handful per schema); a bound keeps a misuse from growing it.
-    if (splits.size < 1000) splits.set(sql, parts);
-  }
-  return parts;
-}
 
 /**
  * Which folding statements are PREPAREd on a connection (keyed by the pool's client object,
@@ -121,15 +42,9 @@ interface FoldState {
   textOnly: boolean;
 }
 
-class PgConnection implements DatabaseConnection {
+class PgConnection extends FoldingConnection {
   /** Set when a query failed in a way that may have left the connection unusable. */
   broken: Error | undefined;
-  /** A BEGIN not sent yet: it rides on the transaction's first statement. */
-  #begin: string | undefined;
-  /** In a transaction (sent or not): `before-commit` statements wait for COMMIT. */
-  #inTransaction = false;
-  /** Statements held back to ride on COMMIT, in order. */
-  #tails: CompiledQuery[] = [];
   /**
    * A checked-out client whose backend dies between two queries (pg_terminate_backend, a
    * server restart, idle-in-transaction timeout) emits 'error' on itself, not on the pool, and
@@ -142,9 +57,10 @@ class PgConnection implements DatabaseConnection {
   };
   constructor(
     readonly client: PgClientLike,
-    readonly names: StatementNames,
+    names: StatementNames,
     readonly folds: FoldState = { textOnly: false },
   ) {
+    super(names);
     client.on?.('error', this.onError);
     // Once per client, for good: a client released as broken is ended by the pool without its
     // idle listener, and a server shutting down (57P01) can still report on it while it ends.
@@ -155,73 +71,11 @@ class PgConnection implements DatabaseConnection {
     }
   }
 
-  begin(settings: TransactionSettings): void {
-    this.#begin = beginStatement(settings);
-    this.#inTransaction = true;
-  }
-
-  async commit(): Promise<void> {
-    const begin = this.#begin;
-    const tails = this.#tails;
-    this.#reset();
-    // Nothing was sent in this transaction: nothing to open or close (a held-back statement
-    // needs one before it, so there is none either).
-    if (begin !== undefined && tails.length === 0) return;
-    if (begin !== undefined) await this.#simple(begin);
-    const folded = tails.map((tail) => this.#foldText(tail, this.names.get(tail.sql)));
-    if (folded.every((text) => text !== undefined)) {
-      await this.#simple([...folded, 'commit'].join('; '));
-      return;
-    }
-    for (const tail of tails) await this.#send(tail);
-    await this.#simple('commit');
-  }
-
-  async rollback(): Promise<void> {
-    const sent = this.#begin === undefined;
-    this.#reset();
-    if (sent) await this.#simple('rollback');
-  }
-
-  #reset(): void {
-    this.#begin = undefined;
-    this.#tails = [];
-    this.#inTransaction = false;
-  }
-
-  async executeQuery<R>(compiled: CompiledQuery): Promise<QueryResult<R>> {
-    const entry = this.names.get(compiled.sql);
-    if (entry?.fold === 'before-commit' && this.#inTransaction) {
-      this.#tails.push(compiled);
-      return { rows: [] };
-    }
-    if (this.#tails.length > 0 && entry && this.#begin === undefined) {
-      // Held-back statements ride on the next registered statement as they would on COMMIT:
-      // in a batch of events, the next event's SAVEPOINT carries the previous one's result.
-      const folded = await this.#foldOnTails<R>(compiled, entry);
-      if (folded) return folded;
-    }
-    // Order is kept: a statement after held-back ones sends them first.
-    for (const tail of this.#tails.splice(0)) await this.#send(tail);
-    if (this.#begin !== undefined) {
-      const begin = this.#begin;
-      this.#begin = undefined;
-      if (entry?.fold === 'after-begin') {
-        const folded = await this.#foldOnBegin<R>(begin, compiled, entry);
-        if (folded) return folded;
-      }
-      await this.#simple(begin);
-    }
-    const result = await this.#send<R>(compiled, entry?.name);
-    if (entry?.then) await this.#simple(entry.then);
-    return result;
-  }
-
   /**
    * BEGIN and an `after-begin` statement (and its `then`) in one round trip. Undefined when
    * the values cannot be folded (the caller sends BEGIN alone, then the statement).
    */
-  async #foldOnBegin<R>(
+  protected override async foldOnBegin<R>(
     begin: string,
     compiled: CompiledQuery,
     entry: StatementEntry,
@@ -229,11 +83,7 @@ class PgConnection implements DatabaseConnection {
     const prepared = preparedOn.get(this.client);
     if (entry.prepared && !this.folds.textOnly && prepared !== 'inline' && !prepared?.has(entry.prepared))
       await this.#prepareFolds();
-    const send = () => {
-      const folded = this.#foldText(compiled, entry);
-      if (folded === undefined) return undefined;
-      return this.#simple<R>(`${begin}; ${folded}${entry.then ? `; ${entry.then}` : ''}`, entry.then ? 2 : 1);
-    };
+    const send = () => super.foldOnBegin<R>(begin, compiled, entry);
     try {
       return await send();
     } catch (err) {
@@ -241,22 +91,9 @@ class PgConnection implements DatabaseConnection {
       // swapped backends). Nothing but BEGIN ran in this transaction: roll it back and send
       // the same as text (the connection folds text from now on), rather than fail a delivery.
       if ((err as { code?: string }).code !== UNDEFINED_PREPARED_STATEMENT || this.broken) throw err;
-      await this.#simple('rollback');
+      await this.simple('rollback');
       return send();
     }
-  }
-
-  /**
-   * The held-back statements and a registered one (and its `then`) in one round trip; the
-   * registered one's rows. Undefined when a value cannot be folded (the caller sends each).
-   */
-  async #foldOnTails<R>(compiled: CompiledQuery, entry: StatementEntry): Promise<QueryResult<R> | undefined> {
-    const texts = this.#tails.map((tail) => this.#foldText(tail, this.names.get(tail.sql)));
-    texts.push(this.#foldText(compiled, entry));
-    if (!texts.every((text) => text !== undefined)) return undefined;
-    this.#tails = [];
-    if (entry.then) texts.push(entry.then);
-    return this.#simple<R>(texts.join('; '), entry.then ? 2 : 1);
   }
 
   /**
@@ -270,7 +107,7 @@ class PgConnection implements DatabaseConnection {
     const have = prepared instanceof Set ? prepared : new Set<string>();
     const missing = [...this.names.preparable()].filter(([, e]) => !have.has(e.prepared));
     try {
-      await this.#simple(missing.map(([text, e]) => `prepare ${e.prepared} as ${text}`).join('; '));
+      await this.simple(missing.map(([text, e]) => `prepare ${e.prepared} as ${text}`).join('; '));
       for (const [, e] of missing) have.add(e.prepared);
       preparedOn.set(this.client, have);
     } catch (err) {
@@ -284,7 +121,10 @@ class PgConnection implements DatabaseConnection {
    * A registered statement as folded text: `execute <prepared>(literals)` on a connection where
    * it is prepared, else its text with the literals in.
    */
-  #foldText(compiled: CompiledQuery, entry: StatementEntry | undefined): string | undefined {
+  protected override foldText(
+    compiled: CompiledQuery,
+    entry: StatementEntry | undefined,
+  ): string | undefined {
     const literals = literalsOf(compiled);
     if (literals === undefined) return undefined;
     const prepared = preparedOn.get(this.client);
@@ -297,13 +137,13 @@ class PgConnection implements DatabaseConnection {
   }
 
   /** One statement on the extended protocol: parameters bound, named when registered. */
-  #send<R>(compiled: CompiledQuery, name = this.names.get(compiled.sql)?.name): Promise<QueryResult<R>> {
+  protected send<R>(compiled: CompiledQuery, entry: StatementEntry | undefined): Promise<QueryResult<R>> {
     const values = compiled.parameters as unknown[];
+    const name = entry?.name;
     return this.#query<R>(name ? { name, text: compiled.sql, values } : { text: compiled.sql, values });
   }
 
-  /** Text on the simple protocol (no values): several statements; the rows of the `fromEnd`th last. */
-  #simple<R>(text: string, fromEnd = 1): Promise<QueryResult<R>> {
+  protected simple<R>(text: string, fromEnd = 1): Promise<QueryResult<R>> {
     return this.#query<R>({ text }, fromEnd);
   }
 
@@ -335,11 +175,6 @@ class PgConnection implements DatabaseConnection {
       }
       throw err;
     }
-  }
-
-  // biome-ignore lint/correctness/useYield: streaming is not supported on this driver.
-  async *streamQuery<R>(): AsyncIterableIterator<QueryResult<R>> {
-    throw new Error('webhook-inbox: streaming queries are not supported');
   }
 }
 

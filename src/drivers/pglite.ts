@@ -1,11 +1,6 @@
-import {
-  CompiledQuery,
-  type DatabaseConnection,
-  type Driver,
-  type QueryResult,
-  type TransactionSettings,
-} from 'kysely';
-import { beginStatement, boundedWait, type StatementNames } from './common.js';
+import type { CompiledQuery, DatabaseConnection, Driver, QueryResult, TransactionSettings } from 'kysely';
+import { boundedWait, type StatementNames } from './common.js';
+import { FoldingConnection } from './fold.js';
 import type { PGliteLike } from './shapes.js';
 
 /**
@@ -33,8 +28,43 @@ function turnsOf(pglite: PGliteLike): SessionTurns {
   return turns;
 }
 
+/**
+ * The one session's connection. It folds like the pg driver's (src/drivers/fold.ts): here a
+ * fold saves calls into the embedded database rather than network round trips, and each call
+ * has a fixed cost of its own (the protocol written and read in JavaScript, the step into
+ * WebAssembly) that measured more than most of our statements' own work. Folded statements
+ * travel as text: PGlite has no pool of connections to PREPARE them on once.
+ */
+class PGliteConnection extends FoldingConnection {
+  constructor(
+    readonly pglite: PGliteLike,
+    names: StatementNames,
+  ) {
+    super(names);
+  }
+
+  protected async simple<R>(text: string, fromEnd = 1): Promise<QueryResult<R>> {
+    return toResult<R>((await this.pglite.exec(text)).at(-fromEnd));
+  }
+
+  protected async send<R>(compiled: CompiledQuery): Promise<QueryResult<R>> {
+    // Without parameters, the simple protocol: several statements may run at once
+    // (migrations), and BEGIN/COMMIT skip a parse.
+    if (compiled.parameters.length === 0) return this.simple<R>(compiled.sql);
+    return toResult<R>(await this.pglite.query<R>(compiled.sql, compiled.parameters as unknown[]));
+  }
+}
+
+function toResult<R>(result: { rows: unknown[]; affectedRows?: number } | undefined): QueryResult<R> {
+  if (!result) return { rows: [] };
+  return {
+    rows: result.rows as R[],
+    numAffectedRows: result.affectedRows === undefined ? undefined : BigInt(result.affectedRows),
+  };
+}
+
 export class PGliteDriver implements Driver {
-  readonly #connection: DatabaseConnection;
+  readonly #connection: PGliteConnection;
   readonly #turns: SessionTurns;
 
   constructor(
@@ -44,28 +74,7 @@ export class PGliteDriver implements Driver {
     readonly names: StatementNames,
   ) {
     this.#turns = turnsOf(pglite);
-    this.#connection = {
-      executeQuery: async <R>(compiled: CompiledQuery): Promise<QueryResult<R>> => {
-        // Without parameters, the simple protocol: several statements may run at once
-        // (migrations), and BEGIN/COMMIT skip a parse.
-        const result =
-          compiled.parameters.length === 0
-            ? ((await pglite.exec(compiled.sql)).at(-1) ?? { rows: [] })
-            : await pglite.query<R>(compiled.sql, compiled.parameters as unknown[]);
-        // A statement that names one to follow it (the SAVEPOINT after a take): no round trips
-        // to save here, one session in this process.
-        const then = names.get(compiled.sql)?.then;
-        if (then) await pglite.exec(then);
-        return {
-          rows: result.rows,
-          numAffectedRows: result.affectedRows === undefined ? undefined : BigInt(result.affectedRows),
-        };
-      },
-      // biome-ignore lint/correctness/useYield: streaming is not supported on this driver.
-      async *streamQuery<R>(): AsyncIterableIterator<QueryResult<R>> {
-        throw new Error('webhook-inbox: streaming queries are not supported');
-      },
-    };
+    this.#connection = new PGliteConnection(pglite, names);
   }
   async init(): Promise<void> {}
   async acquireConnection(): Promise<DatabaseConnection> {
@@ -81,14 +90,14 @@ export class PGliteDriver implements Driver {
     turns.release = release;
     return this.#connection;
   }
-  beginTransaction(connection: DatabaseConnection, settings: TransactionSettings): Promise<void> {
-    return run(connection, beginStatement(settings));
+  async beginTransaction(connection: DatabaseConnection, settings: TransactionSettings): Promise<void> {
+    (connection as PGliteConnection).begin(settings);
   }
   commitTransaction(connection: DatabaseConnection): Promise<void> {
-    return run(connection, 'commit');
+    return (connection as PGliteConnection).commit();
   }
   rollbackTransaction(connection: DatabaseConnection): Promise<void> {
-    return run(connection, 'rollback');
+    return (connection as PGliteConnection).rollback();
   }
   async releaseConnection(): Promise<void> {
     const release = this.#turns.release;
@@ -99,8 +108,4 @@ export class PGliteDriver implements Driver {
     await this.#turns.tail;
     if (this.ownsDatabase && !this.pglite.closed) await this.pglite.close();
   }
-}
-
-async function run(connection: DatabaseConnection, text: string): Promise<void> {
-  await connection.executeQuery(CompiledQuery.raw(text));
 }

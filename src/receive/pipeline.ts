@@ -28,6 +28,8 @@
  * Values too large to write as literals (over 64 KiB, e.g. a big held payload) travel as
  * parameters instead: BEGIN then goes alone, one round trip more. Once in each connection's
  * life (not per delivery), one round trip PREPAREs the folded statements (src/drivers/pg.ts).
+ * On PGlite the same folds hold, counted as calls into the embedded database (each has a fixed
+ * cost of its own; src/drivers/fold.ts).
  */
 import type { Context, Span } from '@opentelemetry/api';
 import type { Kysely } from 'kysely';

@@ -1,0 +1,213 @@
+/**
+ * Folding, shared by our two drivers (src/drivers/pg.ts, src/drivers/pglite.ts): BEGIN is not
+ * sent on its own. It waits for the transaction's first statement and, when that is one
+ * registered `after-begin` (the claim, the take statements), both go as one simple-protocol
+ * query: `begin; select * from claim('…', …)`. A statement registered `before-commit` (the
+ * stored result) is held back and sent with COMMIT. A new event then costs what a bare
+ * transaction costs: BEGIN+claim, the handler's statements, result+COMMIT. A statement may
+ * name one to send right after it (`then`: the SAVEPOINT after a take). Held-back statements
+ * ride likewise on the next registered statement, when one comes before COMMIT (a batch of
+ * events: the next event's SAVEPOINT carries the last result).
+ *
+ * What a fold saves differs by driver: a network round trip on pg (node-postgres has no
+ * pipelining); on PGlite, a call into the embedded database, whose fixed cost (the protocol
+ * written and read in JavaScript, the step into WebAssembly) measured 40–75 µs, more than
+ * most of our statements' own work.
+ *
+ * The simple protocol takes no parameters, so the values are written as literals by pg's own
+ * `escapeLiteral` (bytea as hex, JSON as text), never concatenated by hand; a value too large
+ * to be worth it (over `MAX_FOLDED_CHARS`) travels as a parameter instead, with BEGIN sent
+ * first. A transaction that sends nothing sends neither BEGIN nor COMMIT.
+ */
+import type { CompiledQuery, DatabaseConnection, QueryResult, TransactionSettings } from 'kysely';
+import pg from 'pg';
+import { beginStatement, type StatementEntry, type StatementNames } from './common.js';
+
+/** Past this many characters of literals, folding costs more CPU than the round trip it saves. */
+const MAX_FOLDED_CHARS = 64 * 1024;
+
+const { escapeLiteral } = pg;
+const NEEDS_ESCAPING = /['\\]/;
+
+/** One value as a SQL literal, or undefined when it cannot (or should not) be folded. */
+function literal(value: unknown): string | undefined {
+  if (value === null || value === undefined) return 'null';
+  switch (typeof value) {
+    case 'boolean':
+      return value ? 'true' : 'false';
+    case 'number':
+      return Number.isFinite(value) ? String(value) : undefined;
+    case 'bigint':
+      return value.toString();
+    case 'string':
+      // What escapeLiteral returns for text without quotes or backslashes, without its
+      // character-by-character loop (ids, hashes, JSON of most results).
+      return NEEDS_ESCAPING.test(value) ? escapeLiteral(value) : `'${value}'`;
+  }
+  if (value instanceof Uint8Array)
+    return `${escapeLiteral(`\\x${Buffer.from(value).toString('hex')}`)}::bytea`;
+  if (value instanceof Date) return `${escapeLiteral(value.toISOString())}::timestamptz`;
+  return undefined;
+}
+
+/** The literals of a statement's parameters, or undefined when they cannot (or should not) be folded. */
+export function literalsOf(compiled: CompiledQuery): string[] | undefined {
+  let size = 0;
+  const literals: string[] = [];
+  for (const value of compiled.parameters) {
+    const text = literal(value);
+    if (text === undefined) return undefined;
+    size += text.length;
+    if (size > MAX_FOLDED_CHARS) return undefined;
+    literals.push(text);
+  }
+  return literals;
+}
+
+/**
+ * A statement's text with its `$n` placeholders replaced by literals. Registered statements are
+ * ours: their text has no `$` but the placeholders.
+ */
+export function inline(sql: string, literals: string[]): string {
+  const parts = placeholderSplit(sql);
+  let text = parts[0] as string;
+  for (let i = 1; i < parts.length; i += 2) text += literals[(parts[i] as number) - 1] + parts[i + 1];
+  return text;
+}
+
+/** A statement's text split around its `$n` placeholders (text, n, text, …), once per text. */
+const splits = new Map<string, Array<string | number>>();
+function placeholderSplit(sql: string): Array<string | number> {
+  let parts = splits.get(sql);
+  if (!parts) {
+    parts = sql.split(/\$(\d+)/).map((part, i) => (i % 2 === 1 ? Number(part) : part));
+    // Registered statements only (a handful per schema); a bound keeps a misuse from growing it.
+    if (splits.size < 1000) splits.set(sql, parts);
+  }
+  return parts;
+}
+
+/**
+ * A connection that folds. A driver gives it the two ways it has of sending: `simple` (text on
+ * the simple protocol, several statements, the rows of one of them) and `send` (one statement
+ * with its parameters); it may change how a registered statement is written into a fold
+ * (`foldText`: pg EXECUTEs prepared statements) and how BEGIN's fold is sent (`foldOnBegin`).
+ */
+export abstract class FoldingConnection implements DatabaseConnection {
+  /** A BEGIN not sent yet: it rides on the transaction's first statement. */
+  #begin: string | undefined;
+  /** In a transaction (sent or not): `before-commit` statements wait for COMMIT. */
+  #inTransaction = false;
+  /** Statements held back to ride on COMMIT, in order. */
+  #tails: CompiledQuery[] = [];
+
+  constructor(readonly names: StatementNames) {}
+
+  /** Text on the simple protocol (no values): several statements; the rows of the `fromEnd`th last. */
+  protected abstract simple<R>(text: string, fromEnd?: number): Promise<QueryResult<R>>;
+  /** One statement with its parameters bound. */
+  protected abstract send<R>(
+    compiled: CompiledQuery,
+    entry: StatementEntry | undefined,
+  ): Promise<QueryResult<R>>;
+
+  /** A registered statement as folded text (its text with the literals in), or undefined when it cannot be. */
+  protected foldText(compiled: CompiledQuery, _entry: StatementEntry | undefined): string | undefined {
+    const literals = literalsOf(compiled);
+    return literals && inline(compiled.sql, literals);
+  }
+
+  /**
+   * BEGIN and an `after-begin` statement (and its `then`) in one query. Undefined when the
+   * values cannot be folded (the caller sends BEGIN alone, then the statement).
+   */
+  protected async foldOnBegin<R>(
+    begin: string,
+    compiled: CompiledQuery,
+    entry: StatementEntry,
+  ): Promise<QueryResult<R> | undefined> {
+    const folded = this.foldText(compiled, entry);
+    if (folded === undefined) return undefined;
+    return this.simple<R>(`${begin}; ${folded}${entry.then ? `; ${entry.then}` : ''}`, entry.then ? 2 : 1);
+  }
+
+  begin(settings: TransactionSettings): void {
+    this.#begin = beginStatement(settings);
+    this.#inTransaction = true;
+  }
+
+  async commit(): Promise<void> {
+    const begin = this.#begin;
+    const tails = this.#tails;
+    this.#reset();
+    // Nothing was sent in this transaction: nothing to open or close (a held-back statement
+    // needs one before it, so there is none either).
+    if (begin !== undefined && tails.length === 0) return;
+    if (begin !== undefined) await this.simple(begin);
+    const folded = tails.map((tail) => this.foldText(tail, this.names.get(tail.sql)));
+    if (folded.every((text) => text !== undefined)) {
+      await this.simple([...folded, 'commit'].join('; '));
+      return;
+    }
+    for (const tail of tails) await this.send(tail, this.names.get(tail.sql));
+    await this.simple('commit');
+  }
+
+  async rollback(): Promise<void> {
+    const sent = this.#begin === undefined;
+    this.#reset();
+    if (sent) await this.simple('rollback');
+  }
+
+  #reset(): void {
+    this.#begin = undefined;
+    this.#tails = [];
+    this.#inTransaction = false;
+  }
+
+  async executeQuery<R>(compiled: CompiledQuery): Promise<QueryResult<R>> {
+    const entry = this.names.get(compiled.sql);
+    if (entry?.fold === 'before-commit' && this.#inTransaction) {
+      this.#tails.push(compiled);
+      return { rows: [] };
+    }
+    if (this.#tails.length > 0 && entry && this.#begin === undefined) {
+      // Held-back statements ride on the next registered statement as they would on COMMIT:
+      // in a batch of events, the next event's SAVEPOINT carries the previous one's result.
+      const folded = await this.#foldOnTails<R>(compiled, entry);
+      if (folded) return folded;
+    }
+    // Order is kept: a statement after held-back ones sends them first.
+    for (const tail of this.#tails.splice(0)) await this.send(tail, this.names.get(tail.sql));
+    if (this.#begin !== undefined) {
+      const begin = this.#begin;
+      this.#begin = undefined;
+      if (entry?.fold === 'after-begin') {
+        const folded = await this.foldOnBegin<R>(begin, compiled, entry);
+        if (folded) return folded;
+      }
+      await this.simple(begin);
+    }
+    const result = await this.send<R>(compiled, entry);
+    if (entry?.then) await this.simple(entry.then);
+    return result;
+  }
+
+  /**
+   * The held-back statements and a registered one (and its `then`) in one query; the
+   * registered one's rows. Undefined when a value cannot be folded (the caller sends each).
+   */
+  async #foldOnTails<R>(compiled: CompiledQuery, entry: StatementEntry): Promise<QueryResult<R> | undefined> {
+    const texts = this.#tails.map((tail) => this.foldText(tail, this.names.get(tail.sql)));
+    texts.push(this.foldText(compiled, entry));
+    if (!texts.every((text) => text !== undefined)) return undefined;
+    this.#tails = [];
+    if (entry.then) texts.push(entry.then);
+    return this.simple<R>(texts.join('; '), entry.then ? 2 : 1);
+  }
+
+  // biome-ignore lint/correctness/useYield: streaming is not supported on our drivers.
+  async *streamQuery<R>(): AsyncIterableIterator<QueryResult<R>> {
+    throw new Error('webhook-inbox: streaming queries are not supported');
+  }
+}
