@@ -172,7 +172,7 @@ describe('calls into PGlite per delivery', () => {
       },
     };
     inbox = createInbox({
-      db: counting,
+      db: counting as any,
       sweepIntervalMs: 0,
       handle: async (_e, { tx }) => {
         await tx.selectNoFrom((eb) => eb.lit(1).as('one')).execute(); // the handler's own statement
