@@ -47,6 +47,9 @@ function noDatabaseGiven(logger: Partial<Logger> | undefined): void {
   }
 }
 
+/** The largest `workerBatchSize`: well below the 64 subtransactions a backend caches (see below). */
+const MAX_WORKER_BATCH = 32;
+
 /** Every option, checked and defaulted in one place. A bad value throws, naming the option. */
 export function resolveOptions(input: InboxOptions): ResolvedOptions {
   if (!input || typeof input !== 'object') throw new InboxOptionsError('options', 'must be an object');
@@ -282,6 +285,11 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
     tracerProvider,
     mode,
     workers,
+    // Each event of a batch is a savepoint, i.e. a subtransaction with an xid of its own once it
+    // writes; a backend caches 64 of them (PGPROC_MAX_CACHED_SUBXIDS), and past that every
+    // other session's snapshot overflows to pg_subtrans lookups, slowing the whole database.
+    // 32 leaves room for savepoints of the handlers' own.
+    workerBatchSize: integer(o, 'workerBatchSize', 10, 1, MAX_WORKER_BATCH),
     pollIntervalMs: integer(o, 'pollIntervalMs', 1000, 1, 3_600_000),
     maxInFlight: integer(o, 'maxInFlight', 1000, 1, 1_000_000),
     poolWaitTimeoutMs: integer(o, 'poolWaitTimeoutMs', 5000, 1, 600_000),

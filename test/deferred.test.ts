@@ -130,6 +130,9 @@ describe('deferred-mode options', () => {
     [{ handlerTimeoutMs: '1s' }, 'handlerTimeoutMs'],
     [{ maxPending: 0 }, 'maxPending'],
     [{ pollIntervalMs: 0 }, 'pollIntervalMs'],
+    [{ workerBatchSize: 0 }, 'workerBatchSize'],
+    [{ workerBatchSize: 33 }, 'workerBatchSize'],
+    [{ workerBatchSize: 2.5 }, 'workerBatchSize'],
   ])('rejects %j naming the option', (bad, option) => {
     expect(() => createInbox({ handle, ...(bad as object) })).toThrow(InboxOptionsError);
     expect(() => createInbox({ handle, ...(bad as object) })).toThrow(`\`${option}\``);
@@ -139,6 +142,7 @@ describe('deferred-mode options', () => {
     expect(createInbox({ handle }).options).toMatchObject({ mode: 'inline', workers: 0 });
     expect(createInbox({ handle, mode: 'deferred' }).options).toMatchObject({ mode: 'deferred', workers: 5 });
     expect(createInbox({ handle, mode: 'deferred', poolSize: 1 }).options.workers).toBe(1);
+    expect(createInbox({ handle, mode: 'deferred' }).options.workerBatchSize).toBe(10);
   });
 });
 

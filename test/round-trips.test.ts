@@ -216,3 +216,128 @@ describe('calls into PGlite per delivery', () => {
     await other.close();
   });
 });
+
+// Deferred mode's workers (src/receive/pipeline.ts states the count): unordered events taken
+// n at a time cost the handlers' statements + n + 1 in all, never more per event than inline.
+describe.runIf(postgresTarget)('round trips of a worker applying a batch of pending events', () => {
+  let t: TargetDb;
+  let pool: CountingPool;
+  let acker: Inbox;
+  let worker: Inbox;
+  let gateEntered: () => void = () => {};
+  let releaseGate: () => void = () => {};
+  const failing = new Set<string>();
+  beforeAll(async () => {
+    t = await postgresTarget!.open();
+    pool = new CountingPool(postgresUrl!);
+    // Acknowledges only (workers: 0), on a pool of its own: its statements are not counted.
+    acker = createInbox({
+      db: t.db,
+      schema: t.schema,
+      mode: 'deferred',
+      workers: 0,
+      sweepIntervalMs: 0,
+      handle: () => {},
+    });
+    await acker.ready();
+    // One lane, so it takes whole batches; woken by NOTIFY, never by a poll (which would be
+    // counted). Inline mode with workers: no pending count is refreshed on the counted pool.
+    worker = createInbox({
+      db: pool,
+      schema: t.schema,
+      workers: 1,
+      workerBatchSize: 3,
+      pollIntervalMs: 3_600_000,
+      sweepIntervalMs: 0,
+      // A failed event waits (its retry is not part of the batch counted here).
+      retryBaseMs: 60_000,
+      retryCapMs: 60_000,
+      handle: async (e, { tx }) => {
+        if (e.id.startsWith('gate')) {
+          const released = new Promise<void>((resolve) => (releaseGate = resolve));
+          gateEntered();
+          await released;
+        }
+        await tx.selectNoFrom((eb) => eb.lit(1).as('one')).execute(); // the handler's own statement
+        if (failing.has(e.id)) throw new Error('no');
+        return { ok: true };
+      },
+    });
+    await worker.ready();
+    await worker.idle();
+  });
+  afterAll(async () => {
+    await worker.close();
+    await acker.close();
+    await pool.end();
+    await t.close();
+  });
+  const ack = async (id: string) =>
+    expect(
+      (
+        await acker.receive({
+          headers: { 'idempotency-key': id, 'content-type': 'application/json' },
+          rawBody: Buffer.from('{}'),
+        })
+      ).status,
+    ).toBe(202);
+
+  /**
+   * The worker's lane is held in the handler of a first event (`gate…`) while three more are
+   * acknowledged; released, it takes the three in one batch. Returns the batch's round trips.
+   */
+  async function batchOfThree(ids: string[]): Promise<string[]> {
+    const entered = new Promise<void>((resolve) => (gateEntered = resolve));
+    await ack(`gate-${ids[0]}`);
+    await entered;
+    for (const id of ids) await ack(id);
+    pool.reset();
+    releaseGate();
+    await worker.idle();
+    const sent = pool.reset();
+    // The gate event's handler finishes first; after the batch, at most a take that found
+    // nothing (for a NOTIFY that came late).
+    expect(sent.slice(0, 2)).toEqual([
+      'select 1 as "one"',
+      expect.stringMatching(/^execute "wi_fold:[^"]+\.store_result"\(.*; commit$/),
+    ]);
+    return sent.slice(2, 9);
+  }
+
+  it('three events: [BEGIN + take + SAVEPOINT], then each handler and [its result + the next SAVEPOINT]; the last result with COMMIT', async () => {
+    const batch = await batchOfThree(['rtb-1', 'rtb-2', 'rtb-3']);
+    // 3 × (the handler's 1 + 1) + 1 = 7: per event the handler's + 1 + 1/3.
+    expect(batch).toEqual([
+      expect.stringMatching(
+        /^begin isolation level read; execute "wi_fold:[^"]+\.take_pending"\(.*; savepoint wi_apply$/,
+      ),
+      'select 1 as "one"',
+      expect.stringMatching(/^execute "wi_fold:[^"]+\.store_result"\(.*; savepoint wi_apply$/),
+      'select 1 as "one"',
+      expect.stringMatching(/^execute "wi_fold:[^"]+\.store_result"\(.*; savepoint wi_apply$/),
+      'select 1 as "one"',
+      expect.stringMatching(/^execute "wi_fold:[^"]+\.store_result"\(.*; commit$/),
+    ]);
+    for (const id of ['rtb-1', 'rtb-2', 'rtb-3'])
+      expect(await worker.event(id)).toMatchObject({ status: 'processed', result: { ok: true } });
+  });
+
+  it('a handler that throws in the middle: its failure rides on the next SAVEPOINT, at the same count', async () => {
+    failing.add('rtf-2');
+    const batch = await batchOfThree(['rtf-1', 'rtf-2', 'rtf-3']);
+    expect(batch).toEqual([
+      expect.stringMatching(/^begin .*; execute "wi_fold:[^"]+\.take_pending"\(.*; savepoint wi_apply$/),
+      'select 1 as "one"',
+      expect.stringMatching(/^execute "wi_fold:[^"]+\.store_result"\(.*; savepoint wi_apply$/),
+      'select 1 as "one"',
+      expect.stringMatching(
+        /^rollback to savepoint wi_apply; execute "wi_fold:[^"]+"\(.*; execute "wi_fold:[^"]+\.fail"\(.*; savepoint wi_apply$/,
+      ),
+      'select 1 as "one"',
+      expect.stringMatching(/^execute "wi_fold:[^"]+\.store_result"\(.*; commit$/),
+    ]);
+    expect(await worker.event('rtf-1')).toMatchObject({ status: 'processed' });
+    expect(await worker.event('rtf-2')).toMatchObject({ status: 'pending', attempts: 1 });
+    expect(await worker.event('rtf-3')).toMatchObject({ status: 'processed' });
+  });
+});

@@ -4,9 +4,10 @@
  * - an ordered key's next event (held or pending) is taken at the key's cursor by `take_turn`,
  *   and the cursor moved by `advance` after the handler: `take_next`'s rule without holding the
  *   key's lock during the handler (src/sql/take-turn.ts); the sweeper's drains go the same way;
- * - an unordered pending event is taken by `take_pending` (FOR UPDATE SKIP LOCKED).
- * Each runs in its own transaction with the handler, so it is applied exactly once; SKIP
- * LOCKED lets every instance's workers share the work without waiting on each other.
+ * - unordered pending events are taken by `take_pending` (FOR UPDATE SKIP LOCKED), up to
+ *   `workerBatchSize` at once while every lane is busy, each under its own savepoint.
+ * Each runs in the transaction that took it, with its handler, so it is applied exactly once;
+ * SKIP LOCKED lets every instance's workers share the work without waiting on each other.
  *
  * Wake-ups, so that pickup takes milliseconds rather than a poll interval:
  * - in this process, a delivery stored as pending wakes a lane right after its commit;
@@ -150,7 +151,7 @@ export class Workers {
         let didWork = false;
         this.#busy++;
         try {
-          didWork = (await applyDuePending(this.#rt)).taken > 0;
+          didWork = (await applyDuePending(this.#rt, this.#batchSize())).taken > 0;
         } catch (err) {
           // The database is unreachable or the pool is exhausted: the poll will try again.
           this.#rt.options.logger.error({ err }, 'webhook-inbox: worker failed');
@@ -171,6 +172,17 @@ export class Workers {
         this.#changed();
       });
     }
+  }
+
+  /**
+   * How many unordered events this lane takes in one transaction: `workerBatchSize` while every
+   * other lane is busy (a backlog: one COMMIT and one round trip fewer per event), one while a
+   * lane sleeps. A batch runs its handlers one after another on one connection, so a burst
+   * smaller than the lanes is spread across them (each taker wakes the next) rather than
+   * queued behind one lane's handlers; at light load a batch is one event either way.
+   */
+  #batchSize(): number {
+    return this.#sleepers.length > 0 ? 1 : this.#rt.options.workerBatchSize;
   }
 
   /**

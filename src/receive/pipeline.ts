@@ -22,8 +22,16 @@
  * - each held event drained after the response (on the delivery's own connection):
  *   [BEGIN + take_next + SAVEPOINT], <handler>, [result + COMMIT].
  * - deferred mode: [BEGIN + claim] (stored as pending; its NOTIFY rides on the COMMIT), COMMIT
- *   = 2, then a worker: [BEGIN + take_pending | take_turn + SAVEPOINT], <handler>, [advance],
- *   [result + COMMIT].
+ *   = 2, then a worker applies it:
+ *   - an ordered key's event: [BEGIN + take_turn + SAVEPOINT], <handler>, [advance],
+ *     [result + COMMIT] = the handler's + 3 (advance: the price of not holding the key meanwhile);
+ *   - unordered events, n in one transaction (n = `workerBatchSize` while every lane is busy,
+ *     else 1; src/background/workers.ts): [BEGIN + take_pending + SAVEPOINT], then for each
+ *     event <handler> and [its result + the next event's SAVEPOINT], the last one's result
+ *     riding on COMMIT = n × (the handler's + 1) + 1: per event the handler's + 1 + 1/n, never
+ *     more than inline's handler's + 2 (n = 1). A handler that throws in a batch: [ROLLBACK TO
+ *     SAVEPOINT + the event waiting again + `fail`] ride on the next SAVEPOINT (or COMMIT) in
+ *     its result's place, at the same count.
  * - shed (maxInFlight, maxPending): 0, answered before touching the database.
  * Values too large to write as literals (over 64 KiB, e.g. a big held payload) travel as
  * parameters instead: BEGIN then goes alone, one round trip more. Once in each connection's

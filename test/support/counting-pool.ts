@@ -49,7 +49,11 @@ export class CountingPool implements PgPoolLike {
         return client.query(config as pg.QueryConfig) as any;
       },
       release: (err) => client.release(err as any),
-    };
+      // pg's clients are event emitters: the driver hears a dead backend ('error'), and the
+      // workers' listener (which holds one of the pool's connections) hears NOTIFY.
+      on: (event: string, listener: (...args: any[]) => void) => client.on(event as any, listener),
+      off: (event: string, listener: (...args: any[]) => void) => client.off(event as any, listener),
+    } as PgClientLike;
   }
   reset(): string[] {
     return this.statements.splice(0);
