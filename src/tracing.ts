@@ -9,6 +9,7 @@
 import {
   type Context,
   context,
+  INVALID_SPAN_CONTEXT,
   isSpanContextValid,
   type Span,
   SpanStatusCode,
@@ -44,7 +45,9 @@ export function createTracer(provider: TracerProvider | undefined): Tracer {
  */
 export function inActiveSpan<T>(tracer: Tracer, name: string, fn: (span: Span) => T): T {
   const span = tracer.startSpan(name);
-  if (!isSpanContextValid(span.spanContext())) return fn(span);
+  const spanContext = span.spanContext();
+  // The no-op tracer's own constant first: no hex check of its ids per delivery.
+  if (spanContext === INVALID_SPAN_CONTEXT || !isSpanContextValid(spanContext)) return fn(span);
   return context.with(trace.setSpan(context.active(), span), fn, undefined, span);
 }
 
