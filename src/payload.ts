@@ -27,6 +27,8 @@ export function bodyHash(rawBody: Uint8Array): string {
 
 function isJsonContentType(contentType: string | undefined): boolean {
   if (!contentType) return false;
+  // What nearly every sender sends, without splitting and lower-casing it.
+  if (contentType === 'application/json') return true;
   const type = contentType.split(';', 1)[0].trim().toLowerCase();
   return type === 'application/json' || type.endsWith('+json');
 }
