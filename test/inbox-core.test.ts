@@ -164,6 +164,19 @@ describe.each(targets)('the inbox core on $name', (target) => {
     expect(reply.body.detail.toLowerCase()).toContain(field);
   });
 
+  it('a delivery handed to inbox.receive with an identity header under two letter cases is 400 naming it', async () => {
+    const id = uid('cases');
+    for (const [field, headers] of [
+      ['idempotency-key', { 'Idempotency-Key': id, 'idempotency-key': id }],
+      ['x-seq', { 'idempotency-key': id, 'x-key': 'acct', 'X-Seq': '1', 'x-seq': '1' }],
+    ] as const) {
+      const outcome = await app.inbox.receive({ headers, rawBody: Buffer.from('{"amount":1}') });
+      expect(outcome.status, field).toBe(400);
+      expect(outcome.body, field).toMatchObject({ field });
+    }
+    expect(await app.inbox.event(id)).toBeUndefined();
+  });
+
   it('accepts the largest seq, 2^53-1, as valid (it is then too far ahead: 429, not 400)', async () => {
     const headers = { 'Idempotency-Key': uid('max'), 'X-Key': uid('acct'), 'X-Seq': '9007199254740991' };
     const reply = await post(url, { amount: 1 }, headers);

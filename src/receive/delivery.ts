@@ -32,7 +32,8 @@ const UTF8 = new TextDecoder('utf-8', { fatal: true });
 function single(raw: Delivery['headers'], headers: Record<string, string>, name: string): string | undefined {
   let count = 0;
   for (const given in raw) {
-    if (given.toLowerCase() !== name) continue;
+    // Lower-cased only when it could match: most names differ in length already.
+    if (given.length !== name.length || (given !== name && given.toLowerCase() !== name)) continue;
     const value = raw[given];
     if (value === undefined) continue;
     count += typeof value === 'string' ? 1 : (value as readonly string[]).length;
