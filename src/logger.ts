@@ -5,3 +5,6 @@ export interface Logger {
   warn(obj: object, msg?: string): void;
   error(obj: object, msg?: string): void;
 }
+
+/** What a method the given logger lacks (or every method, without a logger) becomes. */
+export const silent = (): void => {};

@@ -3,7 +3,7 @@ import { resolveBodySchema } from './body-schema.js';
 import type { DatabaseInput } from './database.js';
 import { parseDuration } from './duration.js';
 import { InboxOptionsError } from './errors.js';
-import type { Logger } from './logger.js';
+import { type Logger, silent } from './logger.js';
 import type { MetricsOptions } from './metrics.js';
 import { bool, describe, headerName, IDENTIFIER, integer, oneOf } from './option-checks.js';
 import type { Handler, InboxOptions, ResolvedOptions } from './options.js';
@@ -18,7 +18,6 @@ import type { RedisInput } from './redis-cache.js';
  * InboxOptionsError naming the option and what it must be. The options themselves, with their
  * documentation, are in options.ts.
  */
-const noop = () => {};
 
 /** `db: 'memory'`: the embedded database in memory, chosen knowingly (no warning). */
 const MEMORY = 'memory';
@@ -273,10 +272,10 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
     duplicateCacheSize: integer(o, 'duplicateCacheSize', 5000, 0, 1_000_000),
     retention,
     logger: {
-      debug: logger.debug?.bind(logger) ?? noop,
-      info: logger.info?.bind(logger) ?? noop,
-      warn: logger.warn?.bind(logger) ?? noop,
-      error: logger.error?.bind(logger) ?? noop,
+      debug: logger.debug?.bind(logger) ?? silent,
+      info: logger.info?.bind(logger) ?? silent,
+      warn: logger.warn?.bind(logger) ?? silent,
+      error: logger.error?.bind(logger) ?? silent,
     },
     redis,
     redisPrefix,

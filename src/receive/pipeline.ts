@@ -44,6 +44,7 @@ import type { Kysely } from 'kysely';
 import { applyOne } from '../apply.js';
 import type { Background } from '../background/background.js';
 import { InvalidDeliveryError } from '../errors.js';
+import { silent } from '../logger.js';
 import { type Outcome, OutcomeKind } from '../outcome.js';
 import { storableHeaders } from '../payload.js';
 import type { CachedEvent } from '../processed-cache.js';
@@ -477,6 +478,8 @@ function observed(rt: Runtime, span: Span | undefined, obs: Observation, decided
     if (answeredBy) span.setAttribute(SpanAttributes.answeredBy, answeredBy);
     if (outcome.status >= 500) recordError(span, undefined);
   }
+  // Without a logger (or one without `debug`), no line object is built for nobody.
+  if (o.logger.debug === silent) return outcome;
   o.logger.debug(
     {
       source: o.source,
