@@ -9,10 +9,13 @@
  *   ROUNDS=30 TXS=500 npx tsx bench/postgres-cost.ts bare inbox
  *
  * The texts are what the inbox sends for a new unordered event (BEGIN with the claim folded
- * in and the SAVEPOINT after it; the handler's two statements; the stored result folded into
- * COMMIT), with literals as src/drivers/pg.ts writes them. One client, so nothing waits on a
- * lock; rounds interleave the variants and the report gives min, lower quartile and median
- * per variant, so a busy moment of the machine moves all of them, not one.
+ * in and the SAVEPOINT after it; the handler's two statements; the event's row, with its
+ * result, folded into COMMIT), with literals as src/drivers/pg.ts writes them. The claim takes
+ * the id's advisory lock and writes no row (`row_at_commit`); `inbox-prepared-update` is the
+ * path before migration 0008 (the claim inserts the row, the result is an UPDATE at COMMIT).
+ * One client, so nothing waits on a lock; rounds interleave the variants and the report gives
+ * min, lower quartile and median per variant, so a busy moment of the machine moves all of
+ * them, not one.
  */
 import { readFileSync } from 'node:fs';
 import pg from 'pg';
@@ -53,7 +56,10 @@ function ledgerWrite(id: string, i: number): Query[] {
 
 const BEGIN = 'begin isolation level read committed';
 const claim = (id: string) =>
-  `select * from "${inboxSchema}"."claim"('default', '${id}', null, null::bigint, '${HASH}', null, null::jsonb, true, false, false, 1000, 10000::bigint, '5000ms')`;
+  `select * from "${inboxSchema}"."claim"('default', '${id}', null, null::bigint, '${HASH}', null, null::jsonb, true, false, false, 1000, 10000::bigint, '5000ms', true)`;
+/** src/sql/record-applied.ts: the new event's row, with its result (null: none), at COMMIT. */
+const recordApplied = (id: string, result: string | null) =>
+  `insert into "${inboxSchema}"."events" (source, id, body_hash, status, processed_at, result, payload, headers) values ('default', '${id}', '${HASH}', 'processed', now(), ${result === null ? 'null' : `'${result}'`}::jsonb, null, null::jsonb)`;
 const storeResult = (id: string) =>
   `update "${inboxSchema}"."events" set result = '{"balance":10}'::jsonb where source = 'default' and id = '${id}'`;
 const plainInsert = (id: string) =>
@@ -65,25 +71,41 @@ const VARIANTS: Record<string, { what: string; queries(id: string, i: number): Q
     queries: (id, i) => [BEGIN, ...ledgerWrite(id, i), 'commit'],
   },
   inbox: {
-    what: 'what the inbox sends: BEGIN+claim+SAVEPOINT, the ledger, result+COMMIT',
+    what: 'the inbox as text: BEGIN+claim (lock)+SAVEPOINT, the ledger, row with result+COMMIT',
     queries: (id, i) => [
       `${BEGIN}; ${claim(id)}; savepoint wi_apply`,
       ...ledgerWrite(id, i),
-      `${storeResult(id)}; commit`,
+      `${recordApplied(id, '{"balance":10}')}; commit`,
     ],
   },
   'inbox-no-result': {
-    what: 'the same for a handler that returns nothing (no result stored)',
-    queries: (id, i) => [`${BEGIN}; ${claim(id)}; savepoint wi_apply`, ...ledgerWrite(id, i), 'commit'],
+    what: 'the same for a handler that returns nothing (the row, without a result)',
+    queries: (id, i) => [
+      `${BEGIN}; ${claim(id)}; savepoint wi_apply`,
+      ...ledgerWrite(id, i),
+      `${recordApplied(id, null)}; commit`,
+    ],
   },
   'inbox-no-savepoint': {
     what: 'the inbox without the SAVEPOINT (what a failed run is rolled back to)',
-    queries: (id, i) => [`${BEGIN}; ${claim(id)}`, ...ledgerWrite(id, i), `${storeResult(id)}; commit`],
+    queries: (id, i) => [
+      `${BEGIN}; ${claim(id)}`,
+      ...ledgerWrite(id, i),
+      `${recordApplied(id, '{"balance":10}')}; commit`,
+    ],
   },
   'inbox-prepared': {
-    what: 'the inbox with the claim and the result as EXECUTE of statements prepared once per connection',
+    what: 'what the inbox sends: the claim and the row as EXECUTE of statements prepared once per connection',
     queries: (id, i) => [
-      `${BEGIN}; execute wi_claim('default', '${id}', null, null, '${HASH}', null, null, true, false, false, 1000, 10000, '5000ms'); savepoint wi_apply`,
+      `${BEGIN}; execute wi_claim('default', '${id}', null, null, '${HASH}', null, null, true, false, false, 1000, 10000, '5000ms', true); savepoint wi_apply`,
+      ...ledgerWrite(id, i),
+      `execute wi_record_applied('default', '${id}', '${HASH}', '{"balance":10}', null, null); commit`,
+    ],
+  },
+  'inbox-prepared-update': {
+    what: 'before migration 0008, prepared: the claim inserts the row; the result is an UPDATE at COMMIT',
+    queries: (id, i) => [
+      `${BEGIN}; execute wi_claim('default', '${id}', null, null, '${HASH}', null, null, true, false, false, 1000, 10000, '5000ms', false); savepoint wi_apply`,
       ...ledgerWrite(id, i),
       `execute wi_store_result('default', '${id}', '{"balance":10}'); commit`,
     ],
@@ -121,7 +143,10 @@ await client.connect();
 try {
   const pid = (await client.query<{ pid: number }>('select pg_backend_pid() as pid')).rows[0].pid;
   await client.query(
-    `prepare wi_claim (text, text, text, bigint, text, bytea, jsonb, boolean, boolean, boolean, integer, bigint, text) as select * from "${inboxSchema}"."claim"($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
+    `prepare wi_claim (text, text, text, bigint, text, bytea, jsonb, boolean, boolean, boolean, integer, bigint, text, boolean) as select * from "${inboxSchema}"."claim"($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`,
+  );
+  await client.query(
+    `prepare wi_record_applied (text, text, text, jsonb, bytea, jsonb) as insert into "${inboxSchema}"."events" (source, id, body_hash, status, processed_at, result, payload, headers) values ($1, $2, $3, 'processed', now(), $4, $5, $6)`,
   );
   await client.query(
     `prepare wi_store_result (text, text, jsonb) as update "${inboxSchema}"."events" set result = $3 where source = $1 and id = $2`,

@@ -4,7 +4,8 @@
  * ordered keys' workers (`take_turn` then `advance`); `applyBatch` for deferred mode's workers
  * taking several unordered events at once (`take_pending` with a limit). Both are `applyTaken`:
  * in one transaction it takes, runs each handler with its span, timeout and metrics, and
- * stores each result; after COMMIT it remembers the events as processed. When a handler
+ * stores each result (for a new unordered event the claim left unwritten, inserts its row with
+ * the result); after COMMIT it remembers the events as processed. When a handler
  * throws, the transaction rolls back to that event's savepoint (src/sql/failed-run.ts) and
  * `recordFailure` counts the attempt (backoff, poison, dead letter, key blocked) in the same
  * transaction, while the event is still locked: nobody can take it in between and run it
@@ -137,8 +138,30 @@ async function runTaken(
     return { status: 'failed', event, failure: await recordFailure(rt, tx, event, err.cause) };
   }
   await step.finish?.(tx, event);
-  if (json !== undefined) await rt.statements.storeResult(tx, rt.options.source, event.id, json);
+  if (event.rowAtCommit) await recordApplied(rt, tx, event, json);
+  else if (json !== undefined) await rt.statements.storeResult(tx, rt.options.source, event.id, json);
   return { status: 'applied', event, result, json };
+}
+
+/**
+ * The row of a new unordered event, written at COMMIT with its result (src/sql/record-applied.ts):
+ * its payload and headers only with `keepPayload`, as the claim would have kept them.
+ */
+function recordApplied(
+  rt: Runtime,
+  tx: Transaction<any>,
+  event: TakenEvent,
+  json: string | undefined,
+): Promise<void> {
+  const o = rt.options;
+  return rt.statements.recordApplied(tx, {
+    source: o.source,
+    id: event.id,
+    hash: event.hash,
+    json: json ?? null,
+    payload: o.keepPayload ? event.payload : null,
+    headers: o.keepPayload ? storableHeaders(event.headers) : null,
+  });
 }
 
 /** Runs the handler in `tx`; its result, as JSON for storing. Any throw becomes a HandlerError. */
@@ -192,7 +215,10 @@ function errorMessage(err: unknown): string {
  * Records a failed run inside its transaction, after the handler threw: back to the savepoint
  * the take left (the handler's writes undone, the event still locked), the event waiting again,
  * then `fail` counts the attempt and, past `maxAttempts` (at once for RejectEvent), dead-letters
- * it and blocks or skips its key (`onPoison`). None of it is read back before COMMIT, so what
+ * it and blocks or skips its key (`onPoison`). An event whose row the claim left for COMMIT
+ * (`rowAtCommit`) has none: the revert matches nothing, and `fail` inserts the row as it
+ * would have counted it (attempts 1, its payload and the claim's `received_at`), still under
+ * the claim's advisory lock, which the savepoint keeps (it was taken before it). None of it is read back before COMMIT, so what
  * `fail` decides is computed here from the attempts the take read under the same lock.
  */
 async function recordFailure(

@@ -77,7 +77,10 @@ describe.runIf(postgresTarget)('prepared folds fall back to text (real Postgres)
     expect(outcome).toMatchObject({ kind: 'processed', status: 200, body: { result: { id: 'p-2' } } });
     // The failed EXECUTE was rolled back and the claim sent again as text, once.
     expect(pool.sent.filter((text) => /^rollback$/.test(text))).toHaveLength(1);
-    expect(pool.sent.at(-1)).toMatch(/^update .* set result = .*; commit$/s);
+    // A new event's row, written with its result on COMMIT (src/sql/record-applied.ts), as text too.
+    expect(pool.sent.at(-1)).toMatch(
+      /^insert into .*"events" .*'processed', now\(\), '\{"id":"p-2"\}'.*; commit$/s,
+    );
     expect(await inbox.event('p-2')).toMatchObject({ status: 'processed', result: { id: 'p-2' } });
     // And it stays text: no PREPARE again on this connection.
     pool.sent.length = 0;

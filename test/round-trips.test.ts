@@ -36,21 +36,34 @@ describe.runIf(postgresTarget)('round trips to Postgres per delivery', () => {
       rawBody: Buffer.from('{}'),
     });
 
-  it('a new event: BEGIN with the claim, the handler, the result with COMMIT (as a bare transaction)', async () => {
+  it('a new event: BEGIN with the claim, the handler, its row with the result and COMMIT (as a bare transaction)', async () => {
     pool.reset();
     expect((await deliver('rt-1')).kind).toBe('processed');
     const sent = pool.reset();
     expect(sent).toHaveLength(3);
     // Folded statements are `execute "wi_fold:<schema>.<statement>"(…)`: PREPAREd once per
-    // connection (not counted here: not per delivery).
+    // connection (not counted here: not per delivery). The claim wrote no row (it took the
+    // id's advisory lock); the row is inserted once, with its result, on COMMIT.
     expect(sent[0]).toMatch(/^begin isolation level read; execute "wi_fold:[^"]+\.claim"\(/);
-    expect(sent[2]).toMatch(/^execute "wi_fold:[^"]+\.store_result"\(.*; commit$/);
+    expect(sent[2]).toMatch(/^execute "wi_fold:[^"]+\.record_applied"\('default', 'rt-1', .*; commit$/);
+    expect(await inbox.event('rt-1')).toMatchObject({ status: 'processed', result: { ok: true } });
   });
 
-  it('a new event whose handler returns nothing: the same, COMMIT alone', async () => {
+  it('a new event whose handler returns nothing: the same, its row (no result) with COMMIT', async () => {
     returnResult = false;
     pool.reset();
     expect((await deliver('rt-2')).kind).toBe('processed');
+    const sent = pool.reset();
+    expect(sent).toHaveLength(3);
+    expect(sent[2]).toMatch(/^execute "wi_fold:[^"]+\.record_applied"\('default', 'rt-2', .*; commit$/);
+    expect(await inbox.event('rt-2')).toMatchObject({ status: 'processed', result: null });
+    returnResult = true;
+  });
+
+  it('an ordered event whose handler returns nothing: COMMIT alone (its row came with the claim)', async () => {
+    returnResult = false;
+    pool.reset();
+    expect((await deliver('rt-o0', { 'x-key': 'k0', 'x-seq': '1' })).kind).toBe('processed');
     const sent = pool.reset();
     expect(sent).toHaveLength(3);
     expect(sent[2]).toBe('commit');
@@ -191,14 +204,15 @@ describe('calls into PGlite per delivery', () => {
       rawBody: Buffer.from('{}'),
     });
 
-  it('a new event: BEGIN with the claim and the SAVEPOINT, the handler, the result with COMMIT', async () => {
+  it('a new event: BEGIN with the claim and the SAVEPOINT, the handler, its row with the result and COMMIT', async () => {
     calls.length = 0;
     expect((await deliver('pgl-1')).kind).toBe('processed');
     expect(calls).toHaveLength(3);
     expect(calls[0]).toMatch(
       /^begin isolation level read committed; select \* from .*claim"\(.*; savepoint wi_apply$/,
     );
-    expect(calls[2]).toMatch(/; commit$/);
+    // The event's row, inserted with its result (src/sql/record-applied.ts), rides on COMMIT.
+    expect(calls[2]).toMatch(/^insert into .*"events" .*'processed', now\(\), '\{"ok":true\}'.*; commit$/s);
     expect(await inbox.event('pgl-1')).toMatchObject({ status: 'processed', result: { ok: true } });
   });
 

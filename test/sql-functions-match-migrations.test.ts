@@ -11,11 +11,12 @@ import { functionDefinitions } from '../src/sql/functions.js';
 import { targets } from './support/databases.js';
 
 async function definitions(db: Kysely<any>, schema: string) {
+  // Overloads of one name (the claim's two) ordered by their arguments: an order both reads agree on.
   const { rows } = await sql<{ name: string; definition: string }>`
     select p.proname as name, pg_get_functiondef(p.oid) as definition
       from pg_proc p join pg_namespace n on n.oid = p.pronamespace
      where n.nspname = ${schema}
-     order by p.proname`.execute(db);
+     order by p.proname, pg_get_function_identity_arguments(p.oid)`.execute(db);
   return rows;
 }
 

@@ -9,6 +9,9 @@
  * - unique event, applied now (unordered, or ordered and its turn):
  *   [BEGIN + claim + SAVEPOINT], <the handler's own statements>, [result + COMMIT]
  *   = the handler's + 2, what a bare transaction costs; with or without a result to replay.
+ *   A new unordered event's row is not written by the claim (which takes an advisory lock on
+ *   its id instead) but at COMMIT, with its result: [row + result + COMMIT] is one INSERT,
+ *   sent even without a result (src/sql/record-applied.ts); still the handler's + 2.
  * - duplicate this instance saw processed (bounded LRU, `duplicateCacheSize`): 0.
  * - with option `redis`, a duplicate (or a 422 reuse) of an event any instance processed,
  *   found by one Redis GET (before BEGIN, bounded by `redisTimeoutMs`): 0. Every other
@@ -33,8 +36,9 @@
  *     SAVEPOINT + the event waiting again + `fail`] ride on the next SAVEPOINT (or COMMIT) in
  *     its result's place, at the same count.
  * - shed (maxInFlight, maxPending): 0, answered before touching the database.
- * Values too large to write as literals (over 64 KiB, e.g. a big held payload) travel as
- * parameters instead: BEGIN then goes alone, one round trip more. Once in each connection's
+ * Values too large to write as literals (over 64 KiB, e.g. a big held payload, or a new
+ * event's payload kept with `keepPayload`) travel as parameters instead: BEGIN (or COMMIT)
+ * then goes alone, one round trip more. Once in each connection's
  * life (not per delivery), one round trip PREPAREs the folded statements (src/drivers/pg.ts).
  * On PGlite the same folds hold, counted as calls into the embedded database (each has a fixed
  * cost of its own; src/drivers/fold.ts).
@@ -378,8 +382,9 @@ async function claimAndApplyOn(
   const ordered = d.key !== null;
   const deferred = o.mode === 'deferred';
   // Only an ordered event can be held (and so need its payload later) in this claim; in
-  // deferred mode every event may be stored as pending.
-  const store = deferred || ordered || o.keepPayload;
+  // deferred mode every event may be stored as pending. A new unordered event's row is written
+  // at COMMIT (its payload then too, with keepPayload), not by the claim.
+  const store = deferred || ordered;
   let claimedAt = 0;
   let applied: Awaited<ReturnType<typeof applyOne<{ claim: ClaimRow; event?: TakenEvent }>>>;
   try {
@@ -404,7 +409,8 @@ async function claimAndApplyOn(
           }),
         );
         if (claim.decision !== 'apply') return { claim };
-        return { claim, event: taken(d, claim) };
+        // rowAtCommit: the apply path writes its row at COMMIT, with the result.
+        return { claim, event: { ...taken(d, claim), rowAtCommit: claim.rowAtCommit } };
       },
       parent: obs.parent,
       db,

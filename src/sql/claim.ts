@@ -8,14 +8,21 @@ import { defineStatement, type Tables, toNumber } from './tables.js';
  * transaction that will also run the handler. Because that transaction rolls back when the
  * handler throws, the event row is inserted already as `processed` and the cursor already
  * advanced. Lock order: the key row, then the event row (ARCHITECTURE.md, "Locks").
+ *
+ * A new unordered event applied inline (`p_row_at_commit`) is the exception: its row is not
+ * inserted here and updated with the result at COMMIT (that UPDATE cost Postgres about what
+ * the row itself does), but locked by an advisory lock on its id, and inserted once, with its
+ * result, at COMMIT (src/sql/record-applied.ts); `row_at_commit` tells the caller so.
  */
 export function claimFunction(t: Tables): string {
   return `
 create or replace function ${t.fn('claim')}(
   p_source text, p_id text, p_key text, p_seq bigint, p_hash text,
   p_payload bytea, p_headers jsonb, p_apply boolean, p_keep_payload boolean,
-  p_first_seen boolean, p_max_held integer, p_max_ahead bigint, p_lock_timeout text
-) returns table (decision text, result jsonb, expected bigint, reason text, attempts integer, drain boolean, received_at timestamptz)
+  p_first_seen boolean, p_max_held integer, p_max_ahead bigint, p_lock_timeout text,
+  p_row_at_commit boolean
+) returns table (decision text, result jsonb, expected bigint, reason text, attempts integer, drain boolean,
+                 received_at timestamptz, row_at_commit boolean)
 language plpgsql as $fn$
 declare
   v_prev_lock_timeout text := current_setting('lock_timeout');
@@ -37,6 +44,7 @@ begin
   drain := false;
   attempts := 0;
   received_at := now();
+  row_at_commit := false;
 
   if p_key is not null then
     -- The key row is the key's lock: one event of a key is applied at a time, and the cursor
@@ -140,7 +148,29 @@ begin
         end if;
       end if;
     end if;
+  elsif p_apply and p_row_at_commit then
+    -- Unordered and applied now: the id's lock is an advisory lock, held until COMMIT, and the
+    -- row is inserted only then, with its result (src/sql/record-applied.ts). Every inline claim
+    -- of an unordered id takes this lock before anything else, holding nothing, so a wait for it
+    -- closes no cycle; it waits at most lock_timeout (55P03 -> 409 in-flight). Its key is a
+    -- 64-bit hash of the inbox's tables, the source (length-prefixed, so no two (source, id)
+    -- pairs give one text) and the id. Two ids whose hashes collide only wait for each other;
+    -- what is decided is read from the row below, never from the lock: under READ COMMITTED
+    -- each statement here sees what committed before it, so a copy that waited for the lock
+    -- reads the row its holder committed (a duplicate). Claims that do not take
+    -- it (ordered, latest-wins, deferred mode) may insert the id meanwhile: the primary key then
+    -- fails this transaction's INSERT at COMMIT (23505 -> 409), and nothing is applied twice.
+    perform pg_advisory_xact_lock(hashtextextended(
+      '${lockScope(t)}' || length(p_source) || '|' || p_source || '|' || p_id, 0));
+    select * into v_ev from ${t.events} e where e.source = p_source and e.id = p_id for update;
+    v_found := found;
+    if not v_found then
+      decision := 'apply';
+      row_at_commit := true;
+    end if;
   else
+    -- Deferred mode (stored as pending), and an inline claim through the 13-parameter claim of
+    -- earlier versions: the row is inserted now.
     insert into ${t.events} as e (source, id, body_hash, status, payload, headers, processed_at)
       values (p_source, p_id, p_hash,
               case when p_apply then 'processed' else 'pending' end,
@@ -242,6 +272,11 @@ export interface ClaimRow {
   attempts: number;
   drain: boolean;
   receivedAt: Date;
+  /**
+   * 'apply' of a new unordered event: its row is not written, and the apply path inserts it
+   * at COMMIT with its result (`recordApplied`), under the advisory lock the claim took.
+   */
+  rowAtCommit: boolean;
 }
 
 /** One round trip: the whole decision for a delivery. */
@@ -250,7 +285,7 @@ export function createClaim(names: StatementNames, t: Tables) {
     names,
     t,
     'claim',
-    `select * from ${t.fn('claim')}($1, $2, $3, $4::bigint, $5, $6, $7::jsonb, $8, $9, $10, $11, $12::bigint, $13)`,
+    `select * from ${t.fn('claim')}($1, $2, $3, $4::bigint, $5, $6, $7::jsonb, $8, $9, $10, $11, $12::bigint, $13, true)`,
     'after-begin',
     APPLY_SAVEPOINT,
   );
@@ -278,6 +313,39 @@ export function createClaim(names: StatementNames, t: Tables) {
       attempts: row.attempts ?? 0,
       drain: row.drain === true,
       receivedAt: new Date(row.received_at),
+      rowAtCommit: row.row_at_commit === true,
     };
   };
+}
+
+/**
+ * The scope of the claim's advisory locks: one inbox's tables (schema and prefix are validated
+ * identifiers, safe inside a string literal), so that inboxes sharing a database never wait
+ * for each other's ids.
+ */
+function lockScope(t: Tables): string {
+  return `${t.schema}.${t.prefix}|`;
+}
+
+/**
+ * The claim as earlier versions call it (13 parameters, no `p_row_at_commit`): every row
+ * written by the claim, as they expect. Kept so that an instance of an earlier version keeps
+ * claiming correctly beside this one during a rolling deploy; had its call reached the new
+ * behaviour, its handler's effects would commit with no event row, and a redelivery would
+ * apply the event again. Its OID and result type are those of the function it replaces, so
+ * statements such an instance prepared stay valid.
+ */
+export function previousClaimFunction(t: Tables): string {
+  return `
+create or replace function ${t.fn('claim')}(
+  p_source text, p_id text, p_key text, p_seq bigint, p_hash text,
+  p_payload bytea, p_headers jsonb, p_apply boolean, p_keep_payload boolean,
+  p_first_seen boolean, p_max_held integer, p_max_ahead bigint, p_lock_timeout text
+) returns table (decision text, result jsonb, expected bigint, reason text, attempts integer, drain boolean, received_at timestamptz)
+language sql as $fn$
+  select c.decision, c.result, c.expected, c.reason, c.attempts, c.drain, c.received_at
+    from ${t.fn('claim')}(p_source, p_id, p_key, p_seq, p_hash, p_payload, p_headers, p_apply, p_keep_payload,
+                          p_first_seen, p_max_held, p_max_ahead, p_lock_timeout, false) c
+$fn$;
+`;
 }

@@ -1,5 +1,5 @@
 import { advanceFunction } from './advance.js';
-import { claimFunction } from './claim.js';
+import { claimFunction, previousClaimFunction } from './claim.js';
 import { claimLatestFunction } from './claim-latest.js';
 import { failFunction } from './fail.js';
 import { notifyPendingFunction } from './notify-pending.js';
@@ -17,6 +17,8 @@ import { takeTurnFunction } from './take-turn.js';
 export const functionDefinitions: ReadonlyArray<readonly [name: string, definition: (t: Tables) => string]> =
   [
     ['claim', claimFunction],
+    // The 13-parameter overload earlier versions call (a rolling deploy): see claim.ts.
+    ['claim', previousClaimFunction],
     ['claim_latest', claimLatestFunction],
     ['take_next', takeNextFunction],
     ['take_pending', takePendingFunction],

@@ -6,6 +6,7 @@ import { createCountPending } from './count-pending.js';
 import { createFail } from './fail.js';
 import { createApplySavepoint, createUndoTake } from './failed-run.js';
 import { createFindProcessed } from './find-processed.js';
+import { createRecordApplied } from './record-applied.js';
 import { createStats } from './stats.js';
 import { createStoreResult } from './store-result.js';
 import { createSweep } from './sweep.js';
@@ -20,6 +21,7 @@ export function createStatements(names: StatementNames, t: Tables) {
     claim: createClaim(names, t),
     claimLatest: createClaimLatest(names, t),
     storeResult: createStoreResult(names, t),
+    recordApplied: createRecordApplied(names, t),
     fail: createFail(names, t),
     undoTake: createUndoTake(names, t),
     applySavepoint: createApplySavepoint(names, t),

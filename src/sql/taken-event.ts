@@ -21,6 +21,12 @@ export interface TakenEvent {
   readonly body?: unknown;
   /** What it is again when its handler fails: `held` for an ordered event a drain took. */
   readonly waiting?: 'held' | 'pending';
+  /**
+   * A new unordered event a claim took inline: no row yet (an advisory lock on its id holds
+   * it). The apply path inserts the row with its result at COMMIT (src/sql/record-applied.ts);
+   * if the handler fails, `fail` inserts it as waiting.
+   */
+  readonly rowAtCommit?: boolean;
 }
 
 /** The columns `take_next`, `take_pending` and `take_turn` return. */

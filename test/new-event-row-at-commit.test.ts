@@ -1,0 +1,317 @@
+/**
+ * A new unordered event applied inline has no row until COMMIT: the claim takes an advisory
+ * lock on its id, and the row is inserted once, with the handler's result, riding on COMMIT
+ * (src/sql/claim.ts, src/sql/record-applied.ts). What a sender and an operator see must be
+ * exactly what they saw when the claim inserted the row: applied once under concurrent
+ * copies, failures counted, poison and rejected dead letters, the payload kept with
+ * `keepPayload`. And where a row appears anyway (a claim that does not take the lock), the
+ * primary key refuses the second application and the delivery is answered 409, never 500.
+ */
+import { sql } from 'kysely';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type LedgerServer, startLedger } from '../examples/ledger/start.js';
+import { createInbox, type Handler } from '../src/index.js';
+import { postgresTarget, type Target, type TargetDb, targets } from './support/databases.js';
+import { post, type Reply } from './support/http.js';
+
+const problemJson = /^application\/problem\+json/;
+let n = 0;
+const uid = (label: string) => `${label}-${process.pid}-${++n}`;
+
+/** Holds the first handler run of one id until released; `entered` resolves when it runs. */
+interface Gate {
+  readonly id: string;
+  readonly entered: Promise<void>;
+  release(): void;
+}
+let gate: { id: string; entered(): void; released: Promise<void> } | undefined;
+function hold(id: string): Gate {
+  let entered!: () => void;
+  let release!: () => void;
+  const enteredP = new Promise<void>((resolve) => {
+    entered = resolve;
+  });
+  gate = { id, entered, released: new Promise<void>((resolve) => (release = resolve)) };
+  return { id, entered: enteredP, release };
+}
+
+/** The ledger's handler behind the gate (unordered deliveries only), recording each run's attempt. */
+const attemptsSeen = new Map<string, number[]>();
+const gated = (handle: Handler) =>
+  (async (event, ctx) => {
+    attemptsSeen.set(event.id, [...(attemptsSeen.get(event.id) ?? []), event.attempt]);
+    if (gate && event.id === gate.id && event.key === null) {
+      // Only the first run waits: a copy that reached the handler (no lock) would run on.
+      const g = gate;
+      gate = undefined;
+      g.entered();
+      await g.released;
+    }
+    return handle(event, ctx);
+  }) as Handler;
+
+async function startOn(t: TargetDb, db: TargetDb['db'], inbox: Record<string, unknown> = {}) {
+  return startLedger({
+    ledgerSchema: t.appSchema,
+    ingest: false,
+    wrapHandler: gated,
+    inbox: { db, schema: t.schema, sweepIntervalMs: 0, maxAttempts: 2, ...inbox },
+  });
+}
+
+describe.each(targets)('a new unordered event, its row written at COMMIT, on $name', (target: Target) => {
+  let t: TargetDb;
+  let app: LedgerServer;
+  let url: string;
+  beforeAll(async () => {
+    t = await target.open();
+    app = await startOn(t, t.db);
+    url = `${app.url}/webhooks`;
+  });
+  afterAll(async () => {
+    await app?.close();
+    await t?.close();
+  });
+
+  const entriesOf = async (id: string) =>
+    (await app.ledger.account(await app.inbox.kysely(), 'none')).entries.filter((e) => e.id === id);
+
+  it('20 concurrent copies of one new id: applied once; the others duplicate with its result, or 409', async () => {
+    const id = uid('storm');
+    const replies = await Promise.all(
+      Array.from({ length: 20 }, () => post(url, { amount: 3 }, { 'Idempotency-Key': id })),
+    );
+    const processed = replies.filter((r) => r.status === 200 && r.body.status === 'processed');
+    expect(processed).toHaveLength(1);
+    const result = processed[0]!.body.result;
+    for (const r of replies) {
+      if (r === processed[0]) continue;
+      if (r.status === 409) {
+        expect(r.headers.get('content-type')).toMatch(problemJson);
+        continue;
+      }
+      expect(r.status).toBe(200);
+      expect(r.body).toEqual({ status: 'duplicate', id, result });
+    }
+    expect(await entriesOf(id)).toEqual([{ id, seq: null, amount: 3 }]);
+    expect(await app.inbox.event(id)).toMatchObject({ status: 'processed', attempts: 0, result });
+  });
+
+  it('a handler that throws: 500, the attempt counted; the redelivery applies it once', async () => {
+    const id = uid('flaky');
+    app.ledger.failNext.set('none', 1);
+    const first = await post(url, { amount: 4 }, { 'Idempotency-Key': id });
+    expect(first.status).toBe(500);
+    expect(first.headers.get('content-type')).toMatch(problemJson);
+    expect(await entriesOf(id)).toEqual([]);
+    const waiting = await app.inbox.event(id);
+    expect(waiting).toMatchObject({ status: 'pending', attempts: 1, processedAt: null, result: null });
+    expect(waiting?.lastError).toMatch(/failing on purpose/);
+    // Kept for a retry without the sender (what the claim's row plus the revert used to keep).
+    expect(waiting?.payload?.toString()).toBe('{"amount":4}');
+
+    const again = await post(url, { amount: 4 }, { 'Idempotency-Key': id });
+    expect(again.status).toBe(200);
+    expect(again.body).toMatchObject({ status: 'processed', id });
+    expect(attemptsSeen.get(id)).toEqual([1, 2]);
+    expect(await entriesOf(id)).toEqual([{ id, seq: null, amount: 4 }]);
+    expect(await app.inbox.event(id)).toMatchObject({
+      status: 'processed',
+      attempts: 1,
+      result: again.body.result,
+    });
+    // And a third copy is a duplicate with that result.
+    const third = await post(url, { amount: 4 }, { 'Idempotency-Key': id });
+    expect(third.body).toEqual({ status: 'duplicate', id, result: again.body.result });
+  });
+
+  it('failing maxAttempts times: dead-lettered as poison, never applied, and so answered again', async () => {
+    const id = uid('poison');
+    app.ledger.failNext.set('none', 2);
+    expect((await post(url, { amount: 5 }, { 'Idempotency-Key': id })).status).toBe(500);
+    const second = await post(url, { amount: 5 }, { 'Idempotency-Key': id });
+    expect(second.status).toBe(200);
+    expect(second.body).toEqual({ status: 'dead-lettered', id, reason: 'poison' });
+    expect(await app.inbox.event(id)).toMatchObject({ status: 'dead', deadReason: 'poison', attempts: 2 });
+    const third = await post(url, { amount: 5 }, { 'Idempotency-Key': id });
+    expect(third.body).toEqual({ status: 'dead-lettered', id, reason: 'poison' });
+    expect(await entriesOf(id)).toEqual([]);
+  });
+
+  it('a rejected event (RejectEvent): 422 at once, dead-lettered after one attempt, 422 again', async () => {
+    const id = uid('rejected');
+    const first = await post(url, { amount: 'ten' }, { 'Idempotency-Key': id });
+    expect(first.status).toBe(422);
+    expect(first.headers.get('content-type')).toMatch(problemJson);
+    expect(await app.inbox.event(id)).toMatchObject({ status: 'dead', deadReason: 'rejected', attempts: 1 });
+    expect((await post(url, { amount: 'ten' }, { 'Idempotency-Key': id })).status).toBe(422);
+    expect(attemptsSeen.get(id)).toEqual([1]);
+  });
+
+  it('an instance of an earlier version (the 13-parameter claim) still gets its row from the claim', async () => {
+    // During a rolling deploy: had its call reached the new behaviour, its handler's effects
+    // would commit with no event row, and a redelivery would apply the event again.
+    const id = uid('previous');
+    const db = await app.inbox.kysely();
+    const claimed = await db.transaction().execute(async (tx) => {
+      const { rows } = await sql<Record<string, unknown>>`select * from ${sql.id(t.schema, 'claim')}(
+        'default', ${id}, null, null::bigint, 'h', null::bytea, null::jsonb, true, false, false, 1000, 10000::bigint, '5000ms')`.execute(
+        tx,
+      );
+      const { rows: events } = await sql<{
+        status: string;
+      }>`select status from ${sql.table(`${t.schema}.events`)} where id = ${id}`.execute(tx);
+      return { row: rows[0], events };
+    });
+    expect(Object.keys(claimed.row ?? {}).sort()).toEqual(
+      ['attempts', 'decision', 'drain', 'expected', 'reason', 'received_at', 'result'].sort(),
+    );
+    expect(claimed.row).toMatchObject({ decision: 'apply' });
+    expect(claimed.events).toEqual([{ status: 'processed' }]);
+  });
+
+  it('keepPayload keeps the payload and headers on the row written at COMMIT; without it, none', async () => {
+    const kept = createInbox({
+      db: t.another(),
+      schema: t.schema,
+      source: 'kept',
+      keepPayload: true,
+      sweepIntervalMs: 0,
+      handle: () => undefined, // no result: the row is written all the same
+    });
+    try {
+      const id = uid('kept');
+      const delivery = {
+        headers: { 'idempotency-key': id, 'content-type': 'application/json', 'x-trace': 'abc' },
+        rawBody: Buffer.from('{"amount":6}'),
+      };
+      expect((await kept.receive(delivery)).kind).toBe('processed');
+      const row = await kept.event(id);
+      expect(row).toMatchObject({ status: 'processed', attempts: 0, result: null });
+      expect(row?.processedAt).toBeInstanceOf(Date);
+      expect(row?.payload?.toString()).toBe('{"amount":6}');
+      expect(row?.headers).toMatchObject({ 'x-trace': 'abc', 'content-type': 'application/json' });
+      expect(await kept.receive(delivery)).toMatchObject({ kind: 'duplicate', body: { result: null } });
+    } finally {
+      await kept.close();
+    }
+    const id = uid('plain');
+    expect((await post(url, { amount: 6 }, { 'Idempotency-Key': id })).status).toBe(200);
+    expect(await app.inbox.event(id)).toMatchObject({ status: 'processed', payload: null, headers: null });
+  });
+});
+
+describe.runIf(postgresTarget)(
+  'the advisory lock and the primary key (real PostgreSQL, concurrent HTTP)',
+  () => {
+    let t: TargetDb;
+    let app: LedgerServer;
+    let url: string;
+    beforeAll(async () => {
+      t = await postgresTarget!.open();
+      app = await startOn(t, t.db, { lockTimeoutMs: 60_000 });
+      url = `${app.url}/webhooks`;
+    });
+    afterAll(async () => {
+      await app?.close();
+      await t?.close();
+    });
+
+    /** A second instance on the same tables and ledger, with its own options. */
+    async function second(inbox: Record<string, unknown>): Promise<LedgerServer> {
+      return startOn(t, t.another(), inbox);
+    }
+    const entries = async (key: string, id: string) =>
+      (await app.ledger.account(await app.inbox.kysely(), key)).entries.filter((e) => e.id === id);
+
+    it("onInFlight 'reject': a copy of a new event still in its handler is 409 at once; a different id is not held", async () => {
+      const id = uid('slow');
+      const g = hold(id);
+      const first = post(url, { amount: 1 }, { 'Idempotency-Key': id });
+      await g.entered;
+      const other = await second({ onInFlight: 'reject', lockTimeoutMs: 60_000 });
+      let copy: Reply;
+      let unrelated: Reply;
+      try {
+        copy = await post(`${other.url}/webhooks`, { amount: 1 }, { 'Idempotency-Key': id });
+        unrelated = await post(`${other.url}/webhooks`, { amount: 1 }, { 'Idempotency-Key': uid('free') });
+      } finally {
+        g.release();
+        await other.close();
+      }
+      expect(copy.status).toBe(409);
+      expect(copy.headers.get('content-type')).toMatch(problemJson);
+      expect(copy.headers.get('retry-after')).toBe('1');
+      expect(unrelated.status).toBe(200);
+      expect((await first).body).toMatchObject({ status: 'processed', id });
+      expect(await entries('none', id)).toHaveLength(1);
+      expect((await post(url, { amount: 1 }, { 'Idempotency-Key': id })).body.status).toBe('duplicate');
+    });
+
+    it("onInFlight 'wait': a copy waits for the lock at most lockTimeoutMs, then 409", async () => {
+      const id = uid('waits');
+      const g = hold(id);
+      const first = post(url, { amount: 2 }, { 'Idempotency-Key': id });
+      await g.entered;
+      const other = await second({ lockTimeoutMs: 50 });
+      let copy: Reply;
+      try {
+        copy = await post(`${other.url}/webhooks`, { amount: 2 }, { 'Idempotency-Key': id });
+      } finally {
+        g.release();
+        await other.close();
+      }
+      expect(copy.status).toBe(409);
+      expect(copy.headers.get('content-type')).toMatch(problemJson);
+      expect((await first).body).toMatchObject({ status: 'processed', id });
+      expect(await entries('none', id)).toHaveLength(1);
+    });
+
+    it('a row inserted meanwhile by a claim that takes no lock (an ordered copy): 409, its handler rolled back', async () => {
+      const id = uid('raced');
+      const g = hold(id);
+      // The unordered copy claims (no row yet) and waits in its handler.
+      const unordered = post(url, { amount: 7 }, { 'Idempotency-Key': id });
+      await g.entered;
+      // An ordered copy of the same id inserts the row at its claim, applies and commits.
+      const ordered = await post(
+        url,
+        { amount: 7 },
+        { 'Idempotency-Key': id, 'X-Key': 'raced', 'X-Seq': '1' },
+      );
+      expect(ordered.status).toBe(200);
+      expect(ordered.body).toMatchObject({ status: 'processed', id });
+      g.release();
+      // The unordered copy's INSERT at COMMIT meets the primary key: the transaction (its
+      // ledger entry with it) is gone, and the sender is told to retry, not that it failed.
+      const reply = await unordered;
+      expect(reply.status).toBe(409);
+      expect(reply.headers.get('content-type')).toMatch(problemJson);
+      expect(reply.body).toMatchObject({ status: 409 });
+      expect(reply.text).not.toMatch(/duplicate key|23505|pkey/);
+      expect(await entries('none', id)).toEqual([]);
+      expect(await entries('raced', id)).toEqual([{ id, seq: 1, amount: 7 }]);
+      expect(await app.inbox.event(id)).toMatchObject({ status: 'processed', key: 'raced', seq: 1 });
+      // Its retry finds the row: the id was first used with a key (422), never applied twice.
+      const retry = await post(url, { amount: 7 }, { 'Idempotency-Key': id });
+      expect(retry.status).toBe(422);
+      expect(retry.body).toMatchObject({ field: 'x-key' });
+    });
+
+    it('while the lock is held, the id has no row; the COMMIT writes it with the result', async () => {
+      const id = uid('unwritten');
+      const g = hold(id);
+      const first = post(url, { amount: 8 }, { 'Idempotency-Key': id });
+      await g.entered;
+      const db = await app.inbox.kysely();
+      const rows = await sql<{
+        n: number;
+      }>`select count(*)::int as n from ${sql.table(`${t.schema}.events`)} where id = ${id}`.execute(db);
+      expect(rows.rows[0]?.n).toBe(0);
+      g.release();
+      const reply = await first;
+      expect(reply.body).toMatchObject({ status: 'processed', id });
+      expect(await app.inbox.event(id)).toMatchObject({ status: 'processed', result: reply.body.result });
+    });
+  },
+);
