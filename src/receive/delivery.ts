@@ -103,13 +103,14 @@ function jsonOf(rawBody: Buffer): unknown {
 function textOf(
   source: ResolvedSource,
   raw: Delivery['headers'],
-  fd: FieldDelivery,
+  headers: Record<string, string>,
+  view: () => FieldDelivery,
 ): { text: string; fromHeader: boolean } | undefined {
   if (source.kind === 'header') {
-    const value = single(raw, fd.headers as Record<string, string>, source.name);
+    const value = single(raw, headers, source.name);
     return value === undefined ? undefined : { text: value, fromHeader: true };
   }
-  const value = readSource(source, fd);
+  const value = readSource(source, view());
   if (value === undefined) return undefined;
   if (typeof value === 'string') return { text: value, fromHeader: false };
   if (typeof value === 'number' && Number.isSafeInteger(value))
@@ -148,15 +149,19 @@ export function parseDelivery(
   const body = readsBody([fields.id, fields.key, fields.seq, ...latestSources])
     ? parseBody(rawBody, headers['content-type'], options.parse)
     : undefined;
-  const fd: FieldDelivery = {
-    headers,
-    rawBody,
-    get body() {
-      return body === undefined || Buffer.isBuffer(body) ? jsonOf(rawBody) : body;
-    },
-  };
+  // What a body, constant or function source reads, made at its first read: the default
+  // sources are all headers, and an object with a getter is costly to make per delivery.
+  let fd: FieldDelivery | undefined;
+  const view = () =>
+    (fd ??= {
+      headers,
+      rawBody,
+      get body() {
+        return body === undefined || Buffer.isBuffer(body) ? jsonOf(rawBody) : body;
+      },
+    });
 
-  const idField = textOf(fields.id, delivery.headers, fd);
+  const idField = textOf(fields.id, delivery.headers, headers, view);
   const idName = fields.id.label;
   if (signedId !== undefined && idField !== undefined && idField.text !== signedId) {
     throw new InvalidDeliveryError(
@@ -178,8 +183,8 @@ export function parseDelivery(
   }
 
   // Under latest-wins, the seq stream's fields are not read: one key is in one policy.
-  const keyField = latestOrder ? undefined : textOf(fields.key, delivery.headers, fd);
-  const seqField = latestOrder ? undefined : textOf(fields.seq, delivery.headers, fd);
+  const keyField = latestOrder ? undefined : textOf(fields.key, delivery.headers, headers, view);
+  const seqField = latestOrder ? undefined : textOf(fields.seq, delivery.headers, headers, view);
   const keyName = fields.key.label;
   const seqName = fields.seq.label;
   let key: string | null = null;
@@ -206,12 +211,12 @@ export function parseDelivery(
   let latest: ParsedDelivery['latest'] = null;
   if (latestOrder) {
     const { key: keySource, version: versionSource } = latestOrder;
-    const objectKey = textOf(keySource, delivery.headers, fd);
+    const objectKey = textOf(keySource, delivery.headers, headers, view);
     if (objectKey !== undefined) {
       const text = objectKey.fromHeader
         ? decodeKey(objectKey.text, keySource.label)
         : checkKey(objectKey.text, keySource.label);
-      const version = textOf(versionSource, delivery.headers, fd);
+      const version = textOf(versionSource, delivery.headers, headers, view);
       if (version === undefined) {
         throw new InvalidDeliveryError(
           versionSource.label,
