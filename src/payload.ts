@@ -33,6 +33,16 @@ function isJsonContentType(contentType: string | undefined): boolean {
   return type === 'application/json' || type.endsWith('+json');
 }
 
+/**
+ * Whether {@link parseBody} parses a body with this content type as JSON (otherwise it returns
+ * the bytes, or refuses the content type).
+ */
+export function readsAsJson(contentType: string | undefined, parse: ResolvedOptions['parse']): boolean {
+  if (parse === 'raw') return false;
+  if (contentType === undefined) return parse === 'json';
+  return isJsonContentType(contentType);
+}
+
 /** Parses the body the way option `parse` says; also used again when a held event is applied. */
 export function parseBody(
   rawBody: Buffer,

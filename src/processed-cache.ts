@@ -8,6 +8,11 @@
  * A delivery is answered from here only when hash, key and seq all match; anything else
  * (a mismatch, an unknown id, held or dead events, which are never cached) goes to Postgres.
  * Entries are per inbox, so per source. Memory is bounded by `maxEntries` × `MAX_RESULT_CHARS`.
+ *
+ * An entry also learns whether its body parses as JSON, from the first copy of it that did:
+ * the hash is the bytes', so every later copy parses too, and the pipeline skips parsing them
+ * when it needs no body (see `KnownBodies` in receive/delivery.ts). Until then each copy is
+ * parsed and a broken one refused, as without the cache.
  */
 export interface CachedEvent {
   readonly hash: string;
@@ -19,8 +24,13 @@ export interface CachedEvent {
 /** Results larger than this (as JSON) are not cached: those duplicates go to Postgres. */
 export const MAX_RESULT_CHARS = 2048;
 
+interface Entry extends CachedEvent {
+  /** A copy of this event's bytes (same hash) parsed as JSON. */
+  bodyParses: boolean;
+}
+
 export class ProcessedCache {
-  readonly #entries = new Map<string, CachedEvent>();
+  readonly #entries = new Map<string, Entry>();
   constructor(readonly maxEntries: number) {}
 
   /** The cached event when this delivery is a duplicate of it (same hash, key and seq). */
@@ -48,8 +58,20 @@ export class ProcessedCache {
       key,
       seq,
       result: resultJson === undefined ? null : JSON.parse(resultJson),
+      bodyParses: false,
     });
     if (this.#entries.size > this.maxEntries) this.#entries.delete(this.#entries.keys().next().value!);
+  }
+
+  /** Whether a copy of event `id` with these bytes (`hash`) is known to parse as JSON. Not a use: no refresh. */
+  bodyParses(id: string, hash: string): boolean {
+    const entry = this.#entries.get(id);
+    return entry !== undefined && entry.hash === hash && entry.bodyParses;
+  }
+
+  /** A copy of `event` (as `duplicateOf` returned it) parsed as JSON: so do the next ones. */
+  noteBodyParses(event: CachedEvent): void {
+    (event as Entry).bodyParses = true;
   }
 
   get size(): number {

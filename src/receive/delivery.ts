@@ -1,6 +1,6 @@
 import { InvalidDeliveryError } from '../errors.js';
 import type { ResolvedOptions } from '../options.js';
-import { bodyHash, parseBody } from '../payload.js';
+import { bodyHash, parseBody, readsAsJson } from '../payload.js';
 import { type FieldDelivery, type ResolvedSource, readSource, readsBody } from './field-source.js';
 import { type Delivery, normalizeHeaders } from './request.js';
 
@@ -11,10 +11,19 @@ export interface ParsedDelivery {
   readonly seq: number | null;
   readonly hash: string;
   readonly rawBody: Buffer;
+  /**
+   * The parsed body; `undefined` only when {@link KnownBodies} said these bytes parse as JSON
+   * and nothing needed them parsed yet (the pipeline parses them if it needs the body).
+   */
   readonly body: unknown;
   readonly headers: Record<string, string>;
   /** Latest-wins ordering: the object's key and this event's version; null when off or keyless. */
   readonly latest: { readonly key: string; readonly version: number } | null;
+}
+
+/** Bodies known to parse as JSON, by event id and body hash (the in-process cache of processed events). */
+export interface KnownBodies {
+  bodyParses(id: string, hash: string): boolean;
 }
 
 const PRINTABLE_ASCII = /^[\x20-\x7e]{1,255}$/;
@@ -131,6 +140,11 @@ export function parseDelivery(
    * not turn a captured, signed delivery into a new event.
    */
   signedId?: string,
+  /**
+   * Given when the caller needs no body to answer a duplicate from its cache: a body these say
+   * parses as JSON is not parsed here (every check before it still runs, in the same order).
+   */
+  known?: KnownBodies,
 ): ParsedDelivery {
   const rawBody = Buffer.isBuffer(delivery.rawBody)
     ? delivery.rawBody
@@ -234,7 +248,14 @@ export function parseDelivery(
     latest,
     hash,
     rawBody,
-    body: body !== undefined ? body : parseBody(rawBody, headers['content-type'], options.parse),
+    body:
+      body !== undefined
+        ? body
+        : known !== undefined &&
+            readsAsJson(headers['content-type'], options.parse) &&
+            known.bodyParses(id, hash)
+          ? undefined
+          : parseBody(rawBody, headers['content-type'], options.parse),
     headers,
   };
 }

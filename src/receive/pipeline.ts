@@ -50,7 +50,7 @@ import type { Background } from '../background/background.js';
 import { InvalidDeliveryError } from '../errors.js';
 import { silent } from '../logger.js';
 import { type Outcome, OutcomeKind } from '../outcome.js';
-import { storableHeaders } from '../payload.js';
+import { parseBody, storableHeaders } from '../payload.js';
 import type { CachedEvent } from '../processed-cache.js';
 import type { Runtime } from '../runtime.js';
 import type { ClaimRow } from '../sql/claim.js';
@@ -175,9 +175,12 @@ async function decide(rt: Runtime, bg: Background, delivery: Delivery, obs: Obse
       return respond.unverified(o, err);
     }
   }
+  // Without a `respond` hook or `bodySchema`, an answer from the in-process cache needs no body:
+  // a copy whose bytes are known to parse as JSON is not parsed again (processed-cache.ts).
+  const bodyLater = !o.bodySchema && !o.respond;
   let d: ParsedDelivery;
   try {
-    d = parseDelivery(delivery, o, verified?.id);
+    d = parseDelivery(delivery, o, verified?.id, bodyLater ? rt.processed : undefined);
     // At the door: a body that fails the schema is 422 before anything is looked up or stored.
     if (o.bodySchema) d = { ...d, body: await o.bodySchema.check(d.body) };
   } catch (err) {
@@ -187,8 +190,15 @@ async function decide(rt: Runtime, bg: Background, delivery: Delivery, obs: Obse
   obs.parsed = d;
   const cached = rt.processed.duplicateOf(d.id, d.hash, d.key, d.seq);
   if (cached) {
+    // This copy parsed as JSON, and so will the next ones (same bytes): they are not parsed.
+    if (bodyLater && d.body !== undefined && !Buffer.isBuffer(d.body)) rt.processed.noteBodyParses(cached);
     obs.answeredBy = 'memory';
     return respond.duplicate(d.id, cached.result); // zero round trips: see processed-cache.ts
+  }
+  if (d.body === undefined) {
+    // Known to parse, but the cache did not answer (another key or seq): the rest needs the body.
+    d = { ...d, body: parseBody(d.rawBody, d.headers['content-type'], o.parse) };
+    obs.parsed = d;
   }
   try {
     await rt.open();
