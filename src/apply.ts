@@ -4,8 +4,8 @@
  * ordered keys' workers (`take_turn` then `advance`); `applyBatch` for deferred mode's workers
  * taking several unordered events at once (`take_pending` with a limit). Both are `applyTaken`:
  * in one transaction it takes, runs each handler with its span, timeout and metrics, and
- * stores each result (for a new unordered event the claim left unwritten, inserts its row with
- * the result); after COMMIT it remembers the events as processed. When a handler
+ * stores each result (for a new event the claim left unwritten, inserts its row with the
+ * result); after COMMIT it remembers the events as processed. When a handler
  * throws, the transaction rolls back to that event's savepoint (src/sql/failed-run.ts) and
  * `recordFailure` counts the attempt (backoff, poison, dead letter, key blocked) in the same
  * transaction, while the event is still locked: nobody can take it in between and run it
@@ -144,8 +144,9 @@ async function runTaken(
 }
 
 /**
- * The row of a new unordered event, written at COMMIT with its result (src/sql/record-applied.ts):
- * its payload and headers only with `keepPayload`, as the claim would have kept them.
+ * The row of a new event the claim left unwritten (unordered, or ordered in its turn), written
+ * at COMMIT with its result (src/sql/record-applied.ts): its payload and headers only with
+ * `keepPayload`, as the claim would have kept them.
  */
 function recordApplied(
   rt: Runtime,
@@ -157,6 +158,8 @@ function recordApplied(
   return rt.statements.recordApplied(tx, {
     source: o.source,
     id: event.id,
+    key: event.key,
+    seq: event.seq,
     hash: event.hash,
     json: json ?? null,
     payload: o.keepPayload ? event.payload : null,
@@ -216,9 +219,10 @@ function errorMessage(err: unknown): string {
  * the take left (the handler's writes undone, the event still locked), the event waiting again,
  * then `fail` counts the attempt and, past `maxAttempts` (at once for RejectEvent), dead-letters
  * it and blocks or skips its key (`onPoison`). An event whose row the claim left for COMMIT
- * (`rowAtCommit`) has none: the revert matches nothing, and `fail` inserts the row as it
- * would have counted it (attempts 1, its payload and the claim's `received_at`), still under
- * the claim's advisory lock, which the savepoint keeps (it was taken before it). None of it is read back before COMMIT, so what
+ * (`rowAtCommit`) has none: the revert matches nothing (an ordered one's cursor is rewound
+ * all the same), and `fail` inserts the row as it would have counted it (attempts 1, its key
+ * and seq, its payload and the claim's `received_at`), still under the claim's advisory lock
+ * or key row lock, which the savepoint keeps (they were taken before it). None of it is read back before COMMIT, so what
  * `fail` decides is computed here from the attempts the take read under the same lock.
  */
 async function recordFailure(

@@ -6,6 +6,7 @@ import { latestWins } from './migrations/0005-latest-wins.js';
 import { heldBound } from './migrations/0006-held-bound.js';
 import { pendingBatches } from './migrations/0007-pending-batches.js';
 import { rowAtCommit } from './migrations/0008-row-at-commit.js';
+import { orderedRowAtCommit } from './migrations/0009-ordered-row-at-commit.js';
 import type { Tables } from './sql/tables.js';
 
 /**
@@ -22,6 +23,7 @@ export const migrations: ReadonlyArray<readonly [name: string, up: (t: Tables) =
   ['0006_held_bound', heldBound],
   ['0007_pending_batches', pendingBatches],
   ['0008_row_at_commit', rowAtCommit],
+  ['0009_ordered_row_at_commit', orderedRowAtCommit],
 ];
 
 /**

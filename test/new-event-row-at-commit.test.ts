@@ -1,7 +1,8 @@
 /**
- * A new unordered event applied inline has no row until COMMIT: the claim takes an advisory
- * lock on its id, and the row is inserted once, with the handler's result, riding on COMMIT
- * (src/sql/claim.ts, src/sql/record-applied.ts). What a sender and an operator see must be
+ * A new event applied inline has no row until COMMIT: for an unordered id the claim takes an
+ * advisory lock on it, for an ordered one in its turn the key row's lock (taken anyway) holds
+ * it, and the row is inserted once, with the handler's result (and key and seq), riding on
+ * COMMIT (src/sql/claim.ts, src/sql/record-applied.ts). What a sender and an operator see must be
  * exactly what they saw when the claim inserted the row: applied once under concurrent
  * copies, failures counted, poison and rejected dead letters, the payload kept with
  * `keepPayload`. And where a row appears anyway (a claim that does not take the lock), the
@@ -13,34 +14,38 @@ import { type LedgerServer, startLedger } from '../examples/ledger/start.js';
 import { createInbox, type Handler } from '../src/index.js';
 import { postgresTarget, type Target, type TargetDb, targets } from './support/databases.js';
 import { post, type Reply } from './support/http.js';
+import { invariantsHoldAfterEach, watchInvariants } from './support/invariants.js';
 
 const problemJson = /^application\/problem\+json/;
 let n = 0;
 const uid = (label: string) => `${label}-${process.pid}-${++n}`;
 
-/** Holds the first handler run of one id until released; `entered` resolves when it runs. */
+/**
+ * Holds the first handler run of one id (delivered under `key`, or none) until released;
+ * `entered` resolves when it runs.
+ */
 interface Gate {
   readonly id: string;
   readonly entered: Promise<void>;
   release(): void;
 }
-let gate: { id: string; entered(): void; released: Promise<void> } | undefined;
-function hold(id: string): Gate {
+let gate: { id: string; key: string | null; entered(): void; released: Promise<void> } | undefined;
+function hold(id: string, key: string | null = null): Gate {
   let entered!: () => void;
   let release!: () => void;
   const enteredP = new Promise<void>((resolve) => {
     entered = resolve;
   });
-  gate = { id, entered, released: new Promise<void>((resolve) => (release = resolve)) };
+  gate = { id, key, entered, released: new Promise<void>((resolve) => (release = resolve)) };
   return { id, entered: enteredP, release };
 }
 
-/** The ledger's handler behind the gate (unordered deliveries only), recording each run's attempt. */
+/** The ledger's handler behind the gate (of the gate's key, or none), recording each run's attempt. */
 const attemptsSeen = new Map<string, number[]>();
 const gated = (handle: Handler) =>
   (async (event, ctx) => {
     attemptsSeen.set(event.id, [...(attemptsSeen.get(event.id) ?? []), event.attempt]);
-    if (gate && event.id === gate.id && event.key === null) {
+    if (gate && event.id === gate.id && event.key === gate.key) {
       // Only the first run waits: a copy that reached the handler (no lock) would run on.
       const g = gate;
       gate = undefined;
@@ -273,7 +278,8 @@ describe.runIf(postgresTarget)(
       // The unordered copy claims (no row yet) and waits in its handler.
       const unordered = post(url, { amount: 7 }, { 'Idempotency-Key': id });
       await g.entered;
-      // An ordered copy of the same id inserts the row at its claim, applies and commits.
+      // An ordered copy of the same id (the key row its lock, no advisory lock) applies and
+      // inserts the row at its COMMIT.
       const ordered = await post(
         url,
         { amount: 7 },
@@ -312,6 +318,285 @@ describe.runIf(postgresTarget)(
       const reply = await first;
       expect(reply.body).toMatchObject({ status: 'processed', id });
       expect(await app.inbox.event(id)).toMatchObject({ status: 'processed', result: reply.body.result });
+    });
+  },
+);
+
+describe.each(targets)(
+  'a new ordered event in its turn, its row written at COMMIT, on $name',
+  (target: Target) => {
+    let t: TargetDb;
+    let app: LedgerServer;
+    let url: string;
+    beforeAll(async () => {
+      t = await target.open();
+      app = await startOn(t, t.db);
+      watchInvariants(app.inbox);
+      url = `${app.url}/webhooks`;
+    });
+    afterAll(async () => {
+      await app?.close();
+      await t?.close();
+    });
+    invariantsHoldAfterEach();
+
+    const send = (id: string, key: string, seq: number, amount: number) =>
+      post(url, { amount }, { 'Idempotency-Key': id, 'X-Key': key, 'X-Seq': String(seq) });
+    const entries = async (key: string) => (await app.ledger.account(await app.inbox.kysely(), key)).entries;
+
+    it('applied with its key, seq and result; the cursor moved; a copy is a duplicate, another id at its seq 422', async () => {
+      const key = uid('applied');
+      const first = await send(`${key}-1`, key, 1, 3);
+      expect(first.status).toBe(200);
+      expect(first.body).toMatchObject({ status: 'processed', id: `${key}-1` });
+      expect(await app.inbox.event(`${key}-1`)).toMatchObject({
+        status: 'processed',
+        key,
+        seq: 1,
+        attempts: 0,
+        payload: null,
+        result: first.body.result,
+      });
+      expect(await app.inbox.keyState(key)).toMatchObject({ nextSeq: 2, state: 'open' });
+      const copy = await send(`${key}-1`, key, 1, 3);
+      expect(copy.body).toEqual({ status: 'duplicate', id: `${key}-1`, result: first.body.result });
+      // The "seq-applied" check reads the row the COMMIT wrote.
+      const other = await send(`${key}-other`, key, 1, 3);
+      expect(other.status).toBe(422);
+      expect(other.body).toMatchObject({ field: 'x-seq' });
+      expect(await app.inbox.event(`${key}-other`)).toBeUndefined();
+      expect(await entries(key)).toEqual([{ id: `${key}-1`, seq: 1, amount: 3 }]);
+    });
+
+    it('the claim still tells the caller to drain: a held next seq is applied after it, in order', async () => {
+      const key = uid('drains');
+      expect((await send(`${key}-2`, key, 2, 20)).body).toMatchObject({ status: 'held' });
+      expect((await send(`${key}-1`, key, 1, 10)).body).toMatchObject({ status: 'processed' });
+      await app.inbox.idle();
+      expect(await entries(key)).toEqual([
+        { id: `${key}-1`, seq: 1, amount: 10 },
+        { id: `${key}-2`, seq: 2, amount: 20 },
+      ]);
+      expect(await app.inbox.keyState(key)).toMatchObject({ nextSeq: 3, heldSeqs: [] });
+      expect(await app.inbox.event(`${key}-1`)).toMatchObject({ status: 'processed', key, seq: 1 });
+    });
+
+    it('a handler that throws: 500, the attempt counted, the cursor back at its seq; the redelivery applies it, then what waited', async () => {
+      const key = uid('flaky');
+      app.ledger.failNext.set(key, 1);
+      const first = await send(`${key}-1`, key, 1, 4);
+      expect(first.status).toBe(500);
+      expect(first.headers.get('content-type')).toMatch(problemJson);
+      const waiting = await app.inbox.event(`${key}-1`);
+      expect(waiting).toMatchObject({
+        status: 'pending',
+        key,
+        seq: 1,
+        attempts: 1,
+        processedAt: null,
+        result: null,
+      });
+      expect(waiting?.lastError).toMatch(/failing on purpose/);
+      expect(waiting?.payload?.toString()).toBe('{"amount":4}');
+      expect(await app.inbox.keyState(key)).toMatchObject({ nextSeq: 1, state: 'open' });
+      // The next seq waits behind it, as it did when the claim wrote the row.
+      expect((await send(`${key}-2`, key, 2, 5)).body).toMatchObject({ status: 'held', expected: 1 });
+      expect(await entries(key)).toEqual([]);
+
+      const again = await send(`${key}-1`, key, 1, 4);
+      expect(again.status).toBe(200);
+      expect(again.body).toMatchObject({ status: 'processed', id: `${key}-1` });
+      await app.inbox.idle();
+      expect(attemptsSeen.get(`${key}-1`)).toEqual([1, 2]);
+      expect(await entries(key)).toEqual([
+        { id: `${key}-1`, seq: 1, amount: 4 },
+        { id: `${key}-2`, seq: 2, amount: 5 },
+      ]);
+      expect(await app.inbox.event(`${key}-1`)).toMatchObject({
+        status: 'processed',
+        attempts: 1,
+        key,
+        seq: 1,
+      });
+      expect(await app.inbox.keyState(key)).toMatchObject({ nextSeq: 3, heldSeqs: [] });
+    });
+
+    it('failing maxAttempts times: dead-lettered as poison, the key blocked at its seq, never applied', async () => {
+      const key = uid('poison');
+      app.ledger.failNext.set(key, 2);
+      expect((await send(`${key}-1`, key, 1, 5)).status).toBe(500);
+      const second = await send(`${key}-1`, key, 1, 5);
+      expect(second.status).toBe(200);
+      expect(second.body).toEqual({ status: 'dead-lettered', id: `${key}-1`, reason: 'poison' });
+      expect(await app.inbox.event(`${key}-1`)).toMatchObject({
+        status: 'dead',
+        deadReason: 'poison',
+        attempts: 2,
+        key,
+        seq: 1,
+      });
+      expect(await app.inbox.keyState(key)).toMatchObject({
+        nextSeq: 1,
+        state: 'blocked',
+        blockedSeq: 1,
+        blockedReason: 'poison',
+      });
+      expect((await send(`${key}-1`, key, 1, 5)).body).toEqual({
+        status: 'dead-lettered',
+        id: `${key}-1`,
+        reason: 'poison',
+      });
+      expect(await entries(key)).toEqual([]);
+    });
+
+    it('an instance of an earlier version (the 13-parameter claim) still gets the ordered row from the claim', async () => {
+      const key = uid('previous');
+      const id = `${key}-1`;
+      const db = await app.inbox.kysely();
+      const claimed = await db.transaction().execute(async (tx) => {
+        const { rows } = await sql<Record<string, unknown>>`select * from ${sql.id(t.schema, 'claim')}(
+        'default', ${id}, ${key}, 1::bigint, 'h', null::bytea, null::jsonb, true, false, false, 1000, 10000::bigint, '5000ms')`.execute(
+          tx,
+        );
+        const { rows: events } = await sql<{
+          status: string;
+        }>`select status from ${sql.table(`${t.schema}.events`)} where id = ${id}`.execute(tx);
+        return { row: rows[0], events };
+      });
+      expect(claimed.row).toMatchObject({ decision: 'apply' });
+      expect(claimed.events).toEqual([{ status: 'processed' }]);
+    });
+  },
+);
+
+describe.runIf(postgresTarget)(
+  'a new ordered event in its turn, its key row held to COMMIT (real PostgreSQL, concurrent HTTP)',
+  () => {
+    let t: TargetDb;
+    let app: LedgerServer;
+    let url: string;
+    beforeAll(async () => {
+      t = await postgresTarget!.open();
+      app = await startOn(t, t.db, { lockTimeoutMs: 60_000 });
+      watchInvariants(app.inbox);
+      url = `${app.url}/webhooks`;
+    });
+    afterAll(async () => {
+      await app?.close();
+      await t?.close();
+    });
+    invariantsHoldAfterEach();
+
+    const send = (id: string, key: string | null, seq: number, amount: number) =>
+      post(
+        url,
+        { amount },
+        key === null
+          ? { 'Idempotency-Key': id }
+          : { 'Idempotency-Key': id, 'X-Key': key, 'X-Seq': String(seq) },
+      );
+    const entries = async (key: string) => (await app.ledger.account(await app.inbox.kysely(), key)).entries;
+    const rowsOf = async (id: string) => {
+      const { rows } = await sql<{
+        n: number;
+      }>`select count(*)::int as n from ${sql.table(`${t.schema}.events`)} where id = ${id}`.execute(
+        await app.inbox.kysely(),
+      );
+      return rows[0]?.n;
+    };
+    /** Resolves once `n` claims wait for a lock (a lock wait is no event a client can await). */
+    const claimsWaiting = async (n: number) => {
+      const db = await app.inbox.kysely();
+      for (let i = 0; i < 2000; i++) {
+        const { rows } = await sql<{ n: number }>`select count(*)::int as n from pg_stat_activity
+          where wait_event_type = 'Lock' and position('.claim"' in query) > 0 and pid <> pg_backend_pid()`.execute(
+          db,
+        );
+        if ((rows[0]?.n ?? 0) >= n) return;
+        await new Promise((resolve) => setTimeout(resolve, 10));
+      }
+      throw new Error(`${n} claims never waited for a lock`);
+    };
+
+    it("while its handler runs the id has no row and the cursor has not moved; the key's other claims wait, then read both", async () => {
+      const key = uid('waits');
+      expect((await send(`${key}-1`, key, 1, 1)).body).toMatchObject({ status: 'processed' });
+      const id = `${key}-2`;
+      const g = hold(id, key);
+      const first = send(id, key, 2, 2);
+      await g.entered;
+      // What any reader without the key's lock sees: neither the row nor the cursor moved.
+      expect(await rowsOf(id)).toBe(0);
+      expect(await app.inbox.keyState(key)).toMatchObject({ nextSeq: 2, heldSeqs: [] });
+      const copy = send(id, key, 2, 2);
+      const sameSeq = send(`${key}-other`, key, 2, 2);
+      const next = send(`${key}-3`, key, 3, 3);
+      let drained: Promise<number> | undefined;
+      try {
+        await claimsWaiting(3);
+        drained = app.inbox.drain(key, true);
+      } finally {
+        g.release();
+      }
+      const reply = await first;
+      expect(reply.body).toMatchObject({ status: 'processed', id });
+      expect((await copy).body).toEqual({ status: 'duplicate', id, result: reply.body.result });
+      const other = await sameSeq;
+      expect(other.status).toBe(422);
+      expect(other.body).toMatchObject({ field: 'x-seq' });
+      expect((await next).body).toMatchObject({ status: 'processed', id: `${key}-3` });
+      // A drain waiting for the key found nothing to take (it never applies seq 2 again).
+      expect(await drained).toBe(0);
+      await app.inbox.idle();
+      expect(await entries(key)).toEqual([
+        { id: `${key}-1`, seq: 1, amount: 1 },
+        { id, seq: 2, amount: 2 },
+        { id: `${key}-3`, seq: 3, amount: 3 },
+      ]);
+      expect(await app.inbox.event(id)).toMatchObject({
+        status: 'processed',
+        key,
+        seq: 2,
+        attempts: 0,
+        result: reply.body.result,
+      });
+      expect(await app.inbox.event(`${key}-other`)).toBeUndefined();
+      expect(await app.inbox.keyState(key)).toMatchObject({ nextSeq: 4, heldSeqs: [] });
+    });
+
+    it('an unordered copy of the id applied meanwhile: the ordered COMMIT meets the primary key, 409, its cursor rolled back', async () => {
+      const key = uid('raced');
+      expect((await send(`${key}-1`, key, 1, 1)).body).toMatchObject({ status: 'processed' });
+      const id = `${key}-2`;
+      const g = hold(id, key);
+      const ordered = send(id, key, 2, 7);
+      await g.entered;
+      let unordered: Reply;
+      try {
+        // The id's advisory lock is free and it has no row: the unordered copy applies and commits.
+        unordered = await send(id, null, 0, 7);
+      } finally {
+        g.release();
+      }
+      expect(unordered.status).toBe(200);
+      expect(unordered.body).toMatchObject({ status: 'processed', id });
+      const reply = await ordered;
+      expect(reply.status).toBe(409);
+      expect(reply.headers.get('content-type')).toMatch(problemJson);
+      expect(reply.text).not.toMatch(/duplicate key|23505|pkey/);
+      // Applied once: the ordered run's ledger entry and its cursor move rolled back with it.
+      expect(await entries('none').then((e) => e.filter((x) => x.id === id))).toEqual([
+        { id, seq: null, amount: 7 },
+      ]);
+      expect(await entries(key)).toEqual([{ id: `${key}-1`, seq: 1, amount: 1 }]);
+      expect(await app.inbox.event(id)).toMatchObject({ status: 'processed', key: null, seq: null });
+      expect(await app.inbox.keyState(key)).toMatchObject({ nextSeq: 2, state: 'open' });
+      // Its retry finds the row: the id was first used without a key (422), never applied twice.
+      const retry = await send(id, key, 2, 7);
+      expect(retry.status).toBe(422);
+      expect(retry.body).toMatchObject({ field: 'x-key' });
+      expect(await entries(key)).toEqual([{ id: `${key}-1`, seq: 1, amount: 1 }]);
+      expect(await app.inbox.keyState(key)).toMatchObject({ nextSeq: 2 });
     });
   },
 );

@@ -60,13 +60,19 @@ describe.runIf(postgresTarget)('round trips to Postgres per delivery', () => {
     returnResult = true;
   });
 
-  it('an ordered event whose handler returns nothing: COMMIT alone (its row came with the claim)', async () => {
+  it('an ordered event whose handler returns nothing: the same, its row (key, seq, no result) with COMMIT', async () => {
     returnResult = false;
     pool.reset();
     expect((await deliver('rt-o0', { 'x-key': 'k0', 'x-seq': '1' })).kind).toBe('processed');
     const sent = pool.reset();
     expect(sent).toHaveLength(3);
-    expect(sent[2]).toBe('commit');
+    expect(sent[2]).toMatch(/^execute "wi_fold:[^"]+\.record_applied"\('default', 'rt-o0', 'k0',.*; commit$/);
+    expect(await inbox.event('rt-o0')).toMatchObject({
+      status: 'processed',
+      key: 'k0',
+      seq: 1,
+      result: null,
+    });
     returnResult = true;
   });
 
@@ -120,10 +126,22 @@ describe.runIf(postgresTarget)('round trips to Postgres per delivery', () => {
     expect(pool.reset()).toHaveLength(2);
   });
 
-  it('an ordered event in its turn costs what an unordered one does', async () => {
+  it('an ordered event in its turn costs what an unordered one does: its row with the result and COMMIT', async () => {
     pool.reset();
     expect((await deliver('rt-o1', { 'x-key': 'k', 'x-seq': '1' })).kind).toBe('processed');
-    expect(pool.reset()).toHaveLength(3);
+    const sent = pool.reset();
+    expect(sent).toHaveLength(3);
+    // The claim moved the cursor and wrote no row (the key row's lock holds the seq); the row
+    // is inserted once, with its key, seq and result, on COMMIT.
+    expect(sent[0]).toMatch(/^begin isolation level read; execute "wi_fold:[^"]+\.claim"\(/);
+    expect(sent[2]).toMatch(/^execute "wi_fold:[^"]+\.record_applied"\('default', 'rt-o1', 'k',.*; commit$/);
+    expect(await inbox.event('rt-o1')).toMatchObject({
+      status: 'processed',
+      key: 'k',
+      seq: 1,
+      attempts: 0,
+      result: { ok: true },
+    });
   });
 
   it('a handler that throws: BEGIN with the claim, the handler, the failure recorded with COMMIT', async () => {

@@ -9,9 +9,10 @@
  * - unique event, applied now (unordered, or ordered and its turn):
  *   [BEGIN + claim + SAVEPOINT], <the handler's own statements>, [result + COMMIT]
  *   = the handler's + 2, what a bare transaction costs; with or without a result to replay.
- *   A new unordered event's row is not written by the claim (which takes an advisory lock on
- *   its id instead) but at COMMIT, with its result: [row + result + COMMIT] is one INSERT,
- *   sent even without a result (src/sql/record-applied.ts); still the handler's + 2.
+ *   A new event's row is not written by the claim (which takes an advisory lock on an
+ *   unordered id instead, and holds an ordered one's key row anyway) but at COMMIT, with its
+ *   result: [row + result + COMMIT] is one INSERT, sent even without a result
+ *   (src/sql/record-applied.ts); still the handler's + 2.
  * - duplicate this instance saw processed (bounded LRU, `duplicateCacheSize`): 0.
  * - with option `redis`, a duplicate (or a 422 reuse) of an event any instance processed,
  *   found by one Redis GET (before BEGIN, bounded by `redisTimeoutMs`): 0. Every other

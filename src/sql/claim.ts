@@ -9,10 +9,11 @@ import { defineStatement, type Tables, toNumber } from './tables.js';
  * handler throws, the event row is inserted already as `processed` and the cursor already
  * advanced. Lock order: the key row, then the event row (ARCHITECTURE.md, "Locks").
  *
- * A new unordered event applied inline (`p_row_at_commit`) is the exception: its row is not
- * inserted here and updated with the result at COMMIT (that UPDATE cost Postgres about what
- * the row itself does), but locked by an advisory lock on its id, and inserted once, with its
- * result, at COMMIT (src/sql/record-applied.ts); `row_at_commit` tells the caller so.
+ * A new event applied inline (`p_row_at_commit`) is the exception: its row is not inserted
+ * here and updated with the result at COMMIT (that UPDATE cost Postgres about what the row
+ * itself does), but inserted once, with its result, at COMMIT (src/sql/record-applied.ts);
+ * `row_at_commit` tells the caller so. Until then an unordered id is locked by an advisory
+ * lock on it, an ordered one (in its turn) by its key row, which the claim holds anyway.
  */
 export function claimFunction(t: Tables): string {
   return `
@@ -106,7 +107,17 @@ begin
         decision := 'mismatch';
         reason := 'seq-taken';
       elsif v_turn then
-        if p_apply then
+        if p_apply and p_row_at_commit then
+          -- Applied now, in its turn: no row until COMMIT, where the apply path inserts it once,
+          -- with its key, seq and result (src/sql/record-applied.ts). The key row locked above
+          -- (held until COMMIT) already serialises every claim, drain and operator action of
+          -- this key, and the cursor still moves below, so none of them can see the seq's turn
+          -- without its row. A claim of the id under no key or another key does not take it and
+          -- may apply the id meanwhile: the primary key then fails one of the two INSERTs at
+          -- COMMIT (23505 -> 409), and nothing is applied twice.
+          decision := 'apply';
+          row_at_commit := true;
+        elsif p_apply then
           insert into ${t.events} (source, id, key, seq, body_hash, status, payload, headers, processed_at)
             values (p_source, p_id, p_key, p_seq, p_hash, 'processed',
                     case when p_keep_payload then p_payload end, case when p_keep_payload then p_headers end, now());
@@ -273,8 +284,9 @@ export interface ClaimRow {
   drain: boolean;
   receivedAt: Date;
   /**
-   * 'apply' of a new unordered event: its row is not written, and the apply path inserts it
-   * at COMMIT with its result (`recordApplied`), under the advisory lock the claim took.
+   * 'apply' of a new event (unordered, or ordered in its turn): its row is not written, and
+   * the apply path inserts it at COMMIT with its result (`recordApplied`), under the lock the
+   * claim took (the id's advisory lock, or the key row).
    */
   rowAtCommit: boolean;
 }

@@ -3,13 +3,15 @@ import type { StatementNames } from '../drivers/common.js';
 import { defineStatement, type Tables } from './tables.js';
 
 /**
- * The row of a new unordered event applied inline, written once, with its result, riding on
- * COMMIT like `store_result` (one INSERT where the claim used to insert the row and the
- * result cost an UPDATE of it). The claim left it unwritten under an advisory lock on its id
- * (src/sql/claim.ts, `row_at_commit`); sent even when the handler returned nothing.
+ * The row of a new event applied inline, written once, with its result, riding on COMMIT like
+ * `store_result` (one INSERT where the claim used to insert the row and the result cost an
+ * UPDATE of it). The claim left it unwritten (src/sql/claim.ts, `row_at_commit`) under an
+ * advisory lock on its id (unordered) or under its key row (ordered, in its turn: with its
+ * key and seq here); sent even when the handler returned nothing.
  *
- * No ON CONFLICT: a claim that does not take that lock (an ordered or latest-wins delivery of
- * the same id, a deferred-mode instance) may have inserted the id meanwhile. The primary key
+ * No ON CONFLICT: a claim that does not take that lock (a delivery of the same id under
+ * another key or none, a latest-wins one, a deferred-mode instance) may have inserted the id
+ * meanwhile, or be inserting it at its own COMMIT. The primary key
  * then fails this INSERT, and with it COMMIT: the handler's writes roll back, the event is
  * applied by the other delivery only, and this one is answered 409 in-flight (23505 is one of
  * the contended SQLSTATEs, src/sql/sql-state.ts). Its retry gets the other's outcome.
@@ -19,8 +21,8 @@ export function createRecordApplied(names: StatementNames, t: Tables) {
     names,
     t,
     'record_applied',
-    `insert into ${t.events} (source, id, body_hash, status, processed_at, result, payload, headers)
-     values ($1, $2, $3, 'processed', now(), $4::jsonb, $5, $6::jsonb)`,
+    `insert into ${t.events} (source, id, key, seq, body_hash, status, processed_at, result, payload, headers)
+     values ($1, $2, $3, $4::bigint, $5, 'processed', now(), $6::jsonb, $7, $8::jsonb)`,
     'before-commit',
   );
   return async function recordApplied(
@@ -28,6 +30,9 @@ export function createRecordApplied(names: StatementNames, t: Tables) {
     a: {
       source: string;
       id: string;
+      /** An ordered event's key and seq (its cursor moved in the claim); null for an unordered one. */
+      key: string | null;
+      seq: number | null;
       hash: string;
       /** The handler's result as JSON; null when it returned nothing. */
       json: string | null;
@@ -39,6 +44,8 @@ export function createRecordApplied(names: StatementNames, t: Tables) {
     await statement.run(db, [
       a.source,
       a.id,
+      a.key,
+      a.seq,
       a.hash,
       a.json,
       a.payload,
