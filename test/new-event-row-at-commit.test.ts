@@ -598,5 +598,89 @@ describe.runIf(postgresTarget)(
       expect(await entries(key)).toEqual([{ id: `${key}-1`, seq: 1, amount: 1 }]);
       expect(await app.inbox.keyState(key)).toMatchObject({ nextSeq: 2 });
     });
+
+    it('the sweeper, which skips a locked key, neither skips its seq as a gap nor applies what waits behind it', async () => {
+      const key = uid('swept');
+      expect((await send(`${key}-1`, key, 1, 1)).body).toMatchObject({ status: 'processed' });
+      expect((await send(`${key}-3`, key, 3, 3)).body).toMatchObject({ status: 'held', expected: 2 });
+      const id = `${key}-2`;
+      const g = hold(id, key);
+      const ordered = send(id, key, 2, 2);
+      await g.entered;
+      // A sweeper whose gap timeout has long passed for seq 3: had it read the key without its
+      // lock, it would see seq 2 missing (no row, the cursor at 2) and skip it.
+      let swept = 0;
+      const sweeper = createInbox({
+        db: t.another(),
+        schema: t.schema,
+        sweepIntervalMs: 0,
+        gapTimeoutMs: 1,
+        onGapTimeout: 'skip',
+        handle: () => {
+          swept++;
+        },
+      });
+      try {
+        expect(await sweeper.sweep()).toMatchObject({
+          drained: 0,
+          gapsSkipped: 0,
+          keysBlocked: 0,
+          keyErrors: 0,
+        });
+      } finally {
+        g.release();
+        await sweeper.close();
+      }
+      expect((await ordered).body).toMatchObject({ status: 'processed', id });
+      await app.inbox.idle();
+      expect(swept).toBe(0);
+      expect(await entries(key)).toEqual([
+        { id: `${key}-1`, seq: 1, amount: 1 },
+        { id, seq: 2, amount: 2 },
+        { id: `${key}-3`, seq: 3, amount: 3 },
+      ]);
+      expect(await app.inbox.keyState(key)).toMatchObject({ nextSeq: 4, heldSeqs: [] });
+    });
+
+    it('a latest-wins claim of the id (its own key row, no advisory lock) applied meanwhile: the ordered COMMIT is 409', async () => {
+      const key = uid('latest');
+      expect((await send(`${key}-1`, key, 1, 1)).body).toMatchObject({ status: 'processed' });
+      const id = `${key}-2`;
+      const body = { amount: 7, object: `${key}-object`, version: 1 };
+      const g = hold(id, key);
+      const ordered = post(url, body, { 'Idempotency-Key': id, 'X-Key': key, 'X-Seq': '2' });
+      await g.entered;
+      const latest = createInbox({
+        db: t.another(),
+        schema: t.schema,
+        sweepIntervalMs: 0,
+        order: { policy: 'latest', key: '/object', version: '/version' },
+        handle: () => ({ latest: true }),
+      });
+      let outcome: Awaited<ReturnType<typeof latest.receive>>;
+      try {
+        outcome = await latest.receive({
+          headers: { 'content-type': 'application/json', 'idempotency-key': id },
+          rawBody: Buffer.from(JSON.stringify(body)),
+        });
+      } finally {
+        g.release();
+        await latest.close();
+      }
+      expect(outcome.kind).toBe('processed');
+      const reply = await ordered;
+      expect(reply.status).toBe(409);
+      expect(reply.text).not.toMatch(/duplicate key|23505|pkey/);
+      expect(await entries(key)).toEqual([{ id: `${key}-1`, seq: 1, amount: 1 }]);
+      expect(await app.inbox.event(id)).toMatchObject({
+        status: 'processed',
+        key: null,
+        result: { latest: true },
+      });
+      expect(await app.inbox.keyState(key)).toMatchObject({ nextSeq: 2, state: 'open' });
+      const retry = await post(url, body, { 'Idempotency-Key': id, 'X-Key': key, 'X-Seq': '2' });
+      expect(retry.status).toBe(422);
+      expect(retry.body).toMatchObject({ field: 'x-key' });
+    });
   },
 );
