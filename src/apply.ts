@@ -5,6 +5,7 @@
  * taking several unordered events at once (`take_pending` with a limit). Both are `applyTaken`:
  * in one transaction it takes, runs each handler with its span, timeout and metrics, and
  * stores each result (for a new event the claim left unwritten, inserts its row with the
+ * result; for a stored event the take locked but left waiting, marks it processed with its
  * result); after COMMIT it remembers the events as processed. When a handler
  * throws, the transaction rolls back to that event's savepoint (src/sql/failed-run.ts) and
  * `recordFailure` counts the attempt (backoff, poison, dead letter, key blocked) in the same
@@ -120,7 +121,7 @@ async function applyTaken<T>(
 
 /**
  * One taken event, inside its transaction and under its savepoint: the handler, then its
- * result stored (last, so that it rides on what follows: COMMIT, or the next event's
+ * result stored, with the row's mark as processed for a stored event (last, so that it rides on what follows: COMMIT, or the next event's
  * savepoint); or, when the handler threw, the failure recorded.
  */
 async function runTaken(
@@ -139,7 +140,18 @@ async function runTaken(
   }
   await step.finish?.(tx, event);
   if (event.rowAtCommit) await recordApplied(rt, tx, event, json);
-  else if (json !== undefined) await rt.statements.storeResult(tx, rt.options.source, event.id, json);
+  else if (event.markAtCommit) {
+    // The take locked the row and left it waiting: marked processed here, with the result, in
+    // one UPDATE riding on what follows (src/sql/mark-applied.ts). Nothing in this
+    // transaction reads the row's status in between (`advance` and take_next's `more` read the
+    // next seq's row; a batch's take_pending selected all its rows before any handler ran).
+    await rt.statements.markApplied(tx, {
+      source: rt.options.source,
+      id: event.id,
+      json: json ?? null,
+      keepPayload: rt.options.keepPayload,
+    });
+  } else if (json !== undefined) await rt.statements.storeResult(tx, rt.options.source, event.id, json);
   return { status: 'applied', event, result, json };
 }
 
@@ -218,7 +230,9 @@ function errorMessage(err: unknown): string {
  * Records a failed run inside its transaction, after the handler threw: back to the savepoint
  * the take left (the handler's writes undone, the event still locked), the event waiting again,
  * then `fail` counts the attempt and, past `maxAttempts` (at once for RejectEvent), dead-letters
- * it and blocks or skips its key (`onPoison`). An event whose row the claim left for COMMIT
+ * it and blocks or skips its key (`onPoison`). A stored event the take left unmarked
+ * (`markAtCommit`) is still waiting as it was (its mark was never sent): the revert finds
+ * nothing to undo, and `fail` counts it exactly as before. An event whose row the claim left for COMMIT
  * (`rowAtCommit`) has none: the revert matches nothing (an ordered one's cursor is rewound
  * all the same), and `fail` inserts the row as it would have counted it (attempts 1, its key
  * and seq, its payload and the claim's `received_at`), still under the claim's advisory lock

@@ -176,6 +176,32 @@ describe.runIf(postgresTarget)('round trips to Postgres per delivery', () => {
     expect((await deliver('rt-o3', { 'x-key': 'k', 'x-seq': '3' })).kind).toBe('held');
     expect(pool.reset()).toHaveLength(2);
   });
+
+  it('a held event drained after the response: [BEGIN + take_next + SAVEPOINT], the handler, [its mark with the result + COMMIT]', async () => {
+    expect((await deliver('rt-d2', { 'x-key': 'kd', 'x-seq': '2' })).kind).toBe('held');
+    await inbox.idle();
+    pool.reset();
+    expect((await deliver('rt-d1', { 'x-key': 'kd', 'x-seq': '1' })).kind).toBe('processed');
+    await inbox.idle();
+    const sent = pool.reset();
+    // The delivery's 3, then the drain's 3 (at most a last take that found nothing after it).
+    expect(sent.slice(3, 6)).toEqual([
+      expect.stringMatching(
+        /^begin isolation level read; execute "wi_fold:[^"]+\.take_next"\(.*; savepoint wi_apply$/,
+      ),
+      'select 1 as "one"',
+      // The take locked the row and left it held; one UPDATE marks it processed with its
+      // result (src/sql/mark-applied.ts), where the take's mark and store_result were two.
+      expect.stringMatching(/^execute "wi_fold:[^"]+\.mark_applied"\('default', 'rt-d2', .*; commit$/),
+    ]);
+    expect(sent.length).toBeLessThanOrEqual(8); // + that take and its COMMIT
+    expect(await inbox.event('rt-d2')).toMatchObject({
+      status: 'processed',
+      key: 'kd',
+      seq: 2,
+      result: { ok: true },
+    });
+  });
 });
 
 // On PGlite the same folds save calls into the embedded database, each of which has a fixed
@@ -327,16 +353,44 @@ describe.runIf(postgresTarget)('round trips of a worker applying a batch of pend
     releaseGate();
     await worker.idle();
     const sent = pool.reset();
-    // The gate event's handler finishes first; after the batch, at most a take that found
-    // nothing (for a NOTIFY that came late).
+    // The gate event's handler finishes first (taken alone by take_pending, locked and left
+    // pending: its mark, with its result, rides on COMMIT); after the batch, at most a take
+    // that found nothing (for a NOTIFY that came late).
     expect(sent.slice(0, 2)).toEqual([
       'select 1 as "one"',
-      expect.stringMatching(/^execute "wi_fold:[^"]+\.store_result"\(.*; commit$/),
+      expect.stringMatching(/^execute "wi_fold:[^"]+\.mark_applied"\('default', 'gate-.*; commit$/),
     ]);
     return sent.slice(2, 9);
   }
 
-  it('three events: [BEGIN + take + SAVEPOINT], then each handler and [its result + the next SAVEPOINT]; the last result with COMMIT', async () => {
+  it('one event: [BEGIN + take_pending + SAVEPOINT], the handler, [its mark with the result + COMMIT]', async () => {
+    const entered = new Promise<void>((resolve) => (gateEntered = resolve));
+    pool.reset();
+    await ack('gate-single');
+    await entered;
+    releaseGate();
+    await worker.idle();
+    const sent = pool.reset();
+    // Before it, at most the lane's first LISTEN and a take that found nothing; after it, at
+    // most a take that found nothing (for a NOTIFY that came late).
+    const start = sent.indexOf('select 1 as "one"') - 1;
+    expect(start).toBeLessThanOrEqual(3);
+    expect(sent.slice(start, start + 3)).toEqual([
+      expect.stringMatching(
+        /^begin isolation level read; execute "wi_fold:[^"]+\.take_pending"\(.*; savepoint wi_apply$/,
+      ),
+      'select 1 as "one"',
+      expect.stringMatching(/^execute "wi_fold:[^"]+\.mark_applied"\('default', 'gate-single', .*; commit$/),
+    ]);
+    expect(sent.length).toBeLessThanOrEqual(start + 5); // + that take and its COMMIT
+    expect(await worker.event('gate-single')).toMatchObject({
+      status: 'processed',
+      result: { ok: true },
+      payload: null,
+    });
+  });
+
+  it('three events: [BEGIN + take + SAVEPOINT], then each handler and [its mark with the result + the next SAVEPOINT]; the last mark with COMMIT', async () => {
     const batch = await batchOfThree(['rtb-1', 'rtb-2', 'rtb-3']);
     // 3 × (the handler's 1 + 1) + 1 = 7: per event the handler's + 1 + 1/3.
     expect(batch).toEqual([
@@ -344,11 +398,11 @@ describe.runIf(postgresTarget)('round trips of a worker applying a batch of pend
         /^begin isolation level read; execute "wi_fold:[^"]+\.take_pending"\(.*; savepoint wi_apply$/,
       ),
       'select 1 as "one"',
-      expect.stringMatching(/^execute "wi_fold:[^"]+\.store_result"\(.*; savepoint wi_apply$/),
+      expect.stringMatching(/^execute "wi_fold:[^"]+\.mark_applied"\(.*; savepoint wi_apply$/),
       'select 1 as "one"',
-      expect.stringMatching(/^execute "wi_fold:[^"]+\.store_result"\(.*; savepoint wi_apply$/),
+      expect.stringMatching(/^execute "wi_fold:[^"]+\.mark_applied"\(.*; savepoint wi_apply$/),
       'select 1 as "one"',
-      expect.stringMatching(/^execute "wi_fold:[^"]+\.store_result"\(.*; commit$/),
+      expect.stringMatching(/^execute "wi_fold:[^"]+\.mark_applied"\(.*; commit$/),
     ]);
     for (const id of ['rtb-1', 'rtb-2', 'rtb-3'])
       expect(await worker.event(id)).toMatchObject({ status: 'processed', result: { ok: true } });
@@ -360,13 +414,13 @@ describe.runIf(postgresTarget)('round trips of a worker applying a batch of pend
     expect(batch).toEqual([
       expect.stringMatching(/^begin .*; execute "wi_fold:[^"]+\.take_pending"\(.*; savepoint wi_apply$/),
       'select 1 as "one"',
-      expect.stringMatching(/^execute "wi_fold:[^"]+\.store_result"\(.*; savepoint wi_apply$/),
+      expect.stringMatching(/^execute "wi_fold:[^"]+\.mark_applied"\(.*; savepoint wi_apply$/),
       'select 1 as "one"',
       expect.stringMatching(
         /^rollback to savepoint wi_apply; execute "wi_fold:[^"]+"\(.*; execute "wi_fold:[^"]+\.fail"\(.*; savepoint wi_apply$/,
       ),
       'select 1 as "one"',
-      expect.stringMatching(/^execute "wi_fold:[^"]+\.store_result"\(.*; commit$/),
+      expect.stringMatching(/^execute "wi_fold:[^"]+\.mark_applied"\(.*; commit$/),
     ]);
     expect(await worker.event('rtf-1')).toMatchObject({ status: 'processed' });
     expect(await worker.event('rtf-2')).toMatchObject({ status: 'pending', attempts: 1 });

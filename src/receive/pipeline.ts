@@ -24,7 +24,10 @@
  * - handler throws: [BEGIN + claim + SAVEPOINT], <handler>, [ROLLBACK TO SAVEPOINT + the event
  *   waiting again + `fail` + COMMIT] = the handler's + 2, the event locked until COMMIT.
  * - each held event drained after the response (on the delivery's own connection):
- *   [BEGIN + take_next + SAVEPOINT], <handler>, [result + COMMIT].
+ *   [BEGIN + take_next + SAVEPOINT], <handler>, [result + COMMIT]. A stored event's take
+ *   (take_next, take_turn, take_pending) locks its row but leaves it waiting: "result" is then
+ *   one UPDATE that marks it processed with its result, sent even without a result
+ *   (src/sql/mark-applied.ts).
  * - deferred mode: [BEGIN + claim] (stored as pending; its NOTIFY rides on the COMMIT), COMMIT
  *   = 2, then a worker applies it:
  *   - an ordered key's event: [BEGIN + take_turn + SAVEPOINT], <handler>, [advance],

@@ -30,7 +30,12 @@ export function createApplySavepoint(names: StatementNames, t: Tables) {
 /**
  * The statements that turn a taken event back into a waiting one after its handler failed,
  * all riding on COMMIT with `fail` (whose rows the caller never reads): back to the savepoint;
- * the row waiting again (`held` or `pending`) with its payload kept for the retry; the key's
+ * the row waiting again (`held` or `pending`) with its payload kept for the retry, when the
+ * claim marked it processed (a waiting event claimed again by its delivery). A row taken by
+ * take_next, take_pending or take_turn was never marked (src/sql/mark-applied.ts marks it only
+ * after a handler that succeeded): it still waits with its payload, so the revert writes
+ * nothing, unless it is an ordered event waiting as `pending` (deferred mode), which goes back
+ * as `held`, as it did when the take had marked it. Then the key's
  * cursor back at its seq when the take moved it (claim, take_next; take_turn moves it only
  * after the handler, so there the WHERE matches nothing). Then `fail` counts the attempt.
  */
@@ -48,7 +53,7 @@ export function createUndoTake(names: StatementNames, t: Tables) {
     'revert_taken',
     `update ${t.events} set status = $3, processed_at = null,
        payload = coalesce(payload, $4), headers = coalesce(headers, $5::jsonb)
-     where source = $1 and id = $2`,
+     where source = $1 and id = $2 and status <> $3`,
     'before-commit',
   );
   const rewind = defineStatement(

@@ -5,9 +5,9 @@ import { failFunction } from './fail.js';
 import { notifyPendingFunction } from './notify-pending.js';
 import { sweepFunction } from './sweep.js';
 import type { Tables } from './tables.js';
-import { takeNextFunction } from './take-next.js';
-import { takePendingFunction } from './take-pending.js';
-import { takeTurnFunction } from './take-turn.js';
+import { previousTakeNextFunction, takeNextFunction } from './take-next.js';
+import { previousTakePendingFunction, takePendingFunction } from './take-pending.js';
+import { previousTakeTurnFunction, takeTurnFunction } from './take-turn.js';
 
 /**
  * Today's definition of every PL/pgSQL function the inbox ships, each kept beside its typed
@@ -21,8 +21,13 @@ export const functionDefinitions: ReadonlyArray<readonly [name: string, definiti
     ['claim', previousClaimFunction],
     ['claim_latest', claimLatestFunction],
     ['take_next', takeNextFunction],
+    // The takes' earlier signatures, which still mark the event in the take (a rolling deploy:
+    // earlier versions send no mark before COMMIT); each after the function it calls.
+    ['take_next', previousTakeNextFunction],
     ['take_pending', takePendingFunction],
+    ['take_pending', previousTakePendingFunction],
     ['take_turn', takeTurnFunction],
+    ['take_turn', previousTakeTurnFunction],
     ['advance', advanceFunction],
     ['fail', failFunction],
     ['sweep', sweepFunction],

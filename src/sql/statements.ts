@@ -6,6 +6,7 @@ import { createCountPending } from './count-pending.js';
 import { createFail } from './fail.js';
 import { createApplySavepoint, createUndoTake } from './failed-run.js';
 import { createFindProcessed } from './find-processed.js';
+import { createMarkApplied } from './mark-applied.js';
 import { createRecordApplied } from './record-applied.js';
 import { createStats } from './stats.js';
 import { createStoreResult } from './store-result.js';
@@ -22,6 +23,7 @@ export function createStatements(names: StatementNames, t: Tables) {
     claimLatest: createClaimLatest(names, t),
     storeResult: createStoreResult(names, t),
     recordApplied: createRecordApplied(names, t),
+    markApplied: createMarkApplied(names, t),
     fail: createFail(names, t),
     undoTake: createUndoTake(names, t),
     applySavepoint: createApplySavepoint(names, t),

@@ -6,12 +6,15 @@ import { markTakenAndReturn, type StoredEventRow, type TakenEvent, toTakenEvent 
 
 /**
  * `take_next`: the machinery behind inline drains and the sweeper. Locks the key, takes the
- * event at its cursor if it is waiting (held or pending) and due, marks it processed and
- * advances the cursor; the caller runs the handler in the same transaction.
+ * event at its cursor if it is waiting (held or pending) and due, locks it and advances the
+ * cursor; the caller runs the handler in the same transaction and marks the event processed
+ * at COMMIT (`p_mark_at_commit`, see markTakenAndReturn). `more` reads the next seq's row,
+ * never this one: the mark moving to COMMIT does not change it.
  */
 export function takeNextFunction(t: Tables): string {
   return `
-create or replace function ${t.fn('take_next')}(p_source text, p_key text, p_wait boolean, p_keep_payload boolean, p_lock_timeout text)
+create or replace function ${t.fn('take_next')}(p_source text, p_key text, p_wait boolean, p_keep_payload boolean, p_lock_timeout text,
+                                                 p_mark_at_commit boolean)
 returns table (id text, seq bigint, body_hash text, payload bytea, headers jsonb, attempts integer, received_at timestamptz, more boolean)
 language plpgsql as $fn$
 declare
@@ -50,13 +53,27 @@ $fn$;
 `;
 }
 
+/**
+ * The 5-parameter `take_next` earlier versions call (a rolling deploy): it marks the event
+ * processed in the take, as they expect (they send no mark before COMMIT).
+ */
+export function previousTakeNextFunction(t: Tables): string {
+  return `
+create or replace function ${t.fn('take_next')}(p_source text, p_key text, p_wait boolean, p_keep_payload boolean, p_lock_timeout text)
+returns table (id text, seq bigint, body_hash text, payload bytea, headers jsonb, attempts integer, received_at timestamptz, more boolean)
+language sql as $fn$
+  select * from ${t.fn('take_next')}(p_source, p_key, p_wait, p_keep_payload, p_lock_timeout, false)
+$fn$;
+`;
+}
+
 /** One round trip: lock the key, take the event at its cursor, advance the cursor. */
 export function createTakeNext(names: StatementNames, t: Tables) {
   const statement = defineStatement(
     names,
     t,
     'take_next',
-    `select * from ${t.fn('take_next')}($1, $2, $3, $4, $5)`,
+    `select * from ${t.fn('take_next')}($1, $2, $3, $4, $5, true)`,
     'after-begin',
     APPLY_SAVEPOINT,
   );

@@ -6,16 +6,20 @@ import { markTakenAndReturn, type StoredEventRow, type TakenEvent, toTakenEvent 
 
 /**
  * `take_pending`: takes up to `p_limit` due, unordered, pending events that no one else holds
- * (SKIP LOCKED, so every instance's workers share the work), oldest due first, marks them
- * processed and returns them with their payloads, so that the caller runs their handlers in
- * the same transaction. One event for the sweeper and `inbox.replay`; a batch for the workers
+ * (SKIP LOCKED, so every instance's workers share the work), oldest due first, locks them and
+ * returns them with their payloads, so that the caller runs their handlers in the same
+ * transaction and marks each one processed, with its result, as it is applied
+ * (`p_mark_at_commit`, see markTakenAndReturn: one UPDATE riding on the next event's SAVEPOINT
+ * or on COMMIT). The one SELECT picks every row of the batch before any is marked, so leaving
+ * them unmarked changes nothing it sees. One event for the sweeper and `inbox.replay`; a batch for the workers
  * (`workerBatchSize`, src/background/turns.ts). The LIMIT sits above the row locks: it counts
- * the rows locked, not the rows skipped. A two-argument call (an older instance during a
- * rolling deploy) takes one, as before migration 0007.
+ * the rows locked, not the rows skipped. Calls of the earlier signatures: see
+ * previousTakePendingFunction.
  */
 export function takePendingFunction(t: Tables): string {
   return `
-create or replace function ${t.fn('take_pending')}(p_source text, p_keep_payload boolean, p_limit integer default 1)
+create or replace function ${t.fn('take_pending')}(p_source text, p_keep_payload boolean, p_limit integer,
+                                                    p_mark_at_commit boolean)
 returns table (id text, body_hash text, payload bytea, headers jsonb, attempts integer, received_at timestamptz)
 language plpgsql as $fn$
 declare
@@ -38,6 +42,21 @@ $fn$;
 }
 
 /**
+ * The 3-parameter `take_pending` earlier versions call (a rolling deploy; with two arguments,
+ * one event, as before migration 0007): it marks the events processed in the take, as they
+ * expect (they send no mark before COMMIT).
+ */
+export function previousTakePendingFunction(t: Tables): string {
+  return `
+create or replace function ${t.fn('take_pending')}(p_source text, p_keep_payload boolean, p_limit integer default 1)
+returns table (id text, body_hash text, payload bytea, headers jsonb, attempts integer, received_at timestamptz)
+language sql as $fn$
+  select * from ${t.fn('take_pending')}(p_source, p_keep_payload, p_limit, false)
+$fn$;
+`;
+}
+
+/**
  * One round trip, inside the transaction that then runs the handlers: up to `limit` events,
  * oldest due first.
  */
@@ -46,7 +65,7 @@ export function createTakePending(names: StatementNames, t: Tables) {
     names,
     t,
     'take_pending',
-    `select * from ${t.fn('take_pending')}($1, $2, $3)`,
+    `select * from ${t.fn('take_pending')}($1, $2, $3, true)`,
     'after-begin',
     APPLY_SAVEPOINT,
   );

@@ -13,7 +13,7 @@ import { markTakenAndReturn, type StoredEventRow, type TakenEvent, toTakenEvent 
  */
 export function takeTurnFunction(t: Tables): string {
   return `
-create or replace function ${t.fn('take_turn')}(p_source text, p_key text, p_keep_payload boolean)
+create or replace function ${t.fn('take_turn')}(p_source text, p_key text, p_keep_payload boolean, p_mark_at_commit boolean)
 returns table (id text, seq bigint, body_hash text, payload bytea, headers jsonb, attempts integer, received_at timestamptz)
 language plpgsql as $fn$
 declare
@@ -38,13 +38,27 @@ $fn$;
 `;
 }
 
+/**
+ * The 3-parameter `take_turn` earlier versions call (a rolling deploy): it marks the event
+ * processed in the take, as they expect (they send no mark before COMMIT).
+ */
+export function previousTakeTurnFunction(t: Tables): string {
+  return `
+create or replace function ${t.fn('take_turn')}(p_source text, p_key text, p_keep_payload boolean)
+returns table (id text, seq bigint, body_hash text, payload bytea, headers jsonb, attempts integer, received_at timestamptz)
+language sql as $fn$
+  select * from ${t.fn('take_turn')}(p_source, p_key, p_keep_payload, false)
+$fn$;
+`;
+}
+
 /** One round trip: take the ordered key's event at its cursor, without locking the key. */
 export function createTakeTurn(names: StatementNames, t: Tables) {
   const statement = defineStatement(
     names,
     t,
     'take_turn',
-    `select * from ${t.fn('take_turn')}($1, $2, $3)`,
+    `select * from ${t.fn('take_turn')}($1, $2, $3, true)`,
     'after-begin',
     APPLY_SAVEPOINT,
   );

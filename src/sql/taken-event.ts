@@ -27,6 +27,12 @@ export interface TakenEvent {
    * if the handler fails, `fail` inserts it as waiting.
    */
   readonly rowAtCommit?: boolean;
+  /**
+   * A stored event `take_next`, `take_pending` or `take_turn` took and locked without marking
+   * it: its row is still waiting (`held` or `pending`) until the apply path marks it processed
+   * with its result, in one UPDATE riding on COMMIT (src/sql/mark-applied.ts).
+   */
+  readonly markAtCommit?: boolean;
 }
 
 /** The columns `take_next`, `take_pending` and `take_turn` return. */
@@ -43,6 +49,7 @@ export interface StoredEventRow {
 export function toTakenEvent(row: StoredEventRow, key: string | null, seq: number | null): TakenEvent {
   return {
     waiting: key === null ? 'pending' : 'held',
+    markAtCommit: true,
     id: row.id,
     key,
     seq,
@@ -55,16 +62,24 @@ export function toTakenEvent(row: StoredEventRow, key: string | null, seq: numbe
 }
 
 /**
- * PL/pgSQL shared by take_next, take_pending and take_turn: marks the locked row `v_ev`
- * processed (keeping its payload only with `keepPayload`) and sets the function's output row
- * from it. The caller runs the handler in the same transaction: handler and status change
- * commit together, or neither does.
+ * PL/pgSQL shared by take_next, take_pending and take_turn: sets the function's output row from
+ * the locked row `v_ev`. With `p_mark_at_commit` (today's callers) the row is left as it is,
+ * still waiting: the apply path marks it processed, with its result, in one UPDATE riding on
+ * COMMIT (src/sql/mark-applied.ts), where the take used to mark it here and `store_result`
+ * then updated it a second time. Nothing else can tell: other transactions see only committed
+ * state, and mark and handler commit together or not at all; the row's lock, which keeps
+ * every other taker and claim away, is taken by the take's FOR UPDATE as before. Without it (a
+ * call of the earlier signatures, from an older instance during a rolling deploy, which sends
+ * no mark but only `store_result` before COMMIT) the row is marked processed here, as before:
+ * left waiting, its committed effects would be applied again later.
  */
 export function markTakenAndReturn(t: Tables): string {
-  return `update ${t.events} e set status = 'processed', processed_at = now(), run_after = null,
-         payload = case when p_keep_payload then e.payload end,
-         headers = case when p_keep_payload then e.headers end
-   where e.source = p_source and e.id = v_ev.id;
+  return `if not p_mark_at_commit then
+    update ${t.events} e set status = 'processed', processed_at = now(), run_after = null,
+           payload = case when p_keep_payload then e.payload end,
+           headers = case when p_keep_payload then e.headers end
+     where e.source = p_source and e.id = v_ev.id;
+  end if;
   id := v_ev.id;
   body_hash := v_ev.body_hash;
   payload := v_ev.payload;
