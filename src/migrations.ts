@@ -8,6 +8,7 @@ import { pendingBatches } from './migrations/0007-pending-batches.js';
 import { rowAtCommit } from './migrations/0008-row-at-commit.js';
 import { orderedRowAtCommit } from './migrations/0009-ordered-row-at-commit.js';
 import { markAtCommit } from './migrations/0010-mark-at-commit.js';
+import { idLock } from './migrations/0011-id-lock.js';
 import type { Tables } from './sql/tables.js';
 
 /**
@@ -26,6 +27,7 @@ export const migrations: ReadonlyArray<readonly [name: string, up: (t: Tables) =
   ['0008_row_at_commit', rowAtCommit],
   ['0009_ordered_row_at_commit', orderedRowAtCommit],
   ['0010_mark_at_commit', markAtCommit],
+  ['0011_id_lock', idLock],
 ];
 
 /**

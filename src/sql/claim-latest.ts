@@ -1,6 +1,7 @@
 import type { Kysely } from 'kysely';
 import type { StatementNames } from '../drivers/common.js';
 import { APPLY_SAVEPOINT } from './failed-run.js';
+import { readIdRow, takeIdLock } from './id-lock.js';
 import { defineStatement, type Tables, toNumber } from './tables.js';
 
 /**
@@ -10,7 +11,8 @@ import { defineStatement, type Tables, toNumber } from './tables.js';
  * (a redelivery is a duplicate of it) and not applied; an equal or newer one is applied and
  * moves the cursor. Equal versions apply both, in the order their claims take the key row.
  * The event row has no key or seq (it is not part of a seq stream). Lock order: the key row,
- * then the event row (ARCHITECTURE.md, "Locks").
+ * then the id's advisory lock (src/sql/id-lock.ts, taken by every claim of an id before its
+ * row), then the event row (ARCHITECTURE.md, "Locks").
  */
 export function claimLatestFunction(t: Tables): string {
   return `
@@ -23,6 +25,7 @@ declare
   v_last bigint;
   v_ev ${t.events}%rowtype;
   v_superseded jsonb;
+  v_found boolean;
 begin
   perform set_config('lock_timeout', p_lock_timeout, true);
   attempts := 0;
@@ -36,8 +39,12 @@ begin
   latest := v_last;
   v_superseded := jsonb_build_object('superseded', true, 'key', p_key, 'version', p_version, 'latest', v_last);
 
-  select * into v_ev from ${t.events} e where e.source = p_source and e.id = p_id for update;
-  if not found then
+  -- The id's lock, after the key row: an ordered, unordered or deferred claim of the same id
+  -- waits until this one commits (and reads its row) rather than running its handler beside
+  -- this one's. Then the row, never waiting for an ordered one (src/sql/id-lock.ts says why).
+  ${takeIdLock(t)}
+  ${readIdRow(t)}
+  if not v_found then
     if v_last is not null and p_version < v_last then
       insert into ${t.events} (source, id, body_hash, status, result, processed_at)
         values (p_source, p_id, p_hash, 'processed', v_superseded, now());

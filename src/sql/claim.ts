@@ -1,6 +1,7 @@
 import type { Kysely } from 'kysely';
 import type { StatementNames } from '../drivers/common.js';
 import { APPLY_SAVEPOINT } from './failed-run.js';
+import { readIdRow, takeIdLock } from './id-lock.js';
 import { defineStatement, type Tables, toNumber } from './tables.js';
 
 /**
@@ -9,11 +10,16 @@ import { defineStatement, type Tables, toNumber } from './tables.js';
  * handler throws, the event row is inserted already as `processed` and the cursor already
  * advanced. Lock order: the key row, then the event row (ARCHITECTURE.md, "Locks").
  *
- * A new event applied inline (`p_row_at_commit`) is the exception: its row is not inserted
- * here and updated with the result at COMMIT (that UPDATE cost Postgres about what the row
- * itself does), but inserted once, with its result, at COMMIT (src/sql/record-applied.ts);
- * `row_at_commit` tells the caller so. Until then an unordered id is locked by an advisory
- * lock on it, an ordered one (in its turn) by its key row, which the claim holds anyway.
+ * Every claim takes the id's advisory lock (src/sql/id-lock.ts) before it reads or writes
+ * the id's row, so a handler never runs for an id while another claim of that id, under any
+ * key, none, or in deferred mode, is in flight. Lock order: the key row (ordered), then the
+ * id's lock, then event rows; ARCHITECTURE.md, "Locks", argues why no cycle forms.
+ *
+ * A new event applied inline (`p_row_at_commit`) is not inserted here and updated with the
+ * result at COMMIT (that UPDATE cost Postgres about what the row itself does), but inserted
+ * once, with its result, at COMMIT (src/sql/record-applied.ts); `row_at_commit` tells the
+ * caller so. Until then the id's lock (and, ordered, its key row) keeps every other claim of
+ * the id waiting.
  */
 export function claimFunction(t: Tables): string {
   return `
@@ -62,6 +68,13 @@ begin
     end if;
     expected := v_next;
     v_turn := p_seq = v_next and (v_state = 'open' or v_blocked_reason = 'gap');
+
+    -- The id's lock, after the key row: a claim of the id under another key, under none, or
+    -- latest-wins waits here until this one commits, and then reads its row (a mismatch),
+    -- instead of running its handler beside this one's. No cycle: whoever holds an id's lock
+    -- never waits for a key row afterwards, nor for an event row whose holder may (ARCHITECTURE.md,
+    -- "Locks"); drains take key then event row and never this lock.
+    ${takeIdLock(t)}
 
     -- Holding the key, never wait for an event row (ARCHITECTURE.md, "Locks"): the only holder
     -- of an ordered event row without its key is a worker between take_turn and advance, which
@@ -159,45 +172,40 @@ begin
         end if;
       end if;
     end if;
-  elsif p_apply and p_row_at_commit then
-    -- Unordered and applied now: the id's lock is an advisory lock, held until COMMIT, and the
-    -- row is inserted only then, with its result (src/sql/record-applied.ts). Every inline claim
-    -- of an unordered id takes this lock before anything else, holding nothing, so a wait for it
-    -- closes no cycle; it waits at most lock_timeout (55P03 -> 409 in-flight). Its key is a
-    -- 64-bit hash of the inbox's tables, the source (length-prefixed, so no two (source, id)
-    -- pairs give one text) and the id. Two ids whose hashes collide only wait for each other;
-    -- what is decided is read from the row below, never from the lock: under READ COMMITTED
-    -- each statement here sees what committed before it, so a copy that waited for the lock
-    -- reads the row its holder committed (a duplicate). Claims that do not take
-    -- it (ordered, latest-wins, deferred mode) may insert the id meanwhile: the primary key then
-    -- fails this transaction's INSERT at COMMIT (23505 -> 409), and nothing is applied twice.
-    perform pg_advisory_xact_lock(hashtextextended(
-      '${lockScope(t)}' || length(p_source) || '|' || p_source || '|' || p_id, 0));
-    select * into v_ev from ${t.events} e where e.source = p_source and e.id = p_id for update;
-    v_found := found;
-    if not v_found then
-      decision := 'apply';
-      row_at_commit := true;
-    end if;
   else
-    -- Deferred mode (stored as pending), and an inline claim through the 13-parameter claim of
-    -- earlier versions: the row is inserted now.
-    insert into ${t.events} as e (source, id, body_hash, status, payload, headers, processed_at)
-      values (p_source, p_id, p_hash,
-              case when p_apply then 'processed' else 'pending' end,
-              case when p_keep_payload or not p_apply then p_payload end,
-              case when p_keep_payload or not p_apply then p_headers end,
-              case when p_apply then now() end)
-      on conflict (source, id) do nothing;
-    if found then
-      decision := case when p_apply then 'apply' else 'pending' end;
-    else
-      -- The id exists. If a concurrent claim holds it, this waits for that transaction
-      -- (bounded by lock_timeout) and then sees what it committed.
-      select * into v_ev from ${t.events} e where e.source = p_source and e.id = p_id for update;
-      v_found := found;
+    -- Unordered: the id's lock first, holding nothing else (so a wait for it closes no cycle),
+    -- in every mode: an inline claim and a deferred one (mixed deployments, a switch between
+    -- modes) then never both let a handler run for the id.
+    ${takeIdLock(t)}
+    if p_apply and p_row_at_commit then
+      -- Applied now: the row is inserted only at COMMIT, with its result
+      -- (src/sql/record-applied.ts). Every other claim of the id waits for the lock until then
+      -- and reads the committed row: a duplicate (or a mismatch). The primary key stays the
+      -- last guard: a row inserted meanwhile fails this transaction's INSERT at COMMIT
+      -- (23505 -> 409), and nothing is applied twice.
+      ${readIdRow(t)}
       if not v_found then
-        raise exception 'event row pruned during claim' using errcode = '55P03';
+        decision := 'apply';
+        row_at_commit := true;
+      end if;
+    else
+      -- Deferred mode (stored as pending), and an inline claim through the 13-parameter claim of
+      -- earlier versions: the row is inserted now.
+      insert into ${t.events} as e (source, id, body_hash, status, payload, headers, processed_at)
+        values (p_source, p_id, p_hash,
+                case when p_apply then 'processed' else 'pending' end,
+                case when p_keep_payload or not p_apply then p_payload end,
+                case when p_keep_payload or not p_apply then p_headers end,
+                case when p_apply then now() end)
+        on conflict (source, id) do nothing;
+      if found then
+        decision := case when p_apply then 'apply' else 'pending' end;
+      else
+        -- The id exists (committed: every claim that inserts it holds the lock this one took).
+        ${readIdRow(t)}
+        if not v_found then
+          raise exception 'event row pruned during claim' using errcode = '55P03';
+        end if;
       end if;
     end if;
   end if;
@@ -328,15 +336,6 @@ export function createClaim(names: StatementNames, t: Tables) {
       rowAtCommit: row.row_at_commit === true,
     };
   };
-}
-
-/**
- * The scope of the claim's advisory locks: one inbox's tables (schema and prefix are validated
- * identifiers, safe inside a string literal), so that inboxes sharing a database never wait
- * for each other's ids.
- */
-function lockScope(t: Tables): string {
-  return `${t.schema}.${t.prefix}|`;
 }
 
 /**
