@@ -8,7 +8,7 @@
  * `keepPayload`. And where a row appears anyway (a claim that does not take the lock), the
  * primary key refuses the second application and the delivery is answered 409, never 500.
  */
-import { sql } from 'kysely';
+import { type Kysely, sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type LedgerServer, startLedger } from '../examples/ledger/start.js';
 import { createInbox, type Handler } from '../src/index.js';
@@ -19,6 +19,24 @@ import { invariantsHoldAfterEach, watchInvariants } from './support/invariants.j
 const problemJson = /^application\/problem\+json/;
 let n = 0;
 const uid = (label: string) => `${label}-${process.pid}-${++n}`;
+
+/**
+ * Resolves once `n` sessions wait for an id's advisory lock (src/sql/id-lock.ts), or for any
+ * lock (`'any'`), in a statement on `schema` (other tests share the server): a lock wait is
+ * no event a client can await.
+ */
+async function waitingForIdLock(db: Kysely<any>, schema: string, n: number, lock = 'advisory'): Promise<void> {
+  for (let i = 0; i < 2000; i++) {
+    const { rows } = await sql<{ n: number }>`select count(*)::int as n from pg_stat_activity
+      where wait_event_type = 'Lock' and (wait_event = ${lock} or ${lock} = 'any') and pid <> pg_backend_pid()
+        and position(${schema} in query) > 0`.execute(
+      db,
+    );
+    if ((rows[0]?.n ?? 0) >= n) return;
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+  throw new Error(`${n} claims never waited for an id's lock`);
+}
 
 /**
  * Holds the first handler run of one id (delivered under `key`, or none) until released;
@@ -272,36 +290,84 @@ describe.runIf(postgresTarget)(
       expect(await entries('none', id)).toHaveLength(1);
     });
 
-    it('a row inserted meanwhile by a claim that takes no lock (an ordered copy): 409, its handler rolled back', async () => {
+    it('an ordered copy of an unordered id in its handler waits for the id\'s lock, then is 422: one handler run', async () => {
       const id = uid('raced');
       const g = hold(id);
       // The unordered copy claims (no row yet) and waits in its handler.
       const unordered = post(url, { amount: 7 }, { 'Idempotency-Key': id });
       await g.entered;
-      // An ordered copy of the same id (the key row its lock, no advisory lock) applies and
-      // inserts the row at its COMMIT.
-      const ordered = await post(
-        url,
-        { amount: 7 },
-        { 'Idempotency-Key': id, 'X-Key': 'raced', 'X-Seq': '1' },
-      );
-      expect(ordered.status).toBe(200);
-      expect(ordered.body).toMatchObject({ status: 'processed', id });
-      g.release();
-      // The unordered copy's INSERT at COMMIT meets the primary key: the transaction (its
-      // ledger entry with it) is gone, and the sender is told to retry, not that it failed.
-      const reply = await unordered;
-      expect(reply.status).toBe(409);
-      expect(reply.headers.get('content-type')).toMatch(problemJson);
-      expect(reply.body).toMatchObject({ status: 409 });
-      expect(reply.text).not.toMatch(/duplicate key|23505|pkey/);
-      expect(await entries('none', id)).toEqual([]);
-      expect(await entries('raced', id)).toEqual([{ id, seq: 1, amount: 7 }]);
-      expect(await app.inbox.event(id)).toMatchObject({ status: 'processed', key: 'raced', seq: 1 });
-      // Its retry finds the row: the id was first used with a key (422), never applied twice.
-      const retry = await post(url, { amount: 7 }, { 'Idempotency-Key': id });
-      expect(retry.status).toBe(422);
-      expect(retry.body).toMatchObject({ field: 'x-key' });
+      // An ordered copy of the same id takes its key row, then waits for the id's lock: its
+      // handler must not run beside the first one's (an external side effect would happen twice).
+      const ordered = post(url, { amount: 7 }, { 'Idempotency-Key': id, 'X-Key': 'raced', 'X-Seq': '1' });
+      try {
+        await waitingForIdLock(await app.inbox.kysely(), t.schema, 1);
+      } finally {
+        g.release();
+      }
+      expect((await unordered).body).toMatchObject({ status: 'processed', id });
+      // It read the committed row: the id was first used without a key.
+      const reply = await ordered;
+      expect(reply.status).toBe(422);
+      expect(reply.body).toMatchObject({ field: 'x-key' });
+      expect(attemptsSeen.get(id)).toEqual([1]);
+      expect(await entries('none', id)).toEqual([{ id, seq: null, amount: 7 }]);
+      expect(await entries('raced', id)).toEqual([]);
+      expect(await app.inbox.event(id)).toMatchObject({ status: 'processed', key: null, seq: null });
+      expect(await app.inbox.keyState('raced')).toBeUndefined();
+    });
+
+    it("an inline and a deferred instance on one schema: the deferred claim waits for the id's lock, then is a duplicate: one handler run", async () => {
+      const id = uid('mixed');
+      const g = hold(id);
+      const inline = post(url, { amount: 3 }, { 'Idempotency-Key': id });
+      await g.entered;
+      // A deferred instance beside it (a mixed deployment, or a switch of modes): had its claim
+      // stored the id as pending, one of its workers would run the handler a second time.
+      const deferred = await second({ mode: 'deferred', workers: 1, pollIntervalMs: 20, lockTimeoutMs: 60_000 });
+      let copy: Reply;
+      try {
+        const pending = post(`${deferred.url}/webhooks`, { amount: 3 }, { 'Idempotency-Key': id });
+        try {
+          await waitingForIdLock(await app.inbox.kysely(), t.schema, 1);
+        } finally {
+          g.release();
+        }
+        copy = await pending;
+        await deferred.inbox.idle();
+      } finally {
+        await deferred.close();
+      }
+      expect((await inline).body).toMatchObject({ status: 'processed', id });
+      expect(copy.body).toMatchObject({ status: 'duplicate', id });
+      expect(attemptsSeen.get(id)).toEqual([1]);
+      expect(await entries('none', id)).toHaveLength(1);
+      expect(await app.inbox.event(id)).toMatchObject({ status: 'processed', key: null });
+    });
+
+    it('a deferred instance stored the id and its worker runs it: an inline copy waits for the row, then is a duplicate: one handler run', async () => {
+      const id = uid('mixed-worker');
+      const g = hold(id);
+      const deferred = await second({ mode: 'deferred', workers: 1, pollIntervalMs: 20, lockTimeoutMs: 60_000 });
+      let copy: Reply;
+      try {
+        expect((await post(`${deferred.url}/webhooks`, { amount: 4 }, { 'Idempotency-Key': id })).status).toBe(202);
+        // Its worker took the pending row and holds it in the handler.
+        await g.entered;
+        const pending = post(url, { amount: 4 }, { 'Idempotency-Key': id });
+        try {
+          await waitingForIdLock(await app.inbox.kysely(), t.schema, 1, 'any');
+        } finally {
+          g.release();
+        }
+        copy = await pending;
+        await deferred.inbox.idle();
+      } finally {
+        await deferred.close();
+      }
+      expect(copy.body).toMatchObject({ status: 'duplicate', id });
+      expect(attemptsSeen.get(id)).toEqual([1]);
+      expect(await entries('none', id)).toHaveLength(1);
+      expect(await app.inbox.event(id)).toMatchObject({ status: 'processed', key: null });
     });
 
     it('while the lock is held, the id has no row; the COMMIT writes it with the result', async () => {
@@ -564,39 +630,33 @@ describe.runIf(postgresTarget)(
       expect(await app.inbox.keyState(key)).toMatchObject({ nextSeq: 4, heldSeqs: [] });
     });
 
-    it('an unordered copy of the id applied meanwhile: the ordered COMMIT meets the primary key, 409, its cursor rolled back', async () => {
+    it("an unordered copy of the id waits for the id's lock until the ordered run commits, then is 422: one handler run", async () => {
       const key = uid('raced');
       expect((await send(`${key}-1`, key, 1, 1)).body).toMatchObject({ status: 'processed' });
       const id = `${key}-2`;
       const g = hold(id, key);
       const ordered = send(id, key, 2, 7);
       await g.entered;
-      let unordered: Reply;
+      // The ordered claim holds the key row and the id's lock: the unordered copy waits for the
+      // lock instead of running its handler beside the ordered one's.
+      const unordered = send(id, null, 0, 7);
       try {
-        // The id's advisory lock is free and it has no row: the unordered copy applies and commits.
-        unordered = await send(id, null, 0, 7);
+        await waitingForIdLock(await app.inbox.kysely(), t.schema, 1);
       } finally {
         g.release();
       }
-      expect(unordered.status).toBe(200);
-      expect(unordered.body).toMatchObject({ status: 'processed', id });
-      const reply = await ordered;
-      expect(reply.status).toBe(409);
-      expect(reply.headers.get('content-type')).toMatch(problemJson);
-      expect(reply.text).not.toMatch(/duplicate key|23505|pkey/);
-      // Applied once: the ordered run's ledger entry and its cursor move rolled back with it.
-      expect(await entries('none').then((e) => e.filter((x) => x.id === id))).toEqual([
-        { id, seq: null, amount: 7 },
+      expect((await ordered).body).toMatchObject({ status: 'processed', id });
+      const reply = await unordered;
+      expect(reply.status).toBe(422);
+      expect(reply.body).toMatchObject({ field: 'x-key' });
+      expect(attemptsSeen.get(id)).toEqual([1]);
+      expect(await entries('none').then((e) => e.filter((x) => x.id === id))).toEqual([]);
+      expect(await entries(key)).toEqual([
+        { id: `${key}-1`, seq: 1, amount: 1 },
+        { id, seq: 2, amount: 7 },
       ]);
-      expect(await entries(key)).toEqual([{ id: `${key}-1`, seq: 1, amount: 1 }]);
-      expect(await app.inbox.event(id)).toMatchObject({ status: 'processed', key: null, seq: null });
-      expect(await app.inbox.keyState(key)).toMatchObject({ nextSeq: 2, state: 'open' });
-      // Its retry finds the row: the id was first used without a key (422), never applied twice.
-      const retry = await send(id, key, 2, 7);
-      expect(retry.status).toBe(422);
-      expect(retry.body).toMatchObject({ field: 'x-key' });
-      expect(await entries(key)).toEqual([{ id: `${key}-1`, seq: 1, amount: 1 }]);
-      expect(await app.inbox.keyState(key)).toMatchObject({ nextSeq: 2 });
+      expect(await app.inbox.event(id)).toMatchObject({ status: 'processed', key, seq: 2 });
+      expect(await app.inbox.keyState(key)).toMatchObject({ nextSeq: 3, state: 'open' });
     });
 
     it('the sweeper, which skips a locked key, neither skips its seq as a gap nor applies what waits behind it', async () => {
@@ -642,7 +702,7 @@ describe.runIf(postgresTarget)(
       expect(await app.inbox.keyState(key)).toMatchObject({ nextSeq: 4, heldSeqs: [] });
     });
 
-    it('a latest-wins claim of the id (its own key row, no advisory lock) applied meanwhile: the ordered COMMIT is 409', async () => {
+    it("a latest-wins claim of the id waits for the id's lock until the ordered run commits, then is refused: one handler run", async () => {
       const key = uid('latest');
       expect((await send(`${key}-1`, key, 1, 1)).body).toMatchObject({ status: 'processed' });
       const id = `${key}-2`;
@@ -650,37 +710,44 @@ describe.runIf(postgresTarget)(
       const g = hold(id, key);
       const ordered = post(url, body, { 'Idempotency-Key': id, 'X-Key': key, 'X-Seq': '2' });
       await g.entered;
+      let latestRuns = 0;
       const latest = createInbox({
         db: t.another(),
         schema: t.schema,
         sweepIntervalMs: 0,
+        lockTimeoutMs: 60_000,
         order: { policy: 'latest', key: '/object', version: '/version' },
-        handle: () => ({ latest: true }),
+        handle: () => {
+          latestRuns++;
+          return { latest: true };
+        },
       });
       let outcome: Awaited<ReturnType<typeof latest.receive>>;
       try {
-        outcome = await latest.receive({
+        const pending = latest.receive({
           headers: { 'content-type': 'application/json', 'idempotency-key': id },
           rawBody: Buffer.from(JSON.stringify(body)),
         });
+        try {
+          await waitingForIdLock(await app.inbox.kysely(), t.schema, 1);
+        } finally {
+          g.release();
+        }
+        outcome = await pending;
       } finally {
-        g.release();
         await latest.close();
       }
-      expect(outcome.kind).toBe('processed');
-      const reply = await ordered;
-      expect(reply.status).toBe(409);
-      expect(reply.text).not.toMatch(/duplicate key|23505|pkey/);
-      expect(await entries(key)).toEqual([{ id: `${key}-1`, seq: 1, amount: 1 }]);
-      expect(await app.inbox.event(id)).toMatchObject({
-        status: 'processed',
-        key: null,
-        result: { latest: true },
-      });
-      expect(await app.inbox.keyState(key)).toMatchObject({ nextSeq: 2, state: 'open' });
-      const retry = await post(url, body, { 'Idempotency-Key': id, 'X-Key': key, 'X-Seq': '2' });
-      expect(retry.status).toBe(422);
-      expect(retry.body).toMatchObject({ field: 'x-key' });
+      expect((await ordered).body).toMatchObject({ status: 'processed', id });
+      // It read the ordered row: the id was first used under a key, never applied again.
+      expect(outcome.status).toBe(422);
+      expect(latestRuns).toBe(0);
+      expect(attemptsSeen.get(id)).toEqual([1]);
+      expect(await entries(key)).toEqual([
+        { id: `${key}-1`, seq: 1, amount: 1 },
+        { id, seq: 2, amount: 7 },
+      ]);
+      expect(await app.inbox.event(id)).toMatchObject({ status: 'processed', key, seq: 2 });
+      expect(await app.inbox.keyState(key)).toMatchObject({ nextSeq: 3, state: 'open' });
     });
   },
 );
