@@ -25,13 +25,16 @@ const uid = (label: string) => `${label}-${process.pid}-${++n}`;
  * lock (`'any'`), in a statement on `schema` (other tests share the server): a lock wait is
  * no event a client can await.
  */
-async function waitingForIdLock(db: Kysely<any>, schema: string, n: number, lock = 'advisory'): Promise<void> {
+async function waitingForIdLock(
+  db: Kysely<any>,
+  schema: string,
+  n: number,
+  lock = 'advisory',
+): Promise<void> {
   for (let i = 0; i < 2000; i++) {
     const { rows } = await sql<{ n: number }>`select count(*)::int as n from pg_stat_activity
       where wait_event_type = 'Lock' and (wait_event = ${lock} or ${lock} = 'any') and pid <> pg_backend_pid()
-        and position(${schema} in query) > 0`.execute(
-      db,
-    );
+        and position(${schema} in query) > 0`.execute(db);
     if ((rows[0]?.n ?? 0) >= n) return;
     await new Promise((resolve) => setTimeout(resolve, 10));
   }
@@ -290,7 +293,7 @@ describe.runIf(postgresTarget)(
       expect(await entries('none', id)).toHaveLength(1);
     });
 
-    it('an ordered copy of an unordered id in its handler waits for the id\'s lock, then is 422: one handler run', async () => {
+    it("an ordered copy of an unordered id in its handler waits for the id's lock, then is 422: one handler run", async () => {
       const id = uid('raced');
       const g = hold(id);
       // The unordered copy claims (no row yet) and waits in its handler.
@@ -323,7 +326,12 @@ describe.runIf(postgresTarget)(
       await g.entered;
       // A deferred instance beside it (a mixed deployment, or a switch of modes): had its claim
       // stored the id as pending, one of its workers would run the handler a second time.
-      const deferred = await second({ mode: 'deferred', workers: 1, pollIntervalMs: 20, lockTimeoutMs: 60_000 });
+      const deferred = await second({
+        mode: 'deferred',
+        workers: 1,
+        pollIntervalMs: 20,
+        lockTimeoutMs: 60_000,
+      });
       let copy: Reply;
       try {
         const pending = post(`${deferred.url}/webhooks`, { amount: 3 }, { 'Idempotency-Key': id });
@@ -347,10 +355,17 @@ describe.runIf(postgresTarget)(
     it('a deferred instance stored the id and its worker runs it: an inline copy waits for the row, then is a duplicate: one handler run', async () => {
       const id = uid('mixed-worker');
       const g = hold(id);
-      const deferred = await second({ mode: 'deferred', workers: 1, pollIntervalMs: 20, lockTimeoutMs: 60_000 });
+      const deferred = await second({
+        mode: 'deferred',
+        workers: 1,
+        pollIntervalMs: 20,
+        lockTimeoutMs: 60_000,
+      });
       let copy: Reply;
       try {
-        expect((await post(`${deferred.url}/webhooks`, { amount: 4 }, { 'Idempotency-Key': id })).status).toBe(202);
+        expect(
+          (await post(`${deferred.url}/webhooks`, { amount: 4 }, { 'Idempotency-Key': id })).status,
+        ).toBe(202);
         // Its worker took the pending row and holds it in the handler.
         await g.entered;
         const pending = post(url, { amount: 4 }, { 'Idempotency-Key': id });
@@ -368,6 +383,42 @@ describe.runIf(postgresTarget)(
       expect(attemptsSeen.get(id)).toEqual([1]);
       expect(await entries('none', id)).toHaveLength(1);
       expect(await app.inbox.event(id)).toMatchObject({ status: 'processed', key: null });
+    });
+
+    it("holding the id's lock, a claim never waits for an ordered row a deferred worker applies (that worker waits for the key): 422 at once", async () => {
+      const key = uid('worker-key');
+      const id = `${key}-1`;
+      const g = hold(id, key);
+      const deferred = await second({
+        mode: 'deferred',
+        workers: 1,
+        pollIntervalMs: 20,
+        lockTimeoutMs: 60_000,
+      });
+      try {
+        const stored = await post(
+          `${deferred.url}/webhooks`,
+          { amount: 5 },
+          { 'Idempotency-Key': id, 'X-Key': key, 'X-Seq': '1' },
+        );
+        expect(stored.status).toBe(202);
+        // Its worker holds the event row (take_turn) in the handler, and will wait for the key in
+        // advance. An unordered copy holding the id's lock must not wait for that row: an ordered
+        // copy holding the key would wait for the id's lock, closing a cycle.
+        await g.entered;
+        const unordered = await post(url, { amount: 5 }, { 'Idempotency-Key': id });
+        expect(unordered.status).toBe(422);
+        expect(unordered.body).toMatchObject({ field: 'x-key' });
+        const ordered = await post(url, { amount: 5 }, { 'Idempotency-Key': id, 'X-Key': key, 'X-Seq': '1' });
+        expect(ordered.status).toBe(202);
+      } finally {
+        g.release();
+      }
+      await deferred.inbox.idle();
+      await deferred.close();
+      expect(attemptsSeen.get(id)).toEqual([1]);
+      expect(await entries(key, id)).toEqual([{ id, seq: 1, amount: 5 }]);
+      expect(await app.inbox.event(id)).toMatchObject({ status: 'processed', key, seq: 1 });
     });
 
     it('while the lock is held, the id has no row; the COMMIT writes it with the result', async () => {
