@@ -235,8 +235,8 @@ function errorMessage(err: unknown): string {
  * nothing to undo, and `fail` counts it exactly as before. An event whose row the claim left for COMMIT
  * (`rowAtCommit`) has none: the revert matches nothing (an ordered one's cursor is rewound
  * all the same), and `fail` inserts the row as it would have counted it (attempts 1, its key
- * and seq, its payload and the claim's `received_at`), still under the claim's advisory lock
- * or key row lock, which the savepoint keeps (they were taken before it). None of it is read back before COMMIT, so what
+ * and seq, its payload and the claim's `received_at`), still under the claim's id lock (and
+ * key row lock), which the savepoint keeps (they were taken before it). None of it is read back before COMMIT, so what
  * `fail` decides is computed here from the attempts the take read under the same lock.
  */
 async function recordFailure(

@@ -9,8 +9,8 @@
  * - unique event, applied now (unordered, or ordered and its turn):
  *   [BEGIN + claim + SAVEPOINT], <the handler's own statements>, [result + COMMIT]
  *   = the handler's + 2, what a bare transaction costs; with or without a result to replay.
- *   A new event's row is not written by the claim (which takes an advisory lock on an
- *   unordered id instead, and holds an ordered one's key row anyway) but at COMMIT, with its
+ *   A new event's row is not written by the claim (which holds the id's advisory lock
+ *   instead, and an ordered one's key row anyway) but at COMMIT, with its
  *   result: [row + result + COMMIT] is one INSERT, sent even without a result
  *   (src/sql/record-applied.ts); still the handler's + 2.
  * - duplicate this instance saw processed (bounded LRU, `duplicateCacheSize`): 0.

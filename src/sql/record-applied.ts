@@ -5,14 +5,14 @@ import { defineStatement, type Tables } from './tables.js';
 /**
  * The row of a new event applied inline, written once, with its result, riding on COMMIT like
  * `store_result` (one INSERT where the claim used to insert the row and the result cost an
- * UPDATE of it). The claim left it unwritten (src/sql/claim.ts, `row_at_commit`) under an
- * advisory lock on its id (unordered) or under its key row (ordered, in its turn: with its
- * key and seq here); sent even when the handler returned nothing.
+ * UPDATE of it). The claim left it unwritten (src/sql/claim.ts, `row_at_commit`) under the
+ * id's advisory lock, which every claim of the id takes (src/sql/id-lock.ts), and, ordered in
+ * its turn, its key row (with its key and seq here); sent even when the handler returned nothing.
  *
- * No ON CONFLICT: a claim that does not take that lock (a delivery of the same id under
- * another key or none, a latest-wins one, a deferred-mode instance) may have inserted the id
- * meanwhile, or be inserting it at its own COMMIT. The primary key
- * then fails this INSERT, and with it COMMIT: the handler's writes roll back, the event is
+ * No ON CONFLICT: the primary key stays the last guard. Should anything that took no id lock
+ * have inserted the id meanwhile (no claim since migration 0010 does), or be inserting it at
+ * its own COMMIT, the primary key
+ * fails this INSERT, and with it COMMIT: the handler's writes roll back, the event is
  * applied by the other delivery only, and this one is answered 409 in-flight (23505 is one of
  * the contended SQLSTATEs, src/sql/sql-state.ts). Its retry gets the other's outcome.
  */

@@ -22,8 +22,8 @@ export interface TakenEvent {
   /** What it is again when its handler fails: `held` for an ordered event a drain took. */
   readonly waiting?: 'held' | 'pending';
   /**
-   * A new event a claim took inline: no row yet (an advisory lock on its id holds it, or, in
-   * its turn, its key row). The apply path inserts the row with its result at COMMIT (src/sql/record-applied.ts);
+   * A new event a claim took inline: no row yet (the id's advisory lock holds it, which every
+   * claim of the id takes, and, ordered in its turn, its key row too). The apply path inserts the row with its result at COMMIT (src/sql/record-applied.ts);
    * if the handler fails, `fail` inserts it as waiting.
    */
   readonly rowAtCommit?: boolean;
