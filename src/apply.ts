@@ -6,7 +6,8 @@
  * in one transaction it takes, runs each handler with its span, timeout and metrics, and
  * stores each result (for a new event the claim left unwritten, inserts its row with the
  * result; for a stored event the take locked but left waiting, marks it processed with its
- * result); after COMMIT it remembers the events as processed. When a handler
+ * result); after COMMIT it remembers the events as processed. A take that never takes an event
+ * (deferred mode's claim) is its own transaction (`alone`). When a handler
  * throws, the transaction rolls back to that event's savepoint (src/sql/failed-run.ts) and
  * `recordFailure` counts the attempt (backoff, poison, dead letter, key blocked) in the same
  * transaction, while the event is still locked: nobody can take it in between and run it
@@ -35,8 +36,15 @@ export function backoffMs(previousAttempts: number, baseMs: number, capMs: numbe
 
 /** How one transaction takes its event (or events), and what it does after each handler. */
 export interface ApplyStep<T> {
-  /** Inside the transaction: take what to apply now (nothing: commit and stop). */
-  take(tx: Transaction<any>): Promise<T>;
+  /** Inside the transaction (`alone`: as it): take what to apply now (nothing: commit and stop). */
+  take(tx: Kysely<any>): Promise<T>;
+  /**
+   * The take never takes an event (deferred mode's claim: it only stores): on our drivers it
+   * is sent alone, a READ COMMITTED transaction of its own in one round trip
+   * (src/drivers/fold.ts), so the locks it takes are released inside PostgreSQL at its end,
+   * not after its answer has crossed back to us and COMMIT has come.
+   */
+  alone?: boolean;
   /** After the handler, before its result is stored and COMMIT (a worker moves the cursor here). */
   finish?(tx: Transaction<any>, event: TakenEvent): Promise<void>;
   /** The parent of the handler's span (a delivery's or a drain's). */
@@ -98,6 +106,12 @@ async function applyTaken<T>(
 ): Promise<{ took: T; runs: Array<Run & { readonly json?: string }> }> {
   let took: T | undefined;
   const runs: Array<Run & { readonly json?: string }> = [];
+  if (step.alone && rt.database.readCommittedAlone) {
+    took = await step.take(step.db ?? rt.database.kysely);
+    // Committed already: a handler run here would not be in the claim's transaction.
+    if (eventsOf(took).length > 0) throw new Error('webhook-inbox: a take sent alone took an event');
+    return { took, runs };
+  }
   // The SQL state machine relies on READ COMMITTED (each statement sees what committed before
   // it, e.g. a claim that waited for a key lock); said explicitly, whatever the server default.
   await (step.db ?? rt.database.kysely)

@@ -67,6 +67,13 @@ export interface Database {
    * sends the savepoint as a statement of its own.
    */
   readonly sendsThen: boolean;
+  /**
+   * The driver is ours, so a claim sent outside a transaction is a READ COMMITTED transaction
+   * of its own, in one round trip (src/drivers/fold.ts). A Kysely instance the user passed would
+   * run it at the server's default isolation, which the claim's SQL cannot rely on: there it
+   * keeps a transaction of its own.
+   */
+  readonly readCommittedAlone: boolean;
   destroy(): Promise<void>;
 }
 
@@ -114,7 +121,15 @@ export async function openDatabase(
     return fromPool(pool, true, names, wait);
   }
   if (isKysely(input)) {
-    return { kysely: input, kind: 'pg', pool: undefined, names, sendsThen: false, destroy: async () => {} };
+    return {
+      kysely: input,
+      kind: 'pg',
+      pool: undefined,
+      names,
+      sendsThen: false,
+      readCommittedAlone: false,
+      destroy: async () => {},
+    };
   }
   if (isPGlite(input)) return fromPGlite(input, false, names, wait);
   if (typeof (input as PgPoolLike).connect === 'function')
@@ -126,10 +141,26 @@ export async function openDatabase(
 
 function fromPool(pool: PgPoolLike, owns: boolean, names: StatementNames, wait: number): Database {
   const kysely = new Kysely<any>({ dialect: postgresDialect(new PgPoolDriver(pool, names, owns, wait)) });
-  return { kysely, kind: 'pg', pool, names, sendsThen: true, destroy: () => kysely.destroy() };
+  return {
+    kysely,
+    kind: 'pg',
+    pool,
+    names,
+    sendsThen: true,
+    readCommittedAlone: true,
+    destroy: () => kysely.destroy(),
+  };
 }
 
 function fromPGlite(pglite: PGliteLike, owns: boolean, names: StatementNames, wait: number): Database {
   const kysely = new Kysely<any>({ dialect: postgresDialect(new PGliteDriver(pglite, owns, wait, names)) });
-  return { kysely, kind: 'pglite', pool: undefined, names, sendsThen: true, destroy: () => kysely.destroy() };
+  return {
+    kysely,
+    kind: 'pglite',
+    pool: undefined,
+    names,
+    sendsThen: true,
+    readCommittedAlone: true,
+    destroy: () => kysely.destroy(),
+  };
 }

@@ -7,7 +7,13 @@
  */
 import pg from 'pg';
 import { afterEach, describe, expect, it } from 'vitest';
-import { createInbox, type Inbox, type PgClientLike, type PgPoolLike } from '../src/index.js';
+import {
+  createInbox,
+  type Inbox,
+  type InboxOptions,
+  type PgClientLike,
+  type PgPoolLike,
+} from '../src/index.js';
 import { postgresTarget, postgresUrl, type TargetDb } from './support/databases.js';
 
 /** One connection; every round trip's text recorded; a new wrapper per checkout when asked. */
@@ -48,7 +54,7 @@ describe.runIf(postgresTarget)('prepared folds fall back to text (real Postgres)
     await t?.close();
   });
 
-  async function start(newWrapperEachTime: boolean) {
+  async function start(newWrapperEachTime: boolean, options: Partial<InboxOptions> = {}) {
     t = await postgresTarget!.open();
     pool = new OneConnection(newWrapperEachTime);
     inbox = createInbox({
@@ -57,6 +63,7 @@ describe.runIf(postgresTarget)('prepared folds fall back to text (real Postgres)
       sweepIntervalMs: 0,
       duplicateCacheSize: 0,
       handle: (event) => ({ id: event.id }),
+      ...options,
     });
     await inbox.ready();
     return { inbox, pool };
@@ -86,6 +93,23 @@ describe.runIf(postgresTarget)('prepared folds fall back to text (real Postgres)
     pool.sent.length = 0;
     expect((await inbox.receive(delivery('p-3'))).kind).toBe('processed');
     expect(pool.sent.some((text) => text.startsWith('prepare '))).toBe(false);
+  });
+
+  it("deferred mode's claim alone, its statement deallocated: sent again as text, nothing to roll back", async () => {
+    const { inbox, pool } = await start(false, { mode: 'deferred', workers: 0 });
+    expect((await inbox.receive(delivery('d-1'))).kind).toBe('pending');
+    await pool.pool.query('deallocate all');
+    pool.sent.length = 0;
+    expect((await inbox.receive(delivery('d-2'))).kind).toBe('pending');
+    // Its implicit transaction was rolled back with the failed EXECUTE.
+    const claims = pool.sent.filter((text) => !text.startsWith('select count(*)'));
+    expect(claims).toEqual([
+      expect.stringMatching(
+        /^set transaction isolation level read committed; execute "wi_fold:[^"]+\.claim"\(/,
+      ),
+      expect.stringMatching(/^set transaction isolation level read committed; select \* from .*"claim"\(/s),
+    ]);
+    expect(await inbox.event('d-2')).toMatchObject({ status: 'pending' });
   });
 
   it('a pool that wraps its connection anew at every checkout: every delivery processed', async () => {

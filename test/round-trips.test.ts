@@ -202,6 +202,54 @@ describe.runIf(postgresTarget)('round trips to Postgres per delivery', () => {
       result: { ok: true },
     });
   });
+
+  it('deferred mode: the claim alone, its own READ COMMITTED transaction (no BEGIN, no COMMIT)', async () => {
+    // Acknowledges only (workers: 0): a worker's statements are not part of the delivery.
+    const deferred = createInbox({
+      db: pool,
+      schema: t.schema,
+      source: 'rt-deferred',
+      mode: 'deferred',
+      workers: 0,
+      sweepIntervalMs: 0,
+      handle: () => {},
+    });
+    await deferred.ready();
+    const receive = (id: string, extra: Record<string, string> = {}) =>
+      deferred.receive({
+        headers: { 'idempotency-key': id, 'content-type': 'application/json', ...extra },
+        rawBody: Buffer.from('{}'),
+      });
+    const alone = /^set transaction isolation level; execute "wi_fold:[^"]+\.claim"\([^;]*$/;
+    // The workers' count of pending events (`maxPending`), refreshed on a timer whatever the
+    // deliveries: not part of one.
+    const sent = () => pool.reset().filter((text) => !text.startsWith('select count(*)::int as n'));
+    for (const [id, extra, kind] of [
+      ['rtd-1', {}, 'pending'],
+      ['rtd-1', {}, 'pending'], // a duplicate of a pending event
+      ['rtd-o1', { 'x-key': 'kdf', 'x-seq': '1' }, 'pending'],
+      ['rtd-o3', { 'x-key': 'kdf', 'x-seq': '3' }, 'held'],
+    ] as const) {
+      pool.reset();
+      expect((await receive(id, extra)).kind).toBe(kind);
+      expect(sent()).toEqual([expect.stringMatching(alone)]);
+    }
+    // Values over 64 KiB travel as parameters: BEGIN, the claim, COMMIT.
+    pool.reset();
+    const big = await deferred.receive({
+      headers: { 'idempotency-key': 'rtd-big', 'content-type': 'application/json' },
+      rawBody: Buffer.from(JSON.stringify({ pad: 'x'.repeat(70_000) })),
+    });
+    expect(big.kind).toBe('pending');
+    expect(sent()).toEqual([
+      'begin isolation level read',
+      expect.stringMatching(/^select \* from "[^"]+"\."claim"\(\$1,$/),
+      'commit',
+    ]);
+    expect(await deferred.event('rtd-1')).toMatchObject({ status: 'pending' });
+    expect(await deferred.event('rtd-o3')).toMatchObject({ status: 'held' });
+    await deferred.close();
+  });
 });
 
 // On PGlite the same folds save calls into the embedded database, each of which has a fixed
@@ -272,6 +320,33 @@ describe('calls into PGlite per delivery', () => {
     ).toMatchObject({ kind: 'duplicate', body: { result: { ok: true } } });
     expect(calls).toHaveLength(2);
     await other.close();
+  });
+
+  it('deferred mode: the claim alone, one call', async () => {
+    const deferred = createInbox({
+      db: counting as any,
+      source: 'pgl-deferred',
+      mode: 'deferred',
+      workers: 0,
+      sweepIntervalMs: 0,
+      handle: () => {},
+    });
+    await deferred.ready();
+    calls.length = 0;
+    expect(
+      await deferred.receive({
+        headers: { 'idempotency-key': 'pgl-d1', 'content-type': 'application/json' },
+        rawBody: Buffer.from('{}'),
+      }),
+    ).toMatchObject({ kind: 'pending' });
+    // Without the workers' count of pending events, refreshed on a timer (not per delivery).
+    expect(calls.filter((text) => !text.startsWith('select count(*)::int as n'))).toEqual([
+      expect.stringMatching(
+        /^set transaction isolation level read committed; select \* from .*claim"\([^;]*$/,
+      ),
+    ]);
+    expect(await deferred.event('pgl-d1')).toMatchObject({ status: 'pending' });
+    await deferred.close();
   });
 });
 

@@ -18,6 +18,10 @@
  * `escapeLiteral` (bytea as hex, JSON as text), never concatenated by hand; a value too large
  * to be worth it (over `MAX_FOLDED_CHARS`) travels as a parameter instead, with BEGIN sent
  * first. A transaction that sends nothing sends neither BEGIN nor COMMIT.
+ *
+ * An `after-begin` statement sent outside a transaction is a transaction of its own (deferred
+ * mode's claim): `SET TRANSACTION` rides on it, and PostgreSQL runs the two as one implicit
+ * transaction that commits before the answer leaves the server.
  */
 import type { CompiledQuery, DatabaseConnection, QueryResult, TransactionSettings } from 'kysely';
 import pg from 'pg';
@@ -25,6 +29,13 @@ import { beginStatement, type StatementEntry, type StatementNames } from './comm
 
 /** Past this many characters of literals, folding costs more CPU than the round trip it saves. */
 const MAX_FOLDED_CHARS = 64 * 1024;
+
+/**
+ * The isolation of every transaction the inbox opens (ARCHITECTURE.md, "READ COMMITTED,
+ * always"), for a statement that is its own transaction: first in its query, it sets the
+ * implicit transaction's, whatever the server's `default_transaction_isolation`.
+ */
+const ALONE_READ_COMMITTED = 'set transaction isolation level read committed';
 
 const { escapeLiteral } = pg;
 const NEEDS_ESCAPING = /['\\]/;
@@ -103,6 +114,11 @@ export abstract class FoldingConnection implements DatabaseConnection {
 
   constructor(readonly names: StatementNames) {}
 
+  /** Whether a transaction was begun (sent or not). */
+  protected get inTransaction(): boolean {
+    return this.#inTransaction;
+  }
+
   /** Text on the simple protocol (no values): several statements; the rows of the `fromEnd`th last. */
   protected abstract simple<R>(text: string, fromEnd?: number): Promise<QueryResult<R>>;
   /** One statement with its parameters bound. */
@@ -118,17 +134,19 @@ export abstract class FoldingConnection implements DatabaseConnection {
   }
 
   /**
-   * BEGIN and an `after-begin` statement (and its `then`) in one query. Undefined when the
-   * values cannot be folded (the caller sends BEGIN alone, then the statement).
+   * BEGIN (or, for a statement alone, SET TRANSACTION) and an `after-begin` statement (and
+   * `then`) in one query. Undefined when the values cannot be folded (the caller sends BEGIN
+   * alone, then the statement).
    */
   protected async foldOnBegin<R>(
     begin: string,
     compiled: CompiledQuery,
     entry: StatementEntry,
+    then: string | undefined,
   ): Promise<QueryResult<R> | undefined> {
     const folded = this.foldText(compiled, entry);
     if (folded === undefined) return undefined;
-    return this.simple<R>(`${begin}; ${folded}${entry.then ? `; ${entry.then}` : ''}`, entry.then ? 2 : 1);
+    return this.simple<R>(`${begin}; ${folded}${then ? `; ${then}` : ''}`, then ? 2 : 1);
   }
 
   begin(settings: TransactionSettings): void {
@@ -167,6 +185,7 @@ export abstract class FoldingConnection implements DatabaseConnection {
 
   async executeQuery<R>(compiled: CompiledQuery): Promise<QueryResult<R>> {
     const entry = this.names.get(compiled.sql);
+    if (entry?.fold === 'after-begin' && !this.#inTransaction) return this.#alone<R>(compiled, entry);
     if (entry?.fold === 'before-commit' && this.#inTransaction) {
       this.#tails.push(compiled);
       return { rows: [] };
@@ -183,7 +202,7 @@ export abstract class FoldingConnection implements DatabaseConnection {
       const begin = this.#begin;
       this.#begin = undefined;
       if (entry?.fold === 'after-begin') {
-        const folded = await this.foldOnBegin<R>(begin, compiled, entry);
+        const folded = await this.foldOnBegin<R>(begin, compiled, entry, entry.then);
         if (folded) return folded;
       }
       await this.simple(begin);
@@ -191,6 +210,28 @@ export abstract class FoldingConnection implements DatabaseConnection {
     const result = await this.send<R>(compiled, entry);
     if (entry?.then) await this.simple(entry.then);
     return result;
+  }
+
+  /**
+   * A statement that opens our transactions, sent outside one: a READ COMMITTED transaction of
+   * its own, in one round trip. PostgreSQL runs the statements of one simple query as one
+   * implicit transaction, committed (or rolled back, on an error) before it answers: no lock
+   * is held while the answer travels back, and the connection is left outside a transaction.
+   * Its `then` (a savepoint) has no transaction to mark. Values that cannot be folded: BEGIN,
+   * the statement, COMMIT.
+   */
+  async #alone<R>(compiled: CompiledQuery, entry: StatementEntry): Promise<QueryResult<R>> {
+    const folded = await this.foldOnBegin<R>(ALONE_READ_COMMITTED, compiled, entry, undefined);
+    if (folded) return folded;
+    await this.simple(beginStatement({ isolationLevel: 'read committed' }));
+    try {
+      const result = await this.send<R>(compiled, entry);
+      await this.simple('commit');
+      return result;
+    } catch (err) {
+      await this.simple('rollback').catch(() => {});
+      throw err;
+    }
   }
 
   /**

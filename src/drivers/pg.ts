@@ -72,26 +72,28 @@ class PgConnection extends FoldingConnection {
   }
 
   /**
-   * BEGIN and an `after-begin` statement (and its `then`) in one round trip. Undefined when
-   * the values cannot be folded (the caller sends BEGIN alone, then the statement).
+   * BEGIN (or SET TRANSACTION) and an `after-begin` statement (and `then`) in one round trip.
+   * Undefined when the values cannot be folded (the caller sends BEGIN alone, then the statement).
    */
   protected override async foldOnBegin<R>(
     begin: string,
     compiled: CompiledQuery,
     entry: StatementEntry,
+    then: string | undefined,
   ): Promise<QueryResult<R> | undefined> {
     const prepared = preparedOn.get(this.client);
     if (entry.prepared && !this.folds.textOnly && prepared !== 'inline' && !prepared?.has(entry.prepared))
       await this.#prepareFolds();
-    const send = () => super.foldOnBegin<R>(begin, compiled, entry);
+    const send = () => super.foldOnBegin<R>(begin, compiled, entry, then);
     try {
       return await send();
     } catch (err) {
       // Its prepared statement was deallocated behind our back (DISCARD ALL, a pooler that
-      // swapped backends). Nothing but BEGIN ran in this transaction: roll it back and send
-      // the same as text (the connection folds text from now on), rather than fail a delivery.
+      // swapped backends). Nothing but BEGIN ran in this transaction: roll it back (a statement
+      // alone had its implicit one rolled back already) and send the same as text (the
+      // connection folds text from now on), rather than fail a delivery.
       if ((err as { code?: string }).code !== UNDEFINED_PREPARED_STATEMENT || this.broken) throw err;
-      await this.simple('rollback');
+      if (this.inTransaction) await this.simple('rollback');
       return send();
     }
   }

@@ -28,8 +28,13 @@
  *   (take_next, take_turn, take_pending) locks its row but leaves it waiting: "result" is then
  *   one UPDATE that marks it processed with its result, sent even without a result
  *   (src/sql/mark-applied.ts).
- * - deferred mode: [BEGIN + claim] (stored as pending; its NOTIFY rides on the COMMIT), COMMIT
- *   = 2, then a worker applies it:
+ * - deferred mode: [claim] = 1, whatever it decides (pending, held, duplicate, mismatch, …): it
+ *   applies nothing, so it is a READ COMMITTED transaction of its own (`SET TRANSACTION` rides
+ *   on it, src/drivers/fold.ts), committed inside PostgreSQL before its answer comes back: its
+ *   NOTIFY is sent there, and its locks (the key's, the id's) are not held while the answer
+ *   travels and COMMIT follows (the 50 senders of one key queued behind that round trip). With a Kysely instance
+ *   of the user's, whose driver would run it at the server's default isolation: BEGIN, claim,
+ *   COMMIT. Then a worker applies it:
  *   - an ordered key's event: [BEGIN + take_turn + SAVEPOINT], <handler>, [advance],
  *     [result + COMMIT] = the handler's + 3 (advance: the price of not holding the key meanwhile);
  *   - unordered events, n in one transaction (n = `workerBatchSize` while every lane is busy,
@@ -42,8 +47,9 @@
  * - shed (maxInFlight, maxPending): 0, answered before touching the database.
  * Values too large to write as literals (over 64 KiB, e.g. a big held payload, or a new
  * event's payload kept with `keepPayload`) travel as parameters instead: BEGIN (or COMMIT)
- * then goes alone, one round trip more. Once in each connection's
- * life (not per delivery), one round trip PREPAREs the folded statements (src/drivers/pg.ts).
+ * then goes alone, one round trip more (a deferred claim: BEGIN, claim, COMMIT = 3). Once in
+ * each connection's life (not per delivery), one round trip PREPAREs the folded statements
+ * (src/drivers/pg.ts).
  * On PGlite the same folds hold, counted as calls into the embedded database (each has a fixed
  * cost of its own; src/drivers/fold.ts).
  */
@@ -428,6 +434,7 @@ async function claimAndApplyOn(
       },
       parent: obs.parent,
       db,
+      alone: deferred,
     });
   } catch (err) {
     return { outcome: respond.infrastructureFailure(o, err), drain: false };

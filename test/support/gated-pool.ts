@@ -28,10 +28,14 @@ export class Gate {
   }
 }
 
-/** A pg pool whose next statement matching a pattern waits at a gate before it is sent. */
+/**
+ * A pg pool whose next statement matching a pattern waits at a gate before it is sent, or
+ * whose answer waits at a gate after it has run (a slow way back from the server).
+ */
 export class GatedPool implements PgPoolLike {
   readonly pool: pg.Pool;
   readonly #holds: Array<{ pattern: RegExp; gate: Gate }> = [];
+  readonly #answerHolds: Array<{ pattern: RegExp; gate: Gate }> = [];
 
   /** `options`: extra server settings for every connection (e.g. the default isolation). */
   constructor(connectionString: string, options?: string) {
@@ -46,6 +50,17 @@ export class GatedPool implements PgPoolLike {
     return gate;
   }
 
+  /**
+   * The answer to the next statement whose text matches `pattern` waits until the returned gate
+   * opens: the statement has run in Postgres (`reached` says its answer has arrived), and the
+   * inbox has not heard back.
+   */
+  holdAnswer(pattern: RegExp): Gate {
+    const gate = new Gate();
+    this.#answerHolds.push({ pattern, gate });
+    return gate;
+  }
+
   readonly #wrapper = onePerClient((client) => this.#wrap(client));
   async connect(): Promise<PgClientLike> {
     return this.#wrapper(await this.pool.connect());
@@ -53,6 +68,7 @@ export class GatedPool implements PgPoolLike {
 
   #wrap(client: pg.PoolClient): PgClientLike {
     const holds = this.#holds;
+    const answerHolds = this.#answerHolds;
     return {
       async query(config) {
         const i = holds.findIndex((h) => h.pattern.test(config.text));
@@ -60,7 +76,16 @@ export class GatedPool implements PgPoolLike {
           const [{ gate }] = holds.splice(i, 1);
           await gate.passed();
         }
-        return client.query(config as pg.QueryConfig) as any;
+        const j = answerHolds.findIndex((h) => h.pattern.test(config.text));
+        if (j < 0) return client.query(config as pg.QueryConfig) as any;
+        const [{ gate }] = answerHolds.splice(j, 1);
+        const answer = await client.query(config as pg.QueryConfig).then(
+          (result) => ({ result }),
+          (error: unknown) => ({ error }),
+        );
+        await gate.passed();
+        if ('error' in answer) throw answer.error;
+        return answer.result as any;
       },
       release: (err) => client.release(err as any),
       on: (event, listener) => client.on(event, listener),
