@@ -122,6 +122,34 @@ const VARIANTS: Record<string, { what: string; queries(id: string, i: number): Q
       `insert into "${inboxSchema}"."events" (source, id, body_hash, status, processed_at, result) values ('default', '${id}', '${HASH}', 'processed', now(), '{"balance":10}'); commit`,
     ],
   },
+  'plain-sql-claim': {
+    what: 'the unordered claim as plain statements: SET LOCAL lock_timeout, the advisory lock, a read of the id, lock_timeout back, SAVEPOINT; the row at COMMIT',
+    queries: (id, i) => [
+      `${BEGIN}; set local lock_timeout = '5000ms'; select pg_advisory_xact_lock(hashtextextended('x|7|default|${id}', 0)); select status, body_hash, result from "${inboxSchema}"."events" where source = 'default' and id = '${id}' for update; set local lock_timeout to default; savepoint wi_apply`,
+      ...ledgerWrite(id, i),
+      `execute wi_record_applied('default', '${id}', '${HASH}', '{"balance":10}', null, null); commit`,
+    ],
+  },
+  'events-row-only': {
+    what: 'no claim, no savepoint: the ledger, then the inbox row with its result (prepared) riding on COMMIT',
+    queries: (id, i) => [
+      BEGIN,
+      ...ledgerWrite(id, i),
+      `execute wi_record_applied('default', '${id}', '${HASH}', '{"balance":10}', null, null); commit`,
+    ],
+  },
+  handmade: {
+    what: 'the bench contender `handmade`: the id into a one-column table first (ON CONFLICT DO NOTHING), the ledger, COMMIT',
+    queries: (id, i) => [
+      BEGIN,
+      {
+        text: `insert into "${ledgerSchema}"."processed" (id) values ($1) on conflict do nothing returning id`,
+        values: [id],
+      },
+      ...ledgerWrite(id, i),
+      'commit',
+    ],
+  },
   'dedup-row-only': {
     what: 'the floor of any inbox: one plain INSERT of the dedup row, nothing else',
     queries: (id, i) => [`${BEGIN}; ${plainInsert(id)}`, ...ledgerWrite(id, i), 'commit'],
@@ -136,6 +164,10 @@ for (const name of picked)
 const inbox = createInbox({ db: url, schema: inboxSchema, handle: () => undefined });
 const kysely = await inbox.kysely();
 await new Ledger(ledgerSchema).setup(kysely);
+await kysely.schema
+  .createTable(`${ledgerSchema}.processed`)
+  .addColumn('id', 'text', (c) => c.primaryKey())
+  .execute();
 await inbox.close();
 
 const client = new pg.Client({ connectionString: url });
