@@ -37,11 +37,8 @@ export class Runtime {
   readonly tracer: Tracer;
   /** Events this instance saw processed: duplicates answered with no round trip. */
   readonly processed: ProcessedCache;
-  /**
-   * Whether a primary-key read before BEGIN (without Redis) or a Redis GET (with) pays, from
-   * the recent share of duplicates.
-   */
-  readonly duplicateOdds: DuplicateOdds;
+  /** Whether a primary-key read before BEGIN pays, from the recent share of duplicates. */
+  readonly duplicateOdds = new DuplicateOdds();
   metrics: InboxMetrics = noMetrics;
   redis: RedisCache | undefined;
   /**
@@ -69,7 +66,6 @@ export class Runtime {
     this.lockTimeout = `${options.lockTimeoutMs}ms`;
     this.tracer = createTracer(options.tracerProvider);
     this.processed = new ProcessedCache(options.duplicateCacheSize);
-    this.duplicateOdds = new DuplicateOdds(options.redis === undefined ? 0 : 0.5);
   }
 
   /** Opens the database and runs migrations (unless `migrate: false`). Idempotent. */

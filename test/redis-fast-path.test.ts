@@ -393,64 +393,6 @@ describe.skipIf(!postgresTarget || !redisUrl)('when Redis goes away or slows dow
     }
   });
 
-  it('skips the GET while duplicates are rare, and asks again once the claim finds one', async () => {
-    const client = new Redis(redisUrl!);
-    const gets: string[] = [];
-    // The inbox's view of a client (get, set): every GET it sends is recorded.
-    const counting = {
-      get: (key: string) => {
-        gets.push(key);
-        return client.get(key);
-      },
-      set: (...args: Parameters<Redis['set']>) => client.set(...args),
-    };
-    const p = prefixFor();
-    const other = createInbox({
-      db: t.another(),
-      schema: t.schema,
-      sweepIntervalMs: 0,
-      handle: () => ({ ok: 1 }),
-    });
-    const inbox = createInbox({
-      db: t.another(),
-      schema: t.schema,
-      sweepIntervalMs: 0,
-      redis: counting as never,
-      redisPrefix: p,
-      duplicateCacheSize: 0,
-      handle: () => ({ ok: 2 }),
-    });
-    try {
-      // A fresh instance asks Redis first: it has no history yet.
-      const first = uid('rare');
-      expect((await inbox.receive(delivery(first, { a: 1 }))).kind).toBe('processed');
-      expect(gets).toHaveLength(1);
-      // A run of new events: the share of duplicates falls under one in eight and the GET stops.
-      for (let i = 0; i < 20; i++)
-        expect((await inbox.receive(delivery(uid('rare'), { a: i }))).kind).toBe('processed');
-      const asked = gets.length;
-      expect(asked).toBeLessThan(21);
-      const before = gets.length;
-      for (let i = 0; i < 5; i++) await inbox.receive(delivery(uid('rare'), { a: i }));
-      expect(gets.length).toBe(before);
-      // A duplicate of an event another instance processed: the claim answers it (no GET sent),
-      // with the same outcome Redis would have given, and the share is lifted.
-      const elsewhere = uid('elsewhere');
-      await other.receive(delivery(elsewhere, { b: 1 }));
-      const dup = await inbox.receive(delivery(elsewhere, { b: 1 }));
-      expect(dup).toMatchObject({ kind: 'duplicate', body: { result: { ok: 1 } } });
-      expect(gets.length).toBe(before);
-      // The next delivery asks Redis again.
-      await inbox.receive(delivery(elsewhere, { b: 1 }));
-      expect(gets.length).toBe(before + 1);
-    } finally {
-      await inbox.close();
-      await other.close();
-      await client.quit();
-      await dropPrefix(p);
-    }
-  });
-
   it('closes the Redis client it created from a URL', async () => {
     const name = uniqueName('wi');
     const inbox = createInbox({

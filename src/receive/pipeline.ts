@@ -17,9 +17,6 @@
  * - with option `redis`, a duplicate (or a 422 reuse) of an event any instance processed,
  *   found by one Redis GET (before BEGIN, bounded by `redisTimeoutMs`): 0. Every other
  *   delivery pays that GET and then exactly the rows here; a miss, error or timeout too.
- *   While duplicates are rare (under one in eight of the recent deliveries that missed the
- *   in-process cache, duplicate-odds.ts), the GET is skipped: a new event then costs exactly
- *   what it costs without Redis, and a duplicate 2.
  *   After a COMMIT as processed, one Redis SET that the response does not wait for.
  * - other duplicate, held, late, mismatch, buffer-full: [BEGIN + claim], COMMIT = 2; without
  *   Redis and while most deliveries are duplicates (duplicate-odds.ts), a processed duplicate
@@ -222,10 +219,9 @@ async function decide(rt: Runtime, bg: Background, delivery: Delivery, obs: Obse
   }
   if (rt.redis) {
     // One GET, before any Postgres round trip: a duplicate of an event that any instance
-    // processed is answered here. Skipped while duplicates are rare (duplicate-odds.ts): it
-    // would cost every new event a GET for almost nothing; the claim still decides.
-    const found = rt.duplicateOdds.rare ? undefined : await rt.redis.lookup(d.id);
-    if (found?.hit) {
+    // processed is answered here.
+    const found = await rt.redis.lookup(d.id);
+    if (found.hit) {
       obs.answeredBy = 'redis';
       rt.duplicateOdds.note(true);
       return fromProcessed(rt, d, found.event);
