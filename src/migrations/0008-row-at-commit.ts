@@ -1,18 +1,26 @@
 import type { Tables } from '../sql/tables.js';
 
 /**
- * Migration 0008: a new unordered event applied inline is no longer inserted by the claim and
- * updated with its result at COMMIT. The claim takes an advisory lock on its id (held until
- * COMMIT) and reads the row; when there is none it answers `apply` with `row_at_commit`, and
- * the caller inserts the row once, with its result, riding on COMMIT. The claim gets a 14th
- * parameter, `p_row_at_commit`, and an output column `row_at_commit`: a new function beside
- * the 13-parameter one, which becomes a wrapper that keeps the old behaviour for instances of
- * earlier versions during a rolling deploy. Frozen history: never edit it; today's claim lives
- * in src/sql/claim.ts.
+ * Migration 0008: a new event applied inline (unordered, or ordered in its turn) is written
+ * once, at COMMIT, with its result, instead of inserted by the claim and updated at COMMIT;
+ * and every claim takes the id's advisory lock before it reads or writes the id's row.
+ * - `claim` gets a 14th parameter, `p_row_at_commit`, and an output column `row_at_commit`:
+ *   with it, an `apply` writes no event row (the caller's `record_applied` inserts it riding
+ *   on COMMIT); the ordered claim still moves the key's cursor under the key row's lock.
+ * - Every claim takes `pg_advisory_xact_lock` on a hash of the inbox's scope, the
+ *   length-prefixed source and the id: an unordered claim first, holding nothing; an ordered
+ *   claim (and `claim_latest`) after its key row. A handler then never runs for an id while
+ *   another claim of that id is in flight, whatever its key, mode or policy. Holding that lock,
+ *   a claim waits for no ordered event row (its holder may be a worker waiting for its key).
+ * - The 13-parameter `claim` becomes a wrapper calling the new one with `false` (the row
+ *   written by the claim, as before), so that instances of earlier versions claim correctly
+ *   during a rolling deploy.
+ * One migration for what was built in three steps before any release (so no database needs
+ * the steps). Frozen history: never edit it; today's functions live in src/sql/claim.ts,
+ * src/sql/claim-latest.ts and src/sql/id-lock.ts.
  */
 export function rowAtCommit(t: Tables): string {
-  // The 14-parameter claim first: the wrapper's body calls it.
-  return claim(t) + previousClaim(t);
+  return claim(t) + previousClaim(t) + claimLatest(t);
 }
 
 // The claim as of this migration (a copy, frozen: src/sql/claim.ts moves on).
@@ -64,6 +72,14 @@ begin
     expected := v_next;
     v_turn := p_seq = v_next and (v_state = 'open' or v_blocked_reason = 'gap');
 
+    -- The id's lock, after the key row: a claim of the id under another key, under none, or
+    -- latest-wins waits here until this one commits, and then reads its row (a mismatch),
+    -- instead of running its handler beside this one's. No cycle: whoever holds an id's lock
+    -- never waits for a key row afterwards, nor for an event row whose holder may (ARCHITECTURE.md,
+    -- "Locks"); drains take key then event row and never this lock.
+    perform pg_advisory_xact_lock(hashtextextended(
+      '${t.schema}.${t.prefix}|' || length(p_source) || '|' || p_source || '|' || p_id, 0));
+
     -- Holding the key, never wait for an event row (ARCHITECTURE.md, "Locks"): the only holder
     -- of an ordered event row without its key is a worker between take_turn and advance, which
     -- is applying it and waits for this key in advance. Such a row is answered from its
@@ -108,7 +124,17 @@ begin
         decision := 'mismatch';
         reason := 'seq-taken';
       elsif v_turn then
-        if p_apply then
+        if p_apply and p_row_at_commit then
+          -- Applied now, in its turn: no row until COMMIT, where the apply path inserts it once,
+          -- with its key, seq and result (src/sql/record-applied.ts). The key row locked above
+          -- (held until COMMIT) already serialises every claim, drain and operator action of
+          -- this key, and the cursor still moves below, so none of them can see the seq's turn
+          -- without its row. A claim of the id under no key or another key does not take it and
+          -- may apply the id meanwhile: the primary key then fails one of the two INSERTs at
+          -- COMMIT (23505 -> 409), and nothing is applied twice.
+          decision := 'apply';
+          row_at_commit := true;
+        elsif p_apply then
           insert into ${t.events} (source, id, key, seq, body_hash, status, payload, headers, processed_at)
             values (p_source, p_id, p_key, p_seq, p_hash, 'processed',
                     case when p_keep_payload then p_payload end, case when p_keep_payload then p_headers end, now());
@@ -150,45 +176,59 @@ begin
         end if;
       end if;
     end if;
-  elsif p_apply and p_row_at_commit then
-    -- Unordered and applied now: the id's lock is an advisory lock, held until COMMIT, and the
-    -- row is inserted only then, with its result (src/sql/record-applied.ts). Every inline claim
-    -- of an unordered id takes this lock before anything else, holding nothing, so a wait for it
-    -- closes no cycle; it waits at most lock_timeout (55P03 -> 409 in-flight). Its key is a
-    -- 64-bit hash of the inbox's tables, the source (length-prefixed, so no two (source, id)
-    -- pairs give one text) and the id. Two ids whose hashes collide only wait for each other;
-    -- what is decided is read from the row below, never from the lock: under READ COMMITTED
-    -- each statement here sees what committed before it, so a copy that waited for the lock
-    -- reads the row its holder committed (a duplicate). Claims that do not take
-    -- it (ordered, latest-wins, deferred mode) may insert the id meanwhile: the primary key then
-    -- fails this transaction's INSERT at COMMIT (23505 -> 409), and nothing is applied twice.
+  else
+    -- Unordered: the id's lock first, holding nothing else (so a wait for it closes no cycle),
+    -- in every mode: an inline claim and a deferred one (mixed deployments, a switch between
+    -- modes) then never both let a handler run for the id.
     perform pg_advisory_xact_lock(hashtextextended(
       '${t.schema}.${t.prefix}|' || length(p_source) || '|' || p_source || '|' || p_id, 0));
-    select * into v_ev from ${t.events} e where e.source = p_source and e.id = p_id for update;
+    if p_apply and p_row_at_commit then
+      -- Applied now: the row is inserted only at COMMIT, with its result
+      -- (src/sql/record-applied.ts). Every other claim of the id waits for the lock until then
+      -- and reads the committed row: a duplicate (or a mismatch). The primary key stays the
+      -- last guard: a row inserted meanwhile fails this transaction's INSERT at COMMIT
+      -- (23505 -> 409), and nothing is applied twice.
+      select * into v_ev from ${t.events} e where e.source = p_source and e.id = p_id for update skip locked;
     v_found := found;
     if not v_found then
-      decision := 'apply';
-      row_at_commit := true;
-    end if;
-  else
-    -- Deferred mode (stored as pending), and an inline claim through the 13-parameter claim of
-    -- earlier versions: the row is inserted now.
-    insert into ${t.events} as e (source, id, body_hash, status, payload, headers, processed_at)
-      values (p_source, p_id, p_hash,
-              case when p_apply then 'processed' else 'pending' end,
-              case when p_keep_payload or not p_apply then p_payload end,
-              case when p_keep_payload or not p_apply then p_headers end,
-              case when p_apply then now() end)
-      on conflict (source, id) do nothing;
-    if found then
-      decision := case when p_apply then 'apply' else 'pending' end;
-    else
-      -- The id exists. If a concurrent claim holds it, this waits for that transaction
-      -- (bounded by lock_timeout) and then sees what it committed.
-      select * into v_ev from ${t.events} e where e.source = p_source and e.id = p_id for update;
+      select * into v_ev from ${t.events} e where e.source = p_source and e.id = p_id;
       v_found := found;
+      if v_found and v_ev.key is null then
+        select * into v_ev from ${t.events} e where e.source = p_source and e.id = p_id for update;
+        v_found := found;
+      end if;
+    end if;
       if not v_found then
-        raise exception 'event row pruned during claim' using errcode = '55P03';
+        decision := 'apply';
+        row_at_commit := true;
+      end if;
+    else
+      -- Deferred mode (stored as pending), and an inline claim through the 13-parameter claim of
+      -- earlier versions: the row is inserted now.
+      insert into ${t.events} as e (source, id, body_hash, status, payload, headers, processed_at)
+        values (p_source, p_id, p_hash,
+                case when p_apply then 'processed' else 'pending' end,
+                case when p_keep_payload or not p_apply then p_payload end,
+                case when p_keep_payload or not p_apply then p_headers end,
+                case when p_apply then now() end)
+        on conflict (source, id) do nothing;
+      if found then
+        decision := case when p_apply then 'apply' else 'pending' end;
+      else
+        -- The id exists (committed: every claim that inserts it holds the lock this one took).
+        select * into v_ev from ${t.events} e where e.source = p_source and e.id = p_id for update skip locked;
+    v_found := found;
+    if not v_found then
+      select * into v_ev from ${t.events} e where e.source = p_source and e.id = p_id;
+      v_found := found;
+      if v_found and v_ev.key is null then
+        select * into v_ev from ${t.events} e where e.source = p_source and e.id = p_id for update;
+        v_found := found;
+      end if;
+    end if;
+        if not v_found then
+          raise exception 'event row pruned during claim' using errcode = '55P03';
+        end if;
       end if;
     end if;
   end if;
@@ -258,6 +298,97 @@ language sql as $fn$
   select c.decision, c.result, c.expected, c.reason, c.attempts, c.drain, c.received_at
     from ${t.fn('claim')}(p_source, p_id, p_key, p_seq, p_hash, p_payload, p_headers, p_apply, p_keep_payload,
                           p_first_seen, p_max_held, p_max_ahead, p_lock_timeout, false) c
+$fn$;
+`;
+}
+
+// claim_latest as of this migration (a copy, frozen: src/sql/claim-latest.ts moves on).
+function claimLatest(t: Tables): string {
+  return `
+create or replace function ${t.fn('claim_latest')}(
+  p_source text, p_id text, p_key text, p_version bigint, p_hash text, p_lock_timeout text
+) returns table (decision text, result jsonb, latest bigint, reason text, attempts integer, received_at timestamptz)
+language plpgsql as $fn$
+declare
+  v_prev_lock_timeout text := current_setting('lock_timeout');
+  v_last bigint;
+  v_ev ${t.events}%rowtype;
+  v_superseded jsonb;
+  v_found boolean;
+begin
+  perform set_config('lock_timeout', p_lock_timeout, true);
+  attempts := 0;
+  received_at := now();
+  select k.last_version into v_last from ${t.keys} k where k.source = p_source and k.key = p_key for update;
+  if not found then
+    insert into ${t.keys} as k (source, key, next_seq) values (p_source, p_key, 1)
+      on conflict (source, key) do nothing;
+    select k.last_version into v_last from ${t.keys} k where k.source = p_source and k.key = p_key for update;
+  end if;
+  latest := v_last;
+  v_superseded := jsonb_build_object('superseded', true, 'key', p_key, 'version', p_version, 'latest', v_last);
+
+  -- The id's lock, after the key row: an ordered, unordered or deferred claim of the same id
+  -- waits until this one commits (and reads its row) rather than running its handler beside
+  -- this one's. Then the row, never waiting for an ordered one (src/sql/id-lock.ts says why).
+  perform pg_advisory_xact_lock(hashtextextended(
+      '${t.schema}.${t.prefix}|' || length(p_source) || '|' || p_source || '|' || p_id, 0));
+  select * into v_ev from ${t.events} e where e.source = p_source and e.id = p_id for update skip locked;
+    v_found := found;
+    if not v_found then
+      select * into v_ev from ${t.events} e where e.source = p_source and e.id = p_id;
+      v_found := found;
+      if v_found and v_ev.key is null then
+        select * into v_ev from ${t.events} e where e.source = p_source and e.id = p_id for update;
+        v_found := found;
+      end if;
+    end if;
+  if not v_found then
+    if v_last is not null and p_version < v_last then
+      insert into ${t.events} (source, id, body_hash, status, result, processed_at)
+        values (p_source, p_id, p_hash, 'processed', v_superseded, now());
+      decision := 'superseded';
+      result := v_superseded;
+    else
+      insert into ${t.events} (source, id, body_hash, status, processed_at)
+        values (p_source, p_id, p_hash, 'processed', now());
+      decision := 'apply';
+    end if;
+  else
+    attempts := v_ev.attempts;
+    received_at := v_ev.received_at;
+    if v_ev.body_hash <> p_hash then
+      decision := 'mismatch';
+      reason := 'body';
+    elsif v_ev.key is not null then
+      decision := 'mismatch';
+      reason := 'key';
+    elsif v_ev.status = 'processed' then
+      decision := 'duplicate';
+      result := v_ev.result;
+    elsif v_ev.status = 'dead' then
+      decision := 'dead';
+      reason := v_ev.dead_reason;
+    elsif v_last is not null and p_version < v_last then
+      -- It waited after a failed run, and a newer version was applied meanwhile.
+      update ${t.events} e set status = 'processed', processed_at = now(), run_after = null, result = v_superseded
+        where e.source = p_source and e.id = p_id;
+      decision := 'superseded';
+      result := v_superseded;
+    else
+      update ${t.events} e set status = 'processed', processed_at = now(), run_after = null
+        where e.source = p_source and e.id = p_id;
+      decision := 'apply';
+    end if;
+  end if;
+
+  if decision = 'apply' then
+    update ${t.keys} k set last_version = p_version, updated_at = now()
+      where k.source = p_source and k.key = p_key;
+  end if;
+  perform set_config('lock_timeout', v_prev_lock_timeout, true);
+  return next;
+end
 $fn$;
 `;
 }
