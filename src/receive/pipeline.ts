@@ -293,7 +293,7 @@ function claimAndApply(rt: Runtime, bg: Background, d: ParsedDelivery, obs: Obse
 /** A delivery the claim said to apply now, as the apply path takes it. */
 function taken(
   d: Pick<ParsedDelivery, 'id' | 'key' | 'seq' | 'hash' | 'rawBody' | 'headers' | 'body'>,
-  claim: { attempts: number; receivedAt: Date },
+  claim: { attempts: number; receivedAt: Date; rowAtCommit?: boolean },
 ): TakenEvent {
   return {
     id: d.id,
@@ -305,6 +305,8 @@ function taken(
     attempts: claim.attempts,
     receivedAt: claim.receivedAt,
     body: d.body,
+    // The claim left the row unwritten: the apply path inserts it at COMMIT, with the result.
+    rowAtCommit: claim.rowAtCommit,
   };
 }
 
@@ -429,8 +431,7 @@ async function claimAndApplyOn(
           }),
         );
         if (claim.decision !== 'apply') return { claim };
-        // rowAtCommit: the apply path writes its row at COMMIT, with the result.
-        return { claim, event: { ...taken(d, claim), rowAtCommit: claim.rowAtCommit } };
+        return { claim, event: taken(d, claim) };
       },
       parent: obs.parent,
       db,
