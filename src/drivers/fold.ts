@@ -11,7 +11,7 @@
  *
  * What a fold saves differs by driver: a network round trip on pg (node-postgres has no
  * pipelining); on PGlite, a call into the embedded database, whose fixed cost (the protocol
- * written and read in JavaScript, the step into WebAssembly) measured 40–75 µs, more than
+ * written and read in JavaScript, the step into WebAssembly) measured 50–90 µs, more than
  * most of our statements' own work.
  *
  * The simple protocol takes no parameters, so the values are written as literals by pg's own
