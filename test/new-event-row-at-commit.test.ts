@@ -8,11 +8,13 @@
  * `keepPayload`. And where a row appears anyway (a claim that does not take the lock), the
  * primary key refuses the second application and the delivery is answered 409, never 500.
  */
+import { createHash } from 'node:crypto';
 import { type Kysely, sql } from 'kysely';
+import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type LedgerServer, startLedger } from '../examples/ledger/start.js';
 import { createInbox, type Handler } from '../src/index.js';
-import { postgresTarget, type Target, type TargetDb, targets } from './support/databases.js';
+import { postgresTarget, postgresUrl, type Target, type TargetDb, targets } from './support/databases.js';
 import { post, type Reply } from './support/http.js';
 import { invariantsHoldAfterEach, watchInvariants } from './support/invariants.js';
 
@@ -435,6 +437,48 @@ describe.runIf(postgresTarget)(
       const reply = await first;
       expect(reply.body).toMatchObject({ status: 'processed', id });
       expect(await app.inbox.event(id)).toMatchObject({ status: 'processed', result: reply.body.result });
+    });
+
+    it("a row inserted meanwhile without the id's lock: COMMIT fails (23505), 409, the handler's writes rolled back; the retry is answered from that row", async () => {
+      const id = uid('guarded');
+      const body = { amount: 9 };
+      const g = hold(id);
+      const first = post(url, body, { 'Idempotency-Key': id });
+      await g.entered;
+      // Something that takes no id lock (a hand-written INSERT, a tool) stores the id, same
+      // bytes, processed elsewhere, while the handler runs: only the primary key is left to
+      // refuse the second application.
+      const other = new pg.Client({ connectionString: postgresUrl! });
+      await other.connect();
+      try {
+        await other.query(
+          `insert into "${t.schema}".events (source, id, body_hash, status, processed_at, result)
+           values ('default', $1, $2, 'processed', now(), $3::jsonb)`,
+          [
+            id,
+            createHash('sha256').update(JSON.stringify(body)).digest('hex'),
+            JSON.stringify({ appliedBy: 'elsewhere' }),
+          ],
+        );
+      } finally {
+        g.release();
+        await other.end();
+      }
+      const reply = await first;
+      expect(reply.status).toBe(409);
+      expect(reply.headers.get('content-type')).toMatch(problemJson);
+      expect(reply.body).toMatchObject({ status: 409 });
+      // The ledger entry the handler wrote rolled back with the failed COMMIT.
+      expect(await entries('none', id)).toEqual([]);
+      expect(await app.inbox.event(id)).toMatchObject({
+        status: 'processed',
+        result: { appliedBy: 'elsewhere' },
+      });
+      const retry = await post(url, body, { 'Idempotency-Key': id });
+      expect(retry.status).toBe(200);
+      expect(retry.body).toEqual({ status: 'duplicate', id, result: { appliedBy: 'elsewhere' } });
+      expect(attemptsSeen.get(id)).toEqual([1]);
+      expect(await entries('none', id)).toEqual([]);
     });
   },
 );
