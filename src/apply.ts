@@ -103,9 +103,9 @@ async function applyTaken<T>(
   rt: Runtime,
   step: ApplyStep<T>,
   eventsOf: (took: T) => readonly TakenEvent[],
-): Promise<{ took: T; runs: Array<Run & { readonly json?: string }> }> {
+): Promise<{ took: T; runs: RunDone[] }> {
   let took: T | undefined;
-  const runs: Array<Run & { readonly json?: string }> = [];
+  const runs: RunDone[] = [];
   if (step.alone && rt.database.readCommittedAlone) {
     took = await step.take(step.db ?? rt.database.kysely);
     // Committed already: a handler run here would not be in the claim's transaction.
@@ -125,13 +125,22 @@ async function applyTaken<T>(
         runs.push(await runTaken(rt, tx, events[i] as TakenEvent, step));
       }
     });
-  // Committed: only now may the events be remembered as processed.
+  // Committed: only now may the events be remembered, and their handler runs counted, as
+  // processed (a COMMIT that failed, e.g. 23505 on a new event's row, applied nothing).
   for (const run of runs) {
     if (run.status === 'failed') reportFailure(rt, run.event, run.failure);
-    else rt.rememberProcessed(run.event, run.json);
+    else {
+      rt.metrics.handler(run.seconds, 'processed');
+      rt.rememberProcessed(run.event, run.json);
+    }
   }
   return { took: took as T, runs };
 }
+
+/** A run inside its transaction, with what is reported only after COMMIT. */
+type RunDone =
+  | (Extract<Run, { status: 'applied' }> & { readonly json?: string; readonly seconds: number })
+  | Extract<Run, { status: 'failed' }>;
 
 /**
  * One taken event, inside its transaction and under its savepoint: the handler, then its
@@ -143,11 +152,12 @@ async function runTaken(
   tx: Transaction<any>,
   event: TakenEvent,
   step: ApplyStep<unknown>,
-): Promise<Run & { readonly json?: string }> {
+): Promise<RunDone> {
   let result: unknown;
   let json: string | undefined;
+  let seconds: number;
   try {
-    ({ result, json } = await runHandler(rt, tx, event, step.parent));
+    ({ result, json, seconds } = await runHandler(rt, tx, event, step.parent));
   } catch (err) {
     if (!(err instanceof HandlerError)) throw err;
     return { status: 'failed', event, failure: await recordFailure(rt, tx, event, err.cause) };
@@ -166,7 +176,7 @@ async function runTaken(
       keepPayload: rt.options.keepPayload,
     });
   } else if (json !== undefined) await rt.statements.storeResult(tx, rt.options.source, event.id, json);
-  return { status: 'applied', event, result, json };
+  return { status: 'applied', event, result, json, seconds };
 }
 
 /**
@@ -193,13 +203,17 @@ function recordApplied(
   });
 }
 
-/** Runs the handler in `tx`; its result, as JSON for storing. Any throw becomes a HandlerError. */
+/**
+ * Runs the handler in `tx`; its result, as JSON for storing, and how long it ran. Any throw
+ * becomes a HandlerError, counted here as failed; a run that returned is counted as processed
+ * by the caller, after COMMIT.
+ */
 async function runHandler(
   rt: Runtime,
   tx: Transaction<any>,
   taken: TakenEvent,
   parent: Context | undefined,
-): Promise<{ result: unknown; json: string | undefined }> {
+): Promise<{ result: unknown; json: string | undefined; seconds: number }> {
   const o = rt.options;
   const started = performance.now();
   let result: unknown;
@@ -231,8 +245,7 @@ async function runHandler(
     rt.metrics.handler((performance.now() - started) / 1000, 'failed');
     throw err instanceof HandlerError ? err : new HandlerError(err);
   }
-  rt.metrics.handler((performance.now() - started) / 1000, 'processed');
-  return { result, json };
+  return { result, json, seconds: (performance.now() - started) / 1000 };
 }
 
 function errorMessage(err: unknown): string {

@@ -184,7 +184,7 @@ function define(client: any, registry: RegistryLike): Shared {
       handlerDuration: metric(
         'Histogram',
         n.handlerDuration,
-        'Time the handler ran, by outcome (processed: returned; failed: threw)',
+        'Time the handler ran, by outcome (processed: returned and its transaction committed; failed: threw)',
         ['source', 'outcome'],
         { buckets: LATENCY_BUCKETS },
       ),

@@ -11,6 +11,7 @@
 import { createHash } from 'node:crypto';
 import { type Kysely, sql } from 'kysely';
 import pg from 'pg';
+import { Registry } from 'prom-client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type LedgerServer, startLedger } from '../examples/ledger/start.js';
 import { createInbox, type Handler } from '../src/index.js';
@@ -235,11 +236,20 @@ describe.runIf(postgresTarget)(
     let t: TargetDb;
     let app: LedgerServer;
     let url: string;
+    const registry = new Registry();
     beforeAll(async () => {
       t = await postgresTarget!.open();
-      app = await startOn(t, t.db, { lockTimeoutMs: 60_000 });
+      app = await startOn(t, t.db, { lockTimeoutMs: 60_000, metrics: { registry } });
       url = `${app.url}/webhooks`;
     });
+    /** The handler runs counted with this outcome, as the metrics text says. */
+    const handlerRuns = async (outcome: 'processed' | 'failed') => {
+      const line = new RegExp(
+        `^webhook_inbox_handler_duration_seconds_count\\{source="default",outcome="${outcome}"\\} (\\d+)$`,
+        'm',
+      );
+      return Number(line.exec(await registry.metrics())?.[1] ?? 0);
+    };
     afterAll(async () => {
       await app?.close();
       await t?.close();
@@ -442,6 +452,7 @@ describe.runIf(postgresTarget)(
     it("a row inserted meanwhile without the id's lock: COMMIT fails (23505), 409, the handler's writes rolled back; the retry is answered from that row", async () => {
       const id = uid('guarded');
       const body = { amount: 9 };
+      const [processedBefore, failedBefore] = [await handlerRuns('processed'), await handlerRuns('failed')];
       const g = hold(id);
       const first = post(url, body, { 'Idempotency-Key': id });
       await g.entered;
@@ -468,6 +479,9 @@ describe.runIf(postgresTarget)(
       expect(reply.status).toBe(409);
       expect(reply.headers.get('content-type')).toMatch(problemJson);
       expect(reply.body).toMatchObject({ status: 409 });
+      // The handler returned, but its COMMIT failed: nothing was processed, and it did not throw.
+      expect(await handlerRuns('processed')).toBe(processedBefore);
+      expect(await handlerRuns('failed')).toBe(failedBefore);
       // The ledger entry the handler wrote rolled back with the failed COMMIT.
       expect(await entries('none', id)).toEqual([]);
       expect(await app.inbox.event(id)).toMatchObject({
@@ -479,6 +493,9 @@ describe.runIf(postgresTarget)(
       expect(retry.body).toEqual({ status: 'duplicate', id, result: { appliedBy: 'elsewhere' } });
       expect(attemptsSeen.get(id)).toEqual([1]);
       expect(await entries('none', id)).toEqual([]);
+      // A run that commits is counted.
+      expect((await post(url, body, { 'Idempotency-Key': uid('counted') })).status).toBe(200);
+      expect(await handlerRuns('processed')).toBe(processedBefore + 1);
     });
   },
 );
