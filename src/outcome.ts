@@ -77,6 +77,16 @@ const TITLES: Record<string, string> = {
   rejected: 'Event rejected',
 };
 
+/**
+ * Statuses whose title says more than their kind's: a body too big or too slow is `invalid`
+ * too (same `type`, nothing stored), but "Invalid delivery" would send the sender looking for a
+ * malformed header.
+ */
+const STATUS_TITLES: Record<number, string> = {
+  413: 'Body too large',
+  408: 'Request timeout',
+};
+
 /** An RFC 9457 problem outcome. `detail` must never carry internals (SQL, stacks, handler messages). */
 export function problem(
   kind: OutcomeKind,
@@ -95,7 +105,7 @@ export function problem(
     headers,
     body: {
       type: PROBLEM_TYPE_BASE + kind,
-      title: TITLES[kind] ?? (status === 413 ? 'Body too large' : 'Error'),
+      title: STATUS_TITLES[status] ?? TITLES[kind] ?? 'Error',
       status,
       detail,
       ...members,

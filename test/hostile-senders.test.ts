@@ -310,6 +310,7 @@ describe.each(FRAMEWORKS)('hostile senders through %s', (framework) => {
       const response = await stalled.closed;
       expect(response).toMatch(/^HTTP\/1\.1 408 /);
       expect(response).toMatch(/application\/problem\+json/);
+      expect(response).toMatch(/"title":"Request timeout"/);
     });
 
     test("onInFlight 'reject': a duplicate of a delivery still in its handler is 409 at once", async () => {

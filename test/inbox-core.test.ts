@@ -201,7 +201,7 @@ describe.each(targets)('the inbox core on $name', (target) => {
     const reply = await post(url, huge, { 'Idempotency-Key': id }, { raw: true });
     expect(reply.status).toBe(413);
     expect(reply.headers.get('content-type')).toMatch(problemJson);
-    expect(reply.body).toMatchObject({ status: 413, field: 'body' });
+    expect(reply.body).toMatchObject({ status: 413, field: 'body', title: 'Body too large' });
     expect(await app.inbox.event(id)).toBeUndefined();
   });
 
