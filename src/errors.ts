@@ -100,7 +100,8 @@ export class RejectEvent extends InboxError {
  */
 export class OperationError extends InboxError {
   override name = 'OperationError';
-  constructor(code: 'not-found' | 'ambiguous' | 'refused', message: string) {
+  /** `locked`: what the action must lock stayed locked past its lock timeout; nothing was changed. */
+  constructor(code: 'not-found' | 'ambiguous' | 'refused' | 'locked', message: string) {
     super(message, code, code === 'not-found' ? 404 : 409);
   }
 }

@@ -218,7 +218,8 @@ export class Inbox {
   async replay(selection: ReplaySelection): Promise<ReplayResult[]> {
     await this.ready();
     const ops = this.#rt.operations;
-    const results = await ops.replay(selection);
+    // A held key is waited for as a delivery waits for it, then OperationError `locked`.
+    const results = await ops.replay(selection, { lockTimeoutMs: this.options.lockTimeoutMs });
     const keys = new Set<string>();
     let unordered = 0;
     for (const r of results) {

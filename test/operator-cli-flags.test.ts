@@ -9,6 +9,7 @@ import { execFile } from 'node:child_process';
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { sql } from 'kysely';
+import pg from 'pg';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { createInbox, type Inbox } from '../src/index.js';
 import { cliProcess, DB_ENV, postgresUrlOrEmpty, type Run } from './support/cli.js';
@@ -183,6 +184,63 @@ describe.skipIf(!postgresTarget)('dead replay guard rails (postgres)', { timeout
     broken = false;
     await inbox.sweep();
     expect(applied.sort()).toEqual(['u-1', 'u-2', 'u-3']);
+  });
+
+  it('a key held by another transaction: replay gives up after --lock-timeout naming the key (exit 4), changing nothing', async () => {
+    let broken = true;
+    inbox = createInbox({
+      db: t.db,
+      schema: t.schema,
+      sweepIntervalMs: 0,
+      maxAttempts: 1,
+      handle: () => {
+        if (broken) throw new Error('handler is broken');
+      },
+    });
+    await inbox.receive({
+      headers: { 'idempotency-key': 'o-1', 'x-key': 'acct-held', 'x-seq': '1' },
+      rawBody: Buffer.from('{"n":1}'),
+    });
+    const S = ['--schema', t.schema, '--json'];
+    expect(await inbox.event('o-1')).toMatchObject({ status: 'dead', key: 'acct-held' });
+    // A delivery's (or a stuck session's) transaction holding the key row, as a slow handler's does.
+    const holder = new pg.Client({ connectionString: postgresUrlOrEmpty });
+    await holder.connect();
+    let held: Run | undefined;
+    try {
+      await holder.query('begin');
+      await holder.query(`select 1 from "${t.schema}".keys where key = 'acct-held' for update`);
+      // Bounded here too, so that a replay that waits on fails this test instead of hanging it.
+      let bound: NodeJS.Timeout | undefined;
+      held = await Promise.race([
+        cli(['dead', 'replay', 'o-1', '--lock-timeout', '300ms', ...S]),
+        new Promise<undefined>((resolve) => {
+          bound = setTimeout(() => resolve(undefined), 30_000);
+        }),
+      ]);
+      clearTimeout(bound);
+    } finally {
+      await holder.query('rollback').catch(() => {});
+      await holder.end();
+    }
+    expect(held, 'the replay still waited for the key after 30 s').toBeDefined();
+    expect(held!.code).toBe(4);
+    expect(error(held!)).toMatchObject({ code: 'locked' });
+    expect(error(held!).message).toContain('key "acct-held"');
+    expect(error(held!).message).toContain('300 ms');
+    expect(await inbox.event('o-1')).toMatchObject({ status: 'dead' });
+    expect(await inbox.keyState('acct-held')).toMatchObject({ state: 'blocked' });
+    const bad = await cli(['dead', 'replay', 'o-1', '--lock-timeout', '300', ...S]);
+    expect(bad.code).toBe(2);
+    expect(error(bad).message).toContain('--lock-timeout must be a duration');
+
+    // Released: the same replay goes through.
+    const freed = await cli(['dead', 'replay', 'o-1', '--lock-timeout', '300ms', ...S]);
+    expect(freed.code).toBe(0);
+    expect(freed.json).toMatchObject([{ id: 'o-1', outcome: 'requeued', status: 'held' }]);
+    broken = false;
+    expect(await inbox.drain('acct-held')).toBe(1);
+    expect(await inbox.event('o-1')).toMatchObject({ status: 'processed' });
   });
 });
 

@@ -103,11 +103,16 @@ export const REPLAY_COMMAND: Command = {
     yes: { type: 'boolean', short: 'y', help: 'with --all: do not ask for confirmation' },
     force: { type: 'boolean', help: 'also replay events received longer ago than the retention' },
     retention: { type: 'string', help: "your inbox's retention option (default 7d)" },
+    'lock-timeout': {
+      type: 'string',
+      help: 'how long to wait for a key a delivery or a drain holds before giving up (default 5s)',
+    },
   },
   positionals: [0, 1000],
   check({ values, positionals, io }) {
     const filter = filterOf(values);
     duration(values, 'retention');
+    duration(values, 'lock-timeout');
     const filtered = Object.values(filter).some((v) => v !== undefined);
     if (values.all && positionals.length > 0) throw new UsageError('give ids, or --all, not both');
     if (!values.all && positionals.length === 0) throw new UsageError('give the ids to replay, or --all');
@@ -168,7 +173,9 @@ export const REPLAY_COMMAND: Command = {
       );
       if (!sure) throw new RefusedError('not-confirmed', 'not confirmed; nothing was changed');
     }
-    const results = await ops.replay(selection);
+    // A key held past the timeout fails the command naming it (OperationError `locked`, exit 4);
+    // the ids before it stay re-queued.
+    const results = await ops.replay(selection, { lockTimeoutMs: duration(values, 'lock-timeout') });
     out.result(results, () =>
       [
         resultTable(results, ages, Number.POSITIVE_INFINITY, false),

@@ -18,7 +18,15 @@ export interface OperationsContext {
   readonly db: Kysely<any>;
   readonly tables: Tables;
   readonly source?: string;
+  /**
+   * How long an action waits for a row another transaction holds (a key a delivery or a drain
+   * is applying) before it gives up, as a delivery does. @defaultValue 5000
+   */
+  readonly lockTimeoutMs?: number;
 }
+
+/** The inbox's own default `lockTimeoutMs`, for actions given none. */
+export const DEFAULT_LOCK_TIMEOUT_MS = 5000;
 
 /** One of the inbox's tables, for splicing into a statement (its name is validated at start). */
 export function table(ctx: OperationsContext, name: 'events' | 'keys' | 'gaps'): RawBuilder<unknown> {

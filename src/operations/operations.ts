@@ -33,6 +33,7 @@ export class Operations implements OperationsContext {
     readonly db: Kysely<any>,
     readonly tables: Tables,
     readonly source?: string,
+    readonly lockTimeoutMs?: number,
   ) {}
 
   /** Dead letters, oldest first, with whether each blocks its key. */
@@ -119,6 +120,11 @@ export interface OpenOperationsOptions {
   tablePrefix?: string;
   /** Act on this source only. @defaultValue every source */
   source?: string;
+  /**
+   * How long an action waits for a key (or event) a delivery, a drain or another action holds
+   * before it fails with OperationError `locked`. @defaultValue 5000
+   */
+  lockTimeoutMs?: number;
 }
 
 /**
@@ -152,6 +158,11 @@ export async function openOperations(
     throw new TypeError('webhook-inbox: give openOperations `db` or `dataDir`, not both');
   }
   const database = await openDatabase(options.db, { poolSize: 2, dataDir: options.dataDir });
-  const ops = new Operations(database.kysely, createTables(schema, prefix), options.source);
+  const ops = new Operations(
+    database.kysely,
+    createTables(schema, prefix),
+    options.source,
+    options.lockTimeoutMs,
+  );
   return Object.assign(ops, { database, close: () => database.destroy() });
 }

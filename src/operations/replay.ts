@@ -8,8 +8,16 @@
 import { sql } from 'kysely';
 import { OperationError } from '../errors.js';
 import type { StoredEvent } from '../sql/inspect.js';
+import { sqlState } from '../sql/sql-state.js';
 import { toNumber } from '../sql/tables.js';
-import { type FoundEvent, findEvent, MAX_LIST, type OperationsContext, table } from './context.js';
+import {
+  DEFAULT_LOCK_TIMEOUT_MS,
+  type FoundEvent,
+  findEvent,
+  MAX_LIST,
+  type OperationsContext,
+  table,
+} from './context.js';
 import { type DeadLetterFilter, deadLetters } from './dead-letters.js';
 
 /**
@@ -27,6 +35,12 @@ export interface ReplayOptions {
    * be re-queued", and `status` is the current one. @defaultValue false
    */
   dryRun?: boolean;
+  /**
+   * How long each event's replay waits for its key while a delivery, a drain or another action
+   * holds it, before it fails with OperationError `locked`. @defaultValue the operations'
+   * `lockTimeoutMs` (5000)
+   */
+  lockTimeoutMs?: number;
 }
 
 export interface ReplayResult {
@@ -64,7 +78,15 @@ export async function replay(
   }
   const results: ReplayResult[] = [];
   for (const target of targets) {
-    results.push(await replayOne(ctx, target.id, target.source, options.dryRun === true));
+    results.push(
+      await replayOne(
+        ctx,
+        target.id,
+        target.source,
+        options.dryRun === true,
+        options.lockTimeoutMs ?? ctx.lockTimeoutMs ?? DEFAULT_LOCK_TIMEOUT_MS,
+      ),
+    );
   }
   return results;
 }
@@ -79,12 +101,16 @@ export async function replay(
  * the replay took the key for one without a cursor, re-queued the event without unblocking
  * the key, and the event waited behind a block no dead letter was left to lift (or, when the
  * cursor had passed its seq, below the cursor); the property test's 'replayed' mode found it.
+ * The wait is bounded by `lockTimeoutMs`, as a delivery's is: a key a slow handler (or a stuck
+ * session) holds would otherwise keep the operator waiting with no word of why; past it, an
+ * OperationError `locked` names the key, and this event is left as it was.
  */
 async function replayOne(
   ctx: OperationsContext,
   id: string,
   source: string | undefined,
   dryRun: boolean,
+  lockTimeoutMs: number,
 ): Promise<ReplayResult> {
   let found: FoundEvent;
   try {
@@ -102,6 +128,7 @@ async function replayOne(
     .transaction()
     .setIsolationLevel('read committed')
     .execute(async (tx): Promise<ReplayResult> => {
+      if (!dryRun) await sql`select set_config('lock_timeout', ${`${lockTimeoutMs}ms`}, true)`.execute(tx);
       let next: number | null = null;
       let blockedHere = false;
       if (key !== null) {
@@ -152,6 +179,15 @@ async function replayOne(
          where source = ${found.source} and key = ${key}`.execute(tx);
       }
       return { ...base, outcome: 'requeued', status: waiting };
+    })
+    .catch((err: unknown) => {
+      if (sqlState(err) !== '55P03') throw err;
+      const what = key === null ? 'its row' : `key ${JSON.stringify(key)}`;
+      throw new OperationError(
+        'locked',
+        `event ${JSON.stringify(id)} (source ${JSON.stringify(found.source)}) was not replayed: ${what} ` +
+          `stayed locked for ${lockTimeoutMs} ms (a delivery, a drain or another operator action holds it); try again`,
+      );
     });
 }
 
