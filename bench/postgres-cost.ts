@@ -8,11 +8,13 @@
  *   npx tsx bench/postgres-cost.ts                 every variant, 15 rounds of 300 transactions
  *   ROUNDS=30 TXS=500 npx tsx bench/postgres-cost.ts bare inbox
  *
- * The texts are what the inbox sends for a new unordered event (BEGIN with the claim folded
- * in and the SAVEPOINT after it; the handler's two statements; the event's row, with its
- * result, folded into COMMIT), with literals as src/drivers/pg.ts writes them. The claim takes
- * the id's advisory lock and writes no row (`row_at_commit`); `inbox-prepared-update` is the
- * path before migration 0008 (the claim inserts the row, the result is an UPDATE at COMMIT).
+ * The texts are what the inbox sends for a new unordered event (`try-claim`: BEGIN with the
+ * try-claim's two statements folded in and the SAVEPOINT after them; the handler's two
+ * statements; the event's row, with its result, folded into COMMIT), with literals as
+ * src/drivers/pg.ts writes them, and what it sent before: `inbox`, `inbox-prepared` (the claim
+ * function, which takes the id's advisory lock and writes no row: `row_at_commit`) and
+ * `inbox-prepared-update` (before migration 0008: the claim inserts the row, the result is an
+ * UPDATE at COMMIT).
  * One client, so nothing waits on a lock; rounds interleave the variants and the report gives
  * min, lower quartile and median per variant, so a busy moment of the machine moves all of
  * them, not one.
@@ -95,7 +97,7 @@ const VARIANTS: Record<string, { what: string; queries(id: string, i: number): Q
     ],
   },
   'inbox-prepared': {
-    what: 'what the inbox sends: the claim and the row as EXECUTE of statements prepared once per connection',
+    what: 'the claim function (what the try-claim replaces for a new unordered event; every ordered one still sends it), and the row, as EXECUTE of statements prepared once per connection',
     queries: (id, i) => [
       `${BEGIN}; execute wi_claim('default', '${id}', null, null, '${HASH}', null, null, true, false, false, 1000, 10000, '5000ms', true); savepoint wi_apply`,
       ...ledgerWrite(id, i),
@@ -126,6 +128,54 @@ const VARIANTS: Record<string, { what: string; queries(id: string, i: number): Q
     what: 'the unordered claim as plain statements: SET LOCAL lock_timeout, the advisory lock, a read of the id, lock_timeout back, SAVEPOINT; the row at COMMIT',
     queries: (id, i) => [
       `${BEGIN}; set local lock_timeout = '5000ms'; select pg_advisory_xact_lock(hashtextextended('x|7|default|${id}', 0)); select status, body_hash, result from "${inboxSchema}"."events" where source = 'default' and id = '${id}' for update; set local lock_timeout to default; savepoint wi_apply`,
+      ...ledgerWrite(id, i),
+      `execute wi_record_applied('default', '${id}', '${HASH}', '{"balance":10}', null, null); commit`,
+    ],
+  },
+  'lock-only': {
+    what: 'the advisory lock alone at BEGIN (prepared, no read, no SAVEPOINT); the row with its result at COMMIT',
+    queries: (id, i) => [
+      `${BEGIN}; execute wi_lock('x|7|default|${id}')`,
+      ...ledgerWrite(id, i),
+      `execute wi_record_applied('default', '${id}', '${HASH}', '{"balance":10}', null, null); commit`,
+    ],
+  },
+  'insert-first': {
+    what: 'the row inserted first (prepared, ON CONFLICT DO NOTHING, no lock), the ledger, the result as an UPDATE at COMMIT',
+    queries: (id, i) => [
+      `${BEGIN}; execute wi_insert_first('default', '${id}', '${HASH}')`,
+      ...ledgerWrite(id, i),
+      `execute wi_store_result('default', '${id}', '{"balance":10}'); commit`,
+    ],
+  },
+  'insert-first-no-result': {
+    what: 'the row inserted first (prepared, ON CONFLICT DO NOTHING), the ledger, COMMIT: a handler that returns nothing',
+    queries: (id, i) => [
+      `${BEGIN}; execute wi_insert_first('default', '${id}', '${HASH}')`,
+      ...ledgerWrite(id, i),
+      'commit',
+    ],
+  },
+  'try-claim': {
+    what: "what the inbox sends for a new unordered event: the try-claim (src/sql/try-claim.ts), two prepared statements (the id's try-lock, then the read, its snapshot taken after the lock); SAVEPOINT; the row at COMMIT",
+    queries: (id, i) => [
+      `${BEGIN}; execute wi_try_lock('default', '${id}'); execute wi_read('default', '${id}'); savepoint wi_apply`,
+      ...ledgerWrite(id, i),
+      `execute wi_record_applied('default', '${id}', '${HASH}', '{"balance":10}', null, null); commit`,
+    ],
+  },
+  'try-claim-plpgsql': {
+    what: 'the try-claim as a small PL/pgSQL function instead (try the lock, then read); SAVEPOINT; the row at COMMIT',
+    queries: (id, i) => [
+      `${BEGIN}; execute wi_try_claim_fn('default', '${id}'); savepoint wi_apply`,
+      ...ledgerWrite(id, i),
+      `execute wi_record_applied('default', '${id}', '${HASH}', '{"balance":10}', null, null); commit`,
+    ],
+  },
+  'savepoint-only': {
+    what: 'no claim: BEGIN and a SAVEPOINT, the ledger, the row with its result at COMMIT (the price of the SAVEPOINT)',
+    queries: (id, i) => [
+      `${BEGIN}; savepoint wi_apply`,
       ...ledgerWrite(id, i),
       `execute wi_record_applied('default', '${id}', '${HASH}', '{"balance":10}', null, null); commit`,
     ],
@@ -182,6 +232,28 @@ try {
   );
   await client.query(
     `prepare wi_store_result (text, text, jsonb) as update "${inboxSchema}"."events" set result = $3 where source = $1 and id = $2`,
+  );
+  await client.query(
+    `prepare wi_read (text, text) as select now() as now, e.status, e.body_hash, e.key, e.seq, e.result, e.attempts, e.received_at, e.dead_reason from (values (1)) as one left join "${inboxSchema}"."events" e on e.source = $1 and e.id = $2`,
+  );
+  await client.query(`prepare wi_lock (text) as select pg_advisory_xact_lock(hashtextextended($1, 0))`);
+  await client.query(
+    `prepare wi_insert_first (text, text, text) as insert into "${inboxSchema}"."events" (source, id, body_hash, status, processed_at) values ($1, $2, $3, 'processed', now()) on conflict (source, id) do nothing returning received_at`,
+  );
+  await client.query(
+    `prepare wi_try_lock (text, text) as select pg_try_advisory_xact_lock(hashtextextended('${inboxSchema}.|' || length($1) || '|' || $1 || '|' || $2, 0)) as locked`,
+  );
+  await client.query(`create function "${inboxSchema}".try_claim(p_source text, p_id text, out locked boolean, out status text, out body_hash text, out key text, out seq bigint, out result jsonb, out attempts integer, out received_at timestamptz, out dead_reason text)
+    language plpgsql as $fn$
+    begin
+      locked := pg_try_advisory_xact_lock(hashtextextended('${inboxSchema}.|' || length(p_source) || '|' || p_source || '|' || p_id, 0));
+      select e.status, e.body_hash, e.key, e.seq, e.result, e.attempts, e.received_at, e.dead_reason
+        into status, body_hash, key, seq, result, attempts, received_at, dead_reason
+        from "${inboxSchema}".events e where e.source = p_source and e.id = p_id;
+      if not found then received_at := now(); end if;
+    end $fn$`);
+  await client.query(
+    `prepare wi_try_claim_fn (text, text) as select * from "${inboxSchema}".try_claim($1, $2)`,
   );
   const tag = Date.now().toString(36);
   const perTx = new Map<string, number[]>(picked.map((name) => [name, []]));

@@ -121,7 +121,7 @@ async function applyTaken<T>(
       took = await step.take(tx);
       const events = eventsOf(took);
       for (let i = 0; i < events.length; i++) {
-        if (i > 0 || !rt.database.sendsThen) await rt.statements.applySavepoint(tx);
+        if (i > 0 || !rt.database.sendsCompanions) await rt.statements.applySavepoint(tx);
         runs.push(await runTaken(rt, tx, events[i] as TakenEvent, step));
       }
     });

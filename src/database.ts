@@ -62,11 +62,12 @@ export interface Database {
   readonly pool: PgPoolLike | undefined;
   readonly names: StatementNames;
   /**
-   * The driver is ours, so it sends a registered statement's `then` (the savepoint after a
-   * take) itself; a Kysely instance the user passed has its own driver, and the apply path
-   * sends the savepoint as a statement of its own.
+   * The driver is ours, so it sends a registered statement's companions itself: its `then`
+   * (the savepoint after a take) and its `first` (the try-claim's lock before its read). A
+   * Kysely instance the user passed has its own driver: the apply path sends the savepoint as
+   * a statement of its own, and every unordered delivery takes the claim.
    */
-  readonly sendsThen: boolean;
+  readonly sendsCompanions: boolean;
   /**
    * The driver is ours, so a claim sent outside a transaction is a READ COMMITTED transaction
    * of its own, in one round trip (src/drivers/fold.ts). A Kysely instance the user passed would
@@ -126,7 +127,7 @@ export async function openDatabase(
       kind: 'pg',
       pool: undefined,
       names,
-      sendsThen: false,
+      sendsCompanions: false,
       readCommittedAlone: false,
       destroy: async () => {},
     };
@@ -146,7 +147,7 @@ function fromPool(pool: PgPoolLike, owns: boolean, names: StatementNames, wait: 
     kind: 'pg',
     pool,
     names,
-    sendsThen: true,
+    sendsCompanions: true,
     readCommittedAlone: true,
     destroy: () => kysely.destroy(),
   };
@@ -159,7 +160,7 @@ function fromPGlite(pglite: PGliteLike, owns: boolean, names: StatementNames, wa
     kind: 'pglite',
     pool: undefined,
     names,
-    sendsThen: true,
+    sendsCompanions: true,
     readCommittedAlone: true,
     destroy: () => kysely.destroy(),
   };

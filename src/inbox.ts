@@ -218,8 +218,9 @@ export class Inbox {
   async replay(selection: ReplaySelection): Promise<ReplayResult[]> {
     await this.ready();
     const ops = this.#rt.operations;
-    // A held key is waited for as a delivery waits for it, then OperationError `locked`.
-    const results = await ops.replay(selection, { lockTimeoutMs: this.options.lockTimeoutMs });
+    // A held key is waited for as a delivery waits for it (the runtime's operations carry the
+    // inbox's lockTimeoutMs), then OperationError `locked`.
+    const results = await ops.replay(selection);
     const keys = new Set<string>();
     let unordered = 0;
     for (const r of results) {

@@ -116,8 +116,8 @@ export class Runtime {
     }
     this.#opened = {
       database,
-      statements: createStatements(database.names, this.tables),
-      operations: new Operations(database.kysely, this.tables, o.source),
+      statements: createStatements(database.names, this.tables, database.sendsCompanions),
+      operations: new Operations(database.kysely, this.tables, o.source, o.lockTimeoutMs),
     };
     return this.#opened;
   }

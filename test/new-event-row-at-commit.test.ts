@@ -433,6 +433,62 @@ describe.runIf(postgresTarget)(
       expect(await app.inbox.event(id)).toMatchObject({ status: 'processed', key, seq: 1 });
     });
 
+    /**
+     * Holds the id's advisory lock from a session of its own, as a claim of the id in flight
+     * would: the key is the one every claim takes (src/sql/id-lock.ts), pinned here because
+     * instances of two versions must keep locking the same key during a rolling deploy.
+     */
+    async function holdIdLock(id: string): Promise<{ release(): Promise<void> }> {
+      const holder = new pg.Client({ connectionString: postgresUrl! });
+      await holder.connect();
+      await holder.query('begin');
+      await holder.query(
+        `select pg_advisory_xact_lock(hashtextextended($1 || length($2::text) || '|' || $2 || '|' || $3, 0))`,
+        [`${t.schema}.|`, 'default', id],
+      );
+      return {
+        async release() {
+          await holder.query('rollback');
+          await holder.end();
+        },
+      };
+    }
+
+    it('a new id whose lock another claim holds is not applied by the try-claim: it waits for the lock, then applies once', async () => {
+      const id = uid('try-busy');
+      const lock = await holdIdLock(id);
+      let reply: Promise<Reply>;
+      try {
+        reply = post(url, { amount: 4 }, { 'Idempotency-Key': id });
+        // The claim (not the try-claim, which never waits) is what waits for the id's lock.
+        await waitingForIdLock(await app.inbox.kysely(), t.schema, 1);
+        expect(await entries('none', id)).toHaveLength(0);
+      } finally {
+        await lock.release();
+      }
+      expect((await reply).body).toMatchObject({ status: 'processed', id });
+      expect(await entries('none', id)).toHaveLength(1);
+    });
+
+    it("a processed copy is a duplicate at once, even while another claim holds the id's lock: a committed row is final", async () => {
+      const id = uid('try-dup');
+      expect((await post(url, { amount: 5 }, { 'Idempotency-Key': id })).body.status).toBe('processed');
+      const lock = await holdIdLock(id);
+      // A second instance: nothing in its process remembers the id (lockTimeoutMs 60 s: a copy
+      // that waited for the lock would outlast the test).
+      const other = await second({ lockTimeoutMs: 60_000 });
+      let copy: Reply;
+      try {
+        copy = await post(`${other.url}/webhooks`, { amount: 5 }, { 'Idempotency-Key': id });
+      } finally {
+        await other.close();
+        await lock.release();
+      }
+      expect(copy.status).toBe(200);
+      expect(copy.body).toMatchObject({ status: 'duplicate', id });
+      expect(await entries('none', id)).toHaveLength(1);
+    });
+
     it('while the lock is held, the id has no row; the COMMIT writes it with the result', async () => {
       const id = uid('unwritten');
       const g = hold(id);

@@ -76,7 +76,7 @@ describe.runIf(postgresTarget)('prepared folds fall back to text (real Postgres)
   it('statements deallocated behind its back: the next delivery is processed, folded as text', async () => {
     const { inbox, pool } = await start(false);
     expect((await inbox.receive(delivery('p-1'))).kind).toBe('processed');
-    expect(pool.sent.some((text) => /execute "wi_fold:[^"]+\.claim"/.test(text))).toBe(true);
+    expect(pool.sent.some((text) => /execute "wi_fold:[^"]+\.try_claim"/.test(text))).toBe(true);
 
     await pool.pool.query('deallocate all'); // the one connection the inbox uses
     pool.sent.length = 0;
@@ -122,6 +122,6 @@ describe.runIf(postgresTarget)('prepared folds fall back to text (real Postgres)
     pool.sent.length = 0;
     expect((await inbox.receive(delivery('w-4'))).kind).toBe('processed');
     expect(pool.sent.some((text) => text.startsWith('prepare '))).toBe(false);
-    expect(pool.sent[0]).toMatch(/^begin .*; select \* from .*"claim"\(/s);
+    expect(pool.sent[0]).toMatch(/^begin .*; select pg_try_advisory_xact_lock\(.*; select now\(\) as now, /s);
   });
 });

@@ -42,9 +42,12 @@ describe.runIf(postgresTarget)('round trips to Postgres per delivery', () => {
     const sent = pool.reset();
     expect(sent).toHaveLength(3);
     // Folded statements are `execute "wi_fold:<schema>.<statement>"(…)`: PREPAREd once per
-    // connection (not counted here: not per delivery). The claim wrote no row (it took the
-    // id's advisory lock); the row is inserted once, with its result, on COMMIT.
-    expect(sent[0]).toMatch(/^begin isolation level read; execute "wi_fold:[^"]+\.claim"\(/);
+    // connection (not counted here: not per delivery). The try-claim (src/sql/try-claim.ts)
+    // took the id's advisory lock and read no row, so the claim function is not called; the
+    // row is inserted once, with its result, on COMMIT.
+    expect(sent[0]).toMatch(
+      /^begin isolation level read; execute "wi_fold:[^"]+\.try_id_lock"\('default', 'rt-1'\); execute "wi_fold:[^"]+\.try_claim"\('default', 'rt-1'\); savepoint wi_apply$/,
+    );
     expect(sent[2]).toMatch(/^execute "wi_fold:[^"]+\.record_applied"\('default', 'rt-1', .*; commit$/);
     expect(await inbox.event('rt-1')).toMatchObject({ status: 'processed', result: { ok: true } });
   });
@@ -84,7 +87,7 @@ describe.runIf(postgresTarget)('round trips to Postgres per delivery', () => {
     expect(pool.reset()).toEqual([]);
   });
 
-  it('a duplicate another instance processed: BEGIN with the claim, COMMIT; in a retry storm, one read', async () => {
+  it('a duplicate another instance processed: BEGIN with the try-claim, COMMIT; in a retry storm, one read', async () => {
     const other = createInbox({ db: pool, schema: t.schema, sweepIntervalMs: 0, handle: () => {} });
     await other.ready();
     const duplicateOf = (id: string) =>
@@ -96,7 +99,7 @@ describe.runIf(postgresTarget)('round trips to Postgres per delivery', () => {
     const outcome = await duplicateOf('rt-1');
     expect(outcome).toMatchObject({ kind: 'duplicate', body: { result: { ok: true } } });
     expect(pool.reset()).toEqual([
-      expect.stringMatching(/^begin .*; execute "wi_fold:[^"]+\.claim"/),
+      expect.stringMatching(/^begin .*; execute "wi_fold:[^"]+\.try_claim"/),
       'commit',
     ]);
     // Duplicates of events the other processed keep coming (none is in this one's memory):
@@ -163,12 +166,29 @@ describe.runIf(postgresTarget)('round trips to Postgres per delivery', () => {
     expect(outcome.status).toBe(500);
     const sent = pool.reset();
     expect(sent).toHaveLength(3);
-    expect(sent[0]).toMatch(/^begin .*; execute "wi_fold:[^"]+\.claim".*; savepoint wi_apply$/);
+    expect(sent[0]).toMatch(/^begin .*; execute "wi_fold:[^"]+\.try_claim".*; savepoint wi_apply$/);
     expect(sent[2]).toMatch(
       /^rollback to savepoint wi_apply; execute "wi_fold:[^"]+"\(.*; execute "wi_fold:[^"]+\.fail"\(.*; commit$/,
     );
     expect(await failing.event('rt-fail')).toMatchObject({ status: 'pending', attempts: 1 });
     await failing.close();
+  });
+
+  it('a retry of a failed event: the try-claim finds its row waiting, and the claim follows with its SAVEPOINT (+1)', async () => {
+    pool.reset();
+    expect((await deliver('rt-fail')).kind).toBe('processed');
+    const sent = pool.reset();
+    expect(sent).toHaveLength(4);
+    expect(sent[0]).toMatch(/^begin .*; execute "wi_fold:[^"]+\.try_claim".*; savepoint wi_apply$/);
+    // The claim decides (it applies the waiting row), and a savepoint taken after it is what a
+    // failed run would roll back to: the claim's locks stay.
+    expect(sent[1]).toMatch(/^execute "wi_fold:[^"]+\.claim"\('default', 'rt-fail', .*; savepoint wi_apply$/);
+    expect(sent[3]).toMatch(/; commit$/);
+    expect(await inbox.event('rt-fail')).toMatchObject({
+      status: 'processed',
+      attempts: 1,
+      result: { ok: true },
+    });
   });
 
   it('a held event: BEGIN with the claim, COMMIT', async () => {
@@ -296,19 +316,19 @@ describe('calls into PGlite per delivery', () => {
       rawBody: Buffer.from('{}'),
     });
 
-  it('a new event: BEGIN with the claim and the SAVEPOINT, the handler, its row with the result and COMMIT', async () => {
+  it('a new event: BEGIN with the try-claim and the SAVEPOINT, the handler, its row with the result and COMMIT', async () => {
     calls.length = 0;
     expect((await deliver('pgl-1')).kind).toBe('processed');
     expect(calls).toHaveLength(3);
     expect(calls[0]).toMatch(
-      /^begin isolation level read committed; select \* from .*claim"\(.*; savepoint wi_apply$/,
+      /^begin isolation level read committed; select pg_try_advisory_xact_lock\(.*; select now\(\) as now, .*; savepoint wi_apply$/s,
     );
     // The event's row, inserted with its result (src/sql/record-applied.ts), rides on COMMIT.
     expect(calls[2]).toMatch(/^insert into .*"events" .*'processed', now\(\), '\{"ok":true\}'.*; commit$/s);
     expect(await inbox.event('pgl-1')).toMatchObject({ status: 'processed', result: { ok: true } });
   });
 
-  it('a duplicate another instance processed: BEGIN with the claim, COMMIT', async () => {
+  it('a duplicate another instance processed: BEGIN with the try-claim, COMMIT', async () => {
     const other = createInbox({ db: counting as any, sweepIntervalMs: 0, handle: () => {} });
     await other.ready();
     calls.length = 0;

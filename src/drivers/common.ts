@@ -16,6 +16,14 @@ export interface StatementEntry {
   /** A parameterless statement every driver sends right after this one (a SAVEPOINT). */
   readonly then: string | undefined;
   /**
+   * The text of a registered statement our drivers send right before this one, with the same
+   * parameters, in the same round trip when they fold; its one row's columns are joined into
+   * each of this one's rows. Two statements, not one: the second's snapshot is taken after the
+   * first ran (READ COMMITTED), which one statement cannot do (the try-claim's read after the
+   * id's try-lock, src/sql/try-claim.ts).
+   */
+  readonly first: string | undefined;
+  /**
    * The name it is PREPAREd under for folding (`execute <prepared>(…)`, src/drivers/pg.ts):
    * short (identifiers stop at 63 bytes, and schema-qualified names would be cut, then
    * collide) and distinct from `name`, which pg's own Parse messages use. Undefined for what
@@ -48,11 +56,12 @@ function preparedName(name: string, text: string): string {
 
 export class StatementNames {
   readonly #entries = new Map<string, StatementEntry>();
-  register(name: string, text: string, fold?: Fold, then?: string): string {
+  register(name: string, text: string, fold?: Fold, then?: string, first?: string): string {
     this.#entries.set(text, {
       name,
       fold,
       then,
+      first,
       prepared: PREPARABLE.test(text) ? preparedName(name, text) : undefined,
     });
     return text;

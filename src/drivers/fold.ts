@@ -119,8 +119,13 @@ export abstract class FoldingConnection implements DatabaseConnection {
     return this.#inTransaction;
   }
 
-  /** Text on the simple protocol (no values): several statements; the rows of the `fromEnd`th last. */
-  protected abstract simple<R>(text: string, fromEnd?: number): Promise<QueryResult<R>>;
+  /** Text on the simple protocol (no values): several statements; the result of each, in order. */
+  protected abstract simpleAll<R>(text: string): Promise<QueryResult<R>[]>;
+
+  /** Text on the simple protocol: the result of its `fromEnd`th last statement. */
+  protected async simple<R>(text: string, fromEnd = 1): Promise<QueryResult<R>> {
+    return (await this.simpleAll<R>(text)).at(-fromEnd) ?? { rows: [] };
+  }
   /** One statement with its parameters bound. */
   protected abstract send<R>(
     compiled: CompiledQuery,
@@ -138,15 +143,55 @@ export abstract class FoldingConnection implements DatabaseConnection {
    * `then`) in one query. Undefined when the values cannot be folded (the caller sends BEGIN
    * alone, then the statement).
    */
-  protected async foldOnBegin<R>(
+  protected foldOnBegin<R>(
     begin: string,
     compiled: CompiledQuery,
     entry: StatementEntry,
     then: string | undefined,
   ): Promise<QueryResult<R> | undefined> {
+    return this.#fold<R>([begin], compiled, entry, then);
+  }
+
+  /**
+   * What goes before (BEGIN, held-back statements), a registered statement's `first`, the
+   * statement and `then`, as one simple query: the statement's rows, with its `first`'s row
+   * joined into each. Undefined when a value cannot be folded (the caller sends each).
+   */
+  async #fold<R>(
+    before: readonly string[],
+    compiled: CompiledQuery,
+    entry: StatementEntry,
+    then: string | undefined,
+  ): Promise<QueryResult<R> | undefined> {
+    const texts = [...before];
+    if (entry.first !== undefined) {
+      const first = this.foldText({ ...compiled, sql: entry.first }, this.names.get(entry.first));
+      if (first === undefined) return undefined;
+      texts.push(first);
+    }
     const folded = this.foldText(compiled, entry);
     if (folded === undefined) return undefined;
-    return this.simple<R>(`${begin}; ${folded}${then ? `; ${then}` : ''}`, then ? 2 : 1);
+    texts.push(folded);
+    if (then) texts.push(then);
+    const results = await this.simpleAll<R>(texts.join('; '));
+    const at = results.length - (then ? 2 : 1);
+    const result = results[at] ?? { rows: [] };
+    return entry.first === undefined ? result : joinFirst(results[at - 1], result);
+  }
+
+  /** A registered statement's `first`, the statement and its `then`, each in a round trip of its own. */
+  async #sendEach<R>(
+    compiled: CompiledQuery,
+    entry: StatementEntry | undefined,
+    then: string | undefined,
+  ): Promise<QueryResult<R>> {
+    const first =
+      entry?.first === undefined
+        ? undefined
+        : await this.send<R>({ ...compiled, sql: entry.first }, this.names.get(entry.first));
+    const result = await this.send<R>(compiled, entry);
+    if (then) await this.simple(then);
+    return first === undefined ? result : joinFirst(first, result);
   }
 
   begin(settings: TransactionSettings): void {
@@ -206,10 +251,13 @@ export abstract class FoldingConnection implements DatabaseConnection {
         if (folded) return folded;
       }
       await this.simple(begin);
+    } else if (entry && (entry.first !== undefined || entry.then)) {
+      // Inside a transaction already begun (the claim after the try-claim found it could not
+      // decide alone): the statement and its companions still go in one round trip.
+      const folded = await this.#fold<R>([], compiled, entry, entry.then);
+      if (folded) return folded;
     }
-    const result = await this.send<R>(compiled, entry);
-    if (entry?.then) await this.simple(entry.then);
-    return result;
+    return this.#sendEach<R>(compiled, entry, entry?.then);
   }
 
   /**
@@ -225,7 +273,7 @@ export abstract class FoldingConnection implements DatabaseConnection {
     if (folded) return folded;
     await this.simple(beginStatement({ isolationLevel: 'read committed' }));
     try {
-      const result = await this.send<R>(compiled, entry);
+      const result = await this.#sendEach<R>(compiled, entry, undefined);
       await this.simple('commit');
       return result;
     } catch (err) {
@@ -239,16 +287,29 @@ export abstract class FoldingConnection implements DatabaseConnection {
    * registered one's rows. Undefined when a value cannot be folded (the caller sends each).
    */
   async #foldOnTails<R>(compiled: CompiledQuery, entry: StatementEntry): Promise<QueryResult<R> | undefined> {
-    const texts = this.#tails.map((tail) => this.foldText(tail, this.names.get(tail.sql)));
-    texts.push(this.foldText(compiled, entry));
-    if (!texts.every((text) => text !== undefined)) return undefined;
-    this.#tails = [];
-    if (entry.then) texts.push(entry.then);
-    return this.simple<R>(texts.join('; '), entry.then ? 2 : 1);
+    const texts: string[] = [];
+    for (const tail of this.#tails) {
+      const text = this.foldText(tail, this.names.get(tail.sql));
+      if (text === undefined) return undefined;
+      texts.push(text);
+    }
+    const folded = await this.#fold<R>(texts, compiled, entry, entry.then);
+    if (folded) this.#tails = [];
+    return folded;
   }
 
   // biome-ignore lint/correctness/useYield: streaming is not supported on our drivers.
   async *streamQuery<R>(): AsyncIterableIterator<QueryResult<R>> {
     throw new Error('webhook-inbox: streaming queries are not supported');
   }
+}
+
+/**
+ * A statement's result with the one row of its `first` joined into each of its rows (the
+ * try-claim's read gets the try-lock's `locked`).
+ */
+function joinFirst<R>(first: QueryResult<R> | undefined, result: QueryResult<R>): QueryResult<R> {
+  const row = first?.rows[0];
+  if (row === undefined) return result;
+  return { ...result, rows: result.rows.map((r) => ({ ...row, ...r })) };
 }

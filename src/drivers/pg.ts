@@ -139,33 +139,31 @@ class PgConnection extends FoldingConnection {
   }
 
   /** One statement on the extended protocol: parameters bound, named when registered. */
-  protected send<R>(compiled: CompiledQuery, entry: StatementEntry | undefined): Promise<QueryResult<R>> {
+  protected async send<R>(
+    compiled: CompiledQuery,
+    entry: StatementEntry | undefined,
+  ): Promise<QueryResult<R>> {
     const values = compiled.parameters as unknown[];
     const name = entry?.name;
-    return this.#query<R>(name ? { name, text: compiled.sql, values } : { text: compiled.sql, values });
+    const [result] = await this.#query<R>(
+      name ? { name, text: compiled.sql, values } : { text: compiled.sql, values },
+    );
+    return result as QueryResult<R>;
   }
 
-  protected simple<R>(text: string, fromEnd = 1): Promise<QueryResult<R>> {
-    return this.#query<R>({ text }, fromEnd);
+  protected simpleAll<R>(text: string): Promise<QueryResult<R>[]> {
+    return this.#query<R>({ text });
   }
 
-  async #query<R>(
-    config: { text: string; values?: unknown[]; name?: string },
-    fromEnd = 1,
-  ): Promise<QueryResult<R>> {
+  async #query<R>(config: { text: string; values?: unknown[]; name?: string }): Promise<QueryResult<R>[]> {
     try {
       const answer: unknown = await this.client.query(config);
       // Several statements on the simple protocol answer one result each.
-      const result = (Array.isArray(answer) ? answer.at(-fromEnd) : answer) as {
-        rows?: R[];
-        rowCount: number | null;
-        command?: string;
-      };
-      return {
+      return (Array.isArray(answer) ? answer : [answer]).map((result: PgResult<R>) => ({
         rows: result.rows ?? [],
         numAffectedRows:
           result.command && MUTATING.has(result.command) ? BigInt(result.rowCount ?? 0) : undefined,
-      };
+      }));
     } catch (err) {
       // A Postgres error (it has a SQLSTATE `code`) leaves the connection healthy; anything
       // else (socket closed, backend terminated) means the pool must not hand it out again.
@@ -178,6 +176,13 @@ class PgConnection extends FoldingConnection {
       throw err;
     }
   }
+}
+
+/** What node-postgres answers for one statement. */
+interface PgResult<R> {
+  rows?: R[];
+  rowCount: number | null;
+  command?: string;
 }
 
 export class PgPoolDriver implements Driver {

@@ -43,8 +43,8 @@ class PGliteConnection extends FoldingConnection {
     super(names);
   }
 
-  protected async simple<R>(text: string, fromEnd = 1): Promise<QueryResult<R>> {
-    return toResult<R>((await this.pglite.exec(text)).at(-fromEnd));
+  protected async simpleAll<R>(text: string): Promise<QueryResult<R>[]> {
+    return (await this.pglite.exec(text)).map((result) => toResult<R>(result));
   }
 
   protected async send<R>(compiled: CompiledQuery): Promise<QueryResult<R>> {

@@ -9,6 +9,11 @@
  * - unique event, applied now (unordered, or ordered and its turn):
  *   [BEGIN + claim + SAVEPOINT], <the handler's own statements>, [result + COMMIT]
  *   = the handler's + 2, what a bare transaction costs; with or without a result to replay.
+ *   An unordered one's "claim" is the try-claim (src/sql/try-claim.ts): the id's try-lock and
+ *   a read of its row, two prepared statements in the same query, cheaper for PostgreSQL than
+ *   the claim function; when they cannot decide (the lock is another claim's and there is no
+ *   row yet, or the row waits to be applied: a retry of a failed run), [claim + SAVEPOINT]
+ *   follows = one round trip more.
  *   A new event's row is not written by the claim (which holds the id's advisory lock
  *   instead, and an ordered one's key row anyway) but at COMMIT, with its
  *   result: [row + result + COMMIT] is one INSERT, sent even without a result
@@ -18,7 +23,8 @@
  *   found by one Redis GET (before BEGIN, bounded by `redisTimeoutMs`): 0. Every other
  *   delivery pays that GET and then exactly the rows here; a miss, error or timeout too.
  *   After a COMMIT as processed, one Redis SET that the response does not wait for.
- * - other duplicate, held, late, mismatch, buffer-full: [BEGIN + claim], COMMIT = 2; without
+ * - other duplicate, held, late, mismatch, buffer-full: [BEGIN + claim], COMMIT = 2 (an
+ *   unordered processed duplicate or mismatch is decided by the try-claim); without
  *   Redis and while most deliveries are duplicates (duplicate-odds.ts), a processed duplicate
  *   is answered by one primary-key read = 1 (and a new event then pays that read too).
  * - handler throws: [BEGIN + claim + SAVEPOINT], <handler>, [ROLLBACK TO SAVEPOINT + the event
@@ -61,7 +67,7 @@ import { InvalidDeliveryError } from '../errors.js';
 import { silent } from '../logger.js';
 import { type Outcome, OutcomeKind } from '../outcome.js';
 import { parseBody, storableHeaders } from '../payload.js';
-import type { CachedEvent } from '../processed-cache.js';
+import { type CachedEvent, mismatchOf } from '../processed-cache.js';
 import type { Runtime } from '../runtime.js';
 import type { ClaimRow } from '../sql/claim.js';
 import type { ClaimLatestRow } from '../sql/claim-latest.js';
@@ -250,7 +256,7 @@ async function decide(rt: Runtime, bg: Background, delivery: Delivery, obs: Obse
  * responses.
  */
 function fromProcessed(rt: Runtime, d: ParsedDelivery, e: CachedEvent): Outcome {
-  const reason = e.hash !== d.hash ? 'body' : e.key !== d.key ? 'key' : e.seq !== d.seq ? 'seq' : null;
+  const reason = mismatchOf(e, d);
   if (!reason) {
     rt.processed.remember(d.id, d.hash, d.key, d.seq, JSON.stringify(e.result));
     return respond.duplicate(d.id, e.result);

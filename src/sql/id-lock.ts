@@ -17,8 +17,17 @@ import type { Tables } from './tables.js';
  * it). The lock order around it is in ARCHITECTURE.md, "Locks".
  */
 export function takeIdLock(t: Tables): string {
-  return `perform pg_advisory_xact_lock(hashtextextended(
-      '${lockScope(t)}' || length(p_source) || '|' || p_source || '|' || p_id, 0));`;
+  return `perform pg_advisory_xact_lock(${idLockKey(t, 'p_source', 'p_id')});`;
+}
+
+/**
+ * The id's lock key as a SQL expression of a source and an id (PL/pgSQL variables, or a
+ * statement's parameters): what `takeIdLock` waits for and the try-claim tries
+ * (src/sql/try-claim.ts), written once so that both lock the same key.
+ */
+export function idLockKey(t: Tables, source: string, id: string): string {
+  return `hashtextextended(
+      '${lockScope(t)}' || length(${source}) || '|' || ${source} || '|' || ${id}, 0)`;
 }
 
 /**

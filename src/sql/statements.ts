@@ -17,9 +17,9 @@ import { createTakePending } from './take-pending.js';
 import { createTakeTurn } from './take-turn.js';
 
 /** Every statement the inbox sends on its own behalf, each one round trip, bound to its tables. */
-export function createStatements(names: StatementNames, t: Tables) {
+export function createStatements(names: StatementNames, t: Tables, sendsCompanions: boolean) {
   return {
-    claim: createClaim(names, t),
+    claim: createClaim(names, t, sendsCompanions),
     claimLatest: createClaimLatest(names, t),
     storeResult: createStoreResult(names, t),
     recordApplied: createRecordApplied(names, t),

@@ -48,9 +48,10 @@ export function defineStatement(
   text: string,
   fold?: Fold,
   then?: string,
+  first?: string,
 ): Statement {
   // Names are per connection, and one pool may serve inboxes in several schemas.
-  names.register(`wi:${tables.schema}.${tables.prefix}${name}`, text, fold, then);
+  names.register(`wi:${tables.schema}.${tables.prefix}${name}`, text, fold, then, first);
   return {
     text,
     async run<R>(db: Kysely<any>, parameters: readonly unknown[]): Promise<R[]> {
