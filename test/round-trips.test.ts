@@ -319,12 +319,19 @@ describe('calls into PGlite per delivery', () => {
   it('a new event: BEGIN with the try-claim and the SAVEPOINT, the handler, its row with the result and COMMIT', async () => {
     calls.length = 0;
     expect((await deliver('pgl-1')).kind).toBe('processed');
+    // Before the session's first fold, one call PREPAREs the folded statements (once in its
+    // life, not per delivery: the parse and plan of their text is not paid again).
+    expect(calls.filter((text) => text.startsWith('prepare '))).toHaveLength(1);
+    calls.length = 0;
+    expect((await deliver('pgl-2')).kind).toBe('processed');
     expect(calls).toHaveLength(3);
     expect(calls[0]).toMatch(
-      /^begin isolation level read committed; select pg_try_advisory_xact_lock\(.*; select now\(\) as now, .*; savepoint wi_apply$/s,
+      /^begin isolation level read committed; execute "wi_fold:[^"]+\.try_id_lock"\('default', 'pgl-2'\); execute "wi_fold:[^"]+\.try_claim"\('default', 'pgl-2'\); savepoint wi_apply$/,
     );
     // The event's row, inserted with its result (src/sql/record-applied.ts), rides on COMMIT.
-    expect(calls[2]).toMatch(/^insert into .*"events" .*'processed', now\(\), '\{"ok":true\}'.*; commit$/s);
+    expect(calls[2]).toMatch(
+      /^execute "wi_fold:[^"]+\.record_applied"\('default', 'pgl-2', .*'\{"ok":true\}'.*; commit$/,
+    );
     expect(await inbox.event('pgl-1')).toMatchObject({ status: 'processed', result: { ok: true } });
   });
 
@@ -362,11 +369,26 @@ describe('calls into PGlite per delivery', () => {
     // Without the workers' count of pending events, refreshed on a timer (not per delivery).
     expect(calls.filter((text) => !text.startsWith('select count(*)::int as n'))).toEqual([
       expect.stringMatching(
-        /^set transaction isolation level read committed; select \* from .*claim"\([^;]*$/,
+        /^set transaction isolation level read committed; execute "wi_fold:[^"]+\.claim"\([^;]*$/,
       ),
     ]);
     expect(await deferred.event('pgl-d1')).toMatchObject({ status: 'pending' });
     await deferred.close();
+  });
+
+  it('its statements deallocated behind its back: the next delivery is processed, folded as text from then on', async () => {
+    await pglite.exec('deallocate all');
+    calls.length = 0;
+    expect((await deliver('pgl-dealloc')).kind).toBe('processed');
+    // The EXECUTE failed and was rolled back; the same fold went again as text.
+    expect(calls).toEqual([
+      expect.stringMatching(/^begin .*; execute "wi_fold:[^"]+\.try_id_lock"/),
+      'rollback',
+      expect.stringMatching(/^begin .*; select pg_try_advisory_xact_lock\(/s),
+      expect.stringMatching(/^select 1/),
+      expect.stringMatching(/^insert into .*"events" .*; commit$/s),
+    ]);
+    expect(await inbox.event('pgl-dealloc')).toMatchObject({ status: 'processed', result: { ok: true } });
   });
 });
 

@@ -27,6 +27,39 @@ import type { CompiledQuery, DatabaseConnection, QueryResult, TransactionSetting
 import pg from 'pg';
 import { beginStatement, type StatementEntry, type StatementNames } from './common.js';
 
+/**
+ * Which folding statements are PREPAREd on a session (keyed by the object that outlives our
+ * connection object: pg's pooled client, the PGlite instance), or 'inline' when folds on it
+ * carry the statement's text.
+ *
+ * A folded statement travels on the simple protocol, where Postgres parses, analyses and plans
+ * its text every time; `execute <prepared>(literals)` skips all of that (bench/postgres-cost.ts
+ * measures the difference; on PGlite, where the parse runs in WebAssembly, it is larger). The
+ * statements are prepared in one round trip before the session's first fold: once per
+ * connection, never per delivery. A session whose PREPARE failed, or whose statements were
+ * deallocated behind our back (DISCARD ALL; a pooler that swaps backends), folds text from then
+ * on: slower, never wrong. A pool that hands out a new client object for the same connection
+ * costs one failed PREPARE per object.
+ */
+const preparedOn = new WeakMap<object, Set<string> | 'inline'>();
+const DUPLICATE_PREPARED_STATEMENT = '42P05';
+const UNDEFINED_PREPARED_STATEMENT = '26000';
+
+/** An error's SQLSTATE; undefined for what is not PostgreSQL's (the connection failed). */
+function sqlState(err: unknown): string | undefined {
+  const code = (err as { code?: unknown } | undefined)?.code;
+  return typeof code === 'string' ? code : undefined;
+}
+
+/**
+ * Per pool: set when a PREPARE found its statement already there, i.e. the pool hands out a
+ * new client object for a connection it handed out before (a wrapping pool). Such a pool's
+ * connections cannot be told apart, so all of them fold text, and none pays a PREPARE again.
+ */
+export interface FoldState {
+  textOnly: boolean;
+}
+
 /** Past this many characters of literals, folding costs more CPU than the round trip it saves. */
 const MAX_FOLDED_CHARS = 64 * 1024;
 
@@ -99,10 +132,11 @@ function placeholderSplit(sql: string): Array<string | number> {
 }
 
 /**
- * A connection that folds. A driver gives it the two ways it has of sending: `simple` (text on
- * the simple protocol, several statements, the rows of one of them) and `send` (one statement
- * with its parameters); it may change how a registered statement is written into a fold
- * (`foldText`: pg EXECUTEs prepared statements) and how BEGIN's fold is sent (`foldOnBegin`).
+ * A connection that folds. A driver gives it the two ways it has of sending: `simpleAll` (text
+ * on the simple protocol, several statements, the result of each) and `send` (one statement
+ * with its parameters), and the object its session lives on (`session`), where the folded
+ * statements are PREPAREd once and then EXECUTEd; it may change how BEGIN's fold is sent
+ * (`foldOnBegin`: pg recovers from statements deallocated behind its back).
  */
 export abstract class FoldingConnection implements DatabaseConnection {
   /** A BEGIN not sent yet: it rides on the transaction's first statement. */
@@ -112,7 +146,12 @@ export abstract class FoldingConnection implements DatabaseConnection {
   /** Statements held back to ride on COMMIT, in order. */
   #tails: CompiledQuery[] = [];
 
-  constructor(readonly names: StatementNames) {}
+  constructor(
+    readonly names: StatementNames,
+    /** What the session's prepared statements are remembered on (it outlives this object). */
+    readonly session: object,
+    readonly folds: FoldState = { textOnly: false },
+  ) {}
 
   /** Whether a transaction was begun (sent or not). */
   protected get inTransaction(): boolean {
@@ -132,10 +171,57 @@ export abstract class FoldingConnection implements DatabaseConnection {
     entry: StatementEntry | undefined,
   ): Promise<QueryResult<R>>;
 
-  /** A registered statement as folded text (its text with the literals in), or undefined when it cannot be. */
-  protected foldText(compiled: CompiledQuery, _entry: StatementEntry | undefined): string | undefined {
+  /**
+   * A registered statement as folded text: `execute <prepared>(literals)` on a session where it
+   * is prepared, else its text with the literals in; undefined when it cannot be folded.
+   */
+  protected foldText(compiled: CompiledQuery, entry: StatementEntry | undefined): string | undefined {
     const literals = literalsOf(compiled);
-    return literals && inline(compiled.sql, literals);
+    if (literals === undefined) return undefined;
+    const prepared = preparedOn.get(this.session);
+    if (entry?.prepared && !this.folds.textOnly && prepared instanceof Set && prepared.has(entry.prepared)) {
+      return literals.length
+        ? `execute ${entry.prepared}(${literals.join(', ')})`
+        : `execute ${entry.prepared}`;
+    }
+    return inline(compiled.sql, literals);
+  }
+
+  /**
+   * Folded text on the simple protocol. When a prepared statement in it is gone (deallocated
+   * behind our back: DISCARD ALL, a pooler that swapped backends), the session folds text from
+   * now on.
+   */
+  async #simpleFolded<R>(text: string): Promise<QueryResult<R>[]> {
+    try {
+      return await this.simpleAll<R>(text);
+    } catch (err) {
+      if (sqlState(err) === UNDEFINED_PREPARED_STATEMENT) preparedOn.set(this.session, 'inline');
+      throw err;
+    }
+  }
+
+  /**
+   * PREPAREs the folding statements this session lacks (one pool may serve inboxes in several
+   * schemas): one round trip, once per session and schema, before a fold's BEGIN, so that a
+   * failure aborts nothing. A failure (a statement of that name already there: a pool that
+   * wraps one connection in several client objects) leaves it folding text.
+   */
+  async #prepareFolds(): Promise<void> {
+    const prepared = preparedOn.get(this.session);
+    const have = prepared instanceof Set ? prepared : new Set<string>();
+    const missing = [...this.names.preparable()].filter(([, e]) => !have.has(e.prepared));
+    try {
+      await this.simple(missing.map(([text, e]) => `prepare ${e.prepared} as ${text}`).join('; '));
+      for (const [, e] of missing) have.add(e.prepared);
+      preparedOn.set(this.session, have);
+    } catch (err) {
+      // Without a SQLSTATE the connection itself failed: nothing to fall back to.
+      const code = sqlState(err);
+      if (code === undefined) throw err;
+      preparedOn.set(this.session, 'inline');
+      if (code === DUPLICATE_PREPARED_STATEMENT) this.folds.textOnly = true;
+    }
   }
 
   /**
@@ -143,13 +229,25 @@ export abstract class FoldingConnection implements DatabaseConnection {
    * `then`) in one query. Undefined when the values cannot be folded (the caller sends BEGIN
    * alone, then the statement).
    */
-  protected foldOnBegin<R>(
+  protected async foldOnBegin<R>(
     begin: string,
     compiled: CompiledQuery,
     entry: StatementEntry,
     then: string | undefined,
   ): Promise<QueryResult<R> | undefined> {
-    return this.#fold<R>([begin], compiled, entry, then);
+    const prepared = preparedOn.get(this.session);
+    if (entry.prepared && !this.folds.textOnly && prepared !== 'inline' && !prepared?.has(entry.prepared))
+      await this.#prepareFolds();
+    try {
+      return await this.#fold<R>([begin], compiled, entry, then);
+    } catch (err) {
+      // Its prepared statement was deallocated behind our back. Nothing but BEGIN ran in this
+      // transaction: roll it back (a statement alone had its implicit one rolled back already)
+      // and send the same as text, rather than fail a delivery.
+      if (sqlState(err) !== UNDEFINED_PREPARED_STATEMENT) throw err;
+      if (this.inTransaction) await this.simple('rollback');
+      return this.#fold<R>([begin], compiled, entry, then);
+    }
   }
 
   /**
@@ -173,7 +271,7 @@ export abstract class FoldingConnection implements DatabaseConnection {
     if (folded === undefined) return undefined;
     texts.push(folded);
     if (then) texts.push(then);
-    const results = await this.simpleAll<R>(texts.join('; '));
+    const results = await this.#simpleFolded<R>(texts.join('; '));
     const at = results.length - (then ? 2 : 1);
     const result = results[at] ?? { rows: [] };
     return entry.first === undefined ? result : joinFirst(results[at - 1], result);
@@ -209,7 +307,7 @@ export abstract class FoldingConnection implements DatabaseConnection {
     if (begin !== undefined) await this.simple(begin);
     const folded = tails.map((tail) => this.foldText(tail, this.names.get(tail.sql)));
     if (folded.every((text) => text !== undefined)) {
-      await this.simple([...folded, 'commit'].join('; '));
+      await this.#simpleFolded([...folded, 'commit'].join('; '));
       return;
     }
     for (const tail of tails) await this.send(tail, this.names.get(tail.sql));

@@ -32,15 +32,17 @@ function turnsOf(pglite: PGliteLike): SessionTurns {
  * The one session's connection. It folds like the pg driver's (src/drivers/fold.ts): here a
  * fold saves calls into the embedded database rather than network round trips, and each call
  * has a fixed cost of its own (the protocol written and read in JavaScript, the step into
- * WebAssembly) that measured more than most of our statements' own work. Folded statements
- * travel as text: PGlite has no pool of connections to PREPARE them on once.
+ * WebAssembly) that measured more than most of our statements' own work. Folded statements are
+ * PREPAREd on the one session before its first fold and EXECUTEd, as on pg: the parse and
+ * plan of their text, in WebAssembly, is not paid per delivery.
  */
 class PGliteConnection extends FoldingConnection {
   constructor(
     readonly pglite: PGliteLike,
     names: StatementNames,
   ) {
-    super(names);
+    // The one session lives as long as the PGlite instance: its prepared statements too.
+    super(names, pglite);
   }
 
   protected async simpleAll<R>(text: string): Promise<QueryResult<R>[]> {
