@@ -37,9 +37,27 @@ export function mismatchOf(
 /** Results larger than this (as JSON) are not cached: those duplicates go to Postgres. */
 export const MAX_RESULT_CHARS = 2048;
 
-interface Entry extends CachedEvent {
+/** Not parsed yet: every new event is remembered, and most are never asked for again. */
+const UNPARSED = Symbol('unparsed');
+
+class Entry implements CachedEvent {
   /** A copy of this event's bytes (same hash) parsed as JSON. */
-  bodyParses: boolean;
+  bodyParses = false;
+  #result: unknown = UNPARSED;
+  constructor(
+    readonly hash: string,
+    readonly key: string | null,
+    readonly seq: number | null,
+    /** The stored result as JSON, parsed at the first duplicate that asks for it. */
+    readonly resultJson: string | undefined,
+  ) {}
+
+  /** The stored result (null when the handler returned nothing), the same object at every hit. */
+  get result(): unknown {
+    if (this.#result === UNPARSED)
+      this.#result = this.resultJson === undefined ? null : JSON.parse(this.resultJson);
+    return this.#result;
+  }
 }
 
 export class ProcessedCache {
@@ -66,13 +84,7 @@ export class ProcessedCache {
   ): void {
     if (this.maxEntries === 0 || (resultJson !== undefined && resultJson.length > MAX_RESULT_CHARS)) return;
     this.#entries.delete(id);
-    this.#entries.set(id, {
-      hash,
-      key,
-      seq,
-      result: resultJson === undefined ? null : JSON.parse(resultJson),
-      bodyParses: false,
-    });
+    this.#entries.set(id, new Entry(hash, key, seq, resultJson));
     if (this.#entries.size > this.maxEntries) this.#entries.delete(this.#entries.keys().next().value!);
   }
 
