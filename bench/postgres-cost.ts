@@ -257,6 +257,16 @@ try {
   );
   const tag = Date.now().toString(36);
   const perTx = new Map<string, number[]>(picked.map((name) => [name, []]));
+  // WAL written per transaction: what the WAL writer and the commit's flush pay for, on every
+  // backend's behalf, beyond this backend's CPU (one client: nothing else writes meanwhile,
+  // but autovacuum may; the median keeps that out).
+  const walBytes = new Map<string, number[]>(picked.map((name) => [name, []]));
+  const walAt = async () =>
+    BigInt(
+      (await client.query<{ lsn: string }>('select pg_current_wal_insert_lsn() as lsn')).rows[0].lsn
+        .split('/')
+        .reduce((n, part) => n * 0x100000000n + BigInt(`0x${part}`), 0n),
+    );
   const send = async (name: string, prefix: string, count: number) => {
     for (let i = 0; i < count; i++)
       for (const q of VARIANTS[name].queries(`${prefix}-${i}`, i)) await client.query(q as pg.QueryConfig);
@@ -264,21 +274,24 @@ try {
   for (const name of picked) await send(name, `warm-${tag}-${name}`, 100);
   for (let round = 0; round < ROUNDS; round++) {
     for (const name of picked) {
+      const walBefore = await walAt();
       const before = cpuMs(pid);
       await send(name, `m-${tag}-${round}-${name}`, TXS);
       perTx.get(name)!.push(((cpuMs(pid) - before) * 1000) / TXS);
+      walBytes.get(name)!.push(Number((await walAt()) - walBefore) / TXS);
     }
   }
   const at = (xs: number[], q: number) => xs[Math.floor((xs.length - 1) * q)];
   const bare = perTx.get('bare')?.sort((a, b) => a - b);
   console.log(
-    `PostgreSQL CPU per transaction (one backend), ${ROUNDS} rounds × ${TXS}; µs: min / q1 / median`,
+    `PostgreSQL CPU per transaction (one backend), ${ROUNDS} rounds × ${TXS}; µs: min / q1 / median; WAL bytes per transaction (median)`,
   );
   for (const name of picked) {
     const xs = perTx.get(name)!.sort((a, b) => a - b);
+    const wal = walBytes.get(name)!.sort((a, b) => a - b);
     const ratio = bare ? `  ${(at(xs, 0.5) / at(bare, 0.5)).toFixed(2)}× bare` : '';
     console.log(
-      `${name.padEnd(20)} ${at(xs, 0).toFixed(0).padStart(5)} / ${at(xs, 0.25).toFixed(0).padStart(5)} / ${at(xs, 0.5).toFixed(0).padStart(5)}${ratio}   ${VARIANTS[name].what}`,
+      `${name.padEnd(20)} ${at(xs, 0).toFixed(0).padStart(5)} / ${at(xs, 0.25).toFixed(0).padStart(5)} / ${at(xs, 0.5).toFixed(0).padStart(5)}${ratio}  ${at(wal, 0.5).toFixed(0).padStart(5)} B WAL   ${VARIANTS[name].what}`,
     );
   }
 } finally {
