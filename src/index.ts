@@ -41,6 +41,7 @@ export type {
   InboxStatus,
   KeyDetail,
   KeySummary,
+  LockWaitOptions,
   OpenOperationsOptions,
   PruneOptions,
   PruneResult,

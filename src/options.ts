@@ -10,6 +10,9 @@ import type { RespondHook } from './receive/respond-hook.js';
 import type { Verify } from './receive/verify.js';
 import type { RedisInput } from './redis-cache.js';
 
+/** `lockTimeoutMs`'s default, for the inbox and for operator actions given none. */
+export const DEFAULT_LOCK_TIMEOUT_MS = 5000;
+
 /**
  * Applies one event. `TBody` types `event.body`, `DB` types `context.tx` (a Kysely
  * `Transaction<DB>`).

@@ -6,7 +6,7 @@ import { InboxOptionsError } from './errors.js';
 import { type Logger, silent } from './logger.js';
 import type { MetricsOptions } from './metrics.js';
 import { bool, describe, headerName, IDENTIFIER, integer, oneOf } from './option-checks.js';
-import type { Handler, InboxOptions, ResolvedOptions } from './options.js';
+import { DEFAULT_LOCK_TIMEOUT_MS, type Handler, type InboxOptions, type ResolvedOptions } from './options.js';
 import type { Provider } from './providers.js';
 import { type FieldSource, type Fields, type ResolvedSource, resolveSource } from './receive/field-source.js';
 import { resolveRespondHook } from './receive/respond-hook.js';
@@ -256,7 +256,7 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
     maxBodyBytes: integer(o, 'maxBodyBytes', 1024 * 1024, 1, 256 * 1024 * 1024),
     bodyTimeoutMs: integer(o, 'bodyTimeoutMs', 5000, 1, 3_600_000),
     parse: oneOf(o, 'parse', ['auto', 'json', 'raw'] as const),
-    lockTimeoutMs: integer(o, 'lockTimeoutMs', 5000, 1, 600_000),
+    lockTimeoutMs: integer(o, 'lockTimeoutMs', DEFAULT_LOCK_TIMEOUT_MS, 1, 600_000),
     onInFlight: oneOf(o, 'onInFlight', ['wait', 'reject'] as const),
     keepPayload: bool(o, 'keepPayload', false),
     firstSeq,

@@ -2,7 +2,8 @@
  * The operator CLI's guard rails, each run as its own process: bad connection settings and
  * filter values are usage errors (exit 2) before anything is opened; `dead replay` shows what
  * it would do (`--dry-run`), asks before `--all` (or needs `--yes`), and refuses events older
- * than the retention unless `--force`; `--data-dir` works on an embedded database on disk;
+ * than the retention unless `--force`; replay, skip and unblock give up on a held key after
+ * `--lock-timeout`; `--data-dir` works on an embedded database on disk;
  * `--version`. Real PostgreSQL, apart from `--data-dir` (PGlite by definition).
  */
 import { execFile } from 'node:child_process';
@@ -39,6 +40,30 @@ const version = JSON.parse(readFileSync('package.json', 'utf8')).version;
 
 function error(r: Run): { code: string; message: string; [k: string]: unknown } {
   return JSON.parse(r.stderr).error;
+}
+
+/**
+ * Runs these CLI commands while another session's open transaction holds `key`'s row, as a
+ * slow handler's (or a stuck session's) does; each result is undefined when that command was
+ * still waiting after 30 s, so a wait without a bound fails the test instead of hanging it.
+ */
+async function whileKeyHeld(schema: string, key: string, commands: string[][]): Promise<(Run | undefined)[]> {
+  const holder = new pg.Client({ connectionString: postgresUrlOrEmpty });
+  await holder.connect();
+  try {
+    await holder.query('begin');
+    await holder.query(`select 1 from "${schema}".keys where key = $1 for update`, [key]);
+    let bound: NodeJS.Timeout | undefined;
+    const gaveUp = new Promise<undefined>((resolve) => {
+      bound = setTimeout(() => resolve(undefined), 30_000);
+    });
+    const runs = await Promise.all(commands.map((c) => Promise.race([cli(c), gaveUp])));
+    clearTimeout(bound);
+    return runs;
+  } finally {
+    await holder.query('rollback').catch(() => {});
+    await holder.end();
+  }
 }
 
 describe('CLI argument checks (no database is opened)', { timeout: 120_000 }, () => {
@@ -203,26 +228,9 @@ describe.skipIf(!postgresTarget)('dead replay guard rails (postgres)', { timeout
     });
     const S = ['--schema', t.schema, '--json'];
     expect(await inbox.event('o-1')).toMatchObject({ status: 'dead', key: 'acct-held' });
-    // A delivery's (or a stuck session's) transaction holding the key row, as a slow handler's does.
-    const holder = new pg.Client({ connectionString: postgresUrlOrEmpty });
-    await holder.connect();
-    let held: Run | undefined;
-    try {
-      await holder.query('begin');
-      await holder.query(`select 1 from "${t.schema}".keys where key = 'acct-held' for update`);
-      // Bounded here too, so that a replay that waits on fails this test instead of hanging it.
-      let bound: NodeJS.Timeout | undefined;
-      held = await Promise.race([
-        cli(['dead', 'replay', 'o-1', '--lock-timeout', '300ms', ...S]),
-        new Promise<undefined>((resolve) => {
-          bound = setTimeout(() => resolve(undefined), 30_000);
-        }),
-      ]);
-      clearTimeout(bound);
-    } finally {
-      await holder.query('rollback').catch(() => {});
-      await holder.end();
-    }
+    const [held] = await whileKeyHeld(t.schema, 'acct-held', [
+      ['dead', 'replay', 'o-1', '--lock-timeout', '300ms', ...S],
+    ]);
     expect(held, 'the replay still waited for the key after 30 s').toBeDefined();
     expect(held!.code).toBe(4);
     expect(error(held!)).toMatchObject({ code: 'locked' });
@@ -241,6 +249,48 @@ describe.skipIf(!postgresTarget)('dead replay guard rails (postgres)', { timeout
     broken = false;
     expect(await inbox.drain('acct-held')).toBe(1);
     expect(await inbox.event('o-1')).toMatchObject({ status: 'processed' });
+  });
+
+  it('a key held by another transaction: keys skip, dead skip and keys unblock give up after --lock-timeout naming the key (exit 4), changing nothing', async () => {
+    inbox = createInbox({
+      db: t.db,
+      schema: t.schema,
+      sweepIntervalMs: 0,
+      maxAttempts: 1,
+      handle: (event) => {
+        if (event.seq === 1) throw new Error('poison');
+      },
+    });
+    await inbox.receive({
+      headers: { 'idempotency-key': 'p-1', 'x-key': 'acct-stuck', 'x-seq': '1' },
+      rawBody: Buffer.from('{"n":1}'),
+    });
+    const S = ['--schema', t.schema, '--json'];
+    const before = await inbox.keyState('acct-stuck');
+    expect(before).toMatchObject({ state: 'blocked', nextSeq: 1 });
+
+    const runs = await whileKeyHeld(t.schema, 'acct-stuck', [
+      ['keys', 'skip', 'acct-stuck', '--lock-timeout', '300ms', ...S],
+      ['dead', 'skip', 'p-1', '--lock-timeout', '300ms', ...S],
+      ['keys', 'unblock', 'acct-stuck', '--lock-timeout', '300ms', ...S],
+    ]);
+    for (const run of runs) {
+      expect(run, 'the command still waited for the key after 30 s').toBeDefined();
+      expect(run!.code, run!.stderr).toBe(4);
+      expect(error(run!)).toMatchObject({ code: 'locked' });
+      expect(error(run!).message).toContain('key "acct-stuck"');
+      expect(error(run!).message).toContain('300 ms');
+    }
+    expect(await inbox.keyState('acct-stuck')).toEqual(before);
+    const bad = await cli(['keys', 'skip', 'acct-stuck', '--lock-timeout', 'soon', ...S]);
+    expect(bad.code).toBe(2);
+    expect(error(bad).message).toContain('--lock-timeout must be a duration');
+
+    // Released: the same skip goes through.
+    const freed = await cli(['keys', 'skip', 'acct-stuck', '--lock-timeout', '300ms', ...S]);
+    expect(freed.code, freed.stderr).toBe(0);
+    expect(freed.json).toMatchObject({ key: 'acct-stuck', fromSeq: 1, toSeq: 1, nextSeq: 2 });
+    expect(await inbox.keyState('acct-stuck')).toMatchObject({ state: 'open', nextSeq: 2 });
   });
 });
 

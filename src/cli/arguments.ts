@@ -41,6 +41,17 @@ export function duration(values: Values, name: string): number | undefined {
   return ms;
 }
 
+/** `--lock-timeout`, for every action that waits for a key (replay, skip, unblock). */
+export const LOCK_TIMEOUT: OptionSpec = {
+  type: 'string',
+  help: 'how long to wait for a key a delivery or a drain holds before giving up (default 5s)',
+};
+
+/** `--lock-timeout` in ms, or undefined for the operations' own (a bad one is a usage error). */
+export function lockTimeout(values: Values): number | undefined {
+  return duration(values, 'lock-timeout');
+}
+
 export function limit(values: Values): number | undefined {
   const raw = values.limit;
   if (raw === undefined) return undefined;

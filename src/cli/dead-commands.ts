@@ -1,6 +1,6 @@
 /** `dead list`, `dead show`, `dead skip`: the dead-letter queue (`dead replay` has its own module). */
 import { formatDuration } from '../duration.js';
-import { FILTERS, filterOf } from './arguments.js';
+import { FILTERS, filterOf, LOCK_TIMEOUT, lockTimeout } from './arguments.js';
 import { type Command, EXIT, UsageError } from './command.js';
 import { deadLetterJson, deadLetterSummary, deadLetterText, oneLine, skipText, table } from './format.js';
 import { REPLAY_COMMAND } from './replay-command.js';
@@ -66,9 +66,14 @@ export const DEAD_COMMANDS: Record<string, Command> = {
     help:
       'The key moves past the dead letter\'s seq (recorded as a gap, reason "skip"); the running\n' +
       "application's sweeper then drains the events held behind it. The dead letter stays, as a record.",
+    options: { 'lock-timeout': LOCK_TIMEOUT },
     positionals: [1, 1],
-    async run({ positionals, out, connection }) {
-      out.result(await (await connection.ops()).skip({ id: positionals[0] }), skipText);
+    check({ values }) {
+      lockTimeout(values);
+    },
+    async run({ values, positionals, out, connection }) {
+      const ops = await connection.ops();
+      out.result(await ops.skip({ id: positionals[0] }, { lockTimeoutMs: lockTimeout(values) }), skipText);
       return EXIT.ok;
     },
   },

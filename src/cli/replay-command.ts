@@ -6,7 +6,7 @@
  */
 import { formatDuration } from '../duration.js';
 import type { ReplayResult, ReplaySelection } from '../operations/index.js';
-import { duration, FILTERS, filterOf } from './arguments.js';
+import { duration, FILTERS, filterOf, LOCK_TIMEOUT, lockTimeout } from './arguments.js';
 import {
   type CliIo,
   type Command,
@@ -103,16 +103,13 @@ export const REPLAY_COMMAND: Command = {
     yes: { type: 'boolean', short: 'y', help: 'with --all: do not ask for confirmation' },
     force: { type: 'boolean', help: 'also replay events received longer ago than the retention' },
     retention: { type: 'string', help: "your inbox's retention option (default 7d)" },
-    'lock-timeout': {
-      type: 'string',
-      help: 'how long to wait for a key a delivery or a drain holds before giving up (default 5s)',
-    },
+    'lock-timeout': LOCK_TIMEOUT,
   },
   positionals: [0, 1000],
   check({ values, positionals, io }) {
     const filter = filterOf(values);
     duration(values, 'retention');
-    duration(values, 'lock-timeout');
+    lockTimeout(values);
     const filtered = Object.values(filter).some((v) => v !== undefined);
     if (values.all && positionals.length > 0) throw new UsageError('give ids, or --all, not both');
     if (!values.all && positionals.length === 0) throw new UsageError('give the ids to replay, or --all');
@@ -175,7 +172,7 @@ export const REPLAY_COMMAND: Command = {
     }
     // A key held past the timeout fails the command naming it (OperationError `locked`, exit 4);
     // the ids before it stay re-queued.
-    const results = await ops.replay(selection, { lockTimeoutMs: duration(values, 'lock-timeout') });
+    const results = await ops.replay(selection, { lockTimeoutMs: lockTimeout(values) });
     out.result(results, () =>
       [
         resultTable(results, ages, Number.POSITIVE_INFINITY, false),

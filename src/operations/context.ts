@@ -2,9 +2,11 @@
  * What every operator action shares: the tables it acts on, the source it is narrowed to, and
  * the look-ups that turn an operator's id or key into one (source, row) or refuse it.
  */
-import { type Kysely, type RawBuilder, sql } from 'kysely';
+import { type Kysely, type RawBuilder, sql, type Transaction } from 'kysely';
 import { parseDuration } from '../duration.js';
 import { OperationError } from '../errors.js';
+import { DEFAULT_LOCK_TIMEOUT_MS } from '../options.js';
+import { sqlState } from '../sql/sql-state.js';
 import { type Tables, toNumber } from '../sql/tables.js';
 
 /** The most rows one list or `--all` action handles. */
@@ -25,8 +27,57 @@ export interface OperationsContext {
   readonly lockTimeoutMs?: number;
 }
 
-/** The inbox's own default `lockTimeoutMs`, for actions given none. */
-export const DEFAULT_LOCK_TIMEOUT_MS = 5000;
+/** An action's own bound on its wait for a held key, over the operations' `lockTimeoutMs`. */
+export interface LockWaitOptions {
+  /**
+   * How long the action waits for a key (or event) a delivery, a drain or another action holds
+   * before it fails with OperationError `locked`. @defaultValue the operations' `lockTimeoutMs` (5000)
+   */
+  lockTimeoutMs?: number;
+}
+
+/** What a `locked` failure names: what was not done, and the row that stayed locked. */
+export interface LockedWhat {
+  /** e.g. `event "e-1" (source "s")`, or `key "k" (source "s")`. */
+  readonly subject: string;
+  /** The action's past participle: `replayed`, `skipped`, `unblocked`. */
+  readonly verb: string;
+  /** The row it waited for: `key "k"`, or `its row`. */
+  readonly held: string;
+}
+
+/**
+ * Runs `fn` in one read-committed transaction whose waits for row locks are bounded, as a
+ * delivery's are: a key a slow handler (or a stuck session) holds would otherwise keep the
+ * operator waiting with no word of why. Past the bound Postgres aborts the statement (55P03),
+ * the transaction rolls back, so nothing was changed, and an OperationError `locked` names the
+ * row. The bound is `options.lockTimeoutMs`, else the operations', else the inbox's default.
+ */
+export async function boundedWait<T>(
+  ctx: OperationsContext,
+  options: LockWaitOptions,
+  what: LockedWhat,
+  fn: (tx: Transaction<any>) => Promise<T>,
+): Promise<T> {
+  const ms = options.lockTimeoutMs ?? ctx.lockTimeoutMs ?? DEFAULT_LOCK_TIMEOUT_MS;
+  try {
+    return await ctx.db
+      .transaction()
+      .setIsolationLevel('read committed')
+      .execute(async (tx) => {
+        // Local to this transaction: the pooled session keeps its own setting afterwards.
+        await sql`select set_config('lock_timeout', ${`${ms}ms`}, true)`.execute(tx);
+        return fn(tx);
+      });
+  } catch (err) {
+    if (sqlState(err) !== '55P03') throw err;
+    throw new OperationError(
+      'locked',
+      `${what.subject} was not ${what.verb}: ${what.held} stayed locked for ${ms} ms ` +
+        '(a delivery, a drain or another operator action holds it); try again',
+    );
+  }
+}
 
 /** One of the inbox's tables, for splicing into a statement (its name is validated at start). */
 export function table(ctx: OperationsContext, name: 'events' | 'keys' | 'gaps'): RawBuilder<unknown> {

@@ -1,4 +1,5 @@
 /** Operator actions: one module per resource; `Operations` is the object that holds them all. */
+export type { LockWaitOptions } from './context.js';
 export type { DeadLetter, DeadLetterFilter } from './dead-letters.js';
 export type { Gap, KeyDetail, KeySummary, SkipResult } from './keys.js';
 export type { OpenOperationsOptions } from './operations.js';

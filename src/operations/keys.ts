@@ -1,15 +1,18 @@
 /**
  * Ordering keys as an operator sees and moves them: which are blocked or hold events, one in
  * full, reopening a blocked key, and skipping what blocks it. Each action that changes a key
- * is one short transaction that locks the key row first, the order the claim uses.
+ * is one short transaction that locks the key row first, the order the claim uses, and waits
+ * for it at most `lockTimeoutMs` (boundedWait).
  */
 import { sql } from 'kysely';
 import { OperationError } from '../errors.js';
 import { toNumber } from '../sql/tables.js';
 import {
   ageMs,
+  boundedWait,
   findEvent,
   findKey,
+  type LockWaitOptions,
   limitOf,
   MAX_LIST,
   type OperationsContext,
@@ -141,17 +144,26 @@ export async function key(
   };
 }
 
+/** How a `locked` failure names a key. */
+function keyIn(name: string, source: string): string {
+  return `key ${JSON.stringify(name)} (source ${JSON.stringify(source)})`;
+}
+
 export async function unblock(
   ctx: OperationsContext,
   name: string,
   source = ctx.source,
+  options: LockWaitOptions = {},
 ): Promise<KeySummary> {
   const found = await findKey(ctx, name, source);
-  const { rows } = await sql<any>`
+  const locked = { subject: keyIn(name, found.source), verb: 'unblocked', held: 'its row' };
+  const { rows } = await boundedWait(ctx, options, locked, (tx) =>
+    sql<any>`
     update ${table(ctx, 'keys')}
        set state = 'open', blocked_seq = null, blocked_reason = null, updated_at = now()
      where source = ${found.source} and key = ${name} and state = 'blocked'
-    returning key`.execute(ctx.db);
+    returning key`.execute(tx),
+  );
   if (rows.length === 0) {
     throw new OperationError('refused', `key ${JSON.stringify(name)} is not blocked`);
   }
@@ -185,73 +197,79 @@ async function skipTarget(
 export async function skip(
   ctx: OperationsContext,
   target: { id: string; source?: string } | { key: string; source?: string },
+  options: LockWaitOptions = {},
 ): Promise<SkipResult> {
   const { source, key, seq, id } = await skipTarget(ctx, target);
-  return ctx.db
-    .transaction()
-    .setIsolationLevel('read committed')
-    .execute(async (tx): Promise<SkipResult> => {
-      const { rows } = await sql<any>`
+  const locked =
+    id === undefined
+      ? { subject: keyIn(key, source), verb: 'skipped', held: 'its row' }
+      : {
+          subject: `event ${JSON.stringify(id)} (source ${JSON.stringify(source)})`,
+          verb: 'skipped',
+          held: `key ${JSON.stringify(key)}`,
+        };
+  return boundedWait(ctx, options, locked, async (tx): Promise<SkipResult> => {
+    const { rows } = await sql<any>`
       select next_seq, state, blocked_seq, blocked_reason from ${table(ctx, 'keys')}
        where source = ${source} and key = ${key} for update`.execute(tx);
-      const k = rows[0];
-      if (!k)
-        throw new OperationError(
-          'not-found',
-          `no key ${JSON.stringify(key)} in source ${JSON.stringify(source)}`,
-        );
-      const next = toNumber(k.next_seq)!;
-      if (id !== undefined) {
-        // Read under the key's lock, the order every replay takes: a replay that made it waiting
-        // meanwhile has committed, and skipping its seq now would strand it below the cursor.
-        const { rows: now } = await sql<any>`
+    const k = rows[0];
+    if (!k)
+      throw new OperationError(
+        'not-found',
+        `no key ${JSON.stringify(key)} in source ${JSON.stringify(source)}`,
+      );
+    const next = toNumber(k.next_seq)!;
+    if (id !== undefined) {
+      // Read under the key's lock, the order every replay takes: a replay that made it waiting
+      // meanwhile has committed, and skipping its seq now would strand it below the cursor.
+      const { rows: now } = await sql<any>`
         select status from ${table(ctx, 'events')} where source = ${source} and id = ${id}`.execute(tx);
-        if (now[0]?.status !== 'dead') {
-          throw new OperationError(
-            'refused',
-            `event ${JSON.stringify(id)} is ${now[0]?.status ?? 'gone'}, not dead`,
-          );
-        }
+      if (now[0]?.status !== 'dead') {
+        throw new OperationError(
+          'refused',
+          `event ${JSON.stringify(id)} is ${now[0]?.status ?? 'gone'}, not dead`,
+        );
       }
-      let to: number;
-      if (seq !== null) {
-        // A dead letter's seq can be skipped while the key waits at it (blocked by it, or
-        // unblocked by an operator since); once the cursor moved past it there is nothing to skip.
-        if (seq !== next) {
-          throw new OperationError(
-            'refused',
-            `event's seq ${seq} is not what key ${JSON.stringify(key)} waits for (next seq ${next}); nothing to skip`,
-          );
-        }
-        to = seq;
-      } else {
-        if (k.state !== 'blocked') {
-          throw new OperationError(
-            'refused',
-            `key ${JSON.stringify(key)} is not blocked (it waits for seq ${next})`,
-          );
-        }
-        to = next;
-        if (k.blocked_reason === 'gap') {
-          const { rows: first } = await sql<any>`
+    }
+    let to: number;
+    if (seq !== null) {
+      // A dead letter's seq can be skipped while the key waits at it (blocked by it, or
+      // unblocked by an operator since); once the cursor moved past it there is nothing to skip.
+      if (seq !== next) {
+        throw new OperationError(
+          'refused',
+          `event's seq ${seq} is not what key ${JSON.stringify(key)} waits for (next seq ${next}); nothing to skip`,
+        );
+      }
+      to = seq;
+    } else {
+      if (k.state !== 'blocked') {
+        throw new OperationError(
+          'refused',
+          `key ${JSON.stringify(key)} is not blocked (it waits for seq ${next})`,
+        );
+      }
+      to = next;
+      if (k.blocked_reason === 'gap') {
+        const { rows: first } = await sql<any>`
           select min(seq) as seq from ${table(ctx, 'events')}
            where source = ${source} and key = ${key} and status in ('held', 'pending') and seq > ${next}`.execute(
-            tx,
-          );
-          const firstHeld = toNumber(first[0]?.seq);
-          if (firstHeld !== null) to = firstHeld - 1;
-        }
+          tx,
+        );
+        const firstHeld = toNumber(first[0]?.seq);
+        if (firstHeld !== null) to = firstHeld - 1;
       }
-      await sql`
+    }
+    await sql`
       insert into ${table(ctx, 'gaps')} (source, key, from_seq, to_seq, reason)
       values (${source}, ${key}, ${next}, ${to}, 'skip')
       on conflict (source, key, from_seq) do update set to_seq = greatest(${table(ctx, 'gaps')}.to_seq, excluded.to_seq)`.execute(
-        tx,
-      );
-      await sql`
+      tx,
+    );
+    await sql`
       update ${table(ctx, 'keys')}
          set next_seq = ${to + 1}, state = 'open', blocked_seq = null, blocked_reason = null, updated_at = now()
        where source = ${source} and key = ${key}`.execute(tx);
-      return { source, key, fromSeq: next, toSeq: to, nextSeq: to + 1 };
-    });
+    return { source, key, fromSeq: next, toSeq: to, nextSeq: to + 1 };
+  });
 }

@@ -13,7 +13,7 @@ import type { Kysely } from 'kysely';
 import { type Database, type DatabaseInput, openDatabase } from '../database.js';
 import type { StoredEvent } from '../sql/inspect.js';
 import { createTables, type Tables } from '../sql/tables.js';
-import type { OperationsContext } from './context.js';
+import type { LockWaitOptions, OperationsContext } from './context.js';
 import { type DeadLetter, type DeadLetterFilter, deadLetter, deadLetters } from './dead-letters.js';
 import { type KeyDetail, type KeySummary, key, keys, type SkipResult, skip, unblock } from './keys.js';
 import { type ReplayOptions, type ReplayResult, type ReplaySelection, replay, statuses } from './replay.js';
@@ -65,9 +65,14 @@ export class Operations implements OperationsContext {
    * `skip`), opens the key and leaves the cursor on the next seq, so what follows can drain.
    * Given an event id, skips that dead letter's seq; given a key, skips what blocks it (the
    * poison seq, or for a gap block the whole missing range up to the first held event).
+   * A key held past `lockTimeoutMs` (the option's, else the operations') fails it with
+   * OperationError `locked` naming the key, nothing changed; so does `unblock`.
    */
-  skip(target: { id: string; source?: string } | { key: string; source?: string }): Promise<SkipResult> {
-    return skip(this, target);
+  skip(
+    target: { id: string; source?: string } | { key: string; source?: string },
+    options: LockWaitOptions = {},
+  ): Promise<SkipResult> {
+    return skip(this, target, options);
   }
 
   /**
@@ -75,8 +80,8 @@ export class Operations implements OperationsContext {
    * nothing does (a missing seq, or a dead letter you chose not to replay), the key waits for it
    * again and the gap timeout (`onGapTimeout`) decides once more.
    */
-  unblock(name: string, source = this.source): Promise<KeySummary> {
-    return unblock(this, name, source);
+  unblock(name: string, source = this.source, options: LockWaitOptions = {}): Promise<KeySummary> {
+    return unblock(this, name, source, options);
   }
 
   /** The current status of events by id, in one source (for reporting after a replay). */

@@ -8,12 +8,12 @@
 import { sql } from 'kysely';
 import { OperationError } from '../errors.js';
 import type { StoredEvent } from '../sql/inspect.js';
-import { sqlState } from '../sql/sql-state.js';
 import { toNumber } from '../sql/tables.js';
 import {
-  DEFAULT_LOCK_TIMEOUT_MS,
+  boundedWait,
   type FoundEvent,
   findEvent,
+  type LockWaitOptions,
   MAX_LIST,
   type OperationsContext,
   table,
@@ -29,18 +29,12 @@ export type ReplaySelection =
   | readonly (string | { readonly id: string; readonly source: string })[]
   | (DeadLetterFilter & { all: true });
 
-export interface ReplayOptions {
+export interface ReplayOptions extends LockWaitOptions {
   /**
    * Decide every outcome as the replay would, and change nothing: `requeued` then means "would
    * be re-queued", and `status` is the current one. @defaultValue false
    */
   dryRun?: boolean;
-  /**
-   * How long each event's replay waits for its key while a delivery, a drain or another action
-   * holds it, before it fails with OperationError `locked`. @defaultValue the operations'
-   * `lockTimeoutMs` (5000)
-   */
-  lockTimeoutMs?: number;
 }
 
 export interface ReplayResult {
@@ -78,15 +72,7 @@ export async function replay(
   }
   const results: ReplayResult[] = [];
   for (const target of targets) {
-    results.push(
-      await replayOne(
-        ctx,
-        target.id,
-        target.source,
-        options.dryRun === true,
-        options.lockTimeoutMs ?? ctx.lockTimeoutMs ?? DEFAULT_LOCK_TIMEOUT_MS,
-      ),
-    );
+    results.push(await replayOne(ctx, target.id, target.source, options.dryRun === true, options));
   }
   return results;
 }
@@ -101,16 +87,15 @@ export async function replay(
  * the replay took the key for one without a cursor, re-queued the event without unblocking
  * the key, and the event waited behind a block no dead letter was left to lift (or, when the
  * cursor had passed its seq, below the cursor); the property test's 'replayed' mode found it.
- * The wait is bounded by `lockTimeoutMs`, as a delivery's is: a key a slow handler (or a stuck
- * session) holds would otherwise keep the operator waiting with no word of why; past it, an
- * OperationError `locked` names the key, and this event is left as it was.
+ * The wait is bounded (boundedWait): past `lockTimeoutMs` an OperationError `locked` names the
+ * key, and this event is left as it was.
  */
 async function replayOne(
   ctx: OperationsContext,
   id: string,
   source: string | undefined,
   dryRun: boolean,
-  lockTimeoutMs: number,
+  wait: LockWaitOptions,
 ): Promise<ReplayResult> {
   let found: FoundEvent;
   try {
@@ -124,71 +109,63 @@ async function replayOne(
   const base = { source: found.source, id, key, seq };
   const keyLock = dryRun ? sql`` : sql`for update`;
   const eventLock = dryRun ? sql`` : sql`for update skip locked`;
-  return ctx.db
-    .transaction()
-    .setIsolationLevel('read committed')
-    .execute(async (tx): Promise<ReplayResult> => {
-      if (!dryRun) await sql`select set_config('lock_timeout', ${`${lockTimeoutMs}ms`}, true)`.execute(tx);
-      let next: number | null = null;
-      let blockedHere = false;
-      if (key !== null) {
-        const cursor = () =>
-          sql<any>`
+  const locked = {
+    subject: `event ${JSON.stringify(id)} (source ${JSON.stringify(found.source)})`,
+    verb: 'replayed',
+    held: key === null ? 'its row' : `key ${JSON.stringify(key)}`,
+  };
+  return boundedWait(ctx, wait, locked, async (tx): Promise<ReplayResult> => {
+    let next: number | null = null;
+    let blockedHere = false;
+    if (key !== null) {
+      const cursor = () =>
+        sql<any>`
         select next_seq, state, blocked_seq from ${table(ctx, 'keys')}
          where source = ${found.source} and key = ${key} ${keyLock}`.execute(tx);
-        let { rows } = await cursor();
-        if (!rows[0] && !dryRun) {
-          // No cursor yet (the key's only event died before one was stored): start it at this
-          // seq. A claim may be creating it meanwhile: the insert then waits for it and does
-          // nothing, and the row that claim committed is read (and locked) instead.
-          await sql`insert into ${table(ctx, 'keys')} (source, key, next_seq) values (${found.source}, ${key}, ${seq})
+      let { rows } = await cursor();
+      if (!rows[0] && !dryRun) {
+        // No cursor yet (the key's only event died before one was stored): start it at this
+        // seq. A claim may be creating it meanwhile: the insert then waits for it and does
+        // nothing, and the row that claim committed is read (and locked) instead.
+        await sql`insert into ${table(ctx, 'keys')} (source, key, next_seq) values (${found.source}, ${key}, ${seq})
                   on conflict do nothing`.execute(tx);
-          ({ rows } = await cursor());
-        }
-        next = rows[0] ? toNumber(rows[0].next_seq) : seq;
-        blockedHere = rows[0]?.state === 'blocked' && toNumber(rows[0].blocked_seq) === seq;
+        ({ rows } = await cursor());
       }
-      // Holding the key, never wait for an event row (ARCHITECTURE.md, "Locks"): one that is
-      // locked is being applied by a worker, so it is not dead; its committed status says so.
-      const { rows: events } = await sql<any>`
+      next = rows[0] ? toNumber(rows[0].next_seq) : seq;
+      blockedHere = rows[0]?.state === 'blocked' && toNumber(rows[0].blocked_seq) === seq;
+    }
+    // Holding the key, never wait for an event row (ARCHITECTURE.md, "Locks"): one that is
+    // locked is being applied by a worker, so it is not dead; its committed status says so.
+    const { rows: events } = await sql<any>`
       select status from ${table(ctx, 'events')} where source = ${found.source} and id = ${id} ${eventLock}`.execute(
-        tx,
-      );
-      const status =
-        events[0]?.status ??
-        (dryRun
-          ? null
-          : ((
-              await sql<any>`select status from ${table(ctx, 'events')} where source = ${found.source} and id = ${id}`.execute(
-                tx,
-              )
-            ).rows[0]?.status ?? null));
-      if (status !== 'dead') return { ...base, outcome: status ? 'not-dead' : 'not-found', status };
-      if (key !== null && seq! < next!) return { ...base, outcome: 'behind-cursor', status };
-      if (dryRun) return { ...base, outcome: 'requeued', status };
-      const waiting = key === null ? 'pending' : 'held';
-      await sql`
+      tx,
+    );
+    const status =
+      events[0]?.status ??
+      (dryRun
+        ? null
+        : ((
+            await sql<any>`select status from ${table(ctx, 'events')} where source = ${found.source} and id = ${id}`.execute(
+              tx,
+            )
+          ).rows[0]?.status ?? null));
+    if (status !== 'dead') return { ...base, outcome: status ? 'not-dead' : 'not-found', status };
+    if (key !== null && seq! < next!) return { ...base, outcome: 'behind-cursor', status };
+    if (dryRun) return { ...base, outcome: 'requeued', status };
+    const waiting = key === null ? 'pending' : 'held';
+    await sql`
       update ${table(ctx, 'events')}
          set status = ${waiting}, attempts = 0, dead_reason = null,
              run_after = ${key === null ? sql`now()` : sql`null`}
        where source = ${found.source} and id = ${id}`.execute(tx);
-      if (blockedHere) {
-        await sql`
+    if (blockedHere) {
+      await sql`
         update ${table(ctx, 'keys')}
            set state = 'open', blocked_seq = null, blocked_reason = null, updated_at = now()
          where source = ${found.source} and key = ${key}`.execute(tx);
-      }
-      return { ...base, outcome: 'requeued', status: waiting };
-    })
-    .catch((err: unknown) => {
-      if (sqlState(err) !== '55P03') throw err;
-      const what = key === null ? 'its row' : `key ${JSON.stringify(key)}`;
-      throw new OperationError(
-        'locked',
-        `event ${JSON.stringify(id)} (source ${JSON.stringify(found.source)}) was not replayed: ${what} ` +
-          `stayed locked for ${lockTimeoutMs} ms (a delivery, a drain or another operator action holds it); try again`,
-      );
-    });
+    }
+    return { ...base, outcome: 'requeued', status: waiting };
+  });
 }
 
 /** The current status of events by id, in one source (for reporting after a replay). */
