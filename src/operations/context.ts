@@ -53,7 +53,7 @@ export interface LockedWhat {
  * the transaction rolls back, so nothing was changed, and an OperationError `locked` names the
  * row. The bound is `options.lockTimeoutMs`, else the operations', else the inbox's default.
  */
-export async function boundedWait<T>(
+export async function boundedLockWait<T>(
   ctx: OperationsContext,
   options: LockWaitOptions,
   what: LockedWhat,

@@ -2,14 +2,14 @@
  * Ordering keys as an operator sees and moves them: which are blocked or hold events, one in
  * full, reopening a blocked key, and skipping what blocks it. Each action that changes a key
  * is one short transaction that locks the key row first, the order the claim uses, and waits
- * for it at most `lockTimeoutMs` (boundedWait).
+ * for it at most `lockTimeoutMs` (boundedLockWait).
  */
 import { sql } from 'kysely';
 import { OperationError } from '../errors.js';
 import { toNumber } from '../sql/tables.js';
 import {
   ageMs,
-  boundedWait,
+  boundedLockWait,
   findEvent,
   findKey,
   type LockWaitOptions,
@@ -157,7 +157,7 @@ export async function unblock(
 ): Promise<KeySummary> {
   const found = await findKey(ctx, name, source);
   const locked = { subject: keyIn(name, found.source), verb: 'unblocked', held: 'its row' };
-  const { rows } = await boundedWait(ctx, options, locked, (tx) =>
+  const { rows } = await boundedLockWait(ctx, options, locked, (tx) =>
     sql<any>`
     update ${table(ctx, 'keys')}
        set state = 'open', blocked_seq = null, blocked_reason = null, updated_at = now()
@@ -208,7 +208,7 @@ export async function skip(
           verb: 'skipped',
           held: `key ${JSON.stringify(key)}`,
         };
-  return boundedWait(ctx, options, locked, async (tx): Promise<SkipResult> => {
+  return boundedLockWait(ctx, options, locked, async (tx): Promise<SkipResult> => {
     const { rows } = await sql<any>`
       select next_seq, state, blocked_seq, blocked_reason from ${table(ctx, 'keys')}
        where source = ${source} and key = ${key} for update`.execute(tx);

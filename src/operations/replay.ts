@@ -10,7 +10,7 @@ import { OperationError } from '../errors.js';
 import type { StoredEvent } from '../sql/inspect.js';
 import { toNumber } from '../sql/tables.js';
 import {
-  boundedWait,
+  boundedLockWait,
   type FoundEvent,
   findEvent,
   type LockWaitOptions,
@@ -87,7 +87,7 @@ export async function replay(
  * the replay took the key for one without a cursor, re-queued the event without unblocking
  * the key, and the event waited behind a block no dead letter was left to lift (or, when the
  * cursor had passed its seq, below the cursor); the property test's 'replayed' mode found it.
- * The wait is bounded (boundedWait): past `lockTimeoutMs` an OperationError `locked` names the
+ * The wait is bounded (boundedLockWait): past `lockTimeoutMs` an OperationError `locked` names the
  * key, and this event is left as it was.
  */
 async function replayOne(
@@ -114,7 +114,7 @@ async function replayOne(
     verb: 'replayed',
     held: key === null ? 'its row' : `key ${JSON.stringify(key)}`,
   };
-  return boundedWait(ctx, wait, locked, async (tx): Promise<ReplayResult> => {
+  return boundedLockWait(ctx, wait, locked, async (tx): Promise<ReplayResult> => {
     let next: number | null = null;
     let blockedHere = false;
     if (key !== null) {
