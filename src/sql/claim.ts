@@ -3,7 +3,6 @@ import type { StatementNames } from '../drivers/common.js';
 import { APPLY_SAVEPOINT } from './failed-run.js';
 import { readIdRow, takeIdLock } from './id-lock.js';
 import { defineStatement, type Tables, toNumber } from './tables.js';
-import { createTryClaim } from './try-claim.js';
 
 /**
  * `claim`: everything the inbox decides about a delivery, in one round trip, inside the
@@ -301,13 +300,11 @@ export interface ClaimRow {
 }
 
 /**
- * One round trip: the whole decision for a delivery. An unordered delivery applied inline
- * tries the try-claim first on our drivers (`tryFirst`, src/sql/try-claim.ts): plain
- * statements decide a new event or a processed duplicate for less than the function costs,
- * and the claim follows, in a second round trip, only when they cannot.
+ * One round trip: the whole decision for a delivery. On our drivers an unordered delivery
+ * applied inline tries the try-claim first (src/sql/try-claim.ts, `claimTryingFirst`), and
+ * comes here only when it cannot decide.
  */
-export function createClaim(names: StatementNames, t: Tables, tryFirst: boolean) {
-  const tryClaim = createTryClaim(names, t);
+export function createClaim(names: StatementNames, t: Tables) {
   const statement = defineStatement(
     names,
     t,
@@ -317,10 +314,6 @@ export function createClaim(names: StatementNames, t: Tables, tryFirst: boolean)
     APPLY_SAVEPOINT,
   );
   return async function claim(db: Kysely<any>, a: ClaimArgs): Promise<ClaimRow> {
-    if (tryFirst && a.key === null && a.apply) {
-      const decided = await tryClaim(db, a);
-      if (decided) return decided;
-    }
     const [row] = await statement.run<any>(db, [
       a.source,
       a.id,

@@ -15,11 +15,14 @@ import type { Tables } from './tables.js';
 import { createTakeNext } from './take-next.js';
 import { createTakePending } from './take-pending.js';
 import { createTakeTurn } from './take-turn.js';
+import { claimTryingFirst } from './try-claim.js';
 
 /** Every statement the inbox sends on its own behalf, each one round trip, bound to its tables. */
 export function createStatements(names: StatementNames, t: Tables, sendsCompanions: boolean) {
   return {
-    claim: createClaim(names, t, sendsCompanions),
+    // Our drivers send the try-claim's `first` (its lock) with it: there a new unordered event
+    // is claimed without the claim function (src/sql/try-claim.ts).
+    claim: sendsCompanions ? claimTryingFirst(names, t, createClaim(names, t)) : createClaim(names, t),
     claimLatest: createClaimLatest(names, t),
     storeResult: createStoreResult(names, t),
     recordApplied: createRecordApplied(names, t),

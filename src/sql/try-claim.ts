@@ -32,9 +32,25 @@ import { defineStatement, type Tables, toNumber } from './tables.js';
  *   run rolls back to a savepoint taken after everything the claim locked.
  *
  * Only on our drivers, which send a statement's `first` (src/drivers/fold.ts); through a
- * Kysely instance the user passed, every delivery takes the claim.
+ * Kysely instance the user passed, every delivery takes the claim (src/sql/statements.ts).
  */
-export function createTryClaim(names: StatementNames, t: Tables) {
+export function claimTryingFirst(
+  names: StatementNames,
+  t: Tables,
+  claim: (db: Kysely<any>, a: ClaimArgs) => Promise<ClaimRow>,
+) {
+  const tryClaim = createTryClaim(names, t);
+  return async function claimOrTry(db: Kysely<any>, a: ClaimArgs): Promise<ClaimRow> {
+    if (a.key === null && a.apply) {
+      const decided = await tryClaim(db, a);
+      if (decided) return decided;
+    }
+    return claim(db, a);
+  };
+}
+
+/** The try-claim's two statements and its decision; undefined when the claim must decide. */
+function createTryClaim(names: StatementNames, t: Tables) {
   const tryLock = defineStatement(
     names,
     t,
