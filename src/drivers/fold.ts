@@ -95,7 +95,7 @@ function literal(value: unknown): string | undefined {
 }
 
 /** The literals of a statement's parameters, or undefined when they cannot (or should not) be folded. */
-export function literalsOf(compiled: CompiledQuery): string[] | undefined {
+function literalsOf(compiled: CompiledQuery): string[] | undefined {
   let size = 0;
   const literals: string[] = [];
   for (const value of compiled.parameters) {
@@ -112,7 +112,7 @@ export function literalsOf(compiled: CompiledQuery): string[] | undefined {
  * A statement's text with its `$n` placeholders replaced by literals. Registered statements are
  * ours: their text has no `$` but the placeholders.
  */
-export function inline(sql: string, literals: string[]): string {
+function inline(sql: string, literals: string[]): string {
   const parts = placeholderSplit(sql);
   let text = parts[0] as string;
   for (let i = 1; i < parts.length; i += 2) text += literals[(parts[i] as number) - 1] + parts[i + 1];

@@ -12,7 +12,7 @@ import { defineStatement, type Tables, toNumber } from './tables.js';
  * (or a processed duplicate that missed the caches). Two prepared statements riding on BEGIN,
  * before the SAVEPOINT, where the claim is one call of a PL/pgSQL function that sets and
  * restores `lock_timeout` and returns a table: bench/postgres-cost.ts measured PostgreSQL's
- * CPU per new event at 320 µs this way against 370 µs through `claim` (bare transaction: 230).
+ * CPU per new event at 310 µs this way against 350 µs through `claim` (bare transaction: 220).
  *
  * 1. `pg_try_advisory_xact_lock` on the id's lock key (src/sql/id-lock.ts), the lock every
  *    claim of the id takes: it never waits, so it needs no lock_timeout.
