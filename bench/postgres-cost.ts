@@ -234,7 +234,7 @@ try {
     `prepare wi_store_result (text, text, jsonb) as update "${inboxSchema}"."events" set result = $3 where source = $1 and id = $2`,
   );
   await client.query(
-    `prepare wi_read (text, text) as select now() as now, e.status, e.body_hash, e.key, e.seq, e.result, e.attempts, e.received_at, e.dead_reason from (values (1)) as one left join "${inboxSchema}"."events" e on e.source = $1 and e.id = $2`,
+    `prepare wi_read (text, text) as select null::boolean as locked, now() as now, e.status, e.body_hash, e.key, e.seq, e.result, e.attempts, e.received_at, e.dead_reason from (values (1)) as one left join "${inboxSchema}"."events" e on e.source = $1 and e.id = $2`,
   );
   await client.query(`prepare wi_lock (text) as select pg_advisory_xact_lock(hashtextextended($1, 0))`);
   await client.query(

@@ -122,6 +122,8 @@ describe.runIf(postgresTarget)('prepared folds fall back to text (real Postgres)
     pool.sent.length = 0;
     expect((await inbox.receive(delivery('w-4'))).kind).toBe('processed');
     expect(pool.sent.some((text) => text.startsWith('prepare '))).toBe(false);
-    expect(pool.sent[0]).toMatch(/^begin .*; select pg_try_advisory_xact_lock\(.*; select now\(\) as now, /s);
+    expect(pool.sent[0]).toMatch(
+      /^begin .*; select pg_try_advisory_xact_lock\(.*; select null::boolean as locked, now\(\) as now, /s,
+    );
   });
 });

@@ -62,7 +62,9 @@ function createTryClaim(names: StatementNames, t: Tables) {
     names,
     t,
     'try_claim',
-    `select now() as now, e.status, e.body_hash, e.key, e.seq, e.result, e.attempts, e.received_at, e.dead_reason
+    // `locked` is the try-lock's, written in by the driver (src/drivers/fold.ts, joinFirst):
+    // selected here as a placeholder so that each row keeps its shape.
+    `select null::boolean as locked, now() as now, e.status, e.body_hash, e.key, e.seq, e.result, e.attempts, e.received_at, e.dead_reason
        from (values (1)) as one left join ${t.events} e on e.source = $1 and e.id = $2`,
     'after-begin',
     APPLY_SAVEPOINT,
