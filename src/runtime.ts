@@ -37,7 +37,7 @@ export class Runtime {
   readonly tracer: Tracer;
   /** Events this instance saw processed: duplicates answered with no round trip. */
   readonly processed: ProcessedCache;
-  /** Whether a primary-key read before BEGIN pays, from the recent share of duplicates. */
+  /** Whether looking before BEGIN (Redis, or a primary-key read) pays, from the recent share of duplicates. */
   readonly duplicateOdds = new DuplicateOdds();
   metrics: InboxMetrics = noMetrics;
   redis: RedisCache | undefined;
@@ -168,18 +168,34 @@ export class Runtime {
 
   /**
    * An event committed as processed: remember it in this process (duplicates then cost no round
-   * trip) and in Redis for the other instances (one SET the response does not wait for).
+   * trip) and, while duplicates are likely, in Redis for the other instances (one SET the
+   * response does not wait for). While they are rare the SET would cost every new event a
+   * command for copies that seldom come: the first copy, answered by Postgres, writes it then
+   * (`rememberDuplicate`).
    */
   rememberProcessed(
     event: Pick<TakenEvent, 'id' | 'hash' | 'key' | 'seq'>,
     resultJson: string | undefined,
   ): void {
     this.processed.remember(event.id, event.hash, event.key, event.seq, resultJson);
-    if (this.redis) {
-      this.track(
-        this.redis.remember(event.id, { hash: event.hash, key: event.key, seq: event.seq }, resultJson),
-      );
-    }
+    if (this.redis && this.duplicateOdds.likely) this.#writeToRedis(event, resultJson);
+  }
+
+  /**
+   * A duplicate Postgres answered (the event is processed, and final): remember it here and
+   * write it to Redis whatever the odds, so that the copies after it, on any instance, find it
+   * there once duplicates are likely.
+   */
+  rememberDuplicate(event: Pick<TakenEvent, 'id' | 'hash' | 'key' | 'seq'>, result: unknown): void {
+    const resultJson = result === null ? undefined : JSON.stringify(result);
+    this.processed.remember(event.id, event.hash, event.key, event.seq, resultJson);
+    if (this.redis) this.#writeToRedis(event, resultJson);
+  }
+
+  #writeToRedis(event: Pick<TakenEvent, 'id' | 'hash' | 'key' | 'seq'>, resultJson: string | undefined): void {
+    this.track(
+      this.redis!.remember(event.id, { hash: event.hash, key: event.key, seq: event.seq }, resultJson),
+    );
   }
 
   /** Closes what `open()` and `setUpTelemetry()` opened. */

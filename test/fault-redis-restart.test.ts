@@ -3,7 +3,7 @@
  * shared one) behind the ledger's Redis fast path. While it is down, every delivery gets the
  * same outcome it would have had (Postgres answers the duplicates), the metrics say why Redis
  * was skipped, and health says `redis: 'down'`; once it is back, the client reconnects on its
- * own and duplicates are answered by Redis again. The ledger applies each event once.
+ * own and a storm's duplicates are answered by Redis again. The ledger applies each event once.
  */
 import { randomBytes } from 'node:crypto';
 import { sql } from 'kysely';
@@ -80,7 +80,12 @@ describe.skipIf(!postgresTarget || !redisServerAvailable())('Redis stopped and r
     return seqs.get(id)!;
   };
 
-  /** New events, then a duplicate of each: what every phase sends. */
+  /**
+   * New events, then two copies of each: what every phase sends. While duplicates are rare a
+   * new event is not written to Redis; the first copies (Postgres answers them) write it, and by
+   * the second copies most deliveries are duplicates, so the inbox asks Redis first
+   * (src/receive/duplicate-odds.ts).
+   */
   async function phase(n: number): Promise<string[]> {
     const ids = Array.from({ length: n }, () => uid('evt'));
     for (const id of ids) {
@@ -89,10 +94,12 @@ describe.skipIf(!postgresTarget || !redisServerAvailable())('Redis stopped and r
       expect(r.body.status).toBe('processed');
       expectedBalance += 1;
     }
-    await app.inbox.idle(); // the Redis writes after COMMIT
-    for (const id of ids) {
-      const r = await post(id, 1);
-      expect(r.body).toMatchObject({ status: 'duplicate', id });
+    for (const round of [1, 2]) {
+      for (const id of ids) {
+        const r = await post(id, 1);
+        expect(r.body, `copy ${round}`).toMatchObject({ status: 'duplicate', id });
+      }
+      await app.inbox.idle(); // the Redis writes of the copies Postgres answered
     }
     return ids;
   }
@@ -100,7 +107,9 @@ describe.skipIf(!postgresTarget || !redisServerAvailable())('Redis stopped and r
   test('outcomes do not change, the metrics show the outage, the client reconnects', async () => {
     const before = await phase(20);
     const byRedis = await counter('webhook_inbox_duplicates_total', { answered_by: 'redis' });
+    // The second copies.
     expect(byRedis).toBe(20);
+    expect(await counter('webhook_inbox_duplicates_total', { answered_by: 'postgres' })).toBe(20);
 
     await redis.stop();
     const fallbacksBefore = await counter('webhook_inbox_redis_fallbacks_total', {});
@@ -108,10 +117,11 @@ describe.skipIf(!postgresTarget || !redisServerAvailable())('Redis stopped and r
     // Duplicates of events processed before the outage too: Postgres answers them now.
     for (const id of before) expect((await post(id, 1)).body.status).toBe('duplicate');
     expect(await counter('webhook_inbox_duplicates_total', { answered_by: 'redis' })).toBe(byRedis);
-    expect(await counter('webhook_inbox_duplicates_total', { answered_by: 'postgres' })).toBe(40);
-    // Every delivery during the outage skipped Redis, and says why (unavailable, error or timeout).
+    expect(await counter('webhook_inbox_duplicates_total', { answered_by: 'postgres' })).toBe(20 + 40 + 20);
+    // The deliveries that asked Redis during the outage fell back, and say why (unavailable,
+    // error or timeout): none of them a miss.
     const fallbacks = (await counter('webhook_inbox_redis_fallbacks_total', {})) - fallbacksBefore;
-    expect(fallbacks).toBeGreaterThanOrEqual(60);
+    expect(fallbacks).toBeGreaterThanOrEqual(20);
     expect(await counter('webhook_inbox_redis_fallbacks_total', { reason: 'miss' })).toBeLessThanOrEqual(
       fallbacksBefore,
     );
@@ -124,7 +134,11 @@ describe.skipIf(!postgresTarget || !redisServerAvailable())('Redis stopped and r
       interval: 100,
     });
     await phase(20);
-    expect(await counter('webhook_inbox_duplicates_total', { answered_by: 'redis' })).toBe(byRedis + 20);
+    // At least the second copies (the first new events, sent while the odds were still high
+    // from the storm before them, were written at their COMMIT: their first copies may hit too).
+    expect(await counter('webhook_inbox_duplicates_total', { answered_by: 'redis' })).toBeGreaterThanOrEqual(
+      byRedis + 20,
+    );
     // The restarted Redis is empty: events of before and during the outage are Postgres's to answer.
     for (const id of [...before.slice(0, 5), ...during.slice(0, 5)]) {
       expect((await post(id, 1)).body.status).toBe('duplicate');

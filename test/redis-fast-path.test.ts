@@ -96,13 +96,46 @@ describe.skipIf(!postgresTarget || !redisUrl)('the Redis fast path (real Postgre
 
   const account = (key: string) => getJson(`${app.url}/accounts/${encodeURIComponent(key)}`);
 
-  it('answers duplicates with zero Postgres queries, and costs nothing extra for a new event', async () => {
+  /**
+   * A retry storm, as an inbox sees one: copies of a processed event until Redis answers one
+   * with no Postgres query. An inbox looks in Redis before BEGIN only while most deliveries are
+   * duplicates (src/receive/duplicate-odds.ts); the copies Postgres answered first wrote the
+   * event to Redis. Returns how many copies Postgres answered.
+   */
+  async function stormUntilRedisAnswers(inbox: Inbox, copy: ReturnType<typeof delivery>): Promise<number> {
+    for (let byPostgres = 0; byPostgres < 16; byPostgres++) {
+      pool.reset();
+      expect((await inbox.receive(copy)).kind).toBe('duplicate');
+      const statements = pool.statements.length;
+      await inbox.idle(); // the SET of a copy Postgres answered
+      if (statements === 0) return byPostgres;
+    }
+    throw new Error('16 copies of one event and Redis never answered');
+  }
+
+  it('while duplicates are rare a new event costs Redis nothing; in a storm Redis answers them with zero Postgres queries', async () => {
     const id = uid('dup');
+    const misses = () => metricValue(registry, 'webhook_inbox_redis_fallbacks_total', { reason: 'miss' });
+    const missesBefore = await misses();
     const first = await post(url, { amount: 4 }, { 'Idempotency-Key': id });
     expect(first.body).toMatchObject({ status: 'processed', id });
-    await app.inbox.idle(); // the SET after the commit has landed
+    await app.inbox.idle();
+    // No GET before it (no miss counted), no SET after it.
+    expect(await misses()).toBe(missesBefore);
+    expect(await redis.get(`${prefix}default:${id}`)).toBeNull();
 
+    // The first copy: Postgres answers (BEGIN with the claim, COMMIT) and writes it to Redis.
     pool.reset();
+    const copy = await post(url, { amount: 4 }, { 'Idempotency-Key': id });
+    expect(copy.body).toEqual({ status: 'duplicate', id, result: first.body.result });
+    expect(pool.statements.length).toBe(2);
+    await app.inbox.idle();
+    expect(JSON.parse((await redis.get(`${prefix}default:${id}`))!)).toMatchObject({ r: first.body.result });
+
+    // More copies: once most deliveries are duplicates, Redis answers them.
+    expect(await stormUntilRedisAnswers(app.inbox, delivery(id, { amount: 4 }))).toBeLessThan(10);
+    pool.reset();
+    const byRedis = await metricValue(registry, 'webhook_inbox_duplicates_total', { answered_by: 'redis' });
     for (let i = 0; i < 5; i++) {
       const again = await post(url, { amount: 4 }, { 'Idempotency-Key': id });
       expect(again.status).toBe(200);
@@ -113,19 +146,26 @@ describe.skipIf(!postgresTarget || !redisUrl)('the Redis fast path (real Postgre
     expect(reused.status).toBe(422);
     expect(reused.body.field).toBe('body');
     expect(pool.statements.length).toBe(0);
-    expect(await metricValue(registry, 'webhook_inbox_duplicates_total', { answered_by: 'redis' })).toBe(5);
+    expect(await metricValue(registry, 'webhook_inbox_duplicates_total', { answered_by: 'redis' })).toBe(
+      byRedis + 5,
+    );
 
     // Without Redis the same duplicate costs BEGIN with the claim, then COMMIT.
     pool.reset();
     expect((await plain.receive(delivery(id, { amount: 4 }))).kind).toBe('duplicate');
     expect(pool.statements.length).toBe(2);
 
-    // A new event costs the same Postgres round trips with Redis on as a bare transaction of
-    // the ledger's two statements: BEGIN with the claim, the two, the result with COMMIT.
-    // (Not compared with `plain`: after the duplicate it answered, its odds make it read first.)
+    // A new event in the storm pays the GET (a miss) and the SET after its COMMIT, and the same
+    // Postgres round trips as a bare transaction of the ledger's two statements: BEGIN with the
+    // claim, the two, the result with COMMIT.
     pool.reset();
-    expect((await app.inbox.receive(delivery(uid('new'), { amount: 1 }))).kind).toBe('processed');
+    const fresh = uid('new');
+    const missesInStorm = await misses();
+    expect((await app.inbox.receive(delivery(fresh, { amount: 1 }))).kind).toBe('processed');
     expect(pool.statements.length).toBe(4);
+    expect(await misses()).toBe(missesInStorm + 1);
+    await app.inbox.idle();
+    expect(await redis.get(`${prefix}default:${fresh}`)).not.toBeNull();
 
     expect((await account('none')).entries.filter((e: { id: string }) => e.id === id)).toHaveLength(1);
   });
@@ -136,6 +176,10 @@ describe.skipIf(!postgresTarget || !redisUrl)('the Redis fast path (real Postgre
     const key = uid('acct');
     expect((await app.inbox.receive(delivery(u, { amount: 2 }))).kind).toBe('processed');
     expect((await app.inbox.receive(delivery(o, { amount: 3 }, key, 1))).kind).toBe('processed');
+    await app.inbox.idle();
+    // A storm of u's copies; one copy of o, which writes it to Redis if its COMMIT did not.
+    await stormUntilRedisAnswers(app.inbox, delivery(u, { amount: 2 }));
+    expect((await app.inbox.receive(delivery(o, { amount: 3 }, key, 1))).kind).toBe('duplicate');
     await app.inbox.idle();
     const probes = [
       delivery(u, { amount: 2 }), // duplicate
@@ -189,6 +233,10 @@ describe.skipIf(!postgresTarget || !redisUrl)('the Redis fast path (real Postgre
       { 'Idempotency-Key': failedId, 'X-Key': failedKey, 'X-Seq': '1' },
     );
     expect(retried.body).toMatchObject({ status: 'processed', result: { balance: 7 } });
+    // Processed now: a copy that Postgres answers writes it to Redis (if its COMMIT did not).
+    expect(
+      (await post(url, { amount: 7 }, { 'Idempotency-Key': failedId, 'X-Key': failedKey, 'X-Seq': '1' })).body,
+    ).toMatchObject({ status: 'duplicate', result: { balance: 7 } });
     await app.inbox.idle();
     expect(JSON.parse((await redis.get(`${prefix}default:${failedId}`))!)).toMatchObject({
       k: failedKey,
@@ -223,11 +271,19 @@ describe.skipIf(!postgresTarget || !redisUrl)('the Redis fast path (real Postgre
     );
     const [alpha, beta, ab, a] = inboxes;
     try {
+      // beta and a in a storm of their own: they look in Redis before every claim.
+      for (const inbox of [beta, a]) {
+        const warm = uid('warm');
+        expect((await inbox.receive(delivery(warm, { n: 0 }))).kind).toBe('processed');
+        await stormUntilRedisAnswers(inbox, delivery(warm, { n: 0 }));
+      }
       const id = uid('shared');
       expect(seen(await alpha.receive(delivery(id, { n: 1 })))).toMatchObject({
         status: 200,
         body: { status: 'processed', result: { appliedBy: 'alpha' } },
       });
+      // A copy, answered by Postgres, writes it to Redis.
+      expect((await alpha.receive(delivery(id, { n: 1 }))).kind).toBe('duplicate');
       await alpha.idle();
       // The entry lives as long as the processed row does: `retention`.
       const ttl = await redis.pttl(`${prefix}alpha:${id}`);
@@ -241,7 +297,9 @@ describe.skipIf(!postgresTarget || !redisUrl)('the Redis fast path (real Postgre
       // Sources and ids that concatenate alike ('a:b' + 'c' and 'a' + 'b:c') stay apart.
       const suffix = uid('c');
       expect((await ab.receive(delivery(suffix, { n: 2 }))).kind).toBe('processed');
+      expect((await ab.receive(delivery(suffix, { n: 2 }))).kind).toBe('duplicate');
       await ab.idle();
+      expect(await redis.get(`${prefix}a%3Ab:${suffix}`)).not.toBeNull();
       expect((await a.receive(delivery(`b:${suffix}`, { n: 2 }))).body).toMatchObject({
         status: 'processed',
         result: { appliedBy: 'a' },
@@ -316,6 +374,16 @@ describe.skipIf(!postgresTarget || !redisUrl)('when Redis goes away or slows dow
     const res = await fetch(`${url}/health`);
     return { status: res.status, body: await res.json() };
   };
+  /** Copies of a processed event until Redis answers one (see the first describe's helper). */
+  async function stormUntilRedisAnswers(send: () => Promise<{ status: number }>): Promise<void> {
+    const before = await answeredByRedis();
+    for (let i = 0; i < 16; i++) {
+      expect((await send()).status).toBe(200);
+      await app.inbox.idle();
+      if ((await answeredByRedis()) > before) return;
+    }
+    throw new Error('16 copies of one event and Redis never answered');
+  }
 
   it('stopped mid-run: same outcomes, same ledger, health degraded; back up, the fast path resumes', async () => {
     const key = uid('acct');
@@ -326,12 +394,17 @@ describe.skipIf(!postgresTarget || !redisUrl)('when Redis goes away or slows dow
     expect((await send(ids[0], 1, 1)).body.status).toBe('processed');
     expect((await send(ids[1], 2, 2)).body.status).toBe('processed');
     await app.inbox.idle();
+    await stormUntilRedisAnswers(() => send(ids[0], 1, 1));
     expect((await send(ids[0], 1, 1)).body).toMatchObject({ status: 'duplicate', result: { balance: 1 } });
-    expect(await answeredByRedis()).toBe(1);
+    expect(await answeredByRedis()).toBe(2);
     expect(await health()).toMatchObject({ status: 200, body: { ok: true, postgres: 'up', redis: 'up' } });
 
     await proxy.stop();
 
+    // The storm goes on while Redis is away: Postgres answers every copy.
+    for (let i = 0; i < 8; i++) {
+      expect((await send(ids[0], 1, 1)).body).toMatchObject({ status: 'duplicate', result: { balance: 1 } });
+    }
     expect((await send(ids[2], 4, 3)).body).toMatchObject({ status: 'processed', result: { balance: 7 } });
     const dup = await send(ids[1], 2, 2);
     expect(dup.status).toBe(200);
@@ -341,7 +414,7 @@ describe.skipIf(!postgresTarget || !redisUrl)('when Redis goes away or slows dow
     expect((await send(ids[4], 16, 5)).status).toBe(202); // held: seq 4 is missing
     expect((await send(ids[3], 8, 4)).body).toMatchObject({ status: 'processed', result: { balance: 15 } });
     await app.inbox.idle();
-    expect(await answeredByRedis()).toBe(1);
+    expect(await answeredByRedis()).toBe(2);
     const degraded = await health();
     expect(degraded).toMatchObject({
       status: 200,
@@ -353,8 +426,9 @@ describe.skipIf(!postgresTarget || !redisUrl)('when Redis goes away or slows dow
     await vi.waitFor(async () => expect((await app.inbox.health()).redis).toBe('up'), { timeout: 15_000 });
     expect((await send(ids[5], 32, 6)).body.status).toBe('processed');
     await app.inbox.idle();
+    await stormUntilRedisAnswers(() => send(ids[5], 32, 6));
     expect((await send(ids[5], 32, 6)).body).toMatchObject({ status: 'duplicate', result: { balance: 63 } });
-    expect(await answeredByRedis()).toBe(2);
+    expect(await answeredByRedis()).toBe(4);
 
     const ledger = await account();
     expect(ledger.balance).toBe(63);
@@ -372,6 +446,7 @@ describe.skipIf(!postgresTarget || !redisUrl)('when Redis goes away or slows dow
     const id = uid('slow');
     expect((await post(url, { amount: 5 }, { 'Idempotency-Key': id })).body.status).toBe('processed');
     await app.inbox.idle();
+    await stormUntilRedisAnswers(() => post(url, { amount: 5 }, { 'Idempotency-Key': id }));
     const before = await metricValue(registry, 'webhook_inbox_redis_fallbacks_total', { reason: 'timeout' });
 
     proxy.setDelay(500); // ten times redisTimeoutMs (50)

@@ -19,14 +19,16 @@
  *   result: [row + result + COMMIT] is one INSERT, sent even without a result
  *   (src/sql/record-applied.ts); still the handler's + 2.
  * - duplicate this instance saw processed (bounded LRU, `duplicateCacheSize`): 0.
- * - with option `redis`, a duplicate (or a 422 reuse) of an event any instance processed,
- *   found by one Redis GET (before BEGIN, bounded by `redisTimeoutMs`): 0. Every other
- *   delivery pays that GET and then exactly the rows here; a miss, error or timeout too.
- *   After a COMMIT as processed, one Redis SET that the response does not wait for.
  * - other duplicate, held, late, mismatch, buffer-full: [BEGIN + claim], COMMIT = 2 (an
- *   unordered processed duplicate or mismatch is decided by the try-claim); without
- *   Redis and while most deliveries are duplicates (duplicate-odds.ts), a processed duplicate
- *   is answered by one primary-key read = 1 (and a new event then pays that read too).
+ *   unordered processed duplicate or mismatch is decided by the try-claim).
+ * - while most deliveries are duplicates (a retry storm; duplicate-odds.ts), a look before
+ *   BEGIN answers a processed duplicate (or a 422 reuse): with option `redis` one Redis GET
+ *   (bounded by `redisTimeoutMs`) = 0 round trips, without it one primary-key read = 1; every
+ *   other delivery pays that look, then exactly the rows here. While duplicates are rare
+ *   nothing is looked up first, and a new event costs Redis nothing.
+ * - with option `redis`, one Redis SET the response does not wait for: after a COMMIT as
+ *   processed while duplicates are likely, and after any duplicate Postgres answered (so the
+ *   next copies find it there).
  * - handler throws: [BEGIN + claim + SAVEPOINT], <handler>, [ROLLBACK TO SAVEPOINT + the event
  *   waiting again + `fail` + COMMIT] = the handler's + 2, the event locked until COMMIT.
  * - each held event drained after the response (on the delivery's own connection):
@@ -68,6 +70,7 @@ import { silent } from '../logger.js';
 import { type Outcome, OutcomeKind } from '../outcome.js';
 import { parseBody, storableHeaders } from '../payload.js';
 import { type CachedEvent, mismatchOf } from '../processed-cache.js';
+import type { RedisCache } from '../redis-cache.js';
 import type { Runtime } from '../runtime.js';
 import type { ClaimRow } from '../sql/claim.js';
 import type { ClaimLatestRow } from '../sql/claim-latest.js';
@@ -223,31 +226,32 @@ async function decide(rt: Runtime, bg: Background, delivery: Delivery, obs: Obse
     o.logger.error({ err }, 'webhook-inbox: database unavailable');
     return respond.unavailable();
   }
-  if (rt.redis) {
-    // One GET, before any Postgres round trip: a duplicate of an event that any instance
-    // processed is answered here.
-    const found = await rt.redis.lookup(d.id);
-    if (found.hit) {
-      obs.answeredBy = 'redis';
+  if (rt.duplicateOdds.likely) {
+    // A retry storm (most recent deliveries were duplicates): look before any transaction. With
+    // Redis one GET answers a duplicate that any instance processed; without it, one
+    // primary-key read. While duplicates are rare neither is sent (duplicate-odds.ts).
+    const found = rt.redis ? await lookUpRedis(rt.redis, d.id) : await readProcessed(rt, o.source, d.id);
+    if (found) {
+      obs.answeredBy = rt.redis ? 'redis' : 'postgres';
       rt.duplicateOdds.note(true);
-      return fromProcessed(rt, d, found.event);
-    }
-  } else if (rt.duplicateOdds.likely) {
-    // A retry storm and no Redis (which holds every processed event already): one primary-key
-    // read answers a processed duplicate before any transaction.
-    const processed = await rt.statements
-      .findProcessed(rt.database.kysely, o.source, d.id)
-      .catch(() => undefined);
-    if (processed) {
-      obs.answeredBy = 'postgres';
-      rt.duplicateOdds.note(true);
-      return fromProcessed(rt, d, processed);
+      return fromProcessed(rt, d, found);
     }
   }
   // Deferred mode: a bound on pending events, against the workers' estimate (no query).
   if (bg.sheddingPending && rt.pendingEstimate >= o.maxPending) return respond.shed('pending');
   obs.answeredBy = 'postgres';
   return claimAndApply(rt, bg, d, obs);
+}
+
+/** A processed event from one Redis GET; undefined on a miss, an error or a timeout (the claim decides). */
+async function lookUpRedis(redis: RedisCache, id: string): Promise<CachedEvent | undefined> {
+  const found = await redis.lookup(id);
+  return found.hit ? found.event : undefined;
+}
+
+/** A processed event from one primary-key read before BEGIN; undefined otherwise (the claim decides). */
+function readProcessed(rt: Runtime, source: string, id: string): Promise<CachedEvent | undefined> {
+  return rt.statements.findProcessed(rt.database.kysely, source, id).catch(() => undefined);
 }
 
 /**
@@ -379,15 +383,7 @@ async function claimLatestAndApply(
     rt.rememberProcessed({ id: d.id, hash: d.hash, key: null, seq: null }, JSON.stringify(claim.result));
     return respond.superseded(d.id, latest.key, latest.version, claim.latest);
   }
-  if (claim.decision === 'duplicate') {
-    rt.processed.remember(
-      d.id,
-      d.hash,
-      null,
-      null,
-      claim.result === null ? undefined : JSON.stringify(claim.result),
-    );
-  }
+  if (claim.decision === 'duplicate') rt.rememberDuplicate({ ...d, key: null, seq: null }, claim.result);
   return respond.decided(o, d, {
     decision: claim.decision,
     result: claim.result,
@@ -467,13 +463,7 @@ async function claimAndApplyOn(
       'webhook-inbox: dead-lettered (late: its seq was skipped by a gap timeout)',
     );
   } else if (claim.decision === 'duplicate') {
-    rt.processed.remember(
-      d.id,
-      d.hash,
-      d.key,
-      d.seq,
-      claim.result === null ? undefined : JSON.stringify(claim.result),
-    );
+    rt.rememberDuplicate(d, claim.result);
   } else if (claim.decision === 'pending') {
     bg.pendingStored(d.key);
   } else if (
