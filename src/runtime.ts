@@ -192,7 +192,10 @@ export class Runtime {
     if (this.redis) this.#writeToRedis(event, resultJson);
   }
 
-  #writeToRedis(event: Pick<TakenEvent, 'id' | 'hash' | 'key' | 'seq'>, resultJson: string | undefined): void {
+  #writeToRedis(
+    event: Pick<TakenEvent, 'id' | 'hash' | 'key' | 'seq'>,
+    resultJson: string | undefined,
+  ): void {
     this.track(
       this.redis!.remember(event.id, { hash: event.hash, key: event.key, seq: event.seq }, resultJson),
     );

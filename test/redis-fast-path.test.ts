@@ -235,7 +235,8 @@ describe.skipIf(!postgresTarget || !redisUrl)('the Redis fast path (real Postgre
     expect(retried.body).toMatchObject({ status: 'processed', result: { balance: 7 } });
     // Processed now: a copy that Postgres answers writes it to Redis (if its COMMIT did not).
     expect(
-      (await post(url, { amount: 7 }, { 'Idempotency-Key': failedId, 'X-Key': failedKey, 'X-Seq': '1' })).body,
+      (await post(url, { amount: 7 }, { 'Idempotency-Key': failedId, 'X-Key': failedKey, 'X-Seq': '1' }))
+        .body,
     ).toMatchObject({ status: 'duplicate', result: { balance: 7 } });
     await app.inbox.idle();
     expect(JSON.parse((await redis.get(`${prefix}default:${failedId}`))!)).toMatchObject({
