@@ -458,7 +458,7 @@ export const CONTENDERS: Record<string, ContenderSpec> = {
 
   'inbox-redis': {
     description:
-      'webhook-inbox with the Redis fast path, the in-process cache off (`duplicateCacheSize: 0`): every duplicate is one Redis GET, as when it lands on another instance',
+      'webhook-inbox with the Redis fast path, the in-process cache off (`duplicateCacheSize: 0`): while most deliveries are duplicates, each is one Redis GET, as when it lands on another instance; while they are rare, Redis is not asked',
     needsRedis: true,
     start: (config) =>
       inboxContender(config, 'inboxrds', {
