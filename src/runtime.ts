@@ -178,7 +178,7 @@ export class Runtime {
     resultJson: string | undefined,
   ): void {
     this.processed.remember(event.id, event.hash, event.key, event.seq, resultJson);
-    if (this.redis && this.duplicateOdds.likely) this.#writeToRedis(event, resultJson);
+    if (this.redis && this.duplicateOdds.likely) this.#writeToRedis(this.redis, event, resultJson);
   }
 
   /**
@@ -189,16 +189,15 @@ export class Runtime {
   rememberDuplicate(event: Pick<TakenEvent, 'id' | 'hash' | 'key' | 'seq'>, result: unknown): void {
     const resultJson = result === null ? undefined : JSON.stringify(result);
     this.processed.remember(event.id, event.hash, event.key, event.seq, resultJson);
-    if (this.redis) this.#writeToRedis(event, resultJson);
+    if (this.redis) this.#writeToRedis(this.redis, event, resultJson);
   }
 
   #writeToRedis(
+    redis: RedisCache,
     event: Pick<TakenEvent, 'id' | 'hash' | 'key' | 'seq'>,
     resultJson: string | undefined,
   ): void {
-    this.track(
-      this.redis!.remember(event.id, { hash: event.hash, key: event.key, seq: event.seq }, resultJson),
-    );
+    this.track(redis.remember(event.id, { hash: event.hash, key: event.key, seq: event.seq }, resultJson));
   }
 
   /** Closes what `open()` and `setUpTelemetry()` opened. */

@@ -18,9 +18,10 @@ export interface StatementEntry {
   /**
    * The text of a registered statement our drivers send right before this one, with the same
    * parameters, in the same round trip when they fold; its one row's columns are written into
-   * each of this one's rows (over a placeholder column of the same name, when it selects one). Two statements, not one: the second's snapshot is taken after the
-   * first ran (READ COMMITTED), which one statement cannot do (the try-claim's read after the
-   * id's try-lock, src/sql/try-claim.ts).
+   * each of this one's rows (over a placeholder column of the same name, when it selects one).
+   * Two statements, not one: the second's snapshot is taken after the first ran (READ
+   * COMMITTED), which one statement cannot do (the try-claim's read after the id's try-lock,
+   * src/sql/try-claim.ts).
    */
   readonly first: string | undefined;
   /**
