@@ -17,6 +17,31 @@ import type { PGliteLike } from './shapes.js';
 class SessionTurns {
   tail: Promise<void> = Promise.resolve();
   release: (() => void) | undefined;
+  /** A turn began in this pass of the event loop; cleared by the next check phase. */
+  #passTaken = false;
+
+  /**
+   * Waits, if need be, for a pass of the event loop in which the session has not run yet: at
+   * most one turn per pass. Called by the turn's holder, so the order of turns stays the chain's.
+   *
+   * Why: PGlite's calls resolve without waiting for I/O, so a chain of turns, or one socket's
+   * request after another's in the same poll phase, ran back to back in microtasks and the event
+   * loop did not come round until the whole queue was through. Under saturation one pass lasted
+   * about as long as p50 (every waiting delivery's transaction), and Node (libuv 1.45 and later)
+   * accepts one new connection per pass: of 50 connections opened at once, the last waited about
+   * 50 passes to be accepted, seconds. In the benchmark nearly every delivery slower than p99 (on
+   * inbox-pglite and bare-pglite alike) was a connection's first request; the others kept p99
+   * near 2× p50. One turn per pass bounds a pass to one transaction: sockets are read and a
+   * connection accepted between any two turns. The cost: a setImmediate per turn while turns
+   * follow each other, nothing for a turn on an idle session.
+   */
+  async ownPass(): Promise<void> {
+    if (this.#passTaken) await new Promise<void>((resolve) => setImmediate(resolve));
+    this.#passTaken = true;
+    setImmediate(() => {
+      this.#passTaken = false;
+    });
+  }
 }
 const sessionTurns = new WeakMap<object, SessionTurns>();
 function turnsOf(pglite: PGliteLike): SessionTurns {
@@ -89,6 +114,8 @@ export class PGliteDriver implements Driver {
     // The one session is busy: wait (bounded) for our turn. Given up, the turn is passed on
     // untouched when it comes.
     await boundedWait(previous, this.waitTimeoutMs, () => release());
+    // Ours now: nobody can take the session meanwhile, so waiting for the next pass keeps the order.
+    await turns.ownPass();
     turns.release = release;
     return this.#connection;
   }
