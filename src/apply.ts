@@ -1,6 +1,7 @@
 /**
  * The one apply path. Every way an event gets applied goes through it: `applyOne` for the
- * inline receive (taken by `claim`), drains (`take_next`), the sweeper (`take_pending`) and
+ * inline receive (taken by `claim`, then the held events it made runnable by `take_next`, in
+ * the same transaction: `next`), drains (`take_next`), the sweeper (`take_pending`) and
  * ordered keys' workers (`take_turn` then `advance`); `applyBatch` for deferred mode's workers
  * taking several unordered events at once (`take_pending` with a limit). Both are `applyTaken`:
  * in one transaction it takes, runs each handler with its span, timeout and metrics, and
@@ -47,6 +48,14 @@ export interface ApplyStep<T> {
   alone?: boolean;
   /** After the handler, before its result is stored and COMMIT (a worker moves the cursor here). */
   finish?(tx: Transaction<any>, event: TakenEvent): Promise<void>;
+  /**
+   * After the take's own events, and after each event it returns, inside the transaction: the
+   * next event to apply in it, already taken (its savepoint sent with its take, as the first
+   * event's is), with the parent of its handler's span; nothing: COMMIT. A delivery that fills
+   * a key's gap applies the held events it made runnable here (src/background/drain.ts). Each
+   * is run and reported as the take's own are; `applyOne` still returns the take's event.
+   */
+  next?(tx: Transaction<any>, last: Run): Promise<{ event: TakenEvent; parent?: Context } | undefined>;
   /** The parent of the handler's span (a delivery's or a drain's). */
   parent?: Context;
   /** Where to run the transaction: a connection the caller holds, else the pool. */
@@ -96,8 +105,9 @@ export async function applyBatch(
  * covers the first event; each next one opens a savepoint of its own, and with it the previous
  * event's stored result (or recorded failure) goes in the same round trip (src/drivers/pg.ts:
  * held-back statements ride on the next registered one), so a batch of n costs the handlers'
- * statements + n + 1. Savepoints nest (none is released): ROLLBACK TO names the latest, the
- * failed event's own.
+ * statements + n + 1. Events `next` takes afterwards cost one round trip each likewise: the
+ * previous result, the take and its savepoint. Savepoints nest (none is released): ROLLBACK TO
+ * names the latest, the failed event's own.
  */
 async function applyTaken<T>(
   rt: Runtime,
@@ -122,7 +132,17 @@ async function applyTaken<T>(
       const events = eventsOf(took);
       for (let i = 0; i < events.length; i++) {
         if (i > 0 || !rt.database.sendsCompanions) await rt.statements.applySavepoint(tx);
-        runs.push(await runTaken(rt, tx, events[i] as TakenEvent, step));
+        runs.push(await runTaken(rt, tx, events[i] as TakenEvent, step, step.parent));
+      }
+      // The take's `then` sent the next event's savepoint after it (after the previous event's
+      // result, which rode on the take): a failed run there undoes only its own writes.
+      let last = runs.at(-1);
+      while (last && step.next) {
+        const next = await step.next(tx, last);
+        if (!next) break;
+        if (!rt.database.sendsCompanions) await rt.statements.applySavepoint(tx);
+        last = await runTaken(rt, tx, next.event, step, next.parent);
+        runs.push(last);
       }
     });
   // Committed: only now may the events be remembered, and their handler runs counted, as
@@ -152,12 +172,13 @@ async function runTaken(
   tx: Transaction<any>,
   event: TakenEvent,
   step: ApplyStep<unknown>,
+  parent: Context | undefined,
 ): Promise<RunDone> {
   let result: unknown;
   let json: string | undefined;
   let seconds: number;
   try {
-    ({ result, json, seconds } = await runHandler(rt, tx, event, step.parent));
+    ({ result, json, seconds } = await runHandler(rt, tx, event, parent));
   } catch (err) {
     if (!(err instanceof HandlerError)) throw err;
     return { status: 'failed', event, failure: await recordFailure(rt, tx, event, err.cause) };

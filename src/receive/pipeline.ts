@@ -31,11 +31,16 @@
  *   next copies find it there).
  * - handler throws: [BEGIN + claim + SAVEPOINT], <handler>, [ROLLBACK TO SAVEPOINT + the event
  *   waiting again + `fail` + COMMIT] = the handler's + 2, the event locked until COMMIT.
- * - each held event drained after the response (on the delivery's own connection):
- *   [BEGIN + take_next + SAVEPOINT], <handler>, [result + COMMIT]. A stored event's take
- *   (take_next, take_turn, take_pending) locks its row but leaves it waiting: "result" is then
- *   one UPDATE that marks it processed with its result, sent even without a result
- *   (src/sql/mark-applied.ts).
+ * - held events a delivery's commit makes runnable (inline mode), applied in its transaction
+ *   after its handler, up to `DRAIN_IN_TRANSACTION` (src/background/drain.ts): each costs
+ *   [the previous result + take_next + SAVEPOINT], <handler>, its own result riding on the next
+ *   take or on COMMIT = its handler's + 1; a gap-filler that drains k events costs the handlers'
+ *   + 2 + k. A stored event's take (take_next, take_turn, take_pending) locks its row but leaves
+ *   it waiting: "result" is then one UPDATE that marks it processed with its result, sent even
+ *   without a result (src/sql/mark-applied.ts).
+ * - each held event left (past the bound, or behind a poison event skipped) drained after the
+ *   response, on the delivery's own connection: [BEGIN + take_next + SAVEPOINT], <handler>,
+ *   [result + COMMIT] = its handler's + 2.
  * - deferred mode: [claim] = 1, whatever it decides (pending, held, duplicate, mismatch, …): it
  *   applies nothing, so it is a READ COMMITTED transaction of its own (`SET TRANSACTION` rides
  *   on it, src/drivers/fold.ts), committed inside PostgreSQL before its answer comes back: its
@@ -65,6 +70,7 @@ import type { Context, Span } from '@opentelemetry/api';
 import type { Kysely } from 'kysely';
 import { applyOne } from '../apply.js';
 import type { Background } from '../background/background.js';
+import { DrainInTransaction } from '../background/drain.js';
 import { InvalidDeliveryError } from '../errors.js';
 import { silent } from '../logger.js';
 import { type Outcome, OutcomeKind } from '../outcome.js';
@@ -279,8 +285,9 @@ function fromProcessed(rt: Runtime, d: ParsedDelivery, e: CachedEvent): Outcome 
 /**
  * The claim and, when it says "apply", the handler: one transaction (src/apply.ts).
  *
- * An ordered delivery in inline mode keeps its connection after COMMIT: when its commit made
- * held events runnable, it drains them on that connection right after the response, instead
+ * An ordered delivery in inline mode applies the held events its claim made runnable in its
+ * own transaction, up to a bound (`claimAndApplyOn`), and keeps its connection after COMMIT:
+ * when events are left, it drains them on that connection right after the response, instead
  * of queueing for the pool again behind every delivery that arrived meanwhile (under load that
  * queue was most of a held event's wait).
  */
@@ -411,6 +418,12 @@ async function claimAndApplyOn(
   const store = deferred || ordered;
   let claimedAt = 0;
   let applied: Awaited<ReturnType<typeof applyOne<{ claim: ClaimRow; event?: TakenEvent }>>>;
+  // Inline mode: the held events this delivery's commit would make runnable are applied in its
+  // transaction, after its handler, up to a bound (src/background/drain.ts); `drain` after the
+  // response is then what is left.
+  const drain = ordered && !deferred ? new DrainInTransaction(rt, d.key!, obs.parent) : undefined;
+  let drains = false;
+  let committed = false;
   try {
     applied = await applyOne(rt, {
       take: async (tx) => {
@@ -433,14 +446,19 @@ async function claimAndApplyOn(
           }),
         );
         if (claim.decision !== 'apply') return { claim };
+        drains = claim.drain;
         return { claim, event: taken(d, claim) };
       },
+      next: drain && ((tx, last) => (drains ? drain.next(tx, last) : Promise.resolve(undefined))),
       parent: obs.parent,
       db,
       alone: deferred,
     });
+    committed = true;
   } catch (err) {
     return { outcome: respond.infrastructureFailure(o, err), drain: false };
+  } finally {
+    drain?.end(committed);
   }
   const claim = applied.took.claim;
   rt.duplicateOdds.note(claim.decision === 'duplicate');
@@ -454,7 +472,7 @@ async function claimAndApplyOn(
   // Committed.
   rt.metrics.claimToCommit((performance.now() - claimedAt) / 1000);
   if (applied.status === 'applied')
-    return { outcome: respond.processed(d.id, applied.result), drain: claim.drain };
+    return { outcome: respond.processed(d.id, applied.result), drain: drain ? drain.rest : claim.drain };
   if (claim.decision === 'dead' && claim.reason === 'late') {
     // Counted per late delivery: a redelivery of a late event (rare: it was answered 200) counts again.
     rt.metrics.deadLetter('late');
