@@ -205,7 +205,7 @@ describe.runIf(postgresTarget)('round trips to Postgres per delivery', () => {
     expect((await deliver('rt-d1', { 'x-key': 'kd', 'x-seq': '1' })).kind).toBe('processed');
     // Answered after COMMIT: the drained events' statements are already all sent.
     const sent = pool.reset();
-    // The handlers' 3 + 2 + k = 2: 7, in one transaction.
+    // The three handlers' statements + 2 + k (2 drained) = 7, in one transaction.
     expect(sent).toEqual([
       expect.stringMatching(
         /^begin isolation level read; execute "wi_fold:[^"]+\.claim"\('default', 'rt-d1', .*; savepoint wi_apply$/,

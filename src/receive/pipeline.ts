@@ -418,11 +418,10 @@ async function claimAndApplyOn(
   const store = deferred || ordered;
   let claimedAt = 0;
   let applied: Awaited<ReturnType<typeof applyOne<{ claim: ClaimRow; event?: TakenEvent }>>>;
-  // Inline mode: the held events this delivery's commit would make runnable are applied in its
-  // transaction, after its handler, up to a bound (src/background/drain.ts); `drain` after the
-  // response is then what is left.
-  const drain = ordered && !deferred ? new DrainInTransaction(rt, d.key!, obs.parent) : undefined;
-  let drains = false;
+  // Inline mode: when the claim says the next seq waits, the held events this delivery's commit
+  // would make runnable are applied in its transaction, after its handler, up to a bound
+  // (src/background/drain.ts); `drain` after the response is then what is left.
+  let drain: DrainInTransaction | undefined;
   let committed = false;
   try {
     applied = await applyOne(rt, {
@@ -446,10 +445,11 @@ async function claimAndApplyOn(
           }),
         );
         if (claim.decision !== 'apply') return { claim };
-        drains = claim.drain;
+        if (claim.drain && ordered && !deferred) drain = new DrainInTransaction(rt, d.key!, obs.parent);
         return { claim, event: taken(d, claim) };
       },
-      next: drain && ((tx, last) => (drains ? drain.next(tx, last) : Promise.resolve(undefined))),
+      next:
+        ordered && !deferred ? (tx, last) => drain?.next(tx, last) ?? Promise.resolve(undefined) : undefined,
       parent: obs.parent,
       db,
       alone: deferred,
@@ -472,7 +472,7 @@ async function claimAndApplyOn(
   // Committed.
   rt.metrics.claimToCommit((performance.now() - claimedAt) / 1000);
   if (applied.status === 'applied')
-    return { outcome: respond.processed(d.id, applied.result), drain: drain ? drain.rest : claim.drain };
+    return { outcome: respond.processed(d.id, applied.result), drain: drain?.rest ?? claim.drain };
   if (claim.decision === 'dead' && claim.reason === 'late') {
     // Counted per late delivery: a redelivery of a late event (rare: it was answered 200) counts again.
     rt.metrics.deadLetter('late');
