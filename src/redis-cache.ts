@@ -211,6 +211,12 @@ function decode(raw: string): CachedEvent | undefined {
  * for Redis to start), refuses commands while disconnected instead of buffering them
  * (`enableOfflineQueue: false`), never retries a command (`maxRetriesPerRequest: 0`: the
  * fallback is Postgres, not a retry), and reconnects with capped, jittered backoff.
+ *
+ * Commands issued in the same pass of the event loop go out in one write
+ * (`enableAutoPipelining`). Sent one by one, each GET was a socket write of its own: in a retry
+ * storm answered from Redis, those writes were the largest share of the server's CPU per
+ * duplicate (`npm run bench -- --contenders hello,inbox-redis --workloads replay`: 0.81-0.86x
+ * hello one by one, 1.00-1.03x pipelined; BENCHMARKS.md).
  */
 export async function connectRedis(url: string, logger: Logger): Promise<RedisLike> {
   let Redis: any;
@@ -224,6 +230,7 @@ export async function connectRedis(url: string, logger: Logger): Promise<RedisLi
   }
   const client: OwnedRedis = new Redis(url, {
     lazyConnect: true,
+    enableAutoPipelining: true,
     enableOfflineQueue: false,
     maxRetriesPerRequest: 0,
     autoResendUnfulfilledCommands: false,

@@ -3,6 +3,8 @@ import { Registry } from 'prom-client';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { type LedgerServer, startLedger } from '../examples/ledger/start.js';
 import { createInbox, type Inbox, InboxOptionsError, type Outcome } from '../src/index.js';
+import { silent } from '../src/logger.js';
+import { connectRedis, RedisCache } from '../src/redis-cache.js';
 import { CountingPool } from './support/counting-pool.js';
 import { postgresTarget, postgresUrl, redisUrl, type TargetDb, uniqueName } from './support/databases.js';
 import { getJson, post } from './support/http.js';
@@ -488,6 +490,41 @@ describe.skipIf(!postgresTarget || !redisUrl)('when Redis goes away or slows dow
     } finally {
       await inbox.close();
       await admin.quit();
+    }
+  });
+
+  it('the client made from a URL sends the GETs of one pass of the event loop in one write', async () => {
+    const client: any = await connectRedis(redisUrl!, {
+      debug: silent,
+      info: silent,
+      warn: silent,
+      error: silent,
+    });
+    const prefix = prefixFor();
+    const cache = new RedisCache(
+      client,
+      { prefix, source: 'default', timeoutMs: 1000, ttlMs: 60_000, owned: true },
+      { fallback: () => {}, writeError: () => {} },
+    );
+    try {
+      await vi.waitFor(() => expect(client.status).toBe('ready'));
+      const ids = Array.from({ length: 50 }, (_, i) => uid(`pipelined-${i}`));
+      await Promise.all(
+        ids.map((id, i) => cache.remember(id, { hash: `h${i}`, key: null, seq: null }, `{"n":${i}}`)),
+      );
+      let writes = 0;
+      const write = client.stream.write.bind(client.stream);
+      client.stream.write = (...args: unknown[]) => {
+        writes++;
+        return write(...args);
+      };
+      // 50 deliveries in a storm asking Redis at once: one write, and each its own answer.
+      const found = await Promise.all(ids.map((id) => cache.lookup(id)));
+      expect(found.map((f) => (f.hit ? f.event.result : f.reason))).toEqual(ids.map((_, i) => ({ n: i })));
+      expect(writes).toBe(1);
+    } finally {
+      await cache.close();
+      await dropPrefix(prefix);
     }
   });
 });
