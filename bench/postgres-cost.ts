@@ -7,6 +7,13 @@
  *
  *   npx tsx bench/postgres-cost.ts                 every variant, 15 rounds of 300 transactions
  *   ROUNDS=30 TXS=500 npx tsx bench/postgres-cost.ts bare inbox
+ *   CLIENTS=10 TXS=3000 npx tsx bench/postgres-cost.ts bare try-claim savepoint-only
+ *
+ * With CLIENTS > 1, that many connections send each variant's transactions at once (the bench's
+ * pool has 10), and the CPU is summed over their backends: what a statement costs when other
+ * backends run beside it (the lock manager, snapshots, WAL insertion), which one client cannot
+ * show, and the variant's transactions per second. /proc counts CPU in 10 ms ticks: TXS × CLIENTS
+ * should keep a round well over a second.
  *
  * The texts are what the inbox sends for a new unordered event (`try-claim`: BEGIN with the
  * try-claim's two statements folded in and the SAVEPOINT after them; the handler's two
@@ -15,9 +22,9 @@
  * function, which takes the id's advisory lock and writes no row: `row_at_commit`) and
  * `inbox-prepared-update` (before migration 0008: the claim inserts the row, the result is an
  * UPDATE at COMMIT).
- * One client, so nothing waits on a lock; rounds interleave the variants and the report gives
- * min, lower quartile and median per variant, so a busy moment of the machine moves all of
- * them, not one.
+ * One client by default, so nothing waits on a lock; rounds interleave the variants and the
+ * report gives min, lower quartile and median per variant, so a busy moment of the machine moves
+ * all of them, not one. The tables are ANALYZEd after the warm-up, as the bench does.
  */
 import { readFileSync } from 'node:fs';
 import pg from 'pg';
@@ -172,6 +179,14 @@ const VARIANTS: Record<string, { what: string; queries(id: string, i: number): Q
       `execute wi_record_applied('default', '${id}', '${HASH}', '{"balance":10}', null, null); commit`,
     ],
   },
+  'try-claim-plain-read': {
+    what: 'the try-claim with a plain primary-key read (no VALUES left join: no row at all when the id is new)',
+    queries: (id, i) => [
+      `${BEGIN}; execute wi_try_lock('default', '${id}'); execute wi_read_plain('default', '${id}'); savepoint wi_apply`,
+      ...ledgerWrite(id, i),
+      `execute wi_record_applied('default', '${id}', '${HASH}', '{"balance":10}', null, null); commit`,
+    ],
+  },
   'savepoint-only': {
     what: 'no claim: BEGIN and a SAVEPOINT, the ledger, the row with its result at COMMIT (the price of the SAVEPOINT)',
     queries: (id, i) => [
@@ -220,9 +235,10 @@ await kysely.schema
   .execute();
 await inbox.close();
 
-const client = new pg.Client({ connectionString: url });
-await client.connect();
-try {
+const CLIENTS = Number(process.env.CLIENTS ?? 1);
+
+/** Prepares every variant's statements on one connection; its backend's pid. */
+async function prepared(client: pg.Client): Promise<number> {
   const pid = (await client.query<{ pid: number }>('select pg_backend_pid() as pid')).rows[0].pid;
   await client.query(
     `prepare wi_claim (text, text, text, bigint, text, bytea, jsonb, boolean, boolean, boolean, integer, bigint, text, boolean) as select * from "${inboxSchema}"."claim"($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`,
@@ -243,7 +259,7 @@ try {
   await client.query(
     `prepare wi_try_lock (text, text) as select pg_try_advisory_xact_lock(hashtextextended('${inboxSchema}.|' || length($1) || '|' || $1 || '|' || $2, 0)) as locked`,
   );
-  await client.query(`create function "${inboxSchema}".try_claim(p_source text, p_id text, out locked boolean, out status text, out body_hash text, out key text, out seq bigint, out result jsonb, out attempts integer, out received_at timestamptz, out dead_reason text)
+  await client.query(`create or replace function "${inboxSchema}".try_claim(p_source text, p_id text, out locked boolean, out status text, out body_hash text, out key text, out seq bigint, out result jsonb, out attempts integer, out received_at timestamptz, out dead_reason text)
     language plpgsql as $fn$
     begin
       locked := pg_try_advisory_xact_lock(hashtextextended('${inboxSchema}.|' || length(p_source) || '|' || p_source || '|' || p_id, 0));
@@ -255,8 +271,27 @@ try {
   await client.query(
     `prepare wi_try_claim_fn (text, text) as select * from "${inboxSchema}".try_claim($1, $2)`,
   );
+  await client.query(
+    `prepare wi_read_plain (text, text) as select e.status, e.body_hash, e.key, e.seq, e.result, e.attempts, e.received_at, e.dead_reason from "${inboxSchema}"."events" e where e.source = $1 and e.id = $2`,
+  );
+  return pid;
+}
+const client = new pg.Client({ connectionString: url });
+await client.connect();
+const others: pg.Client[] = [];
+try {
+  const pid = await prepared(client);
+  const pids = [pid];
+  for (let c = 1; c < CLIENTS; c++) {
+    const other = new pg.Client({ connectionString: url });
+    await other.connect();
+    others.push(other);
+    pids.push(await prepared(other));
+  }
+  const clients = [client, ...others];
   const tag = Date.now().toString(36);
   const perTx = new Map<string, number[]>(picked.map((name) => [name, []]));
+  const tps = new Map<string, number[]>(picked.map((name) => [name, []]));
   // WAL written per transaction: what the WAL writer and the commit's flush pay for, on every
   // backend's behalf, beyond this backend's CPU (one client: nothing else writes meanwhile,
   // but autovacuum may; the median keeps that out).
@@ -267,31 +302,45 @@ try {
         .split('/')
         .reduce((n, part) => n * 0x100000000n + BigInt(`0x${part}`), 0n),
     );
+  // The count is shared out among the connections; each sends its transactions one after another.
   const send = async (name: string, prefix: string, count: number) => {
-    for (let i = 0; i < count; i++)
-      for (const q of VARIANTS[name].queries(`${prefix}-${i}`, i)) await client.query(q as pg.QueryConfig);
+    await Promise.all(
+      clients.map(async (c, k) => {
+        for (let i = k; i < count; i += clients.length)
+          for (const q of VARIANTS[name].queries(`${prefix}-${i}`, i)) await c.query(q as pg.QueryConfig);
+      }),
+    );
   };
+  const cpuAll = () => pids.reduce((n, p) => n + cpuMs(p), 0);
   for (const name of picked) await send(name, `warm-${tag}-${name}`, 100);
+  // As the bench does after its warm-up: the planner then knows the tables (a primary-key read
+  // on a never-analysed table is planned as a bitmap scan).
+  await client.query(
+    `analyze "${inboxSchema}".events; analyze "${ledgerSchema}".accounts; analyze "${ledgerSchema}".entries; analyze "${ledgerSchema}".processed`,
+  );
   for (let round = 0; round < ROUNDS; round++) {
     for (const name of picked) {
       const walBefore = await walAt();
-      const before = cpuMs(pid);
+      const before = cpuAll();
+      const startedAt = performance.now();
       await send(name, `m-${tag}-${round}-${name}`, TXS);
-      perTx.get(name)!.push(((cpuMs(pid) - before) * 1000) / TXS);
+      perTx.get(name)!.push(((cpuAll() - before) * 1000) / TXS);
+      tps.get(name)!.push(TXS / ((performance.now() - startedAt) / 1000));
       walBytes.get(name)!.push(Number((await walAt()) - walBefore) / TXS);
     }
   }
   const at = (xs: number[], q: number) => xs[Math.floor((xs.length - 1) * q)];
   const bare = perTx.get('bare')?.sort((a, b) => a - b);
   console.log(
-    `PostgreSQL CPU per transaction (one backend), ${ROUNDS} rounds × ${TXS}; µs: min / q1 / median; WAL bytes per transaction (median)`,
+    `PostgreSQL CPU per transaction (${CLIENTS === 1 ? 'one backend' : `${CLIENTS} connections at once, their backends summed`}), ${ROUNDS} rounds × ${TXS}; µs: min / q1 / median; WAL bytes and transactions per second (medians)`,
   );
   for (const name of picked) {
     const xs = perTx.get(name)!.sort((a, b) => a - b);
     const wal = walBytes.get(name)!.sort((a, b) => a - b);
+    const tp = tps.get(name)!.sort((a, b) => a - b);
     const ratio = bare ? `  ${(at(xs, 0.5) / at(bare, 0.5)).toFixed(2)}× bare` : '';
     console.log(
-      `${name.padEnd(20)} ${at(xs, 0).toFixed(0).padStart(5)} / ${at(xs, 0.25).toFixed(0).padStart(5)} / ${at(xs, 0.5).toFixed(0).padStart(5)}${ratio}  ${at(wal, 0.5).toFixed(0).padStart(5)} B WAL   ${VARIANTS[name].what}`,
+      `${name.padEnd(20)} ${at(xs, 0).toFixed(0).padStart(5)} / ${at(xs, 0.25).toFixed(0).padStart(5)} / ${at(xs, 0.5).toFixed(0).padStart(5)}${ratio}  ${at(wal, 0.5).toFixed(0).padStart(5)} B WAL ${at(tp, 0.5).toFixed(0).padStart(6)} tx/s  ${VARIANTS[name].what}`,
     );
   }
 } finally {
@@ -299,4 +348,5 @@ try {
     `drop schema if exists "${inboxSchema}" cascade; drop schema if exists "${ledgerSchema}" cascade`,
   );
   await client.end();
+  for (const other of others) await other.end();
 }
