@@ -216,6 +216,31 @@ function postgresCpuMs(): number {
   return total;
 }
 
+/**
+ * Waits (up to a minute) until no autovacuum worker runs. The contenders' tables live through
+ * the whole run, so autovacuum wakes for one cell's rows during a later cell, and `pg µs/req`
+ * counts every PostgreSQL process: a cell measured then paid for another's vacuum, in its CPU
+ * and in its throughput. What a cell's own writes make autovacuum do while it is measured stays
+ * in it, as it would in production. Returns how long it waited, in ms.
+ */
+async function quiesceAutovacuum(): Promise<number> {
+  const client = new pg.Client({ connectionString: postgresUrl });
+  await client.connect();
+  const started = Date.now();
+  try {
+    while (Date.now() - started < 60_000) {
+      const { rows } = await client.query<{ n: number }>(
+        `select count(*)::int as n from pg_stat_activity where backend_type = 'autovacuum worker'`,
+      );
+      if (rows[0].n === 0) break;
+      await new Promise((resolve) => setTimeout(resolve, 250));
+    }
+  } finally {
+    await client.end();
+  }
+  return Date.now() - started;
+}
+
 // ---- one measurement -------------------------------------------------------------------------
 async function measure(
   run: number,
@@ -233,6 +258,9 @@ async function measure(
   try {
     if (warmup > 0) await load(server.port, w.next(`${tag}w`), { seconds: warmup });
     await server.call('analyze');
+    const waitedMs = await quiesceAutovacuum();
+    if (waitedMs > 1000)
+      console.log(`bench: waited ${(waitedMs / 1000).toFixed(1)} s for autovacuum to finish`);
     const prefix = `${tag}m`;
     if (w.seed) {
       const seed = w.seed(prefix);
