@@ -116,7 +116,12 @@ export class Runtime {
     }
     this.#opened = {
       database,
-      statements: createStatements(database.names, this.tables, database.sendsCompanions),
+      statements: createStatements(
+        database.names,
+        this.tables,
+        database.sendsCompanions,
+        database.kind === 'pglite',
+      ),
       operations: new Operations(database.kysely, this.tables, o.source, o.lockTimeoutMs),
     };
     return this.#opened;

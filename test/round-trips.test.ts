@@ -343,8 +343,9 @@ describe('calls into PGlite per delivery', () => {
     calls.length = 0;
     expect((await deliver('pgl-2')).kind).toBe('processed');
     expect(calls).toHaveLength(3);
+    // One session: no try-lock, which could only answer true there (src/sql/try-claim.ts).
     expect(calls[0]).toMatch(
-      /^begin isolation level read committed; execute "wi_fold:[^"]+\.try_id_lock"\('default', 'pgl-2'\); execute "wi_fold:[^"]+\.try_claim"\('default', 'pgl-2'\); savepoint wi_apply$/,
+      /^begin isolation level read committed; execute "wi_fold:[^"]+\.try_claim_one_session"\('default', 'pgl-2'\); savepoint wi_apply$/,
     );
     // The event's row, inserted with its result (src/sql/record-applied.ts), rides on COMMIT.
     expect(calls[2]).toMatch(
@@ -400,9 +401,9 @@ describe('calls into PGlite per delivery', () => {
     expect((await deliver('pgl-dealloc')).kind).toBe('processed');
     // The EXECUTE failed and was rolled back; the same fold went again as text.
     expect(calls).toEqual([
-      expect.stringMatching(/^begin .*; execute "wi_fold:[^"]+\.try_id_lock"/),
+      expect.stringMatching(/^begin .*; execute "wi_fold:[^"]+\.try_claim_one_session"/),
       'rollback',
-      expect.stringMatching(/^begin .*; select pg_try_advisory_xact_lock\(/s),
+      expect.stringMatching(/^begin .*; select true as locked, now\(\) as now, /s),
       expect.stringMatching(/^select 1/),
       expect.stringMatching(/^insert into .*"events" .*; commit$/s),
     ]);

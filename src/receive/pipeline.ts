@@ -10,8 +10,8 @@
  *   [BEGIN + claim + SAVEPOINT], <the handler's own statements>, [result + COMMIT]
  *   = the handler's + 2, what a bare transaction costs; with or without a result to replay.
  *   An unordered one's "claim" is the try-claim (src/sql/try-claim.ts): the id's try-lock and
- *   a read of its row, two prepared statements in the same query, cheaper for PostgreSQL than
- *   the claim function; when they cannot decide (the lock is another claim's and there is no
+ *   a read of its row, two prepared statements in the same query (on PGlite the read alone),
+ *   cheaper for PostgreSQL than the claim function; when they cannot decide (the lock is another claim's and there is no
  *   row yet, or the row waits to be applied: a retry of a failed run), [claim + SAVEPOINT]
  *   follows = one round trip more.
  *   A new event's row is not written by the claim (which holds the id's advisory lock

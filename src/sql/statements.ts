@@ -18,11 +18,19 @@ import { createTakeTurn } from './take-turn.js';
 import { claimTryingFirst } from './try-claim.js';
 
 /** Every statement the inbox sends on its own behalf, each one round trip, bound to its tables. */
-export function createStatements(names: StatementNames, t: Tables, sendsCompanions: boolean) {
+export function createStatements(
+  names: StatementNames,
+  t: Tables,
+  sendsCompanions: boolean,
+  /** The database is one session (PGlite): the try-claim needs no lock there. */
+  oneSession: boolean,
+) {
   return {
     // Our drivers send the try-claim's `first` (its lock) with it: there a new unordered event
     // is claimed without the claim function (src/sql/try-claim.ts).
-    claim: sendsCompanions ? claimTryingFirst(names, t, createClaim(names, t)) : createClaim(names, t),
+    claim: sendsCompanions
+      ? claimTryingFirst(names, t, createClaim(names, t), oneSession)
+      : createClaim(names, t),
     claimLatest: createClaimLatest(names, t),
     storeResult: createStoreResult(names, t),
     recordApplied: createRecordApplied(names, t),

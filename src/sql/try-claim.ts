@@ -33,13 +33,21 @@ import { defineStatement, type Tables, toNumber } from './tables.js';
  *
  * Only on our drivers, which send a statement's `first` (src/drivers/fold.ts); through a
  * Kysely instance the user passed, every delivery takes the claim (src/sql/statements.ts).
+ *
+ * On PGlite (`oneSession`) the lock is not sent: the database is one session, whose advisory
+ * locks never conflict with its own, so step 1 could only answer true, and our driver gives
+ * that session to one transaction at a time (src/drivers/pglite.ts), so no other claim of the
+ * id is ever in flight beside this one. The read alone decides. It was a statement of each new
+ * event's first call into the embedded database: about 60-80 µs of 700 per transaction
+ * (`npx tsx bench/pglite-cost.ts inbox no-lock`).
  */
 export function claimTryingFirst(
   names: StatementNames,
   t: Tables,
   claim: (db: Kysely<any>, a: ClaimArgs) => Promise<ClaimRow>,
+  oneSession: boolean,
 ) {
-  const tryClaim = createTryClaim(names, t);
+  const tryClaim = createTryClaim(names, t, oneSession);
   return async function claimOrTry(db: Kysely<any>, a: ClaimArgs): Promise<ClaimRow> {
     if (a.key === null && a.apply) {
       const decided = await tryClaim(db, a);
@@ -49,27 +57,32 @@ export function claimTryingFirst(
   };
 }
 
-/** The try-claim's two statements and its decision; undefined when the claim must decide. */
-function createTryClaim(names: StatementNames, t: Tables) {
-  const tryLock = defineStatement(
-    names,
-    t,
-    'try_id_lock',
-    `select pg_try_advisory_xact_lock(${idLockKey(t, '$1::text', '$2::text')}) as locked`,
-    'after-begin',
-  );
-  const statement = defineStatement(
-    names,
-    t,
-    'try_claim',
-    // `locked` is the try-lock's, written in by the driver (src/drivers/fold.ts, joinFirst):
-    // selected here as a placeholder so that each row keeps its shape.
-    `select null::boolean as locked, now() as now, e.status, e.body_hash, e.key, e.seq, e.result, e.attempts, e.received_at, e.dead_reason
-       from (values (1)) as one left join ${t.events} e on e.source = $1 and e.id = $2`,
-    'after-begin',
-    APPLY_SAVEPOINT,
-    tryLock.text,
-  );
+/** The try-claim's statements and its decision; undefined when the claim must decide. */
+function createTryClaim(names: StatementNames, t: Tables, oneSession: boolean) {
+  // One row whether or not the id has one: `locked`, and the id's row (all null when none).
+  const read = (locked: string) =>
+    `select ${locked} as locked, now() as now, e.status, e.body_hash, e.key, e.seq, e.result, e.attempts, e.received_at, e.dead_reason
+       from (values (1)) as one left join ${t.events} e on e.source = $1 and e.id = $2`;
+  const statement = oneSession
+    ? // The session's own lock: what the try-lock would answer there (above).
+      defineStatement(names, t, 'try_claim_one_session', read('true'), 'after-begin', APPLY_SAVEPOINT)
+    : defineStatement(
+        names,
+        t,
+        'try_claim',
+        // `locked` is the try-lock's, written in by the driver (src/drivers/fold.ts, joinFirst):
+        // selected here as a placeholder so that each row keeps its shape.
+        read('null::boolean'),
+        'after-begin',
+        APPLY_SAVEPOINT,
+        defineStatement(
+          names,
+          t,
+          'try_id_lock',
+          `select pg_try_advisory_xact_lock(${idLockKey(t, '$1::text', '$2::text')}) as locked`,
+          'after-begin',
+        ).text,
+      );
   return async function tryClaim(db: Kysely<any>, a: ClaimArgs): Promise<ClaimRow | undefined> {
     const [row] = await statement.run<any>(db, [a.source, a.id]);
     if (!row) return undefined;
