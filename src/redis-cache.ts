@@ -215,8 +215,8 @@ function decode(raw: string): CachedEvent | undefined {
  * Commands issued in the same pass of the event loop go out in one write
  * (`enableAutoPipelining`). Sent one by one, each GET was a socket write of its own: in a retry
  * storm answered from Redis, those writes were the largest share of the server's CPU per
- * duplicate (`npm run bench -- --contenders hello,inbox-redis --workloads replay`: 0.81-0.86x
- * hello one by one, 1.00-1.03x pipelined; BENCHMARKS.md).
+ * duplicate (`npm run bench -- --contenders hello,inbox-redis --workloads replay`, two runs
+ * each: 0.81x and 0.91x hello one by one, 1.03x and 0.97x pipelined; BENCHMARKS.md).
  */
 export async function connectRedis(url: string, logger: Logger): Promise<RedisLike> {
   let Redis: any;

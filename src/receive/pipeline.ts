@@ -11,9 +11,9 @@
  *   = the handler's + 2, what a bare transaction costs; with or without a result to replay.
  *   An unordered one's "claim" is the try-claim (src/sql/try-claim.ts): the id's try-lock and
  *   a read of its row, two prepared statements in the same query (on PGlite the read alone),
- *   cheaper for PostgreSQL than the claim function; when they cannot decide (the lock is another claim's and there is no
- *   row yet, or the row waits to be applied: a retry of a failed run), [claim + SAVEPOINT]
- *   follows = one round trip more.
+ *   cheaper for PostgreSQL than the claim function; when they cannot decide (the lock is
+ *   another claim's and there is no row yet, or the row waits to be applied: a retry of a
+ *   failed run), [claim + SAVEPOINT] follows = one round trip more.
  *   A new event's row is not written by the claim (which holds the id's advisory lock
  *   instead, and an ordered one's key row anyway) but at COMMIT, with its
  *   result: [row + result + COMMIT] is one INSERT, sent even without a result
