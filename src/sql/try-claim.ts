@@ -4,7 +4,7 @@ import { mismatchOf } from '../processed-cache.js';
 import type { ClaimArgs, ClaimRow } from './claim.js';
 import { APPLY_SAVEPOINT } from './failed-run.js';
 import { idLockKey } from './id-lock.js';
-import { defineStatement, type Tables, toNumber } from './tables.js';
+import { defineStatement, type Statement, type Tables, toNumber } from './tables.js';
 
 /**
  * The try-claim: an unordered delivery applied inline, claimed without the `claim` function
@@ -63,26 +63,37 @@ function createTryClaim(names: StatementNames, t: Tables, oneSession: boolean) {
   const read = (locked: string) =>
     `select ${locked} as locked, now() as now, e.status, e.body_hash, e.key, e.seq, e.result, e.attempts, e.received_at, e.dead_reason
        from (values (1)) as one left join ${t.events} e on e.source = $1 and e.id = $2`;
-  const statement = oneSession
-    ? // The session's own lock: what the try-lock would answer there (above).
-      defineStatement(names, t, 'try_claim_one_session', read('true'), 'after-begin', APPLY_SAVEPOINT)
-    : defineStatement(
-        names,
-        t,
-        'try_claim',
-        // `locked` is the try-lock's, written in by the driver (src/drivers/fold.ts, joinFirst):
-        // selected here as a placeholder so that each row keeps its shape.
-        read('null::boolean'),
-        'after-begin',
-        APPLY_SAVEPOINT,
-        defineStatement(
-          names,
-          t,
-          'try_id_lock',
-          `select pg_try_advisory_xact_lock(${idLockKey(t, '$1::text', '$2::text')}) as locked`,
-          'after-begin',
-        ).text,
-      );
+  let statement: Statement;
+  if (oneSession) {
+    // The session's own lock: what the try-lock would answer there (above).
+    statement = defineStatement(
+      names,
+      t,
+      'try_claim_one_session',
+      read('true'),
+      'after-begin',
+      APPLY_SAVEPOINT,
+    );
+  } else {
+    const tryLock = defineStatement(
+      names,
+      t,
+      'try_id_lock',
+      `select pg_try_advisory_xact_lock(${idLockKey(t, '$1::text', '$2::text')}) as locked`,
+      'after-begin',
+    );
+    // `locked` is the try-lock's, written in by the driver (src/drivers/fold.ts, joinFirst):
+    // selected here as a placeholder so that each row keeps its shape.
+    statement = defineStatement(
+      names,
+      t,
+      'try_claim',
+      read('null::boolean'),
+      'after-begin',
+      APPLY_SAVEPOINT,
+      tryLock.text,
+    );
+  }
   return async function tryClaim(db: Kysely<any>, a: ClaimArgs): Promise<ClaimRow | undefined> {
     const [row] = await statement.run<any>(db, [a.source, a.id]);
     if (!row) return undefined;
