@@ -171,6 +171,14 @@ const VARIANTS: Record<string, { what: string; queries(id: string, i: number): Q
       `execute wi_record_applied('default', '${id}', '${HASH}', '{"balance":10}', null, null); commit`,
     ],
   },
+  'try-claim-no-savepoint': {
+    what: 'the try-claim without the SAVEPOINT after it (what a failed run is rolled back to): its price under load',
+    queries: (id, i) => [
+      `${BEGIN}; execute wi_try_lock('default', '${id}'); execute wi_read('default', '${id}')`,
+      ...ledgerWrite(id, i),
+      `execute wi_record_applied('default', '${id}', '${HASH}', '{"balance":10}', null, null); commit`,
+    ],
+  },
   'try-claim-plpgsql': {
     what: 'the try-claim as a small PL/pgSQL function instead (try the lock, then read); SAVEPOINT; the row at COMMIT',
     queries: (id, i) => [
