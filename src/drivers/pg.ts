@@ -8,6 +8,7 @@
  */
 
 import type { CompiledQuery, DatabaseConnection, Driver, QueryResult, TransactionSettings } from 'kysely';
+import pg from 'pg';
 import { boundedWait, type StatementEntry, type StatementNames } from './common.js';
 import { FoldingConnection, type FoldState } from './fold.js';
 import type { PgClientLike, PgPoolLike } from './shapes.js';
@@ -37,6 +38,7 @@ class PgConnection extends FoldingConnection {
   ) {
     // The pool's client object outlives this connection: its prepared statements are remembered on it.
     super(names, client, folds);
+    this.#acceptsArguments = client instanceof pg.Client;
     client.on?.('error', this.onError);
     // Once per client, for good: a client released as broken is ended by the pool without its
     // idle listener, and a server shutting down (57P01) can still report on it while it ends.
@@ -64,9 +66,21 @@ class PgConnection extends FoldingConnection {
     return this.#query<R>({ text });
   }
 
+  /**
+   * node-postgres copies a query given as an object, property descriptor by descriptor, before
+   * it sends it (about 8 µs a statement in the CPU profile, four statements per new event); text
+   * and values given as arguments are not copied. Only a named statement needs the object. A
+   * pg-shaped client that is not node-postgres's own (a wrapper, a proxy) gets the object, the
+   * shape `PgClientLike` promises.
+   */
+  readonly #acceptsArguments: boolean;
+
   async #query<R>(config: { text: string; values?: unknown[]; name?: string }): Promise<QueryResult<R>[]> {
     try {
-      const answer: unknown = await this.client.query(config);
+      const answer: unknown =
+        config.name === undefined && this.#acceptsArguments
+          ? await (this.client as unknown as pg.ClientBase).query(config.text, config.values)
+          : await this.client.query(config);
       // Several statements on the simple protocol answer one result each.
       return (Array.isArray(answer) ? answer : [answer]).map((result: PgResult<R>) => ({
         rows: result.rows ?? [],
