@@ -66,9 +66,12 @@ function hold(id: string, key: string | null = null): Gate {
 
 /** The ledger's handler behind the gate (of the gate's key, or none), recording each run's attempt. */
 const attemptsSeen = new Map<string, number[]>();
+/** Each run's `event.receivedAt`, in ms. */
+const receivedSeen = new Map<string, number[]>();
 const gated = (handle: Handler) =>
   (async (event, ctx) => {
     attemptsSeen.set(event.id, [...(attemptsSeen.get(event.id) ?? []), event.attempt]);
+    receivedSeen.set(event.id, [...(receivedSeen.get(event.id) ?? []), event.receivedAt.getTime()]);
     if (gate && event.id === gate.id && event.key === gate.key) {
       // Only the first run waits: a copy that reached the handler (no lock) would run on.
       const g = gate;
@@ -152,6 +155,20 @@ describe.each(targets)('a new unordered event, its row written at COMMIT, on $na
     // And a third copy is a duplicate with that result.
     const third = await post(url, { amount: 4 }, { 'Idempotency-Key': id });
     expect(third.body).toEqual({ status: 'duplicate', id, result: again.body.result });
+  });
+
+  it("the handler's event.receivedAt is the row's received_at, on the first run and on the retry", async () => {
+    const id = uid('received');
+    app.ledger.failNext.set('none', 1);
+    expect((await post(url, { amount: 2 }, { 'Idempotency-Key': id })).status).toBe(500);
+    const stored = (await app.inbox.event(id))?.receivedAt.getTime();
+    expect((await post(url, { amount: 2 }, { 'Idempotency-Key': id })).status).toBe(200);
+    // Both runs saw when the first copy arrived, to the millisecond, as the row keeps it.
+    expect(receivedSeen.get(id)).toEqual([stored, stored]);
+    expect((await app.inbox.event(id))?.receivedAt.getTime()).toBe(stored);
+    const fresh = uid('received-once');
+    expect((await post(url, { amount: 2 }, { 'Idempotency-Key': fresh })).status).toBe(200);
+    expect(receivedSeen.get(fresh)).toEqual([(await app.inbox.event(fresh))?.receivedAt.getTime()]);
   });
 
   it('failing maxAttempts times: dead-lettered as poison, never applied, and so answered again', async () => {
