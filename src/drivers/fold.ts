@@ -192,13 +192,11 @@ export abstract class FoldingConnection implements DatabaseConnection {
    * behind our back: DISCARD ALL, a pooler that swapped backends), the session folds text from
    * now on.
    */
-  async #simpleFolded<R>(text: string): Promise<QueryResult<R>[]> {
-    try {
-      return await this.simpleAll<R>(text);
-    } catch (err) {
+  #simpleFolded<R>(text: string): Promise<QueryResult<R>[]> {
+    return this.simpleAll<R>(text).then(undefined, (err) => {
       if (sqlState(err) === UNDEFINED_PREPARED_STATEMENT) preparedOn.set(this.session, 'inline');
       throw err;
-    }
+    });
   }
 
   /**
@@ -246,7 +244,7 @@ export abstract class FoldingConnection implements DatabaseConnection {
       // and send the same as text, rather than fail a delivery.
       if (sqlState(err) !== UNDEFINED_PREPARED_STATEMENT) throw err;
       if (this.inTransaction) await this.simple('rollback');
-      return this.#fold<R>([begin], compiled, entry, then);
+      return await this.#fold<R>([begin], compiled, entry, then);
     }
   }
 
@@ -255,12 +253,12 @@ export abstract class FoldingConnection implements DatabaseConnection {
    * statement and `then`, as one simple query: the statement's rows, with its `first`'s row
    * joined into each. Undefined when a value cannot be folded (the caller sends each).
    */
-  async #fold<R>(
+  #fold<R>(
     before: readonly string[],
     compiled: CompiledQuery,
     entry: StatementEntry,
     then: string | undefined,
-  ): Promise<QueryResult<R> | undefined> {
+  ): Promise<QueryResult<R>> | undefined {
     const texts = [...before];
     if (entry.first !== undefined) {
       const first = this.foldText({ ...compiled, sql: entry.first }, this.names.get(entry.first));
@@ -271,10 +269,11 @@ export abstract class FoldingConnection implements DatabaseConnection {
     if (folded === undefined) return undefined;
     texts.push(folded);
     if (then) texts.push(then);
-    const results = await this.#simpleFolded<R>(texts.join('; '));
-    const at = results.length - (then ? 2 : 1);
-    const result = results[at] ?? { rows: [] };
-    return entry.first === undefined ? result : joinFirst(results[at - 1], result);
+    return this.#simpleFolded<R>(texts.join('; ')).then((results) => {
+      const at = results.length - (then ? 2 : 1);
+      const result = results[at] ?? { rows: [] };
+      return entry.first === undefined ? result : joinFirst(results[at - 1], result);
+    });
   }
 
   /** A registered statement's `first`, the statement and its `then`, each in a round trip of its own. */
@@ -297,15 +296,27 @@ export abstract class FoldingConnection implements DatabaseConnection {
     this.#inTransaction = true;
   }
 
-  async commit(): Promise<void> {
+  commit(): Promise<void> {
     const begin = this.#begin;
     const tails = this.#tails;
     this.#reset();
     // Nothing was sent in this transaction: nothing to open or close (a held-back statement
     // needs one before it, so there is none either).
-    if (begin !== undefined && tails.length === 0) return;
-    if (begin !== undefined) await this.simple(begin);
+    if (begin !== undefined && tails.length === 0) return Promise.resolve();
     const folded = tails.map((tail) => this.foldText(tail, this.names.get(tail.sql)));
+    // The common case, without an async layer of ours: the held-back statements and COMMIT.
+    if (begin === undefined && folded.every((text) => text !== undefined))
+      return this.#simpleFolded([...folded, 'commit'].join('; ')).then(nothing);
+    return this.#commitEach(begin, tails, folded);
+  }
+
+  /** COMMIT after a BEGIN not sent yet, or held-back statements that cannot be folded. */
+  async #commitEach(
+    begin: string | undefined,
+    tails: readonly CompiledQuery[],
+    folded: ReadonlyArray<string | undefined>,
+  ): Promise<void> {
+    if (begin !== undefined) await this.simple(begin);
     if (folded.every((text) => text !== undefined)) {
       await this.#simpleFolded([...folded, 'commit'].join('; '));
       return;
@@ -326,8 +337,20 @@ export abstract class FoldingConnection implements DatabaseConnection {
     this.#inTransaction = false;
   }
 
-  async executeQuery<R>(compiled: CompiledQuery): Promise<QueryResult<R>> {
+  executeQuery<R>(compiled: CompiledQuery): Promise<QueryResult<R>> {
     const entry = this.names.get(compiled.sql);
+    // The common case, the handler's own statements in a transaction already sent: straight to
+    // the driver, without an async layer of ours (each costs a promise and a microtask turn).
+    if (
+      this.#begin === undefined &&
+      this.#tails.length === 0 &&
+      (entry === undefined || (entry.fold === undefined && entry.first === undefined && !entry.then))
+    )
+      return this.send<R>(compiled, entry);
+    return this.#execute<R>(compiled, entry);
+  }
+
+  async #execute<R>(compiled: CompiledQuery, entry: StatementEntry | undefined): Promise<QueryResult<R>> {
     if (entry?.fold === 'after-begin' && !this.#inTransaction) return this.#alone<R>(compiled, entry);
     if (entry?.fold === 'before-commit' && this.#inTransaction) {
       this.#tails.push(compiled);
@@ -401,6 +424,9 @@ export abstract class FoldingConnection implements DatabaseConnection {
     throw new Error('webhook-inbox: streaming queries are not supported');
   }
 }
+
+/** What COMMIT answers: nothing the caller reads. */
+function nothing(): void {}
 
 /**
  * A statement's result with the one row of its `first` written into each of its rows (the
