@@ -1,0 +1,153 @@
+/**
+ * What one new event costs the Node process and PostgreSQL, without HTTP: `inbox.receive` of
+ * unique deliveries against the same ledger write in a bare transaction and in `handmade` (the
+ * id into a one-column table first), in one process, rounds interleaved, CPU read from the
+ * kernel (this process: `process.cpuUsage`; PostgreSQL: every backend's and helper's, from
+ * /proc, as bench/run.ts reads it). Throughput on a 2-core machine that the server,
+ * PostgreSQL and the load share moves with everything else; CPU per delivery moves less.
+ *
+ *   npx tsc -p tsconfig.bench.json && node .tmp/bench-build/bench/receive-cost.js
+ *   ROUNDS=12 N=2000 CONCURRENCY=10 node .tmp/bench-build/bench/receive-cost.js
+ *
+ * Run compiled (tsconfig.bench.json), as the package ships: see bench/run.ts on tsx.
+ */
+import { execFileSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { sql } from 'kysely';
+import { Ledger } from '../examples/ledger/ledger.js';
+import { openDatabase } from '../src/database.js';
+import { createInbox, type HandlerContext, type InboxEvent } from '../src/index.js';
+
+const url = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+const ROUNDS = Number(process.env.ROUNDS ?? 8);
+const N = Number(process.env.N ?? 1500);
+const CONCURRENCY = Number(process.env.CONCURRENCY ?? 10);
+const run = `rcost_${process.pid}`;
+
+/** User + system CPU of every PostgreSQL process, in ms (USER_HZ is 100 on Linux). */
+function postgresCpuMs(): number {
+  const pids = execFileSync('pgrep', ['-u', 'postgres']).toString().trim().split('\n');
+  let ticks = 0;
+  for (const pid of pids) {
+    try {
+      const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      ticks += Number(fields[11]) + Number(fields[12]);
+    } catch {
+      // Gone between pgrep and the read.
+    }
+  }
+  return ticks * 10;
+}
+
+const ledger = new Ledger(`${run}_ledger`);
+const handle = (event: InboxEvent<{ amount: number; account: string }>, context: HandlerContext) =>
+  ledger.handle({ ...event, key: event.key ?? event.body.account }, context);
+// INBOX='{"sweepIntervalMs":0}': options of the inbox's, to take parts away.
+const inbox = createInbox({
+  db: url,
+  poolSize: CONCURRENCY,
+  schema: `${run}_inbox`,
+  handle,
+  ...JSON.parse(process.env.INBOX ?? '{}'),
+});
+const kysely = await inbox.kysely();
+await ledger.setup(kysely);
+const db = await openDatabase(url, { poolSize: CONCURRENCY });
+const processed = `${run}_ledger.processed`;
+await kysely.schema
+  .createTable(processed)
+  .addColumn('id', 'text', (c) => c.primaryKey())
+  .execute();
+
+/** Spread over 1000 accounts, as the bench's unique workload (bench/workloads.ts): one account would make every transaction wait for the one before. */
+const bodyOf = (id: string) => Buffer.from(`{"account":"a${hashOf(id) % 1000}","amount":1}`);
+function hashOf(id: string): number {
+  let h = 0;
+  for (let i = 0; i < id.length; i++) h = (h * 31 + id.charCodeAt(i)) >>> 0;
+  return h;
+}
+const contextOf = (tx: HandlerContext['tx']): HandlerContext => ({
+  tx,
+  signal: new AbortController().signal,
+  idempotencyKey: () => 'unused',
+});
+const eventOf = (id: string, rawBody = bodyOf(id)): InboxEvent<{ amount: number; account: string }> => ({
+  id,
+  source: 'default',
+  key: null,
+  seq: null,
+  body: JSON.parse(rawBody.toString()),
+  rawBody,
+  headers: {},
+  attempt: 1,
+  receivedAt: new Date(),
+});
+
+const contenders: Record<string, (id: string) => Promise<unknown>> = {
+  bare: (id) => db.kysely.transaction().execute((tx) => handle(eventOf(id), contextOf(tx))),
+  handmade: (id) =>
+    db.kysely.transaction().execute(async (tx) => {
+      const claimed = await tx
+        .insertInto(processed)
+        .values({ id })
+        .onConflict((oc) => oc.doNothing())
+        .returning('id')
+        .executeTakeFirst();
+      if (!claimed) return undefined;
+      return handle(eventOf(id), contextOf(tx));
+    }),
+  inbox: async (id) => {
+    const outcome = await inbox.receive({
+      headers: { 'idempotency-key': id, 'content-type': 'application/json' },
+      rawBody: bodyOf(id),
+    });
+    if (outcome.status !== 200) throw new Error(`inbox answered ${outcome.status}`);
+  },
+};
+
+async function send(name: string, prefix: string, count: number): Promise<void> {
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: CONCURRENCY }, async () => {
+      while (next < count) await contenders[name]!(`${prefix}-${next++}`);
+    }),
+  );
+}
+
+const node = new Map<string, number[]>();
+const postgres = new Map<string, number[]>();
+// CONTENDERS=inbox,handmade: some of them (bare first, when given, for the ratios).
+const names = process.env.CONTENDERS?.split(',') ?? Object.keys(contenders);
+for (const name of names) if (!contenders[name]) throw new Error(`unknown contender ${name}`);
+try {
+  for (const name of names) await send(name, `warm-${name}`, 500);
+  await sql`analyze ${sql.table(`${run}_inbox.events`)}`.execute(kysely);
+  for (let round = 0; round < ROUNDS; round++) {
+    for (const name of names) {
+      const pgBefore = postgresCpuMs();
+      const before = process.cpuUsage();
+      await send(name, `r${round}-${name}`, N);
+      const used = process.cpuUsage(before);
+      node.set(name, [...(node.get(name) ?? []), (used.user + used.system) / N]);
+      postgres.set(name, [...(postgres.get(name) ?? []), ((postgresCpuMs() - pgBefore) * 1000) / N]);
+    }
+  }
+  const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor((xs.length - 1) / 2)]!;
+  console.log(
+    `CPU per new event, µs (medians of ${ROUNDS} rounds × ${N}, ${CONCURRENCY} at once): Node / PostgreSQL / both`,
+  );
+  const bareBoth = node.has('bare') ? median(node.get('bare')!) + median(postgres.get('bare')!) : Number.NaN;
+  for (const name of names) {
+    const n = median(node.get(name)!);
+    const p = median(postgres.get(name)!);
+    console.log(
+      `${name.padEnd(9)} ${n.toFixed(0).padStart(5)} / ${p.toFixed(0).padStart(5)} / ${(n + p).toFixed(0).padStart(5)}  ${((n + p) / bareBoth).toFixed(2)}× bare`,
+    );
+  }
+} finally {
+  await sql`drop schema if exists ${sql.id(`${run}_inbox`)} cascade`.execute(kysely);
+  await sql`drop schema if exists ${sql.id(`${run}_ledger`)} cascade`.execute(kysely);
+  await db.destroy();
+  await inbox.close();
+}
