@@ -403,7 +403,9 @@ describe('calls into PGlite per delivery', () => {
     expect(calls).toEqual([
       expect.stringMatching(/^begin .*; execute "wi_fold:[^"]+\.try_claim_one_session"/),
       'rollback',
-      expect.stringMatching(/^begin .*; select true as locked, \(extract\(epoch from coalesce\(e.received_at, now\(\)\)\) \* 1000\)::float8 as received_ms,/s),
+      expect.stringMatching(
+        /^begin .*; select true as locked, \(extract\(epoch from coalesce\(e.received_at, now\(\)\)\) \* 1000\)::float8 as received_ms,/s,
+      ),
       expect.stringMatching(/^select 1/),
       expect.stringMatching(/^insert into .*"events" .*; commit$/s),
     ]);
