@@ -100,10 +100,19 @@ export class RedisCache {
     this.#outstanding++;
     return new Promise((resolve) => {
       let done = false;
+      // When the timer fires, Redis's answer may be waiting unread: a busy event loop (a retry
+      // storm on a saturated core) runs due timers before it reads its sockets. Giving up there
+      // called a Redis that answered in time slow, three times over paused it, and sent a storm's
+      // duplicates to Postgres (the bench's replay cell, on a slower machine). `setImmediate`
+      // runs after the sockets are read: an answer that had arrived wins; only one that had not
+      // is a timeout.
       const timer = setTimeout(() => {
-        done = true;
-        this.#failed();
-        resolve({ reason: 'timeout' });
+        setImmediate(() => {
+          if (done) return;
+          done = true;
+          this.#failed();
+          resolve({ reason: 'timeout' });
+        });
       }, timeoutMs);
       timer.unref();
       let pending: Promise<T>;
@@ -116,6 +125,7 @@ export class RedisCache {
         (value) => {
           this.#outstanding--;
           if (done) return;
+          done = true;
           clearTimeout(timer);
           this.#failures = 0;
           resolve({ value });
@@ -123,6 +133,7 @@ export class RedisCache {
         () => {
           this.#outstanding--;
           if (done) return;
+          done = true;
           clearTimeout(timer);
           this.#failed();
           resolve({ reason: 'error' });

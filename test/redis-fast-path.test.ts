@@ -493,6 +493,47 @@ describe.skipIf(!postgresTarget || !redisUrl)('when Redis goes away or slows dow
     }
   });
 
+  it('an answer that came while the event loop was busy past redisTimeoutMs is a hit, not a timeout', async () => {
+    const client: any = await connectRedis(redisUrl!, {
+      debug: silent,
+      info: silent,
+      warn: silent,
+      error: silent,
+    });
+    const prefix = prefixFor();
+    const fallbacks: string[] = [];
+    const cache = new RedisCache(
+      client,
+      { prefix, source: 'default', timeoutMs: 50, ttlMs: 60_000, owned: true },
+      { fallback: (reason) => fallbacks.push(reason), writeError: () => {} },
+    );
+    try {
+      await vi.waitFor(() => expect(client.status).toBe('ready'));
+      const ids = Array.from({ length: 5 }, (_, i) => uid(`busy-${i}`));
+      await Promise.all(
+        ids.map((id, i) => cache.remember(id, { hash: `h${i}`, key: null, seq: null }, `${i}`)),
+      );
+      // Five lookups in a row, each sent, then the process busy for 150 ms (a saturated core in
+      // a retry storm): Redis answered within it, and its timer is due too when the loop turns.
+      // Three timeouts in a row would also pause Redis for a second.
+      const found = [];
+      for (const id of ids) {
+        const lookup = cache.lookup(id);
+        await new Promise((resolve) => setImmediate(resolve)); // the GET is written
+        const until = Date.now() + 150;
+        while (Date.now() < until) {
+          // busy
+        }
+        found.push(await lookup);
+      }
+      expect(found.map((f) => (f.hit ? f.event.result : f.reason))).toEqual([0, 1, 2, 3, 4]);
+      expect(fallbacks).toEqual([]);
+    } finally {
+      await cache.close();
+      await dropPrefix(prefix);
+    }
+  });
+
   it('the client made from a URL sends the GETs of one pass of the event loop in one write', async () => {
     const client: any = await connectRedis(redisUrl!, {
       debug: silent,
