@@ -493,7 +493,8 @@ describe.skipIf(!postgresTarget || !redisUrl)('when Redis goes away or slows dow
     }
   });
 
-  it('an answer that came while the event loop was busy past redisTimeoutMs is a hit, not a timeout', async () => {
+  /** A RedisCache over the client the inbox makes from a URL, under a prefix of its own. */
+  async function cacheFromUrl(timeoutMs: number, fallback: (reason: string) => void = () => {}) {
     const client: any = await connectRedis(redisUrl!, {
       debug: silent,
       info: silent,
@@ -501,12 +502,17 @@ describe.skipIf(!postgresTarget || !redisUrl)('when Redis goes away or slows dow
       error: silent,
     });
     const prefix = prefixFor();
-    const fallbacks: string[] = [];
     const cache = new RedisCache(
       client,
-      { prefix, source: 'default', timeoutMs: 50, ttlMs: 60_000, owned: true },
-      { fallback: (reason) => fallbacks.push(reason), writeError: () => {} },
+      { prefix, source: 'default', timeoutMs, ttlMs: 60_000, owned: true },
+      { fallback, writeError: () => {} },
     );
+    return { client, cache, prefix };
+  }
+
+  it('an answer that came while the event loop was busy past redisTimeoutMs is a hit, not a timeout', async () => {
+    const fallbacks: string[] = [];
+    const { client, cache, prefix } = await cacheFromUrl(50, (reason) => fallbacks.push(reason));
     try {
       await vi.waitFor(() => expect(client.status).toBe('ready'));
       const ids = Array.from({ length: 5 }, (_, i) => uid(`busy-${i}`));
@@ -535,18 +541,7 @@ describe.skipIf(!postgresTarget || !redisUrl)('when Redis goes away or slows dow
   });
 
   it('the client made from a URL sends the GETs of one pass of the event loop in one write', async () => {
-    const client: any = await connectRedis(redisUrl!, {
-      debug: silent,
-      info: silent,
-      warn: silent,
-      error: silent,
-    });
-    const prefix = prefixFor();
-    const cache = new RedisCache(
-      client,
-      { prefix, source: 'default', timeoutMs: 1000, ttlMs: 60_000, owned: true },
-      { fallback: () => {}, writeError: () => {} },
-    );
+    const { client, cache, prefix } = await cacheFromUrl(1000);
     try {
       await vi.waitFor(() => expect(client.status).toBe('ready'));
       const ids = Array.from({ length: 50 }, (_, i) => uid(`pipelined-${i}`));
