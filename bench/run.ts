@@ -89,8 +89,7 @@ interface Server {
  * The contenders' servers run compiled by tsc (tsconfig.bench.json), as the package ships, not
  * through tsx: its transpiler keeps function names by wrapping every function expression in a
  * call (`__name`), paid each time a closure is created, which the published JavaScript never
- * pays (it came to about 10 µs per new event in the inbox's CPU profile, against about 2 in
- * handmade's). Built once per run, before the first server starts.
+ * pays. Built once per run, before the first server starts.
  */
 const serverBuild = join(here, '..', '.tmp', 'bench-build');
 let built = false;

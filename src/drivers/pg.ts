@@ -65,8 +65,8 @@ class PgConnection extends FoldingConnection {
 
   /**
    * node-postgres copies a query given as an object, property descriptor by descriptor, before
-   * it sends it (about 8 µs a statement in the CPU profile, four statements per new event); text
-   * and values given as arguments are not copied. Only a named statement needs the object. A
+   * it sends it, four statements per new event; text and values given as arguments are not
+   * copied. Only a named statement needs the object. A
    * pg-shaped client that is not node-postgres's own (a wrapper, a proxy) gets the object, the
    * shape `PgClientLike` promises.
    */

@@ -62,8 +62,8 @@ function createTryClaim(names: StatementNames, t: Tables, oneSession: boolean) {
   // One row whether or not the id has one: `locked`, and the id's row (all null when none).
   // When it was received (the row's, else this transaction's start, which the row written at
   // COMMIT gets by default) as milliseconds in a float8, which node-postgres reads with
-  // parseFloat: a timestamptz is parsed by a regular expression into a Date (about 10 µs per
-  // new event in the CPU profile), and a Date is made from it anyway.
+  // parseFloat: a timestamptz is parsed by a regular expression into a Date, and a Date is
+  // made from it anyway.
   const read = (locked: string) =>
     `select ${locked} as locked, (extract(epoch from coalesce(e.received_at, now())) * 1000)::float8 as received_ms,
             e.status, e.body_hash, e.key, e.seq, e.result, e.attempts, e.dead_reason
