@@ -19,9 +19,23 @@ import { openDatabase } from '../src/database.js';
 import { createInbox, type HandlerContext, type InboxEvent } from '../src/index.js';
 
 const url = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
-const ROUNDS = Number(process.env.ROUNDS ?? 8);
-const N = Number(process.env.N ?? 1500);
-const CONCURRENCY = Number(process.env.CONCURRENCY ?? 10);
+/** A positive integer from the environment, or its default; anything else stops the run, naming it. */
+function positiveInteger(name: string, fallback: number): number {
+  const text = process.env[name];
+  if (text === undefined) return fallback;
+  if (!/^[1-9]\d*$/.test(text))
+    throw new Error(`${name} must be a positive integer, got ${JSON.stringify(text)}`);
+  return Number(text);
+}
+/** CONTENDERS=inbox,handmade: some of them (bare, when given, for the ratios); checked before anything is created. */
+const ALL = ['bare', 'handmade', 'inbox'] as const;
+const names = process.env.CONTENDERS?.split(',') ?? [...ALL];
+for (const name of names)
+  if (!(ALL as readonly string[]).includes(name))
+    throw new Error(`CONTENDERS: unknown contender ${JSON.stringify(name)}; one of ${ALL.join(', ')}`);
+const ROUNDS = positiveInteger('ROUNDS', 8);
+const N = positiveInteger('N', 1500);
+const CONCURRENCY = positiveInteger('CONCURRENCY', 10);
 const run = `rcost_${process.pid}`;
 
 /** User + system CPU of every PostgreSQL process, in ms (USER_HZ is 100 on Linux). */
@@ -40,6 +54,20 @@ function postgresCpuMs(): number {
   return ticks * 10;
 }
 
+/** INBOX, a JSON object of inbox options; createInbox validates each of them. */
+function inboxOptions(): Record<string, unknown> {
+  const text = process.env.INBOX ?? '{}';
+  let options: unknown;
+  try {
+    options = JSON.parse(text);
+  } catch {
+    throw new Error(`INBOX must be a JSON object of inbox options, got ${JSON.stringify(text)}`);
+  }
+  if (options === null || typeof options !== 'object' || Array.isArray(options))
+    throw new Error(`INBOX must be a JSON object of inbox options, got ${JSON.stringify(text)}`);
+  return options as Record<string, unknown>;
+}
+
 const ledger = new Ledger(`${run}_ledger`);
 const handle = (event: InboxEvent<{ amount: number; account: string }>, context: HandlerContext) =>
   ledger.handle({ ...event, key: event.key ?? event.body.account }, context);
@@ -49,7 +77,7 @@ const inbox = createInbox({
   poolSize: CONCURRENCY,
   schema: `${run}_inbox`,
   handle,
-  ...JSON.parse(process.env.INBOX ?? '{}'),
+  ...inboxOptions(),
 });
 const kysely = await inbox.kysely();
 await ledger.setup(kysely);
@@ -84,7 +112,7 @@ const eventOf = (id: string, rawBody = bodyOf(id)): InboxEvent<{ amount: number;
   receivedAt: new Date(),
 });
 
-const contenders: Record<string, (id: string) => Promise<unknown>> = {
+const contenders: Record<(typeof ALL)[number], (id: string) => Promise<unknown>> = {
   bare: (id) => db.kysely.transaction().execute((tx) => handle(eventOf(id), contextOf(tx))),
   handmade: (id) =>
     db.kysely.transaction().execute(async (tx) => {
@@ -110,16 +138,13 @@ async function send(name: string, prefix: string, count: number): Promise<void> 
   let next = 0;
   await Promise.all(
     Array.from({ length: CONCURRENCY }, async () => {
-      while (next < count) await contenders[name]!(`${prefix}-${next++}`);
+      while (next < count) await contenders[name as (typeof ALL)[number]](`${prefix}-${next++}`);
     }),
   );
 }
 
 const node = new Map<string, number[]>();
 const postgres = new Map<string, number[]>();
-// CONTENDERS=inbox,handmade: some of them (bare first, when given, for the ratios).
-const names = process.env.CONTENDERS?.split(',') ?? Object.keys(contenders);
-for (const name of names) if (!contenders[name]) throw new Error(`unknown contender ${name}`);
 try {
   for (const name of names) await send(name, `warm-${name}`, 500);
   await sql`analyze ${sql.table(`${run}_inbox.events`)}`.execute(kysely);

@@ -245,17 +245,31 @@ function postgresCpuMs(): number {
 }
 
 /**
- * Waits (up to a minute) until no autovacuum worker runs. The contenders' tables live through
- * the whole run, so autovacuum wakes for one cell's rows during a later cell, and `pg µs/req`
- * counts every PostgreSQL process: a cell measured then paid for another's vacuum, in its CPU
- * and in its throughput. What a cell's own writes make autovacuum do while it is measured stays
- * in it, as it would in production. Returns how long it waited, in ms.
+ * Leaves the tables as autovacuum would between cells. The contenders' tables live through the
+ * whole run, so autovacuum wakes for one cell's rows during a later cell, and `pg µs/req` counts
+ * every PostgreSQL process: a cell measured then paid for another's vacuum, in its CPU and in its
+ * throughput. So this waits (up to a minute) until no autovacuum worker runs; what a cell's own
+ * writes make autovacuum do while it is measured stays in it, as it would in production. On a
+ * server with autovacuum off (a CI machine's configuration, say) it stands in for it: VACUUM
+ * (ANALYZE) of every table of this run's schemas. Without that, a table updated at every event
+ * (an ordered key's row) only grows dead versions from cell to cell; on such a machine ordered
+ * fell from 0.84× unordered in the first run to 0.62× in the next, likely for that reason.
+ * Returns how long it took, in ms.
  */
-async function quiesceAutovacuum(): Promise<number> {
+async function settleVacuum(schemaBase: string): Promise<number> {
   const client = new pg.Client({ connectionString: postgresUrl });
   await client.connect();
   const started = Date.now();
   try {
+    const { rows: setting } = await client.query<{ autovacuum: string }>('show autovacuum');
+    if (setting[0]?.autovacuum === 'off') {
+      const { rows } = await client.query<{ name: string }>(
+        `select format('%I.%I', schemaname, tablename) as name from pg_tables where starts_with(schemaname, $1)`,
+        [schemaBase],
+      );
+      for (const { name } of rows) await client.query(`vacuum (analyze) ${name}`);
+      return Date.now() - started;
+    }
     while (Date.now() - started < 60_000) {
       const { rows } = await client.query<{ n: number }>(
         `select count(*)::int as n from pg_stat_activity where backend_type = 'autovacuum worker'`,
@@ -263,32 +277,6 @@ async function quiesceAutovacuum(): Promise<number> {
       if (rows[0].n === 0) break;
       await new Promise((resolve) => setTimeout(resolve, 250));
     }
-  } finally {
-    await client.end();
-  }
-  return Date.now() - started;
-}
-
-/**
- * On a PostgreSQL with autovacuum off (a CI machine's configuration, say), does what it would
- * have done between cells: VACUUM (ANALYZE) every table of this run's schemas. Without it, a
- * table updated at every event (an ordered key's row) only grows dead versions from cell to
- * cell, and the later runs of a cell measure that (ordered fell from 0.84× unordered in the first
- * run to 0.62× in the next, on such a machine). Returns how long it took, in ms; 0 when
- * autovacuum is on.
- */
-async function standInForAutovacuum(schemaBase: string): Promise<number> {
-  const client = new pg.Client({ connectionString: postgresUrl });
-  await client.connect();
-  const started = Date.now();
-  try {
-    const { rows: on } = await client.query<{ autovacuum: string }>('show autovacuum');
-    if (on[0]?.autovacuum !== 'off') return 0;
-    const { rows } = await client.query<{ name: string }>(
-      `select format('%I.%I', schemaname, tablename) as name from pg_tables where starts_with(schemaname, $1)`,
-      [schemaBase],
-    );
-    for (const { name } of rows) await client.query(`vacuum (analyze) ${name}`);
   } finally {
     await client.end();
   }
@@ -312,13 +300,10 @@ async function measure(
   try {
     if (warmup > 0) await load(server.port, w.next(`${tag}w`), { seconds: warmup });
     await server.call('analyze');
-    const waitedMs = await quiesceAutovacuum();
-    if (waitedMs > 1000)
-      console.log(`bench: waited ${(waitedMs / 1000).toFixed(1)} s for autovacuum to finish`);
-    const vacuumedMs = await standInForAutovacuum(schemaBase);
-    if (vacuumedMs > 1000)
+    const settledMs = await settleVacuum(schemaBase);
+    if (settledMs > 1000)
       console.log(
-        `bench: vacuumed for ${(vacuumedMs / 1000).toFixed(1)} s (autovacuum is off on this server)`,
+        `bench: ${(settledMs / 1000).toFixed(1)} s waiting for autovacuum, or vacuuming where it is off`,
       );
     const prefix = `${tag}m`;
     if (w.seed) {
