@@ -245,6 +245,35 @@ function postgresCpuMs(): number {
 }
 
 /**
+ * A CHECKPOINT before each cell's warm-up, so that every cell is measured in the same place of
+ * PostgreSQL's checkpoint cycle. After a checkpoint starts, the first change of each page writes
+ * the whole page into the WAL; timed checkpoints (`checkpoint_timeout`, 5 minutes by default)
+ * start wherever the clock puts them, so without this the cell measured just after one paid for
+ * those full pages and its neighbours did not: in one full run, `inbox`'s cell of the first run
+ * came about 20 s after a timed checkpoint started, and `pg µs/req` of `inbox` went from 370-420
+ * in narrow runs to 430-500 there. Now the warm-up pays the first change of the pages the cell
+ * touches, and, one checkpoint every cell (well under 5 minutes), no timed one starts during a
+ * measurement. Needs a superuser or, from PostgreSQL 15, the role `pg_checkpoint`; without
+ * either it is said once and the bench goes on.
+ */
+let checkpointRefused = false;
+async function checkpoint(): Promise<void> {
+  if (checkpointRefused) return;
+  const client = new pg.Client({ connectionString: postgresUrl });
+  await client.connect();
+  try {
+    await client.query('checkpoint');
+  } catch (err) {
+    checkpointRefused = true;
+    console.log(
+      `bench: CHECKPOINT refused (${(err as Error).message}); cells are measured wherever timed checkpoints fall`,
+    );
+  } finally {
+    await client.end();
+  }
+}
+
+/**
  * Leaves the tables as autovacuum would between cells. The contenders' tables live through the
  * whole run, so autovacuum wakes for one cell's rows during a later cell, and `pg µs/req` counts
  * every PostgreSQL process: a cell measured then paid for another's vacuum, in its CPU and in its
@@ -298,6 +327,7 @@ async function measure(
     cpuProf ? `${contender}-${workload}-r${run}` : undefined,
   );
   try {
+    await checkpoint();
     if (warmup > 0) await load(server.port, w.next(`${tag}w`), { seconds: warmup });
     await server.call('analyze');
     const settledMs = await settleVacuum(schemaBase);
