@@ -229,9 +229,15 @@ function processCpuMs(pid: number): number {
   }
 }
 
-/** CPU of every process named `postgres` (the backends of all pools, and the server's own), in ms. */
-function postgresCpuMs(): number {
-  let total = 0;
+/**
+ * CPU of every process named `postgres` (the backends of all pools, and the server's own), in
+ * ms, by pid: compared with `postgresCpuMsSince`, so that a process that exits meanwhile (a
+ * pool's backend closing after its server stopped, the vacuum's connection) does not take the
+ * CPU it had used before the measurement out of the sum. A plain total did, and a PGlite cell,
+ * which uses no PostgreSQL, once read -82 µs/req.
+ */
+function postgresCpuMs(): Map<number, number> {
+  const byPid = new Map<number, number>();
   for (const entry of readdirSync('/proc')) {
     if (!/^\d+$/.test(entry)) continue;
     try {
@@ -239,8 +245,15 @@ function postgresCpuMs(): number {
     } catch {
       continue;
     }
-    total += processCpuMs(Number(entry));
+    byPid.set(Number(entry), processCpuMs(Number(entry)));
   }
+  return byPid;
+}
+
+/** The CPU the `postgres` processes alive now used since `before` (a new one: all of its own), in ms. */
+function postgresCpuMsSince(before: Map<number, number>): number {
+  let total = 0;
+  for (const [pid, ms] of postgresCpuMs()) total += Math.max(0, ms - (before.get(pid) ?? 0));
   return total;
 }
 
@@ -344,7 +357,7 @@ async function measure(
     const pgBefore = postgresCpuMs();
     const l = await load(server.port, w.next(prefix), { seconds: duration });
     const cpuUs = ((processCpuMs(server.child.pid!) - cpuBefore) * 1000) / Math.max(1, l.total);
-    const pgUs = ((postgresCpuMs() - pgBefore) * 1000) / Math.max(1, l.total);
+    const pgUs = (postgresCpuMsSince(pgBefore) * 1000) / Math.max(1, l.total);
     const stats = await server.call<Stats>('stats', { prefix });
     return { run, workload, contender, ...l, cpuUs, pgUs, ...stats, drainMs: stats.drainMs };
   } finally {
