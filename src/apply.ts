@@ -259,7 +259,7 @@ async function runHandler(
     // runHandler gives the handler its context (signal, idempotencyKey) and enforces
     // handlerTimeoutMs; it throws HandlerError.
     result = await inSpan(rt.tracer, 'webhook-inbox.handler', parent, () =>
-      runWithContext(o.handle, event, tx, o.handlerTimeoutMs),
+      runWithContext(o.handle, event, tx, o.handlerTimeoutMs, rt.database.handlerPlugins),
     );
     json = result === undefined ? undefined : JSON.stringify(result);
   } catch (err) {

@@ -2,6 +2,7 @@ import {
   type Dialect,
   type Driver,
   Kysely,
+  type KyselyPlugin,
   PostgresAdapter,
   PostgresIntrospector,
   PostgresQueryCompiler,
@@ -55,7 +56,16 @@ async function importPGlite(): Promise<typeof import('@electric-sql/pglite')> {
 }
 
 export interface Database {
+  /**
+   * What the inbox runs its own statements on: without plugins, so that what it reads back is
+   * what its SQL names (a CamelCasePlugin on a Kysely instance the user passed would rename
+   * `row_at_commit` and `received_at`, and a new event's row would never be written).
+   */
   readonly kysely: Kysely<any>;
+  /** What `inbox.kysely()` hands the application: the Kysely instance the user passed, plugins and all; else `kysely`. */
+  readonly applicationKysely: Kysely<any>;
+  /** The plugins of a Kysely instance the user passed: the handler's `tx` gets them back (src/handler-context.ts). */
+  readonly handlerPlugins: readonly KyselyPlugin[];
   /** `pg` (a server we reach over the network) or `pglite` (embedded, one session). */
   readonly kind: 'pg' | 'pglite';
   /** The pool, when we have one (for pool-wait bounds and LISTEN/NOTIFY). */
@@ -123,7 +133,9 @@ export async function openDatabase(
   }
   if (isKysely(input)) {
     return {
-      kysely: input,
+      kysely: input.withoutPlugins(),
+      applicationKysely: input,
+      handlerPlugins: input.getExecutor().plugins,
       kind: 'pg',
       pool: undefined,
       names,
@@ -144,6 +156,8 @@ function fromPool(pool: PgPoolLike, owns: boolean, names: StatementNames, wait: 
   const kysely = new Kysely<any>({ dialect: postgresDialect(new PgPoolDriver(pool, names, owns, wait)) });
   return {
     kysely,
+    applicationKysely: kysely,
+    handlerPlugins: [],
     kind: 'pg',
     pool,
     names,
@@ -157,6 +171,8 @@ function fromPGlite(pglite: PGliteLike, owns: boolean, names: StatementNames, wa
   const kysely = new Kysely<any>({ dialect: postgresDialect(new PGliteDriver(pglite, owns, wait, names)) });
   return {
     kysely,
+    applicationKysely: kysely,
+    handlerPlugins: [],
     kind: 'pglite',
     pool: undefined,
     names,

@@ -59,17 +59,22 @@ class RefuseAfterAbort implements KyselyPlugin {
 
 /**
  * Runs the handler with its context. A throw becomes a HandlerError (the caller rolls back and
- * counts the attempt); so does running past `timeoutMs`, after aborting `ctx.signal`.
+ * counts the attempt); so does running past `timeoutMs`, after aborting `ctx.signal`. `plugins`
+ * are those of the Kysely instance the user passed as `db`, which the inbox's own statements
+ * run without (src/database.ts): the handler's `tx` has them, as the user's instance would.
  */
 export async function runHandler(
   handle: Handler,
   event: InboxEvent,
   tx: Transaction<any>,
   timeoutMs: number,
+  plugins: readonly KyselyPlugin[] = [],
 ): Promise<unknown> {
   const abort = new RunAbort();
+  let handlerTx = tx;
+  for (const plugin of plugins) handlerTx = handlerTx.withPlugin(plugin);
   const context: HandlerContext = {
-    tx: timeoutMs > 0 ? tx.withPlugin(new RefuseAfterAbort(abort)) : tx,
+    tx: timeoutMs > 0 ? handlerTx.withPlugin(new RefuseAfterAbort(abort)) : handlerTx,
     get signal() {
       return abort.signal;
     },

@@ -73,9 +73,12 @@ export class Inbox {
     return database;
   }
 
-  /** The Kysely instance the inbox uses: create your own tables in the same database with it. */
+  /**
+   * The Kysely instance the inbox uses (the one you passed as `db`, plugins and all): create
+   * your own tables in the same database with it.
+   */
   async kysely(): Promise<Kysely<any>> {
-    return (await this.ready()).kysely;
+    return (await this.ready()).applicationKysely;
   }
 
   /** Runs the shipped migrations now (also done on first use unless `migrate: false`). */

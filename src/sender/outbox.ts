@@ -117,7 +117,9 @@ function stored(row: any): StoredEvent {
 
 /** Enqueues through any Kysely handle: the outbox's own, or a producer's transaction. */
 export async function enqueueOutbox(db: Kysely<any>, text: string, event: NewEvent): Promise<Enqueued> {
-  const { rows } = await db.executeQuery<{
+  // The producer's transaction may carry plugins (a CamelCasePlugin would rename `r_seq`): the
+  // outbox's statement runs without them, on the same connection.
+  const { rows } = await db.withoutPlugins().executeQuery<{
     r_seq: unknown;
     r_key: string | null;
     r_created: boolean;
@@ -171,8 +173,9 @@ export class OutboxStore implements SenderStore {
     return new OutboxStore(database, tables);
   }
 
+  /** The application's instance (the one passed as `db`, plugins and all); the outbox's own statements run on a copy without plugins. */
   get kysely(): Kysely<any> {
-    return this.#database.kysely;
+    return this.#database.applicationKysely;
   }
 
   get enqueueText(): string {
