@@ -11,12 +11,11 @@
  *
  * Run compiled (tsconfig.bench.json), as the package ships: see bench/run.ts on tsx.
  */
-import { execFileSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
 import { sql } from 'kysely';
 import { Ledger } from '../examples/ledger/ledger.js';
 import { openDatabase } from '../src/database.js';
 import { createInbox, type HandlerContext, type InboxEvent } from '../src/index.js';
+import { postgresCpuMs, postgresCpuMsSince } from './process-cpu.js';
 
 const url = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 /** A positive integer from the environment, or its default; anything else stops the run, naming it. */
@@ -37,22 +36,6 @@ const ROUNDS = positiveInteger('ROUNDS', 8);
 const N = positiveInteger('N', 1500);
 const CONCURRENCY = positiveInteger('CONCURRENCY', 10);
 const run = `rcost_${process.pid}`;
-
-/** User + system CPU of every PostgreSQL process, in ms (USER_HZ is 100 on Linux). */
-function postgresCpuMs(): number {
-  const pids = execFileSync('pgrep', ['-u', 'postgres']).toString().trim().split('\n');
-  let ticks = 0;
-  for (const pid of pids) {
-    try {
-      const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      ticks += Number(fields[11]) + Number(fields[12]);
-    } catch {
-      // Gone between pgrep and the read.
-    }
-  }
-  return ticks * 10;
-}
 
 /** INBOX, a JSON object of inbox options; createInbox validates each of them. */
 function inboxOptions(): Record<string, unknown> {
@@ -155,7 +138,7 @@ try {
       await send(name, `r${round}-${name}`, N);
       const used = process.cpuUsage(before);
       node.set(name, [...(node.get(name) ?? []), (used.user + used.system) / N]);
-      postgres.set(name, [...(postgres.get(name) ?? []), ((postgresCpuMs() - pgBefore) * 1000) / N]);
+      postgres.set(name, [...(postgres.get(name) ?? []), (postgresCpuMsSince(pgBefore) * 1000) / N]);
     }
   }
   const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor((xs.length - 1) / 2)]!;

@@ -15,13 +15,14 @@
  */
 import { type ChildProcess, execFileSync, fork } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { cpus, loadavg } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { CONTENDERS, type ContenderConfig, type Stats } from './contenders.js';
+import { postgresCpuMs, postgresCpuMsSince, processCpuMs } from './process-cpu.js';
 import { type Cell, type Goal, report } from './report.js';
 import { type BenchDelivery, MATRIX, WORKLOADS } from './workloads.js';
 
@@ -213,50 +214,7 @@ function load(
   });
 }
 
-// ---- CPU per request ------------------------------------------------------------------------
-// Throughput on a 2-core machine mixes three consumers of CPU (the server, PostgreSQL, the load);
-// CPU time per request splits them, and moves far less than req/s when the machine is busy.
-const TICK_MS = 1000 / 100; // USER_HZ: /proc/<pid>/stat counts in 1/100 s on Linux
-
-/** User + system CPU of one process, in ms (0 when it is gone). */
-function processCpuMs(pid: number): number {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    return (Number(fields[11]) + Number(fields[12])) * TICK_MS; // utime, stime
-  } catch {
-    return 0;
-  }
-}
-
-/**
- * CPU of every process named `postgres` (the backends of all pools, and the server's own), in
- * ms, by pid: compared with `postgresCpuMsSince`, so that a process that exits meanwhile (a
- * pool's backend closing after its server stopped, the vacuum's connection) does not take the
- * CPU it had used before the measurement out of the sum. A plain total did, and a PGlite cell,
- * which uses no PostgreSQL, once read -82 µs/req.
- */
-function postgresCpuMs(): Map<number, number> {
-  const byPid = new Map<number, number>();
-  for (const entry of readdirSync('/proc')) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      if (readFileSync(`/proc/${entry}/comm`, 'utf8').trim() !== 'postgres') continue;
-    } catch {
-      continue;
-    }
-    byPid.set(Number(entry), processCpuMs(Number(entry)));
-  }
-  return byPid;
-}
-
-/** The CPU the `postgres` processes alive now used since `before` (a new one: all of its own), in ms. */
-function postgresCpuMsSince(before: Map<number, number>): number {
-  let total = 0;
-  for (const [pid, ms] of postgresCpuMs()) total += Math.max(0, ms - (before.get(pid) ?? 0));
-  return total;
-}
-
+// ---- the database between cells ----------------------------------------------------------------
 /**
  * A CHECKPOINT before each cell's warm-up, so that every cell is measured in the same place of
  * PostgreSQL's checkpoint cycle. After a checkpoint starts, the first change of each page writes

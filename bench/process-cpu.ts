@@ -1,0 +1,47 @@
+/**
+ * CPU time read from /proc, for the benches that split a delivery's cost between the Node
+ * process and PostgreSQL (bench/run.ts, bench/receive-cost.ts): CPU per delivery moves far less
+ * than throughput when the machine is busy.
+ */
+import { readdirSync, readFileSync } from 'node:fs';
+
+const TICK_MS = 1000 / 100; // USER_HZ: /proc/<pid>/stat counts in 1/100 s on Linux
+
+/** User + system CPU of one process, in ms (0 when it is gone). */
+export function processCpuMs(pid: number): number {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return (Number(fields[11]) + Number(fields[12])) * TICK_MS; // utime, stime
+  } catch {
+    return 0;
+  }
+}
+
+/**
+ * CPU of every process named `postgres` (the backends of all pools, and the server's own), in
+ * ms, by pid: compared with `postgresCpuMsSince`, so that a process that exits meanwhile (a
+ * pool's backend closing after its server stopped, the vacuum's connection) does not take the
+ * CPU it had used before the measurement out of the sum. A plain total did, and a PGlite cell,
+ * which uses no PostgreSQL, once read -82 µs/req.
+ */
+export function postgresCpuMs(): Map<number, number> {
+  const byPid = new Map<number, number>();
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      if (readFileSync(`/proc/${entry}/comm`, 'utf8').trim() !== 'postgres') continue;
+    } catch {
+      continue;
+    }
+    byPid.set(Number(entry), processCpuMs(Number(entry)));
+  }
+  return byPid;
+}
+
+/** The CPU the `postgres` processes alive now used since `before` (a new one: all of its own), in ms. */
+export function postgresCpuMsSince(before: Map<number, number>): number {
+  let total = 0;
+  for (const [pid, ms] of postgresCpuMs()) total += Math.max(0, ms - (before.get(pid) ?? 0));
+  return total;
+}
