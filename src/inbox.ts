@@ -74,8 +74,8 @@ export class Inbox {
   }
 
   /**
-   * The Kysely instance the inbox uses (the one you passed as `db`, plugins and all): create
-   * your own tables in the same database with it.
+   * The Kysely instance the inbox uses (when `db` was a Kysely instance, that one, plugins and
+   * all): create your own tables in the same database with it.
    */
   async kysely(): Promise<Kysely<any>> {
     return (await this.ready()).applicationKysely;
