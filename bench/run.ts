@@ -221,8 +221,8 @@ function load(
  * the whole page into the WAL; timed checkpoints (`checkpoint_timeout`, 5 minutes by default)
  * start wherever the clock puts them, so without this the cell measured just after one paid for
  * those full pages and its neighbours did not: in one full run, `inbox`'s cell of the first run
- * came about 20 s after a timed checkpoint started, and `pg µs/req` of `inbox` went from 370-420
- * in narrow runs to 430-500 there. Now the warm-up pays the first change of the pages the cell
+ * began (by the run's average cell length) within seconds of a timed checkpoint's start, and
+ * `pg µs/req` of `inbox` went from 370-420 in narrow runs to 430-500 there. Now the warm-up pays the first change of the pages the cell
  * touches, and, one checkpoint every cell (well under 5 minutes), no timed one starts during a
  * measurement. Needs a superuser or, from PostgreSQL 15, the role `pg_checkpoint`; without
  * either it is said once and the bench goes on.
