@@ -37,7 +37,7 @@ export interface DeadLetterFilter {
 /** Events with what an operator sees beside them: whether each blocks its key, and its age. */
 function selectDead(ctx: OperationsContext, where: RawBuilder<unknown>) {
   return sql<any>`
-    select e.*, (k.state = 'blocked' and k.blocked_seq = e.seq) as blocking,
+    select e.*, e.result::text as result_text, (k.state = 'blocked' and k.blocked_seq = e.seq) as blocking,
            extract(epoch from (now() - e.received_at)) * 1000 as age_ms
       from ${table(ctx, 'events')} e
       left join ${table(ctx, 'keys')} k on k.source = e.source and k.key = e.key

@@ -2,7 +2,7 @@ import type { Kysely } from 'kysely';
 import type { StatementNames } from '../drivers/common.js';
 import { APPLY_SAVEPOINT } from './failed-run.js';
 import { readIdRow, takeIdLock } from './id-lock.js';
-import { defineStatement, type Tables, toNumber } from './tables.js';
+import { defineStatement, fromJsonText, type Tables, toNumber } from './tables.js';
 
 /**
  * `claim_latest`: the claim of an event under latest-wins ordering (`order: { policy: 'latest' }`).
@@ -112,7 +112,8 @@ export function createClaimLatest(names: StatementNames, t: Tables) {
     names,
     t,
     'claim_latest',
-    `select * from ${t.fn('claim_latest')}($1, $2, $3, $4::bigint, $5, $6)`,
+    `select decision, result::text as result, latest, reason, attempts, received_at
+       from ${t.fn('claim_latest')}($1, $2, $3, $4::bigint, $5, $6)`,
     'after-begin',
     APPLY_SAVEPOINT,
   );
@@ -123,7 +124,7 @@ export function createClaimLatest(names: StatementNames, t: Tables) {
     const [row] = await statement.run<any>(db, [a.source, a.id, a.key, a.version, a.hash, a.lockTimeout]);
     return {
       decision: row.decision,
-      result: row.result ?? null,
+      result: fromJsonText(row.result),
       latest: toNumber(row.latest),
       reason: row.reason,
       attempts: row.attempts ?? 0,

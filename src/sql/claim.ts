@@ -2,7 +2,7 @@ import type { Kysely } from 'kysely';
 import type { StatementNames } from '../drivers/common.js';
 import { APPLY_SAVEPOINT } from './failed-run.js';
 import { readIdRow, takeIdLock } from './id-lock.js';
-import { defineStatement, type Tables, toNumber } from './tables.js';
+import { defineStatement, fromJsonText, type Tables, toNumber } from './tables.js';
 
 /**
  * `claim`: everything the inbox decides about a delivery, in one round trip, inside the
@@ -309,7 +309,8 @@ export function createClaim(names: StatementNames, t: Tables) {
     names,
     t,
     'claim',
-    `select * from ${t.fn('claim')}($1, $2, $3, $4::bigint, $5, $6, $7::jsonb, $8, $9, $10, $11, $12::bigint, $13, true)`,
+    `select decision, result::text as result, expected, reason, attempts, drain, received_at, row_at_commit
+       from ${t.fn('claim')}($1, $2, $3, $4::bigint, $5, $6, $7::jsonb, $8, $9, $10, $11, $12::bigint, $13, true)`,
     'after-begin',
     APPLY_SAVEPOINT,
   );
@@ -331,7 +332,7 @@ export function createClaim(names: StatementNames, t: Tables) {
     ]);
     return {
       decision: row.decision,
-      result: row.result ?? null,
+      result: fromJsonText(row.result),
       expected: toNumber(row.expected),
       reason: row.reason,
       attempts: row.attempts ?? 0,

@@ -1,7 +1,7 @@
 import type { Kysely } from 'kysely';
 import type { StatementNames } from '../drivers/common.js';
 import type { CachedEvent } from '../processed-cache.js';
-import { defineStatement, type Tables, toNumber } from './tables.js';
+import { defineStatement, fromJsonText, type Tables, toNumber } from './tables.js';
 
 /**
  * One autocommit primary-key read, before any transaction: the event when it is processed.
@@ -14,7 +14,7 @@ export function createFindProcessed(names: StatementNames, t: Tables) {
     names,
     t,
     'find_processed',
-    `select body_hash, key, seq, result from ${t.events} where source = $1 and id = $2 and status = 'processed'`,
+    `select body_hash, key, seq, result::text as result from ${t.events} where source = $1 and id = $2 and status = 'processed'`,
   );
   return async function findProcessed(
     db: Kysely<any>,
@@ -23,6 +23,6 @@ export function createFindProcessed(names: StatementNames, t: Tables) {
   ): Promise<CachedEvent | undefined> {
     const [row] = await statement.run<any>(db, [source, id]);
     if (!row) return undefined;
-    return { hash: row.body_hash, key: row.key, seq: toNumber(row.seq), result: row.result ?? null };
+    return { hash: row.body_hash, key: row.key, seq: toNumber(row.seq), result: fromJsonText(row.result) };
   };
 }

@@ -1,6 +1,6 @@
 import { type Kysely, sql } from 'kysely';
 import type { Tables } from './tables.js';
-import { toNumber } from './tables.js';
+import { fromJsonText, toNumber } from './tables.js';
 
 export interface KeyState {
   key: string;
@@ -35,6 +35,11 @@ function table(t: Tables, name: 'events' | 'keys' | 'gaps') {
   return `${t.prefix}${name}`;
 }
 
+/**
+ * A row of the events table as the operator's views show it. Its query selects the result again
+ * as text, `result_text` (src/sql/tables.ts, `fromJsonText`), whatever the pool's parsers make
+ * of jsonb; headers are always an object, so text is parsed where a parser left it.
+ */
 export function toStoredEvent(r: any): StoredEvent {
   return {
     id: r.id,
@@ -47,8 +52,8 @@ export function toStoredEvent(r: any): StoredEvent {
     receivedAt: new Date(r.received_at),
     processedAt: r.processed_at ? new Date(r.processed_at) : null,
     payload: r.payload ? Buffer.from(r.payload) : null,
-    headers: r.headers ?? null,
-    result: r.result ?? null,
+    headers: typeof r.headers === 'string' ? JSON.parse(r.headers) : (r.headers ?? null),
+    result: fromJsonText(r.result_text),
   };
 }
 
@@ -93,7 +98,12 @@ export async function listEvents(
   source: string,
   filter: { id?: string; key?: string; status?: StoredEvent['status']; limit?: number },
 ): Promise<StoredEvent[]> {
-  let q = db.withSchema(t.schema).selectFrom(table(t, 'events')).selectAll().where('source', '=', source);
+  let q = db
+    .withSchema(t.schema)
+    .selectFrom(table(t, 'events'))
+    .selectAll()
+    .select(sql<string | null>`result::text`.as('result_text'))
+    .where('source', '=', source);
   if (filter.id !== undefined) q = q.where('id', '=', filter.id);
   if (filter.key !== undefined) q = q.where('key', '=', filter.key);
   if (filter.status !== undefined) q = q.where('status', '=', filter.status);

@@ -61,6 +61,16 @@ export function defineStatement(
   };
 }
 
+/**
+ * A jsonb column the statement read back as text (`::text`), parsed here. A pool's global type
+ * parsers (`pg.types.setTypeParser(3802, …)`: the text itself, or another library's objects)
+ * then never change what the inbox answers a duplicate with or hands a handler; a parser that
+ * left jsonb as text made a duplicate's `result` a string. Null (SQL null, no row) is null.
+ */
+export function fromJsonText(text: unknown): unknown {
+  return text === null || text === undefined ? null : JSON.parse(String(text));
+}
+
 /** int8 arrives as a string from pg and as a bigint or number from PGlite. */
 export function toNumber(value: unknown): number | null {
   if (value === null || value === undefined) return null;

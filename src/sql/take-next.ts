@@ -73,7 +73,8 @@ export function createTakeNext(names: StatementNames, t: Tables) {
     names,
     t,
     'take_next',
-    `select * from ${t.fn('take_next')}($1, $2, $3, $4, $5, true)`,
+    `select id, seq, body_hash, payload, headers::text as headers, attempts, received_at, more
+       from ${t.fn('take_next')}($1, $2, $3, $4, $5, true)`,
     'after-begin',
     APPLY_SAVEPOINT,
   );

@@ -65,7 +65,8 @@ export function createTakePending(names: StatementNames, t: Tables) {
     names,
     t,
     'take_pending',
-    `select * from ${t.fn('take_pending')}($1, $2, $3, true)`,
+    `select id, body_hash, payload, headers::text as headers, attempts, received_at
+       from ${t.fn('take_pending')}($1, $2, $3, true)`,
     'after-begin',
     APPLY_SAVEPOINT,
   );

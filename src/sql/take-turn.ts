@@ -58,7 +58,8 @@ export function createTakeTurn(names: StatementNames, t: Tables) {
     names,
     t,
     'take_turn',
-    `select * from ${t.fn('take_turn')}($1, $2, $3, true)`,
+    `select id, seq, body_hash, payload, headers::text as headers, attempts, received_at
+       from ${t.fn('take_turn')}($1, $2, $3, true)`,
     'after-begin',
     APPLY_SAVEPOINT,
   );

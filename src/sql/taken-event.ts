@@ -1,4 +1,4 @@
-import type { Tables } from './tables.js';
+import { fromJsonText, type Tables } from './tables.js';
 
 /**
  * An event taken to be applied now, whichever step took it: the claim of a delivery applied
@@ -41,7 +41,8 @@ export interface StoredEventRow {
   seq?: unknown;
   body_hash: string;
   payload: Uint8Array | null;
-  headers: Record<string, string> | null;
+  /** jsonb read back as text by the take's statement (src/sql/tables.ts, `fromJsonText`). */
+  headers: string | null;
   attempts: number;
   received_at: string | Date;
 }
@@ -55,7 +56,7 @@ export function toTakenEvent(row: StoredEventRow, key: string | null, seq: numbe
     seq,
     hash: row.body_hash,
     payload: Buffer.from(row.payload ?? []),
-    headers: row.headers ?? {},
+    headers: (fromJsonText(row.headers) ?? {}) as Record<string, string>,
     attempts: row.attempts,
     receivedAt: new Date(row.received_at),
   };

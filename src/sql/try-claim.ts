@@ -4,7 +4,7 @@ import { mismatchOf } from '../processed-cache.js';
 import type { ClaimArgs, ClaimRow } from './claim.js';
 import { APPLY_SAVEPOINT } from './failed-run.js';
 import { idLockKey } from './id-lock.js';
-import { defineStatement, type Statement, type Tables, toNumber } from './tables.js';
+import { defineStatement, fromJsonText, type Statement, type Tables, toNumber } from './tables.js';
 
 /**
  * The try-claim: an unordered delivery applied inline, claimed without the `claim` function
@@ -66,7 +66,7 @@ function createTryClaim(names: StatementNames, t: Tables, oneSession: boolean) {
   // made from it anyway.
   const read = (locked: string) =>
     `select ${locked} as locked, (extract(epoch from coalesce(e.received_at, now())) * 1000)::float8 as received_ms,
-            e.status, e.body_hash, e.key, e.seq, e.result, e.attempts, e.dead_reason
+            e.status, e.body_hash, e.key, e.seq, e.result::text as result, e.attempts, e.dead_reason
        from (values (1)) as one left join ${t.events} e on e.source = $1 and e.id = $2`;
   let statement: Statement;
   if (oneSession) {
@@ -105,7 +105,7 @@ function createTryClaim(names: StatementNames, t: Tables, oneSession: boolean) {
     if (row.status === null) return row.locked === true ? decided(row, 'apply', null, null, true) : undefined;
     const reason = mismatchOf({ hash: row.body_hash, key: row.key, seq: toNumber(row.seq) }, a);
     if (reason) return decided(row, 'mismatch', null, reason);
-    if (row.status === 'processed') return decided(row, 'duplicate', row.result ?? null, null);
+    if (row.status === 'processed') return decided(row, 'duplicate', fromJsonText(row.result), null);
     if (row.status === 'dead') return decided(row, 'dead', null, row.dead_reason);
     return undefined;
   };

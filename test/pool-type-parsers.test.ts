@@ -1,0 +1,92 @@
+/**
+ * A pool's type parsers are the application's (`pg.types.setTypeParser`, or a pool's `types`):
+ * jsonb left as text is a common one (another JSON library parses it later). The inbox reads
+ * its jsonb columns back as text and parses them itself (src/sql/tables.ts, `fromJsonText`), so
+ * such a parser changes nothing it answers or hands a handler. Before, a duplicate's `result` was
+ * a string, and a held event's `event.headers` was a string too.
+ */
+import pg from 'pg';
+import { afterEach, describe, expect, it } from 'vitest';
+import { createInbox, type Inbox, type InboxEvent } from '../src/index.js';
+import { postgresTarget, postgresUrl, uniqueName } from './support/databases.js';
+import { invariantsHoldAfterEach, watchInvariants } from './support/invariants.js';
+
+invariantsHoldAfterEach();
+
+const cleanups: Array<() => Promise<unknown>> = [];
+afterEach(async () => {
+  while (cleanups.length) await cleanups.pop()!().catch(() => {});
+});
+
+const JSONB = 3802;
+
+/** A pool whose clients leave jsonb as its text; every other type as pg parses it. */
+function jsonbAsTextPool(): pg.Pool {
+  const pool = new pg.Pool({
+    connectionString: postgresUrl!,
+    max: 10,
+    types: {
+      getTypeParser: ((oid: number, format?: 'text' | 'binary') =>
+        oid === JSONB ? (text: string) => text : pg.types.getTypeParser(oid, format)) as typeof pg.types.getTypeParser,
+    },
+  });
+  pool.on('error', () => {});
+  cleanups.push(() => pool.end());
+  return pool;
+}
+
+const delivery = (id: string, headers: Record<string, string> = {}) => ({
+  headers: { 'content-type': 'application/json', 'idempotency-key': id, ...headers },
+  rawBody: Buffer.from('{"total":5}'),
+});
+
+describe.runIf(postgresTarget)('a pool whose type parser leaves jsonb as text', () => {
+  it("answers a duplicate with the stored result as JSON, and hands a held event's handler its headers as an object", async () => {
+    const pool = jsonbAsTextPool();
+    const schema = uniqueName('wi');
+    cleanups.push(() => pool.query(`drop schema if exists "${schema}" cascade`));
+    const seen: Array<{ id: string; note: unknown }> = [];
+    const start = (): Inbox => {
+      const inbox = createInbox({
+        db: pool,
+        schema,
+        sweepIntervalMs: 0,
+        handle: async (event: InboxEvent<{ total: number }>) => {
+          seen.push({ id: event.id, note: event.headers['x-note'] });
+          return { total: event.body.total, id: event.id };
+        },
+      });
+      cleanups.push(() => inbox.close());
+      watchInvariants(inbox);
+      return inbox;
+    };
+    const first = start();
+    const second = start();
+
+    expect(await first.receive(delivery('e1'))).toMatchObject({
+      status: 200,
+      body: { status: 'processed', result: { total: 5, id: 'e1' } },
+    });
+    // Another instance: no in-process cache to answer from, so the row answers.
+    expect((await second.receive(delivery('e1'))).body).toEqual({
+      status: 'duplicate',
+      id: 'e1',
+      result: { total: 5, id: 'e1' },
+    });
+
+    // Seq 2 waits for seq 1 in the table, its headers with it; seq 1 drains it.
+    const held = await first.receive(delivery('o2', { 'x-key': 'k', 'x-seq': '2', 'x-note': 'second' }));
+    expect(held).toMatchObject({ status: 202, body: { status: 'held' } });
+    expect(await second.receive(delivery('o1', { 'x-key': 'k', 'x-seq': '1', 'x-note': 'first' }))).toMatchObject({
+      status: 200,
+    });
+    await first.idle();
+    await second.idle();
+    expect(seen).toEqual([
+      { id: 'e1', note: undefined },
+      { id: 'o1', note: 'first' },
+      { id: 'o2', note: 'second' },
+    ]);
+    expect((await first.event('o2'))?.result).toEqual({ total: 5, id: 'o2' });
+  });
+});
