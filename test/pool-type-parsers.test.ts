@@ -27,7 +27,9 @@ function jsonbAsTextPool(): pg.Pool {
     max: 10,
     types: {
       getTypeParser: ((oid: number, format?: 'text' | 'binary') =>
-        oid === JSONB ? (text: string) => text : pg.types.getTypeParser(oid, format)) as typeof pg.types.getTypeParser,
+        oid === JSONB
+          ? (text: string) => text
+          : pg.types.getTypeParser(oid, format)) as typeof pg.types.getTypeParser,
     },
   });
   pool.on('error', () => {});
@@ -77,7 +79,9 @@ describe.runIf(postgresTarget)('a pool whose type parser leaves jsonb as text', 
     // Seq 2 waits for seq 1 in the table, its headers with it; seq 1 drains it.
     const held = await first.receive(delivery('o2', { 'x-key': 'k', 'x-seq': '2', 'x-note': 'second' }));
     expect(held).toMatchObject({ status: 202, body: { status: 'held' } });
-    expect(await second.receive(delivery('o1', { 'x-key': 'k', 'x-seq': '1', 'x-note': 'first' }))).toMatchObject({
+    expect(
+      await second.receive(delivery('o1', { 'x-key': 'k', 'x-seq': '1', 'x-note': 'first' })),
+    ).toMatchObject({
       status: 200,
     });
     await first.idle();

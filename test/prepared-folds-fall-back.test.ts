@@ -107,7 +107,9 @@ describe.runIf(postgresTarget)('prepared folds fall back to text (real Postgres)
       expect.stringMatching(
         /^set transaction isolation level read committed; execute "wi_fold:[^"]+\.claim"\(/,
       ),
-      expect.stringMatching(/^set transaction isolation level read committed; select decision, result::text as result, .*"claim"\(/s),
+      expect.stringMatching(
+        /^set transaction isolation level read committed; select decision, result::text as result, .*"claim"\(/s,
+      ),
     ]);
     expect(await inbox.event('d-2')).toMatchObject({ status: 'pending' });
   });
