@@ -215,6 +215,9 @@ function load(
 }
 
 // ---- the database between cells ----------------------------------------------------------------
+// Both run on one connection of the cell's own (`measure`), opened before its warm-up and closed
+// with its server; idle while the cell is measured.
+
 /**
  * A CHECKPOINT before each cell's warm-up, so that every cell is measured in the same place of
  * PostgreSQL's checkpoint cycle. After a checkpoint starts, the first change of each page writes
@@ -222,16 +225,14 @@ function load(
  * start wherever the clock puts them, so without this the cell measured just after one paid for
  * those full pages and its neighbours did not: in one full run, `inbox`'s cell of the first run
  * began (by the run's average cell length) within seconds of a timed checkpoint's start, and
- * `pg µs/req` of `inbox` went from 370-420 in narrow runs to 430-500 there. Now the warm-up pays the first change of the pages the cell
- * touches, and, one checkpoint every cell (well under 5 minutes), no timed one starts during a
- * measurement. Needs a superuser or, from PostgreSQL 15, the role `pg_checkpoint`; without
+ * `pg µs/req` of `inbox` went from 370-420 in narrow runs to 430-500 there. Now the warm-up pays
+ * the first change of the pages the cell touches, and, one checkpoint every cell (well under 5
+ * minutes), no timed one starts during a measurement. Needs a superuser or, from PostgreSQL 15, the role `pg_checkpoint`; without
  * either it is said once and the bench goes on.
  */
 let checkpointRefused = false;
-async function checkpoint(): Promise<void> {
+async function checkpoint(client: pg.Client): Promise<void> {
   if (checkpointRefused) return;
-  const client = new pg.Client({ connectionString: postgresUrl });
-  await client.connect();
   try {
     await client.query('checkpoint');
   } catch (err) {
@@ -239,8 +240,6 @@ async function checkpoint(): Promise<void> {
     console.log(
       `bench: CHECKPOINT refused (${(err as Error).message}); cells are measured wherever timed checkpoints fall`,
     );
-  } finally {
-    await client.end();
   }
 }
 
@@ -256,29 +255,23 @@ async function checkpoint(): Promise<void> {
  * fell from 0.84× unordered in the first run to 0.62× in the next, likely for that reason.
  * Returns how long it took, in ms.
  */
-async function settleVacuum(schemaBase: string): Promise<number> {
-  const client = new pg.Client({ connectionString: postgresUrl });
-  await client.connect();
+async function settleVacuum(client: pg.Client, schemaBase: string): Promise<number> {
   const started = Date.now();
-  try {
-    const { rows: setting } = await client.query<{ autovacuum: string }>('show autovacuum');
-    if (setting[0]?.autovacuum === 'off') {
-      const { rows } = await client.query<{ name: string }>(
-        `select format('%I.%I', schemaname, tablename) as name from pg_tables where starts_with(schemaname, $1)`,
-        [schemaBase],
-      );
-      for (const { name } of rows) await client.query(`vacuum (analyze) ${name}`);
-      return Date.now() - started;
-    }
-    while (Date.now() - started < 60_000) {
-      const { rows } = await client.query<{ n: number }>(
-        `select count(*)::int as n from pg_stat_activity where backend_type = 'autovacuum worker'`,
-      );
-      if (rows[0].n === 0) break;
-      await new Promise((resolve) => setTimeout(resolve, 250));
-    }
-  } finally {
-    await client.end();
+  const { rows: setting } = await client.query<{ autovacuum: string }>('show autovacuum');
+  if (setting[0]?.autovacuum === 'off') {
+    const { rows } = await client.query<{ name: string }>(
+      `select format('%I.%I', schemaname, tablename) as name from pg_tables where starts_with(schemaname, $1)`,
+      [schemaBase],
+    );
+    for (const { name } of rows) await client.query(`vacuum (analyze) ${name}`);
+    return Date.now() - started;
+  }
+  while (Date.now() - started < 60_000) {
+    const { rows } = await client.query<{ n: number }>(
+      `select count(*)::int as n from pg_stat_activity where backend_type = 'autovacuum worker'`,
+    );
+    if (rows[0].n === 0) break;
+    await new Promise((resolve) => setTimeout(resolve, 250));
   }
   return Date.now() - started;
 }
@@ -297,11 +290,13 @@ async function measure(
     schemaBase,
     cpuProf ? `${contender}-${workload}-r${run}` : undefined,
   );
+  const admin = new pg.Client({ connectionString: postgresUrl });
   try {
-    await checkpoint();
+    await admin.connect();
+    await checkpoint(admin);
     if (warmup > 0) await load(server.port, w.next(`${tag}w`), { seconds: warmup });
     await server.call('analyze');
-    const settledMs = await settleVacuum(schemaBase);
+    const settledMs = await settleVacuum(admin, schemaBase);
     if (settledMs > 1000)
       console.log(
         `bench: ${(settledMs / 1000).toFixed(1)} s waiting for autovacuum, or vacuuming where it is off`,
@@ -319,6 +314,7 @@ async function measure(
     const stats = await server.call<Stats>('stats', { prefix });
     return { run, workload, contender, ...l, cpuUs, pgUs, ...stats, drainMs: stats.drainMs };
   } finally {
+    await admin.end().catch(() => {});
     await stopServer(server);
   }
 }
