@@ -41,6 +41,9 @@ function table(t: Tables, name: 'events' | 'keys' | 'gaps') {
  * of jsonb; headers are always an object, so text is parsed where a parser left it.
  */
 export function toStoredEvent(r: any): StoredEvent {
+  // A query that forgot it would show every result as null, silently.
+  if (!('result_text' in r))
+    throw new Error('webhook-inbox: an events query must select result::text as result_text');
   return {
     id: r.id,
     key: r.key,
