@@ -7,7 +7,6 @@ import { heldBound } from './migrations/0006-held-bound.js';
 import { pendingBatches } from './migrations/0007-pending-batches.js';
 import { rowAtCommit } from './migrations/0008-row-at-commit.js';
 import { markAtCommit } from './migrations/0010-mark-at-commit.js';
-import { uncheckedStates } from './migrations/0012-unchecked-states.js';
 import type { Tables } from './sql/tables.js';
 
 /**
@@ -27,7 +26,6 @@ export const migrations: ReadonlyArray<readonly [name: string, up: (t: Tables) =
   ['0007_pending_batches', pendingBatches],
   ['0008_row_at_commit', rowAtCommit],
   ['0010_mark_at_commit', markAtCommit],
-  ['0012_unchecked_states', uncheckedStates],
 ];
 
 /**

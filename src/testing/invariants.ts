@@ -30,13 +30,7 @@ export interface InvariantViolation {
     /** A processed ordered event at or above its key's cursor: the cursor did not move with it. */
     | 'processed-at-or-above-cursor'
     /** A recorded gap reaching the cursor: the seqs it names were never skipped. */
-    | 'gap-reaches-cursor'
-    /**
-     * An event's status, or a key's state or blocked reason, that the state machine does not
-     * know (no CHECK constraint refuses one since migration 0012: src/migrations/0012-unchecked-states.ts).
-     * `ids` names the event; a key's row has none.
-     */
-    | 'unknown-state';
+    | 'gap-reaches-cursor';
   readonly source: string;
   readonly key: string | null;
   readonly seq: number | null;
@@ -72,8 +66,7 @@ async function rowsOf(db: InvariantsDatabase, text: string): Promise<any[]> {
  * Reads the inbox's tables and returns every violation of its invariants (an empty array
  * when they hold): no `held` or `pending` row below its key's `next_seq` (or without a key
  * row); no two waiting rows at one key and seq; every `dead` row has a reason; no processed
- * row at or above its cursor; no recorded gap reaching the cursor; every status, key state and
- * blocked reason is one the state machine knows.
+ * row at or above its cursor; no recorded gap reaching the cursor.
  *
  * @example
  * ```ts
@@ -159,18 +152,6 @@ export async function checkInvariants(
          join ${keys} k on k.source = g.source and k.key = g.key
         where g.to_seq >= k.next_seq
         order by g.source, g.key, g.from_seq`,
-    ),
-  );
-  add(
-    'unknown-state',
-    await rowsOf(
-      db,
-      `select e.source, e.key, e.seq, array[e.id] as ids from ${events} e
-        where e.status not in ('pending', 'held', 'processed', 'dead')
-       union all
-       select k.source, k.key, null, array[]::text[] from ${keys} k
-        where k.state not in ('open', 'blocked') or k.blocked_reason not in ('gap', 'poison')
-        order by 1, 2, 3`,
     ),
   );
   return found;
