@@ -27,7 +27,6 @@
  * all of them, not one. The tables are ANALYZEd after the warm-up, as the bench does.
  */
 import { readFileSync } from 'node:fs';
-import { sql } from 'kysely';
 import pg from 'pg';
 import { Ledger } from '../examples/ledger/ledger.js';
 import { createInbox } from '../src/index.js';
@@ -212,22 +211,6 @@ const VARIANTS: Record<string, { what: string; queries(id: string, i: number): Q
       `execute wi_record_applied('default', '${id}', '${HASH}', '{"balance":10}', null, null); commit`,
     ],
   },
-  'events-row-checked': {
-    what: 'events-row-only into a copy of the events table with the CHECK on status that migration 0012 dropped',
-    queries: (id, i) => [
-      BEGIN,
-      ...ledgerWrite(id, i),
-      `execute wi_record_checked('default', '${id}', '${HASH}', '{"balance":10}', null, null); commit`,
-    ],
-  },
-  'events-row-lean': {
-    what: 'events-row-only into a copy of the events table with two indexes: the primary key and the retention index',
-    queries: (id, i) => [
-      BEGIN,
-      ...ledgerWrite(id, i),
-      `execute wi_record_lean('default', '${id}', '${HASH}', '{"balance":10}', null, null); commit`,
-    ],
-  },
   handmade: {
     what: 'the bench contender `handmade`: the id into a one-column table first (ON CONFLICT DO NOTHING), the ledger, COMMIT',
     queries: (id, i) => [
@@ -258,20 +241,6 @@ await kysely.schema
   .createTable(`${ledgerSchema}.processed`)
   .addColumn('id', 'text', (c) => c.primaryKey())
   .execute();
-// The inbox's row in two other tables, to price what the table itself costs per INSERT: the
-// same columns and indexes with the CHECK on status that migration 0012 dropped
-// (`events-row-checked`), and the same columns with only the primary key and the retention
-// index (`events-row-lean`).
-const events = sql.table(`${inboxSchema}.events`);
-await sql`create table ${sql.table(`${ledgerSchema}.events_checked`)} (like ${events} including defaults including indexes, check (status in ('pending', 'held', 'processed', 'dead')))`.execute(
-  kysely,
-);
-await sql`create table ${sql.table(`${ledgerSchema}.events_lean`)} (like ${events} including defaults, primary key (source, id))`.execute(
-  kysely,
-);
-await sql`create index on ${sql.table(`${ledgerSchema}.events_lean`)} (processed_at) where status = 'processed'`.execute(
-  kysely,
-);
 await inbox.close();
 
 const CLIENTS = Number(process.env.CLIENTS ?? 1);
@@ -285,10 +254,6 @@ async function prepared(client: pg.Client): Promise<number> {
   await client.query(
     `prepare wi_record_applied (text, text, text, jsonb, bytea, jsonb) as insert into "${inboxSchema}"."events" (source, id, body_hash, status, processed_at, result, payload, headers) values ($1, $2, $3, 'processed', now(), $4, $5, $6)`,
   );
-  for (const table of ['checked', 'lean'])
-    await client.query(
-      `prepare wi_record_${table} (text, text, text, jsonb, bytea, jsonb) as insert into "${ledgerSchema}"."events_${table}" (source, id, body_hash, status, processed_at, result, payload, headers) values ($1, $2, $3, 'processed', now(), $4, $5, $6)`,
-    );
   await client.query(
     `prepare wi_store_result (text, text, jsonb) as update "${inboxSchema}"."events" set result = $3 where source = $1 and id = $2`,
   );
