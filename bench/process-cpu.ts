@@ -41,7 +41,34 @@ export function postgresCpuMs(): Map<number, number> {
 
 /** The CPU the `postgres` processes alive now used since `before` (a new one: all of its own), in ms. */
 export function postgresCpuMsSince(before: Map<number, number>): number {
-  let total = 0;
-  for (const [pid, ms] of postgresCpuMs()) total += Math.max(0, ms - (before.get(pid) ?? 0));
-  return total;
+  const { backends, helpers } = postgresCpuSplitSince(before);
+  return backends + helpers;
+}
+
+/**
+ * `postgresCpuMsSince`, split between the client backends (the statements' own work, and the
+ * WAL each flushes at its COMMIT) and the server's helpers (WAL writer, checkpointer, background
+ * writer, launchers): whether a bench's PostgreSQL figure is its statements or housekeeping.
+ */
+export function postgresCpuSplitSince(before: Map<number, number>): { backends: number; helpers: number } {
+  let backends = 0;
+  let helpers = 0;
+  for (const [pid, ms] of postgresCpuMs()) {
+    const used = Math.max(0, ms - (before.get(pid) ?? 0));
+    if (isClientBackend(pid)) backends += used;
+    else helpers += used;
+  }
+  return { backends, helpers };
+}
+
+/**
+ * A client backend's title names its client: `postgres: 15/main: user db 127.0.0.1(5432) idle`,
+ * or `[local]` over a Unix socket; a helper's names its job (`postgres: 15/main: walwriter`).
+ */
+function isClientBackend(pid: number): boolean {
+  try {
+    return /\(\d+\)|\[local\]/.test(readFileSync(`/proc/${pid}/cmdline`, 'utf8'));
+  } catch {
+    return false;
+  }
 }

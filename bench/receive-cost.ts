@@ -3,10 +3,10 @@
  * unique deliveries against the same ledger write in a bare transaction, in `handmade` (the
  * id into a one-column table first) and in `guarded` (the inbox's guarantees for an unordered
  * event written plainly with Kysely, as a careful user would: see below), in one process,
- * rounds interleaved, CPU read from the
- * kernel (this process: `process.cpuUsage`; PostgreSQL: every backend's and helper's, from
- * /proc, as bench/run.ts reads it). Throughput on a 2-core machine that the server,
- * PostgreSQL and the load share moves with everything else; CPU per delivery moves less.
+ * rounds interleaved, CPU read from the kernel (this process: `process.cpuUsage`; PostgreSQL:
+ * every backend's and helper's, from /proc, as bench/run.ts reads it, with the helpers' part
+ * also printed apart). Throughput on a 2-core machine that the server, PostgreSQL and the load
+ * share moves with everything else; CPU per delivery moves less.
  *
  *   npx tsc -p tsconfig.bench.json && node .tmp/bench-build/bench/receive-cost.js
  *   ROUNDS=12 N=2000 CONCURRENCY=10 node .tmp/bench-build/bench/receive-cost.js
@@ -18,7 +18,7 @@ import { sql } from 'kysely';
 import { Ledger } from '../examples/ledger/ledger.js';
 import { openDatabase } from '../src/database.js';
 import { createInbox, type HandlerContext, type InboxEvent } from '../src/index.js';
-import { postgresCpuMs, postgresCpuMsSince } from './process-cpu.js';
+import { postgresCpuMs, postgresCpuSplitSince } from './process-cpu.js';
 
 const url = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 /** A positive integer from the environment, or its default; anything else stops the run, naming it. */
@@ -212,6 +212,8 @@ async function send(name: string, prefix: string, count: number): Promise<void> 
 
 const node = new Map<string, number[]>();
 const postgres = new Map<string, number[]>();
+/** Of PostgreSQL's CPU, what its helpers used (WAL writer, checkpointer, …): the rest is the backends'. */
+const helpers = new Map<string, number[]>();
 try {
   for (const name of names) await send(name, `warm-${name}`, 500);
   await sql`analyze ${sql.table(`${run}_inbox.events`)}`.execute(kysely);
@@ -222,19 +224,21 @@ try {
       await send(name, `r${round}-${name}`, N);
       const used = process.cpuUsage(before);
       node.set(name, [...(node.get(name) ?? []), (used.user + used.system) / N]);
-      postgres.set(name, [...(postgres.get(name) ?? []), (postgresCpuMsSince(pgBefore) * 1000) / N]);
+      const pg = postgresCpuSplitSince(pgBefore);
+      postgres.set(name, [...(postgres.get(name) ?? []), ((pg.backends + pg.helpers) * 1000) / N]);
+      helpers.set(name, [...(helpers.get(name) ?? []), (pg.helpers * 1000) / N]);
     }
   }
   const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor((xs.length - 1) / 2)]!;
   console.log(
-    `CPU per new event, µs (medians of ${ROUNDS} rounds × ${N}, ${CONCURRENCY} at once): Node / PostgreSQL / both`,
+    `CPU per new event, µs (medians of ${ROUNDS} rounds × ${N}, ${CONCURRENCY} at once): Node / PostgreSQL / both; of PostgreSQL's, its helpers' (WAL writer, checkpointer, …)`,
   );
   const bareBoth = node.has('bare') ? median(node.get('bare')!) + median(postgres.get('bare')!) : Number.NaN;
   for (const name of names) {
     const n = median(node.get(name)!);
     const p = median(postgres.get(name)!);
     console.log(
-      `${name.padEnd(9)} ${n.toFixed(0).padStart(5)} / ${p.toFixed(0).padStart(5)} / ${(n + p).toFixed(0).padStart(5)}  ${((n + p) / bareBoth).toFixed(2)}× bare`,
+      `${name.padEnd(9)} ${n.toFixed(0).padStart(5)} / ${p.toFixed(0).padStart(5)} / ${(n + p).toFixed(0).padStart(5)}  ${((n + p) / bareBoth).toFixed(2)}× bare  helpers ${median(helpers.get(name)!).toFixed(0)}`,
     );
   }
 } finally {
