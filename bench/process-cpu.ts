@@ -64,6 +64,7 @@ export function postgresCpuSplitSince(before: Map<number, number>): { backends: 
 /**
  * A client backend's title names its client: `postgres: 15/main: user db 127.0.0.1(5432) idle`,
  * or `[local]` over a Unix socket; a helper's names its job (`postgres: 15/main: walwriter`).
+ * A parallel query's workers would count as helpers: none of the benches' statements uses one.
  */
 function isClientBackend(pid: number): boolean {
   try {

@@ -154,13 +154,16 @@ const contenders: Record<(typeof ALL)[number], (id: string) => Promise<unknown>>
           .returning('id')
           .executeTakeFirst();
         if (!claimed) {
+          // The id's row exists (the INSERT waited for its writer's COMMIT): locked, then read.
           const row = await tx
             .selectFrom(guardedEvents)
             .select(['body_hash', 'status', 'result'])
             .where('id', '=', id)
+            .forUpdate()
             .executeTakeFirstOrThrow();
           if (row.body_hash !== hash) throw new Error('id reused with another body');
-          return row.status === 'processed' ? JSON.stringify(row.result) : undefined;
+          if (row.status === 'processed') return JSON.stringify(row.result);
+          // Still pending: an earlier run failed, and this delivery is its retry.
         }
         await sql`savepoint handler`.execute(tx);
         const controller = new AbortController();
