@@ -4,6 +4,11 @@
  * its jsonb columns back as text and parses them itself (src/sql/tables.ts, `fromJsonText`), so
  * such a parser changes nothing it answers or hands a handler. Before, a duplicate's `result` was
  * a string, and a held event's `event.headers` was a string too.
+ *
+ * A pool that parses nothing at all (every column as PostgreSQL's text) is the extreme: before
+ * src/sql/tables.ts read booleans as `t` too, the try-claim never applied, the claim's
+ * `row_at_commit` read as false, no new event's row was written, and a duplicate on another
+ * instance ran its handler again.
  */
 import pg from 'pg';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -92,5 +97,71 @@ describe.runIf(postgresTarget)('a pool whose type parser leaves jsonb as text', 
       { id: 'o2', note: 'second' },
     ]);
     expect((await first.event('o2'))?.result).toEqual({ total: 5, id: 'o2' });
+  });
+});
+
+/** A pool whose clients parse nothing: every column arrives as PostgreSQL's text for it. */
+function everythingAsTextPool(): pg.Pool {
+  const pool = new pg.Pool({
+    connectionString: postgresUrl!,
+    max: 10,
+    types: { getTypeParser: (() => (text: string) => text) as unknown as typeof pg.types.getTypeParser },
+  });
+  pool.on('error', () => {});
+  cleanups.push(() => pool.query('select 1').then(() => pool.end()));
+  return pool;
+}
+
+describe.runIf(postgresTarget)('a pool whose type parsers leave every type as text', () => {
+  it('applies each event once, answers duplicates from the row on another instance, and hands handlers a Date', async () => {
+    const pool = everythingAsTextPool();
+    const schema = uniqueName('wi');
+    cleanups.push(() => pool.query(`drop schema if exists "${schema}" cascade`));
+    const runs: Array<{ id: string; attempt: unknown; receivedAt: boolean }> = [];
+    const start = (): Inbox => {
+      const inbox = createInbox({
+        db: pool,
+        schema,
+        sweepIntervalMs: 0,
+        handle: async (event: InboxEvent<{ total: number }>) => {
+          runs.push({
+            id: event.id,
+            attempt: event.attempt,
+            receivedAt: event.receivedAt instanceof Date && !Number.isNaN(event.receivedAt.getTime()),
+          });
+          return { id: event.id };
+        },
+      });
+      cleanups.push(() => inbox.close());
+      watchInvariants(inbox);
+      return inbox;
+    };
+    const first = start();
+    const second = start();
+
+    // Unordered: applied by the first instance; the second has no in-process cache and reads the row.
+    expect((await first.receive(delivery('u1'))).status).toBe(200);
+    expect((await second.receive(delivery('u1'))).body).toEqual({
+      status: 'duplicate',
+      id: 'u1',
+      result: { id: 'u1' },
+    });
+    // Ordered: seq 2 held, seq 1 applied on the other instance and drains it; redeliveries are duplicates.
+    expect((await first.receive(delivery('k:2', { 'x-key': 'k', 'x-seq': '2' }))).status).toBe(202);
+    expect((await second.receive(delivery('k:1', { 'x-key': 'k', 'x-seq': '1' }))).status).toBe(200);
+    await first.idle();
+    await second.idle();
+    for (const id of ['k:1', 'k:2']) {
+      const again = await first.receive(delivery(id, { 'x-key': 'k', 'x-seq': id.slice(2) }));
+      expect(again.body).toMatchObject({ status: 'duplicate', id });
+    }
+    expect(runs).toEqual([
+      { id: 'u1', attempt: 1, receivedAt: true },
+      { id: 'k:1', attempt: 1, receivedAt: true },
+      { id: 'k:2', attempt: 1, receivedAt: true },
+    ]);
+    const stored = await first.event('k:2');
+    expect(stored?.receivedAt).toBeInstanceOf(Date);
+    expect(stored?.seq).toBe(2);
   });
 });

@@ -1,6 +1,7 @@
 /** The dead-letter queue as an operator reads it: lists with filters, and one event in full. */
 import { type RawBuilder, sql } from 'kysely';
 import { type StoredEvent, toStoredEvent } from '../sql/inspect.js';
+import { toBoolean } from '../sql/tables.js';
 import { ageMs, durationMs, findEvent, limitOf, type OperationsContext, sourceIs, table } from './context.js';
 
 /**
@@ -45,7 +46,7 @@ function selectDead(ctx: OperationsContext, where: RawBuilder<unknown>) {
 }
 
 function toDeadLetter(r: any): DeadLetter {
-  return { ...toStoredEvent(r), source: r.source, blocking: r.blocking === true, ageMs: ageMs(r.age_ms)! };
+  return { ...toStoredEvent(r), source: r.source, blocking: toBoolean(r.blocking), ageMs: ageMs(r.age_ms)! };
 }
 
 export async function deadLetters(

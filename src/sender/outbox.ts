@@ -26,6 +26,7 @@ import { randomUUID } from 'node:crypto';
 import { CompiledQuery, type Kysely } from 'kysely';
 import { type Database, type DatabaseInput, openDatabase } from '../database.js';
 import type { StatementNames } from '../drivers/common.js';
+import { toBytes } from '../sql/tables.js';
 import { seqNotAfterError } from './event.js';
 import { migrateOutbox, type OutboxTables, outboxTables } from './outbox-schema.js';
 import type {
@@ -90,11 +91,6 @@ export function outboxStatements(t: OutboxTables, names: StatementNames) {
 /** Rows deleted per prune statement: short transactions, like the inbox's retention. */
 const PRUNE_BATCH = 1000;
 
-function toBuffer(value: unknown): Uint8Array {
-  if (value instanceof Uint8Array) return value;
-  throw new Error('webhook-inbox/sender: unexpected bytea value');
-}
-
 function toHeaders(value: unknown): Record<string, string> {
   if (typeof value === 'string') return JSON.parse(value);
   return (value ?? {}) as Record<string, string>;
@@ -109,7 +105,7 @@ function stored(row: any): StoredEvent {
     id: row.id,
     key: row.key,
     seq: nullableNumber(row.seq),
-    body: toBuffer(row.body),
+    body: toBytes(row.body),
     contentType: row.content_type,
     headers: toHeaders(row.headers),
   };

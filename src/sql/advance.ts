@@ -1,6 +1,6 @@
 import type { Kysely } from 'kysely';
 import type { StatementNames } from '../drivers/common.js';
-import { defineStatement, type Tables } from './tables.js';
+import { defineStatement, type Tables, toBoolean } from './tables.js';
 
 /**
  * `advance`: after a worker's handler, in its transaction: moves the cursor past the seq and
@@ -36,6 +36,6 @@ export function createAdvance(names: StatementNames, t: Tables) {
   );
   return async function advance(db: Kysely<any>, source: string, key: string, seq: number): Promise<boolean> {
     const [row] = await statement.run<{ more: boolean }>(db, [source, key, seq]);
-    return row?.more === true;
+    return toBoolean(row?.more);
   };
 }

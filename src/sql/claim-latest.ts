@@ -2,7 +2,7 @@ import type { Kysely } from 'kysely';
 import type { StatementNames } from '../drivers/common.js';
 import { APPLY_SAVEPOINT } from './failed-run.js';
 import { readIdRow, takeIdLock } from './id-lock.js';
-import { defineStatement, fromJsonText, type Tables, toNumber } from './tables.js';
+import { defineStatement, fromJsonText, type Tables, toDate, toNumber } from './tables.js';
 
 /**
  * `claim_latest`: the claim of an event under latest-wins ordering (`order: { policy: 'latest' }`).
@@ -127,8 +127,8 @@ export function createClaimLatest(names: StatementNames, t: Tables) {
       result: fromJsonText(row.result),
       latest: toNumber(row.latest),
       reason: row.reason,
-      attempts: row.attempts ?? 0,
-      receivedAt: new Date(row.received_at),
+      attempts: toNumber(row.attempts) ?? 0,
+      receivedAt: toDate(row.received_at),
     };
   };
 }

@@ -2,7 +2,7 @@ import type { Kysely } from 'kysely';
 import type { StatementNames } from '../drivers/common.js';
 import { APPLY_SAVEPOINT } from './failed-run.js';
 import { readIdRow, takeIdLock } from './id-lock.js';
-import { defineStatement, fromJsonText, type Tables, toNumber } from './tables.js';
+import { defineStatement, fromJsonText, type Tables, toBoolean, toDate, toNumber } from './tables.js';
 
 /**
  * `claim`: everything the inbox decides about a delivery, in one round trip, inside the
@@ -335,10 +335,10 @@ export function createClaim(names: StatementNames, t: Tables) {
       result: fromJsonText(row.result),
       expected: toNumber(row.expected),
       reason: row.reason,
-      attempts: row.attempts ?? 0,
-      drain: row.drain === true,
-      receivedAt: new Date(row.received_at),
-      rowAtCommit: row.row_at_commit === true,
+      attempts: toNumber(row.attempts) ?? 0,
+      drain: toBoolean(row.drain),
+      receivedAt: toDate(row.received_at),
+      rowAtCommit: toBoolean(row.row_at_commit),
     };
   };
 }

@@ -1,6 +1,6 @@
 import { type Kysely, sql } from 'kysely';
 import type { Tables } from './tables.js';
-import { fromJsonText, toNumber } from './tables.js';
+import { fromJsonText, toBytes, toDate, toNumber } from './tables.js';
 
 export interface KeyState {
   key: string;
@@ -49,12 +49,12 @@ export function toStoredEvent(r: any): StoredEvent {
     key: r.key,
     seq: toNumber(r.seq),
     status: r.status,
-    attempts: r.attempts,
+    attempts: toNumber(r.attempts) ?? 0,
     lastError: r.last_error,
     deadReason: r.dead_reason,
-    receivedAt: new Date(r.received_at),
-    processedAt: r.processed_at ? new Date(r.processed_at) : null,
-    payload: r.payload ? Buffer.from(r.payload) : null,
+    receivedAt: toDate(r.received_at),
+    processedAt: r.processed_at ? toDate(r.processed_at) : null,
+    payload: r.payload ? toBytes(r.payload) : null,
     headers: typeof r.headers === 'string' ? JSON.parse(r.headers) : (r.headers ?? null),
     result: fromJsonText(r.result_text),
   };

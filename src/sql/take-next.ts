@@ -1,7 +1,7 @@
 import type { Kysely } from 'kysely';
 import type { StatementNames } from '../drivers/common.js';
 import { APPLY_SAVEPOINT } from './failed-run.js';
-import { defineStatement, type Tables, toNumber } from './tables.js';
+import { defineStatement, type Tables, toBoolean, toNumber } from './tables.js';
 import { markTakenAndReturn, type StoredEventRow, type TakenEvent, toTakenEvent } from './taken-event.js';
 
 /**
@@ -94,6 +94,6 @@ export function createTakeNext(names: StatementNames, t: Tables) {
       lockTimeout,
     ]);
     if (!row) return undefined;
-    return { event: toTakenEvent(row, key, toNumber(row.seq)), more: row.more === true };
+    return { event: toTakenEvent(row, key, toNumber(row.seq)), more: toBoolean(row.more) };
   };
 }

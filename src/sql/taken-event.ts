@@ -1,4 +1,4 @@
-import { fromJsonText, type Tables } from './tables.js';
+import { fromJsonText, type Tables, toBytes, toDate, toNumber } from './tables.js';
 
 /**
  * An event taken to be applied now, whichever step took it: the claim of a delivery applied
@@ -55,10 +55,10 @@ export function toTakenEvent(row: StoredEventRow, key: string | null, seq: numbe
     key,
     seq,
     hash: row.body_hash,
-    payload: Buffer.from(row.payload ?? []),
+    payload: toBytes(row.payload),
     headers: (fromJsonText(row.headers) ?? {}) as Record<string, string>,
-    attempts: row.attempts,
-    receivedAt: new Date(row.received_at),
+    attempts: toNumber(row.attempts) ?? 0,
+    receivedAt: toDate(row.received_at),
   };
 }
 

@@ -4,7 +4,7 @@ import { mismatchOf } from '../processed-cache.js';
 import type { ClaimArgs, ClaimRow } from './claim.js';
 import { APPLY_SAVEPOINT } from './failed-run.js';
 import { idLockKey } from './id-lock.js';
-import { defineStatement, fromJsonText, type Statement, type Tables, toNumber } from './tables.js';
+import { defineStatement, fromJsonText, type Statement, type Tables, toBoolean, toNumber } from './tables.js';
 
 /**
  * The try-claim: an unordered delivery applied inline, claimed without the `claim` function
@@ -102,7 +102,8 @@ function createTryClaim(names: StatementNames, t: Tables, oneSession: boolean) {
   return async function tryClaim(db: Kysely<any>, a: ClaimArgs): Promise<ClaimRow | undefined> {
     const [row] = await statement.run<any>(db, [a.source, a.id]);
     if (!row) return undefined;
-    if (row.status === null) return row.locked === true ? decided(row, 'apply', null, null, true) : undefined;
+    if (row.status === null)
+      return toBoolean(row.locked) ? decided(row, 'apply', null, null, true) : undefined;
     const reason = mismatchOf({ hash: row.body_hash, key: row.key, seq: toNumber(row.seq) }, a);
     if (reason) return decided(row, 'mismatch', null, reason);
     if (row.status === 'processed') return decided(row, 'duplicate', fromJsonText(row.result), null);
@@ -113,7 +114,7 @@ function createTryClaim(names: StatementNames, t: Tables, oneSession: boolean) {
 
 /** What the try-claim decided, as the claim would have answered it. */
 function decided(
-  row: { attempts: number | null; received_ms: number },
+  row: { attempts: unknown; received_ms: unknown },
   decision: ClaimRow['decision'],
   result: unknown,
   reason: ClaimRow['reason'],
@@ -124,9 +125,9 @@ function decided(
     result,
     expected: null,
     reason,
-    attempts: row.attempts ?? 0,
+    attempts: toNumber(row.attempts) ?? 0,
     drain: false,
-    receivedAt: new Date(row.received_ms),
+    receivedAt: new Date(Number(row.received_ms)),
     rowAtCommit,
   };
 }
