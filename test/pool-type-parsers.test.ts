@@ -25,21 +25,42 @@ afterEach(async () => {
 
 const JSONB = 3802;
 
-/** A pool whose clients leave jsonb as its text; every other type as pg parses it. */
-function jsonbAsTextPool(): pg.Pool {
+/** A pool of ten clients with these type parsers (the process's global ones untouched). */
+function poolParsing(
+  getTypeParser: (oid: number, format?: 'text' | 'binary') => (text: string) => unknown,
+): pg.Pool {
   const pool = new pg.Pool({
     connectionString: postgresUrl!,
     max: 10,
-    types: {
-      getTypeParser: ((oid: number, format?: 'text' | 'binary') =>
-        oid === JSONB
-          ? (text: string) => text
-          : pg.types.getTypeParser(oid, format)) as typeof pg.types.getTypeParser,
-    },
+    types: { getTypeParser: getTypeParser as typeof pg.types.getTypeParser },
   });
   pool.on('error', () => {});
   cleanups.push(() => pool.end());
   return pool;
+}
+
+/** Jsonb left as its text; every other type as pg parses it. */
+const jsonbAsTextPool = () =>
+  poolParsing((oid, format) =>
+    oid === JSONB ? (text: string) => text : pg.types.getTypeParser(oid, format),
+  );
+
+/** Nothing parsed: every column arrives as PostgreSQL's text for it. */
+const everythingAsTextPool = () => poolParsing(() => (text: string) => text);
+
+/**
+ * Starts inboxes on one new schema of `pool` (each one another instance: its own in-process
+ * cache), closed, checked against the invariants and dropped after the test.
+ */
+function instancesOn(pool: pg.Pool, handle: (event: InboxEvent<{ total: number }>) => Promise<unknown>) {
+  const schema = uniqueName('wi');
+  cleanups.push(() => pool.query(`drop schema if exists "${schema}" cascade`));
+  return (): Inbox => {
+    const inbox = createInbox({ db: pool, schema, sweepIntervalMs: 0, handle });
+    cleanups.push(() => inbox.close());
+    watchInvariants(inbox);
+    return inbox;
+  };
 }
 
 const delivery = (id: string, headers: Record<string, string> = {}) => ({
@@ -49,24 +70,11 @@ const delivery = (id: string, headers: Record<string, string> = {}) => ({
 
 describe.runIf(postgresTarget)('a pool whose type parser leaves jsonb as text', () => {
   it("answers a duplicate with the stored result as JSON, and hands a held event's handler its headers as an object", async () => {
-    const pool = jsonbAsTextPool();
-    const schema = uniqueName('wi');
-    cleanups.push(() => pool.query(`drop schema if exists "${schema}" cascade`));
     const seen: Array<{ id: string; note: unknown }> = [];
-    const start = (): Inbox => {
-      const inbox = createInbox({
-        db: pool,
-        schema,
-        sweepIntervalMs: 0,
-        handle: async (event: InboxEvent<{ total: number }>) => {
-          seen.push({ id: event.id, note: event.headers['x-note'] });
-          return { total: event.body.total, id: event.id };
-        },
-      });
-      cleanups.push(() => inbox.close());
-      watchInvariants(inbox);
-      return inbox;
-    };
+    const start = instancesOn(jsonbAsTextPool(), async (event) => {
+      seen.push({ id: event.id, note: event.headers['x-note'] });
+      return { total: event.body.total, id: event.id };
+    });
     const first = start();
     const second = start();
 
@@ -100,42 +108,17 @@ describe.runIf(postgresTarget)('a pool whose type parser leaves jsonb as text', 
   });
 });
 
-/** A pool whose clients parse nothing: every column arrives as PostgreSQL's text for it. */
-function everythingAsTextPool(): pg.Pool {
-  const pool = new pg.Pool({
-    connectionString: postgresUrl!,
-    max: 10,
-    types: { getTypeParser: (() => (text: string) => text) as unknown as typeof pg.types.getTypeParser },
-  });
-  pool.on('error', () => {});
-  cleanups.push(() => pool.query('select 1').then(() => pool.end()));
-  return pool;
-}
-
 describe.runIf(postgresTarget)('a pool whose type parsers leave every type as text', () => {
   it('applies each event once, answers duplicates from the row on another instance, and hands handlers a Date', async () => {
-    const pool = everythingAsTextPool();
-    const schema = uniqueName('wi');
-    cleanups.push(() => pool.query(`drop schema if exists "${schema}" cascade`));
     const runs: Array<{ id: string; attempt: unknown; receivedAt: boolean }> = [];
-    const start = (): Inbox => {
-      const inbox = createInbox({
-        db: pool,
-        schema,
-        sweepIntervalMs: 0,
-        handle: async (event: InboxEvent<{ total: number }>) => {
-          runs.push({
-            id: event.id,
-            attempt: event.attempt,
-            receivedAt: event.receivedAt instanceof Date && !Number.isNaN(event.receivedAt.getTime()),
-          });
-          return { id: event.id };
-        },
+    const start = instancesOn(everythingAsTextPool(), async (event) => {
+      runs.push({
+        id: event.id,
+        attempt: event.attempt,
+        receivedAt: event.receivedAt instanceof Date && !Number.isNaN(event.receivedAt.getTime()),
       });
-      cleanups.push(() => inbox.close());
-      watchInvariants(inbox);
-      return inbox;
-    };
+      return { id: event.id };
+    });
     const first = start();
     const second = start();
 
