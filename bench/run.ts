@@ -322,6 +322,8 @@ async function measure(
 // ---- long mode: RSS growth -----------------------------------------------------------------
 async function longMode(total: number, schemaBase: string) {
   const server = await startServer('inbox', schemaBase);
+  // Stored with the result: a figure from a run whose load passed 1.5 is not shown (report.ts).
+  const longLoadAtStart = loadavg()[0];
   try {
     const gen = WORKLOADS.unique.next(`${schemaBase}L`);
     await load(server.port, gen, { amount: Math.min(20_000, total / 10) });
@@ -349,6 +351,8 @@ async function longMode(total: number, schemaBase: string) {
       extrapolated: total < 1_000_000,
       samples,
       at: new Date().toISOString(),
+      loadAtStart: longLoadAtStart,
+      loadAtEnd: loadavg()[0],
     };
     writeFileSync(join(here, 'results', 'long.json'), `${JSON.stringify(result, null, 2)}\n`);
     console.log(JSON.stringify(result, null, 2));
