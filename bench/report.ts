@@ -35,6 +35,17 @@ export interface Cell {
   held: number;
   dead: number;
   drainMs: number[];
+  /** One-minute load average just before the cell's server started, and at the cell's end. */
+  loadBefore: number;
+  loadAfter: number;
+}
+
+/** This project's rule: a figure measured while the 1-minute load was above 1.5 does not count. */
+export const LOAD_LIMIT = 1.5;
+
+/** Whether a cell's figures count: its load stayed under the limit at both ends. */
+export function quiet(c: Cell): boolean {
+  return c.loadBefore <= LOAD_LIMIT && c.loadAfter <= LOAD_LIMIT;
 }
 
 export interface Goal {
@@ -56,9 +67,11 @@ export interface ReportOptions {
   postgresUrl: string;
   elapsedS: number;
   writeMarkdown: boolean;
-  /** One-minute load average when the run started and now: a run above 1.5 is to be discarded. */
+  /** One-minute load average when the run started and at its end (each cell keeps its own). */
   loadAtStart: number;
   loadAtEnd: number;
+  /** The load each cell waited for before it started (`--cool`; 0: none). */
+  cool: number;
 }
 
 export function median(xs: number[]): number {
@@ -155,7 +168,11 @@ function fmt(n: number, digits = 0): string {
   return Number.isFinite(n) ? n.toFixed(digits) : '–';
 }
 
-export function goals(cells: Cell[]): Goal[] {
+/**
+ * The goals, from the cells whose load stayed under the limit; correctness (nothing applied twice
+ * or out of order) is read from every cell, `all`, whatever its load.
+ */
+export function goals(cells: Cell[], all: Cell[] = cells): Goal[] {
   const has = (w: string, c: string) => cells.some((x) => x.workload === w && x.contender === c);
   const out: Goal[] = [];
   const check = (
@@ -264,7 +281,7 @@ export function goals(cells: Cell[]): Goal[] {
       met: null,
     });
   }
-  const broken = cells.filter(
+  const broken = all.filter(
     (c) => c.contender.startsWith('inbox') && (c.doubleApplied > 0 || c.outOfOrder > 0),
   );
   out.push({
@@ -400,9 +417,34 @@ function escapeXml(s: string): string {
   return s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
 }
 
+/** What the load did over the run's cells, in one sentence for the report. */
+function loadSentence(cells: Cell[], o: ReportOptions): string {
+  const kept = cells.filter(quiet);
+  const range = (xs: number[]) =>
+    xs.length ? `${Math.min(...xs).toFixed(2)}–${Math.max(...xs).toFixed(2)}` : '–';
+  const dropped = cells.filter((c) => !quiet(c));
+  return (
+    `Load average (1 min) ${o.loadAtStart.toFixed(2)} when the run started, ${o.loadAtEnd.toFixed(2)} at its end. ` +
+    (o.cool > 0 ? `Each cell waited until the load was under ${o.cool} before it started. ` : '') +
+    `${kept.length} of ${cells.length} cells kept their load under ${LOAD_LIMIT} at both ends ` +
+    `(before: ${range(kept.map((c) => c.loadBefore))}; after: ${range(kept.map((c) => c.loadAfter))}); ` +
+    (dropped.length
+      ? `**${dropped.length} discarded** and left out of every figure below: ${dropped
+          .map(
+            (c) =>
+              `run ${c.run} ${c.workload}/${c.contender} (${c.loadBefore.toFixed(2)} → ${c.loadAfter.toFixed(2)})`,
+          )
+          .join(', ')}.`
+      : 'none discarded.')
+  );
+}
+
 export function report(cells: Cell[], o: ReportOptions): Goal[] {
-  const rs = rows(cells);
-  const gs = goals(cells);
+  // A cell measured while the machine was busy misleads: it is left out of every median and
+  // ratio (its correctness read-back still counts).
+  const kept = cells.filter(quiet);
+  const rs = rows(kept);
+  const gs = goals(kept, cells);
   const m = machine(o.postgresUrl);
   const body = rs.map(rowCells);
   console.log(`\n${table(HEADER, body)}\n`);
@@ -412,6 +454,7 @@ export function report(cells: Cell[], o: ReportOptions): Goal[] {
       gs.map((g) => [g.goal, g.target, g.measured, g.met === null ? '–' : g.met ? 'yes' : 'NO']),
     ),
   );
+  console.log(`\n${loadSentence(cells, o)}`);
   mkdirSync(join(here, 'results'), { recursive: true });
   const at = new Date().toISOString();
   writeFileSync(
@@ -426,15 +469,7 @@ export function report(cells: Cell[], o: ReportOptions): Goal[] {
       `${o.connections} connections, pool of ${o.poolSize} PostgreSQL connections per server, each server compiled by tsc as the package ships (tsconfig.bench.json), run by plain Node; ${o.pinned ? 'server pinned to core 0 and load generator to core 1 with taskset; PostgreSQL unpinned' : 'not pinned'}; ${o.elapsedS} s in all).`,
     '',
     `Machine: ${m.nproc} × ${m.cpu}, ${m.memoryGb} GB, Node ${m.node}, PostgreSQL ${m.postgres}, Redis ${m.redis}. ` +
-      `Load average (1 min) ${o.loadAtStart.toFixed(2)} before the run` +
-      (o.loadAtStart > 1.5
-        ? ' — **above 1.5: something else was running; discard these figures**'
-        : ', nothing else running') +
-      `; ${o.loadAtEnd.toFixed(2)} at its end` +
-      (o.loadAtEnd > 1.5
-        ? " — **above 1.5: by this project's rule, discard these figures** (a long run saturates both cores: run fewer cells at a time)"
-        : '') +
-      '.',
+      loadSentence(cells, o),
     '',
     '![requests/s per workload and contender](bench/results/chart.svg)',
     '',

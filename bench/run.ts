@@ -7,6 +7,14 @@
  *   npm run bench -- --cpu-prof           also write a CPU profile of every server (bench/results/profiles)
  *   npm run bench -- --rate 300           offer 300 req/s instead of saturating (CPU per request compares work)
  *   npm run bench -- --long 200000        RSS growth of the inbox over that many unique deliveries
+ *   npm run bench -- --cool 0.5           before each cell, wait until the 1-minute load is under 0.5
+ *                                         (the default; `--cool 0` starts each cell at once)
+ *
+ * On a machine of two cores a cell saturates both, and a run of many cells back to back pushes
+ * the 1-minute load average past 1.5, where this project discards figures. So each cell waits
+ * (up to five minutes) for the load its predecessors left to decay, and records the load before
+ * and after it; report.ts leaves out of every median and ratio a cell whose load passed 1.5 at
+ * either end, and says how many it left out.
  *
  * The load (autocannon, in this process) and each contender's server (a child process) are
  * pinned to different cores with taskset when there are two or more. PostgreSQL and Redis are
@@ -51,6 +59,9 @@ const cpuProf = flag('cpu-prof');
 const rate = value('rate') === undefined ? undefined : Number(value('rate'));
 const long = value('long') === undefined ? undefined : Number(value('long'));
 const pin = !flag('no-pin');
+const cool = Number(value('cool') ?? 0.5);
+if (!Number.isFinite(cool) || cool < 0)
+  fail(`--cool takes a load average (a number >= 0), not ${value('cool')}`);
 const postgresUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 const redisUrl = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 const selectedWorkloads = (value('workloads') ?? Object.keys(MATRIX).join(',')).split(',');
@@ -277,6 +288,18 @@ async function settleVacuum(client: pg.Client, schemaBase: string): Promise<numb
 }
 
 // ---- one measurement -------------------------------------------------------------------------
+/**
+ * Waits until the 1-minute load average is under `cool` (at most five minutes) and returns it.
+ * The average decays with a one-minute time constant, so after a cell of 8 s it takes about half
+ * a minute to fall back from 0.8 to 0.5 on an otherwise idle machine.
+ */
+async function coolDown(): Promise<number> {
+  const until = Date.now() + 5 * 60_000;
+  while (cool > 0 && loadavg()[0] >= cool && Date.now() < until)
+    await new Promise((resolve) => setTimeout(resolve, 2000));
+  return loadavg()[0];
+}
+
 async function measure(
   run: number,
   workload: string,
@@ -285,6 +308,8 @@ async function measure(
   tag: string,
 ): Promise<Cell> {
   const w = WORKLOADS[workload];
+  buildServers(); // before the cool-down: the compiler's load decays with the rest
+  const loadBefore = await coolDown();
   const server = await startServer(
     contender,
     schemaBase,
@@ -312,7 +337,19 @@ async function measure(
     const cpuUs = ((processCpuMs(server.child.pid!) - cpuBefore) * 1000) / Math.max(1, l.total);
     const pgUs = (postgresCpuMsSince(pgBefore) * 1000) / Math.max(1, l.total);
     const stats = await server.call<Stats>('stats', { prefix });
-    return { run, workload, contender, ...l, cpuUs, pgUs, ...stats, drainMs: stats.drainMs };
+    const loadAfter = loadavg()[0];
+    return {
+      run,
+      workload,
+      contender,
+      ...l,
+      cpuUs,
+      pgUs,
+      ...stats,
+      drainMs: stats.drainMs,
+      loadBefore,
+      loadAfter,
+    };
   } finally {
     await admin.end().catch(() => {});
     await stopServer(server);
@@ -398,6 +435,7 @@ function write(cells: Cell[], runsDone: number): Goal[] {
     writeMarkdown: !flag('no-markdown'),
     loadAtStart,
     loadAtEnd: loadavg()[0],
+    cool,
   });
 }
 
@@ -438,7 +476,8 @@ try {
         console.log(
           `run ${run} ${w.padEnd(8)} ${c.padEnd(20)} ${Math.round(cell.rps).toString().padStart(6)} req/s  p50 ${cell.p50} ms  p99 ${cell.p99} ms  ` +
             `cpu ${Math.round(cell.cpuUs)} µs/req  pg ${Math.round(cell.pgUs)} µs/req  ` +
-            `non-2xx ${cell.non2xx}  double-applied ${cell.doubleApplied}  out-of-order ${cell.outOfOrder}`,
+            `non-2xx ${cell.non2xx}  double-applied ${cell.doubleApplied}  out-of-order ${cell.outOfOrder}  ` +
+            `load ${cell.loadBefore.toFixed(2)} → ${cell.loadAfter.toFixed(2)}${cell.loadBefore > 1.5 || cell.loadAfter > 1.5 ? ' (discarded: above 1.5)' : ''}`,
         );
       }
       // The report so far, after every run: a long full run stopped early still leaves one.
