@@ -439,12 +439,17 @@ function loadSentence(cells: Cell[], o: ReportOptions): string {
   );
 }
 
-export function report(cells: Cell[], o: ReportOptions): Goal[] {
-  // A cell measured while the machine was busy misleads: it is left out of every median and
-  // ratio (its correctness read-back still counts).
+/**
+ * The table and the goals of a run. A cell measured while the machine was busy misleads: it is
+ * left out of every median and ratio; its correctness read-back still counts.
+ */
+export function summarize(cells: Cell[]): { rows: Row[]; goals: Goal[] } {
   const kept = cells.filter(quiet);
-  const rs = rows(kept);
-  const gs = goals(kept, cells);
+  return { rows: rows(kept), goals: goals(kept, cells) };
+}
+
+export function report(cells: Cell[], o: ReportOptions): Goal[] {
+  const { rows: rs, goals: gs } = summarize(cells);
   const m = machine(o.postgresUrl);
   const body = rs.map(rowCells);
   console.log(`\n${table(HEADER, body)}\n`);
