@@ -368,7 +368,7 @@ async function longMode(total: number, schemaBase: string) {
     const gen = WORKLOADS.unique.next(`${schemaBase}L`);
     await load(server.port, gen, { amount: Math.min(20_000, total / 10) });
     const before = await server.call<number>('rss');
-    const samples: Array<{ deliveries: number; rssMb: number }> = [];
+    const samples: Array<{ deliveries: number; rssMb: number; load: number }> = [];
     const step = Math.ceil(total / 10);
     let sent = 0;
     let rps = 0;
@@ -377,8 +377,12 @@ async function longMode(total: number, schemaBase: string) {
       sent += step;
       rps = l.rps;
       const rss = await server.call<number>('rss');
-      samples.push({ deliveries: sent, rssMb: rss / 2 ** 20 });
-      console.log(`long: ${sent} deliveries, rss ${(rss / 2 ** 20).toFixed(1)} MB, ${Math.round(rps)} req/s`);
+      // A run of many minutes can pass 1.5 between its ends: each step's load is kept too.
+      const loadNow = loadavg()[0];
+      samples.push({ deliveries: sent, rssMb: rss / 2 ** 20, load: loadNow });
+      console.log(
+        `long: ${sent} deliveries, rss ${(rss / 2 ** 20).toFixed(1)} MB, ${Math.round(rps)} req/s, load ${loadNow.toFixed(2)}`,
+      );
     }
     const after = await server.call<number>('rss');
     const growthMb = (after - before) / 2 ** 20;
@@ -393,6 +397,7 @@ async function longMode(total: number, schemaBase: string) {
       at: new Date().toISOString(),
       loadAtStart: longLoadAtStart,
       loadAtEnd: loadavg()[0],
+      loadMax: Math.max(longLoadAtStart, ...samples.map((x) => x.load)),
     };
     writeFileSync(join(here, 'results', 'long.json'), `${JSON.stringify(result, null, 2)}\n`);
     console.log(JSON.stringify(result, null, 2));
