@@ -22,14 +22,32 @@
  * function, which takes the id's advisory lock and writes no row: `row_at_commit`) and
  * `inbox-prepared-update` (before migration 0008: the claim inserts the row, the result is an
  * UPDATE at COMMIT).
+ * With INSTRUCTIONS=<dir>, the cost is counted in instructions instead of CPU ticks: the same
+ * count for the same statements however busy the machine is (this 2-core machine's CPU per
+ * request varies up to 2× from one minute to the next). It needs a PostgreSQL started under
+ * callgrind, writing its counts into <dir>, with counters zeroed by `pg_sleep` and dumped by
+ * `pg_backend_pid`, which this script calls around each measured batch:
+ *
+ *   su postgres -c "valgrind --tool=callgrind --callgrind-out-file=<dir>/cg.%p \
+ *     --zero-before=pg_sleep --dump-before=pg_backend_pid postgres -D <datadir> -p 5499"
+ *   INSTRUCTIONS=<dir> ROUNDS=3 TXS=200 DATABASE_URL=postgres://postgres@127.0.0.1:5499/test \
+ *     npx tsx bench/postgres-cost.ts bare handmade try-claim
+ *
+ * (<dir> writable by the postgres user, readable by this script.) The report then gives
+ * thousands of instructions per transaction, summed over the backends; read the minimum: the
+ * first round re-plans the statements the ANALYZE invalidated, and the counts include the WAL
+ * segments and pages a round happens to start. Give the server a long checkpoint_timeout, so
+ * that no checkpoint's full-page writes land in one variant's round only.
  * One client by default, so nothing waits on a lock; rounds interleave the variants and the
  * report gives min, lower quartile and median per variant, so a busy moment of the machine moves
  * all of them, not one. The tables are ANALYZEd after the warm-up, as the bench does.
  */
 import { readFileSync } from 'node:fs';
+import { sql } from 'kysely';
 import pg from 'pg';
 import { Ledger } from '../examples/ledger/ledger.js';
 import { createInbox } from '../src/index.js';
+import { newestDumpInstructions } from './callgrind.js';
 
 const url = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 const ROUNDS = Number(process.env.ROUNDS ?? 15);
@@ -45,6 +63,8 @@ function cpuMs(pid: number): number {
   const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
   return (Number(fields[11]) + Number(fields[12])) * 10;
 }
+
+const INSTRUCTIONS = process.env.INSTRUCTIONS;
 
 type Query = string | { text: string; values: unknown[] };
 
@@ -241,6 +261,10 @@ await kysely.schema
   .createTable(`${ledgerSchema}.processed`)
   .addColumn('id', 'text', (c) => c.primaryKey())
   .execute();
+// PRE_SQL: statements run once the tables exist, SCHEMA standing for the inbox's schema: the
+// price of one part of the table, e.g. PRE_SQL='drop trigger events_notify_pending on SCHEMA.events'.
+if (process.env.PRE_SQL)
+  await sql.raw(process.env.PRE_SQL.replaceAll('SCHEMA', `"${inboxSchema}"`)).execute(kysely);
 await inbox.close();
 
 const CLIENTS = Number(process.env.CLIENTS ?? 1);
@@ -329,10 +353,17 @@ try {
   for (let round = 0; round < ROUNDS; round++) {
     for (const name of picked) {
       const walBefore = await walAt();
-      const before = cpuAll();
+      if (INSTRUCTIONS) await Promise.all(clients.map((c) => c.query('select pg_sleep(0)')));
+      const before = INSTRUCTIONS ? 0 : cpuAll();
       const startedAt = performance.now();
       await send(name, `m-${tag}-${round}-${name}`, TXS);
-      perTx.get(name)!.push(((cpuAll() - before) * 1000) / TXS);
+      if (INSTRUCTIONS) {
+        await Promise.all(clients.map((c) => c.query('select pg_backend_pid()')));
+        // Thousands of instructions per transaction, in place of µs.
+        perTx
+          .get(name)!
+          .push(pids.reduce((n, p) => n + newestDumpInstructions(INSTRUCTIONS, p), 0) / 1000 / TXS);
+      } else perTx.get(name)!.push(((cpuAll() - before) * 1000) / TXS);
       tps.get(name)!.push(TXS / ((performance.now() - startedAt) / 1000));
       walBytes.get(name)!.push(Number((await walAt()) - walBefore) / TXS);
     }
@@ -340,7 +371,7 @@ try {
   const at = (xs: number[], q: number) => xs[Math.floor((xs.length - 1) * q)];
   const bare = perTx.get('bare')?.sort((a, b) => a - b);
   console.log(
-    `PostgreSQL CPU per transaction (${CLIENTS === 1 ? 'one backend' : `${CLIENTS} connections at once, their backends summed`}), ${ROUNDS} rounds × ${TXS}; µs: min / q1 / median; WAL bytes and transactions per second (medians)`,
+    `PostgreSQL ${INSTRUCTIONS ? 'instructions (thousands)' : 'CPU'} per transaction (${CLIENTS === 1 ? 'one backend' : `${CLIENTS} connections at once, their backends summed`}), ${ROUNDS} rounds × ${TXS}; ${INSTRUCTIONS ? 'k instructions' : 'µs'}: min / q1 / median; WAL bytes and transactions per second (medians)`,
   );
   for (const name of picked) {
     const xs = perTx.get(name)!.sort((a, b) => a - b);

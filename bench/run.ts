@@ -32,7 +32,7 @@ import pg from 'pg';
 import { CONTENDERS, type ContenderConfig, type Stats } from './contenders.js';
 import { postgresCpuMs, postgresCpuMsSince, processCpuMs } from './process-cpu.js';
 import { type Cell, type Goal, report } from './report.js';
-import { type BenchDelivery, MATRIX, WORKLOADS } from './workloads.js';
+import { type BenchDelivery, MATRIX, toRequest, WORKLOADS } from './workloads.js';
 
 const require = createRequire(import.meta.url);
 const autocannon = require('autocannon');
@@ -185,15 +185,6 @@ interface Load {
   total: number;
   non2xx: number;
   errors: number;
-}
-
-function toRequest(d: BenchDelivery) {
-  const headers: Record<string, string> = { 'content-type': 'application/json', 'idempotency-key': d.id };
-  if (d.key !== undefined) {
-    headers['x-key'] = d.key;
-    headers['x-seq'] = String(d.seq);
-  }
-  return { method: 'POST', path: '/webhooks', headers, body: d.body };
 }
 
 function load(

@@ -10,6 +10,16 @@ export interface BenchDelivery {
   body: string;
 }
 
+/** A delivery as the request autocannon sends: its id, and its key and seq when it has them. */
+export function toRequest(d: BenchDelivery) {
+  const headers: Record<string, string> = { 'content-type': 'application/json', 'idempotency-key': d.id };
+  if (d.key !== undefined) {
+    headers['x-key'] = d.key;
+    headers['x-seq'] = String(d.seq);
+  }
+  return { method: 'POST', path: '/webhooks', headers, body: d.body };
+}
+
 export interface Workload {
   name: string;
   description: string;

@@ -1,0 +1,190 @@
+/**
+ * Instructions per delivery in a contender's server process, counted by callgrind: the same
+ * count for the same code whatever else the machine is doing. Throughput and CPU time on this
+ * 2-core machine vary up to 2× from one minute to the next for the same code (BENCHMARKS.md),
+ * more than the differences they are asked to show; an instruction count does not.
+ *
+ *   npx tsx bench/server-instructions.ts                       bare, handmade, inbox; unique
+ *   npx tsx bench/server-instructions.ts --contenders bare,inbox --workload ordered --requests 800
+ *   npx tsx bench/server-instructions.ts --contenders inbox --keep    then callgrind_annotate a dump
+ *
+ * Each contender's server (bench/server.ts, compiled as bench/run.ts runs it) starts under
+ * `valgrind --tool=callgrind`, about 50 times slower than it runs alone. It is warmed up, its
+ * tables analysed, warmed up again, and then its counters are zeroed and dumped around the
+ * measured deliveries (the `zero` and `dump` messages). Counts include everything the process
+ * runs meanwhile (V8's compiler and collector threads too), not PostgreSQL's side, which
+ * bench/postgres-cost.ts counts (INSTRUCTIONS=...). An instruction is not a nanosecond:
+ * compare contenders with each other, in one run.
+ */
+import { type ChildProcess, execFileSync, fork } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { newestDumpInstructions } from './callgrind.js';
+import { CONTENDERS, type ContenderConfig } from './contenders.js';
+import { type BenchDelivery, toRequest, WORKLOADS } from './workloads.js';
+
+const require = createRequire(import.meta.url);
+const autocannon = require('autocannon');
+const here = dirname(fileURLToPath(import.meta.url));
+
+function fail(message: string): never {
+  console.error(`server-instructions: ${message}`);
+  process.exit(2);
+}
+const args = process.argv.slice(2);
+const value = (name: string): string | undefined => {
+  const at = args.indexOf(`--${name}`);
+  return at === -1 ? undefined : args[at + 1];
+};
+const count = (name: string, fallback: number): number => {
+  const n = Number(value(name) ?? fallback);
+  if (!Number.isInteger(n) || n < 1) fail(`--${name} takes a whole number >= 1, not ${value(name)}`);
+  return n;
+};
+const contenders = (value('contenders') ?? 'bare,handmade,inbox').split(',');
+for (const c of contenders)
+  if (!CONTENDERS[c]) fail(`unknown contender ${c}; one of ${Object.keys(CONTENDERS)}`);
+const workload = WORKLOADS[value('workload') ?? 'unique'] ?? fail(`unknown workload ${value('workload')}`);
+const warmup = count('warmup', 1000);
+const requests = count('requests', 600);
+const connections = count('connections', 4);
+// --keep: leave each server's callgrind dumps for callgrind_annotate (where the count goes).
+const keep = args.includes('--keep');
+try {
+  execFileSync('valgrind', ['--version'], { stdio: 'ignore' });
+} catch {
+  fail('valgrind is not installed (Debian: apt-get install valgrind)');
+}
+
+// Compiled as bench/run.ts compiles the servers (tsconfig.bench.json): what users run.
+const serverBuild = join(here, '..', '.tmp', 'bench-build');
+execFileSync(
+  process.execPath,
+  [
+    join(here, '..', 'node_modules', 'typescript', 'bin', 'tsc'),
+    '-p',
+    join(here, '..', 'tsconfig.bench.json'),
+  ],
+  {
+    stdio: 'inherit',
+  },
+);
+
+function load(
+  port: number,
+  next: () => BenchDelivery,
+  amount: number,
+): Promise<{ non2xx: number; errors: number }> {
+  return new Promise((resolve, reject) =>
+    autocannon(
+      {
+        url: `http://127.0.0.1:${port}`,
+        connections,
+        amount,
+        timeout: 120,
+        requests: [{ setupRequest: () => toRequest(next()) }],
+      },
+      (err: Error | null, r: any) =>
+        err ? reject(err) : resolve({ non2xx: r.non2xx, errors: r.errors + r.timeouts }),
+    ),
+  );
+}
+
+/** The server, under callgrind, and a call over its IPC channel. */
+async function start(
+  contender: string,
+  out: string,
+): Promise<{ child: ChildProcess; port: number; call(cmd: string, extra?: object): Promise<any> }> {
+  const config: ContenderConfig = {
+    contender,
+    postgresUrl: process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test',
+    redisUrl: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379',
+    schemaBase: `bench_ins_${process.pid}`,
+    poolSize: 10,
+  };
+  // fork() runs `execPath ...execArgv module args`: valgrind, then node, keeping the IPC channel.
+  const child = fork(join(serverBuild, 'bench', 'server.js'), [JSON.stringify(config)], {
+    execPath: 'valgrind',
+    execArgv: [
+      '-q',
+      '--tool=callgrind',
+      `--callgrind-out-file=${out}/cg.%p`,
+      '--zero-before=uv_os_getpriority',
+      '--dump-before=uv_loadavg',
+      '--separate-threads=yes',
+      process.execPath,
+      // With --keep: V8 writes /tmp/perf-<pid>.map, which names the compiled JavaScript that
+      // callgrind can only give addresses for.
+      ...(keep ? ['--perf-basic-prof', '--no-logfile-per-isolate', `--logfile=${out}/v8.log`] : []),
+    ],
+    stdio: 'inherit',
+  });
+  let nextId = 0;
+  const waiting = new Map<number, (m: any) => void>();
+  const port = await new Promise<number>((resolve, reject) => {
+    child.once('exit', (code) =>
+      reject(new Error(`${contender} server exited (${code}) before it was ready`)),
+    );
+    child.on('message', (m: any) => {
+      if (m.type === 'ready') resolve(m.port);
+      else waiting.get(m.id)?.(m);
+    });
+  });
+  const call = (cmd: string, extra: object = {}) =>
+    new Promise<any>((resolve, reject) => {
+      const id = nextId++;
+      waiting.set(id, (m) => (m.error ? reject(new Error(m.error)) : resolve(m.value)));
+      child.send({ id, cmd, ...extra });
+    });
+  return { child, port, call };
+}
+
+const rows: Array<{ contender: string; perDelivery: number; non2xx: number }> = [];
+for (const contender of contenders) {
+  const out = mkdtempSync(join(tmpdir(), 'wi-instructions-'));
+  const server = await start(contender, out);
+  try {
+    const tag = `i${Date.now().toString(36)}`;
+    const seed = workload.seed?.(`${tag}s`);
+    if (seed) await load(server.port, seed.next, seed.count);
+    await load(server.port, workload.next(`${tag}w`), warmup);
+    await server.call('analyze');
+    // The second warm-up and the measurement are one stream: an ordered workload's measured
+    // deliveries advance keys the warm-up made, as most of a bench cell's do.
+    const next = workload.next(`${tag}m`);
+    await load(server.port, next, warmup);
+    await server.call('zero');
+    const measured = await load(server.port, next, requests);
+    await server.call('dump');
+    const stats = await server.call('stats', { prefix: `${tag}m` });
+    if (stats.doubleApplied || stats.outOfOrder) fail(`${contender}: ${JSON.stringify(stats)}`);
+    rows.push({
+      contender,
+      // The main thread (the dump is written by the thread that called `loadavg`): the event
+      // loop's instructions, the JavaScript and the collector's work there. V8's background
+      // threads (the optimising compiler, the collector's helpers) are not in it: after a long
+      // enough warm-up they have little left to do.
+      perDelivery: newestDumpInstructions(out, server.child.pid!, '01') / requests,
+      non2xx: measured.non2xx + measured.errors,
+    });
+    console.error(`${contender}: ${(rows.at(-1)!.perDelivery / 1000).toFixed(0)}k instructions per delivery`);
+  } finally {
+    // callgrind writes its last dump as the process exits: remove the directory after.
+    const exited = new Promise((resolve) => server.child.once('exit', resolve));
+    await server.call('close').catch(() => {});
+    await exited;
+    if (keep) console.error(`${contender}: callgrind dumps kept in ${out}`);
+    else rmSync(out, { recursive: true, force: true });
+  }
+}
+const base = rows.find((r) => r.contender === 'bare') ?? rows[0];
+console.log(
+  `Instructions per delivery on the server's main thread (callgrind; workload ${workload.name}; ${requests} measured after ${warmup} + ${warmup} warm-up, ${connections} connections)`,
+);
+for (const r of rows)
+  console.log(
+    `${r.contender.padEnd(22)} ${(r.perDelivery / 1000).toFixed(0).padStart(6)}k  ${(r.perDelivery / base.perDelivery).toFixed(2)}× ${base.contender}${r.non2xx ? `  (${r.non2xx} not 2xx)` : ''}`,
+  );
