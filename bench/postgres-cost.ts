@@ -231,6 +231,19 @@ const VARIANTS: Record<string, { what: string; queries(id: string, i: number): Q
       `execute wi_record_applied('default', '${id}', '${HASH}', '{"balance":10}', null, null); commit`,
     ],
   },
+  ordered: {
+    what: "a new ordered event in its turn, as the inbox sends it: the claim function (the id's lock, the key's row locked and its cursor moved; a new key's row inserted) and the row with its key and seq at COMMIT; 50 keys, four events each per round",
+    queries: (id, i) => {
+      // The round's own keys (the id's prefix), each new at its first event, then advanced.
+      const key = `${id.slice(0, id.lastIndexOf('-'))}-k${i % 50}`;
+      const seq = Math.floor(i / 50) + 1;
+      return [
+        `${BEGIN}; execute wi_claim('default', '${id}', '${key}', ${seq}, '${HASH}', null, null, true, false, false, 1000, 10000, '5000ms', true); savepoint wi_apply`,
+        ...ledgerWrite(id, i),
+        `execute wi_record_applied_ordered('default', '${id}', '${key}', ${seq}, '${HASH}', '{"balance":10}'); commit`,
+      ];
+    },
+  },
   handmade: {
     what: 'the bench contender `handmade`: the id into a one-column table first (ON CONFLICT DO NOTHING), the ledger, COMMIT',
     queries: (id, i) => [
@@ -277,6 +290,9 @@ async function prepared(client: pg.Client): Promise<number> {
   );
   await client.query(
     `prepare wi_record_applied (text, text, text, jsonb, bytea, jsonb) as insert into "${inboxSchema}"."events" (source, id, body_hash, status, processed_at, result, payload, headers) values ($1, $2, $3, 'processed', now(), $4, $5, $6)`,
+  );
+  await client.query(
+    `prepare wi_record_applied_ordered (text, text, text, bigint, text, jsonb) as insert into "${inboxSchema}"."events" (source, id, key, seq, body_hash, status, processed_at, result) values ($1, $2, $3, $4, $5, 'processed', now(), $6)`,
   );
   await client.query(
     `prepare wi_store_result (text, text, jsonb) as update "${inboxSchema}"."events" set result = $3 where source = $1 and id = $2`,
