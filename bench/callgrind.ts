@@ -1,5 +1,5 @@
 /**
- * Reading callgrind's dumps, for the instruction counts of bench/server-instructions.ts (the
+ * Reading callgrind's dumps, for the instruction counts of bench/server-cost.ts (the
  * contender's server) and bench/postgres-cost.ts with INSTRUCTIONS (PostgreSQL's backends).
  * Both run their process with `--callgrind-out-file=<dir>/cg.%p` and a function that dumps the
  * counters when called; each dump is `cg.<pid>.<n>`, or `cg.<pid>.<n>-<thread>` with

@@ -1,19 +1,22 @@
 /**
- * Instructions per delivery in a contender's server process, counted by callgrind: the same
- * count for the same code whatever else the machine is doing. Throughput and CPU time on this
- * 2-core machine vary up to 2× from one minute to the next for the same code (BENCHMARKS.md),
- * more than the differences they are asked to show; an instruction count does not.
+ * What a delivery costs a contender's server, counted rather than timed: the instructions its
+ * main thread executes (callgrind), or with --allocations the bytes it allocates (V8's
+ * sampling heap profiler). Both give the same figure for the same code whatever else the
+ * machine is doing; throughput and CPU time on this 2-core machine vary up to 2× from one
+ * minute to the next for the same code (BENCHMARKS.md), more than the differences they are
+ * asked to show.
  *
- *   npx tsx bench/server-instructions.ts                       bare, handmade, inbox; unique
- *   npx tsx bench/server-instructions.ts --contenders bare,inbox --workload ordered --requests 800
- *   npx tsx bench/server-instructions.ts --contenders inbox --keep    then callgrind_annotate a dump
+ *   npx tsx bench/server-cost.ts                       bare, handmade, inbox; unique
+ *   npx tsx bench/server-cost.ts --contenders bare,inbox --workload ordered --requests 800
+ *   npx tsx bench/server-cost.ts --contenders inbox --keep    then callgrind_annotate a dump
+ *   npx tsx bench/server-cost.ts --allocations         bytes per delivery, and where
  *
  * Each contender's server (bench/server.ts, compiled as bench/run.ts runs it) starts under
- * `valgrind --tool=callgrind`, about 50 times slower than it runs alone. It is warmed up, its
- * tables analysed, warmed up again, and then its counters are zeroed and dumped around the
- * measured deliveries (the `zero` and `dump` messages). Counts include everything the process
- * runs meanwhile (V8's compiler and collector threads too), not PostgreSQL's side, which
- * bench/postgres-cost.ts counts (INSTRUCTIONS=...). An instruction is not a nanosecond:
+ * `valgrind --tool=callgrind`, about 50 times slower than it runs alone (with --allocations,
+ * plain Node). It is warmed up, its tables analysed, warmed up again, and then its counters
+ * are zeroed and dumped around the measured deliveries (the `zero` and `dump` messages; the
+ * heap profiler's start and stop). Instructions are the main thread's, not PostgreSQL's,
+ * which bench/postgres-cost.ts counts (INSTRUCTIONS=...). An instruction is not a nanosecond:
  * compare contenders with each other, in one run.
  */
 import { type ChildProcess, execFileSync, fork } from 'node:child_process';
@@ -31,7 +34,7 @@ const autocannon = require('autocannon');
 const here = dirname(fileURLToPath(import.meta.url));
 
 function fail(message: string): never {
-  console.error(`server-instructions: ${message}`);
+  console.error(`server-cost: ${message}`);
   process.exit(2);
 }
 const args = process.argv.slice(2);
@@ -53,8 +56,9 @@ const requests = count('requests', 600);
 const connections = count('connections', 4);
 // --keep: leave each server's callgrind dumps for callgrind_annotate (where the count goes).
 const keep = args.includes('--keep');
+const allocations = args.includes('--allocations');
 try {
-  execFileSync('valgrind', ['--version'], { stdio: 'ignore' });
+  if (!allocations) execFileSync('valgrind', ['--version'], { stdio: 'ignore' });
 } catch {
   fail('valgrind is not installed (Debian: apt-get install valgrind)');
 }
@@ -106,22 +110,28 @@ async function start(
     poolSize: 10,
   };
   // fork() runs `execPath ...execArgv module args`: valgrind, then node, keeping the IPC channel.
-  const child = fork(join(serverBuild, 'bench', 'server.js'), [JSON.stringify(config)], {
-    execPath: 'valgrind',
-    execArgv: [
-      '-q',
-      '--tool=callgrind',
-      `--callgrind-out-file=${out}/cg.%p`,
-      '--zero-before=uv_os_getpriority',
-      '--dump-before=uv_loadavg',
-      '--separate-threads=yes',
-      process.execPath,
-      // With --keep: V8 writes /tmp/perf-<pid>.map, which names the compiled JavaScript that
-      // callgrind can only give addresses for.
-      ...(keep ? ['--perf-basic-prof', '--no-logfile-per-isolate', `--logfile=${out}/v8.log`] : []),
-    ],
-    stdio: 'inherit',
-  });
+  const child = fork(
+    join(serverBuild, 'bench', 'server.js'),
+    [JSON.stringify(config)],
+    allocations
+      ? { stdio: 'inherit' }
+      : {
+          execPath: 'valgrind',
+          execArgv: [
+            '-q',
+            '--tool=callgrind',
+            `--callgrind-out-file=${out}/cg.%p`,
+            '--zero-before=uv_os_getpriority',
+            '--dump-before=uv_loadavg',
+            '--separate-threads=yes',
+            process.execPath,
+            // With --keep: V8 writes /tmp/perf-<pid>.map, which names the compiled JavaScript that
+            // callgrind can only give addresses for.
+            ...(keep ? ['--perf-basic-prof', '--no-logfile-per-isolate', `--logfile=${out}/v8.log`] : []),
+          ],
+          stdio: 'inherit',
+        },
+  );
   let nextId = 0;
   const waiting = new Map<number, (m: any) => void>();
   const port = await new Promise<number>((resolve, reject) => {
@@ -156,9 +166,9 @@ for (const contender of contenders) {
     // deliveries advance keys the warm-up made, as most of a bench cell's do.
     const next = workload.next(`${tag}m`);
     await load(server.port, next, warmup);
-    await server.call('zero');
+    await server.call(allocations ? 'allocations-start' : 'zero');
     const measured = await load(server.port, next, requests);
-    await server.call('dump');
+    const allocated = await server.call(allocations ? 'allocations-stop' : 'dump');
     const stats = await server.call('stats', { prefix: `${tag}m` });
     if (stats.doubleApplied || stats.outOfOrder) fail(`${contender}: ${JSON.stringify(stats)}`);
     rows.push({
@@ -167,10 +177,20 @@ for (const contender of contenders) {
       // loop's instructions, the JavaScript and the collector's work there. V8's background
       // threads (the optimising compiler, the collector's helpers) are not in it: after a long
       // enough warm-up they have little left to do.
-      perDelivery: newestDumpInstructions(out, server.child.pid!, '01') / requests,
+      perDelivery:
+        (allocations ? allocated.total : newestDumpInstructions(out, server.child.pid!, '01')) / requests,
       non2xx: measured.non2xx + measured.errors,
     });
-    console.error(`${contender}: ${(rows.at(-1)!.perDelivery / 1000).toFixed(0)}k instructions per delivery`);
+    if (allocations) {
+      console.log(
+        `${contender}: where its ${(allocated.total / requests / 1000).toFixed(1)} kB per delivery are allocated`,
+      );
+      for (const [where, bytes] of allocated.top as Array<[string, number]>)
+        console.log(`  ${(bytes / requests).toFixed(0).padStart(7)} B  ${where}`);
+    } else
+      console.error(
+        `${contender}: ${(rows.at(-1)!.perDelivery / 1000).toFixed(0)}k instructions per delivery`,
+      );
   } finally {
     // callgrind writes its last dump as the process exits: remove the directory after.
     const exited = new Promise((resolve) => server.child.once('exit', resolve));
@@ -182,9 +202,11 @@ for (const contender of contenders) {
 }
 const base = rows.find((r) => r.contender === 'bare') ?? rows[0];
 console.log(
-  `Instructions per delivery on the server's main thread (callgrind; workload ${workload.name}; ${requests} measured after ${warmup} + ${warmup} warm-up, ${connections} connections)`,
+  allocations
+    ? `Bytes allocated per delivery, thousands (V8's sampling heap profiler, every 512 B, freed objects included; workload ${workload.name}; ${requests} measured after ${warmup} + ${warmup} warm-up, ${connections} connections)`
+    : `Instructions per delivery on the server's main thread, thousands (callgrind; workload ${workload.name}; ${requests} measured after ${warmup} + ${warmup} warm-up, ${connections} connections)`,
 );
 for (const r of rows)
   console.log(
-    `${r.contender.padEnd(22)} ${(r.perDelivery / 1000).toFixed(0).padStart(6)}k  ${(r.perDelivery / base.perDelivery).toFixed(2)}× ${base.contender}${r.non2xx ? `  (${r.non2xx} not 2xx)` : ''}`,
+    `${r.contender.padEnd(22)} ${(r.perDelivery / 1000).toFixed(allocations ? 1 : 0).padStart(7)}k  ${(r.perDelivery / base.perDelivery).toFixed(2)}× ${base.contender}${r.non2xx ? `  (${r.non2xx} not 2xx)` : ''}`,
   );
