@@ -1,8 +1,7 @@
 /**
  * What a delivery costs a contender's server, counted rather than timed: the instructions its
  * main thread executes (callgrind), or with --allocations the bytes it allocates (V8's
- * sampling heap profiler). Both give the same figure for the same code whatever else the
- * machine is doing; throughput and CPU time on this 2-core machine vary up to 2× from one
+ * sampling heap profiler). Neither depends on what else the machine is doing; throughput and CPU time on this 2-core machine vary up to 2× from one
  * minute to the next for the same code (BENCHMARKS.md), more than the differences they are
  * asked to show.
  *
