@@ -1,9 +1,9 @@
 /**
  * What a delivery costs a contender's server, counted rather than timed: the instructions its
  * main thread executes (callgrind), or with --allocations the bytes it allocates (V8's
- * sampling heap profiler). Neither depends on what else the machine is doing; throughput and CPU time on this 2-core machine vary up to 2× from one
- * minute to the next for the same code (BENCHMARKS.md), more than the differences they are
- * asked to show.
+ * sampling heap profiler). Neither depends on what else the machine is doing; throughput and
+ * CPU time on this 2-core machine vary up to 2× from one minute to the next for the same code
+ * (BENCHMARKS.md), more than the differences they are asked to show.
  *
  *   npx tsx bench/server-cost.ts                       bare, handmade, inbox; unique
  *   npx tsx bench/server-cost.ts --contenders bare,inbox --workload ordered --requests 800
