@@ -32,6 +32,7 @@ import pg from 'pg';
 import { CONTENDERS, type ContenderConfig, type Stats } from './contenders.js';
 import { postgresCpuMs, postgresCpuMsSince, processCpuMs } from './process-cpu.js';
 import { type Cell, type Goal, report } from './report.js';
+import { buildServers, serverBuild } from './server-build.js';
 import { type BenchDelivery, MATRIX, toRequest, WORKLOADS } from './workloads.js';
 
 const require = createRequire(import.meta.url);
@@ -95,30 +96,6 @@ interface Server {
   port: number;
   child: ChildProcess;
   call<T>(cmd: string, extra?: object): Promise<T>;
-}
-
-/**
- * The contenders' servers run compiled by tsc (tsconfig.bench.json), as the package ships, not
- * through tsx: its transpiler keeps function names by wrapping every function expression in a
- * call (`__name`), paid each time a closure is created, which the published JavaScript never
- * pays. Built once per run, before the first server starts.
- */
-const serverBuild = join(here, '..', '.tmp', 'bench-build');
-let built = false;
-function buildServers(): void {
-  if (built) return;
-  execFileSync(
-    process.execPath,
-    [
-      join(here, '..', 'node_modules', 'typescript', 'bin', 'tsc'),
-      '-p',
-      join(here, '..', 'tsconfig.bench.json'),
-    ],
-    {
-      stdio: 'inherit',
-    },
-  );
-  built = true;
 }
 
 async function startServer(contender: string, schemaBase: string, profileName?: string): Promise<Server> {

@@ -22,15 +22,14 @@ import { type ChildProcess, execFileSync, fork } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 import { newestDumpInstructions } from './callgrind.js';
 import { CONTENDERS, type ContenderConfig } from './contenders.js';
+import { buildServers, serverBuild } from './server-build.js';
 import { type BenchDelivery, toRequest, WORKLOADS } from './workloads.js';
 
 const require = createRequire(import.meta.url);
 const autocannon = require('autocannon');
-const here = dirname(fileURLToPath(import.meta.url));
 
 function fail(message: string): never {
   console.error(`server-cost: ${message}`);
@@ -62,19 +61,7 @@ try {
   fail('valgrind is not installed (Debian: apt-get install valgrind)');
 }
 
-// Compiled as bench/run.ts compiles the servers (tsconfig.bench.json): what users run.
-const serverBuild = join(here, '..', '.tmp', 'bench-build');
-execFileSync(
-  process.execPath,
-  [
-    join(here, '..', 'node_modules', 'typescript', 'bin', 'tsc'),
-    '-p',
-    join(here, '..', 'tsconfig.bench.json'),
-  ],
-  {
-    stdio: 'inherit',
-  },
-);
+buildServers();
 
 function load(
   port: number,
