@@ -29,6 +29,7 @@ import { cpus, loadavg } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
+import { dropEverything } from './cleanup.js';
 import { CONTENDERS, type ContenderConfig, type Stats } from './contenders.js';
 import { postgresCpuMs, postgresCpuMsSince, processCpuMs } from './process-cpu.js';
 import { type Cell, type Goal, report } from './report.js';
@@ -374,28 +375,6 @@ async function longMode(total: number, schemaBase: string) {
   }
 }
 
-// ---- cleanup ---------------------------------------------------------------------------------
-async function dropEverything(schemaBase: string) {
-  const client = new pg.Client({ connectionString: postgresUrl });
-  await client.connect();
-  const { rows } = await client.query(`select nspname from pg_namespace where nspname like $1`, [
-    `${schemaBase}\\_%`,
-  ]);
-  for (const r of rows) await client.query(`drop schema if exists "${r.nspname}" cascade`);
-  await client.end();
-  // Redis keys of the peers (their prefix is the schema base).
-  try {
-    const keys = execFileSync('redis-cli', ['-u', redisUrl, '--scan', '--pattern', `${schemaBase}*`])
-      .toString()
-      .split('\n')
-      .filter(Boolean);
-    for (let i = 0; i < keys.length; i += 500)
-      execFileSync('redis-cli', ['-u', redisUrl, 'del', ...keys.slice(i, i + 500)]);
-  } catch {
-    // redis-cli missing: the keys expire on their own (10 minutes).
-  }
-}
-
 function write(cells: Cell[], runsDone: number): Goal[] {
   const command = `npm run bench${argv.length ? ` -- ${argv.join(' ')}` : ''}`;
   return report(cells, {
@@ -464,5 +443,7 @@ try {
   }
 } finally {
   if (!flag('keep'))
-    await dropEverything(schemaBase).catch((err) => console.error('bench: cleanup failed', err));
+    await dropEverything(postgresUrl, redisUrl, schemaBase).catch((err) =>
+      console.error('bench: cleanup failed', err),
+    );
 }

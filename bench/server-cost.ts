@@ -24,6 +24,7 @@ import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { newestDumpInstructions } from './callgrind.js';
+import { dropEverything } from './cleanup.js';
 import { CONTENDERS, type ContenderConfig } from './contenders.js';
 import { buildServers, serverBuild } from './server-build.js';
 import { type BenchDelivery, toRequest, WORKLOADS } from './workloads.js';
@@ -90,9 +91,9 @@ async function start(
 ): Promise<{ child: ChildProcess; port: number; call(cmd: string, extra?: object): Promise<any> }> {
   const config: ContenderConfig = {
     contender,
-    postgresUrl: process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test',
-    redisUrl: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379',
-    schemaBase: `bench_ins_${process.pid}`,
+    postgresUrl,
+    redisUrl,
+    schemaBase,
     poolSize: 10,
   };
   // fork() runs `execPath ...execArgv module args`: valgrind, then node, keeping the IPC channel.
@@ -138,53 +139,61 @@ async function start(
   return { child, port, call };
 }
 
+const postgresUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+const redisUrl = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
+const schemaBase = `bench_cost_${process.pid}`;
 const rows: Array<{ contender: string; perDelivery: number; non2xx: number }> = [];
-for (const contender of contenders) {
-  const out = mkdtempSync(join(tmpdir(), 'wi-instructions-'));
-  const server = await start(contender, out);
-  try {
-    const tag = `i${Date.now().toString(36)}`;
-    const seed = workload.seed?.(`${tag}s`);
-    if (seed) await load(server.port, seed.next, seed.count);
-    await load(server.port, workload.next(`${tag}w`), warmup);
-    await server.call('analyze');
-    // The second warm-up and the measurement are one stream: an ordered workload's measured
-    // deliveries advance keys the warm-up made, as most of a bench cell's do.
-    const next = workload.next(`${tag}m`);
-    await load(server.port, next, warmup);
-    await server.call(allocations ? 'allocations-start' : 'zero');
-    const measured = await load(server.port, next, requests);
-    const allocated = await server.call(allocations ? 'allocations-stop' : 'dump');
-    const stats = await server.call('stats', { prefix: `${tag}m` });
-    if (stats.doubleApplied || stats.outOfOrder) fail(`${contender}: ${JSON.stringify(stats)}`);
-    rows.push({
-      contender,
-      // The main thread (the dump is written by the thread that called `loadavg`): the event
-      // loop's instructions, the JavaScript and the collector's work there. V8's background
-      // threads (the optimising compiler, the collector's helpers) are not in it: after a long
-      // enough warm-up they have little left to do.
-      perDelivery:
-        (allocations ? allocated.total : newestDumpInstructions(out, server.child.pid!, '01')) / requests,
-      non2xx: measured.non2xx + measured.errors,
-    });
-    if (allocations) {
-      console.log(
-        `${contender}: where its ${(allocated.total / requests / 1000).toFixed(1)} kB per delivery are allocated`,
-      );
-      for (const [where, bytes] of allocated.top as Array<[string, number]>)
-        console.log(`  ${(bytes / requests).toFixed(0).padStart(7)} B  ${where}`);
-    } else
-      console.error(
-        `${contender}: ${(rows.at(-1)!.perDelivery / 1000).toFixed(0)}k instructions per delivery`,
-      );
-  } finally {
-    // callgrind writes its last dump as the process exits: remove the directory after.
-    const exited = new Promise((resolve) => server.child.once('exit', resolve));
-    await server.call('close').catch(() => {});
-    await exited;
-    if (keep) console.error(`${contender}: callgrind dumps kept in ${out}`);
-    else rmSync(out, { recursive: true, force: true });
+try {
+  for (const contender of contenders) {
+    const out = mkdtempSync(join(tmpdir(), 'wi-instructions-'));
+    const server = await start(contender, out);
+    try {
+      const tag = `i${Date.now().toString(36)}`;
+      const seed = workload.seed?.(`${tag}s`);
+      if (seed) await load(server.port, seed.next, seed.count);
+      await load(server.port, workload.next(`${tag}w`), warmup);
+      await server.call('analyze');
+      // The second warm-up and the measurement are one stream: an ordered workload's measured
+      // deliveries advance keys the warm-up made, as most of a bench cell's do.
+      const next = workload.next(`${tag}m`);
+      await load(server.port, next, warmup);
+      await server.call(allocations ? 'allocations-start' : 'zero');
+      const measured = await load(server.port, next, requests);
+      const allocated = await server.call(allocations ? 'allocations-stop' : 'dump');
+      const stats = await server.call('stats', { prefix: `${tag}m` });
+      if (stats.doubleApplied || stats.outOfOrder) fail(`${contender}: ${JSON.stringify(stats)}`);
+      rows.push({
+        contender,
+        // The main thread (the dump is written by the thread that called `loadavg`): the event
+        // loop's instructions, the JavaScript and the collector's work there. V8's background
+        // threads (the optimising compiler, the collector's helpers) are not in it: after a long
+        // enough warm-up they have little left to do.
+        perDelivery:
+          (allocations ? allocated.total : newestDumpInstructions(out, server.child.pid!, '01')) / requests,
+        non2xx: measured.non2xx + measured.errors,
+      });
+      if (allocations) {
+        console.log(
+          `${contender}: where its ${(allocated.total / requests / 1000).toFixed(1)} kB per delivery are allocated`,
+        );
+        for (const [where, bytes] of allocated.top as Array<[string, number]>)
+          console.log(`  ${(bytes / requests).toFixed(0).padStart(7)} B  ${where}`);
+      } else
+        console.error(
+          `${contender}: ${(rows.at(-1)!.perDelivery / 1000).toFixed(0)}k instructions per delivery`,
+        );
+    } finally {
+      // callgrind writes its last dump as the process exits: remove the directory after.
+      const exited = new Promise((resolve) => server.child.once('exit', resolve));
+      await server.call('close').catch(() => {});
+      await exited;
+      if (keep) console.error(`${contender}: callgrind dumps kept in ${out}`);
+      else rmSync(out, { recursive: true, force: true });
+    }
   }
+} finally {
+  // Every contender's schemas (and the ledger's), as bench/run.ts drops its own.
+  await dropEverything(postgresUrl, redisUrl, schemaBase);
 }
 const base = rows.find((r) => r.contender === 'bare') ?? rows[0];
 console.log(
