@@ -42,7 +42,7 @@
  * report gives min, lower quartile and median per variant, so a busy moment of the machine moves
  * all of them, not one. The tables are ANALYZEd after the warm-up, as the bench does.
  */
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { sql } from 'kysely';
 import pg from 'pg';
 import { Ledger } from '../examples/ledger/ledger.js';
@@ -65,6 +65,8 @@ function cpuMs(pid: number): number {
 }
 
 const INSTRUCTIONS = process.env.INSTRUCTIONS;
+if (INSTRUCTIONS !== undefined && !existsSync(INSTRUCTIONS))
+  throw new Error(`INSTRUCTIONS=${INSTRUCTIONS}: no such directory (callgrind's output directory)`);
 
 type Query = string | { text: string; values: unknown[] };
 

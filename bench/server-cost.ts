@@ -37,6 +37,15 @@ function fail(message: string): never {
   process.exit(2);
 }
 const args = process.argv.slice(2);
+const FLAGS = ['--contenders', '--workload', '--warmup', '--requests', '--connections'];
+const SWITCHES = ['--keep', '--allocations'];
+for (let i = 0; i < args.length; i++) {
+  if (SWITCHES.includes(args[i])) continue;
+  if (!FLAGS.includes(args[i]))
+    fail(`unknown argument ${args[i]}; one of ${[...FLAGS, ...SWITCHES].join(', ')}`);
+  if (args[i + 1] === undefined || args[i + 1].startsWith('--')) fail(`${args[i]} takes a value`);
+  i++;
+}
 const value = (name: string): string | undefined => {
   const at = args.indexOf(`--${name}`);
   return at === -1 ? undefined : args[at + 1];
@@ -84,7 +93,7 @@ function load(
   );
 }
 
-/** The server, under callgrind, and a call over its IPC channel. */
+/** The server, under callgrind (with --allocations, plain Node), and a call over its IPC channel. */
 async function start(
   contender: string,
   out: string,
