@@ -151,28 +151,32 @@ async function start(
 const postgresUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 const redisUrl = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 const schemaBase = `bench_cost_${process.pid}`;
-const rows: Array<{ contender: string; perDelivery: number; non2xx: number }> = [];
+const rows: Array<{ contender: string; perDelivery: number; non2xx: number; broken: string }> = [];
 try {
   for (const contender of contenders) {
     const out = mkdtempSync(join(tmpdir(), 'wi-instructions-'));
     const server = await start(contender, out);
     try {
       const tag = `i${Date.now().toString(36)}`;
-      const seed = workload.seed?.(`${tag}s`);
-      if (seed) await load(server.port, seed.next, seed.count);
       await load(server.port, workload.next(`${tag}w`), warmup);
+      // The events a replay repeats, under the measured stream's prefix (as bench/run.ts seeds them).
+      const seed = workload.seed?.(`${tag}m`);
+      if (seed) await load(server.port, seed.next, seed.count);
       await server.call('analyze');
       // The second warm-up and the measurement are one stream: an ordered workload's measured
-      // deliveries advance keys the warm-up made, as most of a bench cell's do.
+      // deliveries advance keys the warm-up made, as most of a bench cell's do; a replay's
+      // repeat the seeded events.
       const next = workload.next(`${tag}m`);
       await load(server.port, next, warmup);
       await server.call(allocations ? 'allocations-start' : 'zero');
       const measured = await load(server.port, next, requests);
       const allocated = await server.call(allocations ? 'allocations-stop' : 'dump');
       const stats = await server.call('stats', { prefix: `${tag}m` });
-      if (stats.doubleApplied || stats.outOfOrder) fail(`${contender}: ${JSON.stringify(stats)}`);
+      // Reported, not fatal: `naive` is in the bench to show that it does this.
+      const broken = stats.doubleApplied || stats.outOfOrder;
       rows.push({
         contender,
+        broken: broken ? `${stats.doubleApplied} applied twice, ${stats.outOfOrder} out of order` : '',
         // The main thread (the dump is written by the thread that called `loadavg`): the event
         // loop's instructions, the JavaScript and the collector's work there. V8's background
         // threads (the optimising compiler, the collector's helpers) are not in it: after a long
@@ -212,5 +216,5 @@ console.log(
 );
 for (const r of rows)
   console.log(
-    `${r.contender.padEnd(22)} ${(r.perDelivery / 1000).toFixed(allocations ? 1 : 0).padStart(7)}k  ${(r.perDelivery / base.perDelivery).toFixed(2)}× ${base.contender}${r.non2xx ? `  (${r.non2xx} not 2xx)` : ''}`,
+    `${r.contender.padEnd(22)} ${(r.perDelivery / 1000).toFixed(allocations ? 1 : 0).padStart(7)}k  ${(r.perDelivery / base.perDelivery).toFixed(2)}× ${base.contender}${r.non2xx ? `  (${r.non2xx} not 2xx)` : ''}${r.broken ? `  (${r.broken})` : ''}`,
   );
