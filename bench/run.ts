@@ -21,7 +21,7 @@
  * the ones on loopback (DATABASE_URL, REDIS_URL); everything the bench creates lives in schemas
  * and Redis keys named `bench_<random>` and is dropped at the end.
  */
-import { type ChildProcess, execFileSync, fork } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
@@ -33,7 +33,7 @@ import { dropEverything } from './cleanup.js';
 import { CONTENDERS, type ContenderConfig, type Stats } from './contenders.js';
 import { postgresCpuMs, postgresCpuMsSince, processCpuMs } from './process-cpu.js';
 import { type Cell, type Goal, report } from './report.js';
-import { buildServers, serverBuild } from './server-build.js';
+import { buildServers, forkServer, type Server } from './server-process.js';
 import { type BenchDelivery, MATRIX, toRequest, WORKLOADS } from './workloads.js';
 
 const require = createRequire(import.meta.url);
@@ -93,15 +93,9 @@ if (pin && cores >= 2) {
 }
 
 // ---- a contender's server ------------------------------------------------------------------
-interface Server {
-  port: number;
-  child: ChildProcess;
-  call<T>(cmd: string, extra?: object): Promise<T>;
-}
 
 async function startServer(contender: string, schemaBase: string, profileName?: string): Promise<Server> {
   const config: ContenderConfig = { contender, postgresUrl, redisUrl, schemaBase, poolSize };
-  buildServers();
   const execArgv = ['--expose-gc'];
   if (profileName) {
     // One directory per server: V8 may write a profile per thread, so the files keep their
@@ -110,42 +104,9 @@ async function startServer(contender: string, schemaBase: string, profileName?: 
     mkdirSync(dir, { recursive: true });
     execArgv.push('--cpu-prof', `--cpu-prof-dir=${dir}`);
   }
-  const child = fork(join(serverBuild, 'bench', 'server.js'), [JSON.stringify(config)], {
-    execArgv,
-    stdio: 'inherit',
+  return forkServer(config, { execArgv }, (child) => {
+    if (canPin) execFileSync('taskset', ['-acp', '0', String(child.pid)], { stdio: 'ignore' });
   });
-  if (canPin) execFileSync('taskset', ['-acp', '0', String(child.pid)], { stdio: 'ignore' });
-  let nextId = 0;
-  const waiting = new Map<number, { resolve(v: any): void; reject(e: Error): void }>();
-  const port = await new Promise<number>((resolve, reject) => {
-    child.once('exit', (code) =>
-      reject(new Error(`${contender} server exited (${code}) before it was ready`)),
-    );
-    child.on('message', (m: any) => {
-      if (m.type === 'ready') resolve(m.port);
-      else if (waiting.has(m.id)) {
-        const w = waiting.get(m.id)!;
-        waiting.delete(m.id);
-        if (m.error) w.reject(new Error(m.error));
-        else w.resolve(m.value);
-      }
-    });
-  });
-  child.removeAllListeners('exit');
-  child.on('exit', () => {
-    for (const w of waiting.values()) w.reject(new Error(`${contender} server exited`));
-  });
-  return {
-    port,
-    child,
-    call<T>(cmd: string, extra: object = {}) {
-      const id = nextId++;
-      return new Promise<T>((resolve, reject) => {
-        waiting.set(id, { resolve, reject });
-        child.send({ id, cmd, ...extra });
-      });
-    },
-  };
 }
 
 async function stopServer(server: Server): Promise<void> {

@@ -18,7 +18,7 @@
  * which bench/postgres-cost.ts counts (INSTRUCTIONS=...). An instruction is not a nanosecond:
  * compare contenders with each other, in one run.
  */
-import { type ChildProcess, execFileSync, fork } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
@@ -26,7 +26,7 @@ import { join } from 'node:path';
 import { newestDumpInstructions } from './callgrind.js';
 import { dropEverything } from './cleanup.js';
 import { CONTENDERS, type ContenderConfig } from './contenders.js';
-import { buildServers, serverBuild } from './server-build.js';
+import { forkServer, type Server } from './server-process.js';
 import { type BenchDelivery, toRequest, WORKLOADS } from './workloads.js';
 
 const require = createRequire(import.meta.url);
@@ -71,8 +71,6 @@ try {
   fail('valgrind is not installed (Debian: apt-get install valgrind)');
 }
 
-buildServers();
-
 function load(
   port: number,
   next: () => BenchDelivery,
@@ -93,59 +91,26 @@ function load(
   );
 }
 
-/** The server, under callgrind (with --allocations, plain Node), and a call over its IPC channel. */
-async function start(
-  contender: string,
-  out: string,
-): Promise<{ child: ChildProcess; port: number; call(cmd: string, extra?: object): Promise<any> }> {
-  const config: ContenderConfig = {
-    contender,
-    postgresUrl,
-    redisUrl,
-    schemaBase,
-    poolSize: 10,
-  };
+/** The server, under callgrind (with --allocations, plain Node). */
+function start(contender: string, out: string): Promise<Server> {
+  const config: ContenderConfig = { contender, postgresUrl, redisUrl, schemaBase, poolSize: 10 };
+  if (allocations) return forkServer(config, {});
   // fork() runs `execPath ...execArgv module args`: valgrind, then node, keeping the IPC channel.
-  const child = fork(
-    join(serverBuild, 'bench', 'server.js'),
-    [JSON.stringify(config)],
-    allocations
-      ? { stdio: 'inherit' }
-      : {
-          execPath: 'valgrind',
-          execArgv: [
-            '-q',
-            '--tool=callgrind',
-            `--callgrind-out-file=${out}/cg.%p`,
-            '--zero-before=uv_os_getpriority',
-            '--dump-before=uv_loadavg',
-            '--separate-threads=yes',
-            process.execPath,
-            // With --keep: V8 writes /tmp/perf-<pid>.map, which names the compiled JavaScript that
-            // callgrind can only give addresses for.
-            ...(keep ? ['--perf-basic-prof', '--no-logfile-per-isolate', `--logfile=${out}/v8.log`] : []),
-          ],
-          stdio: 'inherit',
-        },
-  );
-  let nextId = 0;
-  const waiting = new Map<number, (m: any) => void>();
-  const port = await new Promise<number>((resolve, reject) => {
-    child.once('exit', (code) =>
-      reject(new Error(`${contender} server exited (${code}) before it was ready`)),
-    );
-    child.on('message', (m: any) => {
-      if (m.type === 'ready') resolve(m.port);
-      else waiting.get(m.id)?.(m);
-    });
+  return forkServer(config, {
+    execPath: 'valgrind',
+    execArgv: [
+      '-q',
+      '--tool=callgrind',
+      `--callgrind-out-file=${out}/cg.%p`,
+      '--zero-before=uv_os_getpriority',
+      '--dump-before=uv_loadavg',
+      '--separate-threads=yes',
+      process.execPath,
+      // With --keep: V8 writes /tmp/perf-<pid>.map, which names the compiled JavaScript that
+      // callgrind can only give addresses for.
+      ...(keep ? ['--perf-basic-prof', '--no-logfile-per-isolate', `--logfile=${out}/v8.log`] : []),
+    ],
   });
-  const call = (cmd: string, extra: object = {}) =>
-    new Promise<any>((resolve, reject) => {
-      const id = nextId++;
-      waiting.set(id, (m) => (m.error ? reject(new Error(m.error)) : resolve(m.value)));
-      child.send({ id, cmd, ...extra });
-    });
-  return { child, port, call };
 }
 
 const postgresUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
