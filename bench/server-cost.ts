@@ -65,6 +65,8 @@ const connections = count('connections', 4);
 // --keep: leave each server's callgrind dumps for callgrind_annotate (where the count goes).
 const keep = args.includes('--keep');
 const allocations = args.includes('--allocations');
+if (keep && allocations)
+  fail('--keep keeps callgrind dumps, and --allocations runs no callgrind: use one of them');
 try {
   if (!allocations) execFileSync('valgrind', ['--version'], { stdio: 'ignore' });
 } catch {
@@ -162,7 +164,9 @@ try {
         );
     } finally {
       // callgrind writes its last dump as the process exits: remove the directory after.
-      const exited = new Promise((resolve) => server.child.once('exit', resolve));
+      const { child } = server;
+      const gone = child.exitCode !== null || child.signalCode !== null;
+      const exited = gone ? undefined : new Promise((resolve) => child.once('exit', resolve));
       await server.call('close').catch(() => {});
       await exited;
       if (keep) console.error(`${contender}: callgrind dumps kept in ${out}`);
