@@ -246,6 +246,19 @@ const VARIANTS: Record<string, { what: string; queries(id: string, i: number): Q
       ];
     },
   },
+  'ordered-try': {
+    what: "what the inbox sends now for the same events: a key's first event through the claim function, as `ordered`; each later one, which this instance expects next, through the turn's try (src/sql/try-claim.ts: the key row locked in its turn and the id's try-lock, then the read), the row and the cursor's move at COMMIT",
+    queries: (id, i) => {
+      const key = `${id.slice(0, id.lastIndexOf('-'))}-k${i % 50}`;
+      const seq = Math.floor(i / 50) + 1;
+      if (seq === 1) return VARIANTS.ordered.queries(id, i);
+      return [
+        `${BEGIN}; execute wi_try_turn_lock('default', '${id}', '${key}', ${seq}); execute wi_try_turn('default', '${id}', '${key}', ${seq}); savepoint wi_apply`,
+        ...ledgerWrite(id, i),
+        `execute wi_record_applied_ordered('default', '${id}', '${key}', ${seq}, '${HASH}', '{"balance":10}'); execute wi_move_cursor('default', '${key}', ${seq}); commit`,
+      ];
+    },
+  },
   handmade: {
     what: 'the bench contender `handmade`: the id into a one-column table first (ON CONFLICT DO NOTHING), the ledger, COMMIT',
     queries: (id, i) => [
@@ -320,6 +333,17 @@ async function prepared(client: pg.Client): Promise<number> {
     end $fn$`);
   await client.query(
     `prepare wi_try_claim_fn (text, text) as select * from "${inboxSchema}".try_claim($1, $2)`,
+  );
+  const waitingAt = (seq: string) =>
+    `exists (select 1 from "${inboxSchema}"."events" w where w.source = $1 and w.key = $3 and w.seq = ${seq} and w.status in ('held', 'pending'))`;
+  await client.query(
+    `prepare wi_try_turn_lock (text, text, text, bigint) as select pg_try_advisory_xact_lock(hashtextextended('${inboxSchema}.|' || length($1) || '|' || $1 || '|' || $2, 0)) as locked from (select 1 from "${inboxSchema}"."keys" k where k.source = $1 and k.key = $3 and k.next_seq = $4 and k.state = 'open' for update skip locked) as turn`,
+  );
+  await client.query(
+    `prepare wi_try_turn (text, text, text, bigint) as select null::boolean as locked, ${waitingAt('$4')} as seq_taken, ${waitingAt('$4 + 1')} as drain, (extract(epoch from coalesce(e.received_at, now())) * 1000)::float8 as received_ms, e.status, e.body_hash, e.key, e.seq, e.result::text as result, e.attempts, e.dead_reason from (values (1)) as one left join "${inboxSchema}"."events" e on e.source = $1 and e.id = $2`,
+  );
+  await client.query(
+    `prepare wi_move_cursor (text, text, bigint) as update "${inboxSchema}"."keys" set next_seq = $3 + 1, updated_at = now() where source = $1 and key = $2 and next_seq = $3`,
   );
   await client.query(
     `prepare wi_read_plain (text, text) as select e.status, e.body_hash, e.key, e.seq, e.result, e.attempts, e.received_at, e.dead_reason from "${inboxSchema}"."events" e where e.source = $1 and e.id = $2`,

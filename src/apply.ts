@@ -221,6 +221,7 @@ function recordApplied(
     json: json ?? null,
     payload: o.keepPayload ? event.payload : null,
     headers: o.keepPayload ? storableHeaders(event.headers) : null,
+    moveCursor: event.cursorAtCommit === true,
   });
 }
 

@@ -25,6 +25,17 @@ export function createRecordApplied(names: StatementNames, t: Tables) {
      values ($1, $2, $3, $4::bigint, $5, 'processed', now(), $6::jsonb, $7, $8::jsonb)`,
     'before-commit',
   );
+  // The turn's try left the cursor at the seq (src/sql/try-claim.ts): past it now, under the key
+  // row's lock, which that try took (the cursor was at the seq then, and only the lock's holder
+  // moves it).
+  const moveCursor = defineStatement(
+    names,
+    t,
+    'move_cursor',
+    `update ${t.keys} set next_seq = $3::bigint + 1, updated_at = now()
+      where source = $1 and key = $2 and next_seq = $3::bigint`,
+    'before-commit',
+  );
   return async function recordApplied(
     db: Kysely<any>,
     a: {
@@ -39,6 +50,8 @@ export function createRecordApplied(names: StatementNames, t: Tables) {
       /** With `keepPayload` only: the raw body and its storable headers. */
       payload: Buffer | null;
       headers: Record<string, string> | null;
+      /** An ordered event the turn's try took: its key's cursor moves past its seq here. */
+      moveCursor: boolean;
     },
   ): Promise<void> {
     await statement.run(db, [
@@ -51,5 +64,6 @@ export function createRecordApplied(names: StatementNames, t: Tables) {
       a.payload,
       a.headers === null ? null : JSON.stringify(a.headers),
     ]);
+    if (a.moveCursor) await moveCursor.run(db, [a.source, a.key, a.seq]);
   };
 }
