@@ -96,6 +96,9 @@ const storeResult = (id: string) =>
 const plainInsert = (id: string) =>
   `insert into "${inboxSchema}"."events" (source, id, body_hash, status, processed_at) values ('default', '${id}', '${HASH}', 'processed', now()) on conflict (source, id) do nothing returning now()`;
 
+/** turn-only: each key's last seq sent, across rounds. */
+const turnSeqs = new Map<string, number>();
+
 const VARIANTS: Record<string, { what: string; queries(id: string, i: number): Query[] }> = {
   bare: {
     what: 'BEGIN, the two ledger statements, COMMIT (the bench contender `bare`)',
@@ -246,8 +249,8 @@ const VARIANTS: Record<string, { what: string; queries(id: string, i: number): Q
       ];
     },
   },
-  'ordered-try': {
-    what: "what the inbox sends now for the same events: a key's first event through the claim function, as `ordered`; each later one, which this instance expects next, through the turn's try (src/sql/try-claim.ts: the key row locked in its turn and the id's try-lock, then the read), the row and the cursor's move at COMMIT",
+  'ordered-try-exists': {
+    what: "ordered-try's first form: the seqs waiting read by two EXISTS in the read's target list, and the cursor's move a statement of its own after the row",
     queries: (id, i) => {
       const key = `${id.slice(0, id.lastIndexOf('-'))}-k${i % 50}`;
       const seq = Math.floor(i / 50) + 1;
@@ -256,6 +259,51 @@ const VARIANTS: Record<string, { what: string; queries(id: string, i: number): Q
         `${BEGIN}; execute wi_try_turn_lock('default', '${id}', '${key}', ${seq}); execute wi_try_turn('default', '${id}', '${key}', ${seq}); savepoint wi_apply`,
         ...ledgerWrite(id, i),
         `execute wi_record_applied_ordered('default', '${id}', '${key}', ${seq}, '${HASH}', '{"balance":10}'); execute wi_move_cursor('default', '${key}', ${seq}); commit`,
+      ];
+    },
+  },
+  'ordered-try-from': {
+    what: 'ordered-try-exists with the seqs waiting read in FROM (one scan, bool_or): ordered-try with the cursor a statement of its own',
+    queries: (id, i) => {
+      const key = `${id.slice(0, id.lastIndexOf('-'))}-k${i % 50}`;
+      const seq = Math.floor(i / 50) + 1;
+      if (seq === 1) return VARIANTS.ordered.queries(id, i);
+      return [
+        `${BEGIN}; execute wi_try_turn_lock('default', '${id}', '${key}', ${seq}); execute wi_try_turn_from('default', '${id}', '${key}', ${seq}); savepoint wi_apply`,
+        ...ledgerWrite(id, i),
+        `execute wi_record_applied_ordered('default', '${id}', '${key}', ${seq}, '${HASH}', '{"balance":10}'); execute wi_move_cursor('default', '${key}', ${seq}); commit`,
+      ];
+    },
+  },
+  'ordered-try': {
+    what: "what the inbox sends now for the same events: a key's first event through the claim function, as `ordered`; each later one, which this instance expects next, through the turn's try (src/sql/try-claim.ts: the key row locked in its turn and the id's try-lock, then the read of the id's row and of the seqs waiting), then the row and the cursor's move (a CTE of its INSERT) at COMMIT",
+    queries: (id, i) => {
+      const key = `${id.slice(0, id.lastIndexOf('-'))}-k${i % 50}`;
+      const seq = Math.floor(i / 50) + 1;
+      if (seq === 1) return VARIANTS.ordered.queries(id, i);
+      return [
+        `${BEGIN}; execute wi_try_turn_lock('default', '${id}', '${key}', ${seq}); execute wi_try_turn_from('default', '${id}', '${key}', ${seq}); savepoint wi_apply`,
+        ...ledgerWrite(id, i),
+        `execute wi_record_turn('default', '${id}', '${key}', ${seq}, '${HASH}', '{"balance":10}'); commit`,
+      ];
+    },
+  },
+  'turn-only': {
+    what: "every event in its turn on a key that exists (50 keys kept across rounds, the first round's first events through the claim function): ordered-try's in-turn events alone",
+    queries: (id, i) => {
+      const key = `turn-k${i % 50}`;
+      const seq = (turnSeqs.get(key) ?? 0) + 1;
+      turnSeqs.set(key, seq);
+      if (seq === 1)
+        return [
+          `${BEGIN}; execute wi_claim('default', '${id}', '${key}', 1, '${HASH}', null, null, true, false, false, 1000, 10000, '5000ms', true); savepoint wi_apply`,
+          ...ledgerWrite(id, i),
+          `execute wi_record_applied_ordered('default', '${id}', '${key}', 1, '${HASH}', '{"balance":10}'); commit`,
+        ];
+      return [
+        `${BEGIN}; execute wi_try_turn_lock('default', '${id}', '${key}', ${seq}); execute wi_try_turn_from('default', '${id}', '${key}', ${seq}); savepoint wi_apply`,
+        ...ledgerWrite(id, i),
+        `execute wi_record_turn('default', '${id}', '${key}', ${seq}, '${HASH}', '{"balance":10}'); commit`,
       ];
     },
   },
@@ -341,6 +389,12 @@ async function prepared(client: pg.Client): Promise<number> {
   );
   await client.query(
     `prepare wi_try_turn (text, text, text, bigint) as select null::boolean as locked, ${waitingAt('$4')} as seq_taken, ${waitingAt('$4 + 1')} as drain, (extract(epoch from coalesce(e.received_at, now())) * 1000)::float8 as received_ms, e.status, e.body_hash, e.key, e.seq, e.result::text as result, e.attempts, e.dead_reason from (values (1)) as one left join "${inboxSchema}"."events" e on e.source = $1 and e.id = $2`,
+  );
+  await client.query(
+    `prepare wi_try_turn_from (text, text, text, bigint) as select null::boolean as locked, w.seq_taken, w.drain, e.received_ms, e.status, e.body_hash, e.key, e.seq, e.result, e.attempts, e.dead_reason from (values (1)) as one left join (select (extract(epoch from e.received_at) * 1000)::float8 as received_ms, e.status, e.body_hash, e.key, e.seq, e.result::text as result, e.attempts, e.dead_reason from "${inboxSchema}"."events" e where e.source = $1 and e.id = $2) e on true cross join (select bool_or(w.seq = $4) as seq_taken, bool_or(w.seq = $4 + 1) as drain from "${inboxSchema}"."events" w where w.source = $1 and w.key = $3 and w.seq between $4 and $4 + 1 and w.status in ('held', 'pending')) w`,
+  );
+  await client.query(
+    `prepare wi_record_turn (text, text, text, bigint, text, jsonb) as with moved as (update "${inboxSchema}"."keys" set next_seq = $4 + 1, updated_at = now() where source = $1 and key = $3 and next_seq = $4) insert into "${inboxSchema}"."events" (source, id, key, seq, body_hash, status, processed_at, result) values ($1, $2, $3, $4, $5, 'processed', now(), $6)`,
   );
   await client.query(
     `prepare wi_move_cursor (text, text, bigint) as update "${inboxSchema}"."keys" set next_seq = $3 + 1, updated_at = now() where source = $1 and key = $2 and next_seq = $3`,

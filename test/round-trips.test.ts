@@ -159,10 +159,8 @@ describe.runIf(postgresTarget)('round trips to Postgres per delivery', () => {
     expect(sent[0]).toMatch(
       /^begin isolation level read; execute "wi_fold:[^"]+\.try_turn_lock"\('default', 'rt-t2', 'kt',; execute "wi_fold:[^"]+\.try_turn"\('default', 'rt-t2', 'kt',; savepoint wi_apply$/,
     );
-    // The cursor moves past 2 with the row, on COMMIT.
-    expect(sent[2]).toMatch(
-      /^execute "wi_fold:[^"]+\.record_applied"\('default', 'rt-t2', 'kt',; execute "wi_fold:[^"]+\.move_cursor"\('default', 'kt', 2\); commit$/,
-    );
+    // The cursor moves past 2 with the row (one statement), on COMMIT.
+    expect(sent[2]).toMatch(/^execute "wi_fold:[^"]+\.record_turn"\('default', 'rt-t2', 'kt',; commit$/);
     expect(await inbox.event('rt-t2')).toMatchObject({
       status: 'processed',
       key: 'kt',
@@ -213,9 +211,9 @@ describe.runIf(postgresTarget)('round trips to Postgres per delivery', () => {
         /^begin .*; execute "wi_fold:[^"]+\.try_turn"\('default', 'rt-td2', 'ktd',; savepoint wi_apply$/,
       ),
       'select 1 as "one"',
-      // take_next finds the cursor at 3: the cursor's move is sent before it, in the same query.
+      // take_next finds the cursor at 3: the row and the cursor's move are sent before it, in the same query.
       expect.stringMatching(
-        /^execute "wi_fold:[^"]+\.record_applied"\('default', 'rt-td2', 'ktd',; execute "wi_fold:[^"]+\.move_cursor"\('default', 'ktd', 2\); execute "wi_fold:[^"]+\.take_next"\('default', 'ktd', .*; savepoint wi_apply$/,
+        /^execute "wi_fold:[^"]+\.record_turn"\('default', 'rt-td2', 'ktd',; execute "wi_fold:[^"]+\.take_next"\('default', 'ktd', .*; savepoint wi_apply$/,
       ),
       'select 1 as "one"',
       expect.stringMatching(/^execute "wi_fold:[^"]+\.mark_applied"\('default', 'rt-td3', .*; commit$/),
@@ -445,7 +443,7 @@ describe('calls into PGlite per delivery', () => {
       /^begin isolation level read committed; execute "wi_fold:[^"]+\.try_turn_one_session"\('default', 'pgl-k2', 'pk', 2\); savepoint wi_apply$/,
     );
     expect(calls[2]).toMatch(
-      /^execute "wi_fold:[^"]+\.record_applied"\('default', 'pgl-k2', 'pk', 2, .*; execute "wi_fold:[^"]+\.move_cursor"\('default', 'pk', 2\); commit$/,
+      /^execute "wi_fold:[^"]+\.record_turn"\('default', 'pgl-k2', 'pk', 2, .*; commit$/,
     );
     expect(await inbox.keyState('pk')).toMatchObject({ nextSeq: 3, state: 'open' });
   });

@@ -17,23 +17,21 @@ import { defineStatement, type Tables } from './tables.js';
  * the contended SQLSTATEs, src/sql/sql-state.ts). Its retry gets the other's outcome.
  */
 export function createRecordApplied(names: StatementNames, t: Tables) {
-  const statement = defineStatement(
-    names,
-    t,
-    'record_applied',
-    `insert into ${t.events} (source, id, key, seq, body_hash, status, processed_at, result, payload, headers)
-     values ($1, $2, $3, $4::bigint, $5, 'processed', now(), $6::jsonb, $7, $8::jsonb)`,
-    'before-commit',
-  );
+  const insert = `insert into ${t.events} (source, id, key, seq, body_hash, status, processed_at, result, payload, headers)
+     values ($1, $2, $3, $4::bigint, $5, 'processed', now(), $6::jsonb, $7, $8::jsonb)`;
+  const statement = defineStatement(names, t, 'record_applied', insert, 'before-commit');
   // The turn's try left the cursor at the seq (src/sql/try-claim.ts): past it now, under the key
   // row's lock, which that try took (the cursor was at the seq then, and only the lock's holder
-  // moves it).
-  const moveCursor = defineStatement(
+  // moves it). The UPDATE in a CTE of the same INSERT: one statement where two cost PostgreSQL
+  // an executor and an EXECUTE more (`bench/postgres-cost.ts ordered-try-from ordered-try`).
+  const recordTurn = defineStatement(
     names,
     t,
-    'move_cursor',
-    `update ${t.keys} set next_seq = $3::bigint + 1, updated_at = now()
-      where source = $1 and key = $2 and next_seq = $3::bigint`,
+    'record_turn',
+    `with moved as (
+       update ${t.keys} set next_seq = $4::bigint + 1, updated_at = now()
+        where source = $1 and key = $3 and next_seq = $4::bigint)
+     ${insert}`,
     'before-commit',
   );
   return async function recordApplied(
@@ -41,7 +39,7 @@ export function createRecordApplied(names: StatementNames, t: Tables) {
     a: {
       source: string;
       id: string;
-      /** An ordered event's key and seq (its cursor moved in the claim); null for an unordered one. */
+      /** An ordered event's key and seq (its cursor moved by the claim, or here: `moveCursor`); null for an unordered one. */
       key: string | null;
       seq: number | null;
       hash: string;
@@ -54,7 +52,7 @@ export function createRecordApplied(names: StatementNames, t: Tables) {
       moveCursor: boolean;
     },
   ): Promise<void> {
-    await statement.run(db, [
+    await (a.moveCursor ? recordTurn : statement).run(db, [
       a.source,
       a.id,
       a.key,
@@ -64,6 +62,5 @@ export function createRecordApplied(names: StatementNames, t: Tables) {
       a.payload,
       a.headers === null ? null : JSON.stringify(a.headers),
     ]);
-    if (a.moveCursor) await moveCursor.run(db, [a.source, a.key, a.seq]);
   };
 }
