@@ -276,7 +276,7 @@ const VARIANTS: Record<string, { what: string; queries(id: string, i: number): Q
     },
   },
   'ordered-try': {
-    what: "what the inbox sends now for the same events: a key's first event through the claim function, as `ordered`; each later one, which this instance expects next, through the turn's try (src/sql/try-claim.ts: the key row locked in its turn and the id's try-lock, then the read of the id's row and of the seqs waiting), then the row and the cursor's move (a CTE of its INSERT) at COMMIT",
+    what: "the turn's try, tried and not kept (BENCHMARKS.md, \"The turn's try\"): a key's first event through the claim function, as `ordered`; each later one, which the instance would expect next, through two plain statements (the key row locked in its turn with FOR UPDATE SKIP LOCKED, then the id's try-lock; then the read of the id's row and of the seqs waiting), then the row and the cursor's move (a CTE of its INSERT) at COMMIT",
     queries: (id, i) => {
       const key = `${id.slice(0, id.lastIndexOf('-'))}-k${i % 50}`;
       const seq = Math.floor(i / 50) + 1;

@@ -221,7 +221,6 @@ function recordApplied(
     json: json ?? null,
     payload: o.keepPayload ? event.payload : null,
     headers: o.keepPayload ? storableHeaders(event.headers) : null,
-    moveCursor: event.cursorAtCommit === true,
   });
 }
 

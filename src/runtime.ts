@@ -5,7 +5,6 @@
  */
 import type { Tracer } from '@opentelemetry/api';
 import { type Database, openDatabase } from './database.js';
-import { KeyCursors } from './key-cursors.js';
 import { createMetrics, type InboxMetrics, type InboxStats, noMetrics } from './metrics.js';
 import { migrateToLatest } from './migrations.js';
 import { Operations } from './operations/index.js';
@@ -24,9 +23,6 @@ import { createTracer } from './tracing.js';
  */
 const REDIS_TTL_WITHOUT_RETENTION_MS = 7 * 86_400_000;
 
-/** Ordered keys whose cursor this instance remembers: 10,000 entries are about 1 MB. */
-const KEY_CURSORS = 10_000;
-
 interface Opened {
   readonly database: Database;
   readonly statements: Statements;
@@ -41,8 +37,6 @@ export class Runtime {
   readonly tracer: Tracer;
   /** Events this instance saw processed: duplicates answered with no round trip. */
   readonly processed: ProcessedCache;
-  /** Where this instance last left each ordered key's cursor: which claim to try first. */
-  readonly cursors = new KeyCursors(KEY_CURSORS);
   /** Whether looking before BEGIN (Redis, or a primary-key read) pays, from the recent share of duplicates. */
   readonly duplicateOdds = new DuplicateOdds();
   metrics: InboxMetrics = noMetrics;
@@ -179,7 +173,7 @@ export class Runtime {
 
   /**
    * An event committed as processed: remember it in this process (duplicates then cost no round
-   * trip; an ordered one's key's cursor is past it) and, while duplicates are likely, in Redis for the other instances (one SET the
+   * trip) and, while duplicates are likely, in Redis for the other instances (one SET the
    * response does not wait for). While they are rare the SET would cost every new event a
    * command for copies that seldom come: the first copy, answered by Postgres, writes it then
    * (`rememberDuplicate`).
@@ -189,7 +183,6 @@ export class Runtime {
     resultJson: string | undefined,
   ): void {
     this.processed.remember(event.id, event.hash, event.key, event.seq, resultJson);
-    if (event.key !== null && event.seq !== null) this.cursors.applied(event.key, event.seq);
     if (this.redis && this.duplicateOdds.likely) this.#writeToRedis(this.redis, event, resultJson);
   }
 

@@ -147,81 +147,6 @@ describe.runIf(postgresTarget)('round trips to Postgres per delivery', () => {
     });
   });
 
-  it("the next seq of a key this instance applied: the turn's try on BEGIN, the row and the cursor with COMMIT", async () => {
-    expect((await deliver('rt-t1', { 'x-key': 'kt', 'x-seq': '1' })).kind).toBe('processed');
-    pool.reset();
-    expect((await deliver('rt-t2', { 'x-key': 'kt', 'x-seq': '2' })).kind).toBe('processed');
-    const sent = pool.reset();
-    expect(sent).toHaveLength(3);
-    // This instance left kt's cursor at 2, so the turn's plain statements are tried, not the
-    // claim function (src/sql/try-claim.ts): they locked the key row in its turn and the id,
-    // and found no row and no other id waiting at 2.
-    expect(sent[0]).toMatch(
-      /^begin isolation level read; execute "wi_fold:[^"]+\.try_turn_lock"\('default', 'rt-t2', 'kt',; execute "wi_fold:[^"]+\.try_turn"\('default', 'rt-t2', 'kt',; savepoint wi_apply$/,
-    );
-    // The cursor moves past 2 with the row (one statement), on COMMIT.
-    expect(sent[2]).toMatch(/^execute "wi_fold:[^"]+\.record_turn"\('default', 'rt-t2', 'kt',; commit$/);
-    expect(await inbox.event('rt-t2')).toMatchObject({
-      status: 'processed',
-      key: 'kt',
-      seq: 2,
-      result: { ok: true },
-    });
-    expect(await inbox.keyState('kt')).toMatchObject({ nextSeq: 3, state: 'open' });
-  });
-
-  it("a seq this instance expects but another instance applied first: the turn's try, then the claim (+1)", async () => {
-    const other = createInbox({ db: pool, schema: t.schema, sweepIntervalMs: 0, handle: () => {} });
-    await other.ready();
-    // Another sender's id at seq 3: the other instance, which never saw kt, applies it.
-    expect(
-      (
-        await other.receive({
-          headers: { 'idempotency-key': 'rt-t3-other', 'x-key': 'kt', 'x-seq': '3' },
-          rawBody: Buffer.from('{}'),
-        })
-      ).kind,
-    ).toBe('processed');
-    pool.reset();
-    const outcome = await deliver('rt-t3', { 'x-key': 'kt', 'x-seq': '3' });
-    expect(outcome.status).toBe(422);
-    const sent = pool.reset();
-    // The try found the cursor past 3 (no lock taken, no row for this id): the claim decides.
-    expect(sent).toHaveLength(3);
-    expect(sent[0]).toMatch(
-      /^begin .*; execute "wi_fold:[^"]+\.try_turn"\('default', 'rt-t3', 'kt',; savepoint wi_apply$/,
-    );
-    expect(sent[1]).toMatch(
-      /^execute "wi_fold:[^"]+\.claim"\('default', 'rt-t3', 'kt',; savepoint wi_apply$/,
-    );
-    expect(sent[2]).toBe('commit');
-    expect(await inbox.event('rt-t3')).toBeUndefined();
-    expect(await inbox.keyState('kt')).toMatchObject({ nextSeq: 4 });
-    await other.close();
-  });
-
-  it("a gap filled through the turn's try: the row and the cursor ride on the take of the held seq", async () => {
-    expect((await deliver('rt-td1', { 'x-key': 'ktd', 'x-seq': '1' })).kind).toBe('processed');
-    expect((await deliver('rt-td3', { 'x-key': 'ktd', 'x-seq': '3' })).kind).toBe('held');
-    await inbox.idle();
-    pool.reset();
-    expect((await deliver('rt-td2', { 'x-key': 'ktd', 'x-seq': '2' })).kind).toBe('processed');
-    expect(pool.reset()).toEqual([
-      expect.stringMatching(
-        /^begin .*; execute "wi_fold:[^"]+\.try_turn"\('default', 'rt-td2', 'ktd',; savepoint wi_apply$/,
-      ),
-      'select 1 as "one"',
-      // take_next finds the cursor at 3: the row and the cursor's move are sent before it, in the same query.
-      expect.stringMatching(
-        /^execute "wi_fold:[^"]+\.record_turn"\('default', 'rt-td2', 'ktd',; execute "wi_fold:[^"]+\.take_next"\('default', 'ktd', .*; savepoint wi_apply$/,
-      ),
-      'select 1 as "one"',
-      expect.stringMatching(/^execute "wi_fold:[^"]+\.mark_applied"\('default', 'rt-td3', .*; commit$/),
-    ]);
-    expect(await inbox.event('rt-td3')).toMatchObject({ status: 'processed', seq: 3, result: { ok: true } });
-    expect(await inbox.keyState('ktd')).toMatchObject({ nextSeq: 4, state: 'open' });
-  });
-
   it('a handler that throws: BEGIN with the claim, the handler, the failure recorded with COMMIT', async () => {
     const failing = createInbox({
       db: pool,
@@ -408,11 +333,6 @@ describe('calls into PGlite per delivery', () => {
       headers: { 'idempotency-key': id, 'content-type': 'application/json' },
       rawBody: Buffer.from('{}'),
     });
-  const deliverOrdered = (id: string, seq: string) =>
-    inbox.receive({
-      headers: { 'idempotency-key': id, 'content-type': 'application/json', 'x-key': 'pk', 'x-seq': seq },
-      rawBody: Buffer.from('{}'),
-    });
 
   it('a new event: BEGIN with the try-claim and the SAVEPOINT, the handler, its row with the result and COMMIT', async () => {
     calls.length = 0;
@@ -432,20 +352,6 @@ describe('calls into PGlite per delivery', () => {
       /^execute "wi_fold:[^"]+\.record_applied"\('default', 'pgl-2', .*'\{"ok":true\}'.*; commit$/,
     );
     expect(await inbox.event('pgl-1')).toMatchObject({ status: 'processed', result: { ok: true } });
-  });
-
-  it("the next seq of a key it applied: BEGIN with the turn's read (no locks in one session), the row and the cursor with COMMIT", async () => {
-    expect((await deliverOrdered('pgl-k1', '1')).kind).toBe('processed');
-    calls.length = 0;
-    expect((await deliverOrdered('pgl-k2', '2')).kind).toBe('processed');
-    expect(calls).toHaveLength(3);
-    expect(calls[0]).toMatch(
-      /^begin isolation level read committed; execute "wi_fold:[^"]+\.try_turn_one_session"\('default', 'pgl-k2', 'pk', 2\); savepoint wi_apply$/,
-    );
-    expect(calls[2]).toMatch(
-      /^execute "wi_fold:[^"]+\.record_turn"\('default', 'pgl-k2', 'pk', 2, .*; commit$/,
-    );
-    expect(await inbox.keyState('pk')).toMatchObject({ nextSeq: 3, state: 'open' });
   });
 
   it('a duplicate another instance processed: BEGIN with the try-claim, COMMIT', async () => {

@@ -14,13 +14,6 @@
  *   cheaper for PostgreSQL than the claim function; when they cannot decide (the lock is
  *   another claim's and there is no row yet, or the row waits to be applied: a retry of a
  *   failed run), [claim + SAVEPOINT] follows = one round trip more.
- *   An ordered one whose seq this instance expects next (src/key-cursors.ts) tries its turn
- *   likewise (the key row locked in its turn, the id's try-lock, then the reads); the cursor
- *   then moves at COMMIT, with the row: [row + cursor + COMMIT], still the handler's + 2. When
- *   the try cannot decide (not the turn after all: another instance moved the key on or holds
- *   it), [claim + SAVEPOINT] follows = one more. Any other ordered delivery (a key this
- *   instance never saw, a seq out of turn) goes to the claim at once, which would cost a
- *   first event of every new key that round trip.
  *   A new event's row is not written by the claim (which holds the id's advisory lock
  *   instead, and an ordered one's key row anyway) but at COMMIT, with its
  *   result: [row + result + COMMIT] is one INSERT, sent even without a result
@@ -317,7 +310,7 @@ function claimAndApply(rt: Runtime, bg: Background, d: ParsedDelivery, obs: Obse
 /** A delivery the claim said to apply now, as the apply path takes it. */
 function taken(
   d: Pick<ParsedDelivery, 'id' | 'key' | 'seq' | 'hash' | 'rawBody' | 'headers' | 'body'>,
-  claim: { attempts: number; receivedAt: Date; rowAtCommit?: boolean; cursorAtCommit?: boolean },
+  claim: { attempts: number; receivedAt: Date; rowAtCommit?: boolean },
 ): TakenEvent {
   return {
     id: d.id,
@@ -331,8 +324,6 @@ function taken(
     body: d.body,
     // The claim left the row unwritten: the apply path inserts it at COMMIT, with the result.
     rowAtCommit: claim.rowAtCommit,
-    // The turn's try left the cursor at its seq: it moves at COMMIT, with the row.
-    cursorAtCommit: claim.cursorAtCommit,
   };
 }
 
@@ -451,7 +442,6 @@ async function claimAndApplyOn(
             maxHeld: o.maxHeldPerKey,
             maxAhead: o.maxSeqAhead,
             lockTimeout: claimLockTimeout(rt),
-            likelyTurn: ordered && rt.cursors.isNext(d.key!, d.seq!),
           }),
         );
         if (claim.decision !== 'apply') return { claim };

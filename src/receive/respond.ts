@@ -83,11 +83,7 @@ export function rejected(id: string): Outcome {
 }
 
 /** What the claim decided when it did not apply the event now. */
-export function decided(
-  o: ResolvedOptions,
-  d: ParsedDelivery,
-  c: Omit<ClaimRow, 'rowAtCommit' | 'cursorAtCommit'>,
-): Outcome {
+export function decided(o: ResolvedOptions, d: ParsedDelivery, c: Omit<ClaimRow, 'rowAtCommit'>): Outcome {
   // How errors name each field: its header, or its body pointer (`body /sequence_id`).
   const h = { id: o.fields.id.label, key: o.fields.key.label, seq: o.fields.seq.label };
   switch (c.decision) {

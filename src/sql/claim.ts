@@ -281,11 +281,6 @@ export interface ClaimArgs {
   maxHeld: number;
   maxAhead: number;
   lockTimeout: string;
-  /**
-   * Ordered: this instance expects `seq` to be the key's next (src/key-cursors.ts), so the
-   * turn's plain statements are tried before the claim function (src/sql/try-claim.ts).
-   */
-  likelyTurn: boolean;
 }
 
 export interface ClaimRow {
@@ -302,11 +297,6 @@ export interface ClaimRow {
    * claim took (the id's advisory lock, or the key row).
    */
   rowAtCommit: boolean;
-  /**
-   * An ordered event the turn's try took (src/sql/try-claim.ts, `createTryTurn`): its key's
-   * cursor is still at its seq, and moves past it at COMMIT, with its row.
-   */
-  cursorAtCommit: boolean;
 }
 
 /**
@@ -349,7 +339,6 @@ export function createClaim(names: StatementNames, t: Tables) {
       drain: toBoolean(row.drain),
       receivedAt: toDate(row.received_at),
       rowAtCommit: toBoolean(row.row_at_commit),
-      cursorAtCommit: false,
     };
   };
 }

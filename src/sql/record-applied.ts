@@ -17,21 +17,12 @@ import { defineStatement, type Tables } from './tables.js';
  * the contended SQLSTATEs, src/sql/sql-state.ts). Its retry gets the other's outcome.
  */
 export function createRecordApplied(names: StatementNames, t: Tables) {
-  const insert = `insert into ${t.events} (source, id, key, seq, body_hash, status, processed_at, result, payload, headers)
-     values ($1, $2, $3, $4::bigint, $5, 'processed', now(), $6::jsonb, $7, $8::jsonb)`;
-  const statement = defineStatement(names, t, 'record_applied', insert, 'before-commit');
-  // The turn's try left the cursor at the seq (src/sql/try-claim.ts): past it now, under the key
-  // row's lock, which that try took (the cursor was at the seq then, and only the lock's holder
-  // moves it). The UPDATE in a CTE of the same INSERT: one statement where two cost PostgreSQL
-  // an executor and an EXECUTE more (`bench/postgres-cost.ts ordered-try-from ordered-try`).
-  const recordTurn = defineStatement(
+  const statement = defineStatement(
     names,
     t,
-    'record_turn',
-    `with moved as (
-       update ${t.keys} set next_seq = $4::bigint + 1, updated_at = now()
-        where source = $1 and key = $3 and next_seq = $4::bigint)
-     ${insert}`,
+    'record_applied',
+    `insert into ${t.events} (source, id, key, seq, body_hash, status, processed_at, result, payload, headers)
+     values ($1, $2, $3, $4::bigint, $5, 'processed', now(), $6::jsonb, $7, $8::jsonb)`,
     'before-commit',
   );
   return async function recordApplied(
@@ -39,7 +30,7 @@ export function createRecordApplied(names: StatementNames, t: Tables) {
     a: {
       source: string;
       id: string;
-      /** An ordered event's key and seq (its cursor moved by the claim, or here: `moveCursor`); null for an unordered one. */
+      /** An ordered event's key and seq (its cursor moved in the claim); null for an unordered one. */
       key: string | null;
       seq: number | null;
       hash: string;
@@ -48,11 +39,9 @@ export function createRecordApplied(names: StatementNames, t: Tables) {
       /** With `keepPayload` only: the raw body and its storable headers. */
       payload: Buffer | null;
       headers: Record<string, string> | null;
-      /** An ordered event the turn's try took: its key's cursor moves past its seq here. */
-      moveCursor: boolean;
     },
   ): Promise<void> {
-    await (a.moveCursor ? recordTurn : statement).run(db, [
+    await statement.run(db, [
       a.source,
       a.id,
       a.key,

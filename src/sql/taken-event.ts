@@ -28,11 +28,6 @@ export interface TakenEvent {
    */
   readonly rowAtCommit?: boolean;
   /**
-   * With `rowAtCommit`, ordered: the turn's try took it (src/sql/try-claim.ts) and left its
-   * key's cursor at its seq, still locked; the apply path moves it past the seq with the row.
-   */
-  readonly cursorAtCommit?: boolean;
-  /**
    * A stored event `take_next`, `take_pending` or `take_turn` took and locked without marking
    * it: its row is still waiting (`held` or `pending`) until the apply path marks it processed
    * with its result, in one UPDATE riding on COMMIT (src/sql/mark-applied.ts).
