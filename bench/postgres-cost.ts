@@ -96,6 +96,50 @@ const storeResult = (id: string) =>
 const plainInsert = (id: string) =>
   `insert into "${inboxSchema}"."events" (source, id, body_hash, status, processed_at) values ('default', '${id}', '${HASH}', 'processed', now()) on conflict (source, id) do nothing returning now()`;
 
+/** `ordered`'s key and seq: the round's own keys (the id's prefix), each new at its first event, then advanced. */
+function roundKey(id: string, i: number): { key: string; seq: number } {
+  return { key: `${id.slice(0, id.lastIndexOf('-'))}-k${i % 50}`, seq: Math.floor(i / 50) + 1 };
+}
+
+/** An ordered event in its turn through the claim function, its row with key and seq at COMMIT. */
+function claimInTurn(id: string, i: number, key: string, seq: number): Query[] {
+  return [
+    `${BEGIN}; execute wi_claim('default', '${id}', '${key}', ${seq}, '${HASH}', null, null, true, false, false, 1000, 10000, '5000ms', true); savepoint wi_apply`,
+    ...ledgerWrite(id, i),
+    `execute wi_record_applied_ordered('default', '${id}', '${key}', ${seq}, '${HASH}', '{"balance":10}'); commit`,
+  ];
+}
+
+/**
+ * An ordered event in its turn through the turn's try: the key row and the id's try-lock, then
+ * `read`; at COMMIT the row, and the cursor's move in a statement of its own or in a CTE of the
+ * row's INSERT.
+ */
+function turnsTry(
+  id: string,
+  i: number,
+  key: string,
+  seq: number,
+  read: string,
+  cursor: 'own' | 'cte',
+): Query[] {
+  return [
+    `${BEGIN}; execute wi_try_turn_lock('default', '${id}', '${key}', ${seq}); execute ${read}('default', '${id}', '${key}', ${seq}); savepoint wi_apply`,
+    ...ledgerWrite(id, i),
+    cursor === 'cte'
+      ? `execute wi_record_turn('default', '${id}', '${key}', ${seq}, '${HASH}', '{"balance":10}'); commit`
+      : `execute wi_record_applied_ordered('default', '${id}', '${key}', ${seq}, '${HASH}', '{"balance":10}'); execute wi_move_cursor('default', '${key}', ${seq}); commit`,
+  ];
+}
+
+/** `ordered`'s events, each but a key's first (a new key) through the turn's try. */
+function throughTheTurnsTry(read: string, cursor: 'own' | 'cte') {
+  return (id: string, i: number): Query[] => {
+    const { key, seq } = roundKey(id, i);
+    return seq === 1 ? claimInTurn(id, i, key, seq) : turnsTry(id, i, key, seq, read, cursor);
+  };
+}
+
 /** turn-only: each key's last seq sent, across rounds. */
 const turnSeqs = new Map<string, number>();
 
@@ -239,54 +283,21 @@ const VARIANTS: Record<string, { what: string; queries(id: string, i: number): Q
   ordered: {
     what: "a new ordered event in its turn, as the inbox sends it: the claim function (the id's lock, the key's row locked and its cursor moved; a new key's row inserted) and the row with its key and seq at COMMIT; 50 keys, four events each per round",
     queries: (id, i) => {
-      // The round's own keys (the id's prefix), each new at its first event, then advanced.
-      const key = `${id.slice(0, id.lastIndexOf('-'))}-k${i % 50}`;
-      const seq = Math.floor(i / 50) + 1;
-      return [
-        `${BEGIN}; execute wi_claim('default', '${id}', '${key}', ${seq}, '${HASH}', null, null, true, false, false, 1000, 10000, '5000ms', true); savepoint wi_apply`,
-        ...ledgerWrite(id, i),
-        `execute wi_record_applied_ordered('default', '${id}', '${key}', ${seq}, '${HASH}', '{"balance":10}'); commit`,
-      ];
+      const { key, seq } = roundKey(id, i);
+      return claimInTurn(id, i, key, seq);
     },
   },
   'ordered-try-exists': {
     what: "ordered-try's first form: the seqs waiting read by two EXISTS in the read's target list, and the cursor's move a statement of its own after the row",
-    queries: (id, i) => {
-      const key = `${id.slice(0, id.lastIndexOf('-'))}-k${i % 50}`;
-      const seq = Math.floor(i / 50) + 1;
-      if (seq === 1) return VARIANTS.ordered.queries(id, i);
-      return [
-        `${BEGIN}; execute wi_try_turn_lock('default', '${id}', '${key}', ${seq}); execute wi_try_turn('default', '${id}', '${key}', ${seq}); savepoint wi_apply`,
-        ...ledgerWrite(id, i),
-        `execute wi_record_applied_ordered('default', '${id}', '${key}', ${seq}, '${HASH}', '{"balance":10}'); execute wi_move_cursor('default', '${key}', ${seq}); commit`,
-      ];
-    },
+    queries: throughTheTurnsTry('wi_try_turn', 'own'),
   },
   'ordered-try-from': {
     what: 'ordered-try-exists with the seqs waiting read in FROM (one scan, bool_or): ordered-try with the cursor a statement of its own',
-    queries: (id, i) => {
-      const key = `${id.slice(0, id.lastIndexOf('-'))}-k${i % 50}`;
-      const seq = Math.floor(i / 50) + 1;
-      if (seq === 1) return VARIANTS.ordered.queries(id, i);
-      return [
-        `${BEGIN}; execute wi_try_turn_lock('default', '${id}', '${key}', ${seq}); execute wi_try_turn_from('default', '${id}', '${key}', ${seq}); savepoint wi_apply`,
-        ...ledgerWrite(id, i),
-        `execute wi_record_applied_ordered('default', '${id}', '${key}', ${seq}, '${HASH}', '{"balance":10}'); execute wi_move_cursor('default', '${key}', ${seq}); commit`,
-      ];
-    },
+    queries: throughTheTurnsTry('wi_try_turn_from', 'own'),
   },
   'ordered-try': {
     what: "the turn's try, tried and not kept (BENCHMARKS.md, \"The turn's try\"): a key's first event through the claim function, as `ordered`; each later one, which the instance would expect next, through two plain statements (the key row locked in its turn with FOR UPDATE SKIP LOCKED, then the id's try-lock; then the read of the id's row and of the seqs waiting), then the row and the cursor's move (a CTE of its INSERT) at COMMIT",
-    queries: (id, i) => {
-      const key = `${id.slice(0, id.lastIndexOf('-'))}-k${i % 50}`;
-      const seq = Math.floor(i / 50) + 1;
-      if (seq === 1) return VARIANTS.ordered.queries(id, i);
-      return [
-        `${BEGIN}; execute wi_try_turn_lock('default', '${id}', '${key}', ${seq}); execute wi_try_turn_from('default', '${id}', '${key}', ${seq}); savepoint wi_apply`,
-        ...ledgerWrite(id, i),
-        `execute wi_record_turn('default', '${id}', '${key}', ${seq}, '${HASH}', '{"balance":10}'); commit`,
-      ];
-    },
+    queries: throughTheTurnsTry('wi_try_turn_from', 'cte'),
   },
   'turn-only': {
     what: "every event in its turn on a key that exists (50 keys kept across rounds, the first round's first events through the claim function): ordered-try's in-turn events alone",
@@ -294,17 +305,7 @@ const VARIANTS: Record<string, { what: string; queries(id: string, i: number): Q
       const key = `turn-k${i % 50}`;
       const seq = (turnSeqs.get(key) ?? 0) + 1;
       turnSeqs.set(key, seq);
-      if (seq === 1)
-        return [
-          `${BEGIN}; execute wi_claim('default', '${id}', '${key}', 1, '${HASH}', null, null, true, false, false, 1000, 10000, '5000ms', true); savepoint wi_apply`,
-          ...ledgerWrite(id, i),
-          `execute wi_record_applied_ordered('default', '${id}', '${key}', 1, '${HASH}', '{"balance":10}'); commit`,
-        ];
-      return [
-        `${BEGIN}; execute wi_try_turn_lock('default', '${id}', '${key}', ${seq}); execute wi_try_turn_from('default', '${id}', '${key}', ${seq}); savepoint wi_apply`,
-        ...ledgerWrite(id, i),
-        `execute wi_record_turn('default', '${id}', '${key}', ${seq}, '${HASH}', '{"balance":10}'); commit`,
-      ];
+      return seq === 1 ? claimInTurn(id, i, key, seq) : turnsTry(id, i, key, seq, 'wi_try_turn_from', 'cte');
     },
   },
   handmade: {
