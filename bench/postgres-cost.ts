@@ -292,7 +292,7 @@ const VARIANTS: Record<string, { what: string; queries(id: string, i: number): Q
     queries: throughTheTurnsTry('wi_try_turn', 'own'),
   },
   'ordered-try-from': {
-    what: 'ordered-try-exists with the seqs waiting read in FROM (one scan, bool_or): ordered-try with the cursor a statement of its own',
+    what: "ordered-try-exists with the read's expressions in FROM and the seqs waiting one scan there (bool_or): ordered-try with the cursor a statement of its own",
     queries: throughTheTurnsTry('wi_try_turn_from', 'own'),
   },
   'ordered-try': {
