@@ -50,8 +50,16 @@ import { createInbox } from '../src/index.js';
 import { newestDumpInstructions } from './callgrind.js';
 
 const url = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
-const ROUNDS = Number(process.env.ROUNDS ?? 15);
-const TXS = Number(process.env.TXS ?? 300);
+/** A positive integer from the environment, or the default; anything else stops the run, naming it. */
+function positiveInteger(name: string, fallback: number): number {
+  const text = process.env[name];
+  const n = text === undefined ? fallback : Number(text);
+  if (!Number.isInteger(n) || n < 1) throw new Error(`${name}=${text} must be a positive integer`);
+  return n;
+}
+const ROUNDS = positiveInteger('ROUNDS', 15);
+const TXS = positiveInteger('TXS', 300);
+const CLIENTS = positiveInteger('CLIENTS', 1);
 const HASH = 'e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855';
 const run = `pgcost_${process.pid}`;
 const inboxSchema = `${run}_inbox`;
@@ -329,6 +337,14 @@ const VARIANTS: Record<string, { what: string; queries(id: string, i: number): Q
 const picked = process.argv.slice(2).length ? process.argv.slice(2) : Object.keys(VARIANTS);
 for (const name of picked)
   if (!VARIANTS[name]) throw new Error(`unknown variant ${name}; one of ${Object.keys(VARIANTS)}`);
+// Transaction i goes to connection i % CLIENTS, and an ordered variant's key is i % 50: unless
+// CLIENTS divides 50, one key's seqs would race on two connections, and the claim would hold
+// them (or the turn's try find no turn) instead of applying each in its turn.
+const keyed = picked.filter((name) => name.startsWith('ordered') || name === 'turn-only');
+if (keyed.length > 0 && 50 % CLIENTS !== 0)
+  throw new Error(
+    `CLIENTS=${CLIENTS} with ${keyed.join(', ')} must divide 50 (each of their 50 keys then stays on one connection, its seqs in order)`,
+  );
 
 // The inbox's tables and functions, as createInbox migrates them; the ledger's tables.
 const inbox = createInbox({ db: url, schema: inboxSchema, handle: () => undefined });
@@ -343,8 +359,6 @@ await kysely.schema
 if (process.env.PRE_SQL)
   await sql.raw(process.env.PRE_SQL.replaceAll('SCHEMA', `"${inboxSchema}"`)).execute(kysely);
 await inbox.close();
-
-const CLIENTS = Number(process.env.CLIENTS ?? 1);
 
 /** Prepares every variant's statements on one connection; its backend's pid. */
 async function prepared(client: pg.Client): Promise<number> {
