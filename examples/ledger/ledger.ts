@@ -97,18 +97,24 @@ export class Ledger {
   }
 
   async account(db: Kysely<any>, key: string): Promise<Account> {
-    const d = db.withSchema(this.schema);
-    const account = await d
-      .selectFrom('accounts')
-      .select('balance')
-      .where('key', '=', key)
-      .executeTakeFirst();
-    const entries = await d
-      .selectFrom('entries')
-      .select(['event_id', 'seq', 'amount'])
-      .where('key', '=', key)
-      .orderBy('n')
-      .execute();
+    // Both reads in one snapshot: read one after the other, an event applied in between showed
+    // its entry beside the balance from before it.
+    const { account, entries } = await db
+      .transaction()
+      .setIsolationLevel('repeatable read')
+      .setAccessMode('read only')
+      .execute(async (tx) => {
+        const d = tx.withSchema(this.schema);
+        return {
+          account: await d.selectFrom('accounts').select('balance').where('key', '=', key).executeTakeFirst(),
+          entries: await d
+            .selectFrom('entries')
+            .select(['event_id', 'seq', 'amount'])
+            .where('key', '=', key)
+            .orderBy('n')
+            .execute(),
+        };
+      });
     return {
       key,
       balance: Number(account?.balance ?? 0),
