@@ -760,9 +760,8 @@ describe.runIf(postgresTarget)(
       const db = await app.inbox.kysely();
       for (let i = 0; i < 2000; i++) {
         const { rows } = await sql<{ n: number }>`select count(*)::int as n from pg_stat_activity
-          where wait_event_type = 'Lock' and position('.claim"' in query) > 0 and pid <> pg_backend_pid()`.execute(
-          db,
-        );
+          where wait_event_type = 'Lock' and (position('.claim"(' in query) > 0 or position('"claim"(' in query) > 0)
+            and pid <> pg_backend_pid()`.execute(db);
         if ((rows[0]?.n ?? 0) >= n) return;
         await new Promise((resolve) => setTimeout(resolve, 10));
       }

@@ -52,8 +52,10 @@ describe.runIf(postgresTarget)('ordering races on real Postgres', () => {
     pools.push(pool);
     return pool;
   };
-  // A folded claim is `execute "wi_fold:<schema>.claim"(…)` (src/drivers/pg.ts).
-  const claimOf = (t: TargetDb) => `"wi_fold:${t.schema}.claim"(`;
+  // A claim as pg_stat_activity shows it: pipelined on a pg.Pool, the prepared statement's own
+  // text (`… "<schema>"."claim"($1, …)`, src/drivers/pipeline.ts); folded as text through a
+  // GatedPool's wrapper, `execute "wi_fold:<schema>.claim"(…)` (src/drivers/fold.ts).
+  const claimOf = (t: TargetDb) => [`"wi_fold:${t.schema}.claim"(`, `"${t.schema}"."claim"(`];
 
   it("1. first-seen: the key's first event fails while the next is in flight: the first stays at the cursor, the next waits behind it", async () => {
     const t = schemas();

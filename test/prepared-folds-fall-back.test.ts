@@ -1,9 +1,10 @@
 /**
- * Folded statements are EXECUTEs of statements prepared once per connection (src/drivers/pg.ts).
- * A connection that lost them (DISCARD ALL or DEALLOCATE ALL by someone else, a pooler that
- * swapped backends) must not fail a delivery: it folds text from then on. Nor must a pool that
- * wraps one connection in a new client object at every checkout (its PREPAREs find their names
- * taken).
+ * Folded statements are prepared once per connection: parsed under names of their own in a
+ * pipeline on node-postgres's clients (src/drivers/pipeline.ts), PREPAREd and EXECUTEd as text on
+ * a pg-shaped wrapper (src/drivers/fold.ts). A connection that lost them (DISCARD ALL or
+ * DEALLOCATE ALL by someone else, a pooler that swapped backends) must not fail a delivery: a
+ * pipeline parses them again; a wrapper folds text from then on. Nor must a pool that wraps one
+ * connection in a new client object at every checkout (its PREPAREs find their names taken).
  */
 import pg from 'pg';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -52,6 +53,9 @@ describe.runIf(postgresTarget)('prepared folds fall back to text (real Postgres)
     await inbox?.close();
     await pool?.end();
     await t?.close();
+    inbox = undefined;
+    pool = undefined;
+    t = undefined;
   });
 
   async function start(newWrapperEachTime: boolean, options: Partial<InboxOptions> = {}) {
@@ -93,6 +97,47 @@ describe.runIf(postgresTarget)('prepared folds fall back to text (real Postgres)
     pool.sent.length = 0;
     expect((await inbox.receive(delivery('p-3'))).kind).toBe('processed');
     expect(pool.sent.some((text) => text.startsWith('prepare '))).toBe(false);
+  });
+
+  it('a pipelining connection whose statements were deallocated: the next delivery is processed, its statements parsed again', async () => {
+    t = await postgresTarget!.open();
+    // node-postgres's own pool, one connection: the driver pipelines its folds on it.
+    const one = new pg.Pool({ connectionString: postgresUrl!, max: 1 });
+    one.on('error', () => {});
+    const ours = createInbox({
+      db: one,
+      schema: t.schema,
+      sweepIntervalMs: 0,
+      duplicateCacheSize: 0,
+      handle: (event) => ({ id: event.id }),
+    });
+    const named = async () =>
+      (
+        await one.query<{ name: string; from_sql: boolean }>(
+          `select name, from_sql from pg_prepared_statements where name like 'wi_pipe%' order by name`,
+        )
+      ).rows;
+    try {
+      expect((await ours.receive(delivery('q-1'))).kind).toBe('processed');
+      // Parsed on the protocol under their own names, not PREPAREd in SQL.
+      const parsed = await named();
+      expect(parsed.map((row) => row.name)).toEqual(
+        expect.arrayContaining([`wi_pipe:${t.schema}.try_id_lock`, `wi_pipe:${t.schema}.record_applied`]),
+      );
+      expect(parsed.every((row) => !row.from_sql)).toBe(true);
+
+      await one.query('deallocate all');
+      const outcome = await ours.receive(delivery('q-2'));
+      expect(outcome).toMatchObject({ kind: 'processed', status: 200, body: { result: { id: 'q-2' } } });
+      expect(await ours.event('q-2')).toMatchObject({ status: 'processed', result: { id: 'q-2' } });
+      // Parsed again, and the next delivery finds them.
+      expect((await named()).map((row) => row.name)).toEqual(parsed.map((row) => row.name));
+      expect((await ours.receive(delivery('q-3'))).kind).toBe('processed');
+      expect(await ours.event('q-3')).toMatchObject({ status: 'processed', result: { id: 'q-3' } });
+    } finally {
+      await ours.close();
+      await one.end();
+    }
   });
 
   it("deferred mode's claim alone, its statement deallocated: sent again as text, nothing to roll back", async () => {

@@ -41,14 +41,15 @@ describe.runIf(postgresTarget)('round trips to Postgres per delivery', () => {
     expect((await deliver('rt-1')).kind).toBe('processed');
     const sent = pool.reset();
     expect(sent).toHaveLength(3);
-    // Folded statements are `execute "wi_fold:<schema>.<statement>"(…)`: PREPAREd once per
-    // connection (not counted here: not per delivery). The try-claim (src/sql/try-claim.ts)
+    // A fold is a pipeline on pg's clients (src/drivers/pipeline.ts), recorded here as the text
+    // fold would read: `execute wi_pipe:<schema>.<statement>(<its values>)`, each statement parsed
+    // in the first pipeline that needs it (not per delivery). The try-claim (src/sql/try-claim.ts)
     // took the id's advisory lock and read no row, so the claim function is not called; the
     // row is inserted once, with its result, on COMMIT.
     expect(sent[0]).toMatch(
-      /^begin isolation level read; execute "wi_fold:[^"]+\.try_id_lock"\('default', 'rt-1'\); execute "wi_fold:[^"]+\.try_claim"\('default', 'rt-1'\); savepoint wi_apply$/,
+      /^begin isolation level read; execute wi_pipe:[^(]+\.try_id_lock\('default', 'rt-1'\); execute wi_pipe:[^(]+\.try_claim\('default', 'rt-1'\); savepoint wi_apply$/,
     );
-    expect(sent[2]).toMatch(/^execute "wi_fold:[^"]+\.record_applied"\('default', 'rt-1', .*; commit$/);
+    expect(sent[2]).toMatch(/^execute wi_pipe:[^(]+\.record_applied\('default', 'rt-1', .*; commit$/);
     expect(await inbox.event('rt-1')).toMatchObject({ status: 'processed', result: { ok: true } });
   });
 
@@ -58,7 +59,7 @@ describe.runIf(postgresTarget)('round trips to Postgres per delivery', () => {
     expect((await deliver('rt-2')).kind).toBe('processed');
     const sent = pool.reset();
     expect(sent).toHaveLength(3);
-    expect(sent[2]).toMatch(/^execute "wi_fold:[^"]+\.record_applied"\('default', 'rt-2', .*; commit$/);
+    expect(sent[2]).toMatch(/^execute wi_pipe:[^(]+\.record_applied\('default', 'rt-2', .*; commit$/);
     expect(await inbox.event('rt-2')).toMatchObject({ status: 'processed', result: null });
     returnResult = true;
   });
@@ -69,7 +70,7 @@ describe.runIf(postgresTarget)('round trips to Postgres per delivery', () => {
     expect((await deliver('rt-o0', { 'x-key': 'k0', 'x-seq': '1' })).kind).toBe('processed');
     const sent = pool.reset();
     expect(sent).toHaveLength(3);
-    expect(sent[2]).toMatch(/^execute "wi_fold:[^"]+\.record_applied"\('default', 'rt-o0', 'k0',.*; commit$/);
+    expect(sent[2]).toMatch(/^execute wi_pipe:[^(]+\.record_applied\('default', 'rt-o0', 'k0',.*; commit$/);
     expect(await inbox.event('rt-o0')).toMatchObject({
       status: 'processed',
       key: 'k0',
@@ -99,7 +100,7 @@ describe.runIf(postgresTarget)('round trips to Postgres per delivery', () => {
     const outcome = await duplicateOf('rt-1');
     expect(outcome).toMatchObject({ kind: 'duplicate', body: { result: { ok: true } } });
     expect(pool.reset()).toEqual([
-      expect.stringMatching(/^begin .*; execute "wi_fold:[^"]+\.try_claim"/),
+      expect.stringMatching(/^begin .*; execute wi_pipe:[^(]+\.try_claim/),
       'commit',
     ]);
     // Duplicates of events the other processed keep coming (none is in this one's memory):
@@ -136,8 +137,8 @@ describe.runIf(postgresTarget)('round trips to Postgres per delivery', () => {
     expect(sent).toHaveLength(3);
     // The claim moved the cursor and wrote no row (the key row's lock holds the seq); the row
     // is inserted once, with its key, seq and result, on COMMIT.
-    expect(sent[0]).toMatch(/^begin isolation level read; execute "wi_fold:[^"]+\.claim"\(/);
-    expect(sent[2]).toMatch(/^execute "wi_fold:[^"]+\.record_applied"\('default', 'rt-o1', 'k',.*; commit$/);
+    expect(sent[0]).toMatch(/^begin isolation level read; execute wi_pipe:[^(]+\.claim\(/);
+    expect(sent[2]).toMatch(/^execute wi_pipe:[^(]+\.record_applied\('default', 'rt-o1', 'k',.*; commit$/);
     expect(await inbox.event('rt-o1')).toMatchObject({
       status: 'processed',
       key: 'k',
@@ -166,9 +167,9 @@ describe.runIf(postgresTarget)('round trips to Postgres per delivery', () => {
     expect(outcome.status).toBe(500);
     const sent = pool.reset();
     expect(sent).toHaveLength(3);
-    expect(sent[0]).toMatch(/^begin .*; execute "wi_fold:[^"]+\.try_claim".*; savepoint wi_apply$/);
+    expect(sent[0]).toMatch(/^begin .*; execute wi_pipe:[^(]+\.try_claim.*; savepoint wi_apply$/);
     expect(sent[2]).toMatch(
-      /^rollback to savepoint wi_apply; execute "wi_fold:[^"]+"\(.*; execute "wi_fold:[^"]+\.fail"\(.*; commit$/,
+      /^rollback to savepoint wi_apply; execute wi_pipe:[^(]+\(.*; execute wi_pipe:[^(]+\.fail\(.*; commit$/,
     );
     expect(await failing.event('rt-fail')).toMatchObject({ status: 'pending', attempts: 1 });
     await failing.close();
@@ -179,10 +180,10 @@ describe.runIf(postgresTarget)('round trips to Postgres per delivery', () => {
     expect((await deliver('rt-fail')).kind).toBe('processed');
     const sent = pool.reset();
     expect(sent).toHaveLength(4);
-    expect(sent[0]).toMatch(/^begin .*; execute "wi_fold:[^"]+\.try_claim".*; savepoint wi_apply$/);
+    expect(sent[0]).toMatch(/^begin .*; execute wi_pipe:[^(]+\.try_claim.*; savepoint wi_apply$/);
     // The claim decides (it applies the waiting row), and a savepoint taken after it is what a
     // failed run would roll back to: the claim's locks stay.
-    expect(sent[1]).toMatch(/^execute "wi_fold:[^"]+\.claim"\('default', 'rt-fail', .*; savepoint wi_apply$/);
+    expect(sent[1]).toMatch(/^execute wi_pipe:[^(]+\.claim\('default', 'rt-fail', .*; savepoint wi_apply$/);
     expect(sent[3]).toMatch(/; commit$/);
     expect(await inbox.event('rt-fail')).toMatchObject({
       status: 'processed',
@@ -208,23 +209,23 @@ describe.runIf(postgresTarget)('round trips to Postgres per delivery', () => {
     // The three handlers' statements + 2 + k (2 drained) = 7, in one transaction.
     expect(sent).toEqual([
       expect.stringMatching(
-        /^begin isolation level read; execute "wi_fold:[^"]+\.claim"\('default', 'rt-d1', .*; savepoint wi_apply$/,
+        /^begin isolation level read; execute wi_pipe:[^(]+\.claim\('default', 'rt-d1', .*; savepoint wi_apply$/,
       ),
       'select 1 as "one"',
       // The gap-filler's row with its result rides on the take of the next seq (which does not
       // wait: the claim holds the key row), and that event's savepoint follows it.
       expect.stringMatching(
-        /^execute "wi_fold:[^"]+\.record_applied"\('default', 'rt-d1', .*; execute "wi_fold:[^"]+\.take_next"\('default', 'kd', .*; savepoint wi_apply$/,
+        /^execute wi_pipe:[^(]+\.record_applied\('default', 'rt-d1', .*; execute wi_pipe:[^(]+\.take_next\('default', 'kd', .*; savepoint wi_apply$/,
       ),
       'select 1 as "one"',
       // The take locked the row and left it held; one UPDATE marks it processed with its
       // result (src/sql/mark-applied.ts).
       expect.stringMatching(
-        /^execute "wi_fold:[^"]+\.mark_applied"\('default', 'rt-d2', .*; execute "wi_fold:[^"]+\.take_next"\('default', 'kd', .*; savepoint wi_apply$/,
+        /^execute wi_pipe:[^(]+\.mark_applied\('default', 'rt-d2', .*; execute wi_pipe:[^(]+\.take_next\('default', 'kd', .*; savepoint wi_apply$/,
       ),
       'select 1 as "one"',
       // take_next said no seq 4 waits: COMMIT, and no drain after the response.
-      expect.stringMatching(/^execute "wi_fold:[^"]+\.mark_applied"\('default', 'rt-d3', .*; commit$/),
+      expect.stringMatching(/^execute wi_pipe:[^(]+\.mark_applied\('default', 'rt-d3', .*; commit$/),
     ]);
     await inbox.idle();
     expect(pool.reset()).toEqual([]);
@@ -496,7 +497,7 @@ describe.runIf(postgresTarget)('round trips of a worker applying a batch of pend
     // that found nothing (for a NOTIFY that came late).
     expect(sent.slice(0, 2)).toEqual([
       'select 1 as "one"',
-      expect.stringMatching(/^execute "wi_fold:[^"]+\.mark_applied"\('default', 'gate-.*; commit$/),
+      expect.stringMatching(/^execute wi_pipe:[^(]+\.mark_applied\('default', 'gate-.*; commit$/),
     ]);
     return sent.slice(2, 9);
   }
@@ -515,10 +516,10 @@ describe.runIf(postgresTarget)('round trips of a worker applying a batch of pend
     expect(start).toBeLessThanOrEqual(3);
     expect(sent.slice(start, start + 3)).toEqual([
       expect.stringMatching(
-        /^begin isolation level read; execute "wi_fold:[^"]+\.take_pending"\(.*; savepoint wi_apply$/,
+        /^begin isolation level read; execute wi_pipe:[^(]+\.take_pending\(.*; savepoint wi_apply$/,
       ),
       'select 1 as "one"',
-      expect.stringMatching(/^execute "wi_fold:[^"]+\.mark_applied"\('default', 'gate-single', .*; commit$/),
+      expect.stringMatching(/^execute wi_pipe:[^(]+\.mark_applied\('default', 'gate-single', .*; commit$/),
     ]);
     expect(sent.length).toBeLessThanOrEqual(start + 5); // + that take and its COMMIT
     expect(await worker.event('gate-single')).toMatchObject({
@@ -533,14 +534,14 @@ describe.runIf(postgresTarget)('round trips of a worker applying a batch of pend
     // 3 × (the handler's 1 + 1) + 1 = 7: per event the handler's + 1 + 1/3.
     expect(batch).toEqual([
       expect.stringMatching(
-        /^begin isolation level read; execute "wi_fold:[^"]+\.take_pending"\(.*; savepoint wi_apply$/,
+        /^begin isolation level read; execute wi_pipe:[^(]+\.take_pending\(.*; savepoint wi_apply$/,
       ),
       'select 1 as "one"',
-      expect.stringMatching(/^execute "wi_fold:[^"]+\.mark_applied"\(.*; savepoint wi_apply$/),
+      expect.stringMatching(/^execute wi_pipe:[^(]+\.mark_applied\(.*; savepoint wi_apply$/),
       'select 1 as "one"',
-      expect.stringMatching(/^execute "wi_fold:[^"]+\.mark_applied"\(.*; savepoint wi_apply$/),
+      expect.stringMatching(/^execute wi_pipe:[^(]+\.mark_applied\(.*; savepoint wi_apply$/),
       'select 1 as "one"',
-      expect.stringMatching(/^execute "wi_fold:[^"]+\.mark_applied"\(.*; commit$/),
+      expect.stringMatching(/^execute wi_pipe:[^(]+\.mark_applied\(.*; commit$/),
     ]);
     for (const id of ['rtb-1', 'rtb-2', 'rtb-3'])
       expect(await worker.event(id)).toMatchObject({ status: 'processed', result: { ok: true } });
@@ -550,15 +551,15 @@ describe.runIf(postgresTarget)('round trips of a worker applying a batch of pend
     failing.add('rtf-2');
     const batch = await batchOfThree(['rtf-1', 'rtf-2', 'rtf-3']);
     expect(batch).toEqual([
-      expect.stringMatching(/^begin .*; execute "wi_fold:[^"]+\.take_pending"\(.*; savepoint wi_apply$/),
+      expect.stringMatching(/^begin .*; execute wi_pipe:[^(]+\.take_pending\(.*; savepoint wi_apply$/),
       'select 1 as "one"',
-      expect.stringMatching(/^execute "wi_fold:[^"]+\.mark_applied"\(.*; savepoint wi_apply$/),
+      expect.stringMatching(/^execute wi_pipe:[^(]+\.mark_applied\(.*; savepoint wi_apply$/),
       'select 1 as "one"',
       expect.stringMatching(
-        /^rollback to savepoint wi_apply; execute "wi_fold:[^"]+"\(.*; execute "wi_fold:[^"]+\.fail"\(.*; savepoint wi_apply$/,
+        /^rollback to savepoint wi_apply; execute wi_pipe:[^(]+\(.*; execute wi_pipe:[^(]+\.fail\(.*; savepoint wi_apply$/,
       ),
       'select 1 as "one"',
-      expect.stringMatching(/^execute "wi_fold:[^"]+\.mark_applied"\(.*; commit$/),
+      expect.stringMatching(/^execute wi_pipe:[^(]+\.mark_applied\(.*; commit$/),
     ]);
     expect(await worker.event('rtf-1')).toMatchObject({ status: 'processed' });
     expect(await worker.event('rtf-2')).toMatchObject({ status: 'pending', attempts: 1 });

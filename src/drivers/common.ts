@@ -31,6 +31,12 @@ export interface StatementEntry {
    * PREPARE does not take (ROLLBACK TO SAVEPOINT): it folds as text.
    */
   readonly prepared: string | undefined;
+  /**
+   * The name it is parsed under on the extended protocol when folds are pipelined
+   * (src/drivers/pipeline.ts): distinct from `prepared` and from `name`, so that a session
+   * never meets one of ours under another's name.
+   */
+  readonly pipelined: string;
 }
 
 /**
@@ -49,11 +55,29 @@ const PREPARABLE = /^\s*(select|insert|update|delete|with|values)\b/i;
  * statement's name and a hash of its text.
  */
 function preparedName(name: string, text: string): string {
-  const readable = `wi_fold:${name.replace(/^wi:/, '')}`;
-  if (Buffer.byteLength(readable) <= 63) return `"${readable.replace(/"/g, '""')}"`;
-  const short = (name.split('.').pop() ?? name).replace(/[^a-z0-9_]/gi, '_').slice(-24);
-  return `wi_fold_${short}_${createHash('sha256').update(text).digest('hex').slice(0, 16)}`;
+  const readable = shortName('wi_fold', name, text);
+  return readable.startsWith('wi_fold:') ? `"${readable.replace(/"/g, '""')}"` : readable;
 }
+
+/** `<prefix>:<schema>.<statement>`, or past 63 bytes, `<prefix>_<statement>_<hash of its text>`. */
+function shortName(prefix: string, name: string, text: string): string {
+  const readable = `${prefix}:${name.replace(/^wi:/, '')}`;
+  if (Buffer.byteLength(readable) <= 63) return readable;
+  const short = (name.split('.').pop() ?? name).replace(/[^a-z0-9_]/gi, '_').slice(-24);
+  return `${prefix}_${short}_${createHash('sha256').update(text).digest('hex').slice(0, 16)}`;
+}
+
+/** The protocol name of a fold's text that is not a registered statement (BEGIN, SAVEPOINT, COMMIT). */
+export function pipelinedTextName(text: string): string {
+  let name = textNames.get(text);
+  if (name === undefined) {
+    name = `wi_pipe_${createHash('sha256').update(text).digest('hex').slice(0, 24)}`;
+    // A handful of texts (BEGIN's variants, SAVEPOINT, COMMIT); a bound keeps a misuse from growing it.
+    if (textNames.size < 100) textNames.set(text, name);
+  }
+  return name;
+}
+const textNames = new Map<string, string>();
 
 export class StatementNames {
   readonly #entries = new Map<string, StatementEntry>();
@@ -64,6 +88,7 @@ export class StatementNames {
       then,
       first,
       prepared: PREPARABLE.test(text) ? preparedName(name, text) : undefined,
+      pipelined: shortName('wi_pipe', name, text),
     });
     return text;
   }

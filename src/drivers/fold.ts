@@ -1,23 +1,26 @@
 /**
  * Folding, shared by our two drivers (src/drivers/pg.ts, src/drivers/pglite.ts): BEGIN is not
  * sent on its own. It waits for the transaction's first statement and, when that is one
- * registered `after-begin` (the claim, the take statements), both go as one simple-protocol
- * query: `begin; select * from claim('…', …)`. A statement registered `before-commit` (the
+ * registered `after-begin` (the claim, the take statements), both go in one round trip: as a
+ * pipeline on node-postgres's own clients (src/drivers/pipeline.ts: a Bind and an Execute of
+ * each, one Sync, the values bound as parameters), elsewhere as one simple-protocol query of
+ * text (`begin; execute <prepared>('…', …)`). A statement registered `before-commit` (the
  * stored result) is held back and sent with COMMIT. A new event then costs what a bare
  * transaction costs: BEGIN+claim, the handler's statements, result+COMMIT. A statement may
  * name one to send right after it (`then`: the SAVEPOINT after a take). Held-back statements
  * ride likewise on the next registered statement, when one comes before COMMIT (a batch of
  * events: the next event's SAVEPOINT carries the last result).
  *
- * What a fold saves differs by driver: a network round trip on pg (node-postgres has no
- * pipelining); on PGlite, a call into the embedded database, whose fixed cost (the protocol
- * written and read in JavaScript, the step into WebAssembly) measured 50–90 µs, more than
- * most of our statements' own work.
+ * What a fold saves differs by driver: a network round trip on pg; on PGlite, a call into the
+ * embedded database, whose fixed cost (the protocol written and read in JavaScript, the step
+ * into WebAssembly) measured 50–90 µs, more than most of our statements' own work.
  *
- * The simple protocol takes no parameters, so the values are written as literals by pg's own
- * `escapeLiteral` (bytea as hex, JSON as text), never concatenated by hand; a value too large
- * to be worth it (over `MAX_FOLDED_CHARS`) travels as a parameter instead, with BEGIN sent
- * first. A transaction that sends nothing sends neither BEGIN nor COMMIT.
+ * Folded as text (PGlite; a pg-shaped wrapper, which node-postgres's query objects cannot be
+ * trusted to pass through), the simple protocol takes no parameters, so the values are written
+ * as literals by pg's own `escapeLiteral` (bytea as hex, JSON as text), never concatenated by
+ * hand; a value too large to be worth it (over `MAX_FOLDED_CHARS`) travels as a parameter
+ * instead, with BEGIN sent first. A pipeline binds every value as a parameter, whatever its
+ * size. A transaction that sends nothing sends neither BEGIN nor COMMIT.
  *
  * An `after-begin` statement sent outside a transaction is a transaction of its own (deferred
  * mode's claim): `SET TRANSACTION` rides on it, and PostgreSQL runs the two as one implicit
@@ -32,9 +35,10 @@ import { beginStatement, type StatementEntry, type StatementNames } from './comm
  * connection object: pg's pooled client, the PGlite instance), or 'inline' when folds on it
  * carry the statement's text.
  *
- * A folded statement travels on the simple protocol, where Postgres parses, analyses and plans
- * its text every time; `execute <prepared>(literals)` skips all of that (bench/postgres-cost.ts
- * measures the difference; on PGlite, where the parse runs in WebAssembly, it is larger). The
+ * Folded as text, a statement travels on the simple protocol, where Postgres parses, analyses
+ * and plans its text every time; `execute <prepared>(literals)` skips all of that
+ * (bench/postgres-cost.ts measures the difference; on PGlite, where the parse runs in
+ * WebAssembly, it is larger). The
  * statements are prepared in one round trip before the session's first fold: once per
  * connection, never per delivery. A session whose PREPARE failed, or whose statements were
  * deallocated behind our back (DISCARD ALL; a pooler that swaps backends), folds text from then
@@ -131,6 +135,19 @@ function placeholderSplit(sql: string): Array<string | number> {
   return parts;
 }
 
+/** A statement of a pipeline as a driver gets it: its protocol name (registered ones), text and values. */
+export interface PipelinePart {
+  readonly name: string | undefined;
+  readonly text: string;
+  readonly values: readonly unknown[];
+}
+
+/**
+ * A part of a fold: a registered statement with its parameters, or text without parameters
+ * (BEGIN, SAVEPOINT, COMMIT).
+ */
+type Part = string | { compiled: CompiledQuery; entry: StatementEntry | undefined };
+
 /**
  * A connection that folds. A driver gives it the two ways it has of sending: `simpleAll` (text
  * on the simple protocol, several statements, the result of each) and `send` (one statement
@@ -160,6 +177,13 @@ export abstract class FoldingConnection implements DatabaseConnection {
 
   /** Text on the simple protocol (no values): several statements; the result of each, in order. */
   protected abstract simpleAll<R>(text: string): Promise<QueryResult<R>[]>;
+
+  /**
+   * Several statements on the extended protocol in one round trip (src/drivers/pipeline.ts),
+   * where the driver can: then folds bind their values instead of writing them as literals.
+   * Undefined where it cannot (PGlite, a pg-shaped wrapper): folds are text.
+   */
+  protected pipeline: (<R>(parts: ReadonlyArray<PipelinePart>) => Promise<QueryResult<R>[]>) | undefined;
 
   /** Text on the simple protocol: the result of its `fromEnd`th last statement. */
   protected async simple<R>(text: string, fromEnd = 1): Promise<QueryResult<R>> {
@@ -234,7 +258,13 @@ export abstract class FoldingConnection implements DatabaseConnection {
     then: string | undefined,
   ): Promise<QueryResult<R> | undefined> {
     const prepared = preparedOn.get(this.session);
-    if (entry.prepared && !this.folds.textOnly && prepared !== 'inline' && !prepared?.has(entry.prepared))
+    if (
+      (!this.pipeline || begin === ALONE_READ_COMMITTED) &&
+      entry.prepared &&
+      !this.folds.textOnly &&
+      prepared !== 'inline' &&
+      !prepared?.has(entry.prepared)
+    )
       await this.#prepareFolds();
     try {
       return await this.#fold<R>([begin], compiled, entry, then);
@@ -254,26 +284,47 @@ export abstract class FoldingConnection implements DatabaseConnection {
    * joined into each. Undefined when a value cannot be folded (the caller sends each).
    */
   #fold<R>(
-    before: readonly string[],
+    before: readonly Part[],
     compiled: CompiledQuery,
     entry: StatementEntry,
     then: string | undefined,
   ): Promise<QueryResult<R>> | undefined {
-    const texts = [...before];
-    if (entry.first !== undefined) {
-      const first = this.foldText({ ...compiled, sql: entry.first }, this.names.get(entry.first));
-      if (first === undefined) return undefined;
-      texts.push(first);
-    }
-    const folded = this.foldText(compiled, entry);
-    if (folded === undefined) return undefined;
-    texts.push(folded);
-    if (then) texts.push(then);
-    return this.#simpleFolded<R>(texts.join('; ')).then((results) => {
+    const parts: Part[] = [...before];
+    if (entry.first !== undefined)
+      parts.push({ compiled: { ...compiled, sql: entry.first }, entry: this.names.get(entry.first) });
+    parts.push({ compiled, entry });
+    if (then) parts.push(then);
+    return this.#sendParts<R>(parts)?.then((results) => {
       const at = results.length - (then ? 2 : 1);
       const result = results[at] ?? { rows: [] };
       return entry.first === undefined ? result : joinFirst(results[at - 1], result);
     });
+  }
+
+  /**
+   * Parts in one round trip: pipelined where the driver can, else as one simple query of folded
+   * text. Undefined when a value cannot be folded into text (the caller sends each).
+   */
+  #sendParts<R>(parts: readonly Part[]): Promise<QueryResult<R>[]> | undefined {
+    // A statement alone (#alone) is its own transaction: the implicit transaction block of a
+    // simple query, which SET TRANSACTION sets. Statements pipelined without BEGIN are not such
+    // a block (PostgreSQL warns that SET TRANSACTION is outside one), so it travels as text.
+    if (this.pipeline && parts[0] !== ALONE_READ_COMMITTED) {
+      return this.pipeline<R>(
+        parts.map((part) =>
+          typeof part === 'string'
+            ? { text: part, name: undefined, values: [] }
+            : { text: part.compiled.sql, name: part.entry?.pipelined, values: part.compiled.parameters },
+        ),
+      );
+    }
+    const texts: string[] = [];
+    for (const part of parts) {
+      const text = typeof part === 'string' ? part : this.foldText(part.compiled, part.entry);
+      if (text === undefined) return undefined;
+      texts.push(text);
+    }
+    return this.#simpleFolded<R>(texts.join('; '));
   }
 
   /** A registered statement's `first`, the statement and its `then`, each in a round trip of its own. */
@@ -303,22 +354,24 @@ export abstract class FoldingConnection implements DatabaseConnection {
     // Nothing was sent in this transaction: nothing to open or close (a held-back statement
     // needs one before it, so there is none either).
     if (begin !== undefined && tails.length === 0) return Promise.resolve();
-    const folded = tails.map((tail) => this.foldText(tail, this.names.get(tail.sql)));
     // The common case, without an async layer of ours: the held-back statements and COMMIT.
-    if (begin === undefined && folded.every((text) => text !== undefined))
-      return this.#simpleFolded([...folded, 'commit'].join('; ')).then(nothing);
-    return this.#commitEach(begin, tails, folded);
+    if (begin === undefined) {
+      const sent = this.#sendParts([...this.#partsOf(tails), 'commit']);
+      if (sent) return sent.then(nothing);
+    }
+    return this.#commitEach(begin, tails);
+  }
+
+  #partsOf(tails: readonly CompiledQuery[]): Part[] {
+    return tails.map((tail) => ({ compiled: tail, entry: this.names.get(tail.sql) }));
   }
 
   /** COMMIT after a BEGIN not sent yet, or held-back statements that cannot be folded. */
-  async #commitEach(
-    begin: string | undefined,
-    tails: readonly CompiledQuery[],
-    folded: ReadonlyArray<string | undefined>,
-  ): Promise<void> {
+  async #commitEach(begin: string | undefined, tails: readonly CompiledQuery[]): Promise<void> {
     if (begin !== undefined) await this.simple(begin);
-    if (folded.every((text) => text !== undefined)) {
-      await this.#simpleFolded([...folded, 'commit'].join('; '));
+    const sent = this.#sendParts([...this.#partsOf(tails), 'commit']);
+    if (sent) {
+      await sent;
       return;
     }
     for (const tail of tails) await this.send(tail, this.names.get(tail.sql));
@@ -408,13 +461,7 @@ export abstract class FoldingConnection implements DatabaseConnection {
    * registered one's rows. Undefined when a value cannot be folded (the caller sends each).
    */
   async #foldOnTails<R>(compiled: CompiledQuery, entry: StatementEntry): Promise<QueryResult<R> | undefined> {
-    const texts: string[] = [];
-    for (const tail of this.#tails) {
-      const text = this.foldText(tail, this.names.get(tail.sql));
-      if (text === undefined) return undefined;
-      texts.push(text);
-    }
-    const folded = await this.#fold<R>(texts, compiled, entry, entry.then);
+    const folded = await this.#fold<R>(this.#partsOf(this.#tails), compiled, entry, entry.then);
     if (folded) this.#tails = [];
     return folded;
   }

@@ -3,14 +3,17 @@
  *
  * - Hot-path statements are named prepared statements (see `StatementNames`).
  * - Folding (src/drivers/fold.ts): BEGIN rides on the claim, the stored result on COMMIT, so
- *   that a new event costs the round trips of a bare transaction. A folded statement is an
- *   `EXECUTE` of a statement PREPAREd once per connection (src/drivers/fold.ts).
+ *   that a new event costs the round trips of a bare transaction. On node-postgres's own
+ *   clients a fold is a pipeline (src/drivers/pipeline.ts), its values bound as parameters; on a
+ *   pg-shaped wrapper it is simple-protocol text, an `EXECUTE` of a statement PREPAREd once per
+ *   connection.
  */
 
 import type { CompiledQuery, DatabaseConnection, Driver, QueryResult, TransactionSettings } from 'kysely';
 import pg from 'pg';
-import { boundedWait, type StatementEntry, type StatementNames } from './common.js';
-import { FoldingConnection, type FoldState } from './fold.js';
+import { boundedWait, pipelinedTextName, type StatementEntry, type StatementNames } from './common.js';
+import { FoldingConnection, type FoldState, type PipelinePart } from './fold.js';
+import { forgetParsed, type PipelineResult, runPipeline } from './pipeline.js';
 import type { PgClientLike, PgPoolLike } from './shapes.js';
 
 const MUTATING = new Set(['INSERT', 'UPDATE', 'DELETE', 'MERGE']);
@@ -39,6 +42,7 @@ class PgConnection extends FoldingConnection {
     // The pool's client object outlives this connection: its prepared statements are remembered on it.
     super(names, client, folds);
     this.#acceptsArguments = client instanceof pg.Client;
+    if (this.#acceptsArguments) this.pipeline = this.#pipeline;
     client.on?.('error', this.onError);
     // Once per client, for good: a client released as broken is ended by the pool without its
     // idle listener, and a server shutting down (57P01) can still report on it while it ends.
@@ -58,6 +62,29 @@ class PgConnection extends FoldingConnection {
       firstResult<R>,
     );
   }
+
+  readonly #pipeline = <R>(parts: ReadonlyArray<PipelinePart>): Promise<QueryResult<R>[]> => {
+    const steps = parts.map((part) => ({
+      name: part.name ?? pipelinedTextName(part.text),
+      text: part.text,
+      values: part.values,
+    }));
+    let sent: Promise<PipelineResult[]>;
+    try {
+      sent = runPipeline(this.client as unknown as pg.ClientBase, steps);
+    } catch (err) {
+      return Promise.reject(this.#failed(err));
+    }
+    return sent.then(
+      (results) => results.map((result) => resultOf(result as PgResult<R>)),
+      (err) => {
+        // A statement of ours is gone (DISCARD ALL, a pooler that swapped backends): the next
+        // pipeline parses each again.
+        if ((err as { code?: unknown })?.code === '26000') forgetParsed(this.client);
+        throw this.#failed(err);
+      },
+    );
+  };
 
   protected simpleAll<R>(text: string): Promise<QueryResult<R>[]> {
     return this.#query({ text }, allResults<R>);

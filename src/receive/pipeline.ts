@@ -58,11 +58,15 @@
  *     SAVEPOINT + the event waiting again + `fail`] ride on the next SAVEPOINT (or COMMIT) in
  *     its result's place, at the same count.
  * - shed (maxInFlight, maxPending): 0, answered before touching the database.
- * Values too large to write as literals (over 64 KiB, e.g. a big held payload, or a new
- * event's payload kept with `keepPayload`) travel as parameters instead: BEGIN (or COMMIT)
- * then goes alone, one round trip more (a deferred claim: BEGIN, claim, COMMIT = 3). Once in
- * each connection's life (not per delivery), one round trip PREPAREs the folded statements
- * (src/drivers/pg.ts).
+ * On a pg pool the folds are pipelines (src/drivers/pipeline.ts): their values are bound as
+ * parameters, whatever their size, and each statement is parsed in the first pipeline that
+ * needs it, on no round trip of its own. Folded as text (PGlite, a pg-shaped wrapper), values
+ * too large to write as literals (over 64 KiB, e.g. a big held payload, or a new event's
+ * payload kept with `keepPayload`) travel as parameters instead: BEGIN (or COMMIT) then goes
+ * alone, one round trip more; and once in each connection's life (not per delivery), one round
+ * trip PREPAREs the folded statements. A deferred claim alone is text on every driver (its
+ * SET TRANSACTION needs the simple protocol's implicit transaction): over 64 KiB it is BEGIN,
+ * claim, COMMIT = 3.
  * On PGlite the same folds hold, counted as calls into the embedded database (each has a fixed
  * cost of its own; src/drivers/fold.ts).
  */

@@ -19,33 +19,80 @@ export function onePerClient(
   };
 }
 
+/** A pipeline's step as text: `execute wi_pipe:<schema>.<statement>('value', …)`, or its text. */
+function stepText(step: { name: string; text: string; values: readonly unknown[] }): string {
+  if (step.values.length === 0) return step.text;
+  const literal = (value: unknown) =>
+    value === null || value === undefined
+      ? 'null'
+      : typeof value === 'string'
+        ? pg.escapeLiteral(value)
+        : Buffer.isBuffer(value)
+          ? `'\\x${value.toString('hex')}'::bytea`
+          : String(value);
+  return `execute ${step.name}(${step.values.map(literal).join(', ')})`;
+}
+
+/**
+ * How a CountingPool hands out its connections. `pipelined`: node-postgres's own client (its
+ * `query` counted in place), on which the driver sends folds as pipelines
+ * (src/drivers/pipeline.ts), as it does on any pg.Pool. `text`: a pg-shaped wrapper, on which it
+ * folds them as simple-protocol text (src/drivers/fold.ts), as on any pool it cannot trust with
+ * node-postgres's submittable queries.
+ */
+export type FoldPath = 'pipelined' | 'text';
+
 /** A pg.Pool that counts the statements sent to Postgres: round trips, as the inbox pays them. */
 export class CountingPool implements PgPoolLike {
   readonly pool: pg.Pool;
   readonly statements: string[] = [];
-  constructor(connectionString: string) {
+  constructor(
+    connectionString: string,
+    readonly path: FoldPath = 'pipelined',
+  ) {
     this.pool = new pg.Pool({ connectionString, max: 10 });
     this.pool.on('error', () => {});
   }
-  readonly #wrapper = onePerClient((client) => this.#wrap(client));
+  readonly #wrapper = onePerClient((client) =>
+    this.path === 'text' ? this.#wrap(client) : this.#count(client),
+  );
   async connect(): Promise<PgClientLike> {
     return this.#wrapper(await this.pool.connect());
   }
+  /** One entry per round trip; a folded one keeps each part's start (`begin; execute … claim(…)`). */
+  #record(text: string): void {
+    this.statements.push(
+      text
+        .split(';')
+        .map((part) => part.trim().split(/\s+/).slice(0, 4).join(' '))
+        .filter(Boolean)
+        .join('; '),
+    );
+  }
+  /** The client itself, its `query` counting each call: a pipeline as its statements' names and texts. */
+  #count(client: pg.PoolClient): PgClientLike {
+    const query = client.query.bind(client) as (...args: unknown[]) => unknown;
+    const record = (text: string) => this.#record(text);
+    (client as { query: unknown }).query = (config: any, ...rest: unknown[]) => {
+      // A connection's PREPAREs (folds as text of a statement alone) go once in its life: not counted.
+      if (typeof config === 'string') {
+        if (!config.startsWith('prepare ')) record(config);
+      } else if (Array.isArray(config?.steps))
+        // A pipeline: written as the text fold would be, each registered statement as
+        // `execute <its name>(<its values>)`, the rest (BEGIN, SAVEPOINT, COMMIT) as text.
+        record(config.steps.map(stepText).join('; '));
+      else if (!config.text.startsWith('prepare ')) record(config.text);
+      return query(config, ...rest);
+    };
+    return client as PgClientLike;
+  }
   #wrap(client: pg.PoolClient): PgClientLike {
-    const statements = this.statements;
+    const record = (text: string) => this.#record(text);
     return {
       query(config) {
         // A connection's PREPAREs of the folding statements (src/drivers/pg.ts) go once in its
         // life, not per delivery: not counted.
-        if (config.text.startsWith('prepare ')) return client.query(config as pg.QueryConfig) as any;
-        // One entry per round trip; a folded one (`begin; select … claim(…)`) keeps each part's start.
-        statements.push(
-          config.text
-            .split(';')
-            .map((part) => part.trim().split(/\s+/).slice(0, 4).join(' '))
-            .filter(Boolean)
-            .join('; '),
-        );
+        if (!config.text.startsWith('prepare ')) record(config.text);
         return client.query(config as pg.QueryConfig) as any;
       },
       release: (err) => client.release(err as any),

@@ -99,13 +99,13 @@ export class GatedPool implements PgPoolLike {
 }
 
 /**
- * Resolves true once some session's current statement containing `text` waits for a lock, or
- * false if `unless` settles first (the statement finished without waiting). Polls
- * pg_stat_activity: a lock wait is not an event a client can subscribe to.
+ * Resolves true once some session's current statement containing `text` (or any of the texts)
+ * waits for a lock, or false if `unless` settles first (the statement finished without waiting).
+ * Polls pg_stat_activity: a lock wait is not an event a client can subscribe to.
  */
 export async function blockedOnLock(
   db: pg.Pool,
-  text: string,
+  text: string | readonly string[],
   unless?: Promise<unknown>,
   timeoutMs = 20_000,
 ): Promise<boolean> {
@@ -122,8 +122,9 @@ export async function blockedOnLock(
   for (;;) {
     const { rows } = await db.query(
       `select 1 from pg_stat_activity
-        where wait_event_type = 'Lock' and position($1 in query) > 0 and pid <> pg_backend_pid()`,
-      [text],
+        where wait_event_type = 'Lock' and pid <> pg_backend_pid()
+          and exists (select 1 from unnest($1::text[]) as t(text) where position(t.text in query) > 0)`,
+      [typeof text === 'string' ? [text] : text],
     );
     if (rows.length > 0) return true;
     if (settled) return false;
