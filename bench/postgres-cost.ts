@@ -21,7 +21,10 @@
  * src/drivers/pg.ts writes them, and what it sent before: `inbox`, `inbox-prepared` (the claim
  * function, which takes the id's advisory lock and writes no row: `row_at_commit`) and
  * `inbox-prepared-update` (before migration 0008: the claim inserts the row, the result is an
- * UPDATE at COMMIT).
+ * UPDATE at COMMIT). `try-claim` and `ordered` send their folds as simple-protocol text
+ * (`execute <prepared>(literals)`, what the driver sends on PGlite or through a pg-shaped
+ * wrapper); `try-claim-pipelined` and `ordered-pipelined` send the same statements as the driver
+ * does on pg's own clients, pipelined (src/drivers/pipeline.ts).
  * With INSTRUCTIONS=<dir>, the cost is counted in instructions instead of CPU ticks: the same
  * count for the same statements however busy the machine is (this 2-core machine's CPU per
  * request varies up to 2× from one minute to the next). It needs a PostgreSQL started under
@@ -46,6 +49,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { sql } from 'kysely';
 import pg from 'pg';
 import { Ledger } from '../examples/ledger/ledger.js';
+import { type PipelineStep, runPipeline } from '../src/drivers/pipeline.js';
 import { createInbox } from '../src/index.js';
 import { newestDumpInstructions } from './callgrind.js';
 
@@ -76,7 +80,7 @@ const INSTRUCTIONS = process.env.INSTRUCTIONS;
 if (INSTRUCTIONS !== undefined && !existsSync(INSTRUCTIONS))
   throw new Error(`INSTRUCTIONS=${INSTRUCTIONS}: no such directory (callgrind's output directory)`);
 
-type Query = string | { text: string; values: unknown[] };
+type Query = string | { text: string; values: unknown[] } | { pipeline: PipelineStep[] };
 
 /** The handler's two statements (examples/ledger/ledger.ts), as Kysely sends them. */
 function ledgerWrite(id: string, i: number): Query[] {
@@ -99,6 +103,13 @@ const claim = (id: string) =>
 /** src/sql/record-applied.ts: the new event's row, with its result (null: none), at COMMIT. */
 const recordApplied = (id: string, result: string | null) =>
   `insert into "${inboxSchema}"."events" (source, id, body_hash, status, processed_at, result, payload, headers) values ('default', '${id}', '${HASH}', 'processed', now(), ${result === null ? 'null' : `'${result}'`}::jsonb, null, null::jsonb)`;
+/** The try-claim's statements (src/sql/try-claim.ts), PREPAREd (types given) or pipelined (types cast). */
+const TRY_LOCK = (source: string, id: string) =>
+  `select pg_try_advisory_xact_lock(hashtextextended('${inboxSchema}.|' || length(${source}) || '|' || ${source} || '|' || ${id}, 0)) as locked`;
+const READ = (source: string, id: string) =>
+  `select null::boolean as locked, now() as now, e.status, e.body_hash, e.key, e.seq, e.result, e.attempts, e.received_at, e.dead_reason from (values (1)) as one left join "${inboxSchema}"."events" e on e.source = ${source} and e.id = ${id}`;
+const RECORD_APPLIED = `insert into "${inboxSchema}"."events" (source, id, body_hash, status, processed_at, result, payload, headers) values ($1, $2, $3, 'processed', now(), $4, $5, $6)`;
+const RECORD_APPLIED_ORDERED = `insert into "${inboxSchema}"."events" (source, id, key, seq, body_hash, status, processed_at, result) values ($1, $2, $3, $4, $5, 'processed', now(), $6)`;
 const storeResult = (id: string) =>
   `update "${inboxSchema}"."events" set result = '{"balance":10}'::jsonb where source = 'default' and id = '${id}'`;
 const plainInsert = (id: string) =>
@@ -150,6 +161,32 @@ function throughTheTurnsTry(read: string, cursor: 'own' | 'cte') {
 
 /** turn-only: each key's last seq sent, across rounds. */
 const turnSeqs = new Map<string, number>();
+
+/**
+ * The try-claim's statements as the driver pipelines them on pg's clients (src/drivers/pipeline.ts):
+ * BEGIN, the try-lock, the read and SAVEPOINT in one round trip, the row and COMMIT in another;
+ * each statement parsed once per connection under a name of its own and described once.
+ */
+function pipelined(id: string, i: number): Query[] {
+  const step = (name: string, text: string, values: unknown[] = []): PipelineStep => ({ name, text, values });
+  return [
+    {
+      pipeline: [
+        step('wi_pipe_begin', BEGIN),
+        step('wi_pipe_try_lock', TRY_LOCK('$1::text', '$2::text'), ['default', id]),
+        step('wi_pipe_read', READ('$1::text', '$2::text'), ['default', id]),
+        step('wi_pipe_savepoint', 'savepoint wi_apply'),
+      ],
+    },
+    ...ledgerWrite(id, i),
+    {
+      pipeline: [
+        step('wi_pipe_record_applied', RECORD_APPLIED, ['default', id, HASH, '{"balance":10}', null, null]),
+        step('wi_pipe_commit', 'commit'),
+      ],
+    },
+  ];
+}
 
 const VARIANTS: Record<string, { what: string; queries(id: string, i: number): Query[] }> = {
   bare: {
@@ -240,6 +277,10 @@ const VARIANTS: Record<string, { what: string; queries(id: string, i: number): Q
       'commit',
     ],
   },
+  'try-claim-pipelined': {
+    what: 'try-claim as the driver pipelines it on pg: a Bind and an Execute of each statement, one Sync, at BEGIN and at COMMIT (values bound, each statement parsed and described once per connection)',
+    queries: (id, i) => pipelined(id, i),
+  },
   'try-claim': {
     what: "what the inbox sends for a new unordered event: the try-claim (src/sql/try-claim.ts), two prepared statements (the id's try-lock, then the read, its snapshot taken after the lock); SAVEPOINT; the row at COMMIT",
     queries: (id, i) => [
@@ -293,6 +334,44 @@ const VARIANTS: Record<string, { what: string; queries(id: string, i: number): Q
     queries: (id, i) => {
       const { key, seq } = roundKey(id, i);
       return claimInTurn(id, i, key, seq);
+    },
+  },
+  'ordered-pipelined': {
+    what: 'ordered, as the driver pipelines it on pg: BEGIN, the claim function and SAVEPOINT in one round trip, the row and COMMIT in another',
+    queries: (id, i) => {
+      const { key, seq } = roundKey(id, i);
+      const step = (name: string, text: string, values: unknown[] = []): PipelineStep => ({
+        name,
+        text,
+        values,
+      });
+      return [
+        {
+          pipeline: [
+            step('wi_pipe_begin', BEGIN),
+            step(
+              'wi_pipe_claim',
+              `select * from "${inboxSchema}"."claim"($1::text, $2::text, $3::text, $4::bigint, $5::text, $6::bytea, $7::jsonb, $8::boolean, $9::boolean, $10::boolean, $11::integer, $12::bigint, $13::text, $14::boolean)`,
+              ['default', id, key, seq, HASH, null, null, true, false, false, 1000, 10000, '5000ms', true],
+            ),
+            step('wi_pipe_savepoint', 'savepoint wi_apply'),
+          ],
+        },
+        ...ledgerWrite(id, i),
+        {
+          pipeline: [
+            step('wi_pipe_record_applied_ordered', RECORD_APPLIED_ORDERED, [
+              'default',
+              id,
+              key,
+              seq,
+              HASH,
+              '{"balance":10}',
+            ]),
+            step('wi_pipe_commit', 'commit'),
+          ],
+        },
+      ];
     },
   },
   'ordered-try-exists': {
@@ -367,24 +446,20 @@ async function prepared(client: pg.Client): Promise<number> {
     `prepare wi_claim (text, text, text, bigint, text, bytea, jsonb, boolean, boolean, boolean, integer, bigint, text, boolean) as select * from "${inboxSchema}"."claim"($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`,
   );
   await client.query(
-    `prepare wi_record_applied (text, text, text, jsonb, bytea, jsonb) as insert into "${inboxSchema}"."events" (source, id, body_hash, status, processed_at, result, payload, headers) values ($1, $2, $3, 'processed', now(), $4, $5, $6)`,
+    `prepare wi_record_applied (text, text, text, jsonb, bytea, jsonb) as ${RECORD_APPLIED}`,
   );
   await client.query(
-    `prepare wi_record_applied_ordered (text, text, text, bigint, text, jsonb) as insert into "${inboxSchema}"."events" (source, id, key, seq, body_hash, status, processed_at, result) values ($1, $2, $3, $4, $5, 'processed', now(), $6)`,
+    `prepare wi_record_applied_ordered (text, text, text, bigint, text, jsonb) as ${RECORD_APPLIED_ORDERED}`,
   );
   await client.query(
     `prepare wi_store_result (text, text, jsonb) as update "${inboxSchema}"."events" set result = $3 where source = $1 and id = $2`,
   );
-  await client.query(
-    `prepare wi_read (text, text) as select null::boolean as locked, now() as now, e.status, e.body_hash, e.key, e.seq, e.result, e.attempts, e.received_at, e.dead_reason from (values (1)) as one left join "${inboxSchema}"."events" e on e.source = $1 and e.id = $2`,
-  );
+  await client.query(`prepare wi_read (text, text) as ${READ('$1', '$2')}`);
   await client.query(`prepare wi_lock (text) as select pg_advisory_xact_lock(hashtextextended($1, 0))`);
   await client.query(
     `prepare wi_insert_first (text, text, text) as insert into "${inboxSchema}"."events" (source, id, body_hash, status, processed_at) values ($1, $2, $3, 'processed', now()) on conflict (source, id) do nothing returning received_at`,
   );
-  await client.query(
-    `prepare wi_try_lock (text, text) as select pg_try_advisory_xact_lock(hashtextextended('${inboxSchema}.|' || length($1) || '|' || $1 || '|' || $2, 0)) as locked`,
-  );
+  await client.query(`prepare wi_try_lock (text, text) as ${TRY_LOCK('$1', '$2')}`);
   await client.query(`create or replace function "${inboxSchema}".try_claim(p_source text, p_id text, out locked boolean, out status text, out body_hash text, out key text, out seq bigint, out result jsonb, out attempts integer, out received_at timestamptz, out dead_reason text)
     language plpgsql as $fn$
     begin
@@ -450,7 +525,9 @@ try {
     await Promise.all(
       clients.map(async (c, k) => {
         for (let i = k; i < count; i += clients.length)
-          for (const q of VARIANTS[name].queries(`${prefix}-${i}`, i)) await c.query(q as pg.QueryConfig);
+          for (const q of VARIANTS[name].queries(`${prefix}-${i}`, i))
+            if (typeof q === 'object' && 'pipeline' in q) await runPipeline(c, q.pipeline);
+            else await c.query(q as pg.QueryConfig);
       }),
     );
   };
