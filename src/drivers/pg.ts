@@ -78,8 +78,8 @@ class PgConnection extends FoldingConnection {
     return sent.then(
       (results) => results.map((result) => resultOf(result as PgResult<R>)),
       (err) => {
-        // A statement of ours is gone (DISCARD ALL, a pooler that swapped backends): the next
-        // pipeline parses each again.
+        // A statement of ours is gone (DISCARD ALL, a pooler that swapped backends): this
+        // session's pipelines parse every statement anew from now on.
         if ((err as { code?: unknown })?.code === '26000') forgetParsed(this.client);
         throw this.#failed(err);
       },

@@ -9,7 +9,8 @@
  * expressions), a Bind names a statement the session already parsed and carries its values as
  * they are: nothing to parse, no literal to write or escape, no size past which a value cannot
  * fold. Each statement is parsed once per session, under a name of its own (`Parse` inline in
- * the first pipeline that needs it), and described once: the rows of later runs are read with
+ * the first pipeline that needs it; on a session that lost them, in every pipeline: see
+ * `forgetParsed`), and described once: the rows of later runs are read with
  * the columns the first run's description gave, so PostgreSQL does not build that description
  * again for every delivery, nor node-postgres parse it.
  *
@@ -42,6 +43,11 @@ interface Columns {
 interface Session {
   /** Statement names parsed on this session (or sent to be, in a pipeline on the wire). */
   readonly parsed: Set<string>;
+  /**
+   * Set once PostgreSQL said a statement of ours does not exist: from then on each statement is
+   * parsed as the unnamed statement in every pipeline, which needs nothing to outlive it.
+   */
+  unnamed: boolean;
   /** Each described statement's columns; null for one that returns no rows. */
   readonly columns: Map<string, Columns | null>;
 }
@@ -50,11 +56,18 @@ interface Session {
 const sessions = new WeakMap<object, Session>();
 
 /**
- * Forgets what the session parsed: after PostgreSQL said a statement does not exist
- * (DISCARD ALL, a pooler that swapped backends), the next pipeline parses each again.
+ * After PostgreSQL said a statement of ours does not exist on this session (DISCARD ALL or
+ * DEALLOCATE ALL by someone else, or a pooler that hands each transaction another backend):
+ * from then on its pipelines parse every statement anew, as the unnamed statement, so that
+ * nothing depends on what the backend kept. Slower (PostgreSQL parses each statement at every
+ * delivery), never wrong; the values are still bound. Named statements parsed again would be lost
+ * again under such a pooler, and the next transaction's COMMIT could be the one to find out.
  */
 export function forgetParsed(client: object): void {
-  sessions.delete(client);
+  const session = sessions.get(client);
+  if (!session) return;
+  session.unnamed = true;
+  session.parsed.clear();
 }
 
 const { prepareValue } = (pg as unknown as { utils: { prepareValue(value: unknown): unknown } }).utils;
@@ -68,7 +81,7 @@ export function runPipeline(
 ): Promise<PipelineResult[]> {
   let session = sessions.get(client);
   if (!session) {
-    session = { parsed: new Set(), columns: new Map() };
+    session = { parsed: new Set(), columns: new Map(), unnamed: false };
     sessions.set(client, session);
   }
   const on = session;
@@ -100,13 +113,14 @@ class Pipeline {
   }
 
   submit(connection: PgConnectionMessages): Error | null {
-    const { parsed, columns } = this.session;
+    const { parsed, columns, unnamed } = this.session;
     // One write for all of them, as node-postgres does for its own extended queries.
     connection.stream.cork?.();
     try {
       for (let i = 0; i < this.steps.length; i++) {
         const step = this.steps[i] as PipelineStep;
-        if (!parsed.has(step.name)) {
+        if (unnamed) connection.parse({ name: '', text: step.text, types: [] });
+        else if (!parsed.has(step.name)) {
           // Closed first: closing a statement that does not exist is no error, and one that
           // does (a Parse whose pipeline failed after it, so it was not known to have run) would
           // make the Parse fail.
@@ -115,7 +129,11 @@ class Pipeline {
           parsed.add(step.name);
           this.#parsedHere.push(i);
         }
-        connection.bind({ statement: step.name, values: step.values, valueMapper: prepareValue });
+        connection.bind({
+          statement: unnamed ? '' : step.name,
+          values: step.values,
+          valueMapper: prepareValue,
+        });
         if (!columns.has(step.name)) {
           connection.describe({ type: 'P', name: '' });
           this.#described[i] = true;
