@@ -162,13 +162,15 @@ function throughTheTurnsTry(read: string, cursor: 'own' | 'cte') {
 /** turn-only: each key's last seq sent, across rounds. */
 const turnSeqs = new Map<string, number>();
 
+/** One statement of a pipeline (src/drivers/pipeline.ts), parsed once per connection under `name`. */
+const step = (name: string, text: string, values: unknown[] = []): PipelineStep => ({ name, text, values });
+
 /**
  * The try-claim's statements as the driver pipelines them on pg's clients (src/drivers/pipeline.ts):
  * BEGIN, the try-lock, the read and SAVEPOINT in one round trip, the row and COMMIT in another;
  * each statement parsed once per connection under a name of its own and described once.
  */
 function pipelined(id: string, i: number): Query[] {
-  const step = (name: string, text: string, values: unknown[] = []): PipelineStep => ({ name, text, values });
   return [
     {
       pipeline: [
@@ -340,11 +342,6 @@ const VARIANTS: Record<string, { what: string; queries(id: string, i: number): Q
     what: 'ordered, as the driver pipelines it on pg: BEGIN, the claim function and SAVEPOINT in one round trip, the row and COMMIT in another',
     queries: (id, i) => {
       const { key, seq } = roundKey(id, i);
-      const step = (name: string, text: string, values: unknown[] = []): PipelineStep => ({
-        name,
-        text,
-        values,
-      });
       return [
         {
           pipeline: [

@@ -78,7 +78,7 @@ const { escapeLiteral } = pg;
 const NEEDS_ESCAPING = /['\\]/;
 
 /** One value as a SQL literal, or undefined when it cannot (or should not) be folded. */
-function literal(value: unknown): string | undefined {
+export function literal(value: unknown): string | undefined {
   if (value === null || value === undefined) return 'null';
   switch (typeof value) {
     case 'boolean':
@@ -259,7 +259,7 @@ export abstract class FoldingConnection implements DatabaseConnection {
   ): Promise<QueryResult<R> | undefined> {
     const prepared = preparedOn.get(this.session);
     if (
-      (!this.pipeline || begin === ALONE_READ_COMMITTED) &&
+      !this.#pipelines(begin) &&
       entry.prepared &&
       !this.folds.textOnly &&
       prepared !== 'inline' &&
@@ -302,14 +302,21 @@ export abstract class FoldingConnection implements DatabaseConnection {
   }
 
   /**
+   * Whether a fold that starts with `first` is pipelined: wherever the driver can, but for a
+   * statement alone (#alone). That is its own transaction, the implicit transaction block of a
+   * simple query, which SET TRANSACTION sets; statements pipelined without BEGIN are not such a
+   * block (PostgreSQL warns that SET TRANSACTION is outside one), so it travels as text.
+   */
+  #pipelines(first: Part | undefined): boolean {
+    return this.pipeline !== undefined && first !== ALONE_READ_COMMITTED;
+  }
+
+  /**
    * Parts in one round trip: pipelined where the driver can, else as one simple query of folded
    * text. Undefined when a value cannot be folded into text (the caller sends each).
    */
   #sendParts<R>(parts: readonly Part[]): Promise<QueryResult<R>[]> | undefined {
-    // A statement alone (#alone) is its own transaction: the implicit transaction block of a
-    // simple query, which SET TRANSACTION sets. Statements pipelined without BEGIN are not such
-    // a block (PostgreSQL warns that SET TRANSACTION is outside one), so it travels as text.
-    if (this.pipeline && parts[0] !== ALONE_READ_COMMITTED) {
+    if (this.pipeline && this.#pipelines(parts[0])) {
       return this.pipeline<R>(
         parts.map((part) =>
           typeof part === 'string'

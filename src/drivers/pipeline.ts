@@ -95,8 +95,6 @@ class Pipeline {
   readonly #results: PipelineResult[];
   /** The step whose answer is being read. */
   #at = 0;
-  /** Steps whose portal was described in this pipeline (their columns are learnt from it). */
-  readonly #described: boolean[];
   /** Steps whose statement this pipeline parsed. */
   readonly #parsedHere: number[] = [];
   #settled = false;
@@ -109,7 +107,6 @@ class Pipeline {
     readonly reject: (err: unknown) => void,
   ) {
     this.#results = steps.map(() => ({ rows: [], command: undefined, rowCount: null }));
-    this.#described = steps.map(() => false);
   }
 
   submit(connection: PgConnectionMessages): Error | null {
@@ -134,10 +131,7 @@ class Pipeline {
           values: step.values,
           valueMapper: prepareValue,
         });
-        if (!columns.has(step.name)) {
-          connection.describe({ type: 'P', name: '' });
-          this.#described[i] = true;
-        }
+        if (!columns.has(step.name)) connection.describe({ type: 'P', name: '' });
         connection.execute({});
       }
       connection.sync();
@@ -182,10 +176,10 @@ class Pipeline {
       const count = tag[3] ?? tag[2];
       result.rowCount = count === undefined ? null : Number(count);
     }
-    // Described and no row description came: a statement without rows (NoData).
+    // Columns still unknown: it was described here, and no row description came (NoData), a
+    // statement without rows.
     const step = this.steps[this.#at] as PipelineStep;
-    if (this.#described[this.#at] && !this.session.columns.has(step.name))
-      this.session.columns.set(step.name, null);
+    if (!this.session.columns.has(step.name)) this.session.columns.set(step.name, null);
     this.#at++;
   }
 

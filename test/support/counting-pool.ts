@@ -1,4 +1,5 @@
 import pg from 'pg';
+import { literal } from '../../src/drivers/fold.js';
 import type { PgClientLike, PgPoolLike } from '../../src/index.js';
 
 /**
@@ -19,18 +20,13 @@ export function onePerClient(
   };
 }
 
-/** A pipeline's step as text: `execute wi_pipe:<schema>.<statement>('value', …)`, or its text. */
+/**
+ * A pipeline's step as text, its values written as the text fold writes them:
+ * `execute wi_pipe:<schema>.<statement>('value', …)`, or its text.
+ */
 function stepText(step: { name: string; text: string; values: readonly unknown[] }): string {
   if (step.values.length === 0) return step.text;
-  const literal = (value: unknown) =>
-    value === null || value === undefined
-      ? 'null'
-      : typeof value === 'string'
-        ? pg.escapeLiteral(value)
-        : Buffer.isBuffer(value)
-          ? `'\\x${value.toString('hex')}'::bytea`
-          : String(value);
-  return `execute ${step.name}(${step.values.map(literal).join(', ')})`;
+  return `execute ${step.name}(${step.values.map((value) => literal(value) ?? '?').join(', ')})`;
 }
 
 /**
