@@ -431,7 +431,7 @@ await kysely.schema
   .addColumn('id', 'text', (c) => c.primaryKey())
   .execute();
 // PRE_SQL: statements run once the tables exist, SCHEMA standing for the inbox's schema: the
-// price of one part of the table, e.g. PRE_SQL='drop trigger events_notify_pending on SCHEMA.events'.
+// price of one part of the table, e.g. PRE_SQL='drop index SCHEMA.events_dead'.
 if (process.env.PRE_SQL)
   await sql.raw(process.env.PRE_SQL.replaceAll('SCHEMA', `"${inboxSchema}"`)).execute(kysely);
 await inbox.close();

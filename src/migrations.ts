@@ -7,6 +7,7 @@ import { heldBound } from './migrations/0006-held-bound.js';
 import { pendingBatches } from './migrations/0007-pending-batches.js';
 import { rowAtCommit } from './migrations/0008-row-at-commit.js';
 import { markAtCommit } from './migrations/0010-mark-at-commit.js';
+import { leanEventWrites } from './migrations/0012-lean-event-writes.js';
 import type { Tables } from './sql/tables.js';
 
 /**
@@ -26,6 +27,7 @@ export const migrations: ReadonlyArray<readonly [name: string, up: (t: Tables) =
   ['0007_pending_batches', pendingBatches],
   ['0008_row_at_commit', rowAtCommit],
   ['0010_mark_at_commit', markAtCommit],
+  ['0012_lean_event_writes', leanEventWrites],
 ];
 
 /**

@@ -1,6 +1,8 @@
 import { sql } from 'kysely';
 import { describe, expect, it } from 'vitest';
 import { createInbox, migrations } from '../src/index.js';
+import { runMigrations } from '../src/migrations.js';
+import { createTables } from '../src/sql/tables.js';
 import { postgresTarget } from './support/databases.js';
 
 describe.runIf(postgresTarget)('migrations on real Postgres', () => {
@@ -25,6 +27,104 @@ describe.runIf(postgresTarget)('migrations on real Postgres', () => {
       await inboxes[0].migrate(); // again: nothing to do, nothing breaks
     } finally {
       await Promise.all(inboxes.map((i) => i.close()));
+      await t.close();
+    }
+  });
+});
+
+describe.runIf(postgresTarget)('migration 0012 on a database that has rows', () => {
+  // The longest prefix options allow: PostgreSQL truncated the names it gave the old CHECKs.
+  const prefix = `p${'x'.repeat(39)}`;
+
+  it('keeps every row, refuses a status outside the list as before, and drops the trigger', async () => {
+    const t = await postgresTarget!.open();
+    const tables = createTables(t.schema, prefix);
+    const before = createInbox({
+      db: t.db,
+      schema: t.schema,
+      tablePrefix: prefix,
+      migrate: false,
+      handle: () => {},
+    });
+    try {
+      const db = await before.kysely();
+      // The schema as an instance of the previous version left it: every migration up to 0010.
+      await runMigrations(db, {
+        label: 'webhook-inbox',
+        schema: t.schema,
+        ledger: tables.fn('migrations'),
+        lockKey: `webhook-inbox:${t.schema}.${prefix}`,
+        migrations: migrations
+          .filter(([name]) => name < '0012')
+          .map(([name, up]) => [name, () => up(tables)] as const),
+      });
+      await sql
+        .raw(
+          `insert into ${tables.events} (source, id, key, seq, body_hash, status) values
+             ('default', 'a', null, null, 'h', 'processed'), ('default', 'b', 'k', 2, 'h', 'held'),
+             ('default', 'c', null, null, 'h', 'dead');
+           insert into ${tables.keys} (source, key, next_seq, state, blocked_seq, blocked_reason)
+             values ('default', 'k', 1, 'blocked', 1, 'gap');`,
+        )
+        .execute(db);
+    } finally {
+      await before.close();
+    }
+
+    const inbox = createInbox({
+      db: t.db,
+      schema: t.schema,
+      tablePrefix: prefix,
+      sweepIntervalMs: 0,
+      handle: () => ({ ok: 1 }),
+    });
+    try {
+      const db = await inbox.kysely();
+      await inbox.ready();
+      const { rows } = await sql<{
+        id: string;
+        status: string;
+      }>`select id, status from ${sql.raw(tables.events)} order by id`.execute(db);
+      expect(rows).toEqual([
+        { id: 'a', status: 'processed' },
+        { id: 'b', status: 'held' },
+        { id: 'c', status: 'dead' },
+      ]);
+      // The guards hold: a value outside each list is refused (23514), one inside is taken.
+      const refused = async (text: string) =>
+        expect(sql.raw(text).execute(db)).rejects.toMatchObject({ code: '23514' });
+      await refused(
+        `insert into ${tables.events} (source, id, body_hash, status) values ('default', 'z', 'h', 'done')`,
+      );
+      await refused(`update ${tables.keys} set state = 'closed'`);
+      await refused(`update ${tables.keys} set blocked_reason = 'late'`);
+      await refused(
+        `insert into ${tables.gaps} (source, key, from_seq, to_seq, reason) values ('default', 'k', 1, 1, 'lost')`,
+      );
+      await sql
+        .raw(
+          `insert into ${tables.gaps} (source, key, from_seq, to_seq, reason) values ('default', 'k', 1, 1, 'skip')`,
+        )
+        .execute(db);
+      // Each list is stored folded: a constant text[] and nothing a write has to evaluate.
+      const checks = await sql<{ def: string; folded: boolean }>`
+        select pg_get_constraintdef(c.oid) as def,
+               c.conbin::text like '%{CONST :consttype 1009 %' and c.conbin::text not like '%{ARRAYEXPR%'
+                 and c.conbin::text not like '%{FUNCEXPR%' as folded
+          from pg_constraint c
+         where c.conrelid in (${tables.events}::regclass, ${tables.keys}::regclass, ${tables.gaps}::regclass)
+           and c.contype = 'c' and pg_get_constraintdef(c.oid) like '%ANY%'`.execute(db);
+      expect(checks.rows).toHaveLength(4);
+      expect(checks.rows.filter((r) => !r.folded)).toEqual([]);
+      // No trigger is left on the events table, and a new event is still applied.
+      const triggers = await sql<{ n: number }>`select count(*)::int as n from pg_trigger
+        where tgrelid = ${tables.events}::regclass and not tgisinternal`.execute(db);
+      expect(triggers.rows[0].n).toBe(0);
+      expect(
+        (await inbox.receive({ headers: { 'idempotency-key': 'new' }, rawBody: Buffer.from('x') })).kind,
+      ).toBe('processed');
+    } finally {
+      await inbox.close();
       await t.close();
     }
   });

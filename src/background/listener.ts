@@ -1,7 +1,7 @@
 /**
  * LISTEN/NOTIFY (pg only): wakes this instance's workers when any instance stores a runnable
- * pending event. The trigger `notify_pending` sends the key at COMMIT of the claim; a dedicated
- * connection listens here. Lost notifications are caught by the workers' poll.
+ * pending event. The claim that stores it sends the key at COMMIT (src/sql/notify-pending.ts);
+ * a dedicated connection listens here. Lost notifications are caught by the workers' poll.
  */
 import type { Database } from '../database.js';
 import type { Runtime } from '../runtime.js';

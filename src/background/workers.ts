@@ -11,8 +11,9 @@
  *
  * Wake-ups, so that pickup takes milliseconds rather than a poll interval:
  * - in this process, a delivery stored as pending wakes a lane right after its commit;
- * - across instances, the claim's INSERT fires a NOTIFY (trigger `notify_pending`, sent at
- *   COMMIT, no extra round trip), and a dedicated connection LISTENs for it (pg only);
+ * - across instances, the claim that stores a pending event queues a NOTIFY (sent at COMMIT,
+ *   no extra round trip: src/sql/notify-pending.ts), and a dedicated connection LISTENs for it
+ *   (pg only);
  * - a poll every `pollIntervalMs` catches the rest: retries whose backoff ended, notifications
  *   missed while the listener reconnected, and other instances on PGlite (no LISTEN there).
  * Ordered keys are also swept by the sweeper every `sweepIntervalMs` (it finishes interrupted

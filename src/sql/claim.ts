@@ -2,6 +2,7 @@ import type { Kysely } from 'kysely';
 import type { StatementNames } from '../drivers/common.js';
 import { APPLY_SAVEPOINT } from './failed-run.js';
 import { readIdRow, takeIdLock } from './id-lock.js';
+import { notifyPending } from './notify-pending.js';
 import { defineStatement, fromJsonText, type Tables, toBoolean, toDate, toNumber } from './tables.js';
 
 /**
@@ -139,6 +140,7 @@ begin
           insert into ${t.events} (source, id, key, seq, body_hash, status, payload, headers)
             values (p_source, p_id, p_key, p_seq, p_hash, 'pending', p_payload, p_headers);
           decision := 'pending';
+          ${notifyPending(t, 'p_key')}
           if v_state = 'blocked' then
             -- The missing seq of a gap-blocked key arrived: the key is open again for the worker
             -- that applies it, as applying it inline reopens it.
@@ -200,6 +202,9 @@ begin
         on conflict (source, id) do nothing;
       if found then
         decision := case when p_apply then 'apply' else 'pending' end;
+        if not p_apply then
+          ${notifyPending(t, "''")}
+        end if;
       else
         -- The id exists (committed: every claim that inserts it holds the lock this one took).
         ${readIdRow(t)}

@@ -2,7 +2,6 @@ import { advanceFunction } from './advance.js';
 import { claimFunction, previousClaimFunction } from './claim.js';
 import { claimLatestFunction } from './claim-latest.js';
 import { failFunction } from './fail.js';
-import { notifyPendingFunction } from './notify-pending.js';
 import { sweepFunction } from './sweep.js';
 import type { Tables } from './tables.js';
 import { previousTakeNextFunction, takeNextFunction } from './take-next.js';
@@ -31,5 +30,4 @@ export const functionDefinitions: ReadonlyArray<readonly [name: string, definiti
     ['advance', advanceFunction],
     ['fail', failFunction],
     ['sweep', sweepFunction],
-    ['notify_pending', notifyPendingFunction],
   ];
