@@ -23,8 +23,9 @@ export function rowAtCommit(t: Tables): string {
   return claim(t) + previousClaim(t) + claimLatest(t);
 }
 
-// The claim as of this migration (a copy, frozen: src/sql/claim.ts moves on).
-function claim(t: Tables): string {
+// The claim as of this migration (a copy, frozen: src/sql/claim.ts moves on). Migration 0012
+// creates it again with two statements added.
+export function claim(t: Tables): string {
   return `
 create or replace function ${t.fn('claim')}(
   p_source text, p_id text, p_key text, p_seq bigint, p_hash text,
