@@ -17,9 +17,24 @@ import { forgetParsed, type PipelineResult, runPipeline } from './pipeline.js';
 import type { PgClientLike, PgPoolLike } from './shapes.js';
 
 const MUTATING = new Set(['INSERT', 'UPDATE', 'DELETE', 'MERGE']);
-/** Clients that carry a permanent no-op 'error' listener (see PgConnection). */
+/** Clients that carry a permanent no-op 'error' listener (see `quiet`). */
 const quieted = new WeakSet<object>();
 const ignore = () => {};
+
+/**
+ * Gives a client a no-op 'error' listener, once, for good. A checked-out client of pg's pool
+ * has no listener of the pool's, and an unheard 'error' event ends the process: a client
+ * released as broken is ended without one, and a server shutting down (57P01) can still report
+ * on it while it ends (the chaos suite's PostgreSQL restarts). A new client is quieted as the
+ * pool hands it out (its 'connect' event): a shutdown whose FATAL arrived in the same packet as
+ * the connection's ReadyForQuery was reported on it before any connection of ours held it, and
+ * ended the process (seen once in the chaos suite; test/pool-clients-survive-a-shutdown.test.ts).
+ */
+function quiet(client: PgClientLike): void {
+  if (quieted.has(client)) return;
+  quieted.add(client);
+  client.on?.('error', ignore);
+}
 
 class PgConnection extends FoldingConnection {
   /** Set when a query failed in a way that may have left the connection unusable. */
@@ -44,13 +59,8 @@ class PgConnection extends FoldingConnection {
     this.#acceptsArguments = client instanceof pg.Client;
     if (this.#acceptsArguments) this.pipeline = this.#pipeline;
     client.on?.('error', this.onError);
-    // Once per client, for good: a client released as broken is ended by the pool without its
-    // idle listener, and a server shutting down (57P01) can still report on it while it ends.
-    // Unheard, that 'error' ended the process (the chaos suite's PostgreSQL restarts).
-    if (!quieted.has(client)) {
-      quieted.add(client);
-      client.on?.('error', ignore);
-    }
+    // A pool without a 'connect' event (a pg-shaped wrapper) hands out clients not yet quieted.
+    quiet(client);
   }
 
   /** One statement on the extended protocol: parameters bound, named when registered. */
@@ -166,7 +176,9 @@ export class PgPoolDriver implements Driver {
     readonly names: StatementNames,
     readonly ownsPool: boolean,
     readonly waitTimeoutMs: number,
-  ) {}
+  ) {
+    pool.on?.('connect', quiet);
+  }
   async init(): Promise<void> {}
   async acquireConnection(): Promise<DatabaseConnection> {
     const client = await boundedWait(this.pool.connect(), this.waitTimeoutMs, (late) => late.release());

@@ -4,6 +4,8 @@
  */
 export interface PgPoolLike {
   connect(): Promise<PgClientLike>;
+  /** pg.Pool's event for each new client, emitted as the pool first hands it out. */
+  on?(event: 'connect', listener: (client: PgClientLike) => void): unknown;
   end?(): Promise<void>;
   readonly totalCount?: number;
   readonly idleCount?: number;
