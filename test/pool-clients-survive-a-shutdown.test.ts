@@ -9,8 +9,10 @@
  */
 import { once } from 'node:events';
 import { createServer, type Server, type Socket } from 'node:net';
+import pg from 'pg';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createInbox } from '../src/index.js';
+import { postgresTarget, postgresUrl, uniqueName } from './support/databases.js';
 
 /** One backend message: its type byte, its length (itself included), its body. */
 function message(type: string, body: Buffer): Buffer {
@@ -73,6 +75,24 @@ describe('pool clients and a server that shuts down as they connect', () => {
       expect(outcome.status).toBe(503);
     } finally {
       await inbox.close().catch(() => {});
+    }
+  });
+});
+
+describe.runIf(postgresTarget)('inboxes sharing one pg pool', () => {
+  it('listen for its new clients once, however many share it (no MaxListenersExceededWarning)', async () => {
+    const pool = new pg.Pool({ connectionString: postgresUrl!, max: 4 });
+    const schema = uniqueName('wi');
+    const inboxes = Array.from({ length: 12 }, (_, i) =>
+      createInbox({ db: pool, schema, source: `s${i}`, sweepIntervalMs: 0, handle: () => {} }),
+    );
+    try {
+      await Promise.all(inboxes.map((inbox) => inbox.ready()));
+      expect(pool.listenerCount('connect')).toBe(1);
+    } finally {
+      await Promise.all(inboxes.map((inbox) => inbox.close()));
+      await pool.query(`drop schema if exists "${schema}" cascade`);
+      await pool.end();
     }
   });
 });

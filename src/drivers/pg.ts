@@ -17,7 +17,7 @@ import { forgetParsed, type PipelineResult, runPipeline } from './pipeline.js';
 import type { PgClientLike, PgPoolLike } from './shapes.js';
 
 const MUTATING = new Set(['INSERT', 'UPDATE', 'DELETE', 'MERGE']);
-/** Clients that carry a permanent no-op 'error' listener (see `quiet`). */
+/** Clients that carry a permanent no-op 'error' listener (see `quiet`), and pools that give one to each new client. */
 const quieted = new WeakSet<object>();
 const ignore = () => {};
 
@@ -177,7 +177,11 @@ export class PgPoolDriver implements Driver {
     readonly ownsPool: boolean,
     readonly waitTimeoutMs: number,
   ) {
-    pool.on?.('connect', quiet);
+    // Once per pool: many inboxes may share one (a listener each would pass Node's warning at 10).
+    if (!quieted.has(pool)) {
+      quieted.add(pool);
+      pool.on?.('connect', quiet);
+    }
   }
   async init(): Promise<void> {}
   async acquireConnection(): Promise<DatabaseConnection> {
