@@ -295,11 +295,12 @@ async function measure(
 // has decayed under `LONG_RESUME_UNDER`. The server stays up across the pauses, as a server does
 // between busy hours: memory a delivery leaves behind is still there at the end.
 const LONG_CHUNK = 1_000;
-const LONG_PAUSE_AT = 1.1; // the kernel moves the average in 5 s steps of up to about 0.3 here
+const LONG_PAUSE_AT = 1.1; // the kernel moves the average in 5 s steps: room for one
 const LONG_RESUME_UNDER = 0.75;
-// Enough to keep both cores busy; 50 would queue dozens of requests, each a runnable thread
-// that the load average counts, for no more throughput.
-const LONG_CONNECTIONS = 8;
+// Few: the kernel adds every runnable thread at its 5 s sample, and a burst over 8 connections
+// had ten (8 backends, the server, the load) and moved the 1-minute average by 0.74 at once.
+// Over 2, a sample counts about four, a step of 0.3 at most.
+const LONG_CONNECTIONS = 2;
 
 async function longMode(total: number, schemaBase: string) {
   // The compiler first, then the wait for its load to decay: the run's load at its start is its
