@@ -295,11 +295,14 @@ async function measure(
 // has decayed under `LONG_RESUME_UNDER`. The server stays up across the pauses, as a server does
 // between busy hours: memory a delivery leaves behind is still there at the end.
 const LONG_CHUNK = 1_000;
-const LONG_PAUSE_AT = 1.1; // the kernel moves the average in 5 s steps: room for one
-const LONG_RESUME_UNDER = 0.75;
+// The kernel moves the average in 5 s steps, and one step can be large: over 2 connections one
+// sample moved it from 0.98 to 1.54 (eight threads runnable or waiting on the disk at once).
+// Pausing at 0.9 leaves room for such a step.
+const LONG_PAUSE_AT = 0.9;
+const LONG_RESUME_UNDER = 0.6;
 // Few: the kernel adds every runnable thread at its 5 s sample, and a burst over 8 connections
 // had ten (8 backends, the server, the load) and moved the 1-minute average by 0.74 at once.
-// Over 2, a sample counts about four, a step of 0.3 at most.
+// Over 2, a sample usually counts four or fewer.
 const LONG_CONNECTIONS = 2;
 
 async function longMode(total: number, schemaBase: string) {
