@@ -289,19 +289,19 @@ async function measure(
 
 // ---- long mode: RSS growth -----------------------------------------------------------------
 // The run is as long as an hour, and the rule holds for every minute of it: its 1-minute load
-// must stay under 1.5. On this kind of machine (a VM of two cores) a steady load of even 200
-// req/s, CPU mostly idle, holds the load average near 1.5 and past it. So the deliveries go in
+// must stay under 1.5. On this kind of machine (a VM of two cores) a steady offered rate,
+// even one that leaves most of the CPU idle, keeps the load average near 1.5. So the deliveries go in
 // bursts at full speed, each stopped when the load reaches `LONG_PAUSE_AT` and resumed once it
 // has decayed under `LONG_RESUME_UNDER`. The server stays up across the pauses, as a server does
 // between busy hours: memory a delivery leaves behind is still there at the end.
 const LONG_CHUNK = 1_000;
 // The kernel moves the average in 5 s steps, and one step can be large: over 2 connections one
-// sample moved it from 0.98 to 1.54 (eight threads runnable or waiting on the disk at once).
+// sample moved it by more than half a point (eight threads runnable or waiting on the disk).
 // Pausing at 0.9 leaves room for such a step.
 const LONG_PAUSE_AT = 0.9;
 const LONG_RESUME_UNDER = 0.6;
 // Few: the kernel adds every runnable thread at its 5 s sample, and a burst over 8 connections
-// had ten (8 backends, the server, the load) and moved the 1-minute average by 0.74 at once.
+// had ten (8 backends, the server, the load) in one sample: a step of 0.74 in the average.
 // Over 2, a sample usually counts four or fewer.
 const LONG_CONNECTIONS = 2;
 
