@@ -351,8 +351,7 @@ function colour(contender: string): string {
 }
 
 /** The RSS goal, from bench/results/long.json (written by `npm run bench -- --long N`). */
-export function longGoal(): Goal {
-  const longFile = join(here, 'results', 'long.json');
+export function longGoal(longFile = join(here, 'results', 'long.json')): Goal {
   const l = existsSync(longFile) ? JSON.parse(readFileSync(longFile, 'utf8')) : undefined;
   // A figure from a busy machine misleads: one whose load passed 1.5 at its start, at any of its
   // 5-second samples or at its end (or was not recorded) is not shown.

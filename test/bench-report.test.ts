@@ -1,5 +1,8 @@
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { type Cell, summarize } from '../bench/report.js';
+import { type Cell, longGoal, summarize } from '../bench/report.js';
 
 /** One measured cell, as bench/run.ts records it. */
 function cell(
@@ -64,5 +67,53 @@ describe('bench report: the load rule', () => {
     const correctness = goal(goals, 'webhook-inbox: events applied twice or out of order, all cells');
     expect(correctness?.measured).toBe('1');
     expect(correctness?.correctnessViolation).toBe(true);
+  });
+});
+
+describe('the RSS goal of `npm run bench -- --long`', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'long-'));
+  const run = (over: Record<string, unknown>) => {
+    const file = join(dir, `${Math.random()}.json`);
+    const quiet = {
+      deliveries: 1_000_000,
+      failed: 0,
+      rssBeforeMb: 140,
+      rssAfterMb: 150,
+      growthMb: 10,
+      perMillionMb: 10,
+      extrapolated: false,
+      samples: [{ deliveries: 1_000_000, rssMb: 151, load: 0.8 }],
+      seconds: 4000,
+      pausedSeconds: 1500,
+      loadAtStart: 0.4,
+      loadAtEnd: 0.7,
+      loadMax: 1.2,
+    };
+    writeFileSync(file, JSON.stringify({ ...quiet, ...over }));
+    return longGoal(file);
+  };
+
+  it('shows a run whose every 5-second sample stayed under 1.5, with its pauses', () => {
+    const g = run({});
+    expect(g.met).toBe(true);
+    expect(g.measured).toContain('10.0 MB (140 → 150 MB over 1000000 deliveries');
+    expect(g.measured).toContain('1500 s paused');
+  });
+
+  it('hides a run one of whose samples passed 1.5, though both its ends were quiet', () => {
+    const g = run({ loadMax: 1.54 });
+    expect(g.met).toBeNull();
+    expect(g.measured).toMatch(/^not shown/);
+    expect(g.measured).not.toContain('MB');
+  });
+
+  it('does not meet the goal when deliveries failed, and says how many', () => {
+    const g = run({ failed: 3 });
+    expect(g.met).toBe(false);
+    expect(g.measured).toContain('3 deliveries answered other than 2xx or failed');
+  });
+
+  it('asks for a run when there is none', () => {
+    expect(longGoal(join(dir, 'absent.json')).measured).toBe('run `npm run bench -- --long N`');
   });
 });
