@@ -295,13 +295,13 @@ async function measure(
 // has decayed under `LONG_RESUME_UNDER`. The server stays up across the pauses, as a server does
 // between busy hours: memory a delivery leaves behind is still there at the end.
 const LONG_CHUNK = 1_000;
-// The kernel moves the average in 5 s steps, and one step can be large: over 2 connections one
-// sample moved it by more than half a point (eight threads runnable or waiting on the disk).
-// Pausing at 0.9 leaves room for such a step.
+// The kernel moves the average in 5 s steps of 0.08 per thread runnable or waiting on the disk
+// at that instant, and over 2 connections one sample has counted eight: pausing at 0.9 leaves
+// room for such a step.
 const LONG_PAUSE_AT = 0.9;
 const LONG_RESUME_UNDER = 0.6;
 // Few: the kernel adds every runnable thread at its 5 s sample, and a burst over 8 connections
-// had ten (8 backends, the server, the load) in one sample: a step of 0.74 in the average.
+// put ten (8 backends, the server, the load) into one sample.
 // Over 2, a sample usually counts four or fewer.
 const LONG_CONNECTIONS = 2;
 

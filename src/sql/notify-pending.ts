@@ -20,8 +20,8 @@ export function notifyChannel(t: Tables, source: string): string {
  *
  * It was an AFTER INSERT trigger (`notify_pending`) until migration 0012. PostgreSQL prepares a
  * trigger's WHEN condition at every INSERT into the table, also for the processed row of every
- * event applied inline, which it never fires for: 30k instructions per new event
- * (BENCHMARKS.md). The claim knows when it stores a pending event, so it says so itself.
+ * event applied inline, which it never fires for: 26–27k instructions per new event
+ * (BENCHMARKS.md, "Lean event writes"). The claim knows when it stores a pending event, so it says so itself.
  */
 export function notifyPending(t: Tables, payload: string): string {
   // Schema and prefix are validated identifiers (options.ts), safe inside a string literal.
