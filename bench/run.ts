@@ -50,17 +50,25 @@ function value(name: string): string | undefined {
   const i = argv.indexOf(`--${name}`);
   return i >= 0 ? argv[i + 1] : undefined;
 }
+/** A flag's whole number, at least `min`; anything else stops the bench with the flag's name. */
+function count(name: string, fallback: number | undefined, min = 1): number | undefined {
+  const raw = value(name);
+  if (raw === undefined) return fallback;
+  const n = Number(raw);
+  if (!Number.isInteger(n) || n < min) fail(`--${name} takes a whole number >= ${min}, not ${raw}`);
+  return n;
+}
 const quick = flag('quick');
-const runs = Number(value('runs') ?? (quick ? 1 : 3));
-const duration = Number(value('duration') ?? (quick ? 3 : 6));
-const warmup = Number(value('warmup') ?? (quick ? 1 : 2));
-const connections = Number(value('connections') ?? 50);
-const poolSize = Number(value('pool') ?? 10);
+const runs = count('runs', quick ? 1 : 3) as number;
+const duration = count('duration', quick ? 3 : 6) as number;
+const warmup = count('warmup', quick ? 1 : 2, 0) as number;
+const connections = count('connections', 50) as number;
+const poolSize = count('pool', 10) as number;
 const cpuProf = flag('cpu-prof');
 // A fixed offered rate (req/s, all connections together) instead of as fast as the server goes:
 // CPU per request at a rate every contender sustains compares their work, not their batching.
-const rate = value('rate') === undefined ? undefined : Number(value('rate'));
-const long = value('long') === undefined ? undefined : Number(value('long'));
+const rate = count('rate', undefined);
+const long = count('long', undefined, 10);
 const pin = !flag('no-pin');
 const cool = Number(value('cool') ?? 0.5);
 if (!Number.isFinite(cool) || cool < 0)
