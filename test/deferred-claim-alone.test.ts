@@ -49,18 +49,31 @@ describe.runIf(postgresTarget)('deferred mode: the claim alone', () => {
     const t = schemas();
     const pool = new GatedPool(postgresUrl!);
     pools.push(pool);
-    // A claim waiting for the key past 3 s would be answered 409 in-flight.
-    const app = await ledgerInbox({ ...t, db: pool }, { ...DEFERRED, lockTimeoutMs: 3000 });
-    const answer = pool.holdAnswer(/execute "wi_fold:[^"]+\.claim"\(/);
-    const first = app.inbox.receive(ordered('k', 1));
-    await answer.reached; // the claim has run in Postgres; the inbox has not heard back
-    // In a transaction of its own, the first claim would still hold the key here (its COMMIT
-    // comes only after its answer), and this claim would wait for it.
-    const second = await app.inbox.receive(ordered('k', 2)).finally(() => answer.open());
-    expect(second).toMatchObject({ status: 202, kind: 'held' });
-    expect(await first).toMatchObject({ status: 202, kind: 'pending' });
-    expect(await applied(app, 'k', 2)).toEqual([1, 2]);
-    await app.inbox.close();
+    // A claim waiting for the key past 3 s would be answered 409 in-flight. This instance only
+    // acknowledges (workers: 0): a worker applying seq 1 before seq 2's claim would make that
+    // claim pending, not held, and the answer would depend on the machine's speed.
+    const app = await ledgerInbox({ ...t, db: pool }, { ...DEFERRED, workers: 0, lockTimeoutMs: 3000 });
+    try {
+      const answer = pool.holdAnswer(/execute "wi_fold:[^"]+\.claim"\(/);
+      const first = app.inbox.receive(ordered('k', 1));
+      await answer.reached; // the claim has run in Postgres; the inbox has not heard back
+      // In a transaction of its own, the first claim would still hold the key here (its COMMIT
+      // comes only after its answer), and this claim would wait for it.
+      const second = await app.inbox.receive(ordered('k', 2)).finally(() => answer.open());
+      expect(second).toMatchObject({ status: 202, kind: 'held' });
+      expect(await first).toMatchObject({ status: 202, kind: 'pending' });
+    } finally {
+      await app.inbox.close();
+    }
+    // Another instance applies both, in order. Their NOTIFY went out before it listened: its
+    // sweeper finds the key.
+    const worker = await ledgerInbox({ ...t, db: t.another() }, DEFERRED);
+    try {
+      await worker.inbox.sweep();
+      expect(await applied(worker, 'k', 2)).toEqual([1, 2]);
+    } finally {
+      await worker.inbox.close();
+    }
   });
 
   it('200 concurrent deliveries over HTTP on one ordered key: all 202, each applied once, in seq order', async () => {
