@@ -32,6 +32,7 @@ import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { dropEverything } from './cleanup.js';
 import { CONTENDERS, type ContenderConfig, type Stats } from './contenders.js';
+import { neighbourWarnings } from './neighbours.js';
 import { postgresCpuMs, postgresCpuMsSince, processCpuMs } from './process-cpu.js';
 import { type Cell, type Goal, report, writeLongGoal } from './report.js';
 import { buildServers, forkServer, type Server } from './server-process.js';
@@ -297,15 +298,14 @@ async function measure(
 
 // ---- long mode: RSS growth -----------------------------------------------------------------
 // The run is as long as an hour, and the rule holds for every minute of it: its 1-minute load
-// must stay under 1.5. On this kind of machine (a VM of two cores) a steady offered rate,
-// even one that leaves most of the CPU idle, keeps the load average near 1.5. So the deliveries go in
+// must stay under 1.5. Two cores at full speed would hold it near 2, so the deliveries go in
 // bursts at full speed, each stopped when the load reaches `LONG_PAUSE_AT` and resumed once it
 // has decayed under `LONG_RESUME_UNDER`. The server stays up across the pauses, as a server does
 // between busy hours: memory a delivery leaves behind is still there at the end.
 const LONG_CHUNK = 1_000;
 // The kernel moves the average in 5 s steps of 0.08 per thread runnable or waiting on the disk
-// at that instant, and over 2 connections one sample has counted eight: pausing at 0.9 leaves
-// room for such a step.
+// at that instant. A burst over 2 connections has put eight into one sample: pausing at 0.9
+// leaves room for such a step. A neighbour can put more (bench/neighbours.ts): pause it first.
 const LONG_PAUSE_AT = 0.9;
 const LONG_RESUME_UNDER = 0.6;
 // Few: the kernel adds every runnable thread at its 5 s sample, and a burst over 8 connections
@@ -415,6 +415,7 @@ if (loadAtStart > 1.5) {
     `bench: load average is ${loadAtStart.toFixed(2)} (> 1.5): something else is running; figures will be marked for discarding`,
   );
 }
+for (const warning of neighbourWarnings()) console.warn(warning);
 
 // ---- main ------------------------------------------------------------------------------------
 const schemaBase = `bench_${randomBytes(3).toString('hex')}`;
