@@ -1,21 +1,51 @@
 /**
- * CPU time read from /proc, for the benches that split a delivery's cost between the Node
- * process and PostgreSQL (bench/run.ts, bench/receive-cost.ts): CPU per delivery moves far less
- * than throughput when the machine is busy.
+ * Processes and their CPU time, read from /proc, for the benches that split a delivery's cost
+ * between the Node process and PostgreSQL (bench/run.ts, bench/receive-cost.ts): CPU per
+ * delivery moves far less than throughput when the machine is busy. Also where the bench finds
+ * the services that move the load by themselves (bench/neighbours.ts).
  */
 import { readdirSync, readFileSync } from 'node:fs';
 
 const TICK_MS = 1000 / 100; // USER_HZ: /proc/<pid>/stat counts in 1/100 s on Linux
 
-/** User + system CPU of one process, in ms (0 when it is gone). */
-export function processCpuMs(pid: number): number {
+/**
+ * The fields of /proc/<pid>/stat after the name, from the state on (`fields[0]` is the state,
+ * `fields[11]` utime), or undefined when the process is gone. The name may hold spaces and
+ * parentheses, so the split is at the last ')'.
+ */
+export function statFields(pid: number): string[] | undefined {
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    return (Number(fields[11]) + Number(fields[12])) * TICK_MS; // utime, stime
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ');
   } catch {
-    return 0;
+    return undefined;
   }
+}
+
+/** User + system CPU of one process, in ms (0 when it is gone). */
+export function processCpuMs(pid: number): number {
+  const fields = statFields(pid);
+  return fields ? (Number(fields[11]) + Number(fields[12])) * TICK_MS : 0; // utime, stime
+}
+
+/** The pids of the processes whose name (/proc/<pid>/comm) is `name`; none without /proc. */
+export function pidsNamed(name: string): number[] {
+  let entries: string[];
+  try {
+    entries = readdirSync('/proc');
+  } catch {
+    return [];
+  }
+  const pids: number[] = [];
+  for (const entry of entries) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      if (readFileSync(`/proc/${entry}/comm`, 'utf8').trim() === name) pids.push(Number(entry));
+    } catch {
+      // gone since the listing
+    }
+  }
+  return pids;
 }
 
 /**
@@ -27,15 +57,7 @@ export function processCpuMs(pid: number): number {
  */
 export function postgresCpuMs(): Map<number, number> {
   const byPid = new Map<number, number>();
-  for (const entry of readdirSync('/proc')) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      if (readFileSync(`/proc/${entry}/comm`, 'utf8').trim() !== 'postgres') continue;
-    } catch {
-      continue;
-    }
-    byPid.set(Number(entry), processCpuMs(Number(entry)));
-  }
+  for (const pid of pidsNamed('postgres')) byPid.set(pid, processCpuMs(pid));
   return byPid;
 }
 
