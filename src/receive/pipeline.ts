@@ -313,7 +313,7 @@ function claimAndApply(rt: Runtime, bg: Background, d: ParsedDelivery, obs: Obse
 
 /** A delivery the claim said to apply now, as the apply path takes it. */
 function taken(
-  d: Pick<ParsedDelivery, 'id' | 'key' | 'seq' | 'hash' | 'rawBody' | 'headers' | 'body'>,
+  d: Pick<ParsedDelivery, 'id' | 'key' | 'seq' | 'hash' | 'rawBody' | 'headers' | 'body' | 'type'>,
   claim: { attempts: number; receivedAt: Date; rowAtCommit?: boolean },
 ): TakenEvent {
   return {
@@ -326,6 +326,7 @@ function taken(
     attempts: claim.attempts,
     receivedAt: claim.receivedAt,
     body: d.body,
+    type: d.type,
     // The claim left the row unwritten: the apply path inserts it at COMMIT, with the result.
     rowAtCommit: claim.rowAtCommit,
   };
@@ -384,7 +385,7 @@ async function claimLatestAndApply(
     return failure.reason === 'rejected' ? respond.rejected(d.id) : respond.deadLettered(d.id, 'poison');
   }
   rt.metrics.claimToCommit((performance.now() - claimedAt) / 1000);
-  if (applied.status === 'applied') return respond.processed(d.id, applied.result);
+  if (applied.status === 'applied') return appliedOutcome(d, applied);
   if (claim.decision === 'superseded') {
     o.logger.debug(
       { id: d.id, key: latest.key, version: latest.version, latest: claim.latest, source: o.source },
@@ -394,7 +395,8 @@ async function claimLatestAndApply(
     rt.rememberProcessed({ id: d.id, hash: d.hash, key: null, seq: null }, JSON.stringify(claim.result));
     return respond.superseded(d.id, latest.key, latest.version, claim.latest);
   }
-  if (claim.decision === 'duplicate') rt.rememberDuplicate({ ...d, key: null, seq: null }, claim.result);
+  if (claim.decision === 'duplicate' && claim.reason !== 'ignored')
+    rt.rememberDuplicate({ ...d, key: null, seq: null }, claim.result);
   return respond.decided(o, d, {
     decision: claim.decision,
     result: claim.result,
@@ -476,7 +478,7 @@ async function claimAndApplyOn(
   // Committed.
   rt.metrics.claimToCommit((performance.now() - claimedAt) / 1000);
   if (applied.status === 'applied')
-    return { outcome: respond.processed(d.id, applied.result), drain: drain?.rest ?? claim.drain };
+    return { outcome: appliedOutcome(d, applied), drain: drain?.rest ?? claim.drain };
   if (claim.decision === 'dead' && claim.reason === 'late') {
     // Counted per late delivery: a redelivery of a late event (rare: it was answered 200) counts again.
     rt.metrics.deadLetter('late');
@@ -484,7 +486,8 @@ async function claimAndApplyOn(
       { id: d.id, key: d.key, seq: d.seq, source: o.source },
       'webhook-inbox: dead-lettered (late: its seq was skipped by a gap timeout)',
     );
-  } else if (claim.decision === 'duplicate') {
+  } else if (claim.decision === 'duplicate' && claim.reason !== 'ignored') {
+    // The caches hold processed events only: an ignored one's redelivery asks the claim again.
     rt.rememberDuplicate(d, claim.result);
   } else if (claim.decision === 'pending') {
     bg.pendingStored(d.key);
@@ -500,6 +503,11 @@ async function claimAndApplyOn(
     );
   }
   return { outcome: respond.decided(o, d, claim), drain: claim.drain };
+}
+
+/** The answer to a delivery applied now: processed, or ignored when no handler takes its type. */
+function appliedOutcome(d: ParsedDelivery, run: { ignored: boolean; result: unknown }): Outcome {
+  return run.ignored ? respond.ignored(d.id, d.type) : respond.processed(d.id, run.result);
 }
 
 /** The `respond` hook's shape of one delivery's outcome; its metrics, span attributes and debug log line. */

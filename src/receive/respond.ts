@@ -24,6 +24,14 @@ export function duplicate(id: string, result: unknown): Outcome {
   return ok(OutcomeKind.duplicate, 200, { status: 'duplicate', id, result }, true);
 }
 
+/**
+ * No handler takes the event's type (`handlers`): recorded `ignored`, nothing applied. 200, so
+ * that the provider stops sending it; `replayed` for a redelivery of one recorded before.
+ */
+export function ignored(id: string, type: string | null, replayed = false): Outcome {
+  return ok(OutcomeKind.ignored, 200, { status: 'ignored', id, type }, replayed);
+}
+
 /** Latest-wins: a newer version of the object was applied already; this one is recorded, not applied. */
 export function superseded(id: string, key: string, version: number, latest: number | null): Outcome {
   return ok(OutcomeKind.superseded, 200, { status: 'superseded', id, key, version, latest });
@@ -88,7 +96,7 @@ export function decided(o: ResolvedOptions, d: ParsedDelivery, c: Omit<ClaimRow,
   const h = { id: o.fields.id.label, key: o.fields.key.label, seq: o.fields.seq.label };
   switch (c.decision) {
     case 'duplicate':
-      return duplicate(d.id, c.result);
+      return c.reason === 'ignored' ? ignored(d.id, d.type, true) : duplicate(d.id, c.result);
     case 'held':
       return ok(OutcomeKind.held, 202, {
         status: 'held',
