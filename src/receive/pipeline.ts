@@ -382,7 +382,7 @@ async function claimLatestAndApply(
   if (applied.status === 'failed') {
     const failure = applied.failure;
     if (failure?.decision !== 'dead') return respond.handlerFailed(d.id);
-    return failure.reason === 'rejected' ? respond.rejected(d.id) : respond.deadLettered(d.id, 'poison');
+    return failure.reason === 'rejected' ? respond.rejected(o, d.id) : respond.deadLettered(d.id, 'poison');
   }
   rt.metrics.claimToCommit((performance.now() - claimedAt) / 1000);
   if (applied.status === 'applied') return appliedOutcome(d, applied);
@@ -472,7 +472,7 @@ async function claimAndApplyOn(
     const failure = applied.failure;
     if (failure?.decision !== 'dead') return { outcome: respond.handlerFailed(d.id), drain: false };
     // onPoison 'skip' moved the cursor past it: what waits behind it may run now.
-    if (failure.reason === 'rejected') return { outcome: respond.rejected(d.id), drain: failure.drain };
+    if (failure.reason === 'rejected') return { outcome: respond.rejected(o, d.id), drain: failure.drain };
     return { outcome: respond.deadLettered(d.id, 'poison'), drain: failure.drain };
   }
   // Committed.
