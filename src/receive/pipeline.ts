@@ -18,6 +18,9 @@
  *   instead, and an ordered one's key row anyway) but at COMMIT, with its
  *   result: [row + result + COMMIT] is one INSERT, sent even without a result
  *   (src/sql/record-applied.ts); still the handler's + 2.
+ * - an event no handler takes (option `handlers`): as a new event applied now, with no handler
+ *   statements: [BEGIN + claim + SAVEPOINT], [row as `ignored` + COMMIT] = 2 (src/apply.ts);
+ *   its redelivery as another duplicate (below), since neither cache remembers it.
  * - duplicate this instance saw processed (bounded LRU, `duplicateCacheSize`): 0.
  * - other duplicate, held, late, mismatch, buffer-full: [BEGIN + claim], COMMIT = 2 (an
  *   unordered processed duplicate or mismatch is decided by the try-claim).
