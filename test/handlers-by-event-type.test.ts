@@ -25,7 +25,7 @@ import {
   type InboxOptions,
   InboxOptionsError,
 } from '../src/index.js';
-import { postgresUrl, type Target, type TargetDb, targets, uniqueName } from './support/databases.js';
+import { postgresUrl, suiteDatabase, type Target, targets, uniqueName } from './support/databases.js';
 
 describe('which handler a type reaches', () => {
   const named = (name: string): Handler => Object.assign(() => name, { handlerName: name });
@@ -81,15 +81,7 @@ describe('which handler a type reaches', () => {
 });
 
 describe.each(targets)('handlers by event type on $name', (target: Target) => {
-  let db: TargetDb;
-  const opened: Inbox[] = [];
-  beforeAll(async () => {
-    db = await target.open();
-  });
-  afterAll(async () => {
-    for (const inbox of opened) await inbox.close();
-    await db?.close();
-  });
+  const suite = suiteDatabase(target);
 
   interface Ran {
     handler: string;
@@ -106,6 +98,7 @@ describe.each(targets)('handlers by event type on $name', (target: Target) => {
   ) {
     const registry = new Registry();
     const runs: Ran[] = [];
+    const db = suite.db();
     const appTable = `${db.appSchema}.runs`;
     const recording =
       (name: string): Handler =>
@@ -125,7 +118,7 @@ describe.each(targets)('handlers by event type on $name', (target: Target) => {
       ),
       ...options,
     });
-    opened.push(inbox);
+    suite.track(inbox);
     const k = await inbox.kysely();
     await sql`create schema if not exists ${sql.id(db.appSchema)}`.execute(k);
     await sql`create table if not exists ${sql.raw(appTable)} (id text, handler text)`.execute(k);
@@ -191,7 +184,7 @@ describe.each(targets)('handlers by event type on $name', (target: Target) => {
       {
         handlers: {
           'x.*': async (_event, { tx }) => {
-            await sql`insert into ${sql.raw(`${db.appSchema}.runs`)} (id, handler) values (${id}, 'x')`.execute(
+            await sql`insert into ${sql.raw(`${suite.db().appSchema}.runs`)} (id, handler) values (${id}, 'x')`.execute(
               tx,
             );
             if (fail) throw new Error('not yet');

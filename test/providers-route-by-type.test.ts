@@ -8,23 +8,15 @@
  */
 import express from 'express';
 import request from 'supertest';
-import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { beforeAll, describe, expect, test } from 'vitest';
 import { inbox as expressInbox } from '../adapters/express.js';
 import { createInbox, type Inbox, RejectEvent } from '../src/index.js';
 import { providers } from '../src/providers.js';
-import { type TargetDb, targets, uniqueName } from './support/databases.js';
+import { suiteDatabase, targets, uniqueName } from './support/databases.js';
 import { cases, now, type Signed } from './support/provider-deliveries.js';
 
 const target = targets.at(-1)!;
-let db: TargetDb;
-const opened: Inbox[] = [];
-beforeAll(async () => {
-  db = await target.open();
-});
-afterAll(async () => {
-  for (const inbox of opened) await inbox.close();
-  await db?.close();
-});
+const suite = suiteDatabase(target);
 
 /**
  * Two more types the case's provider could send, written as it writes types: one nobody
@@ -44,7 +36,7 @@ describe.each(cases)(`$provider routes by its type on ${target.name}`, (c) => {
   let post: (signed: Signed) => Promise<request.Response>;
   beforeAll(async () => {
     inbox = createInbox({
-      db: db.db,
+      db: suite.db().db,
       schema: uniqueName('wi'),
       sweepIntervalMs: 0,
       provider: providers[c.provider]({ secret: c.secret, order: false }),
@@ -58,7 +50,7 @@ describe.each(cases)(`$provider routes by its type on ${target.name}`, (c) => {
         },
       },
     });
-    opened.push(inbox);
+    suite.track(inbox);
     const server = express().use('/webhooks', expressInbox(inbox));
     post = ({ headers, body }) =>
       request(server)

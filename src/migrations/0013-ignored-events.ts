@@ -21,23 +21,23 @@ import { leanEventWrites } from './0012-lean-event-writes.js';
  * src/sql/claim-latest.ts.
  */
 export function ignoredEvents(t: Tables): string {
-  return `
-do $do$
-declare v_name name;
-begin
-  select c.conname into strict v_name
-    from pg_constraint c join pg_attribute a on a.attrelid = c.conrelid and a.attnum = c.conkey[1]
-   where c.conrelid = '${t.events}'::regclass and c.contype = 'c'
-     and cardinality(c.conkey) = 1 and a.attname = 'status';
-  execute format('alter table %s drop constraint %I', '${t.events}', v_name);
-end
-$do$;
-alter table ${t.events} add check (status = any ('{pending,held,processed,dead,ignored}'::text[]));
-alter table ${t.events} add column type text;
+  return `${statusCheck(t)}alter table ${t.events} add column type text;
 create index ${t.local('events_ignored')} on ${t.events} (source, type, received_at) where status = 'ignored';
 create index ${t.local('events_ignored_at')} on ${t.events} (processed_at) where status = 'ignored';
 ${claim(t)}
 ${claimLatest(t)}`;
+}
+
+/**
+ * The CHECK of `status` as 0012 wrote it (found by its column, dropped, added again folded),
+ * taken from 0012's text, with `ignored` among its values.
+ */
+function statusCheck(t: Tables): string {
+  const text = leanEventWrites(t);
+  const added = `alter table ${t.events} add check (status = any ('{pending,held,processed,dead}'::text[]));\n`;
+  const at = text.indexOf(added);
+  const block = text.slice(text.lastIndexOf('\ndo $do$', at), at + added.length);
+  return replaceOnce(block, '{pending,held,processed,dead}', '{pending,held,processed,dead,ignored}');
 }
 
 /** The last function a migration's text creates: its frozen copy, as that migration left it. */

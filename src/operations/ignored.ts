@@ -98,27 +98,26 @@ export async function replayIgnored(
   const ordered = Number(counted[0].ordered);
   const chosen = sql`select e.source, e.id from ${events} e where ${of} and e.key is null
                       order by e.received_at, e.id limit ${MAX_LIST}`;
-  if (selection.dryRun) {
-    const { rows } = await chosen.execute(ctx.db);
-    return {
-      type: selection.type,
-      requeued: rows.length,
-      ids: rows.map((r: any) => r.id),
-      ordered,
-      dryRun: true,
-    };
-  }
+  const done = (ids: string[], dryRun: boolean): IgnoredReplayResult => ({
+    type: selection.type,
+    requeued: ids.length,
+    ids,
+    ordered,
+    dryRun,
+  });
+  if (selection.dryRun)
+    return done(
+      (await chosen.execute(ctx.db)).rows.map((r: any) => r.id),
+      true,
+    );
   const { rows } = await sql<any>`
     update ${events} u set status = 'pending', attempts = 0, run_after = now(), processed_at = null
       from (${chosen}) c
      where u.source = c.source and u.id = c.id and u.status = 'ignored'
     returning u.id, u.received_at`.execute(ctx.db);
   rows.sort((a: any, b: any) => new Date(a.received_at).getTime() - new Date(b.received_at).getTime());
-  return {
-    type: selection.type,
-    requeued: rows.length,
-    ids: rows.map((r: any) => r.id),
-    ordered,
-    dryRun: false,
-  };
+  return done(
+    rows.map((r: any) => r.id),
+    false,
+  );
 }
