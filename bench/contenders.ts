@@ -78,6 +78,7 @@ function eventOf(req: express.Request): InboxEvent<any> {
     id: req.get('idempotency-key') ?? '',
     source: 'bench',
     key,
+    type: null,
     seq: seq === undefined ? null : Number(seq),
     body: req.body,
     rawBody: Buffer.alloc(0),

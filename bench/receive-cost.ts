@@ -104,6 +104,7 @@ const eventOf = (id: string, rawBody = bodyOf(id)): InboxEvent<{ amount: number;
   id,
   source: 'default',
   key: null,
+  type: null,
   seq: null,
   body: JSON.parse(rawBody.toString()),
   rawBody,

@@ -21,6 +21,7 @@ import { HandlerError, RejectEvent } from './errors.js';
 import type { InboxEvent } from './event.js';
 import { runHandler as runWithContext } from './handler-context.js';
 import { parseBody, storableHeaders } from './payload.js';
+import { storedTypeOf } from './receive/field-source.js';
 import type { Runtime } from './runtime.js';
 import type { FailRow } from './sql/fail.js';
 import type { TakenEvent } from './sql/taken-event.js';
@@ -64,7 +65,14 @@ export interface ApplyStep<T> {
 
 /** What one taken event's run came to, in its transaction (committed when it is returned). */
 export type Run =
-  | { readonly status: 'applied'; readonly event: TakenEvent; readonly result: unknown }
+  | {
+      readonly status: 'applied';
+      readonly event: TakenEvent;
+      readonly result: unknown;
+      /** No handler takes its type (`handlers`): recorded `ignored`, no handler ran. */
+      readonly ignored: boolean;
+      readonly type: string | null;
+    }
   /** The handler threw; `failure` is what was recorded, in the same transaction. */
   | { readonly status: 'failed'; readonly event: TakenEvent; readonly failure: FailRow };
 
@@ -149,7 +157,11 @@ async function applyTaken<T>(
   // processed (a COMMIT that failed, e.g. 23505 on a new event's row, applied nothing).
   for (const run of runs) {
     if (run.status === 'failed') reportFailure(rt, run.event, run.failure);
-    else {
+    else if (run.ignored) {
+      // Not remembered in the caches, which hold processed events only: a redelivery is
+      // answered by the claim, from the row (ignored again, 200).
+      rt.metrics.ignored(run.type);
+    } else {
       rt.metrics.handler(run.seconds, 'processed');
       rt.rememberProcessed(run.event, run.json);
     }
@@ -174,30 +186,51 @@ async function runTaken(
   step: ApplyStep<unknown>,
   parent: Context | undefined,
 ): Promise<RunDone> {
-  let result: unknown;
-  let json: string | undefined;
-  let seconds: number;
+  let ran: Awaited<ReturnType<typeof runHandler>>;
   try {
-    ({ result, json, seconds } = await runHandler(rt, tx, event, parent));
+    ran = await runHandler(rt, tx, event, parent);
   } catch (err) {
     if (!(err instanceof HandlerError)) throw err;
     return { status: 'failed', event, failure: await recordFailure(rt, tx, event, err.cause) };
   }
+  const { result, json, seconds, ignored, type } = ran;
   await step.finish?.(tx, event);
-  if (event.rowAtCommit) await recordApplied(rt, tx, event, json);
-  else if (event.markAtCommit) {
+  if (event.rowAtCommit) await recordApplied(rt, tx, event, json, ran);
+  else if (event.markAtCommit || ignored) {
     // The take locked the row and left it waiting: marked processed here, with the result, in
     // one UPDATE riding on what follows (src/sql/mark-applied.ts). Nothing in this
     // transaction reads the row's status in between (`advance` and take_next's `more` read the
     // next seq's row; a batch's take_pending selected all its rows before any handler ran).
+    // An ignored event the claim marked processed (latest-wins; a waiting one claimed again)
+    // is marked here too, in place of its result: its payload goes back in, for a replay.
     await rt.statements.markApplied(tx, {
       source: rt.options.source,
       id: event.id,
       json: json ?? null,
       keepPayload: rt.options.keepPayload,
+      ...recorded(event, ran),
     });
   } else if (json !== undefined) await rt.statements.storeResult(tx, rt.options.source, event.id, json);
-  return { status: 'applied', event, result, json, seconds };
+  return { status: 'applied', event, result, json, seconds, ignored, type };
+}
+
+/**
+ * What the row records of how it was applied: its status and type, and for an ignored event
+ * its payload and headers whatever `keepPayload` says: a handler written later applies it from
+ * them (`webhook-inbox ignored replay`).
+ */
+function recorded(
+  event: TakenEvent,
+  ran: { ignored: boolean; type: string | null },
+): {
+  status: 'processed' | 'ignored';
+  type: string | null;
+  payload: Buffer | null;
+  headers: Record<string, string> | null;
+} {
+  return ran.ignored
+    ? { status: 'ignored', type: ran.type, payload: event.payload, headers: storableHeaders(event.headers) }
+    : { status: 'processed', type: ran.type, payload: null, headers: null };
 }
 
 /**
@@ -210,8 +243,11 @@ function recordApplied(
   tx: Transaction<any>,
   event: TakenEvent,
   json: string | undefined,
+  ran: { ignored: boolean; type: string | null },
 ): Promise<void> {
   const o = rt.options;
+  const kept = o.keepPayload && !ran.ignored;
+  const row = recorded(event, ran);
   return rt.statements.recordApplied(tx, {
     source: o.source,
     id: event.id,
@@ -219,8 +255,10 @@ function recordApplied(
     seq: event.seq,
     hash: event.hash,
     json: json ?? null,
-    payload: o.keepPayload ? event.payload : null,
-    headers: o.keepPayload ? storableHeaders(event.headers) : null,
+    status: row.status,
+    type: row.type,
+    payload: kept ? event.payload : row.payload,
+    headers: kept ? storableHeaders(event.headers) : row.headers,
   });
 }
 
@@ -234,22 +272,40 @@ async function runHandler(
   tx: Transaction<any>,
   taken: TakenEvent,
   parent: Context | undefined,
-): Promise<{ result: unknown; json: string | undefined; seconds: number }> {
+): Promise<{
+  result: unknown;
+  json: string | undefined;
+  seconds: number;
+  ignored: boolean;
+  type: string | null;
+}> {
   const o = rt.options;
   const started = performance.now();
   let result: unknown;
   let json: string | undefined;
+  let type: string | null;
   try {
     // A stored payload that no longer parses (or no longer passes `bodySchema`) fails like a
     // handler would: counted, then poison. Checked again here so that `event.body` is the
     // schema's output for a held or pending event too.
     const body =
       'body' in taken ? taken.body : parseBody(taken.payload, taken.headers['content-type'], o.parse);
+    // A stored event's type is read again from what was stored of its delivery: the handler
+    // that exists now decides (a replayed ignored event reaches the one written since).
+    type =
+      'type' in taken
+        ? (taken.type ?? null)
+        : o.fields.type
+          ? storedTypeOf(o.fields.type, taken.headers, taken.payload, body)
+          : null;
+    const handle = o.handlers(type);
+    if (!handle) return { result: undefined, json: undefined, seconds: 0, ignored: true, type };
     const event: InboxEvent = {
       id: taken.id,
       source: o.source,
       key: taken.key,
       seq: taken.seq,
+      type,
       body: o.bodySchema && !('body' in taken) ? await o.bodySchema.check(body) : body,
       rawBody: taken.payload,
       headers: taken.headers,
@@ -259,14 +315,14 @@ async function runHandler(
     // runHandler gives the handler its context (signal, idempotencyKey) and enforces
     // handlerTimeoutMs; it throws HandlerError.
     result = await inSpan(rt.tracer, 'webhook-inbox.handler', parent, () =>
-      runWithContext(o.handle, event, tx, o.handlerTimeoutMs, rt.database.handlerPlugins),
+      runWithContext(handle, event, tx, o.handlerTimeoutMs, rt.database.handlerPlugins),
     );
     json = result === undefined ? undefined : JSON.stringify(result);
   } catch (err) {
     rt.metrics.handler((performance.now() - started) / 1000, 'failed');
     throw err instanceof HandlerError ? err : new HandlerError(err);
   }
-  return { result, json, seconds: (performance.now() - started) / 1000 };
+  return { result, json, seconds: (performance.now() - started) / 1000, ignored: false, type };
 }
 
 function errorMessage(err: unknown): string {

@@ -9,6 +9,11 @@ export interface InboxEvent<TBody = any> {
   readonly key: string | null;
   /** The event's place in its key's sequence, or null for an unordered event. */
   readonly seq: number | null;
+  /**
+   * The event's type, where the provider puts it (`invoice.paid`, `issues.opened`), or from
+   * `fields.type`; null when it has none. `handlers` route by it.
+   */
+  readonly type: string | null;
   /** Parsed JSON, or the raw bytes when the body is not JSON (see option `parse`). */
   readonly body: TBody;
   /** The exact bytes received: what signatures and the body hash were computed over. */

@@ -27,8 +27,9 @@ export interface InboxEventsTable {
   seq: Int8 | null;
   /** SHA-256 of the raw body, hex. */
   body_hash: string;
-  status: 'pending' | 'held' | 'processed' | 'dead';
-  /** The raw body, kept while the event waits (and after, with `keepPayload`). */
+  /** `ignored`: no handler takes its type (option `handlers`); final, as `processed` is. */
+  status: 'pending' | 'held' | 'processed' | 'dead' | 'ignored';
+  /** The raw body, kept while the event waits, while it is ignored (and after, with `keepPayload`). */
   payload: Buffer | null;
   headers: Record<string, string> | null;
   /** What the handler returned (JSON), replayed to duplicates. */
@@ -39,6 +40,12 @@ export interface InboxEventsTable {
   run_after: Date | null;
   received_at: Date;
   processed_at: Date | null;
+  /**
+   * The event's type (`event.type`), written with its row's final state: when it was applied or
+   * ignored (null without a type, and for an event a claim marked: latest-wins, a waiting event
+   * claimed again by its delivery, or written before migration 0013).
+   */
+  type: string | null;
 }
 
 /** One row per ordering key: its cursor (`next_seq`) and whether it is blocked. */
@@ -94,6 +101,7 @@ export const INBOX_COLUMNS = {
     'run_after',
     'received_at',
     'processed_at',
+    'type',
   ] satisfies (keyof InboxEventsTable)[],
   keys: [
     'source',

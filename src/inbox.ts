@@ -13,6 +13,9 @@ import { migrateToLatest } from './migrations.js';
 import type {
   DeadLetter,
   DeadLetterFilter,
+  IgnoredEvent,
+  IgnoredFilter,
+  IgnoredReplayResult,
   InboxStatus,
   KeySummary,
   Operations,
@@ -241,6 +244,28 @@ export class Inbox {
     );
     for (const r of results) if (now.has(r.id)) r.status = now.get(r.id)!;
     return results;
+  }
+
+  /** Events no handler takes (recorded `ignored`), newest first: `{ type }` narrows them. */
+  async ignored(filter: Omit<IgnoredFilter, 'source'> = {}): Promise<IgnoredEvent[]> {
+    return (await this.operations()).ignored(filter);
+  }
+
+  /**
+   * Applies the ignored events of `type` now, with the handler that takes it (written since
+   * they came): each is re-queued and applied by the ordinary apply path, once. Ordered ones
+   * are left (`ordered`): their key moved past them. A second call applies nothing.
+   *
+   * ```ts
+   * const { requeued } = await inbox.replayIgnored('invoice.paid');
+   * ```
+   */
+  async replayIgnored(type: string): Promise<IgnoredReplayResult> {
+    const result = await (await this.operations()).replayIgnored({ type, source: this.options.source });
+    // take_pending takes due pending events in due order: the re-queued ones, after any that
+    // were already due (applied too, as the sweeper would).
+    if (result.requeued > 0) await this.#background.applyPending(result.requeued);
+    return result;
   }
 
   /**

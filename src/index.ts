@@ -21,6 +21,15 @@ export {
   UnauthorizedDeliveryError,
 } from './errors.js';
 export type { HandlerContext, InboxEvent } from './event.js';
+export type {
+  EventMapOf,
+  EventTypeMap,
+  HandlerFor,
+  HandlerPattern,
+  Handlers,
+  PatternTypes,
+  WildcardOf,
+} from './handlers.js';
 export type { InboxHealth } from './health.js';
 export { createInbox, Inbox } from './inbox.js';
 export type {
@@ -38,6 +47,10 @@ export type {
   DeadLetter,
   DeadLetterFilter,
   Gap,
+  IgnoredEvent,
+  IgnoredFilter,
+  IgnoredReplayResult,
+  IgnoredType,
   InboxStatus,
   KeyDetail,
   KeySummary,

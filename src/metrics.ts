@@ -3,7 +3,8 @@
  * `metrics: { registry }`). prom-client is an optional peer: it is imported only when the
  * option is given, and the core's types only describe the registry structurally.
  *
- * Labels stay low-cardinality: source, outcome, reason, answered_by, action. Never ids,
+ * Labels stay low-cardinality: source, outcome, reason, answered_by, action, and an ignored
+ * event's type (at most MAX_TYPE_LABELS per inbox: a sender could invent types). Never ids,
  * keys or seqs. Gauges that need a query (held events, oldest held age, blocked keys, dead
  * letters) are computed when the registry is scraped, never on the delivery path.
  */
@@ -42,6 +43,8 @@ export interface InboxMetrics {
   deadLetter(reason: string): void;
   /** A new id at a seq its key already applied (`applied`) or already holds for another id (`waiting`). */
   seqConflict(reason: 'applied' | 'waiting'): void;
+  /** An event no handler takes, recorded `ignored`, by its type. */
+  ignored(type: string | null): void;
   drain(seconds: number): void;
   sweeperRun(): void;
   sweeperError(): void;
@@ -58,6 +61,7 @@ export const noMetrics: InboxMetrics = {
   gapTimeout: noop,
   deadLetter: noop,
   seqConflict: noop,
+  ignored: noop,
   drain: noop,
   sweeperRun: noop,
   sweeperError: noop,
@@ -78,6 +82,7 @@ export const METRIC_NAMES = Object.freeze({
   gapTimeouts: 'webhook_inbox_gap_timeouts_total',
   deadLetters: 'webhook_inbox_dead_letters_total',
   seqConflicts: 'webhook_inbox_seq_conflicts_total',
+  ignored: 'webhook_inbox_ignored_total',
   drainLatency: 'webhook_inbox_drain_latency_seconds',
   sweeperRuns: 'webhook_inbox_sweeper_runs_total',
   sweeperErrors: 'webhook_inbox_sweeper_errors_total',
@@ -96,6 +101,13 @@ interface Shared {
   sources: Set<StatsSource>;
 }
 const shared = new WeakMap<RegistryLike, Shared>();
+
+/**
+ * Distinct `type` labels of webhook_inbox_ignored_total per inbox; later types are counted as
+ * `other`. Providers send tens of types, but the type is the sender's text: unbounded labels
+ * would let a sender grow the scrape without end.
+ */
+export const MAX_TYPE_LABELS = 100;
 
 const LATENCY_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
 const DRAIN_BUCKETS = [0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300];
@@ -247,6 +259,12 @@ function define(client: any, registry: RegistryLike): Shared {
         'Deliveries refused (422) for a new id at a seq its key already applied or holds, by reason (applied, waiting)',
         ['source', 'reason'],
       ),
+      ignored: metric(
+        'Counter',
+        n.ignored,
+        `Events no handler takes (option handlers), recorded ignored, by type (none: no type; other: past ${MAX_TYPE_LABELS} types)`,
+        ['source', 'type'],
+      ),
       drainLatency: metric(
         'Histogram',
         n.drainLatency,
@@ -308,6 +326,8 @@ export async function createMetrics(
   const deadLetters = bound(m.deadLetters, 'reason');
   const fallbacks = bound(m.redisFallbacks, 'reason');
   const seqConflicts = bound(m.seqConflicts, 'reason');
+  const ignoredTypes = bound(m.ignored, 'type');
+  const typeLabels = new Set<string>();
   const claimToCommit = m.claimToCommit.labels({ source });
   const drain = m.drainLatency.labels({ source });
   const sweeperRuns = m.sweeperRuns.labels({ source });
@@ -334,6 +354,14 @@ export async function createMetrics(
       gapTimeout: (action) => gapTimeouts(action).inc(),
       deadLetter: (reason) => deadLetters(reason).inc(),
       seqConflict: (reason) => seqConflicts(reason).inc(),
+      ignored: (type) => {
+        let label = type ?? 'none';
+        if (!typeLabels.has(label)) {
+          if (typeLabels.size >= MAX_TYPE_LABELS) label = 'other';
+          else typeLabels.add(label);
+        }
+        ignoredTypes(label).inc();
+      },
       drain: (seconds) => drain.observe(seconds),
       sweeperRun: () => sweeperRuns.inc(),
       sweeperError: () => sweeperErrors.inc(),

@@ -8,6 +8,7 @@ import { pendingBatches } from './migrations/0007-pending-batches.js';
 import { rowAtCommit } from './migrations/0008-row-at-commit.js';
 import { markAtCommit } from './migrations/0010-mark-at-commit.js';
 import { leanEventWrites } from './migrations/0012-lean-event-writes.js';
+import { ignoredEvents } from './migrations/0013-ignored-events.js';
 import type { Tables } from './sql/tables.js';
 
 /**
@@ -28,6 +29,7 @@ export const migrations: ReadonlyArray<readonly [name: string, up: (t: Tables) =
   ['0008_row_at_commit', rowAtCommit],
   ['0010_mark_at_commit', markAtCommit],
   ['0012_lean_event_writes', leanEventWrites],
+  ['0013_ignored_events', ignoredEvents],
 ];
 
 /**

@@ -2,6 +2,7 @@ import type { TracerProvider } from '@opentelemetry/api';
 import type { BodySchema, JsonSchema, StandardSchemaV1 } from './body-schema.js';
 import type { DatabaseInput } from './database.js';
 import type { HandlerContext, InboxEvent } from './event.js';
+import type { HandlerFor, Handlers } from './handlers.js';
 import type { Logger } from './logger.js';
 import type { MetricsOptions, RegistryLike } from './metrics.js';
 import type { Provider } from './providers.js';
@@ -27,9 +28,26 @@ export interface InboxOptions<TBody = any, DB = any> {
   /**
    * Applies one event. Runs inside the transaction that claims the event: write through
    * `tx` and the side effect and the dedup record commit together or not at all. The
-   * returned value (JSON) is stored and replayed to duplicates.
+   * returned value (JSON) is stored and replayed to duplicates. Give `handle` or `handlers`,
+   * not both. @defaultValue required, unless `handlers` is given
    */
-  handle: Handler<TBody, unknown, DB>;
+  handle?: Handler<TBody, unknown, DB>;
+  /**
+   * A handler per event type (`event.type`: the provider's, or `fields.type`), instead of one
+   * `handle`: exact types, one-level families (`'customer.*'` matches `customer.created`, not
+   * `customer.subscription.created`) and `'*'` for the rest; the most specific wins. Each runs
+   * as `handle` would, in the claim's transaction. An event no handler takes is recorded
+   * `ignored` (answered 200 `{"status":"ignored"}`), kept with its payload until retention, so
+   * that `webhook-inbox ignored replay --type T` can apply it once a handler exists. Typed per
+   * event by a map of types to bodies: `satisfies Handlers<StripeEventMap, DB>`
+   * (docs/routing.md).
+   *
+   * ```ts
+   * handlers: { 'invoice.paid': onInvoicePaid, 'customer.*': onCustomer, '*': audit }
+   * ```
+   * @defaultValue none: `handle` takes every event
+   */
+  handlers?: Handlers<any, DB>;
   /**
    * Where the inbox lives: a PostgreSQL connection string, a `pg.Pool`, a Kysely instance or a
    * PGlite instance; or `'memory'` for an embedded PGlite database in memory, which forgets
@@ -284,7 +302,10 @@ export interface InboxOptions<TBody = any, DB = any> {
 }
 
 export interface ResolvedOptions {
-  readonly handle: Handler;
+  /** The `handle` given, or undefined when `handlers` route instead. */
+  readonly handle: Handler | undefined;
+  /** The handler for an event's type (with `handle`, always it); undefined: the event is ignored. */
+  readonly handlers: HandlerFor;
   readonly db: DatabaseInput | undefined;
   readonly dataDir: string | undefined;
   readonly poolSize: number;
@@ -293,11 +314,12 @@ export interface ResolvedOptions {
   readonly tablePrefix: string;
   readonly migrate: boolean;
   readonly headers: { readonly id: string; readonly key: string; readonly seq: string };
-  /** Where id, key and seq are read: `fields`, else the `headers`. */
+  /** Where id, key and seq are read: `fields`, else the `headers`; the type from `fields` or the provider. */
   readonly fields: {
     readonly id: ResolvedSource;
     readonly key: ResolvedSource;
     readonly seq: ResolvedSource;
+    readonly type: ResolvedSource | undefined;
   };
   readonly idFromBody: boolean;
   readonly maxBodyBytes: number;

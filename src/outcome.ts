@@ -17,6 +17,8 @@ export const OutcomeKind = Object.freeze({
   rejected: 'rejected',
   /** Latest-wins: older than its key's last applied version; recorded, not applied, 200. */
   superseded: 'superseded',
+  /** No handler takes its type (`handlers`): recorded `ignored`, not applied, 200. */
+  ignored: 'ignored',
   /** A request to the webhook path with another method than POST (answered by the adapters). */
   methodNotAllowed: 'method-not-allowed',
   /** Not a delivery: the answer to `GET …/health` (`inbox.healthOutcome()`). */

@@ -31,8 +31,14 @@ export interface Provider {
   readonly verify: Verify;
   /** Where the event id comes from (the inbox's `fields.id`). */
   readonly id: FieldSource;
-  /** Where the event type is (for the handler and the docs; the inbox does not read it). */
+  /** Where the event type is: `event.type`, what `handlers` route by. */
   readonly type: FieldSource | undefined;
+  /**
+   * Headers added to a permanent refusal (`RejectEvent`, 422 `rejected`) where the provider has
+   * a way to be told "do not retry this one" (Svix's `webhook-delivery: abort-message`, Slack's
+   * `X-Slack-No-Retry: 1`); empty where it has none (docs/routing.md, "Permanent refusals").
+   */
+  readonly rejectHeaders: Readonly<Record<string, string>>;
   /**
    * The object an event is about and its version (for "latest wins": never let an older
    * event overwrite a newer one), where the provider has them; false when turned off.
@@ -62,7 +68,7 @@ function preset(
   name: string,
   options: PresetOptions | undefined,
   verify: (o: PresetOptions) => Verify,
-  defaults: Omit<Provider, 'name' | 'verify'>,
+  defaults: Omit<Provider, 'name' | 'verify' | 'rejectHeaders'> & { rejectHeaders?: Record<string, string> },
 ): Provider {
   if (options === null || typeof options !== 'object') {
     throw new InboxOptionsError('provider', `${name}() takes { secret }`);
@@ -76,7 +82,15 @@ function preset(
     id: options.id ?? defaults.id,
     type: options.type ?? defaults.type,
     order: options.order ?? defaults.order,
+    rejectHeaders: Object.freeze({ ...defaults.rejectHeaders }),
   };
+}
+
+/** A member of a parsed JSON body, or undefined when the body is not an object or lacks it. */
+function member(value: unknown, name: string): unknown {
+  return value !== null && typeof value === 'object' && Object.hasOwn(value, name)
+    ? (value as Record<string, unknown>)[name]
+    : undefined;
 }
 
 /**
@@ -98,7 +112,8 @@ export function stripe(options: TimedPresetOptions): Provider {
 
 /**
  * GitHub: `X-Hub-Signature-256` (`sha256=<hex>` HMAC of the body, no timestamp); id =
- * `X-GitHub-Delivery` (the same on a redelivery); type = `X-GitHub-Event`. No ordering.
+ * `X-GitHub-Delivery` (the same on a redelivery); type = `X-GitHub-Event`, joined with the
+ * body's `action` when it has one, as Octokit names them (`issues.opened`; `push`). No ordering.
  *
  * ```ts
  * provider: github({ secret: process.env.GITHUB_WEBHOOK_SECRET })
@@ -109,7 +124,15 @@ export function github(options: PresetOptions): Provider {
     'github',
     options,
     (o) => hmacSignature({ header: 'x-hub-signature-256', prefix: 'sha256=', secret: o.secret }),
-    { id: 'x-github-delivery', type: 'x-github-event', order: false },
+    {
+      id: 'x-github-delivery',
+      type: (d) => {
+        const event = d.headers['x-github-event'];
+        const action = member(d.body, 'action');
+        return event !== undefined && typeof action === 'string' ? `${event}.${action}` : event;
+      },
+      order: false,
+    },
   );
 }
 
@@ -140,7 +163,8 @@ export function shopify(options: PresetOptions): Provider {
  * Svix and every Standard Webhooks sender (Clerk, Resend, …): `svix-id/-timestamp/-signature`
  * or `webhook-id/-timestamp/-signature`, whichever the delivery carries; `v1` (HMAC-SHA256)
  * signatures; `v1a` (ed25519) is not supported. id = the signed `svix-id` / `webhook-id`;
- * type = the body's `type`. No ordering.
+ * type = the body's `type`. No ordering. A `RejectEvent` is answered with
+ * `webhook-delivery: abort-message`, which tells Svix to stop retrying that message.
  *
  * ```ts
  * provider: svix({ secret: process.env.CLERK_WEBHOOK_SECRET }) // whsec_…
@@ -151,7 +175,12 @@ export function svix(options: TimedPresetOptions): Provider {
     'svix',
     options,
     (o) => standardWebhooksSignature({ ...(o as TimedPresetOptions), headers: 'either' }),
-    { id: (d) => d.headers['svix-id'] ?? d.headers['webhook-id'], type: '/type', order: false },
+    {
+      id: (d) => d.headers['svix-id'] ?? d.headers['webhook-id'],
+      type: '/type',
+      order: false,
+      rejectHeaders: { 'webhook-delivery': 'abort-message' },
+    },
   );
 }
 
@@ -163,7 +192,9 @@ export function standardWebhooks(options: TimedPresetOptions): Provider {
 /**
  * Slack (Events API): `X-Slack-Signature` `v0` over `v0:{timestamp}:{body}`, 5 minutes'
  * tolerance; id = the body's `event_id` (a retry, `X-Slack-Retry-Num: 1`, carries the same);
- * type = `event.type`. Slack wants an answer within 3 seconds: pair it with `mode: 'deferred'`.
+ * type = `event.type`, else the envelope's `type` (`url_verification`, `app_rate_limited`). A
+ * `RejectEvent` is answered with `X-Slack-No-Retry: 1`. Slack wants an answer within 3 seconds:
+ * pair it with `mode: 'deferred'`.
  *
  * ```ts
  * provider: slack({ secret: process.env.SLACK_SIGNING_SECRET }), mode: 'deferred'
@@ -172,8 +203,12 @@ export function standardWebhooks(options: TimedPresetOptions): Provider {
 export function slack(options: TimedPresetOptions): Provider {
   return preset('slack', options, (o) => slackSignature(o as TimedPresetOptions), {
     id: '/event_id',
-    type: '/event/type',
+    type: (d) => {
+      const inner = member(member(d.body, 'event'), 'type');
+      return (inner ?? member(d.body, 'type')) as string | undefined;
+    },
     order: false,
+    rejectHeaders: { 'x-slack-no-retry': '1' },
   });
 }
 
@@ -197,7 +232,8 @@ export function paddle(options: TimedPresetOptions): Provider {
 /**
  * GitLab: `X-Gitlab-Token` (the secret token itself, compared in constant time; it signs
  * nothing); id = `Idempotency-Key` (GitLab 17.4 and later, the same on a retry), else
- * `X-Gitlab-Event-UUID`; type = `X-Gitlab-Event`. No ordering.
+ * `X-Gitlab-Event-UUID`; type = the body's `object_kind` (`push`, `merge_request`), else
+ * `X-Gitlab-Event` (`System Hook`). No ordering.
  *
  * ```ts
  * provider: gitlab({ secret: process.env.GITLAB_WEBHOOK_TOKEN })
@@ -206,7 +242,7 @@ export function paddle(options: TimedPresetOptions): Provider {
 export function gitlab(options: PresetOptions): Provider {
   return preset('gitlab', options, (o) => headerToken({ header: 'x-gitlab-token', secret: o.secret }), {
     id: (d) => d.headers['idempotency-key'] ?? d.headers['x-gitlab-event-uuid'],
-    type: 'x-gitlab-event',
+    type: (d) => (member(d.body, 'object_kind') ?? d.headers['x-gitlab-event']) as string | undefined,
     order: false,
   });
 }

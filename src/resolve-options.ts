@@ -3,6 +3,7 @@ import { resolveBodySchema } from './body-schema.js';
 import type { DatabaseInput } from './database.js';
 import { parseDuration } from './duration.js';
 import { InboxOptionsError } from './errors.js';
+import { handleEverything, resolveHandlers } from './handlers.js';
 import { type Logger, silent } from './logger.js';
 import type { MetricsOptions } from './metrics.js';
 import { bool, describe, headerName, IDENTIFIER, integer, oneOf } from './option-checks.js';
@@ -53,8 +54,16 @@ const MAX_WORKER_BATCH = 32;
 export function resolveOptions(input: InboxOptions): ResolvedOptions {
   if (!input || typeof input !== 'object') throw new InboxOptionsError('options', 'must be an object');
   const o = input as unknown as Record<string, unknown>;
-  if (typeof o.handle !== 'function')
-    throw new InboxOptionsError('handle', `must be a function; got ${describe(o.handle)}`);
+  if (o.handle !== undefined && o.handlers !== undefined) {
+    throw new InboxOptionsError('handlers', 'is an alternative to `handle`; give one of them, not both');
+  }
+  if (o.handlers === undefined && typeof o.handle !== 'function')
+    throw new InboxOptionsError(
+      'handle',
+      `must be a function (or give \`handlers\`, one per event type); got ${describe(o.handle)}`,
+    );
+  const handlers =
+    o.handlers === undefined ? handleEverything(o.handle as Handler) : resolveHandlers(o.handlers);
   const source = o.source ?? 'default';
   if (
     typeof source !== 'string' ||
@@ -100,8 +109,8 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
   const f = o.fields ?? {};
   if (typeof f !== 'object' || f === null) throw new InboxOptionsError('fields', 'must be an object');
   for (const name of Object.keys(f)) {
-    if (name !== 'id' && name !== 'key' && name !== 'seq') {
-      throw new InboxOptionsError(`fields.${name}`, 'is not a field; fields are id, key and seq');
+    if (name !== 'id' && name !== 'key' && name !== 'seq' && name !== 'type') {
+      throw new InboxOptionsError(`fields.${name}`, 'is not a field; fields are id, key, seq and type');
     }
   }
   const provider = o.provider as Provider | undefined;
@@ -118,11 +127,13 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
         'is set by `provider`; give the secret to the preset, or drop `provider`',
       );
     }
-    if ((f as Fields).id !== undefined) {
-      throw new InboxOptionsError(
-        'fields.id',
-        "is set by `provider`; override it with the preset's `id` option",
-      );
+    for (const name of ['id', 'type'] as const) {
+      if ((f as Fields)[name] !== undefined) {
+        throw new InboxOptionsError(
+          `fields.${name}`,
+          `is set by \`provider\`; override it with the preset's \`${name}\` option`,
+        );
+      }
     }
   }
   const fieldSource = (name: 'id' | 'key' | 'seq'): ResolvedSource => {
@@ -131,7 +142,14 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
       ? { kind: 'header', name: headers[name], label: headers[name] }
       : resolveSource(given, `fields.${name}`);
   };
-  const fields = { id: fieldSource('id'), key: fieldSource('key'), seq: fieldSource('seq') };
+  const typeGiven = provider ? provider.type : (f as Fields).type;
+  const fields = {
+    id: fieldSource('id'),
+    key: fieldSource('key'),
+    seq: fieldSource('seq'),
+    // No header by default: an event without a type source has none (null).
+    type: typeGiven === undefined ? undefined : resolveSource(typeGiven, 'fields.type'),
+  };
   const order = (o.order ?? { policy: 'seq' }) as { policy?: unknown; key?: unknown; version?: unknown };
   if (typeof order !== 'object' || order === null || (order.policy !== 'seq' && order.policy !== 'latest')) {
     throw new InboxOptionsError('order', "must be { policy: 'seq' } or { policy: 'latest', key, version }");
@@ -239,7 +257,8 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
     verify: (o.verify as Verify | undefined) ?? provider?.verify,
     provider,
     order: resolvedOrder,
-    handle: o.handle as Handler,
+    handle: o.handle as Handler | undefined,
+    handlers,
     bodySchema: resolveBodySchema(o.bodySchema),
     respond: resolveRespondHook(o.respond),
     // 'memory' was an explicit choice of what no `db` means: the embedded database, in memory.

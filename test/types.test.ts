@@ -6,6 +6,7 @@
  */
 import type { Generated, Transaction } from 'kysely';
 import { sql } from 'kysely';
+import type Stripe from 'stripe';
 import { describe, expect, expectTypeOf, test } from 'vitest';
 import { inbox as expressInbox } from '../adapters/express.js';
 import { handler as fetchHandler } from '../adapters/fetch.js';
@@ -14,6 +15,8 @@ import { inbox as koaInbox } from '../adapters/koa.js';
 import { INBOX_COLUMNS } from '../src/inbox-tables.js';
 import {
   createInbox,
+  type EventMapOf,
+  type Handlers,
   type InboxDatabase,
   type InboxEventsTable,
   type InboxGapsTable,
@@ -96,6 +99,59 @@ describe('typed handlers', () => {
       },
     });
     expect([express, koa, hono, fetch].every((h) => typeof h === 'function')).toBe(true);
+  });
+});
+
+describe('handlers typed by a map of event types', () => {
+  type StripeEventMap = EventMapOf<Stripe.Event>;
+  /** A map written by hand, with Shopify's `/` separator. */
+  interface ShopMap {
+    'orders/create': { id: number; total_price: string };
+    'orders/paid': { id: number; total_price: string; paid_at: string };
+    'refunds/create': { id: number; order_id: number };
+  }
+
+  test('each handler gets the body of the types it can receive; a wrong field or pattern fails to compile', () => {
+    const stripeHandlers = {
+      'invoice.paid': async (event, { tx }) => {
+        expectTypeOf(event.body).toEqualTypeOf<Stripe.InvoicePaidEvent>();
+        expectTypeOf(tx).toEqualTypeOf<Transaction<DB>>();
+        await tx
+          .insertInto('payments')
+          .values({ id: event.id, amount: event.body.data.object.amount_paid })
+          .execute();
+        // @ts-expect-error: an invoice has no `amount_captured` (a charge has)
+        return event.body.data.object.amount_captured;
+      },
+      'customer.*': (event) => {
+        expectTypeOf(event.body).toEqualTypeOf<
+          StripeEventMap['customer.created' | 'customer.updated' | 'customer.deleted']
+        >();
+        // @ts-expect-error: one level: customer.subscription.created is not in customer.*
+        const deeper: 'customer.subscription.created' = event.body.type;
+        return deeper;
+      },
+      '*': (event) => {
+        expectTypeOf(event.body).toEqualTypeOf<Stripe.Event>();
+        expectTypeOf(event.type).toEqualTypeOf<string | null>();
+      },
+      // @ts-expect-error: Stripe sends no `invoice.payed`
+      'invoice.payed': () => null,
+    } satisfies Handlers<StripeEventMap, DB>;
+    const shop = {
+      'orders/*': (event) => {
+        expectTypeOf(event.body).toEqualTypeOf<ShopMap['orders/create'] | ShopMap['orders/paid']>();
+        // @ts-expect-error: paid_at is only on orders/paid
+        return event.body.paid_at;
+      },
+    } satisfies Handlers<ShopMap>;
+    const inbox = createInbox<DB>({ db: 'memory', migrate: false, handlers: stripeHandlers });
+    const untyped = createInbox({
+      db: 'memory',
+      migrate: false,
+      handlers: { ...shop, 'any.thing': (e) => e.body.x },
+    });
+    expect([inbox, untyped].every((i) => i.options.handle === undefined)).toBe(true);
   });
 });
 

@@ -141,7 +141,7 @@ export class Sweeper {
         maxBatches: 1,
       });
       report.pruned = pruned;
-      this.#nextPruneAt = pruned === PRUNE_BATCH ? 0 : Date.now() + PRUNE_EVERY_MS;
+      this.#nextPruneAt = pruned >= PRUNE_BATCH ? 0 : Date.now() + PRUNE_EVERY_MS;
       if (pruned > 0) o.logger.debug({ pruned, source: o.source }, 'webhook-inbox: pruned processed events');
     }
     return report;

@@ -24,7 +24,7 @@ const EVERY_COMMAND = ['Options (every command):', optionHelp(GLOBAL_OPTIONS), '
 export function topHelp(commands: Record<string, Command>): string {
   const width = Math.max(...Object.keys(commands).map((c) => c.length));
   return [
-    'webhook-inbox: operate a webhook inbox (dead letters, blocked keys, retention).',
+    'webhook-inbox: operate a webhook inbox (dead letters, ignored events, blocked keys, retention).',
     '',
     'Usage: webhook-inbox <command> [arguments] [options]',
     '       webhook-inbox --version',

@@ -24,6 +24,7 @@ import {
 import { CONSOLE_COMMAND } from './console-command.js';
 import { DEAD_COMMANDS } from './dead-commands.js';
 import { commandHelp, groupHelp, topHelp } from './help.js';
+import { IGNORED_COMMANDS } from './ignored-commands.js';
 import { INBOX_COMMANDS } from './inbox-commands.js';
 import { KEY_COMMANDS } from './key-commands.js';
 import { safeBlock, safeJson } from './terminal-safe.js';
@@ -32,12 +33,13 @@ export const COMMANDS: Record<string, Command> = {
   migrate: INBOX_COMMANDS.migrate,
   status: INBOX_COMMANDS.status,
   ...DEAD_COMMANDS,
+  ...IGNORED_COMMANDS,
   ...KEY_COMMANDS,
   prune: INBOX_COMMANDS.prune,
   console: CONSOLE_COMMAND,
 };
 
-const GROUPS = new Set(['dead', 'keys']);
+const GROUPS = new Set(['dead', 'ignored', 'keys']);
 
 /** The version in the package's own package.json, found upwards from this file (src/, dist/src/ or a bundle). */
 function packageVersion(): string {

@@ -15,6 +15,7 @@ import { type ConsoleOptions, type ResolvedConsoleOptions, resolveConsoleOptions
 import {
   deadLettersPage,
   eventPage,
+  ignoredPage,
   keyPage,
   keysPage,
   layout,
@@ -226,6 +227,11 @@ export function createConsole(input: ConsoleOptions): Console {
         nonce,
         deadLettersPage(ctx, query, await ops.deadLetters({ ...filter, limit: 500 })),
       );
+    }
+    if (path === '/ignored') {
+      const type = params.get('type') ?? undefined;
+      const [types, list] = await Promise.all([ops.ignoredTypes(), ops.ignored({ type, limit: 500 })]);
+      return respond(200, nonce, ignoredPage(ctx, type, types, list));
     }
     if (first === 'events' && source && name && extra === undefined) {
       return respond(200, nonce, eventPage(ctx, await ops.deadLetter(name, source)));

@@ -3,7 +3,14 @@
  * escaped). Pages are plain forms and links; the little script only adds "select all".
  */
 import { formatDuration } from '../duration.js';
-import type { DeadLetter, InboxStatus, KeyDetail, KeySummary } from '../operations/index.js';
+import type {
+  DeadLetter,
+  IgnoredEvent,
+  IgnoredType,
+  InboxStatus,
+  KeyDetail,
+  KeySummary,
+} from '../operations/index.js';
 // Html(constant) only wraps this file's own CSS and script, never a value from input.
 import { Html, href, html, query } from './html.js';
 
@@ -55,7 +62,7 @@ document.querySelectorAll('input[data-select-all]').forEach(function (all) {
 
 export function layout(ctx: PageContext, title: string, body: Html): string {
   const nav = ctx.user
-    ? html`<a href="${ctx.base}/">Overview</a><a href="${ctx.base}/dead-letters">Dead letters</a><a href="${ctx.base}/keys">Keys</a>
+    ? html`<a href="${ctx.base}/">Overview</a><a href="${ctx.base}/dead-letters">Dead letters</a><a href="${ctx.base}/ignored">Ignored</a><a href="${ctx.base}/keys">Keys</a>
 <form method="get" action="${ctx.base}/search"><input name="id" placeholder="event id" aria-label="Search by event id"> <button>Find</button></form>
 <span class="who">${ctx.user}${ctx.readOnly ? ' (read-only)' : ''}</span>
 <form method="post" action="${ctx.base}/logout"><input type="hidden" name="csrf" value="${ctx.csrf}"><button>Log out</button></form>`
@@ -120,6 +127,15 @@ ${
           html`<tr><td><a href="${ctx.base}/dead-letters${query({ reason })}">${reason}</a></td><td>${n}</td></tr>`,
       )}</table>`
 }
+<h2>Ignored by type (no handler takes them)</h2>
+${
+  Object.keys(s.ignoredByType).length === 0
+    ? html`<p>None.</p>`
+    : html`<table><tr><th>type</th><th>count</th></tr>${Object.entries(s.ignoredByType).map(
+        ([type, n]) =>
+          html`<tr><td><a href="${ctx.base}/ignored${query({ type })}">${type || '(none)'}</a></td><td>${n}</td></tr>`,
+      )}</table>`
+}
 <h2>Blocked keys</h2>
 ${blocked.length === 0 ? html`<p>None.</p>` : keysTable(ctx, blocked)}
 <p>Sources: ${s.sources.join(', ') || '(none)'}</p>`;
@@ -166,6 +182,36 @@ ${Object.entries(filter).map(([name, value]) => (value ? html`<input type="hidde
     : ''
 }`;
   return layout(ctx, 'Dead letters', body);
+}
+
+/**
+ * What the provider sends that no handler takes: counts by type, then the events of the type
+ * chosen (or the latest of every type). Replaying them is the CLI's (`webhook-inbox ignored
+ * replay --type T`) or the application's (`inbox.replayIgnored`), once a handler exists.
+ */
+export function ignoredPage(
+  ctx: PageContext,
+  type: string | undefined,
+  types: IgnoredType[],
+  list: IgnoredEvent[],
+): string {
+  const body = html`<h1>Ignored events${type === undefined ? '' : html` of type <code>${type}</code>`}</h1>
+<p>Events whose type no handler takes: answered 200 and kept until retention. Write a handler for a type, then <code>webhook-inbox ignored replay --type T</code> applies them once.</p>
+<table data-testid="ignored-types"><tr><th>source</th><th>type</th><th>count</th><th>last received</th></tr>
+${types.map(
+  (t) =>
+    html`<tr><td>${t.source}</td><td><a href="${ctx.base}/ignored${query({ type: t.type ?? '' })}">${t.type ?? '(none)'}</a></td><td>${t.count}</td><td>${t.lastReceivedAt.toISOString()}</td></tr>`,
+)}
+</table>
+${types.length === 0 ? html`<p>None.</p>` : ''}
+<h2>${type === undefined ? 'Latest' : 'Events'}</h2>
+<table data-testid="ignored-events"><tr><th>id</th><th>source</th><th>type</th><th>key</th><th>seq</th><th>age</th></tr>
+${list.map(
+  (e) =>
+    html`<tr><td>${eventLink(ctx, e)}</td><td>${e.source}</td><td>${e.type ?? '—'}</td><td>${keyLink(ctx, e.source, e.key)}</td><td>${e.seq ?? '—'}</td><td>${age(e.ageMs)}</td></tr>`,
+)}
+</table>`;
+  return layout(ctx, 'Ignored events', body);
 }
 
 function oneLine(text: string | null, max = 80): string {

@@ -15,6 +15,15 @@ import type { StoredEvent } from '../sql/inspect.js';
 import { createTables, type Tables } from '../sql/tables.js';
 import type { LockWaitOptions, OperationsContext } from './context.js';
 import { type DeadLetter, type DeadLetterFilter, deadLetter, deadLetters } from './dead-letters.js';
+import {
+  type IgnoredEvent,
+  type IgnoredFilter,
+  type IgnoredReplayResult,
+  type IgnoredType,
+  ignoredEvents,
+  ignoredTypes,
+  replayIgnored,
+} from './ignored.js';
 import { type KeyDetail, type KeySummary, key, keys, type SkipResult, skip, unblock } from './keys.js';
 import { type ReplayOptions, type ReplayResult, type ReplaySelection, replay, statuses } from './replay.js';
 import { type PruneOptions, type PruneResult, prune } from './retention.js';
@@ -58,6 +67,33 @@ export class Operations implements OperationsContext {
    */
   replay(selection: ReplaySelection, options: ReplayOptions = {}): Promise<ReplayResult[]> {
     return replay(this, selection, options);
+  }
+
+  /** Events no handler takes (recorded `ignored`), newest first, with their payloads. */
+  ignored(filter: IgnoredFilter = {}): Promise<IgnoredEvent[]> {
+    return ignoredEvents(this, filter);
+  }
+
+  /** Ignored events counted by type, the most frequent first. */
+  ignoredTypes(source = this.source): Promise<IgnoredType[]> {
+    return ignoredTypes(this, source);
+  }
+
+  /**
+   * Re-queues the unordered ignored events of one type, to be applied by the application (its
+   * sweeper) with the handler that takes the type now. Ordered ones are counted and left: their
+   * key moved past them. Run again, it finds nothing to re-queue.
+   *
+   * ```ts
+   * const { requeued } = await ops.replayIgnored({ type: 'invoice.paid' });
+   * ```
+   */
+  replayIgnored(selection: {
+    type: string;
+    source?: string;
+    dryRun?: boolean;
+  }): Promise<IgnoredReplayResult> {
+    return replayIgnored(this, selection);
   }
 
   /**

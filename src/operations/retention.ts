@@ -1,4 +1,4 @@
-/** Retention: deleting processed rows past their age, as the sweeper does by `retention`. */
+/** Retention: deleting processed (and ignored) rows past their age, as the sweeper does by `retention`. */
 import { sql } from 'kysely';
 import { durationMs, type OperationsContext, sourceIs, table } from './context.js';
 
@@ -10,7 +10,7 @@ export interface PruneOptions {
   source?: string;
   /** Rows deleted per statement (each batch is its own short transaction). @defaultValue 1000 */
   batchSize?: number;
-  /** Stop after this many batches (the sweeper prunes one batch per turn). @defaultValue unlimited */
+  /** Stop after this many batches of each status (the sweeper prunes one per turn). @defaultValue unlimited */
   maxBatches?: number;
 }
 
@@ -23,7 +23,7 @@ export interface PruneResult {
 }
 
 /**
- * Deletes processed rows older than `olderThan`, in batches (each its own short statement,
+ * Deletes processed and ignored rows older than `olderThan`, in batches (each its own short statement,
  * so pruning never holds many locks). Held and dead rows, keys and gaps are never touched:
  * a key's cursor stays the dedup record of its ordered events after their rows are gone.
  */
@@ -39,21 +39,27 @@ export async function prune(ctx: OperationsContext, options: PruneOptions): Prom
   const { rows: now } =
     await sql<any>`select now() - ${ms}::bigint * interval '1 millisecond' as cutoff`.execute(ctx.db);
   const cutoff = new Date(now[0].cutoff);
-  const old = sql`e.status = 'processed' and e.processed_at < ${cutoff} and ${sourceIs('e.source', source)}`;
-  if (options.dryRun) {
-    const { rows } = await sql<any>`select count(*) as n from ${events} e where ${old}`.execute(ctx.db);
-    return { pruned: Number(rows[0].n), dryRun: true, cutoff };
-  }
   let pruned = 0;
-  for (let batches = 0; batches < (options.maxBatches ?? Number.POSITIVE_INFINITY); batches++) {
-    const result = await sql`
-      delete from ${events} d
-       where (d.source, d.id) in (select e.source, e.id from ${events} e where ${old} limit ${batch})`.execute(
-      ctx.db,
-    );
-    const n = Number(result.numAffectedRows ?? 0n);
-    pruned += n;
-    if (n < batch) break;
+  // Processed rows, then ignored ones (kept as long: a sender's retry of one must still find
+  // it), each status by its own statement, so that each uses its own partial index on
+  // processed_at.
+  for (const status of ['processed', 'ignored']) {
+    const old = sql`e.status = ${sql.lit(status)} and e.processed_at < ${cutoff} and ${sourceIs('e.source', source)}`;
+    if (options.dryRun) {
+      const { rows } = await sql<any>`select count(*) as n from ${events} e where ${old}`.execute(ctx.db);
+      pruned += Number(rows[0].n);
+      continue;
+    }
+    for (let batches = 0; batches < (options.maxBatches ?? Number.POSITIVE_INFINITY); batches++) {
+      const result = await sql`
+        delete from ${events} d
+         where (d.source, d.id) in (select e.source, e.id from ${events} e where ${old} limit ${batch})`.execute(
+        ctx.db,
+      );
+      const n = Number(result.numAffectedRows ?? 0n);
+      pruned += n;
+      if (n < batch) break;
+    }
   }
-  return { pruned, dryRun: false, cutoff };
+  return { pruned, dryRun: options.dryRun === true, cutoff };
 }

@@ -12,16 +12,18 @@ export interface InboxStatus {
   /** Age of the oldest pending event, in ms (waiting for a worker or a retry). */
   readonly oldestPendingAgeMs: number | null;
   readonly deadByReason: Record<string, number>;
+  /** Events no handler takes (option `handlers`), recorded `ignored`, by type (`''`: without one). */
+  readonly ignoredByType: Record<string, number>;
 }
 
 export async function status(ctx: OperationsContext, source = ctx.source): Promise<InboxStatus> {
   const events = table(ctx, 'events');
   const keys = table(ctx, 'keys');
   const { rows: counts } = await sql<any>`
-    select e.source, e.status, e.dead_reason, count(*) as n,
+    select e.source, e.status, e.dead_reason, e.type, count(*) as n,
            extract(epoch from (now() - min(e.received_at))) * 1000 as oldest_age_ms
       from ${events} e where ${sourceIs('e.source', source)}
-     group by e.source, e.status, e.dead_reason`.execute(ctx.db);
+     group by e.source, e.status, e.dead_reason, e.type`.execute(ctx.db);
   const { rows: blocked } = await sql<any>`
     select k.source, count(*) as n from ${keys} k
      where k.state = 'blocked' and ${sourceIs('k.source', source)} group by k.source`.execute(ctx.db);
@@ -36,10 +38,15 @@ export async function status(ctx: OperationsContext, source = ctx.source): Promi
     ) s where ${sourceIs('s.source', source)} order by source`.execute(ctx.db);
   const byStatus = { pending: 0, held: 0, processed: 0, dead: 0 };
   const deadByReason: Record<string, number> = {};
+  const ignoredByType: Record<string, number> = {};
   let oldestHeld: number | null = null;
   let oldestPending: number | null = null;
   for (const r of counts) {
     const n = Number(r.n);
+    if (r.status === 'ignored') {
+      ignoredByType[r.type ?? ''] = (ignoredByType[r.type ?? ''] ?? 0) + n;
+      continue;
+    }
     byStatus[r.status as keyof typeof byStatus] += n;
     if (r.status === 'dead') {
       const reason = r.dead_reason ?? 'unknown';
@@ -56,5 +63,6 @@ export async function status(ctx: OperationsContext, source = ctx.source): Promi
     oldestHeldAgeMs: oldestHeld,
     oldestPendingAgeMs: oldestPending,
     deadByReason,
+    ignoredByType,
   };
 }

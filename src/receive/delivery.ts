@@ -1,7 +1,7 @@
 import { InvalidDeliveryError } from '../errors.js';
 import type { ResolvedOptions } from '../options.js';
 import { bodyHash, parseBody, readsAsJson } from '../payload.js';
-import { type FieldDelivery, type ResolvedSource, readSource, readsBody } from './field-source.js';
+import { type FieldDelivery, jsonOf, type ResolvedSource, readSource, readsBody } from './field-source.js';
 import { type Delivery, normalizeHeaders } from './request.js';
 
 /** A delivery whose headers and body passed validation. */
@@ -19,6 +19,8 @@ export interface ParsedDelivery {
   readonly headers: Record<string, string>;
   /** Latest-wins ordering: the object's key and this event's version; null when off or keyless. */
   readonly latest: { readonly key: string; readonly version: number } | null;
+  /** The event's type (`fields.type` or the provider's), or null when it has none or none is read. */
+  readonly type: string | null;
 }
 
 /** Bodies known to parse as JSON, by event id and body hash (the in-process cache of processed events). */
@@ -96,15 +98,6 @@ function versionOf(text: string, name: string): number {
   return ms;
 }
 
-/** A body's JSON when a field source needs it, whatever the content type; undefined when it is not JSON. */
-function jsonOf(rawBody: Buffer): unknown {
-  try {
-    return JSON.parse(rawBody.toString('utf8'));
-  } catch {
-    return undefined;
-  }
-}
-
 /**
  * One field's value as text, or undefined when absent. A header must appear once; a body
  * field, constant or function may hold a string or an integer (written in decimal).
@@ -125,6 +118,23 @@ function textOf(
   if (typeof value === 'number' && Number.isSafeInteger(value))
     return { text: String(value), fromHeader: false };
   throw new InvalidDeliveryError(source.label, `${source.label} must be a string or an integer`);
+}
+
+/**
+ * The event's type as text, or null when the delivery has none: 1-255 characters with no
+ * control character, as a key (a type is what an operator filters by, and a metric's label).
+ * A stored event's type is read again by the apply path from its stored headers and payload
+ * (`storedTypeOf`, src/receive/field-source.ts).
+ */
+export function typeOf(
+  source: ResolvedSource,
+  raw: Delivery['headers'],
+  headers: Record<string, string>,
+  view: () => FieldDelivery,
+): string | null {
+  const field = textOf(source, raw, headers, view);
+  if (field === undefined) return null;
+  return field.fromHeader ? decodeKey(field.text, source.label) : checkKey(field.text, source.label);
 }
 
 /**
@@ -160,7 +170,13 @@ export function parseDelivery(
   const latestSources = latestOrder ? [latestOrder.key, latestOrder.version] : [];
   // A body source reads the body before the identity is known: a broken JSON body is then
   // refused first (naming the body), as it is anyway further down.
-  const body = readsBody([fields.id, fields.key, fields.seq, ...latestSources])
+  const body = readsBody([
+    fields.id,
+    fields.key,
+    fields.seq,
+    ...latestSources,
+    ...(fields.type ? [fields.type] : []),
+  ])
     ? parseBody(rawBody, headers['content-type'], options.parse)
     : undefined;
   // What a body, constant or function source reads, made at its first read: the default
@@ -241,11 +257,14 @@ export function parseDelivery(
     }
   }
 
+  const type = fields.type ? typeOf(fields.type, delivery.headers, headers, view) : null;
+
   return {
     id,
     key,
     seq,
     latest,
+    type,
     hash,
     rawBody,
     body:

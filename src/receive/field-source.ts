@@ -44,6 +44,12 @@ export interface Fields {
   readonly key?: FieldSource;
   /** The position in the key's sequence (integer ≥ 1). @defaultValue the `X-Seq` header (`headers.seq`) */
   readonly seq?: FieldSource;
+  /**
+   * The event's type (`event.type`, what `handlers` route by): `'/type'`, `'x-event-type'`, or a
+   * function. Absent from a delivery, the type is null (only a `'*'` handler takes it).
+   * @defaultValue the `provider`'s, else none (`event.type` is null)
+   */
+  readonly type?: FieldSource;
 }
 
 /** A field source, checked and ready to read. `label` is how errors name it. */
@@ -157,4 +163,34 @@ export function readSource(source: ResolvedSource, d: FieldDelivery): unknown {
 /** True when any of the sources reads the body: then the body is parsed as JSON whatever its content type. */
 export function readsBody(sources: readonly ResolvedSource[]): boolean {
   return sources.some((s) => s.kind === 'body' || s.kind === 'function');
+}
+
+/** A body's JSON when a field source needs it, whatever the content type; undefined when it is not JSON. */
+export function jsonOf(rawBody: Buffer): unknown {
+  try {
+    return JSON.parse(rawBody.toString('utf8'));
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * The type of a stored event (held, pending, replayed), read again from what was stored of its
+ * delivery by the apply path. Its delivery's type was checked when it arrived (src/receive/
+ * delivery.ts, `typeOf`); a stored one that no longer reads as text has none.
+ */
+export function storedTypeOf(
+  source: ResolvedSource,
+  headers: Readonly<Record<string, string>>,
+  rawBody: Buffer,
+  body: unknown,
+): string | null {
+  const value = readSource(source, {
+    headers,
+    rawBody,
+    get body() {
+      return body === undefined || Buffer.isBuffer(body) ? jsonOf(rawBody) : body;
+    },
+  });
+  return typeof value === 'string' || typeof value === 'number' ? String(value) : null;
 }

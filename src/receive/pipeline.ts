@@ -18,6 +18,9 @@
  *   instead, and an ordered one's key row anyway) but at COMMIT, with its
  *   result: [row + result + COMMIT] is one INSERT, sent even without a result
  *   (src/sql/record-applied.ts); still the handler's + 2.
+ * - an event no handler takes (option `handlers`): as a new event applied now, with no handler
+ *   statements: [BEGIN + claim + SAVEPOINT], [row as `ignored` + COMMIT] = 2 (src/apply.ts);
+ *   its redelivery as another duplicate (below), since neither cache remembers it.
  * - duplicate this instance saw processed (bounded LRU, `duplicateCacheSize`): 0.
  * - other duplicate, held, late, mismatch, buffer-full: [BEGIN + claim], COMMIT = 2 (an
  *   unordered processed duplicate or mismatch is decided by the try-claim).
@@ -313,7 +316,7 @@ function claimAndApply(rt: Runtime, bg: Background, d: ParsedDelivery, obs: Obse
 
 /** A delivery the claim said to apply now, as the apply path takes it. */
 function taken(
-  d: Pick<ParsedDelivery, 'id' | 'key' | 'seq' | 'hash' | 'rawBody' | 'headers' | 'body'>,
+  d: Pick<ParsedDelivery, 'id' | 'key' | 'seq' | 'hash' | 'rawBody' | 'headers' | 'body' | 'type'>,
   claim: { attempts: number; receivedAt: Date; rowAtCommit?: boolean },
 ): TakenEvent {
   return {
@@ -326,6 +329,7 @@ function taken(
     attempts: claim.attempts,
     receivedAt: claim.receivedAt,
     body: d.body,
+    type: d.type,
     // The claim left the row unwritten: the apply path inserts it at COMMIT, with the result.
     rowAtCommit: claim.rowAtCommit,
   };
@@ -381,10 +385,10 @@ async function claimLatestAndApply(
   if (applied.status === 'failed') {
     const failure = applied.failure;
     if (failure?.decision !== 'dead') return respond.handlerFailed(d.id);
-    return failure.reason === 'rejected' ? respond.rejected(d.id) : respond.deadLettered(d.id, 'poison');
+    return failure.reason === 'rejected' ? respond.rejected(o, d.id) : respond.deadLettered(d.id, 'poison');
   }
   rt.metrics.claimToCommit((performance.now() - claimedAt) / 1000);
-  if (applied.status === 'applied') return respond.processed(d.id, applied.result);
+  if (applied.status === 'applied') return appliedOutcome(d, applied);
   if (claim.decision === 'superseded') {
     o.logger.debug(
       { id: d.id, key: latest.key, version: latest.version, latest: claim.latest, source: o.source },
@@ -394,7 +398,8 @@ async function claimLatestAndApply(
     rt.rememberProcessed({ id: d.id, hash: d.hash, key: null, seq: null }, JSON.stringify(claim.result));
     return respond.superseded(d.id, latest.key, latest.version, claim.latest);
   }
-  if (claim.decision === 'duplicate') rt.rememberDuplicate({ ...d, key: null, seq: null }, claim.result);
+  if (claim.decision === 'duplicate' && claim.reason !== 'ignored')
+    rt.rememberDuplicate({ ...d, key: null, seq: null }, claim.result);
   return respond.decided(o, d, {
     decision: claim.decision,
     result: claim.result,
@@ -470,13 +475,13 @@ async function claimAndApplyOn(
     const failure = applied.failure;
     if (failure?.decision !== 'dead') return { outcome: respond.handlerFailed(d.id), drain: false };
     // onPoison 'skip' moved the cursor past it: what waits behind it may run now.
-    if (failure.reason === 'rejected') return { outcome: respond.rejected(d.id), drain: failure.drain };
+    if (failure.reason === 'rejected') return { outcome: respond.rejected(o, d.id), drain: failure.drain };
     return { outcome: respond.deadLettered(d.id, 'poison'), drain: failure.drain };
   }
   // Committed.
   rt.metrics.claimToCommit((performance.now() - claimedAt) / 1000);
   if (applied.status === 'applied')
-    return { outcome: respond.processed(d.id, applied.result), drain: drain?.rest ?? claim.drain };
+    return { outcome: appliedOutcome(d, applied), drain: drain?.rest ?? claim.drain };
   if (claim.decision === 'dead' && claim.reason === 'late') {
     // Counted per late delivery: a redelivery of a late event (rare: it was answered 200) counts again.
     rt.metrics.deadLetter('late');
@@ -484,7 +489,8 @@ async function claimAndApplyOn(
       { id: d.id, key: d.key, seq: d.seq, source: o.source },
       'webhook-inbox: dead-lettered (late: its seq was skipped by a gap timeout)',
     );
-  } else if (claim.decision === 'duplicate') {
+  } else if (claim.decision === 'duplicate' && claim.reason !== 'ignored') {
+    // The caches hold processed events only: an ignored one's redelivery asks the claim again.
     rt.rememberDuplicate(d, claim.result);
   } else if (claim.decision === 'pending') {
     bg.pendingStored(d.key);
@@ -500,6 +506,11 @@ async function claimAndApplyOn(
     );
   }
   return { outcome: respond.decided(o, d, claim), drain: claim.drain };
+}
+
+/** The answer to a delivery applied now: processed, or ignored when no handler takes its type. */
+function appliedOutcome(d: ParsedDelivery, run: { ignored: boolean; result: unknown }): Outcome {
+  return run.ignored ? respond.ignored(d.id, d.type) : respond.processed(d.id, run.result);
 }
 
 /** The `respond` hook's shape of one delivery's outcome; its metrics, span attributes and debug log line. */

@@ -24,6 +24,14 @@ export function duplicate(id: string, result: unknown): Outcome {
   return ok(OutcomeKind.duplicate, 200, { status: 'duplicate', id, result }, true);
 }
 
+/**
+ * No handler takes the event's type (`handlers`): recorded `ignored`, nothing applied. 200, so
+ * that the provider stops sending it; `replayed` for a redelivery of one recorded before.
+ */
+export function ignored(id: string, type: string | null, replayed = false): Outcome {
+  return ok(OutcomeKind.ignored, 200, { status: 'ignored', id, type }, replayed);
+}
+
 /** Latest-wins: a newer version of the object was applied already; this one is recorded, not applied. */
 export function superseded(id: string, key: string, version: number, latest: number | null): Outcome {
   return ok(OutcomeKind.superseded, 200, { status: 'superseded', id, key, version, latest });
@@ -72,14 +80,21 @@ export function handlerFailed(id: string): Outcome {
 /**
  * The handler threw RejectEvent: the event is dead-lettered (reason `rejected`) and will not be
  * retried. A 4xx, so that senders stop; the handler's message stays in the logs and the dead letter.
+ * Where the provider has its own way to be told not to retry (Svix's `webhook-delivery:
+ * abort-message`, Slack's `X-Slack-No-Retry: 1`), its preset's headers say it too: most
+ * providers retry any status but a 2xx.
  */
-export function rejected(id: string): Outcome {
-  return problem(
+export function rejected(o: ResolvedOptions, id: string): Outcome {
+  const outcome = problem(
     OutcomeKind.rejected,
     422,
     'The handler rejected the event; it is dead-lettered and will not be applied. Do not deliver it again.',
     { id },
   );
+  const extra = o.provider?.rejectHeaders;
+  return extra && Object.keys(extra).length > 0
+    ? { ...outcome, headers: { ...outcome.headers, ...extra } }
+    : outcome;
 }
 
 /** What the claim decided when it did not apply the event now. */
@@ -88,7 +103,7 @@ export function decided(o: ResolvedOptions, d: ParsedDelivery, c: Omit<ClaimRow,
   const h = { id: o.fields.id.label, key: o.fields.key.label, seq: o.fields.seq.label };
   switch (c.decision) {
     case 'duplicate':
-      return duplicate(d.id, c.result);
+      return c.reason === 'ignored' ? ignored(d.id, d.type, true) : duplicate(d.id, c.result);
     case 'held':
       return ok(OutcomeKind.held, 202, {
         status: 'held',
@@ -101,7 +116,7 @@ export function decided(o: ResolvedOptions, d: ParsedDelivery, c: Omit<ClaimRow,
       return ok(OutcomeKind.pending, 202, { status: 'pending', id: d.id });
     case 'dead':
       // A redelivery of a rejected event gets the same 4xx as the first delivery did.
-      return c.reason === 'rejected' ? rejected(d.id) : deadLettered(d.id, c.reason);
+      return c.reason === 'rejected' ? rejected(o, d.id) : deadLettered(d.id, c.reason);
     case 'mismatch': {
       if (c.reason === 'seq-applied') {
         return problem(

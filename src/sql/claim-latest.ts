@@ -64,9 +64,12 @@ begin
     elsif v_ev.key is not null then
       decision := 'mismatch';
       reason := 'key';
-    elsif v_ev.status = 'processed' then
+    elsif v_ev.status in ('processed', 'ignored') then
+      -- Ignored (no handler took its type) is as final as processed: a redelivery is a
+      -- duplicate, told apart by its reason, never applied by this claim.
       decision := 'duplicate';
       result := v_ev.result;
+      reason := nullif(v_ev.status, 'processed');
     elsif v_ev.status = 'dead' then
       decision := 'dead';
       reason := v_ev.dead_reason;

@@ -98,7 +98,7 @@ begin
           decision := 'dead';
           reason := 'late';
         elsif exists (select 1 from ${t.events} e where e.source = p_source and e.key = p_key
-                      and e.seq = p_seq and e.status = 'processed') then
+                      and e.seq = p_seq and e.status in ('processed', 'ignored')) then
           -- Another id was applied at this seq (a sender that restarted its counter): refused
           -- and counted, never "duplicate" for an id this inbox never saw.
           decision := 'mismatch';
@@ -227,9 +227,12 @@ begin
     elsif v_ev.seq is distinct from p_seq then
       decision := 'mismatch';
       reason := 'seq';
-    elsif v_ev.status = 'processed' then
+    elsif v_ev.status in ('processed', 'ignored') then
+      -- Ignored (no handler took its type) is as final as processed: a redelivery is a
+      -- duplicate, told apart by its reason, never applied by this claim.
       decision := 'duplicate';
       result := v_ev.result;
+      reason := nullif(v_ev.status, 'processed');
     elsif v_ev.status = 'dead' then
       decision := 'dead';
       reason := v_ev.dead_reason;

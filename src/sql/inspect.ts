@@ -20,7 +20,9 @@ export interface StoredEvent {
   id: string;
   key: string | null;
   seq: number | null;
-  status: 'pending' | 'held' | 'processed' | 'dead';
+  status: 'pending' | 'held' | 'processed' | 'dead' | 'ignored';
+  /** The event's type, as recorded when it was applied or ignored (null before, or without one). */
+  type: string | null;
   attempts: number;
   lastError: string | null;
   deadReason: string | null;
@@ -49,6 +51,7 @@ export function toStoredEvent(r: any): StoredEvent {
     key: r.key,
     seq: toNumber(r.seq),
     status: r.status,
+    type: r.type ?? null,
     attempts: toNumber(r.attempts) ?? 0,
     lastError: r.last_error,
     deadReason: r.dead_reason,

@@ -12,15 +12,19 @@ import { defineStatement, type Tables } from './tables.js';
  *
  * Sent only after the handler (and `advance`) succeeded, so a handler that throws leaves the
  * row exactly as it was waiting: `fail` counts the attempt on it (src/sql/failed-run.ts).
- * Payload and headers are dropped here unless `keepPayload`, as the take used to drop them.
+ * Payload and headers are dropped here unless `keepPayload`, as the take used to drop them; an
+ * event no handler takes is marked `ignored` instead, its payload and headers kept (given again
+ * when a claim had marked the row and dropped them: latest-wins, a waiting row claimed again),
+ * for a replay once a handler exists.
  */
 export function createMarkApplied(names: StatementNames, t: Tables) {
   const statement = defineStatement(
     names,
     t,
     'mark_applied',
-    `update ${t.events} set status = 'processed', processed_at = now(), run_after = null, result = $3::jsonb,
-       payload = case when $4::boolean then payload end, headers = case when $4::boolean then headers end
+    `update ${t.events} set status = $5, processed_at = now(), run_after = null, result = $3::jsonb, type = $6,
+       payload = case when $4::boolean then coalesce($7, payload) end,
+       headers = case when $4::boolean then coalesce($8::jsonb, headers) end
      where source = $1 and id = $2`,
     'before-commit',
   );
@@ -32,8 +36,24 @@ export function createMarkApplied(names: StatementNames, t: Tables) {
       /** The handler's result as JSON; null when it returned nothing. */
       json: string | null;
       keepPayload: boolean;
+      /** `ignored`: no handler takes its type; its payload is then kept whatever `keepPayload` says. */
+      status: 'processed' | 'ignored';
+      type: string | null;
+      /** An ignored event's payload and headers, written back where a claim had dropped them. */
+      payload: Buffer | null;
+      headers: Record<string, string> | null;
     },
   ): Promise<void> {
-    await statement.run(db, [a.source, a.id, a.json, a.keepPayload]);
+    const ignored = a.status === 'ignored';
+    await statement.run(db, [
+      a.source,
+      a.id,
+      a.json,
+      a.keepPayload || ignored,
+      a.status,
+      a.type,
+      a.payload,
+      a.headers === null ? null : JSON.stringify(a.headers),
+    ]);
   };
 }

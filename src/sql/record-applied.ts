@@ -7,7 +7,8 @@ import { defineStatement, type Tables } from './tables.js';
  * `store_result` (one INSERT where the claim used to insert the row and the result cost an
  * UPDATE of it). The claim left it unwritten (src/sql/claim.ts, `row_at_commit`) under the
  * id's advisory lock, which every claim of the id takes (src/sql/id-lock.ts), and, ordered in
- * its turn, its key row (with its key and seq here); sent even when the handler returned nothing.
+ * its turn, its key row (with its key and seq here); sent even when the handler returned nothing,
+ * and for an event no handler takes (`ignored`, with its payload for a later replay).
  *
  * No ON CONFLICT: the primary key stays the last guard. Should anything that took no id lock
  * have inserted the id meanwhile (no claim since migration 0008 does), or be inserting it at
@@ -21,8 +22,8 @@ export function createRecordApplied(names: StatementNames, t: Tables) {
     names,
     t,
     'record_applied',
-    `insert into ${t.events} (source, id, key, seq, body_hash, status, processed_at, result, payload, headers)
-     values ($1, $2, $3, $4::bigint, $5, 'processed', now(), $6::jsonb, $7, $8::jsonb)`,
+    `insert into ${t.events} (source, id, key, seq, body_hash, status, processed_at, result, payload, headers, type)
+     values ($1, $2, $3, $4::bigint, $5, $9, now(), $6::jsonb, $7, $8::jsonb, $10)`,
     'before-commit',
   );
   return async function recordApplied(
@@ -36,9 +37,13 @@ export function createRecordApplied(names: StatementNames, t: Tables) {
       hash: string;
       /** The handler's result as JSON; null when it returned nothing. */
       json: string | null;
-      /** With `keepPayload` only: the raw body and its storable headers. */
+      /** With `keepPayload`, or for an ignored event: the raw body and its storable headers. */
       payload: Buffer | null;
       headers: Record<string, string> | null;
+      /** `ignored`: no handler takes its type (src/handlers.ts); nothing was applied. */
+      status: 'processed' | 'ignored';
+      /** The event's type, when it has one. */
+      type: string | null;
     },
   ): Promise<void> {
     await statement.run(db, [
@@ -50,6 +55,8 @@ export function createRecordApplied(names: StatementNames, t: Tables) {
       a.json,
       a.payload,
       a.headers === null ? null : JSON.stringify(a.headers),
+      a.status,
+      a.type,
     ]);
   };
 }

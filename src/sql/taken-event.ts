@@ -19,6 +19,8 @@ export interface TakenEvent {
   readonly receivedAt: Date;
   /** The parsed body when the taker has it already (a delivery); else parsed from `payload`. */
   readonly body?: unknown;
+  /** The type when the taker read it already (a delivery); else read from `headers` and `payload`. */
+  readonly type?: string | null;
   /** What it is again when its handler fails: `held` for an ordered event a drain took. */
   readonly waiting?: 'held' | 'pending';
   /**

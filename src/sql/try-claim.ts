@@ -24,7 +24,7 @@ import { defineStatement, fromJsonText, type Statement, type Tables, toBoolean, 
  * Then, as the claim would decide (src/sql/claim.ts, the unordered branch and `v_found`):
  * - no row and the lock held: apply, the row written at COMMIT with its result;
  * - a row whose body, key or seq differs: mismatch; processed: duplicate, with its result;
- *   dead: dead. A committed row's hash, key and seq never change, and processed is final, so
+ *   ignored: duplicate, reason `ignored`; dead: dead. A committed row's hash, key and seq never change, and processed is final, so
  *   these need no lock: they are answered even while another claim holds it.
  * - anything else (the lock is held by another claim and there is no row yet; a waiting row
  *   that this delivery may apply): undefined, and the caller sends the claim, which waits for
@@ -107,6 +107,8 @@ function createTryClaim(names: StatementNames, t: Tables, oneSession: boolean) {
     const reason = mismatchOf({ hash: row.body_hash, key: row.key, seq: toNumber(row.seq) }, a);
     if (reason) return decided(row, 'mismatch', null, reason);
     if (row.status === 'processed') return decided(row, 'duplicate', fromJsonText(row.result), null);
+    // Final as a processed row is: a redelivery is answered ignored again, as the claim answers it.
+    if (row.status === 'ignored') return decided(row, 'duplicate', null, 'ignored');
     if (row.status === 'dead') return decided(row, 'dead', null, row.dead_reason);
     return undefined;
   };

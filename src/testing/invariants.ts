@@ -27,7 +27,7 @@ export interface InvariantViolation {
     | 'two-waiting-at-one-seq'
     /** A dead letter that does not say why. */
     | 'dead-without-reason'
-    /** A processed ordered event at or above its key's cursor: the cursor did not move with it. */
+    /** A processed (or ignored) ordered event at or above its key's cursor: the cursor did not move with it. */
     | 'processed-at-or-above-cursor'
     /** A recorded gap reaching the cursor: the seqs it names were never skipped. */
     | 'gap-reaches-cursor';
@@ -140,7 +140,7 @@ export async function checkInvariants(
       db,
       `select e.source, e.key, e.seq, array[e.id] as ids from ${events} e
          join ${keys} k on k.source = e.source and k.key = e.key
-        where e.status = 'processed' and e.seq >= k.next_seq
+        where e.status in ('processed', 'ignored') and e.seq >= k.next_seq
         order by e.source, e.key, e.seq`,
     ),
   );

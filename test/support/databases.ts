@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { appendFileSync, mkdirSync } from 'node:fs';
 import { PGlite } from '@electric-sql/pglite';
 import pg from 'pg';
-import { inject } from 'vitest';
+import { afterAll, beforeAll, inject } from 'vitest';
 import type { DatabaseInput } from '../../src/index.js';
 
 /** Where a suite runs: embedded PGlite always, real PostgreSQL when a server answers. */
@@ -85,3 +85,29 @@ export const postgresTarget: Target | undefined = postgresUrl
 
 /** Every target available here: `describe.each(targets)`. */
 export const targets: Target[] = [pgliteTarget, ...(postgresTarget ? [postgresTarget] : [])];
+
+/**
+ * A target's database for one suite: opened before its tests; after them, every inbox given to
+ * `track` is closed, then the database.
+ */
+export function suiteDatabase(target: Target): {
+  db(): TargetDb;
+  track<T extends { close(): Promise<void> }>(inbox: T): T;
+} {
+  let db: TargetDb | undefined;
+  const opened: Array<{ close(): Promise<void> }> = [];
+  beforeAll(async () => {
+    db = await target.open();
+  });
+  afterAll(async () => {
+    for (const inbox of opened) await inbox.close();
+    await db?.close();
+  });
+  return {
+    db: () => db!,
+    track: (inbox) => {
+      opened.push(inbox);
+      return inbox;
+    },
+  };
+}
