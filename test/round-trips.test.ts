@@ -1,8 +1,8 @@
-import { PGlite } from '@electric-sql/pglite';
+import type { PGlite } from '@electric-sql/pglite';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createInbox, type Inbox } from '../src/index.js';
 import { CountingPool } from './support/counting-pool.js';
-import { postgresTarget, postgresUrl, type TargetDb } from './support/databases.js';
+import { freshPGlite, postgresTarget, postgresUrl, type TargetDb } from './support/databases.js';
 
 // The hot path's round trips are a promise (see the comment at the top of src/receive/pipeline.ts);
 // this pins them, so a change that adds one has to change this test and say why.
@@ -299,7 +299,7 @@ describe('calls into PGlite per delivery', () => {
   let counting: object;
   let inbox: Inbox;
   beforeAll(async () => {
-    pglite = new PGlite();
+    pglite = await freshPGlite();
     // Every call the driver makes into the embedded database, by its text.
     counting = {
       query: (text: string, params?: unknown[]) => {

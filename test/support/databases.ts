@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { appendFileSync, mkdirSync } from 'node:fs';
+import { appendFileSync, mkdirSync, readFileSync } from 'node:fs';
 import { PGlite } from '@electric-sql/pglite';
 import pg from 'pg';
 import { afterAll, beforeAll, inject } from 'vitest';
@@ -31,6 +31,18 @@ export function uniqueName(prefix: string): string {
 export const postgresUrl = inject('postgresUrl');
 export const redisUrl = inject('redisUrl');
 
+let template: Blob | undefined;
+/**
+ * A fresh PGlite, started from the cluster global-setup.ts made once for the run (a copy of
+ * initdb's output, not of any test's data).
+ */
+export async function freshPGlite(): Promise<PGlite> {
+  template ??= new Blob([readFileSync(inject('pgliteTemplate'))]);
+  const db = new PGlite({ loadDataDir: template });
+  await db.waitReady;
+  return db;
+}
+
 function markPostgresRan(): void {
   // .ci/run checks this file: a CI run in which no real-Postgres suite ran fails.
   mkdirSync('.tmp', { recursive: true });
@@ -40,8 +52,7 @@ function markPostgresRan(): void {
 export const pgliteTarget: Target = {
   name: 'pglite',
   async open() {
-    const db = new PGlite();
-    await db.waitReady;
+    const db = await freshPGlite();
     return {
       db,
       schema: uniqueName('wi'),
