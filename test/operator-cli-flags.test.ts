@@ -1,5 +1,6 @@
 /**
- * The operator CLI's guard rails, each run as its own process: bad connection settings and
+ * The operator CLI's guard rails (through its entry in this process; `--version`, a usage error's
+ * exit status and the terminal prompt from its own process): bad connection settings and
  * filter values are usage errors (exit 2) before anything is opened; `dead replay` shows what
  * it would do (`--dry-run`), asks before `--all` (or needs `--yes`), and refuses events older
  * than the retention unless `--force`; replay, skip and unblock give up on a held key after
@@ -13,11 +14,11 @@ import { sql } from 'kysely';
 import pg from 'pg';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { createInbox, type Inbox } from '../src/index.js';
-import { cliProcess, DB_ENV, postgresUrlOrEmpty, type Run } from './support/cli.js';
+import { cli, cliProcess, DB_ENV, postgresUrlOrEmpty, type Run } from './support/cli.js';
 import { postgresTarget, type TargetDb, uniqueName } from './support/databases.js';
 import { perTestSchemas } from './support/per-test-schemas.js';
 
-const { cli, bundle } = cliProcess();
+const { cli: cliAsProcess, bundle } = cliProcess();
 
 /** The CLI on a terminal: `script` gives it a pseudo-terminal, and `answer` is typed into it. */
 function cliOnTerminal(args: string[], answer: string): Promise<Run> {
@@ -74,7 +75,7 @@ describe('CLI argument checks (no database is opened)', { timeout: 120_000 }, ()
     try {
       const url = postgresUrlOrEmpty || 'postgres://postgres@127.0.0.1:5432/test';
       const runs = await Promise.all([
-        cli(['--version']),
+        cliAsProcess(['--version']),
         cli(['status', '--db', 'not-a-url', '--json']),
         cli(['status', '--json'], { DATABASE_URL: 'not-a-url' }),
         cli(['status', '--db', 'mysql://u:secret@host/db', '--json']),
@@ -85,7 +86,7 @@ describe('CLI argument checks (no database is opened)', { timeout: 120_000 }, ()
         cli(['dead', 'replay', '--all', '--yes', '--reason', 'bogus', '--json']),
         cli(['dead', 'replay', 'evt-1', '--retention', '7', '--json']),
         cli(['dead', 'show', 'evt-1', '--raw', '--json']),
-        cli(['status', '--db', 'not-a-url']),
+        cliAsProcess(['status', '--db', 'not-a-url']),
       ]);
       const [
         ver,

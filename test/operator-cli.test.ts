@@ -1,21 +1,25 @@
 /**
- * The `webhook-inbox` CLI, run as an operator runs it: a separate process with no handler,
- * against the same PostgreSQL database as the application, every source at once. Every
- * command is run here as a subprocess with --json parsed; usage errors exit 2 and change
- * nothing. Real PostgreSQL only: an in-memory PGlite cannot be shared with another process.
+ * The `webhook-inbox` CLI, run as an operator runs it: with no handler, against the same
+ * PostgreSQL database as the application, every source at once. Every command is run here
+ * with --json parsed; usage errors exit 2 and change nothing. Real PostgreSQL only: an
+ * in-memory PGlite cannot be shared with another process.
  */
 import { resolve } from 'node:path';
 import { sql } from 'kysely';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { type LedgerServer, startLedger } from '../examples/ledger/start.js';
 import { createInbox, type Inbox, migrations } from '../src/index.js';
-import { cliProcess, DB_ENV, run } from './support/cli.js';
+import { cli, cliProcess, DB_ENV, run } from './support/cli.js';
 import { postgresTarget, type TargetDb } from './support/databases.js';
 import { deliver } from './support/deliver.js';
 import { perTestSchemas } from './support/per-test-schemas.js';
 
-/** The CLI bundled once (test/support/cli.ts); one run goes through `tsx src/cli.ts` itself, the way a developer runs it. */
-const { cli } = cliProcess();
+/**
+ * Commands run through the CLI's entry in this process (test/support/cli.ts); the exit codes a
+ * shell sees come from the bundled CLI's own process, and one run goes through
+ * `tsx src/cli.ts` itself, the way a developer runs it.
+ */
+const { cli: cliAsProcess } = cliProcess();
 
 function tsxCli(args: string[]) {
   return run(resolve('node_modules/.bin/tsx'), ['src/cli.ts', ...args], DB_ENV);
@@ -25,7 +29,7 @@ function body(amount: number) {
   return Buffer.from(JSON.stringify({ amount }));
 }
 
-// ~50 Node processes: generous timeouts for a busy CI box.
+// A few Node processes and a ledger app: generous timeouts for a busy CI box.
 describe.skipIf(!postgresTarget)('webhook-inbox CLI (postgres)', { timeout: 300_000 }, () => {
   const database = perTestSchemas(postgresTarget!);
   let t: TargetDb;
@@ -42,7 +46,7 @@ describe.skipIf(!postgresTarget)('webhook-inbox CLI (postgres)', { timeout: 300_
     stripe = undefined;
   });
 
-  it('every command, as a subprocess with --json: status, dead list/show/replay/skip, keys list/show/unblock/skip, prune', async () => {
+  it('every command with --json: status, dead list/show/replay/skip, keys list/show/unblock/skip, prune', async () => {
     const S = ['--schema', t.schema, '--json'];
     const migrated = await tsxCli(['migrate', ...S]);
     expect(migrated.code).toBe(0);
@@ -269,8 +273,8 @@ describe.skipIf(!postgresTarget)('webhook-inbox CLI (postgres)', { timeout: 300_
     const [table, statusText, missingTables, unreachable] = await Promise.all([
       cli(['dead', 'list', '--schema', t.schema]),
       cli(['status', '--schema', t.schema]),
-      cli(['keys', 'list', '--schema', `${t.schema}_none`, '--json']),
-      cli(['status', '--db', 'postgres://postgres@127.0.0.1:1/test', '--json']),
+      cliAsProcess(['keys', 'list', '--schema', `${t.schema}_none`, '--json']),
+      cliAsProcess(['status', '--db', 'postgres://postgres@127.0.0.1:1/test', '--json']),
     ]);
     expect(table.stdout.trim()).toBe('(none)');
     expect(statusText.stdout).toMatch(/events: +pending 0 +held 0 +processed 0 +dead 0/);
