@@ -6,15 +6,22 @@
  */
 import { afterEach, describe, expect, test } from 'vitest';
 import { createInbox, type Inbox, type InboxOptions, InboxOptionsError } from '../src/index.js';
+import { pgliteTarget } from './support/databases.js';
+import { perTestSchemas } from './support/per-test-schemas.js';
 
+// One embedded database for the file, a fresh schema per test (dropped after the test's
+// inboxes are closed: hooks after a test run in the reverse of the order they were added).
+const database = perTestSchemas(pgliteTarget);
 const inboxes: Inbox[] = [];
 afterEach(async () => {
   await Promise.all(inboxes.splice(0).map((i) => i.close()));
 });
 
 function open(options: Partial<InboxOptions>, applied: unknown[] = []) {
+  const { db, schema } = database();
   const inbox = createInbox({
-    db: 'memory',
+    db,
+    schema,
     sweepIntervalMs: 0,
     handle: (e) => {
       applied.push({ id: e.id, key: e.key, seq: e.seq });
