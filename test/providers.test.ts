@@ -44,6 +44,29 @@ interface Case {
   readonly staleSeconds?: number;
   /** GitLab's token covers nothing: a changed body cannot be told from another event. */
   readonly unsignedBody?: true;
+  /**
+   * The valid signature header written in an encoding the verifier must refuse (an odd-length
+   * hex digest, a non-canonical base64 one) that a lenient decoder reads as the same bytes.
+   * GitLab's token has no encoding.
+   */
+  malform?(value: string): string;
+}
+
+/** `<hex>0`: Buffer.from(hex, 'hex') drops the odd digit and decodes the valid signature. */
+const oddHex = (value: string) => `${value}0`;
+
+/**
+ * The same bytes in base64 that is not canonical: the unused low bits of the last digit before
+ * `=` set, which Node's decoder ignores.
+ */
+function nonCanonicalBase64(b64: string): string {
+  const digits = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/';
+  const at = b64.indexOf('=') - 1;
+  const changed = digits[digits.indexOf(b64[at]) ^ 1];
+  expect(Buffer.from(b64.slice(0, at) + changed + b64.slice(at + 1), 'base64')).toEqual(
+    Buffer.from(b64, 'base64'),
+  );
+  return b64.slice(0, at) + changed + b64.slice(at + 1);
 }
 
 const cases: Case[] = [
@@ -51,6 +74,7 @@ const cases: Case[] = [
     provider: 'stripe',
     secret: `whsec_${randomBytes(16).toString('hex')}`,
     signatureHeader: 'stripe-signature',
+    malform: oddHex,
     staleSeconds: 600,
     event() {
       const id = `evt_${randomBytes(8).toString('hex')}`;
@@ -81,6 +105,7 @@ const cases: Case[] = [
     provider: 'github',
     secret: 'github-secret',
     signatureHeader: 'x-hub-signature-256',
+    malform: oddHex,
     event() {
       const id = randomUUID();
       const body = JSON.stringify({ ref: 'refs/heads/main', amount: 5 });
@@ -101,6 +126,7 @@ const cases: Case[] = [
     provider: 'shopify',
     secret: 'shopify-secret',
     signatureHeader: 'x-shopify-hmac-sha256',
+    malform: nonCanonicalBase64,
     event() {
       const id = randomUUID();
       const body = JSON.stringify({ id: 820982911946154500, updated_at: '2026-01-01T00:00:00Z', amount: 5 });
@@ -124,6 +150,7 @@ const cases: Case[] = [
     provider: 'svix',
     secret: whsec(),
     signatureHeader: 'svix-signature',
+    malform: (v) => `v1,${nonCanonicalBase64(v.slice(3))}`,
     staleSeconds: 600,
     event() {
       const id = `msg_${randomBytes(8).toString('hex')}`;
@@ -145,6 +172,7 @@ const cases: Case[] = [
     provider: 'standardWebhooks',
     secret: whsec(),
     signatureHeader: 'webhook-signature',
+    malform: (v) => `v1,${nonCanonicalBase64(v.slice(3))}`,
     staleSeconds: 600,
     event() {
       const id = `msg_${randomBytes(8).toString('hex')}`;
@@ -166,6 +194,7 @@ const cases: Case[] = [
     provider: 'slack',
     secret: randomBytes(16).toString('hex'),
     signatureHeader: 'x-slack-signature',
+    malform: oddHex,
     staleSeconds: 600,
     event() {
       const id = `Ev${randomBytes(5).toString('hex').toUpperCase()}`;
@@ -192,6 +221,7 @@ const cases: Case[] = [
     provider: 'paddle',
     secret: `pdl_ntfset_${randomBytes(12).toString('hex')}`,
     signatureHeader: 'paddle-signature',
+    malform: oddHex,
     staleSeconds: 60,
     event() {
       const id = `evt_${randomBytes(8).toString('hex')}`;
@@ -322,6 +352,18 @@ describe.each(targets)('provider presets on $name', (target) => {
           return { ...d, headers };
         },
       ],
+      ...(c.malform === undefined
+        ? []
+        : [
+            [
+              'a valid signature in a malformed encoding',
+              async (e) => {
+                const d = await e.deliver(c.secret, now());
+                const value = d.headers[c.signatureHeader];
+                return { ...d, headers: { ...d.headers, [c.signatureHeader]: c.malform!(value) } };
+              },
+            ] as [string, (e: ReturnType<Case['event']>) => Promise<Signed>],
+          ]),
       ...(c.staleSeconds === undefined
         ? []
         : [

@@ -109,6 +109,26 @@ function strictBase64(text: string): Buffer | undefined {
   return bytes.toString('base64') === text ? bytes : undefined;
 }
 
+/**
+ * Decodes a hex HMAC-SHA256 (64 digits, either case) only. `Buffer.from(hex, 'hex')` stops at
+ * the first pair it cannot read and drops an odd last digit, so `<signature>0` decoded to the
+ * signature itself and verified: a signature is compared as sent, or not at all.
+ */
+function strictHex(text: string): Buffer | undefined {
+  return /^[0-9a-f]{64}$/i.test(text) ? Buffer.from(text, 'hex') : undefined;
+}
+
+/**
+ * A signature entry that is not in its canonical encoding refuses the whole header, even when
+ * another entry would match: what is not what the sender wrote was not written by the sender.
+ */
+function malformed(name: string, form: string): never {
+  throw new UnauthorizedDeliveryError(
+    name,
+    `${name} must carry ${form} HMAC-SHA256 signatures, canonically encoded`,
+  );
+}
+
 function hmac(key: Buffer | string, ...parts: (string | Buffer)[]): Buffer {
   const h = createHmac('sha256', key);
   for (const part of parts) h.update(part);
@@ -162,8 +182,7 @@ export function standardWebhooks(options: {
     const given = signatures
       .split(' ')
       .filter((s) => s.startsWith('v1,'))
-      .map((s) => strictBase64(s.slice(3)))
-      .filter((b): b is Buffer => b !== undefined);
+      .map((s) => strictBase64(s.slice(3)) ?? malformed(`${prefix}-signature`, 'v1,<base64>'));
     const expected = keys.map((key) => hmac(key, `${id}.${timestamp}.`, d.rawBody));
     if (!anyEqual(given, expected)) {
       throw new UnauthorizedDeliveryError(`${prefix}-signature`, `${prefix}-signature does not match`);
@@ -197,15 +216,15 @@ export function slackSignature(options: { secret: Secrets; toleranceSeconds?: nu
     const header = required(d, 'x-slack-signature');
     const timestamp = required(d, 'x-slack-request-timestamp');
     checkTimestamp(timestamp, 'x-slack-request-timestamp', tolerance);
-    const hex = header.startsWith('v0=') ? header.slice(3) : '';
-    if (!/^[0-9a-f]{64}$/i.test(hex)) {
+    const given = strictHex(header.startsWith('v0=') ? header.slice(3) : '');
+    if (given === undefined) {
       throw new UnauthorizedDeliveryError(
         'x-slack-signature',
         'x-slack-signature must be v0=<hex HMAC-SHA256>',
       );
     }
     const expected = keys.map((key) => hmac(key, `v0:${timestamp}:`, d.rawBody));
-    if (!anyEqual([Buffer.from(hex, 'hex')], expected)) {
+    if (!anyEqual([given], expected)) {
       throw new UnauthorizedDeliveryError('x-slack-signature', 'x-slack-signature does not match');
     }
   };
@@ -235,7 +254,7 @@ export function paddleSignature(options: { secret: Secrets; toleranceSeconds?: n
       const name = item.slice(0, eq).trim();
       const value = item.slice(eq + 1).trim();
       if (name === 'ts') ts = value;
-      else if (name === 'h1' && /^[0-9a-f]{64}$/i.test(value)) given.push(Buffer.from(value, 'hex'));
+      else if (name === 'h1') given.push(strictHex(value) ?? malformed('paddle-signature', 'h1=<hex>'));
     }
     if (ts === undefined || given.length === 0) {
       throw new UnauthorizedDeliveryError('paddle-signature', 'paddle-signature must carry ts= and h1=');
@@ -315,7 +334,7 @@ export function stripeSignature(options: {
       const name = item.slice(0, eq).trim();
       const value = item.slice(eq + 1).trim();
       if (name === 't') t = value;
-      else if (name === 'v1' && /^[0-9a-f]+$/i.test(value)) given.push(Buffer.from(value, 'hex'));
+      else if (name === 'v1') given.push(strictHex(value) ?? malformed('stripe-signature', 'v1=<hex>'));
     }
     if (t === undefined || given.length === 0) {
       throw new UnauthorizedDeliveryError('stripe-signature', 'stripe-signature must carry t= and v1=');
@@ -372,13 +391,7 @@ export function hmacSignature(options: {
     const value = required(d, name);
     const digest = value.startsWith(prefix) ? value.slice(prefix.length).trim() : undefined;
     const given =
-      digest === undefined
-        ? undefined
-        : encoding === 'hex'
-          ? /^([0-9a-f]{2})+$/i.test(digest)
-            ? Buffer.from(digest, 'hex')
-            : undefined
-          : strictBase64(digest);
+      digest === undefined ? undefined : encoding === 'hex' ? strictHex(digest) : strictBase64(digest);
     if (given === undefined) {
       throw new UnauthorizedDeliveryError(name, `${name} must be ${prefix}<${encoding} HMAC-SHA256>`);
     }
