@@ -220,7 +220,7 @@ function recordApplied(
     hash: event.hash,
     json: json ?? null,
     payload: o.keepPayload ? event.payload : null,
-    headers: o.keepPayload ? storableHeaders(event.headers) : null,
+    headers: o.keepPayload ? storableHeaders(event.headers, o.secretHeaders) : null,
   });
 }
 
@@ -298,7 +298,7 @@ async function recordFailure(
   const reason = cause instanceof RejectEvent ? 'rejected' : 'poison';
   const maxAttempts = reason === 'rejected' ? 1 : o.maxAttempts;
   o.logger.warn({ err: cause, id, key, seq, source: o.source }, 'webhook-inbox: handler failed');
-  const headers = storableHeaders(event.headers);
+  const headers = storableHeaders(event.headers, o.secretHeaders);
   await rt.statements.undoTake(tx, {
     source: o.source,
     id,

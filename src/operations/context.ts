@@ -25,6 +25,11 @@ export interface OperationsContext {
    * is applying) before it gives up, as a delivery does. @defaultValue 5000
    */
   readonly lockTimeoutMs?: number;
+  /**
+   * Headers never shown and removed by `scrubHeaders`: the built-in secret headers
+   * (src/payload.ts) and the ones the inbox or the operator named. @defaultValue the built-in ones
+   */
+  readonly secretHeaders?: ReadonlySet<string>;
 }
 
 /** An action's own bound on its wait for a held key, over the operations' `lockTimeoutMs`. */

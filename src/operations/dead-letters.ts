@@ -1,5 +1,6 @@
 /** The dead-letter queue as an operator reads it: lists with filters, and one event in full. */
 import { type RawBuilder, sql } from 'kysely';
+import { secretHeaderSet, storableHeaders } from '../payload.js';
 import { type StoredEvent, toStoredEvent } from '../sql/inspect.js';
 import { toBoolean } from '../sql/tables.js';
 import { ageMs, durationMs, findEvent, limitOf, type OperationsContext, sourceIs, table } from './context.js';
@@ -45,8 +46,11 @@ function selectDead(ctx: OperationsContext, where: RawBuilder<unknown>) {
      where ${where}`;
 }
 
-function toDeadLetter(r: any): DeadLetter {
-  return { ...toStoredEvent(r), source: r.source, blocking: toBoolean(r.blocking), ageMs: ageMs(r.age_ms)! };
+/** A row as an operator sees it: a secret header a row stored before still holds is not shown. */
+function toDeadLetter(ctx: OperationsContext, r: any): DeadLetter {
+  const event = toStoredEvent(r);
+  const headers = event.headers && storableHeaders(event.headers, ctx.secretHeaders ?? secretHeaderSet());
+  return { ...event, headers, source: r.source, blocking: toBoolean(r.blocking), ageMs: ageMs(r.age_ms)! };
 }
 
 export async function deadLetters(
@@ -71,7 +75,7 @@ export async function deadLetters(
     ${selectDead(ctx, sql.join(conditions, sql` and `))}
      order by e.received_at, e.source, e.id
      limit ${limitOf(filter.limit, 100)}`.execute(ctx.db);
-  return rows.map(toDeadLetter);
+  return rows.map((r) => toDeadLetter(ctx, r));
 }
 
 export async function deadLetter(
@@ -81,5 +85,5 @@ export async function deadLetter(
 ): Promise<DeadLetter> {
   const found = await findEvent(ctx, id, source);
   const { rows } = await selectDead(ctx, sql`e.source = ${found.source} and e.id = ${id}`).execute(ctx.db);
-  return toDeadLetter(rows[0]);
+  return toDeadLetter(ctx, rows[0]);
 }

@@ -38,10 +38,22 @@ export interface VerifiedDelivery {
  * }
  * ```
  */
-export type Verify = (
-  delivery: VerifiableDelivery,
-  // biome-ignore lint/suspicious/noConfusingVoidType: an async hook that returns nothing is Promise<void>.
-) => void | VerifiedDelivery | Promise<void | VerifiedDelivery>;
+export interface Verify {
+  (
+    delivery: VerifiableDelivery,
+    // biome-ignore lint/suspicious/noConfusingVoidType: an async hook that returns nothing is Promise<void>.
+  ): void | VerifiedDelivery | Promise<void | VerifiedDelivery>;
+  /**
+   * The request headers this verifier reads a secret or a signature from: the inbox never
+   * stores them (the verifiers here declare theirs; a function of your own may too).
+   */
+  readonly secretHeaders?: readonly string[];
+}
+
+/** A verifier that declares the headers carrying its secret or signature (never stored). */
+function declaring(secretHeaders: readonly string[], verify: Verify): Verify {
+  return Object.assign(verify, { secretHeaders: Object.freeze([...secretHeaders]) });
+}
 
 /** One secret, or several while a secret is being rotated (any of them may have signed). */
 export type Secrets = string | Buffer | readonly (string | Buffer)[];
@@ -172,7 +184,8 @@ export function standardWebhooks(options: {
   if (family !== 'webhook' && family !== 'svix' && family !== 'either') {
     throw new InboxOptionsError('verify.headers', 'must be "webhook", "svix" or "either"');
   }
-  return (d) => {
+  const declared = family === 'either' ? ['webhook-signature', 'svix-signature'] : [`${family}-signature`];
+  return declaring(declared, (d) => {
     const prefix = family === 'either' ? (d.headers['svix-id'] !== undefined ? 'svix' : 'webhook') : family;
     const signatures = required(d, `${prefix}-signature`);
     const id = required(d, `${prefix}-id`);
@@ -188,7 +201,7 @@ export function standardWebhooks(options: {
       throw new UnauthorizedDeliveryError(`${prefix}-signature`, `${prefix}-signature does not match`);
     }
     return { id };
-  };
+  });
 }
 
 function plainSecrets(secret: unknown): (string | Buffer)[] {
@@ -212,7 +225,7 @@ function plainSecrets(secret: unknown): (string | Buffer)[] {
 export function slackSignature(options: { secret: Secrets; toleranceSeconds?: number }): Verify {
   const keys = plainSecrets(options?.secret);
   const tolerance = toleranceOf(options.toleranceSeconds, 'verify.toleranceSeconds');
-  return (d) => {
+  return declaring(['x-slack-signature'], (d) => {
     const header = required(d, 'x-slack-signature');
     const timestamp = required(d, 'x-slack-request-timestamp');
     checkTimestamp(timestamp, 'x-slack-request-timestamp', tolerance);
@@ -227,7 +240,7 @@ export function slackSignature(options: { secret: Secrets; toleranceSeconds?: nu
     if (!anyEqual([given], expected)) {
       throw new UnauthorizedDeliveryError('x-slack-signature', 'x-slack-signature does not match');
     }
-  };
+  });
 }
 
 /**
@@ -245,7 +258,7 @@ export function paddleSignature(options: { secret: Secrets; toleranceSeconds?: n
     options.toleranceSeconds === undefined
       ? 5
       : toleranceOf(options.toleranceSeconds, 'verify.toleranceSeconds');
-  return (d) => {
+  return declaring(['paddle-signature'], (d) => {
     const header = required(d, 'paddle-signature');
     let ts: string | undefined;
     const given: Buffer[] = [];
@@ -264,7 +277,7 @@ export function paddleSignature(options: { secret: Secrets; toleranceSeconds?: n
     if (!anyEqual(given, expected)) {
       throw new UnauthorizedDeliveryError('paddle-signature', 'paddle-signature does not match');
     }
-  };
+  });
 }
 
 /**
@@ -285,12 +298,12 @@ export function headerToken(options: { header: string; secret: Secrets }): Verif
   // Digests of equal length: the comparison leaks neither the token nor its length.
   const digest = (v: string | Buffer) => createHash('sha256').update(v).digest();
   const expected = plainSecrets(options.secret).map(digest);
-  return (d) => {
+  return declaring([name], (d) => {
     const value = required(d, name);
     if (!anyEqual([digest(Buffer.from(value, 'latin1'))], expected)) {
       throw new UnauthorizedDeliveryError(name, `${name} does not match`);
     }
-  };
+  });
 }
 
 /** The string `id` at the top of a JSON body (Stripe's `evt_…`), when there is one. */
@@ -325,7 +338,7 @@ export function stripeSignature(options: {
     return s;
   });
   const tolerance = toleranceOf(options.toleranceSeconds, 'verify.toleranceSeconds');
-  return (d) => {
+  return declaring(['stripe-signature'], (d) => {
     const header = required(d, 'stripe-signature');
     let t: string | undefined;
     const given: Buffer[] = [];
@@ -346,7 +359,7 @@ export function stripeSignature(options: {
     }
     const id = signedBodyId(d.rawBody);
     return id === undefined ? undefined : { id };
-  };
+  });
 }
 
 /**
@@ -387,7 +400,7 @@ export function hmacSignature(options: {
   }
   const prefix = options.prefix ?? '';
   if (typeof prefix !== 'string') throw new InboxOptionsError('verify.prefix', 'must be a string');
-  return (d) => {
+  return declaring([name], (d) => {
     const value = required(d, name);
     const digest = value.startsWith(prefix) ? value.slice(prefix.length).trim() : undefined;
     const given =
@@ -399,7 +412,7 @@ export function hmacSignature(options: {
     if (!anyEqual([given], expected)) {
       throw new UnauthorizedDeliveryError(name, `${name} does not match`);
     }
-  };
+  });
 }
 
 /** Runs `verify` on a delivery as the inbox received it (any header case, any byte view). */
