@@ -3,7 +3,16 @@ import { type RawBuilder, sql } from 'kysely';
 import { secretHeaderSet, storableHeaders } from '../payload.js';
 import { type StoredEvent, toStoredEvent } from '../sql/inspect.js';
 import { toBoolean } from '../sql/tables.js';
-import { ageMs, durationMs, findEvent, limitOf, type OperationsContext, sourceIs, table } from './context.js';
+import {
+  ageMs,
+  durationMs,
+  findEvent,
+  limitOf,
+  type OperationsContext,
+  scoped,
+  sourceIs,
+  table,
+} from './context.js';
 
 /**
  * Why an event is dead: `poison` (the handler failed `maxAttempts` times), `late` (its seq
@@ -59,7 +68,7 @@ export async function deadLetters(
 ): Promise<DeadLetter[]> {
   const conditions: RawBuilder<unknown>[] = [
     sql`e.status = 'dead'`,
-    sourceIs('e.source', filter.source ?? ctx.source),
+    sourceIs('e.source', scoped(ctx, filter.source)),
   ];
   if (filter.key !== undefined) conditions.push(sql`e.key = ${filter.key}`);
   if (filter.reason !== undefined) conditions.push(sql`e.dead_reason = ${filter.reason}`);
