@@ -4,6 +4,22 @@ import { createInbox, type Inbox, type InboxOptions } from '../src/index.js';
 import { CountingPool } from './support/counting-pool.js';
 import { postgresTarget, postgresUrl, type TargetDb } from './support/databases.js';
 
+/** Runs `fn` on an inbox once it is ready, and closes the inbox whatever happens. */
+async function using(inbox: Inbox, fn: (inbox: Inbox) => Promise<void>): Promise<void> {
+  try {
+    await inbox.ready();
+    await fn(inbox);
+  } finally {
+    await inbox.close();
+  }
+}
+
+const receiveOn = (on: Inbox, id: string, body = '{}') =>
+  on.receive({
+    headers: { 'idempotency-key': id, 'content-type': 'application/json' },
+    rawBody: Buffer.from(body),
+  });
+
 // The hot path's round trips are a promise (see the comment at the top of src/receive/pipeline.ts);
 // this pins them, so a change that adds one has to change this test and say why. Each test makes
 // the events it counts on itself (a duplicate, a failed event, a key), and closes what it opens
@@ -23,33 +39,12 @@ describe.runIf(postgresTarget)('round trips to Postgres per delivery', () => {
     }
   }
   /** An inbox of its own on the counted pool, closed after `fn` whatever happens. */
-  async function withInbox(
-    options: Partial<InboxOptions>,
-    fn: (other: Inbox) => Promise<void>,
-  ): Promise<void> {
-    const other = createInbox({
-      db: pool,
-      schema: t.schema,
-      sweepIntervalMs: 0,
-      handle: () => {},
-      ...options,
-    });
-    try {
-      await other.ready();
-      await fn(other);
-    } finally {
-      await other.close();
-    }
-  }
+  const withInbox = (options: Partial<InboxOptions>, fn: (other: Inbox) => Promise<void>) =>
+    using(createInbox({ db: pool, schema: t.schema, sweepIntervalMs: 0, handle: () => {}, ...options }), fn);
   const failingHandler: InboxOptions['handle'] = async (_e, { tx }) => {
     await tx.selectNoFrom((eb) => eb.lit(1).as('one')).execute();
     throw new Error('no');
   };
-  const receiveOn = (on: Inbox, id: string, body = '{}') =>
-    on.receive({
-      headers: { 'idempotency-key': id, 'content-type': 'application/json' },
-      rawBody: Buffer.from(body),
-    });
   beforeAll(async () => {
     t = await postgresTarget!.open();
     pool = new CountingPool(postgresUrl!);
@@ -369,51 +364,38 @@ describe('calls into PGlite per delivery', () => {
 
   it('a duplicate another instance processed: BEGIN with the try-claim, COMMIT', async () => {
     expect((await deliver('pgl-dup')).kind).toBe('processed');
-    const other = createInbox({ db: counting as any, sweepIntervalMs: 0, handle: () => {} });
-    try {
-      await other.ready();
+    await using(createInbox({ db: counting as any, sweepIntervalMs: 0, handle: () => {} }), async (other) => {
       calls.length = 0;
-      expect(
-        await other.receive({
-          headers: { 'idempotency-key': 'pgl-dup', 'content-type': 'application/json' },
-          rawBody: Buffer.from('{}'),
-        }),
-      ).toMatchObject({ kind: 'duplicate', body: { result: { ok: true } } });
+      expect(await receiveOn(other, 'pgl-dup')).toMatchObject({
+        kind: 'duplicate',
+        body: { result: { ok: true } },
+      });
       expect(calls).toHaveLength(2);
-    } finally {
-      await other.close();
-    }
+    });
   });
 
-  it('deferred mode: the claim alone, one call', async () => {
-    const deferred = createInbox({
-      db: counting as any,
-      source: 'pgl-deferred',
-      mode: 'deferred',
-      workers: 0,
-      sweepIntervalMs: 0,
-      handle: () => {},
-    });
-    try {
-      await deferred.ready();
-      calls.length = 0;
-      expect(
-        await deferred.receive({
-          headers: { 'idempotency-key': 'pgl-d1', 'content-type': 'application/json' },
-          rawBody: Buffer.from('{}'),
-        }),
-      ).toMatchObject({ kind: 'pending' });
-      // Without the workers' count of pending events, refreshed on a timer (not per delivery).
-      expect(calls.filter((text) => !text.startsWith('select count(*)::int as n'))).toEqual([
-        expect.stringMatching(
-          /^set transaction isolation level read committed; execute "wi_fold:[^"]+\.claim"\([^;]*$/,
-        ),
-      ]);
-      expect(await deferred.event('pgl-d1')).toMatchObject({ status: 'pending' });
-    } finally {
-      await deferred.close();
-    }
-  });
+  it('deferred mode: the claim alone, one call', () =>
+    using(
+      createInbox({
+        db: counting as any,
+        source: 'pgl-deferred',
+        mode: 'deferred',
+        workers: 0,
+        sweepIntervalMs: 0,
+        handle: () => {},
+      }),
+      async (deferred) => {
+        calls.length = 0;
+        expect(await receiveOn(deferred, 'pgl-d1')).toMatchObject({ kind: 'pending' });
+        // Without the workers' count of pending events, refreshed on a timer (not per delivery).
+        expect(calls.filter((text) => !text.startsWith('select count(*)::int as n'))).toEqual([
+          expect.stringMatching(
+            /^set transaction isolation level read committed; execute "wi_fold:[^"]+\.claim"\([^;]*$/,
+          ),
+        ]);
+        expect(await deferred.event('pgl-d1')).toMatchObject({ status: 'pending' });
+      },
+    ));
 
   it('its statements deallocated behind its back: the next delivery is processed, folded as text from then on', async () => {
     await pglite.exec('deallocate all');
