@@ -208,7 +208,7 @@ async function runTaken(
       id: event.id,
       json: json ?? null,
       keepPayload: rt.options.keepPayload,
-      ...recorded(event, ran),
+      ...recorded(event, ran, rt.options.secretHeaders),
     });
   } else if (json !== undefined) await rt.statements.storeResult(tx, rt.options.source, event.id, json);
   return { status: 'applied', event, result, json, seconds, ignored, type };
@@ -222,6 +222,7 @@ async function runTaken(
 function recorded(
   event: TakenEvent,
   ran: { ignored: boolean; type: string | null },
+  secretHeaders: ReadonlySet<string>,
 ): {
   status: 'processed' | 'ignored';
   type: string | null;
@@ -229,7 +230,12 @@ function recorded(
   headers: Record<string, string> | null;
 } {
   return ran.ignored
-    ? { status: 'ignored', type: ran.type, payload: event.payload, headers: storableHeaders(event.headers) }
+    ? {
+        status: 'ignored',
+        type: ran.type,
+        payload: event.payload,
+        headers: storableHeaders(event.headers, secretHeaders),
+      }
     : { status: 'processed', type: ran.type, payload: null, headers: null };
 }
 
@@ -247,7 +253,7 @@ function recordApplied(
 ): Promise<void> {
   const o = rt.options;
   const kept = o.keepPayload && !ran.ignored;
-  const row = recorded(event, ran);
+  const row = recorded(event, ran, o.secretHeaders);
   return rt.statements.recordApplied(tx, {
     source: o.source,
     id: event.id,
@@ -258,7 +264,7 @@ function recordApplied(
     status: row.status,
     type: row.type,
     payload: kept ? event.payload : row.payload,
-    headers: kept ? storableHeaders(event.headers) : row.headers,
+    headers: kept ? storableHeaders(event.headers, o.secretHeaders) : row.headers,
   });
 }
 
@@ -354,7 +360,7 @@ async function recordFailure(
   const reason = cause instanceof RejectEvent ? 'rejected' : 'poison';
   const maxAttempts = reason === 'rejected' ? 1 : o.maxAttempts;
   o.logger.warn({ err: cause, id, key, seq, source: o.source }, 'webhook-inbox: handler failed');
-  const headers = storableHeaders(event.headers);
+  const headers = storableHeaders(event.headers, o.secretHeaders);
   await rt.statements.undoTake(tx, {
     source: o.source,
     id,

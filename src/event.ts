@@ -18,7 +18,10 @@ export interface InboxEvent<TBody = any> {
   readonly body: TBody;
   /** The exact bytes received: what signatures and the body hash were computed over. */
   readonly rawBody: Buffer;
-  /** Request headers, lower-case names (credentials such as `authorization` are not kept for held events). */
+  /**
+   * Request headers, lower-case names. A stored event (held, pending, retried) has no secret
+   * header (`authorization`, the verifier's token or signature, `secretHeaders`): they are never stored.
+   */
   readonly headers: Readonly<Record<string, string>>;
   /** 1 on the first run; higher when earlier runs failed. */
   readonly attempt: number;

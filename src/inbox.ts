@@ -272,14 +272,19 @@ export class Inbox {
    * Moves a blocked key past its blocked seq (a dead letter's, by `id`; or what blocks `key`),
    * records the skipped seqs as a gap, and drains what follows.
    */
-  async skip(target: { id: string } | { key: string }): Promise<SkipResult & { drained: number }> {
+  async skip(
+    target: { id: string; source?: string } | { key: string; source?: string },
+  ): Promise<SkipResult & { drained: number }> {
     const result = await (await this.operations()).skip(target);
     return { ...result, drained: await this.drain(result.key, true) };
   }
 
-  /** Opens a blocked key without moving its cursor, and drains what waits at it. */
-  async unblock(key: string): Promise<KeySummary & { drained: number }> {
-    const summary = await (await this.operations()).unblock(key);
+  /**
+   * Opens a blocked key without moving its cursor, and drains what waits at it. A `source`
+   * other than the inbox's is OperationError `not-found` (as for `skip`).
+   */
+  async unblock(key: string, source?: string): Promise<KeySummary & { drained: number }> {
+    const summary = await (await this.operations()).unblock(key, source);
     return { ...summary, drained: await this.drain(key, true) };
   }
 

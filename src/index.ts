@@ -61,12 +61,15 @@ export type {
   ReplayOptions,
   ReplayResult,
   ReplaySelection,
+  ScrubOptions,
+  ScrubResult,
   SkipResult,
 } from './operations/index.js';
 export { Operations, openOperations } from './operations/index.js';
 export type { Handler, InboxOptions, ResolvedOptions } from './options.js';
 export type { Outcome } from './outcome.js';
 export { OutcomeKind, responseText } from './outcome.js';
+export { SECRET_HEADERS } from './payload.js';
 export type { Provider } from './providers.js';
 export type { FieldDelivery, FieldSource, Fields, ResolvedSource } from './receive/field-source.js';
 export type { Delivery } from './receive/request.js';

@@ -67,3 +67,12 @@ export function headerName(value: unknown, name: string, fallback: string): stri
   }
   return value.toLowerCase();
 }
+
+/** A list of HTTP header names, lower-cased (`secretHeaders`). */
+export function headerNames(value: unknown, name: string): string[] {
+  if (value === undefined) return [];
+  if (!Array.isArray(value)) {
+    throw new InboxOptionsError(name, `must be an array of HTTP header names; got ${describe(value)}`);
+  }
+  return value.map((v, i) => headerName(v ?? null, `${name}[${i}]`, ''));
+}

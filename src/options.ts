@@ -238,6 +238,19 @@ export interface InboxOptions<TBody = any, DB = any> {
    */
   provider?: Provider;
   /**
+   * More request headers that carry a secret, never stored with an event (nor shown by the
+   * console): besides `authorization`, `proxy-authorization`, `cookie`, every preset's token
+   * and signature headers (`x-gitlab-token`, `stripe-signature`, …) and the headers your
+   * `verify` declares (`headerToken` and `hmacSignature` declare theirs). Run `webhook-inbox
+   * scrub-headers --secret-headers …` once to remove them from rows stored before.
+   *
+   * ```ts
+   * secretHeaders: ['x-internal-api-key']
+   * ```
+   * @defaultValue []
+   */
+  secretHeaders?: readonly string[];
+  /**
    * How events of one object are ordered. `{ policy: 'seq' }` (the default): contiguous seqs per
    * key (`X-Key`/`X-Seq` or `fields`), early ones held. `{ policy: 'latest', key, version }`:
    * never let an older event overwrite a newer one: per key, an event whose version is below
@@ -351,6 +364,8 @@ export interface ResolvedOptions {
   readonly tracerProvider: TracerProvider | undefined;
   readonly verify: Verify | undefined;
   readonly provider: Provider | undefined;
+  /** Every header never stored: the built-in ones, the verifier's and `secretHeaders`. */
+  readonly secretHeaders: ReadonlySet<string>;
   /** `seq`, or latest-wins with where its key and version are read. */
   readonly order:
     | { readonly policy: 'seq' }

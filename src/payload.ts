@@ -7,13 +7,46 @@ import * as crypto from 'node:crypto';
 import { InvalidDeliveryError } from './errors.js';
 import type { ResolvedOptions } from './options.js';
 
-// Headers never stored with a held event: credentials must not sit in the inbox table.
-const SECRET_HEADERS = new Set(['authorization', 'proxy-authorization', 'cookie']);
+/**
+ * Headers that carry a credential, or a signature that stands for one: never stored, never
+ * shown by the console or the CLI, removed from rows stored before by `webhook-inbox
+ * scrub-headers`. GitLab's `X-Gitlab-Token` is the shared secret itself; a stored signature
+ * lets whoever reads the table send the same delivery again as if from the provider (GitHub's
+ * and Shopify's sign no timestamp). None is needed once a delivery was verified: a stored event
+ * is applied without being verified again.
+ */
+export const SECRET_HEADERS: readonly string[] = Object.freeze([
+  'authorization',
+  'proxy-authorization',
+  'cookie',
+  'x-gitlab-token',
+  'stripe-signature',
+  'x-hub-signature',
+  'x-hub-signature-256',
+  'x-shopify-hmac-sha256',
+  'webhook-signature',
+  'svix-signature',
+  'x-slack-signature',
+  'paddle-signature',
+]);
 
-/** The headers stored with an event that may be applied later (held, pending, dead). */
-export function storableHeaders(headers: Record<string, string>): Record<string, string> {
+/** The built-in secret headers and the given ones (lower-case names), as one set. */
+export function secretHeaderSet(...more: ReadonlyArray<readonly string[] | undefined>): ReadonlySet<string> {
+  const set = new Set(SECRET_HEADERS);
+  for (const list of more) for (const name of list ?? []) set.add(name.toLowerCase());
+  return set;
+}
+
+/**
+ * The headers stored with an event that may be applied later (held, pending, dead), or shown
+ * to an operator: every header but the secret ones.
+ */
+export function storableHeaders(
+  headers: Record<string, string>,
+  secret: ReadonlySet<string>,
+): Record<string, string> {
   const out: Record<string, string> = {};
-  for (const name in headers) if (!SECRET_HEADERS.has(name)) out[name] = headers[name];
+  for (const name in headers) if (!secret.has(name.toLowerCase())) out[name] = headers[name];
   return out;
 }
 

@@ -44,6 +44,11 @@ export interface Provider {
    * event overwrite a newer one), where the provider has them; false when turned off.
    */
   readonly order: { readonly key: FieldSource; readonly version: FieldSource } | false;
+  /**
+   * The request headers that carry the provider's secret or signature (GitLab's
+   * `x-gitlab-token`, Stripe's `stripe-signature`): never stored with an event, never shown.
+   */
+  readonly secretHeaders: readonly string[];
 }
 
 /** Options every preset takes: the secret(s), and overrides of what the preset reads. */
@@ -68,7 +73,9 @@ function preset(
   name: string,
   options: PresetOptions | undefined,
   verify: (o: PresetOptions) => Verify,
-  defaults: Omit<Provider, 'name' | 'verify' | 'rejectHeaders'> & { rejectHeaders?: Record<string, string> },
+  defaults: Omit<Provider, 'name' | 'verify' | 'rejectHeaders' | 'secretHeaders'> & {
+    rejectHeaders?: Record<string, string>;
+  },
 ): Provider {
   if (options === null || typeof options !== 'object') {
     throw new InboxOptionsError('provider', `${name}() takes { secret }`);
@@ -76,9 +83,11 @@ function preset(
   if (options.order !== undefined && options.order !== false && typeof options.order !== 'object') {
     throw new InboxOptionsError('provider.order', 'must be { key, version } or false');
   }
+  const verifier = verify(options);
   return {
     name,
-    verify: verify(options),
+    verify: verifier,
+    secretHeaders: verifier.secretHeaders ?? [],
     id: options.id ?? defaults.id,
     type: options.type ?? defaults.type,
     order: options.order ?? defaults.order,

@@ -6,8 +6,9 @@ import { InboxOptionsError } from './errors.js';
 import { handleEverything, resolveHandlers } from './handlers.js';
 import { type Logger, silent } from './logger.js';
 import type { MetricsOptions } from './metrics.js';
-import { bool, describe, headerName, IDENTIFIER, integer, oneOf } from './option-checks.js';
+import { bool, describe, headerName, headerNames, IDENTIFIER, integer, oneOf } from './option-checks.js';
 import { DEFAULT_LOCK_TIMEOUT_MS, type Handler, type InboxOptions, type ResolvedOptions } from './options.js';
+import { secretHeaderSet } from './payload.js';
 import type { Provider } from './providers.js';
 import { type FieldSource, type Fields, type ResolvedSource, resolveSource } from './receive/field-source.js';
 import { resolveRespondHook } from './receive/respond-hook.js';
@@ -253,9 +254,16 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
     0,
     1000,
   );
+  const verify = (o.verify as Verify | undefined) ?? provider?.verify;
+  const secretHeaders = secretHeaderSet(headerNames(o.secretHeaders, 'secretHeaders'), verify?.secretHeaders);
+  // A waiting event's body is parsed by its stored content-type when it is applied.
+  if (secretHeaders.has('content-type')) {
+    throw new InboxOptionsError('secretHeaders', 'may not name content-type: a stored event is parsed by it');
+  }
   return {
-    verify: (o.verify as Verify | undefined) ?? provider?.verify,
+    verify,
     provider,
+    secretHeaders,
     order: resolvedOrder,
     handle: o.handle as Handler | undefined,
     handlers,

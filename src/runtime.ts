@@ -122,7 +122,7 @@ export class Runtime {
         database.sendsCompanions,
         database.kind === 'pglite',
       ),
-      operations: new Operations(database.kysely, this.tables, o.source, o.lockTimeoutMs),
+      operations: new Operations(database.kysely, this.tables, o.source, o.lockTimeoutMs, o.secretHeaders),
     };
     return this.#opened;
   }

@@ -54,6 +54,15 @@ test('without a token it refuses to start, naming the variable; --insecure only 
     ),
   ).toBe(2);
   expect(c.err.join('\n')).toContain('--port');
+  const d = io();
+  expect(
+    await main(
+      ['console', '--db', 'postgres://127.0.0.1/x', '--allowed-hosts', 'https://ops.example'],
+      { WEBHOOK_INBOX_CONSOLE_TOKEN: CONSOLE_TOKEN },
+      d.io,
+    ),
+  ).toBe(2);
+  expect(d.err.join('\n')).toContain('--allowed-hosts');
 });
 
 test.skipIf(!db)(

@@ -6,12 +6,13 @@
  * start unless it is `insecure` on loopback; `readOnly` offers and accepts no action.
  */
 import { sql } from 'kysely';
-import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { afterAll, beforeAll, describe, expect, test, vi } from 'vitest';
 import { FRAMEWORKS, type LedgerServer, startLedger } from '../examples/ledger/start.js';
-import { createConsole, html, serveConsole } from '../src/console/index.js';
+import { type ConsoleResponse, createConsole, html, serveConsole } from '../src/console/index.js';
 import { InboxOptionsError, openOperations } from '../src/index.js';
 import { CONSOLE_TOKEN, csrfOf, deliver } from './support/console.js';
 import { type TargetDb, targets, uniqueName } from './support/databases.js';
+import { rawRequest } from './support/http.js';
 
 const target = targets.at(-1)!;
 let db: TargetDb;
@@ -254,4 +255,155 @@ test('over TLS (as the framework sees it) the session cookie is Secure too', asy
   } finally {
     await ops.close();
   }
+});
+
+describe('host trust, sessions and logins', () => {
+  let ops: Awaited<ReturnType<typeof openOperations>>;
+  beforeAll(async () => {
+    ops = await openOperations({ db: db.db, schema: db.schema });
+    await (await import('../src/migrations.js')).migrateToLatest(ops.db, ops.tables);
+  });
+  afterAll(async () => {
+    await ops?.close();
+  });
+
+  const form = { 'content-type': 'application/x-www-form-urlencoded' };
+  const loginAs = (
+    app: ReturnType<typeof createConsole>,
+    token: string,
+    headers: Record<string, string> = {},
+  ) =>
+    app.handle({
+      method: 'POST',
+      url: '/login',
+      headers: { host: 'ops.example', origin: 'http://ops.example', ...form, ...headers },
+      body: `token=${encodeURIComponent(token)}`,
+      remoteAddress: '198.51.100.7',
+    });
+  const cookieOf = (res: ConsoleResponse) => String(res.headers['set-cookie']).split(';')[0]!;
+  const get = (app: ReturnType<typeof createConsole>, cookie: string, url = '/keys') =>
+    app.handle({ method: 'GET', url, headers: { host: 'ops.example', cookie } });
+
+  test('insecure mode refuses the DNS-rebinding request: another Host gets no CSRF token and runs no action', async () => {
+    const lines: Array<Record<string, unknown>> = [];
+    const log = (obj: object) => lines.push(obj as Record<string, unknown>);
+    const served = await serveConsole({
+      operations: ops,
+      insecure: true,
+      port: 0,
+      logger: { debug: log, info: log, warn: log, error: log },
+    });
+    try {
+      const port = new URL(served.url).port;
+      // The real console, as an operator opens it: a loopback name, any port.
+      const own = await rawRequest(`${served.url}/keys`, { headers: { host: `localhost:${port}` } });
+      expect(own.status).toBe(200);
+      const csrf = csrfOf(own.text);
+      // A page on evil.example whose name now resolves to 127.0.0.1.
+      const rebound = { host: 'evil.example:8080', origin: 'http://evil.example:8080' };
+      const page = await rawRequest(`${served.url}/keys`, { headers: rebound });
+      expect(page.status).toBe(403);
+      expect(page.headers['content-type']).toMatch(/^application\/problem\+json/);
+      expect(JSON.parse(page.text)).toMatchObject({ status: 403, field: 'host' });
+      expect(page.text).not.toContain('csrf');
+      const post = await rawRequest(`${served.url}/actions/unblock`, {
+        method: 'POST',
+        headers: { ...rebound, ...form },
+        body: `csrf=${encodeURIComponent(csrf)}&source=default&key=k-1&confirmed=yes`,
+      });
+      expect(post.status).toBe(403);
+      expect(JSON.parse(post.text)).toMatchObject({ field: 'host' });
+      expect(lines.filter((l) => l.console === 'unblock')).toEqual([]);
+    } finally {
+      await served.close();
+    }
+  });
+
+  test('allowedHosts: a name matches any port, name:port only that port; another Host is refused before authentication', async () => {
+    const app = createConsole({
+      operations: ops,
+      token: CONSOLE_TOKEN,
+      allowedHosts: ['ops.example', 'admin.example:8443'],
+    });
+    const status = async (host: string) =>
+      (await app.handle({ method: 'GET', url: '/', headers: { host, ...bearer } })).status;
+    expect(await status('ops.example')).toBe(200);
+    expect(await status('OPS.example:9000')).toBe(200);
+    expect(await status('admin.example:8443')).toBe(200);
+    expect(await status('admin.example:8080')).toBe(403);
+    expect(await status('evil.example')).toBe(403);
+    expect((await app.handle({ method: 'GET', url: '/', headers: bearer })).status).toBe(403); // no Host
+  });
+
+  test('each login is its own session; logout revokes it (the old cookie gets 401), others stay', async () => {
+    const app = createConsole({ operations: ops, token: CONSOLE_TOKEN });
+    const first = cookieOf(await loginAs(app, CONSOLE_TOKEN));
+    const second = cookieOf(await loginAs(app, CONSOLE_TOKEN));
+    expect(first).not.toBe(second);
+    const page = await get(app, first);
+    expect(page.status).toBe(200);
+    const out = await app.handle({
+      method: 'POST',
+      url: '/logout',
+      headers: { host: 'ops.example', origin: 'http://ops.example', cookie: first, ...form },
+      body: `csrf=${encodeURIComponent(csrfOf(page.body))}`,
+    });
+    expect(out.status).toBe(303);
+    expect(out.headers['set-cookie']).toMatch(/Max-Age=0/);
+    expect((await get(app, first)).status).toBe(401);
+    expect((await get(app, second)).status).toBe(200);
+  });
+
+  test('a session ends after sessionTtl', async () => {
+    const app = createConsole({ operations: ops, token: CONSOLE_TOKEN, sessionTtl: '10m' });
+    const login = await loginAs(app, CONSOLE_TOKEN);
+    expect(login.headers['set-cookie']).toMatch(/Max-Age=600(;|$)/);
+    const cookie = cookieOf(login);
+    expect((await get(app, cookie)).status).toBe(200);
+    vi.useFakeTimers({ now: Date.now() + 600_000, toFake: ['Date'] });
+    try {
+      expect((await get(app, cookie)).status).toBe(401);
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
+  test('the sixth failed login within a minute from one address is 429 problem+json with Retry-After', async () => {
+    const app = createConsole({ operations: ops, token: CONSOLE_TOKEN, trustProxy: true });
+    const from = (address: string, token: string) =>
+      loginAs(app, token, { 'x-forwarded-for': `203.0.113.9, ${address}` });
+    for (let i = 0; i < 5; i++) expect((await from('192.0.2.1', 'wrong-token-0123456789')).status).toBe(401);
+    const sixth = await from('192.0.2.1', 'wrong-token-0123456789');
+    expect(sixth.status).toBe(429);
+    expect(sixth.headers['content-type']).toMatch(/^application\/problem\+json/);
+    expect(JSON.parse(sixth.body)).toMatchObject({ status: 429, field: 'token' });
+    expect(Number(sixth.headers['retry-after'])).toBeGreaterThanOrEqual(1);
+    expect(Number(sixth.headers['retry-after'])).toBeLessThanOrEqual(60);
+    // Throttled means the token is not even looked at; another address is not throttled.
+    expect((await from('192.0.2.1', CONSOLE_TOKEN)).status).toBe(429);
+    expect((await from('192.0.2.2', CONSOLE_TOKEN)).status).toBe(303);
+  });
+
+  test('the session cookie is Secure behind a trusted TLS proxy, or always when configured', async () => {
+    const overTls = { 'x-forwarded-proto': 'https' };
+    const trusting = createConsole({ operations: ops, token: CONSOLE_TOKEN, trustProxy: true });
+    expect((await loginAs(trusting, CONSOLE_TOKEN, overTls)).headers['set-cookie']).toMatch(/; Secure$/);
+    expect((await loginAs(trusting, CONSOLE_TOKEN)).headers['set-cookie']).not.toMatch(/Secure/);
+    // Without trustProxy anyone could send the header: it is ignored.
+    const plain = createConsole({ operations: ops, token: CONSOLE_TOKEN });
+    expect((await loginAs(plain, CONSOLE_TOKEN, overTls)).headers['set-cookie']).not.toMatch(/Secure/);
+    const always = createConsole({ operations: ops, token: CONSOLE_TOKEN, secureCookie: 'always' });
+    expect((await loginAs(always, CONSOLE_TOKEN)).headers['set-cookie']).toMatch(/; Secure$/);
+  });
+
+  test('the new options are checked at construction, naming each', () => {
+    const make = (extra: Record<string, unknown>) => () =>
+      createConsole({ operations: ops, token: CONSOLE_TOKEN, ...extra });
+    expect(make({ allowedHosts: ['http://ops.example'] })).toThrow(/`allowedHosts`/);
+    expect(make({ allowedHosts: [] })).toThrow(/`allowedHosts`/);
+    expect(make({ sessionTtl: '5s' })).toThrow(/`sessionTtl`/);
+    expect(make({ sessionTtl: 'soon' })).toThrow(/`sessionTtl`/);
+    expect(make({ trustProxy: 'yes' })).toThrow(/`trustProxy`/);
+    expect(make({ secureCookie: true })).toThrow(/`secureCookie`/);
+  });
 });

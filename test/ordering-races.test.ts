@@ -56,6 +56,8 @@ describe.runIf(postgresTarget)('ordering races on real Postgres', () => {
   // text (`… "<schema>"."claim"($1, …)`, src/drivers/pipeline.ts); folded as text through a
   // GatedPool's wrapper, `execute "wi_fold:<schema>.claim"(…)` (src/drivers/fold.ts).
   const claimOf = (t: TargetDb) => [`"wi_fold:${t.schema}.claim"(`, `"${t.schema}"."claim"(`];
+  // A replay's read of its key's row, FOR UPDATE (src/operations/replay.ts).
+  const replayKeyRead = (t: TargetDb) => `blocked_seq from "${t.schema}"."keys"`;
 
   it("1. first-seen: the key's first event fails while the next is in flight: the first stays at the cursor, the next waits behind it", async () => {
     const t = schemas();
@@ -296,9 +298,10 @@ describe.runIf(postgresTarget)('ordering races on real Postgres', () => {
     // Before: the replay read the key row with SKIP LOCKED, found none, took the key for one
     // without a cursor yet, and re-queued seq 1 without unblocking the key. Seq 1 then waited
     // behind a block that nothing lifts (no dead letter left to replay), and nothing applied.
-    // The replay reads the key while the claim holds it: it waits for the key (or, before, its
-    // drain did; or it finished without waiting), then the claim commits.
-    await blockedOnLock(admin, `"${t.schema}".`, replaying).finally(() => commit.open());
+    // The replay reads the key while the claim holds it: it must wait for the key's row (the
+    // interleaving this case is about), then the claim commits.
+    const waited = await blockedOnLock(admin, replayKeyRead(t), replaying).finally(() => commit.open());
+    expect(waited).toBe(true);
     expect((await two).status).toBe(202);
     const [replayed] = await replaying;
     expect(replayed).toMatchObject({ outcome: 'requeued', status: 'processed' });
@@ -328,9 +331,10 @@ describe.runIf(postgresTarget)('ordering races on real Postgres', () => {
     const replaying = app.inbox.replay('k:1');
     // Before: the replay skipped the locked key row, took the cursor to be seq 1, and re-queued
     // seq 1 held below the cursor (2), where nothing ever applies or dead-letters it.
-    // The replay reads the key while the claim holds it: it waits for the key (or, before, its
-    // drain did; or it finished without waiting), then the claim commits.
-    await blockedOnLock(admin, `"${t.schema}".`, replaying).finally(() => commit.open());
+    // The replay reads the key while the claim holds it: it must wait for the key's row (the
+    // interleaving this case is about), then the claim commits.
+    const waited = await blockedOnLock(admin, replayKeyRead(t), replaying).finally(() => commit.open());
+    expect(waited).toBe(true);
     expect((await three).status).toBe(202);
     const [replayed] = await replaying;
     expect(replayed).toMatchObject({ outcome: 'behind-cursor', status: 'dead' });

@@ -11,13 +11,15 @@
  * secret, a missing signature header and (where signed) a stale timestamp are 401 with nothing
  * stored.
  */
+import { randomUUID } from 'node:crypto';
 import { sql } from 'kysely';
+import Stripe from 'stripe';
 import { afterAll, afterEach, beforeAll, describe, expect, test, vi } from 'vitest';
 import { type LedgerServer, providerFromEnv, startLedger } from '../examples/ledger/start.js';
 import { createInbox, InboxOptionsError, UnauthorizedDeliveryError } from '../src/index.js';
 import { github, slack, stripe } from '../src/providers.js';
 import { type TargetDb, targets, uniqueName } from './support/databases.js';
-import { type Case, cases, now, type Signed, whsec } from './support/provider-deliveries.js';
+import { type Case, cases, hex, now, type Signed, whsec } from './support/provider-deliveries.js';
 
 interface Reply {
   status: number;
@@ -105,6 +107,18 @@ describe.each(targets)('provider presets on $name', (target) => {
           return { ...d, headers };
         },
       ],
+      ...(c.malform === undefined
+        ? []
+        : [
+            [
+              'a valid signature in a malformed encoding',
+              async (e) => {
+                const d = await e.deliver(c.secret, now());
+                const value = d.headers[c.signatureHeader];
+                return { ...d, headers: { ...d.headers, [c.signatureHeader]: c.malform!(value) } };
+              },
+            ] as [string, (e: ReturnType<Case['event']>) => Promise<Signed>],
+          ]),
       ...(c.staleSeconds === undefined
         ? []
         : [
@@ -175,11 +189,66 @@ describe('provider options', () => {
     );
   });
 
-  test('presets are overridable: id, and order turned off', () => {
-    const custom = github({ secret: 's', id: (d) => d.headers['x-request-id'] });
-    expect(typeof custom.id).toBe('function');
-    expect(stripe({ secret: 'whsec_x', order: false }).order).toBe(false);
-    expect(stripe({ secret: 'whsec_x' }).order).toEqual({ key: '/data/object/id', version: '/created' });
+  test('presets are overridable: the id the inbox reads, and order turned off', async () => {
+    const db = await targets.at(-1)!.open();
+    const schema = uniqueName('wi');
+    const inboxes: Array<ReturnType<typeof createInbox>> = [];
+    const make = (options: Partial<Parameters<typeof createInbox>[0]>) => {
+      const inbox = createInbox({
+        db: db.db,
+        schema,
+        sweepIntervalMs: 0,
+        handle: () => ({ ok: true }),
+        ...options,
+      });
+      inboxes.push(inbox);
+      return inbox;
+    };
+    try {
+      // GitHub with the id from another header: that is the event's id, not X-GitHub-Delivery.
+      const gh = make({ provider: github({ secret: 's', id: (d) => d.headers['x-request-id'] }) });
+      const body = JSON.stringify({ amount: 1 });
+      const requestId = `req-${randomUUID()}`;
+      const got = await gh.receive({
+        headers: {
+          'content-type': 'application/json',
+          'x-github-delivery': 'gh-delivery-1',
+          'x-request-id': requestId,
+          'x-hub-signature-256': `sha256=${hex('s', body)}`,
+        },
+        rawBody: Buffer.from(body),
+      });
+      expect(got.body).toMatchObject({ status: 'processed', id: requestId });
+      expect(await gh.event('gh-delivery-1')).toBeUndefined();
+
+      // Stripe's object and version are what latest-wins orders by; with order: false, none.
+      const secret = 'whsec_test';
+      const stripeEvent = (created: number) => {
+        const payload = JSON.stringify({
+          id: `evt_${randomUUID()}`,
+          created,
+          data: { object: { id: 'pi_1' } },
+        });
+        return {
+          headers: {
+            'content-type': 'application/json',
+            'stripe-signature': Stripe.webhooks.generateTestHeaderString({ payload, secret }),
+          },
+          rawBody: Buffer.from(payload),
+        };
+      };
+      const latest = make({ provider: stripe({ secret }), order: { policy: 'latest' }, source: 'stripe' });
+      expect((await latest.receive(stripeEvent(200))).body).toMatchObject({ status: 'processed' });
+      expect((await latest.receive(stripeEvent(100))).body).toMatchObject({ status: 'superseded' });
+      expect(() => make({ provider: stripe({ secret, order: false }), order: { policy: 'latest' } })).toThrow(
+        expect.objectContaining({ name: InboxOptionsError.name, option: 'order.key' }),
+      );
+    } finally {
+      const k = await inboxes[0]?.kysely();
+      if (k) await sql`drop schema if exists ${sql.id(schema)} cascade`.execute(k);
+      for (const inbox of inboxes) await inbox.close();
+      await db.close();
+    }
   });
 
   test('PROVIDER without WEBHOOK_SECRET, or an unknown one, is refused', () => {

@@ -1,16 +1,50 @@
 import type { PGlite } from '@electric-sql/pglite';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createInbox, type Inbox } from '../src/index.js';
+import { createInbox, type Inbox, type InboxOptions } from '../src/index.js';
 import { CountingPool } from './support/counting-pool.js';
 import { freshPGlite, postgresTarget, postgresUrl, type TargetDb } from './support/databases.js';
 
+/** Runs `fn` on an inbox once it is ready, and closes the inbox whatever happens. */
+async function using(inbox: Inbox, fn: (inbox: Inbox) => Promise<void>): Promise<void> {
+  try {
+    await inbox.ready();
+    await fn(inbox);
+  } finally {
+    await inbox.close();
+  }
+}
+
+const receiveOn = (on: Inbox, id: string, body = '{}') =>
+  on.receive({
+    headers: { 'idempotency-key': id, 'content-type': 'application/json' },
+    rawBody: Buffer.from(body),
+  });
+
 // The hot path's round trips are a promise (see the comment at the top of src/receive/pipeline.ts);
-// this pins them, so a change that adds one has to change this test and say why.
+// this pins them, so a change that adds one has to change this test and say why. Each test makes
+// the events it counts on itself (a duplicate, a failed event, a key), and closes what it opens
+// in `finally`: one failure leaves the next test as it would have found it.
 describe.runIf(postgresTarget)('round trips to Postgres per delivery', () => {
   let t: TargetDb;
   let pool: CountingPool;
   let inbox: Inbox;
   let returnResult = true;
+  /** Runs `fn` with a handler that returns nothing, and restores it even when `fn` fails. */
+  async function withoutResult(fn: () => Promise<void>): Promise<void> {
+    returnResult = false;
+    try {
+      await fn();
+    } finally {
+      returnResult = true;
+    }
+  }
+  /** An inbox of its own on the counted pool, closed after `fn` whatever happens. */
+  const withInbox = (options: Partial<InboxOptions>, fn: (other: Inbox) => Promise<void>) =>
+    using(createInbox({ db: pool, schema: t.schema, sweepIntervalMs: 0, handle: () => {}, ...options }), fn);
+  const failingHandler: InboxOptions['handle'] = async (_e, { tx }) => {
+    await tx.selectNoFrom((eb) => eb.lit(1).as('one')).execute();
+    throw new Error('no');
+  };
   beforeAll(async () => {
     t = await postgresTarget!.open();
     pool = new CountingPool(postgresUrl!);
@@ -53,79 +87,71 @@ describe.runIf(postgresTarget)('round trips to Postgres per delivery', () => {
     expect(await inbox.event('rt-1')).toMatchObject({ status: 'processed', result: { ok: true } });
   });
 
-  it('a new event whose handler returns nothing: the same, its row (no result) with COMMIT', async () => {
-    returnResult = false;
-    pool.reset();
-    expect((await deliver('rt-2')).kind).toBe('processed');
-    const sent = pool.reset();
-    expect(sent).toHaveLength(3);
-    expect(sent[2]).toMatch(/^execute wi_pipe:[^(]+\.record_applied\('default', 'rt-2', .*; commit$/);
-    expect(await inbox.event('rt-2')).toMatchObject({ status: 'processed', result: null });
-    returnResult = true;
-  });
+  it('a new event whose handler returns nothing: the same, its row (no result) with COMMIT', () =>
+    withoutResult(async () => {
+      pool.reset();
+      expect((await deliver('rt-2')).kind).toBe('processed');
+      const sent = pool.reset();
+      expect(sent).toHaveLength(3);
+      expect(sent[2]).toMatch(/^execute wi_pipe:[^(]+\.record_applied\('default', 'rt-2', .*; commit$/);
+      expect(await inbox.event('rt-2')).toMatchObject({ status: 'processed', result: null });
+    }));
 
-  it('an ordered event whose handler returns nothing: the same, its row (key, seq, no result) with COMMIT', async () => {
-    returnResult = false;
-    pool.reset();
-    expect((await deliver('rt-o0', { 'x-key': 'k0', 'x-seq': '1' })).kind).toBe('processed');
-    const sent = pool.reset();
-    expect(sent).toHaveLength(3);
-    expect(sent[2]).toMatch(/^execute wi_pipe:[^(]+\.record_applied\('default', 'rt-o0', 'k0',.*; commit$/);
-    expect(await inbox.event('rt-o0')).toMatchObject({
-      status: 'processed',
-      key: 'k0',
-      seq: 1,
-      result: null,
-    });
-    returnResult = true;
-  });
+  it('an ordered event whose handler returns nothing: the same, its row (key, seq, no result) with COMMIT', () =>
+    withoutResult(async () => {
+      pool.reset();
+      expect((await deliver('rt-o0', { 'x-key': 'k0', 'x-seq': '1' })).kind).toBe('processed');
+      const sent = pool.reset();
+      expect(sent).toHaveLength(3);
+      expect(sent[2]).toMatch(/^execute wi_pipe:[^(]+\.record_applied\('default', 'rt-o0', 'k0',.*; commit$/);
+      expect(await inbox.event('rt-o0')).toMatchObject({
+        status: 'processed',
+        key: 'k0',
+        seq: 1,
+        result: null,
+      });
+    }));
 
   it('a duplicate of an event this instance processed: none (the in-process LRU)', async () => {
+    expect((await deliver('rt-lru')).kind).toBe('processed');
     pool.reset();
-    const outcome = await deliver('rt-1');
+    const outcome = await deliver('rt-lru');
     expect(outcome).toMatchObject({ kind: 'duplicate', body: { result: { ok: true } } });
     expect(outcome.headers['idempotent-replayed']).toBe('true');
     expect(pool.reset()).toEqual([]);
   });
 
-  it('a duplicate another instance processed: BEGIN with the try-claim, COMMIT; in a retry storm, one read', async () => {
-    const other = createInbox({ db: pool, schema: t.schema, sweepIntervalMs: 0, handle: () => {} });
-    await other.ready();
-    const duplicateOf = (id: string) =>
-      other.receive({
-        headers: { 'idempotency-key': id, 'content-type': 'application/json' },
-        rawBody: Buffer.from('{}'),
+  it('a duplicate another instance processed: BEGIN with the try-claim, COMMIT; in a retry storm, one read', () =>
+    withInbox({}, async (other) => {
+      const duplicateOf = (id: string) => receiveOn(other, id);
+      expect((await deliver('rt-dup')).kind).toBe('processed');
+      pool.reset();
+      const outcome = await duplicateOf('rt-dup');
+      expect(outcome).toMatchObject({ kind: 'duplicate', body: { result: { ok: true } } });
+      expect(pool.reset()).toEqual([
+        expect.stringMatching(/^begin .*; execute wi_pipe:[^(]+\.try_claim/),
+        'commit',
+      ]);
+      // Duplicates of events the other processed keep coming (none is in this one's memory):
+      // once most deliveries are duplicates, a primary-key read answers each in one round trip.
+      for (let i = 0; i < 8; i++) {
+        expect((await deliver(`rt-storm-${i}`)).kind).toBe('processed');
+        expect((await duplicateOf(`rt-storm-${i}`)).kind).toBe('duplicate');
+      }
+      pool.reset();
+      expect((await deliver('rt-storm-last')).kind).toBe('processed');
+      pool.reset();
+      expect((await duplicateOf('rt-storm-last')).body).toMatchObject({
+        status: 'duplicate',
+        result: { ok: true },
       });
-    pool.reset();
-    const outcome = await duplicateOf('rt-1');
-    expect(outcome).toMatchObject({ kind: 'duplicate', body: { result: { ok: true } } });
-    expect(pool.reset()).toEqual([
-      expect.stringMatching(/^begin .*; execute wi_pipe:[^(]+\.try_claim/),
-      'commit',
-    ]);
-    // Duplicates of events the other processed keep coming (none is in this one's memory):
-    // once most deliveries are duplicates, a primary-key read answers each in one round trip.
-    for (let i = 0; i < 8; i++) {
-      expect((await deliver(`rt-storm-${i}`)).kind).toBe('processed');
-      expect((await duplicateOf(`rt-storm-${i}`)).kind).toBe('duplicate');
-    }
-    pool.reset();
-    expect((await deliver('rt-storm-last')).kind).toBe('processed');
-    pool.reset();
-    expect((await duplicateOf('rt-storm-last')).body).toMatchObject({
-      status: 'duplicate',
-      result: { ok: true },
-    });
-    expect(pool.reset()).toEqual([expect.stringMatching(/^select body_hash, key, seq,/)]);
-    await other.close();
-  });
+      expect(pool.reset()).toEqual([expect.stringMatching(/^select body_hash, key, seq,/)]);
+    }));
 
   it('the LRU never hides a mismatch: a different body goes to Postgres and is 422', async () => {
+    expect((await deliver('rt-mismatch')).kind).toBe('processed');
     pool.reset();
-    const outcome = await inbox.receive({
-      headers: { 'idempotency-key': 'rt-1', 'content-type': 'application/json' },
-      rawBody: Buffer.from('{"other": true}'),
-    });
+    const outcome = await receiveOn(inbox, 'rt-mismatch', '{"other": true}');
     expect(outcome.status).toBe(422);
     expect(pool.reset()).toHaveLength(2);
   });
@@ -148,44 +174,34 @@ describe.runIf(postgresTarget)('round trips to Postgres per delivery', () => {
     });
   });
 
-  it('a handler that throws: BEGIN with the claim, the handler, the failure recorded with COMMIT', async () => {
-    const failing = createInbox({
-      db: pool,
-      schema: t.schema,
-      sweepIntervalMs: 0,
-      handle: async (_e, { tx }) => {
-        await tx.selectNoFrom((eb) => eb.lit(1).as('one')).execute();
-        throw new Error('no');
-      },
-    });
-    await failing.ready();
-    pool.reset();
-    const outcome = await failing.receive({
-      headers: { 'idempotency-key': 'rt-fail', 'content-type': 'application/json' },
-      rawBody: Buffer.from('{}'),
-    });
-    expect(outcome.status).toBe(500);
-    const sent = pool.reset();
-    expect(sent).toHaveLength(3);
-    expect(sent[0]).toMatch(/^begin .*; execute wi_pipe:[^(]+\.try_claim.*; savepoint wi_apply$/);
-    expect(sent[2]).toMatch(
-      /^rollback to savepoint wi_apply; execute wi_pipe:[^(]+\(.*; execute wi_pipe:[^(]+\.fail\(.*; commit$/,
-    );
-    expect(await failing.event('rt-fail')).toMatchObject({ status: 'pending', attempts: 1 });
-    await failing.close();
-  });
+  it('a handler that throws: BEGIN with the claim, the handler, the failure recorded with COMMIT', () =>
+    withInbox({ handle: failingHandler }, async (failing) => {
+      pool.reset();
+      const outcome = await receiveOn(failing, 'rt-fail');
+      expect(outcome.status).toBe(500);
+      const sent = pool.reset();
+      expect(sent).toHaveLength(3);
+      expect(sent[0]).toMatch(/^begin .*; execute wi_pipe:[^(]+\.try_claim.*; savepoint wi_apply$/);
+      expect(sent[2]).toMatch(
+        /^rollback to savepoint wi_apply; execute wi_pipe:[^(]+\(.*; execute wi_pipe:[^(]+\.fail\(.*; commit$/,
+      );
+      expect(await failing.event('rt-fail')).toMatchObject({ status: 'pending', attempts: 1 });
+    }));
 
   it('a retry of a failed event: the try-claim finds its row waiting, and the claim follows with its SAVEPOINT (+1)', async () => {
+    await withInbox({ handle: failingHandler }, async (failing) => {
+      expect((await receiveOn(failing, 'rt-retry')).status).toBe(500);
+    });
     pool.reset();
-    expect((await deliver('rt-fail')).kind).toBe('processed');
+    expect((await deliver('rt-retry')).kind).toBe('processed');
     const sent = pool.reset();
     expect(sent).toHaveLength(4);
     expect(sent[0]).toMatch(/^begin .*; execute wi_pipe:[^(]+\.try_claim.*; savepoint wi_apply$/);
     // The claim decides (it applies the waiting row), and a savepoint taken after it is what a
     // failed run would roll back to: the claim's locks stay.
-    expect(sent[1]).toMatch(/^execute wi_pipe:[^(]+\.claim\('default', 'rt-fail', .*; savepoint wi_apply$/);
+    expect(sent[1]).toMatch(/^execute wi_pipe:[^(]+\.claim\('default', 'rt-retry', .*; savepoint wi_apply$/);
     expect(sent[3]).toMatch(/; commit$/);
-    expect(await inbox.event('rt-fail')).toMatchObject({
+    expect(await inbox.event('rt-retry')).toMatchObject({
       status: 'processed',
       attempts: 1,
       result: { ok: true },
@@ -194,7 +210,8 @@ describe.runIf(postgresTarget)('round trips to Postgres per delivery', () => {
 
   it('a held event: BEGIN with the claim, COMMIT', async () => {
     pool.reset();
-    expect((await deliver('rt-o3', { 'x-key': 'k', 'x-seq': '3' })).kind).toBe('held');
+    // A key of its own: seq 3 waits for 1, whatever the other tests did.
+    expect((await deliver('rt-o3', { 'x-key': 'k-held', 'x-seq': '3' })).kind).toBe('held');
     expect(pool.reset()).toHaveLength(2);
   });
 
@@ -242,53 +259,43 @@ describe.runIf(postgresTarget)('round trips to Postgres per delivery', () => {
     }
   });
 
-  it('deferred mode: the claim alone, its own READ COMMITTED transaction (no BEGIN, no COMMIT)', async () => {
+  it('deferred mode: the claim alone, its own READ COMMITTED transaction (no BEGIN, no COMMIT)', () =>
     // Acknowledges only (workers: 0): a worker's statements are not part of the delivery.
-    const deferred = createInbox({
-      db: pool,
-      schema: t.schema,
-      source: 'rt-deferred',
-      mode: 'deferred',
-      workers: 0,
-      sweepIntervalMs: 0,
-      handle: () => {},
-    });
-    await deferred.ready();
-    const receive = (id: string, extra: Record<string, string> = {}) =>
-      deferred.receive({
-        headers: { 'idempotency-key': id, 'content-type': 'application/json', ...extra },
-        rawBody: Buffer.from('{}'),
-      });
-    const alone = /^set transaction isolation level; execute "wi_fold:[^"]+\.claim"\([^;]*$/;
-    // The workers' count of pending events (`maxPending`), refreshed on a timer whatever the
-    // deliveries: not part of one.
-    const sent = () => pool.reset().filter((text) => !text.startsWith('select count(*)::int as n'));
-    for (const [id, extra, kind] of [
-      ['rtd-1', {}, 'pending'],
-      ['rtd-1', {}, 'pending'], // a duplicate of a pending event
-      ['rtd-o1', { 'x-key': 'kdf', 'x-seq': '1' }, 'pending'],
-      ['rtd-o3', { 'x-key': 'kdf', 'x-seq': '3' }, 'held'],
-    ] as const) {
+    withInbox({ source: 'rt-deferred', mode: 'deferred', workers: 0 }, async (deferred) => {
+      const receive = (id: string, extra: Record<string, string> = {}) =>
+        deferred.receive({
+          headers: { 'idempotency-key': id, 'content-type': 'application/json', ...extra },
+          rawBody: Buffer.from('{}'),
+        });
+      const alone = /^set transaction isolation level; execute "wi_fold:[^"]+\.claim"\([^;]*$/;
+      // The workers' count of pending events (`maxPending`), refreshed on a timer whatever the
+      // deliveries: not part of one.
+      const sent = () => pool.reset().filter((text) => !text.startsWith('select count(*)::int as n'));
+      for (const [id, extra, kind] of [
+        ['rtd-1', {}, 'pending'],
+        ['rtd-1', {}, 'pending'], // a duplicate of a pending event
+        ['rtd-o1', { 'x-key': 'kdf', 'x-seq': '1' }, 'pending'],
+        ['rtd-o3', { 'x-key': 'kdf', 'x-seq': '3' }, 'held'],
+      ] as const) {
+        pool.reset();
+        expect((await receive(id, extra)).kind).toBe(kind);
+        expect(sent()).toEqual([expect.stringMatching(alone)]);
+      }
+      // Values over 64 KiB travel as parameters: BEGIN, the claim, COMMIT.
       pool.reset();
-      expect((await receive(id, extra)).kind).toBe(kind);
-      expect(sent()).toEqual([expect.stringMatching(alone)]);
-    }
-    // Values over 64 KiB travel as parameters: BEGIN, the claim, COMMIT.
-    pool.reset();
-    const big = await deferred.receive({
-      headers: { 'idempotency-key': 'rtd-big', 'content-type': 'application/json' },
-      rawBody: Buffer.from(JSON.stringify({ pad: 'x'.repeat(70_000) })),
-    });
-    expect(big.kind).toBe('pending');
-    expect(sent()).toEqual([
-      'begin isolation level read',
-      expect.stringMatching(/^select decision, result::text as/),
-      'commit',
-    ]);
-    expect(await deferred.event('rtd-1')).toMatchObject({ status: 'pending' });
-    expect(await deferred.event('rtd-o3')).toMatchObject({ status: 'held' });
-    await deferred.close();
-  });
+      const big = await deferred.receive({
+        headers: { 'idempotency-key': 'rtd-big', 'content-type': 'application/json' },
+        rawBody: Buffer.from(JSON.stringify({ pad: 'x'.repeat(70_000) })),
+      });
+      expect(big.kind).toBe('pending');
+      expect(sent()).toEqual([
+        'begin isolation level read',
+        expect.stringMatching(/^select decision, result::text as/),
+        'commit',
+      ]);
+      expect(await deferred.event('rtd-1')).toMatchObject({ status: 'pending' });
+      expect(await deferred.event('rtd-o3')).toMatchObject({ status: 'held' });
+    }));
 });
 
 // On PGlite the same folds save calls into the embedded database, each of which has a fixed
@@ -356,45 +363,39 @@ describe('calls into PGlite per delivery', () => {
   });
 
   it('a duplicate another instance processed: BEGIN with the try-claim, COMMIT', async () => {
-    const other = createInbox({ db: counting as any, sweepIntervalMs: 0, handle: () => {} });
-    await other.ready();
-    calls.length = 0;
-    expect(
-      await other.receive({
-        headers: { 'idempotency-key': 'pgl-1', 'content-type': 'application/json' },
-        rawBody: Buffer.from('{}'),
-      }),
-    ).toMatchObject({ kind: 'duplicate', body: { result: { ok: true } } });
-    expect(calls).toHaveLength(2);
-    await other.close();
+    expect((await deliver('pgl-dup')).kind).toBe('processed');
+    await using(createInbox({ db: counting as any, sweepIntervalMs: 0, handle: () => {} }), async (other) => {
+      calls.length = 0;
+      expect(await receiveOn(other, 'pgl-dup')).toMatchObject({
+        kind: 'duplicate',
+        body: { result: { ok: true } },
+      });
+      expect(calls).toHaveLength(2);
+    });
   });
 
-  it('deferred mode: the claim alone, one call', async () => {
-    const deferred = createInbox({
-      db: counting as any,
-      source: 'pgl-deferred',
-      mode: 'deferred',
-      workers: 0,
-      sweepIntervalMs: 0,
-      handle: () => {},
-    });
-    await deferred.ready();
-    calls.length = 0;
-    expect(
-      await deferred.receive({
-        headers: { 'idempotency-key': 'pgl-d1', 'content-type': 'application/json' },
-        rawBody: Buffer.from('{}'),
+  it('deferred mode: the claim alone, one call', () =>
+    using(
+      createInbox({
+        db: counting as any,
+        source: 'pgl-deferred',
+        mode: 'deferred',
+        workers: 0,
+        sweepIntervalMs: 0,
+        handle: () => {},
       }),
-    ).toMatchObject({ kind: 'pending' });
-    // Without the workers' count of pending events, refreshed on a timer (not per delivery).
-    expect(calls.filter((text) => !text.startsWith('select count(*)::int as n'))).toEqual([
-      expect.stringMatching(
-        /^set transaction isolation level read committed; execute "wi_fold:[^"]+\.claim"\([^;]*$/,
-      ),
-    ]);
-    expect(await deferred.event('pgl-d1')).toMatchObject({ status: 'pending' });
-    await deferred.close();
-  });
+      async (deferred) => {
+        calls.length = 0;
+        expect(await receiveOn(deferred, 'pgl-d1')).toMatchObject({ kind: 'pending' });
+        // Without the workers' count of pending events, refreshed on a timer (not per delivery).
+        expect(calls.filter((text) => !text.startsWith('select count(*)::int as n'))).toEqual([
+          expect.stringMatching(
+            /^set transaction isolation level read committed; execute "wi_fold:[^"]+\.claim"\([^;]*$/,
+          ),
+        ]);
+        expect(await deferred.event('pgl-d1')).toMatchObject({ status: 'pending' });
+      },
+    ));
 
   it('its statements deallocated behind its back: the next delivery is processed, folded as text from then on', async () => {
     await pglite.exec('deallocate all');
@@ -549,7 +550,12 @@ describe.runIf(postgresTarget)('round trips of a worker applying a batch of pend
 
   it('a handler that throws in the middle: its failure rides on the next SAVEPOINT, at the same count', async () => {
     failing.add('rtf-2');
-    const batch = await batchOfThree(['rtf-1', 'rtf-2', 'rtf-3']);
+    let batch: string[];
+    try {
+      batch = await batchOfThree(['rtf-1', 'rtf-2', 'rtf-3']);
+    } finally {
+      failing.delete('rtf-2');
+    }
     expect(batch).toEqual([
       expect.stringMatching(/^begin .*; execute wi_pipe:[^(]+\.take_pending\(.*; savepoint wi_apply$/),
       'select 1 as "one"',

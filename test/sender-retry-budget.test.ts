@@ -8,7 +8,6 @@ import {
   type AttemptReport,
   createSender,
   InvalidEventError,
-  MemoryStore,
   parseRetryAfter,
   type Sender,
 } from '../src/sender/index.js';
@@ -20,6 +19,7 @@ afterEach(async () => {
   await sender?.close();
   sender = undefined;
   while (cleanups.length) await cleanups.pop()!().catch(() => {});
+  vi.useRealTimers();
   vi.restoreAllMocks();
 });
 
@@ -42,13 +42,23 @@ describe('1. Retry-After is a floor, not a budget', () => {
     expect(await sender.deadLetters()).toEqual([]);
   });
 
-  it('by default an event is retried for 24 h, with no attempt limit', () => {
-    sender = createSender({ endpoint: 'http://127.0.0.1:9/', dispatch: false });
-    expect(sender.options).toMatchObject({
-      retryForMs: 86_400_000,
-      maxAttempts: undefined,
-      capMs: 3_600_000,
+  it('by default an event is retried for 24 h, with no attempt limit', async () => {
+    // The clock the sender reads (Date) moves an hour per failed attempt, from inside the
+    // consumer; timers stay real, so the backoff's millisecond waits still pass.
+    const start = Date.now();
+    vi.useFakeTimers({ toFake: ['Date'], now: start, shouldAdvanceTime: true });
+    const s = await server((a) => {
+      vi.setSystemTime(start + (a.n - 1) * 3_600_000);
+      return { status: 500 };
     });
+    const retries: AttemptReport[] = [];
+    // Only the backoff is set (to milliseconds): the budget and the attempt limit are the defaults.
+    sender = createSender({ endpoint: s.url, baseMs: 1, capMs: 2, breaker: false });
+    sender.on('retry', (r) => retries.push(r));
+    const result = await sender.send({ key: 'k', body: {} });
+    // Failed at 0 h, 1 h, … 23 h: retried (no limit stopped it at a count); at 24 h: expired.
+    expect(retries).toHaveLength(24);
+    expect(result).toMatchObject({ status: 'dead-lettered', reason: 'expired', attempts: 25 });
   });
 
   it('the time budget ends it: still failing after retryForMs, the event is dead-lettered as expired', async () => {
@@ -140,32 +150,32 @@ describe('3. breaker probes spend no attempt of the event they carry', () => {
 });
 
 describe('5. the dispatcher sleeps when it has no room', () => {
-  /** Counts the dispatcher's looks at the memory store (claims and due-time queries). */
-  function looks() {
-    const claim = vi.spyOn(MemoryStore.prototype, 'claim');
-    const due = vi.spyOn(MemoryStore.prototype, 'nextDueInMs');
-    return { count: () => claim.mock.calls.length + due.mock.calls.length };
+  /**
+   * Turns of the timers phase of the event loop: a dispatcher that polled the store with
+   * setTimeout(0) would look once in each.
+   */
+  async function timerTurns(n: number) {
+    for (let i = 0; i < n; i++) await new Promise((resolve) => setTimeout(resolve, 0));
   }
 
   it('while the breaker is open it does not scan the store', async () => {
     const s = await server(() => ({ status: 503 }));
-    const claim = looks();
     sender = createSender({
       endpoint: s.url,
       concurrency: 4,
-      breaker: { failureThreshold: 4, cooldownMs: 300 },
+      breaker: { failureThreshold: 4, cooldownMs: 50 },
     });
     const transitions: Array<[string, number]> = [];
     const halfOpen = new Promise<void>((resolve) =>
       sender!.on('breaker', (state) => {
-        transitions.push([state, claim.count()]);
+        transitions.push([state, sender!.stats().looks]);
         if (state === 'half-open') resolve();
       }),
     );
     for (let i = 0; i < 200; i++) void sender.send({ key: `k${i}`, body: {} }).catch(() => {});
     await halfOpen;
     const [[, atOpen], [, atHalfOpen]] = transitions;
-    // Open for 300 ms with 196 heads due: a spinning loop claimed hundreds of times meanwhile.
+    // Open until cooldownMs with 196 heads due: a loop polling the store looked dozens of times.
     expect(atHalfOpen - atOpen).toBeLessThanOrEqual(2);
   });
 
@@ -178,16 +188,16 @@ describe('5. the dispatcher sleeps when it has no room', () => {
       await held;
       return { status: 200 };
     });
-    const claim = looks();
     sender = createSender({ endpoint: s.url, concurrency: 2, breaker: false });
     const sends = Array.from({ length: 50 }, (_, i) => sender!.send({ key: `k${i}`, body: {} }));
     await s.arrived(2);
-    const before = claim.count();
-    // A while with both slots taken and 48 heads due (the held requests answer after 300 ms).
-    setTimeout(release, 300);
-    await held;
-    expect(claim.count() - before).toBeLessThanOrEqual(1);
+    const before = sender.stats().looks;
+    // Both slots taken and 48 heads due, for as many timer turns as a polling loop needs to show.
+    await timerTurns(20);
+    expect(sender.stats().looks - before).toBeLessThanOrEqual(1);
+    release();
     await Promise.all(sends);
+    expect(s.arrivals).toHaveLength(50);
   });
 });
 
@@ -205,12 +215,13 @@ describe('7. a second send() of one id waits for the same delivery', () => {
     const first = sender.send({ id: 'same', key: 'k', body: {} });
     await s.arrived(1);
     const second = sender.send({ id: 'same', key: 'k', body: {} });
-    let firstSettled = false;
-    void first.then(() => {
-      firstSettled = true;
-    });
+    // Neither caller is answered before the consumer acknowledges: the second waits for the
+    // same delivery instead of being told at once that the id is already in line.
+    const settled: string[] = [];
+    void first.then(() => settled.push('first'));
+    void second.then(() => settled.push('second'));
     await new Promise((resolve) => setImmediate(resolve));
-    expect(firstSettled).toBe(false);
+    expect(settled).toEqual([]);
     release();
     expect(await first).toMatchObject({ status: 'delivered', seq: 1 });
     expect(await second).toMatchObject({ status: 'delivered', seq: 1 });

@@ -6,6 +6,7 @@ import { existsSync, readdirSync, statSync } from 'node:fs';
 import { parseDuration } from '../duration.js';
 import { DEAD_REASONS } from '../operations/dead-letters.js';
 import type { OpenOperationsOptions } from '../operations/index.js';
+import { HEADER_NAME } from '../option-checks.js';
 import { type OptionSpec, UsageError, type Values } from './command.js';
 
 export const GLOBAL_OPTIONS: Record<string, OptionSpec> = {
@@ -17,6 +18,10 @@ export const GLOBAL_OPTIONS: Record<string, OptionSpec> = {
   schema: { type: 'string', help: "schema of the inbox tables (default: 'webhook_inbox')" },
   'table-prefix': { type: 'string', help: "prefix of the inbox table names (default: '')" },
   source: { type: 'string', help: 'act on this source only (default: every source)' },
+  'secret-headers': {
+    type: 'string',
+    help: 'more headers never shown (and removed by scrub-headers), comma-separated, besides the built-in ones',
+  },
   json: { type: 'boolean', help: 'machine-readable output on stdout' },
   help: { type: 'boolean', short: 'h', help: 'show help' },
 };
@@ -144,7 +149,17 @@ export function connectionOptions(
   if (source !== undefined && !/^[\x21-\x7e]{1,100}$/.test(source)) {
     throw new UsageError(`--source must be 1-100 printable ASCII characters; got ${JSON.stringify(source)}`);
   }
-  const where = { schema, tablePrefix, source };
+  const secretHeaders = ((values['secret-headers'] as string | undefined) ?? '')
+    .split(',')
+    .map((name) => name.trim().toLowerCase())
+    .filter((name) => name !== '');
+  const bad = secretHeaders.find((name) => !HEADER_NAME.test(name));
+  if (bad !== undefined) {
+    throw new UsageError(
+      `--secret-headers must be header names, comma-separated; got ${JSON.stringify(bad)}`,
+    );
+  }
+  const where = { schema, tablePrefix, source, secretHeaders };
   const dataDir = values['data-dir'] as string | undefined;
   const db = values.db as string | undefined;
   if (dataDir !== undefined) {

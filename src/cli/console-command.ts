@@ -4,8 +4,10 @@
  * (arguments show in `ps`); without one it runs only with --insecure, and then only on a
  * loopback address.
  */
-import { isLoopback } from '../console/options.js';
+import { isLoopback, resolveConsoleOptions } from '../console/options.js';
 import { serveConsole } from '../console/server.js';
+import { InboxOptionsError } from '../errors.js';
+import type { Operations } from '../operations/index.js';
 import { type Command, EXIT, UsageError, type Values } from './command.js';
 
 /** The environment variable holding the console's token. */
@@ -38,22 +40,49 @@ function settings(values: Values, env: Record<string, string | undefined>) {
   if (insecure && !isLoopback(host)) {
     throw new UsageError(`--insecure serves on a loopback address only (127.0.0.1, ::1); got --host ${host}`);
   }
-  return { host, port: port(values), token, insecure, readOnly: values['read-only'] === true };
+  const hosts = values['allowed-hosts'] as string | undefined;
+  const allowedHosts = hosts === undefined ? undefined : hosts.split(',').map((h) => h.trim());
+  return {
+    host,
+    port: port(values),
+    token,
+    insecure,
+    readOnly: values['read-only'] === true,
+    allowedHosts,
+    trustProxy: values['trust-proxy'] === true,
+  };
 }
 
 export const CONSOLE_COMMAND: Command = {
   summary: 'serve the operator console in the browser (until interrupted)',
-  usage: 'webhook-inbox console [--port 8080] [--host 127.0.0.1] [--read-only] [--insecure] [options]',
+  usage:
+    'webhook-inbox console [--port 8080] [--host 127.0.0.1] [--read-only] [--insecure] [--allowed-hosts a,b] [--trust-proxy] [options]',
   help: `The token is read from $${CONSOLE_TOKEN_ENV}: give it as \`Authorization: Bearer <token>\` or type it into the login form.`,
   options: {
     port: { type: 'string', help: 'port to listen on (default 8080; 0 picks a free one)' },
     host: { type: 'string', help: 'address to listen on (default 127.0.0.1)' },
     'read-only': { type: 'boolean', help: 'show everything, offer no action' },
     insecure: { type: 'boolean', help: `no token: anyone who reaches it may act; loopback only` },
+    'allowed-hosts': {
+      type: 'string',
+      help: 'Host names it answers to, comma-separated (default: any; with --insecure the loopback names)',
+    },
+    'trust-proxy': {
+      type: 'boolean',
+      help: 'behind one reverse proxy: read the client address and https from X-Forwarded-*',
+    },
   },
   positionals: [0, 0],
   check({ values, env }) {
-    settings(values, env);
+    const s = settings(values, env);
+    // The console's own checks, as a usage error before anything is opened.
+    try {
+      resolveConsoleOptions({ operations: {} as Operations, ...s, insecure: s.insecure || undefined });
+    } catch (err) {
+      if (err instanceof InboxOptionsError)
+        throw new UsageError(err.message.replace('option `allowedHosts`', '--allowed-hosts'));
+      throw err;
+    }
   },
   async run({ values, env, io, connection }) {
     const s = settings(values, env);

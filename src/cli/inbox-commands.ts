@@ -44,6 +44,29 @@ export const INBOX_COMMANDS: Record<string, Command> = {
       return EXIT.ok;
     },
   },
+  'scrub-headers': {
+    summary: 'remove secret headers (tokens, signatures) from the headers stored with events',
+    usage: 'webhook-inbox scrub-headers [--secret-headers a,b] [--dry-run] [options]',
+    help:
+      "Removes authorization, proxy-authorization, cookie, x-gitlab-token and every preset's\n" +
+      'signature header, and those named by --secret-headers, from rows stored before (an earlier\n' +
+      'version stored x-gitlab-token with held, pending and dead events). Run it once after an\n' +
+      "upgrade, and again after adding a name to the inbox's secretHeaders. Only the headers\n" +
+      'change; rows a delivery holds meanwhile are left and counted as remaining: run it again.',
+    options: {
+      'dry-run': { type: 'boolean', help: 'count the rows that hold one; change nothing' },
+    },
+    positionals: [0, 0],
+    async run({ values, out, connection }) {
+      const result = await (await connection.ops()).scrubHeaders({ dryRun: values['dry-run'] === true });
+      out.result(
+        result,
+        (r) =>
+          `${r.dryRun ? 'would scrub' : 'scrubbed'} ${r.scrubbed} events${r.remaining > 0 ? ` (${r.remaining} held by a delivery meanwhile: run it again)` : ''}; headers: ${r.headers.join(', ')}`,
+      );
+      return EXIT.ok;
+    },
+  },
   prune: {
     summary: 'delete processed events older than a duration (never held or dead ones, never keys)',
     usage: 'webhook-inbox prune [--older-than 7d] [--dry-run] [options]',

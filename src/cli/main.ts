@@ -36,6 +36,7 @@ export const COMMANDS: Record<string, Command> = {
   ...IGNORED_COMMANDS,
   ...KEY_COMMANDS,
   prune: INBOX_COMMANDS.prune,
+  'scrub-headers': INBOX_COMMANDS['scrub-headers'],
   console: CONSOLE_COMMAND,
 };
 

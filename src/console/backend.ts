@@ -29,9 +29,11 @@ function inboxBackend(inbox: Inbox): ConsoleBackend {
   return {
     appliesHere: true,
     ops,
-    replay: (targets) => inbox.replay(targets.map((t) => t.id)),
-    skip: (target) => inbox.skip('id' in target ? { id: target.id } : { key: target.key }),
-    unblock: (key) => inbox.unblock(key),
+    // Each with its own source: the inbox's operations refuse another (not-found), where ids
+    // alone were looked up, and replayed, in the inbox's own source.
+    replay: (targets) => inbox.replay(targets.map((t) => ({ id: t.id, source: t.source }))),
+    skip: (target) => inbox.skip(target),
+    unblock: (key, source) => inbox.unblock(key, source),
     processedPerMinute: async () => perMinute(await ops()),
   };
 }

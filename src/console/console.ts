@@ -28,11 +28,15 @@ import type { ConsoleRequest, ConsoleResponse } from './request.js';
 import {
   authenticate,
   CsrfTokens,
+  clientAddress,
+  hostAllowed,
+  LoginThrottle,
   type Principal,
   SESSION_COOKIE,
+  Sessions,
   sameOrigin,
+  secureRequest,
   securityHeaders,
-  sessionValue,
   tokenMatches,
 } from './security.js';
 
@@ -67,6 +71,8 @@ export function createConsole(input: ConsoleOptions): Console {
   const options = resolveConsoleOptions(input);
   const backend = createBackend(options);
   const csrf = new CsrfTokens();
+  const sessions = new Sessions(options.sessionTtlMs);
+  const throttle = new LoginThrottle();
 
   function respond(
     status: number,
@@ -85,12 +91,45 @@ export function createConsole(input: ConsoleOptions): Console {
     return { status: 303, headers: { location, 'cache-control': 'no-store', ...extra }, body: '' };
   }
 
+  /** An error as application/problem+json naming the field, for what is refused before any page. */
+  function problem(
+    status: number,
+    title: string,
+    detail: string,
+    field: string,
+    extra: Record<string, string> = {},
+  ): ConsoleResponse {
+    return {
+      status,
+      headers: {
+        'content-type': 'application/problem+json; charset=utf-8',
+        'cache-control': 'no-store',
+        ...extra,
+      },
+      body: JSON.stringify({ type: 'about:blank', title, status, detail, field }),
+    };
+  }
+
   function cookie(request: ConsoleRequest, base: string, value: string, maxAge: number): string {
-    const secure = request.secure ? '; Secure' : '';
+    const secure = secureRequest(options, request) ? '; Secure' : '';
     return `${SESSION_COOKIE}=${value}; Path=${base || '/'}; HttpOnly; SameSite=Strict; Max-Age=${maxAge}${secure}`;
   }
 
   async function handle(request: ConsoleRequest): Promise<ConsoleResponse> {
+    // Before anything else: a page whose name was re-pointed at this address (DNS rebinding)
+    // sends its own name as Host, and same-origin checks that compare Origin with Host pass.
+    if (!hostAllowed(options, request)) {
+      options.logger.warn(
+        { console: 'host', host: request.headers.host },
+        'webhook-inbox console: a request for another host was refused',
+      );
+      return problem(
+        403,
+        'Forbidden',
+        'this console does not answer to that host (see `allowedHosts`)',
+        'host',
+      );
+    }
     const nonce = randomBytes(16).toString('base64');
     const base = request.basePath ?? '';
     const anonymous: PageContext = {
@@ -108,7 +147,7 @@ export function createConsole(input: ConsoleOptions): Console {
 
     let principal: Principal | undefined;
     try {
-      principal = await authenticate(options, request);
+      principal = await authenticate(options, sessions, request);
     } catch (err) {
       options.logger.error({ err }, 'webhook-inbox console: the authorize hook threw');
       return respond(500, nonce, messagePage(anonymous, 'Error', 'The console could not check who you are.'));
@@ -120,14 +159,30 @@ export function createConsole(input: ConsoleOptions): Console {
       if (method === 'POST') {
         if (!sameOrigin(options, request))
           return respond(403, nonce, messagePage(anonymous, 'Refused', 'Cross-origin request refused.'));
+        const address = clientAddress(options, request);
+        const wait = throttle.retryAfter(address);
+        if (wait > 0) {
+          options.logger.warn({ console: 'login', address }, 'webhook-inbox console: a login was throttled');
+          return problem(
+            429,
+            'Too Many Requests',
+            `too many failed logins from this address; try again in ${wait} s`,
+            'token',
+            { 'retry-after': String(wait) },
+          );
+        }
         const given = new URLSearchParams(request.body ?? '').get('token') ?? '';
         if (!tokenMatches(options, given)) {
-          options.logger.warn({ console: 'login' }, 'webhook-inbox console: a login with a wrong token');
+          throttle.failed(address);
+          options.logger.warn(
+            { console: 'login', address },
+            'webhook-inbox console: a login with a wrong token',
+          );
           return respond(401, nonce, loginPage(anonymous, true));
         }
         options.logger.info({ console: 'login', who: 'token' }, 'webhook-inbox console: login');
         return redirect(`${base}/`, {
-          'set-cookie': cookie(request, base, sessionValue(options.token), 8 * 3600),
+          'set-cookie': cookie(request, base, sessions.create(), Math.floor(options.sessionTtlMs / 1000)),
         });
       }
     }
@@ -165,6 +220,8 @@ export function createConsole(input: ConsoleOptions): Console {
         );
       }
       if (path === '/logout') {
+        // Revoked here, not only cleared in this browser: a copy of the cookie is refused too.
+        if (principal.session !== undefined) sessions.revoke(principal.session);
         options.logger.info({ console: 'logout', who: principal.name }, 'webhook-inbox console: logout');
         return redirect(
           options.token !== undefined ? `${base}/login` : `${base}/`,

@@ -59,6 +59,7 @@ function requestOf(
     body,
     basePath,
     localAddress: req.socket.localAddress,
+    remoteAddress: req.socket.remoteAddress,
     raw: req,
   };
 }

@@ -3,6 +3,7 @@
  * way to tell who is asking, unless it is told `insecure: true` (and then it answers only on a
  * loopback address).
  */
+import { parseDuration } from '../duration.js';
 import { InboxOptionsError } from '../errors.js';
 import type { Inbox } from '../inbox.js';
 import type { Logger } from '../logger.js';
@@ -47,6 +48,32 @@ export interface ConsoleOptions {
   logger?: Logger;
   /** Other origins whose POSTs are accepted (`https://ops.example.com`) besides the request's own host. */
   trustedOrigins?: readonly string[];
+  /**
+   * The `Host` names the console answers to: a name matches it on any port, `name:port` on that
+   * port only (`ops.example.com`, `localhost:8080`, `[::1]`). A request for another host is
+   * refused (403, before anything else), so a page whose name was re-pointed at this address
+   * (DNS rebinding) gets nothing. @defaultValue with `insecure: true`, the loopback names
+   * `localhost`, `127.0.0.1` and `[::1]`; otherwise any host
+   */
+  allowedHosts?: readonly string[];
+  /**
+   * How long a login session lasts (ms, or a duration like `'8h'`), from 1 minute to 30 days.
+   * Logging out ends it at once. @defaultValue '8h'
+   */
+  sessionTtl?: number | string;
+  /**
+   * The console is behind one reverse proxy that sets `X-Forwarded-For` and
+   * `X-Forwarded-Proto`: the client's address (for the login throttle) is the last
+   * `X-Forwarded-For` entry, and `X-Forwarded-Proto: https` makes the session cookie `Secure`.
+   * Without it those headers are ignored (anyone could send them). @defaultValue false
+   */
+  trustProxy?: boolean;
+  /**
+   * `'always'`: the session cookie is always `Secure` (the console is only ever reached over
+   * HTTPS). `'auto'`: when the request came over TLS, as the server, the framework or a trusted
+   * proxy saw it. @defaultValue 'auto'
+   */
+  secureCookie?: 'auto' | 'always';
 }
 
 export interface ResolvedConsoleOptions {
@@ -58,7 +85,18 @@ export interface ResolvedConsoleOptions {
   readonly readOnly: boolean;
   readonly logger: Logger;
   readonly trustedOrigins: readonly string[];
+  /** Lower-case `name` or `name:port` entries; undefined: any host. */
+  readonly allowedHosts: readonly string[] | undefined;
+  readonly sessionTtlMs: number;
+  readonly trustProxy: boolean;
+  readonly secureCookie: 'auto' | 'always';
 }
+
+/** What `insecure: true` answers to unless told otherwise: loopback names, any port. */
+export const LOOPBACK_HOSTS: readonly string[] = Object.freeze(['localhost', '127.0.0.1', '[::1]']);
+
+/** A host name (or a bracketed IPv6 address), and a port or none. */
+const HOST_ENTRY = /^(\[[0-9a-f:.]+\]|[a-z0-9_-]+(\.[a-z0-9_-]+)*\.?)(:[0-9]{1,5})?$/;
 
 const MIN_TOKEN_LENGTH = 16;
 
@@ -114,6 +152,42 @@ export function resolveConsoleOptions(o: ConsoleOptions): ResolvedConsoleOptions
       );
     }
   }
+  let allowedHosts: string[] | undefined;
+  if (o.allowedHosts !== undefined) {
+    if (!Array.isArray(o.allowedHosts) || o.allowedHosts.length === 0) {
+      throw new InboxOptionsError('allowedHosts', 'must be a non-empty array of host names');
+    }
+    allowedHosts = o.allowedHosts.map((entry) => {
+      if (typeof entry !== 'string' || !HOST_ENTRY.test(entry.toLowerCase())) {
+        throw new InboxOptionsError(
+          'allowedHosts',
+          `must hold host names like 'ops.example.com' or 'localhost:8080' (no scheme, no path); got ${JSON.stringify(entry)}`,
+        );
+      }
+      return entry.toLowerCase();
+    });
+  } else if (o.insecure === true) allowedHosts = [...LOOPBACK_HOSTS];
+  let sessionTtlMs = 8 * 3_600_000;
+  if (o.sessionTtl !== undefined) {
+    const ms = parseDuration(o.sessionTtl);
+    if (ms === undefined || ms < 60_000 || ms > 30 * 86_400_000) {
+      throw new InboxOptionsError(
+        'sessionTtl',
+        `must be milliseconds or a duration like '8h', from 1 minute to 30 days; got ${JSON.stringify(o.sessionTtl)}`,
+      );
+    }
+    sessionTtlMs = ms;
+  }
+  if (o.trustProxy !== undefined && typeof o.trustProxy !== 'boolean') {
+    throw new InboxOptionsError('trustProxy', `must be a boolean; got ${JSON.stringify(o.trustProxy)}`);
+  }
+  const secureCookie = o.secureCookie ?? 'auto';
+  if (secureCookie !== 'auto' && secureCookie !== 'always') {
+    throw new InboxOptionsError(
+      'secureCookie',
+      `must be 'auto' or 'always'; got ${JSON.stringify(o.secureCookie)}`,
+    );
+  }
   return {
     inbox: o.inbox,
     operations: o.operations,
@@ -123,6 +197,10 @@ export function resolveConsoleOptions(o: ConsoleOptions): ResolvedConsoleOptions
     readOnly: o.readOnly === true,
     logger: o.logger ?? stderrLogger(),
     trustedOrigins,
+    allowedHosts,
+    sessionTtlMs,
+    trustProxy: o.trustProxy === true,
+    secureCookie,
   };
 }
 

@@ -13,6 +13,8 @@ export interface ConsoleRequest {
   readonly basePath?: string;
   /** The local address the request arrived on: `insecure` mode answers loopback ones only. */
   readonly localAddress?: string;
+  /** The peer's address (the login throttle counts failures per address; see `trustProxy`). */
+  readonly remoteAddress?: string;
   /** Arrived over TLS (as the framework sees it, proxies included): the session cookie is then `Secure`. */
   readonly secure?: boolean;
   /** The framework's own request object, for an `authorize` hook that needs it. */

@@ -3,7 +3,7 @@
  * (the `authorize` hook, a bearer token, or the session cookie the login form sets), CSRF
  * (a same-origin check AND a token bound to the user), and the headers every page carries.
  */
-import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
+import { createHash, createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import { isLoopback, type ResolvedConsoleOptions } from './options.js';
 import { type ConsoleRequest, header } from './request.js';
 
@@ -13,6 +13,8 @@ export const SESSION_COOKIE = 'webhook_inbox_console';
 export interface Principal {
   readonly name: string;
   readonly via: 'authorize' | 'bearer' | 'session' | 'insecure';
+  /** The login session's id (via 'session'): what logout revokes, and what the CSRF token is bound to. */
+  readonly session?: string;
 }
 
 function sameSecret(a: string, b: string): boolean {
@@ -21,9 +23,119 @@ function sameSecret(a: string, b: string): boolean {
   return x.length === y.length && timingSafeEqual(x, y);
 }
 
-/** The cookie's value: derived from the token, so the token itself never sits in a cookie. */
-export function sessionValue(token: string): string {
-  return createHmac('sha256', token).update('webhook-inbox console session').digest('base64url');
+/** The most sessions held at once; past it the oldest ends (that operator logs in again). */
+const MAX_SESSIONS = 10_000;
+
+/**
+ * Login sessions, server-side, in this process: a random id per login (the cookie's value)
+ * that expires after `sessionTtl` and that logout deletes, so the old cookie is refused at
+ * once. The cookie used to be a value derived from the token: the same for every login, not
+ * revocable, valid until the token changed. Kept in memory rather than in the database: the
+ * console needs no table of its own and nothing to migrate; a restart ends every session
+ * (operators log in again), and behind a balancer a session is valid only on the instance
+ * that made it (use sticky sessions, the bearer token or an `authorize` hook). Ids are kept
+ * as their SHA-256: this map holds nothing a cookie could be made from.
+ */
+export class Sessions {
+  readonly #expires = new Map<string, number>();
+  constructor(readonly ttlMs: number) {}
+
+  #digest(id: string): string {
+    return createHash('sha256').update(id).digest('base64url');
+  }
+
+  create(now = Date.now()): string {
+    // Insertion order is expiry order (one TTL for all): the oldest are at the front.
+    for (const [digest, expires] of this.#expires) {
+      if (expires > now && this.#expires.size < MAX_SESSIONS) break;
+      this.#expires.delete(digest);
+    }
+    const id = randomBytes(32).toString('base64url');
+    this.#expires.set(this.#digest(id), now + this.ttlMs);
+    return id;
+  }
+
+  valid(id: string, now = Date.now()): boolean {
+    const expires = this.#expires.get(this.#digest(id));
+    return expires !== undefined && expires > now;
+  }
+
+  revoke(id: string): void {
+    this.#expires.delete(this.#digest(id));
+  }
+}
+
+/** Failed logins a client address may make within a minute; the next one is throttled. */
+export const LOGIN_FAILURES_ALLOWED = 5;
+const LOGIN_WINDOW_MS = 60_000;
+const MAX_THROTTLED_ADDRESSES = 10_000;
+
+/**
+ * Failed logins per client address: after five within a minute of the first, a login is
+ * refused (429 with Retry-After) without looking at the token, until that minute is over. A
+ * 16-character token is not guessed at five tries a minute; unbounded, it could be tried as
+ * fast as the server answers.
+ */
+export class LoginThrottle {
+  readonly #failures = new Map<string, { since: number; count: number }>();
+
+  /** Seconds until this address may try again, or 0 when it may now. */
+  retryAfter(address: string, now = Date.now()): number {
+    const entry = this.#failures.get(address);
+    if (!entry || now - entry.since >= LOGIN_WINDOW_MS || entry.count < LOGIN_FAILURES_ALLOWED) return 0;
+    return Math.max(1, Math.ceil((entry.since + LOGIN_WINDOW_MS - now) / 1000));
+  }
+
+  failed(address: string, now = Date.now()): void {
+    const entry = this.#failures.get(address);
+    if (entry && now - entry.since < LOGIN_WINDOW_MS) {
+      entry.count++;
+      return;
+    }
+    this.#failures.delete(address);
+    // Insertion order is window order: the oldest windows are at the front.
+    for (const [other, e] of this.#failures) {
+      if (now - e.since < LOGIN_WINDOW_MS && this.#failures.size < MAX_THROTTLED_ADDRESSES) break;
+      this.#failures.delete(other);
+    }
+    this.#failures.set(address, { since: now, count: 1 });
+  }
+}
+
+/** The last value of a header that may be a list (`X-Forwarded-For: client, proxy`). */
+function lastOf(request: ConsoleRequest, name: string): string | undefined {
+  const value = request.headers[name];
+  const text = Array.isArray(value) ? value.join(',') : value;
+  const last = text?.split(',').at(-1)?.trim();
+  return last ? last : undefined;
+}
+
+/**
+ * The client's address: the socket's peer, or with `trustProxy` the address the proxy saw (the
+ * last X-Forwarded-For entry; the ones before it are whatever the client wrote).
+ */
+export function clientAddress(options: ResolvedConsoleOptions, request: ConsoleRequest): string {
+  const forwarded = options.trustProxy ? lastOf(request, 'x-forwarded-for') : undefined;
+  return forwarded ?? request.remoteAddress ?? 'unknown';
+}
+
+/** Whether the session cookie is `Secure`: always, or when the request came over TLS. */
+export function secureRequest(options: ResolvedConsoleOptions, request: ConsoleRequest): boolean {
+  if (options.secureCookie === 'always' || request.secure === true) return true;
+  return options.trustProxy && lastOf(request, 'x-forwarded-proto')?.toLowerCase() === 'https';
+}
+
+/**
+ * The request's Host is one the console answers to (`allowedHosts`; any when it is not set).
+ * A name matches on any port; `name:port` on that port only.
+ */
+export function hostAllowed(options: ResolvedConsoleOptions, request: ConsoleRequest): boolean {
+  if (options.allowedHosts === undefined) return true;
+  const host = header(request, 'host')?.trim().toLowerCase();
+  const m = host ? /^(\[[^\]]*\]|[^:[\]]*)(?::([0-9]+))?$/.exec(host) : null;
+  if (!host || !m) return false;
+  const name = m[1]!;
+  return options.allowedHosts.some((entry) => entry === host || entry === name);
 }
 
 export function cookies(request: ConsoleRequest): Map<string, string> {
@@ -43,6 +155,7 @@ export function tokenMatches(options: ResolvedConsoleOptions, given: string): bo
 /** The principal of a request, or undefined (401). The hook's exceptions propagate (500). */
 export async function authenticate(
   options: ResolvedConsoleOptions,
+  sessions: Sessions,
   request: ConsoleRequest,
 ): Promise<Principal | undefined> {
   if (options.token !== undefined) {
@@ -50,7 +163,7 @@ export async function authenticate(
     const bearer = /^Bearer\s+(\S+)\s*$/i.exec(auth);
     if (bearer && sameSecret(bearer[1]!, options.token)) return { name: 'token', via: 'bearer' };
     const session = cookies(request).get(SESSION_COOKIE);
-    if (session && sameSecret(session, sessionValue(options.token))) return { name: 'token', via: 'session' };
+    if (session && sessions.valid(session)) return { name: 'token', via: 'session', session };
   }
   if (options.authorize) {
     const user = await options.authorize(request);
@@ -74,7 +187,10 @@ export class CsrfTokens {
   readonly #key = randomBytes(32);
 
   for(principal: Principal): string {
-    return createHmac('sha256', this.#key).update(`csrf:${principal.name}`).digest('base64url');
+    // Bound to the session too: a form from a session that was logged out is refused.
+    return createHmac('sha256', this.#key)
+      .update(`csrf:${principal.name}:${principal.session ?? ''}`)
+      .digest('base64url');
   }
 
   verify(principal: Principal, given: string | undefined): boolean {

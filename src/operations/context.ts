@@ -25,6 +25,11 @@ export interface OperationsContext {
    * is applying) before it gives up, as a delivery does. @defaultValue 5000
    */
   readonly lockTimeoutMs?: number;
+  /**
+   * Headers never shown and removed by `scrubHeaders`: the built-in secret headers
+   * (src/payload.ts) and the ones the inbox or the operator named. @defaultValue the built-in ones
+   */
+  readonly secretHeaders?: ReadonlySet<string>;
 }
 
 /** An action's own bound on its wait for a held key, over the operations' `lockTimeoutMs`. */
@@ -84,6 +89,22 @@ export function table(ctx: OperationsContext, name: 'events' | 'keys' | 'gaps'):
   return sql.raw(ctx.tables[name]);
 }
 
+/**
+ * The source an action runs on: the one asked for, else the operations' own. Operations made
+ * for one source (an inbox's, `openOperations({ source })`, the CLI's `--source`, the console
+ * over either) never show or change another: asking for another is OperationError
+ * `not-found`, as for a row that is not there. (The console read any source from its URL,
+ * and an inbox's replay of `other/X` replayed `X` of its own source.)
+ */
+export function scoped(ctx: OperationsContext, asked: string | undefined): string | undefined {
+  if (asked === undefined || asked === ctx.source) return ctx.source;
+  if (ctx.source === undefined) return asked;
+  throw new OperationError(
+    'not-found',
+    `no source ${JSON.stringify(asked)} here: these operations act on source ${JSON.stringify(ctx.source)} only`,
+  );
+}
+
 /** `column = source`, or `true` when the action covers every source. */
 export function sourceIs(column: string, source: string | undefined): RawBuilder<unknown> {
   return source === undefined ? sql`true` : sql`${sql.ref(column)} = ${source}`;
@@ -140,7 +161,7 @@ export async function findEvent(
 ): Promise<FoundEvent> {
   const { rows } = await sql<any>`
     select source, key, seq, status from ${table(ctx, 'events')} e
-     where e.id = ${id} and ${sourceIs('e.source', source)}
+     where e.id = ${id} and ${sourceIs('e.source', scoped(ctx, source))}
      limit 5`.execute(ctx.db);
   if (rows.length !== 1) {
     const what = rows.length === 0 ? 'event with id' : 'event id';
@@ -160,7 +181,7 @@ export async function findKey(
   source: string | undefined,
 ): Promise<{ source: string }> {
   const { rows } = await sql<any>`
-    select source from ${table(ctx, 'keys')} k where k.key = ${key} and ${sourceIs('k.source', source)}
+    select source from ${table(ctx, 'keys')} k where k.key = ${key} and ${sourceIs('k.source', scoped(ctx, source))}
      limit 5`.execute(ctx.db);
   if (rows.length !== 1) {
     notFoundOrAmbiguous(

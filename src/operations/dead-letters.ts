@@ -1,8 +1,18 @@
 /** The dead-letter queue as an operator reads it: lists with filters, and one event in full. */
 import { type RawBuilder, sql } from 'kysely';
+import { secretHeaderSet, storableHeaders } from '../payload.js';
 import { type StoredEvent, toStoredEvent } from '../sql/inspect.js';
 import { toBoolean } from '../sql/tables.js';
-import { ageMs, durationMs, findEvent, limitOf, type OperationsContext, sourceIs, table } from './context.js';
+import {
+  ageMs,
+  durationMs,
+  findEvent,
+  limitOf,
+  type OperationsContext,
+  scoped,
+  sourceIs,
+  table,
+} from './context.js';
 
 /**
  * Why an event is dead: `poison` (the handler failed `maxAttempts` times), `late` (its seq
@@ -45,8 +55,11 @@ function selectDead(ctx: OperationsContext, where: RawBuilder<unknown>) {
      where ${where}`;
 }
 
-function toDeadLetter(r: any): DeadLetter {
-  return { ...toStoredEvent(r), source: r.source, blocking: toBoolean(r.blocking), ageMs: ageMs(r.age_ms)! };
+/** A row as an operator sees it: a secret header a row stored before still holds is not shown. */
+function toDeadLetter(ctx: OperationsContext, r: any): DeadLetter {
+  const event = toStoredEvent(r);
+  const headers = event.headers && storableHeaders(event.headers, ctx.secretHeaders ?? secretHeaderSet());
+  return { ...event, headers, source: r.source, blocking: toBoolean(r.blocking), ageMs: ageMs(r.age_ms)! };
 }
 
 export async function deadLetters(
@@ -55,7 +68,7 @@ export async function deadLetters(
 ): Promise<DeadLetter[]> {
   const conditions: RawBuilder<unknown>[] = [
     sql`e.status = 'dead'`,
-    sourceIs('e.source', filter.source ?? ctx.source),
+    sourceIs('e.source', scoped(ctx, filter.source)),
   ];
   if (filter.key !== undefined) conditions.push(sql`e.key = ${filter.key}`);
   if (filter.reason !== undefined) conditions.push(sql`e.dead_reason = ${filter.reason}`);
@@ -71,7 +84,7 @@ export async function deadLetters(
     ${selectDead(ctx, sql.join(conditions, sql` and `))}
      order by e.received_at, e.source, e.id
      limit ${limitOf(filter.limit, 100)}`.execute(ctx.db);
-  return rows.map(toDeadLetter);
+  return rows.map((r) => toDeadLetter(ctx, r));
 }
 
 export async function deadLetter(
@@ -81,5 +94,5 @@ export async function deadLetter(
 ): Promise<DeadLetter> {
   const found = await findEvent(ctx, id, source);
   const { rows } = await selectDead(ctx, sql`e.source = ${found.source} and e.id = ${id}`).execute(ctx.db);
-  return toDeadLetter(rows[0]);
+  return toDeadLetter(ctx, rows[0]);
 }

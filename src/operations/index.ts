@@ -7,4 +7,5 @@ export type { OpenOperationsOptions } from './operations.js';
 export { Operations, openOperations } from './operations.js';
 export type { ReplayOptions, ReplayResult, ReplaySelection } from './replay.js';
 export type { PruneOptions, PruneResult } from './retention.js';
+export type { ScrubOptions, ScrubResult } from './scrub.js';
 export type { InboxStatus } from './status.js';

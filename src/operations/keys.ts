@@ -16,6 +16,7 @@ import {
   limitOf,
   MAX_LIST,
   type OperationsContext,
+  scoped,
   sourceIs,
   table,
 } from './context.js';
@@ -82,7 +83,7 @@ export async function keys(
   ctx: OperationsContext,
   filter: { source?: string; blocked?: boolean; limit?: number } = {},
 ): Promise<KeySummary[]> {
-  const source = filter.source ?? ctx.source;
+  const source = scoped(ctx, filter.source);
   // Starts from the two small sets (blocked keys: a partial index; waiting events: the
   // waiting index), never from the whole keys table, which is never pruned.
   const { rows } = await sql<any>`

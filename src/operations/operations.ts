@@ -11,6 +11,8 @@
  */
 import type { Kysely } from 'kysely';
 import { type Database, type DatabaseInput, openDatabase } from '../database.js';
+import { headerNames } from '../option-checks.js';
+import { secretHeaderSet } from '../payload.js';
 import type { StoredEvent } from '../sql/inspect.js';
 import { createTables, type Tables } from '../sql/tables.js';
 import type { LockWaitOptions, OperationsContext } from './context.js';
@@ -27,6 +29,7 @@ import {
 import { type KeyDetail, type KeySummary, key, keys, type SkipResult, skip, unblock } from './keys.js';
 import { type ReplayOptions, type ReplayResult, type ReplaySelection, replay, statuses } from './replay.js';
 import { type PruneOptions, type PruneResult, prune } from './retention.js';
+import { type ScrubOptions, type ScrubResult, scrubHeaders } from './scrub.js';
 import { type InboxStatus, status } from './status.js';
 
 /** As options.ts checks `schema` and `tablePrefix`: they are spliced into SQL as identifiers. */
@@ -43,6 +46,7 @@ export class Operations implements OperationsContext {
     readonly tables: Tables,
     readonly source?: string,
     readonly lockTimeoutMs?: number,
+    readonly secretHeaders: ReadonlySet<string> = secretHeaderSet(),
   ) {}
 
   /** Dead letters, oldest first, with whether each blocks its key. */
@@ -144,6 +148,18 @@ export class Operations implements OperationsContext {
     return prune(this, options);
   }
 
+  /**
+   * Removes the secret headers (the built-in ones and `secretHeaders`) from the headers stored
+   * with events: what `webhook-inbox scrub-headers` runs once after a header is declared secret.
+   *
+   * ```ts
+   * const { scrubbed, remaining } = await ops.scrubHeaders();
+   * ```
+   */
+  scrubHeaders(options: ScrubOptions = {}): Promise<ScrubResult> {
+    return scrubHeaders(this, options);
+  }
+
   /** Counts by status, blocked keys, the oldest waiting ages and dead letters by reason. */
   status(source = this.source): Promise<InboxStatus> {
     return status(this, source);
@@ -166,6 +182,11 @@ export interface OpenOperationsOptions {
    * before it fails with OperationError `locked`. @defaultValue 5000
    */
   lockTimeoutMs?: number;
+  /**
+   * More headers that carry a secret (the inbox's `secretHeaders`): never shown, removed by
+   * `scrubHeaders`, besides the built-in ones. @defaultValue []
+   */
+  secretHeaders?: readonly string[];
 }
 
 /**
@@ -198,12 +219,15 @@ export async function openOperations(
   if (options.db !== undefined && options.dataDir !== undefined) {
     throw new TypeError('webhook-inbox: give openOperations `db` or `dataDir`, not both');
   }
+  // Checked before the database is opened, as every other option (InboxOptionsError naming it).
+  const secretHeaders = secretHeaderSet(headerNames(options.secretHeaders, 'secretHeaders'));
   const database = await openDatabase(options.db, { poolSize: 2, dataDir: options.dataDir });
   const ops = new Operations(
     database.kysely,
     createTables(schema, prefix),
     options.source,
     options.lockTimeoutMs,
+    secretHeaders,
   );
   return Object.assign(ops, { database, close: () => database.destroy() });
 }

@@ -16,6 +16,7 @@ import {
   type LockWaitOptions,
   MAX_LIST,
   type OperationsContext,
+  scoped,
   table,
 } from './context.js';
 import { type DeadLetterFilter, deadLetters } from './dead-letters.js';
@@ -177,6 +178,8 @@ export async function statuses(
   if (ids.length === 0) return new Map();
   const { rows } = await sql<any>`
     select id, status from ${table(ctx, 'events')}
-     where source = ${source} and id in (${sql.join(ids.map((id) => sql`${id}`))})`.execute(ctx.db);
+     where source = ${scoped(ctx, source) ?? source} and id in (${sql.join(ids.map((id) => sql`${id}`))})`.execute(
+    ctx.db,
+  );
   return new Map(rows.map((r) => [r.id, r.status]));
 }

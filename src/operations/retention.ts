@@ -1,6 +1,6 @@
 /** Retention: deleting processed (and ignored) rows past their age, as the sweeper does by `retention`. */
 import { sql } from 'kysely';
-import { durationMs, type OperationsContext, sourceIs, table } from './context.js';
+import { durationMs, type OperationsContext, scoped, sourceIs, table } from './context.js';
 
 export interface PruneOptions {
   /** Processed longer ago than this (ms or a duration string). */
@@ -29,7 +29,7 @@ export interface PruneResult {
  */
 export async function prune(ctx: OperationsContext, options: PruneOptions): Promise<PruneResult> {
   const ms = durationMs('olderThan', options.olderThan);
-  const source = options.source ?? ctx.source;
+  const source = scoped(ctx, options.source);
   const batch = options.batchSize ?? 1000;
   if (!Number.isInteger(batch) || batch < 1 || batch > 100_000) {
     throw new TypeError(`webhook-inbox: \`batchSize\` must be an integer from 1 to 100000; got ${batch}`);

@@ -1,6 +1,6 @@
 /** The inbox at a glance: counts by status, blocked keys, oldest waiting ages, dead letters by reason. */
 import { sql } from 'kysely';
-import { ageMs, type OperationsContext, sourceIs, table } from './context.js';
+import { ageMs, type OperationsContext, scoped, sourceIs, table } from './context.js';
 
 export interface InboxStatus {
   /** Sources present in the events or keys tables (narrowed by `source`). */
@@ -16,7 +16,8 @@ export interface InboxStatus {
   readonly ignoredByType: Record<string, number>;
 }
 
-export async function status(ctx: OperationsContext, source = ctx.source): Promise<InboxStatus> {
+export async function status(ctx: OperationsContext, asked?: string): Promise<InboxStatus> {
+  const source = scoped(ctx, asked);
   const events = table(ctx, 'events');
   const keys = table(ctx, 'keys');
   const { rows: counts } = await sql<any>`

@@ -444,7 +444,7 @@ async function claimAndApplyOn(
             seq: d.seq,
             hash: d.hash,
             payload: store ? d.rawBody : null,
-            headers: store ? storableHeaders(d.headers) : null,
+            headers: store ? storableHeaders(d.headers, o.secretHeaders) : null,
             apply: !deferred,
             keepPayload: o.keepPayload,
             firstSeen: o.firstSeq === 'first-seen',

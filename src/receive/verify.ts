@@ -38,10 +38,22 @@ export interface VerifiedDelivery {
  * }
  * ```
  */
-export type Verify = (
-  delivery: VerifiableDelivery,
-  // biome-ignore lint/suspicious/noConfusingVoidType: an async hook that returns nothing is Promise<void>.
-) => void | VerifiedDelivery | Promise<void | VerifiedDelivery>;
+export interface Verify {
+  (
+    delivery: VerifiableDelivery,
+    // biome-ignore lint/suspicious/noConfusingVoidType: an async hook that returns nothing is Promise<void>.
+  ): void | VerifiedDelivery | Promise<void | VerifiedDelivery>;
+  /**
+   * The request headers this verifier reads a secret or a signature from: the inbox never
+   * stores them (the verifiers here declare theirs; a function of your own may too).
+   */
+  readonly secretHeaders?: readonly string[];
+}
+
+/** A verifier that declares the headers carrying its secret or signature (never stored). */
+function declaring(secretHeaders: readonly string[], verify: Verify): Verify {
+  return Object.assign(verify, { secretHeaders: Object.freeze([...secretHeaders]) });
+}
 
 /** One secret, or several while a secret is being rotated (any of them may have signed). */
 export type Secrets = string | Buffer | readonly (string | Buffer)[];
@@ -109,6 +121,26 @@ function strictBase64(text: string): Buffer | undefined {
   return bytes.toString('base64') === text ? bytes : undefined;
 }
 
+/**
+ * Decodes a hex HMAC-SHA256 (64 digits, either case) only. `Buffer.from(hex, 'hex')` stops at
+ * the first pair it cannot read and drops an odd last digit, so `<signature>0` decoded to the
+ * signature itself and verified: a signature is compared as sent, or not at all.
+ */
+function strictHex(text: string): Buffer | undefined {
+  return /^[0-9a-f]{64}$/i.test(text) ? Buffer.from(text, 'hex') : undefined;
+}
+
+/**
+ * A signature entry that is not in its canonical encoding refuses the whole header, even when
+ * another entry would match: what is not what the sender wrote was not written by the sender.
+ */
+function malformed(name: string, form: string): never {
+  throw new UnauthorizedDeliveryError(
+    name,
+    `${name} must carry ${form} HMAC-SHA256 signatures, canonically encoded`,
+  );
+}
+
 function hmac(key: Buffer | string, ...parts: (string | Buffer)[]): Buffer {
   const h = createHmac('sha256', key);
   for (const part of parts) h.update(part);
@@ -152,7 +184,8 @@ export function standardWebhooks(options: {
   if (family !== 'webhook' && family !== 'svix' && family !== 'either') {
     throw new InboxOptionsError('verify.headers', 'must be "webhook", "svix" or "either"');
   }
-  return (d) => {
+  const declared = family === 'either' ? ['webhook-signature', 'svix-signature'] : [`${family}-signature`];
+  return declaring(declared, (d) => {
     const prefix = family === 'either' ? (d.headers['svix-id'] !== undefined ? 'svix' : 'webhook') : family;
     const signatures = required(d, `${prefix}-signature`);
     const id = required(d, `${prefix}-id`);
@@ -162,14 +195,13 @@ export function standardWebhooks(options: {
     const given = signatures
       .split(' ')
       .filter((s) => s.startsWith('v1,'))
-      .map((s) => strictBase64(s.slice(3)))
-      .filter((b): b is Buffer => b !== undefined);
+      .map((s) => strictBase64(s.slice(3)) ?? malformed(`${prefix}-signature`, 'v1,<base64>'));
     const expected = keys.map((key) => hmac(key, `${id}.${timestamp}.`, d.rawBody));
     if (!anyEqual(given, expected)) {
       throw new UnauthorizedDeliveryError(`${prefix}-signature`, `${prefix}-signature does not match`);
     }
     return { id };
-  };
+  });
 }
 
 function plainSecrets(secret: unknown): (string | Buffer)[] {
@@ -193,22 +225,22 @@ function plainSecrets(secret: unknown): (string | Buffer)[] {
 export function slackSignature(options: { secret: Secrets; toleranceSeconds?: number }): Verify {
   const keys = plainSecrets(options?.secret);
   const tolerance = toleranceOf(options.toleranceSeconds, 'verify.toleranceSeconds');
-  return (d) => {
+  return declaring(['x-slack-signature'], (d) => {
     const header = required(d, 'x-slack-signature');
     const timestamp = required(d, 'x-slack-request-timestamp');
     checkTimestamp(timestamp, 'x-slack-request-timestamp', tolerance);
-    const hex = header.startsWith('v0=') ? header.slice(3) : '';
-    if (!/^[0-9a-f]{64}$/i.test(hex)) {
+    const given = strictHex(header.startsWith('v0=') ? header.slice(3) : '');
+    if (given === undefined) {
       throw new UnauthorizedDeliveryError(
         'x-slack-signature',
         'x-slack-signature must be v0=<hex HMAC-SHA256>',
       );
     }
     const expected = keys.map((key) => hmac(key, `v0:${timestamp}:`, d.rawBody));
-    if (!anyEqual([Buffer.from(hex, 'hex')], expected)) {
+    if (!anyEqual([given], expected)) {
       throw new UnauthorizedDeliveryError('x-slack-signature', 'x-slack-signature does not match');
     }
-  };
+  });
 }
 
 /**
@@ -226,7 +258,7 @@ export function paddleSignature(options: { secret: Secrets; toleranceSeconds?: n
     options.toleranceSeconds === undefined
       ? 5
       : toleranceOf(options.toleranceSeconds, 'verify.toleranceSeconds');
-  return (d) => {
+  return declaring(['paddle-signature'], (d) => {
     const header = required(d, 'paddle-signature');
     let ts: string | undefined;
     const given: Buffer[] = [];
@@ -235,7 +267,7 @@ export function paddleSignature(options: { secret: Secrets; toleranceSeconds?: n
       const name = item.slice(0, eq).trim();
       const value = item.slice(eq + 1).trim();
       if (name === 'ts') ts = value;
-      else if (name === 'h1' && /^[0-9a-f]{64}$/i.test(value)) given.push(Buffer.from(value, 'hex'));
+      else if (name === 'h1') given.push(strictHex(value) ?? malformed('paddle-signature', 'h1=<hex>'));
     }
     if (ts === undefined || given.length === 0) {
       throw new UnauthorizedDeliveryError('paddle-signature', 'paddle-signature must carry ts= and h1=');
@@ -245,7 +277,7 @@ export function paddleSignature(options: { secret: Secrets; toleranceSeconds?: n
     if (!anyEqual(given, expected)) {
       throw new UnauthorizedDeliveryError('paddle-signature', 'paddle-signature does not match');
     }
-  };
+  });
 }
 
 /**
@@ -266,12 +298,12 @@ export function headerToken(options: { header: string; secret: Secrets }): Verif
   // Digests of equal length: the comparison leaks neither the token nor its length.
   const digest = (v: string | Buffer) => createHash('sha256').update(v).digest();
   const expected = plainSecrets(options.secret).map(digest);
-  return (d) => {
+  return declaring([name], (d) => {
     const value = required(d, name);
     if (!anyEqual([digest(Buffer.from(value, 'latin1'))], expected)) {
       throw new UnauthorizedDeliveryError(name, `${name} does not match`);
     }
-  };
+  });
 }
 
 /** The string `id` at the top of a JSON body (Stripe's `evt_…`), when there is one. */
@@ -306,7 +338,7 @@ export function stripeSignature(options: {
     return s;
   });
   const tolerance = toleranceOf(options.toleranceSeconds, 'verify.toleranceSeconds');
-  return (d) => {
+  return declaring(['stripe-signature'], (d) => {
     const header = required(d, 'stripe-signature');
     let t: string | undefined;
     const given: Buffer[] = [];
@@ -315,7 +347,7 @@ export function stripeSignature(options: {
       const name = item.slice(0, eq).trim();
       const value = item.slice(eq + 1).trim();
       if (name === 't') t = value;
-      else if (name === 'v1' && /^[0-9a-f]+$/i.test(value)) given.push(Buffer.from(value, 'hex'));
+      else if (name === 'v1') given.push(strictHex(value) ?? malformed('stripe-signature', 'v1=<hex>'));
     }
     if (t === undefined || given.length === 0) {
       throw new UnauthorizedDeliveryError('stripe-signature', 'stripe-signature must carry t= and v1=');
@@ -327,7 +359,7 @@ export function stripeSignature(options: {
     }
     const id = signedBodyId(d.rawBody);
     return id === undefined ? undefined : { id };
-  };
+  });
 }
 
 /**
@@ -368,17 +400,11 @@ export function hmacSignature(options: {
   }
   const prefix = options.prefix ?? '';
   if (typeof prefix !== 'string') throw new InboxOptionsError('verify.prefix', 'must be a string');
-  return (d) => {
+  return declaring([name], (d) => {
     const value = required(d, name);
     const digest = value.startsWith(prefix) ? value.slice(prefix.length).trim() : undefined;
     const given =
-      digest === undefined
-        ? undefined
-        : encoding === 'hex'
-          ? /^([0-9a-f]{2})+$/i.test(digest)
-            ? Buffer.from(digest, 'hex')
-            : undefined
-          : strictBase64(digest);
+      digest === undefined ? undefined : encoding === 'hex' ? strictHex(digest) : strictBase64(digest);
     if (given === undefined) {
       throw new UnauthorizedDeliveryError(name, `${name} must be ${prefix}<${encoding} HMAC-SHA256>`);
     }
@@ -386,7 +412,7 @@ export function hmacSignature(options: {
     if (!anyEqual([given], expected)) {
       throw new UnauthorizedDeliveryError(name, `${name} does not match`);
     }
-  };
+  });
 }
 
 /** Runs `verify` on a delivery as the inbox received it (any header case, any byte view). */

@@ -24,6 +24,7 @@ export interface DispatcherCounters {
   retried: number;
   deadLettered: number;
   pruned: number;
+  looks: number;
 }
 
 export class Dispatcher {
@@ -34,6 +35,7 @@ export class Dispatcher {
     retried: 0,
     deadLettered: 0,
     pruned: 0,
+    looks: 0,
   };
   readonly #o: ResolvedSenderOptions;
   readonly #store: () => Promise<SenderStore>;
@@ -118,6 +120,7 @@ export class Dispatcher {
       if (room > 0) {
         let claimed: ClaimedEvent[] = [];
         try {
+          this.counters.looks++;
           claimed = await store.claim(room, o.leaseMs);
         } catch (err) {
           this.#warn(err);
@@ -134,7 +137,10 @@ export class Dispatcher {
         if (ms !== undefined) wait = Math.min(wait, ms);
       };
       // With no room, a due event changes nothing until a delivery settles (which wakes us).
-      if (room > 0) at(store.kind === 'postgres' ? o.pollIntervalMs : store.nextDueInMs());
+      if (room > 0) {
+        if (store.kind !== 'postgres') this.counters.looks++;
+        at(store.kind === 'postgres' ? o.pollIntervalMs : store.nextDueInMs());
+      }
       at(this.#breaker?.msUntilProbe());
       await this.#sleep(wait);
     }

@@ -52,6 +52,13 @@ export interface SenderStats {
   deadLettered: number;
   /** Delivered events forgotten after the retention window. */
   pruned: number;
+  /**
+   * Times the dispatcher asked its store for work: a claim (a query on the outbox), or when the
+   * next event is due (the memory store). It grows with enqueues, settled deliveries and due
+   * retries, not with idle time: one that climbs while nothing can be sent is a dispatcher
+   * spinning.
+   */
+  looks: number;
   inFlight: number;
   breaker: BreakerState;
 }

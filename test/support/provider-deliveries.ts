@@ -12,7 +12,7 @@ import { Webhook as SvixWebhook } from 'svix';
 import type { providers } from '../../src/providers.js';
 
 export const now = () => Math.floor(Date.now() / 1000);
-const hex = (key: string, text: string) => createHmac('sha256', key).update(text).digest('hex');
+export const hex = (key: string, text: string) => createHmac('sha256', key).update(text).digest('hex');
 export const whsec = () => `whsec_${randomBytes(24).toString('base64')}`;
 
 /** A delivery of one event, signed at a time, with a secret. */
@@ -37,6 +37,33 @@ export interface Case {
   readonly staleSeconds?: number;
   /** GitLab's token covers nothing: a changed body cannot be told from another event. */
   readonly unsignedBody?: true;
+  /**
+   * The valid signature header written in an encoding the verifier must refuse (an odd-length
+   * hex digest, a non-canonical base64 one) that a lenient decoder reads as the same bytes.
+   * GitLab's token has no encoding.
+   */
+  malform?(value: string): string;
+}
+
+/** A Standard Webhooks `v1,<base64>` entry with its base64 made non-canonical. */
+const nonCanonicalV1 = (value: string) => `v1,${nonCanonicalBase64(value.slice(3))}`;
+
+/** `<hex>0`: Buffer.from(hex, 'hex') drops the odd digit and decodes the valid signature. */
+const oddHex = (value: string) => `${value}0`;
+
+/**
+ * The same bytes in base64 that is not canonical: the unused low bits of the last digit before
+ * `=` set, which Node's decoder ignores.
+ */
+function nonCanonicalBase64(b64: string): string {
+  const digits = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/';
+  const at = b64.indexOf('=') - 1;
+  const changed = digits[digits.indexOf(b64[at]) ^ 1];
+  const malformed = b64.slice(0, at) + changed + b64.slice(at + 1);
+  if (!Buffer.from(malformed, 'base64').equals(Buffer.from(b64, 'base64'))) {
+    throw new Error(`${malformed} does not decode as ${b64} does`);
+  }
+  return malformed;
 }
 
 export const cases: Case[] = [
@@ -45,6 +72,7 @@ export const cases: Case[] = [
     type: 'payment_intent.succeeded',
     secret: `whsec_${randomBytes(16).toString('hex')}`,
     signatureHeader: 'stripe-signature',
+    malform: oddHex,
     staleSeconds: 600,
     event(this: Case, type = this.type) {
       const id = `evt_${randomBytes(8).toString('hex')}`;
@@ -76,6 +104,7 @@ export const cases: Case[] = [
     type: 'issues.opened',
     secret: 'github-secret',
     signatureHeader: 'x-hub-signature-256',
+    malform: oddHex,
     event(this: Case, type = this.type) {
       const id = randomUUID();
       // GitHub names the event in a header and the action in the body: `issues` + `opened`.
@@ -99,6 +128,7 @@ export const cases: Case[] = [
     type: 'orders/updated',
     secret: 'shopify-secret',
     signatureHeader: 'x-shopify-hmac-sha256',
+    malform: nonCanonicalBase64,
     event(this: Case, type = this.type) {
       const id = randomUUID();
       const body = JSON.stringify({ id: 820982911946154500, updated_at: '2026-01-01T00:00:00Z', amount: 5 });
@@ -123,6 +153,7 @@ export const cases: Case[] = [
     type: 'user.created',
     secret: whsec(),
     signatureHeader: 'svix-signature',
+    malform: nonCanonicalV1,
     staleSeconds: 600,
     event(this: Case, type = this.type) {
       const id = `msg_${randomBytes(8).toString('hex')}`;
@@ -145,6 +176,7 @@ export const cases: Case[] = [
     type: 'invoice.paid',
     secret: whsec(),
     signatureHeader: 'webhook-signature',
+    malform: nonCanonicalV1,
     staleSeconds: 600,
     event(this: Case, type = this.type) {
       const id = `msg_${randomBytes(8).toString('hex')}`;
@@ -167,6 +199,7 @@ export const cases: Case[] = [
     type: 'app_mention',
     secret: randomBytes(16).toString('hex'),
     signatureHeader: 'x-slack-signature',
+    malform: oddHex,
     staleSeconds: 600,
     event(this: Case, type = this.type) {
       const id = `Ev${randomBytes(5).toString('hex').toUpperCase()}`;
@@ -194,6 +227,7 @@ export const cases: Case[] = [
     type: 'transaction.completed',
     secret: `pdl_ntfset_${randomBytes(12).toString('hex')}`,
     signatureHeader: 'paddle-signature',
+    malform: oddHex,
     staleSeconds: 60,
     event(this: Case, type = this.type) {
       const id = `evt_${randomBytes(8).toString('hex')}`;

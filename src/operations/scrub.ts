@@ -1,0 +1,63 @@
+/**
+ * Scrubbing: removing secret headers from rows stored before they were declared secret (a
+ * GitLab token stored by an earlier version with held, pending or dead events).
+ */
+import { sql } from 'kysely';
+import { secretHeaderSet } from '../payload.js';
+import { type OperationsContext, sourceIs, table } from './context.js';
+
+export interface ScrubOptions {
+  /** Count the rows that hold one; change nothing. @defaultValue false */
+  dryRun?: boolean;
+  /** Rows changed per statement (each batch is its own short transaction). @defaultValue 1000 */
+  batchSize?: number;
+}
+
+export interface ScrubResult {
+  /** Rows whose stored headers held a secret one (and, without `dryRun`, no longer do). */
+  readonly scrubbed: number;
+  readonly dryRun: boolean;
+  /**
+   * Rows that still hold one: a delivery or a drain held them while the scrub ran (it never
+   * waits for them). Run it again.
+   */
+  readonly remaining: number;
+  /** The header names removed, sorted. */
+  readonly headers: readonly string[];
+}
+
+/**
+ * Removes every secret header (the built-in ones and the operations' `secretHeaders`) from the
+ * headers stored with events, in batches. Only the `headers` column changes: an event's status,
+ * payload and result stay, and a waiting event is applied as before (its handler no longer sees
+ * the removed headers).
+ */
+export async function scrubHeaders(ctx: OperationsContext, options: ScrubOptions = {}): Promise<ScrubResult> {
+  const names = [...(ctx.secretHeaders ?? secretHeaderSet())].sort();
+  const batch = options.batchSize ?? 1000;
+  if (!Number.isInteger(batch) || batch < 1 || batch > 100_000) {
+    throw new TypeError(`webhook-inbox: \`batchSize\` must be an integer from 1 to 100000; got ${batch}`);
+  }
+  const events = table(ctx, 'events');
+  const holding = sql`e.headers ?| ${names}::text[] and ${sourceIs('e.source', ctx.source)}`;
+  const count = async () =>
+    Number(
+      (await sql<any>`select count(*) as n from ${events} e where ${holding}`.execute(ctx.db)).rows[0].n,
+    );
+  if (options.dryRun) return { scrubbed: await count(), remaining: 0, dryRun: true, headers: names };
+  let scrubbed = 0;
+  for (;;) {
+    // A row a delivery or a drain holds is skipped, never waited for: waiting in a batch that
+    // already holds other rows could deadlock with a worker's batch; it is counted below.
+    const result = await sql`
+      update ${events} u set headers = u.headers - ${names}::text[]
+       where (u.source, u.id) in (
+         select e.source, e.id from ${events} e where ${holding} limit ${batch} for update skip locked)`.execute(
+      ctx.db,
+    );
+    const n = Number(result.numAffectedRows ?? 0n);
+    scrubbed += n;
+    if (n === 0) break;
+  }
+  return { scrubbed, remaining: await count(), dryRun: false, headers: names };
+}
