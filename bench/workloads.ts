@@ -146,7 +146,7 @@ export const WORKLOADS: Record<string, Workload> = {
   },
 };
 
-/** Which contenders each workload runs by default (the `*` ones only when they exist). */
+/** The full grid (`npm run bench -- --full`): which contenders each workload runs. */
 export const MATRIX: Record<string, string[]> = {
   unique: [
     'hello',
@@ -165,6 +165,32 @@ export const MATRIX: Record<string, string[]> = {
   dup50: ['naive', 'node-idempotency', 'express-idempotency', 'inbox', 'inbox-redis', 'inbox-pg'],
   replay: ['hello', 'naive', 'node-idempotency', 'express-idempotency', 'inbox', 'inbox-redis', 'inbox-pg'],
   storm: ['handmade', 'naive', 'node-idempotency', 'express-idempotency', 'inbox', 'inbox-redis', 'inbox-pg'],
+  ordered: ['inbox'],
+  shuffled: ['naive', 'inbox'],
+};
+
+/**
+ * What `npm run bench` measures without flags: the cells every goal row of the report and every
+ * workload's ratio column (report.ts, REFERENCE) are read from, and no more, so that one run of
+ * them stays within five minutes on two cores. The adapters (`inbox-koa`, `inbox-fastify`) and
+ * the peers outside `unique` are in MATRIX only.
+ */
+export const DEFAULT: Record<string, string[]> = {
+  unique: [
+    'hello',
+    'bare',
+    'handmade',
+    'naive',
+    'node-idempotency',
+    'express-idempotency',
+    'inbox',
+    'inbox-redis',
+    'inbox-pglite',
+    'bare-pglite',
+  ],
+  dup50: ['naive', 'inbox', 'inbox-redis', 'inbox-pg'],
+  replay: ['hello', 'naive', 'inbox', 'inbox-redis', 'inbox-pg'],
+  storm: ['naive', 'inbox', 'inbox-redis', 'inbox-pg'],
   ordered: ['inbox'],
   shuffled: ['naive', 'inbox'],
 };
