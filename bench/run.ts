@@ -136,13 +136,14 @@ interface Load {
 function load(
   port: number,
   next: () => BenchDelivery,
-  limit: { seconds?: number; amount?: number; connections?: number },
+  limit: { seconds?: number; amount?: number },
 ): Promise<Load> {
   return new Promise((resolve, reject) => {
     autocannon(
       {
         url: `http://127.0.0.1:${port}`,
-        connections: limit.connections ?? connections,
+        // autocannon refuses an amount smaller than its connections (a short --long step).
+        connections: Math.min(connections, limit.amount ?? connections),
         ...(rate ? { overallRate: rate } : {}),
         ...(limit.amount ? { amount: limit.amount } : { duration: limit.seconds }),
         requests: [{ setupRequest: () => toRequest(next()) }],
