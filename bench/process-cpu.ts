@@ -1,8 +1,7 @@
 /**
  * Processes and their CPU time, read from /proc, for the benches that split a delivery's cost
  * between the Node process and PostgreSQL (bench/run.ts, bench/receive-cost.ts): CPU per
- * delivery moves far less than throughput when the machine is busy. Also where the bench finds
- * the services that move the load by themselves (bench/neighbours.ts).
+ * delivery moves far less than throughput when the machine is busy.
  */
 import { readdirSync, readFileSync } from 'node:fs';
 
@@ -13,7 +12,7 @@ const TICK_MS = 1000 / 100; // USER_HZ: /proc/<pid>/stat counts in 1/100 s on Li
  * `fields[11]` utime), or undefined when the process is gone. The name may hold spaces and
  * parentheses, so the split is at the last ')'.
  */
-export function statFields(pid: number): string[] | undefined {
+function statFields(pid: number): string[] | undefined {
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
     return stat.slice(stat.lastIndexOf(')') + 2).split(' ');
@@ -29,7 +28,7 @@ export function processCpuMs(pid: number): number {
 }
 
 /** The pids of the processes whose name (/proc/<pid>/comm) is `name`; none without /proc. */
-export function pidsNamed(name: string): number[] {
+function pidsNamed(name: string): number[] {
   let entries: string[];
   try {
     entries = readdirSync('/proc');

@@ -35,17 +35,12 @@ export interface Cell {
   held: number;
   dead: number;
   drainMs: number[];
-  /** One-minute load average just before the cell's server started, and at the cell's end. */
+  /**
+   * One-minute load average just before the cell's server started, and at the cell's end:
+   * printed beside the figures, never a reason to leave a cell out (run.ts says why).
+   */
   loadBefore: number;
   loadAfter: number;
-}
-
-/** This project's rule: a figure measured while the 1-minute load was above 1.5 does not count. */
-export const LOAD_LIMIT = 1.5;
-
-/** Whether a cell's figures count: its load stayed under the limit at both ends. */
-export function quiet(c: Cell): boolean {
-  return c.loadBefore <= LOAD_LIMIT && c.loadAfter <= LOAD_LIMIT;
 }
 
 export interface Goal {
@@ -70,8 +65,6 @@ export interface ReportOptions {
   /** One-minute load average when the run started and at its end (each cell keeps its own). */
   loadAtStart: number;
   loadAtEnd: number;
-  /** The load each cell waited for before it started (`--cool`; 0: none). */
-  cool: number;
 }
 
 export function median(xs: number[]): number {
@@ -168,11 +161,8 @@ function fmt(n: number, digits = 0): string {
   return Number.isFinite(n) ? n.toFixed(digits) : '–';
 }
 
-/**
- * The goals, from the cells whose load stayed under the limit; correctness (nothing applied twice
- * or out of order) is read from every cell, `all`, whatever its load.
- */
-export function goals(cells: Cell[], all: Cell[] = cells): Goal[] {
+/** The goals of a run, every cell counted. */
+export function goals(cells: Cell[]): Goal[] {
   const has = (w: string, c: string) => cells.some((x) => x.workload === w && x.contender === c);
   const out: Goal[] = [];
   const check = (
@@ -261,7 +251,7 @@ export function goals(cells: Cell[], all: Cell[] = cells): Goal[] {
       : { goal: 'drain latency p99', target: '≤ 20 ms', measured: 'not measured', met: null },
   );
   out.push(longGoal());
-  const broken = all.filter(
+  const broken = cells.filter(
     (c) => c.contender.startsWith('inbox') && (c.doubleApplied > 0 || c.outOfOrder > 0),
   );
   out.push({
@@ -352,40 +342,27 @@ function colour(contender: string): string {
 
 /** The RSS goal, from bench/results/long.json (written by `npm run bench -- --long N`). */
 export function longGoal(longFile = join(here, 'results', 'long.json')): Goal {
-  const l = existsSync(longFile) ? JSON.parse(readFileSync(longFile, 'utf8')) : undefined;
-  // A figure from a busy machine misleads: one whose load passed 1.5 at its start, at any of its
-  // 5-second samples or at its end (or was not recorded) is not shown.
-  const longQuiet =
-    l &&
-    typeof l.loadAtStart === 'number' &&
-    typeof l.loadMax === 'number' &&
-    Math.max(l.loadAtStart, l.loadAtEnd, l.loadMax) <= LOAD_LIMIT;
-  if (!l || !longQuiet) {
+  if (!existsSync(longFile))
     return {
       goal: 'RSS growth over 10^6 deliveries',
       target: '< 50 MB',
-      measured: l
-        ? 'not shown: the load of its run passed 1.5 at its start, a sample or its end, or was not recorded (run `npm run bench -- --long N` alone)'
-        : 'run `npm run bench -- --long N`',
+      measured: 'run `npm run bench -- --long N`',
       met: null,
     };
-  }
+  const l = JSON.parse(readFileSync(longFile, 'utf8'));
+  const steps: Array<{ rssMb: number; load: number }> = l.samples;
   const failed = l.failed > 0 ? `; ${l.failed} deliveries answered other than 2xx or failed` : '';
-  const paused =
-    typeof l.pausedSeconds === 'number'
-      ? `, ${l.seconds} s of which ${l.pausedSeconds} s paused for the load`
-      : '';
   return {
     goal: `RSS growth over 10^6 deliveries${l.extrapolated ? ` (measured over ${l.deliveries}, extrapolated linearly)` : ''}`,
     target: '< 50 MB',
-    measured: `${fmt(l.perMillionMb, 1)} MB (${fmt(l.rssBeforeMb, 0)} → ${fmt(l.rssAfterMb, 0)} MB over ${l.deliveries} deliveries, at most ${fmt(Math.max(...l.samples.map((x: { rssMb: number }) => x.rssMb)), 0)} MB at its steps${paused}; load ${fmt(l.loadAtStart, 2)} before, ${fmt(l.loadAtEnd, 2)} after, at most ${fmt(l.loadMax, 2)}${failed})`,
+    measured: `${fmt(l.perMillionMb, 1)} MB (${fmt(l.rssBeforeMb, 0)} → ${fmt(l.rssAfterMb, 0)} MB over ${l.deliveries} deliveries in ${l.seconds} s, at most ${fmt(Math.max(...steps.map((x) => x.rssMb)), 0)} MB at its steps; load ${fmt(l.loadAtStart, 2)} before, ${fmt(l.loadAtEnd, 2)} after, at most ${fmt(Math.max(...steps.map((x) => x.load)), 2)} at its steps${failed})`,
     met: l.perMillionMb < 50 && !(l.failed > 0),
   };
 }
 
 /**
  * After a `--long` run: its RSS row replaces the one in BENCHMARKS.md's generated goal table and
- * in latest.json, leaving the cells of the last full run as they were.
+ * in latest.json, leaving the cells of the last run as they were.
  */
 export function writeLongGoal(): Goal {
   const g = longGoal();
@@ -455,39 +432,20 @@ function escapeXml(s: string): string {
   return s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
 }
 
-/** What the load did over the run's cells, in one sentence for the report. */
-function loadSentence(cells: Cell[], o: ReportOptions): string {
-  const kept = cells.filter(quiet);
+/** The load over the run, beside its figures: what the machine was doing, not a filter. */
+export function loadSentence(cells: Cell[], o: Pick<ReportOptions, 'loadAtStart' | 'loadAtEnd'>): string {
   const range = (xs: number[]) =>
     xs.length ? `${Math.min(...xs).toFixed(2)}–${Math.max(...xs).toFixed(2)}` : '–';
-  const dropped = cells.filter((c) => !quiet(c));
   return (
-    `Load average (1 min) ${o.loadAtStart.toFixed(2)} when the run started, ${o.loadAtEnd.toFixed(2)} at its end. ` +
-    (o.cool > 0 ? `Each cell waited until the load was under ${o.cool} before it started. ` : '') +
-    `${kept.length} of ${cells.length} cells kept their load under ${LOAD_LIMIT} at both ends ` +
-    `(before: ${range(kept.map((c) => c.loadBefore))}; after: ${range(kept.map((c) => c.loadAfter))}); ` +
-    (dropped.length
-      ? `**${dropped.length} discarded** and left out of every figure below: ${dropped
-          .map(
-            (c) =>
-              `run ${c.run} ${c.workload}/${c.contender} (${c.loadBefore.toFixed(2)} → ${c.loadAfter.toFixed(2)})`,
-          )
-          .join(', ')}.`
-      : 'none discarded.')
+    `Load average (1 min) ${o.loadAtStart.toFixed(2)} when the run started, ${o.loadAtEnd.toFixed(2)} at its end; ` +
+    `${range(cells.map((c) => c.loadBefore))} before its cells, ${range(cells.map((c) => c.loadAfter))} after them ` +
+    "(every cell counted: ratios compare cells of the same run; each cell's load is in bench/results/latest.json)."
   );
 }
 
-/**
- * The table and the goals of a run. A cell measured while the machine was busy misleads: it is
- * left out of every median and ratio; its correctness read-back still counts.
- */
-export function summarize(cells: Cell[]): { rows: Row[]; goals: Goal[] } {
-  const kept = cells.filter(quiet);
-  return { rows: rows(kept), goals: goals(kept, cells) };
-}
-
 export function report(cells: Cell[], o: ReportOptions): Goal[] {
-  const { rows: rs, goals: gs } = summarize(cells);
+  const rs = rows(cells);
+  const gs = goals(cells);
   const m = machine(o.postgresUrl);
   const body = rs.map(rowCells);
   console.log(`\n${table(HEADER, body)}\n`);

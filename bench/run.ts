@@ -1,21 +1,20 @@
 /**
  * `npm run bench`: the contenders side by side, under the same load, in the same run.
  *
- *   npm run bench                         full: 3 runs of 6 s per cell (after 2 s of warm-up), medians
- *   npm run bench -- --quick              1 run of 3 s per cell
+ *   npm run bench                         the default cells (DEFAULT in workloads.ts): every goal's
+ *                                         ratio, 1 run of 4 s per cell after 1 s of warm-up, ≤ 5 minutes
+ *   npm run bench -- --full               every cell of MATRIX, 3 runs of 6 s (after 2 s), medians
  *   npm run bench -- --contenders inbox,bare --workloads unique
+ *                                         cells of MATRIX (either flag alone: all of the other side)
  *   npm run bench -- --cpu-prof           also write a CPU profile of every server (bench/results/profiles)
  *   npm run bench -- --rate 300           offer 300 req/s instead of saturating (CPU per request compares work)
- *   npm run bench -- --long 200000        RSS growth of the inbox over that many unique deliveries,
- *                                         in bursts that keep the load under 1.5 (longMode)
- *   npm run bench -- --cool 0.5           before each cell, wait until the 1-minute load is under 0.5
- *                                         (the default; `--cool 0` starts each cell at once)
+ *   npm run bench -- --long 200000        RSS growth of the inbox over that many unique deliveries
+ *   --runs, --duration and --warmup override the defaults of either set.
  *
- * On a machine of two cores a cell saturates both, and a run of many cells back to back pushes
- * the 1-minute load average past 1.5, where this project discards figures. So each cell waits
- * (up to five minutes) for the load its predecessors left to decay, and records the load before
- * and after it; report.ts leaves out of every median and ratio a cell whose load passed 1.5 at
- * either end, and says how many it left out.
+ * Ratios within one run are the figure: two cells measured a minute apart on the same machine
+ * share its weather, whatever else runs on it, and on two cores a run of cells back to back
+ * keeps the load high by itself. So each cell records the 1-minute load average at both ends and
+ * the report prints it, but no cell waits for the load to fall and none is left out for it.
  *
  * The load (autocannon, in this process) and each contender's server (a child process) are
  * pinned to different cores with taskset when there are two or more. PostgreSQL and Redis are
@@ -32,11 +31,10 @@ import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { dropEverything } from './cleanup.js';
 import { CONTENDERS, type ContenderConfig, type Stats } from './contenders.js';
-import { neighbourWarnings } from './neighbours.js';
 import { postgresCpuMs, postgresCpuMsSince, processCpuMs } from './process-cpu.js';
 import { type Cell, type Goal, report, writeLongGoal } from './report.js';
-import { buildServers, forkServer, type Server } from './server-process.js';
-import { type BenchDelivery, MATRIX, toRequest, WORKLOADS } from './workloads.js';
+import { forkServer, type Server } from './server-process.js';
+import { type BenchDelivery, DEFAULT, MATRIX, toRequest, WORKLOADS } from './workloads.js';
 
 const require = createRequire(import.meta.url);
 const autocannon = require('autocannon');
@@ -59,10 +57,10 @@ function count(name: string, fallback: number | undefined, min = 1): number | un
   if (!Number.isInteger(n) || n < min) fail(`--${name} takes a whole number >= ${min}, not ${raw}`);
   return n;
 }
-const quick = flag('quick');
-const runs = count('runs', quick ? 1 : 3) as number;
-const duration = count('duration', quick ? 3 : 6) as number;
-const warmup = count('warmup', quick ? 1 : 2, 0) as number;
+const full = flag('full');
+const runs = count('runs', full ? 3 : 1) as number;
+const duration = count('duration', full ? 6 : 4) as number;
+const warmup = count('warmup', full ? 2 : 1, 0) as number;
 const connections = count('connections', 50) as number;
 const poolSize = count('pool', 10) as number;
 const cpuProf = flag('cpu-prof');
@@ -71,13 +69,12 @@ const cpuProf = flag('cpu-prof');
 const rate = count('rate', undefined);
 const long = count('long', undefined, 10);
 const pin = !flag('no-pin');
-const cool = Number(value('cool') ?? 0.5);
-if (!Number.isFinite(cool) || cool < 0)
-  fail(`--cool takes a load average (a number >= 0), not ${value('cool')}`);
 const postgresUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 const redisUrl = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
-const selectedWorkloads = (value('workloads') ?? Object.keys(MATRIX).join(',')).split(',');
 const selectedContenders = value('contenders')?.split(',');
+// Named cells are taken from the full grid: naming a contender outside DEFAULT measures it.
+const grid = full || value('workloads') || selectedContenders ? MATRIX : DEFAULT;
+const selectedWorkloads = (value('workloads') ?? Object.keys(grid).join(',')).split(',');
 for (const w of selectedWorkloads)
   if (!WORKLOADS[w]) fail(`unknown workload ${w}; one of ${Object.keys(WORKLOADS)}`);
 for (const c of selectedContenders ?? [])
@@ -139,13 +136,14 @@ interface Load {
 function load(
   port: number,
   next: () => BenchDelivery,
-  limit: { seconds?: number; amount?: number; connections?: number },
+  limit: { seconds?: number; amount?: number },
 ): Promise<Load> {
   return new Promise((resolve, reject) => {
     autocannon(
       {
         url: `http://127.0.0.1:${port}`,
-        connections: limit.connections ?? connections,
+        // autocannon refuses an amount smaller than its connections (a short --long step).
+        connections: Math.min(connections, limit.amount ?? connections),
         ...(rate ? { overallRate: rate } : {}),
         ...(limit.amount ? { amount: limit.amount } : { duration: limit.seconds }),
         requests: [{ setupRequest: () => toRequest(next()) }],
@@ -228,18 +226,6 @@ async function settleVacuum(client: pg.Client, schemaBase: string): Promise<numb
 }
 
 // ---- one measurement -------------------------------------------------------------------------
-/**
- * Waits until the 1-minute load average is under `cool` (at most five minutes) and returns it.
- * The average decays with a one-minute time constant, so after a cell of 8 s it takes about half
- * a minute to fall back from 0.8 to 0.5 on an otherwise idle machine.
- */
-async function coolDown(): Promise<number> {
-  const until = Date.now() + 5 * 60_000;
-  while (cool > 0 && loadavg()[0] >= cool && Date.now() < until)
-    await new Promise((resolve) => setTimeout(resolve, 2000));
-  return loadavg()[0];
-}
-
 async function measure(
   run: number,
   workload: string,
@@ -248,8 +234,7 @@ async function measure(
   tag: string,
 ): Promise<Cell> {
   const w = WORKLOADS[workload];
-  buildServers(); // before the cool-down: the compiler's load decays with the rest
-  const loadBefore = await coolDown();
+  const loadBefore = loadavg()[0];
   const server = await startServer(
     contender,
     schemaBase,
@@ -297,54 +282,22 @@ async function measure(
 }
 
 // ---- long mode: RSS growth -----------------------------------------------------------------
-// The run is as long as an hour, and the rule holds for every minute of it: its 1-minute load
-// must stay under 1.5. Two cores at full speed would hold it near 2, so the deliveries go in
-// bursts at full speed, each stopped when the load reaches `LONG_PAUSE_AT` and resumed once it
-// has decayed under `LONG_RESUME_UNDER`. The server stays up across the pauses, as a server does
-// between busy hours: memory a delivery leaves behind is still there at the end.
-const LONG_CHUNK = 1_000;
-// The kernel moves the average in 5 s steps of 0.08 per thread runnable or waiting on the disk
-// at that instant. Over a whole run of 10^6 on 2 connections, counted 10 times a second, 99% of
-// instants held four such threads or fewer and the most was nine: pausing at 0.9 leaves room
-// for a step of nine. A neighbour can put more (bench/neighbours.ts): pause it first.
-const LONG_PAUSE_AT = 0.9;
-const LONG_RESUME_UNDER = 0.6;
-// Few: each connection's backend is one more thread the kernel can count at its sample.
-const LONG_CONNECTIONS = 2;
-
+// One inbox server takes `total` unique deliveries at full speed, its RSS read after a warm-up
+// and at ten steps. The 1-minute load is recorded beside the figure (at the start, at each step,
+// at the end) and never paused for: what a delivery leaves behind in memory grows with the
+// deliveries, not with whatever else the machine is doing meanwhile.
 async function longMode(total: number, schemaBase: string) {
-  // The compiler first, then the wait for its load to decay: the run's load at its start is its
-  // own, not the build's.
-  buildServers();
-  // Stored with the result: a figure from a run whose load passed 1.5 is not shown (report.ts).
-  const longLoadAtStart = await coolDown();
+  const loadBefore = loadavg()[0];
   const server = await startServer('inbox', schemaBase);
-  // The 1-minute load every 5 s (the kernel's own period), not only at each step's end.
-  let loadMax = longLoadAtStart;
-  const sampler = setInterval(() => {
-    loadMax = Math.max(loadMax, loadavg()[0]);
-  }, 5000);
   const started = Date.now();
-  let pausedMs = 0;
   let failed = 0;
   const gen = WORKLOADS.unique.next(`${schemaBase}L`);
-  /** `amount` deliveries in chunks, pausing whenever the load reaches LONG_PAUSE_AT. */
   const deliver = async (amount: number) => {
-    for (let done = 0; done < amount; done += LONG_CHUNK) {
-      if (loadavg()[0] >= LONG_PAUSE_AT) {
-        const pausedAt = Date.now();
-        while (loadavg()[0] >= LONG_RESUME_UNDER) await new Promise((r) => setTimeout(r, 1000));
-        pausedMs += Date.now() - pausedAt;
-      }
-      const l = await load(server.port, gen, {
-        amount: Math.min(LONG_CHUNK, amount - done),
-        connections: LONG_CONNECTIONS,
-      });
-      failed += l.non2xx + l.errors;
-    }
+    const l = await load(server.port, gen, { amount });
+    failed += l.non2xx + l.errors;
   };
   try {
-    await deliver(Math.min(20_000, total / 10));
+    await deliver(Math.ceil(Math.min(20_000, total / 10)));
     const before = await server.call<number>('rss');
     const samples: Array<{ deliveries: number; rssMb: number; load: number }> = [];
     const step = Math.ceil(total / 10);
@@ -356,7 +309,7 @@ async function longMode(total: number, schemaBase: string) {
       const loadNow = loadavg()[0];
       samples.push({ deliveries: sent, rssMb: rss / 2 ** 20, load: loadNow });
       console.log(
-        `long: ${sent} deliveries, rss ${(rss / 2 ** 20).toFixed(1)} MB, load ${loadNow.toFixed(2)} (max so far ${loadMax.toFixed(2)}), paused ${Math.round(pausedMs / 1000)} of ${Math.round((Date.now() - started) / 1000)} s`,
+        `long: ${sent} deliveries, rss ${(rss / 2 ** 20).toFixed(1)} MB, load ${loadNow.toFixed(2)}, ${Math.round((Date.now() - started) / 1000)} s`,
       );
     }
     const after = await server.call<number>('rss');
@@ -371,19 +324,16 @@ async function longMode(total: number, schemaBase: string) {
       extrapolated: total < 1_000_000,
       samples,
       seconds: Math.round((Date.now() - started) / 1000),
-      pausedSeconds: Math.round(pausedMs / 1000),
       at: new Date().toISOString(),
-      loadAtStart: longLoadAtStart,
+      loadAtStart: loadBefore,
       loadAtEnd: loadavg()[0],
-      loadMax: Math.max(loadMax, loadavg()[0], ...samples.map((x) => x.load)),
     };
     writeFileSync(join(here, 'results', 'long.json'), `${JSON.stringify(result, null, 2)}\n`);
     console.log(JSON.stringify(result, null, 2));
-    // Its row in BENCHMARKS.md's goal table; the full run's cells stay as they were.
+    // Its row in BENCHMARKS.md's goal table; the last run's cells stay as they were.
     const g = writeLongGoal();
     console.log(`${g.goal}: ${g.measured}`);
   } finally {
-    clearInterval(sampler);
     await stopServer(server);
   }
 }
@@ -403,18 +353,10 @@ function write(cells: Cell[], runsDone: number): Goal[] {
     writeMarkdown: !flag('no-markdown'),
     loadAtStart,
     loadAtEnd: loadavg()[0],
-    cool,
   });
 }
 
-// Benchmarks mean something only on a quiet machine: say so before spending minutes on a run.
 const loadAtStart = loadavg()[0];
-if (loadAtStart > 1.5) {
-  console.warn(
-    `bench: load average is ${loadAtStart.toFixed(2)} (> 1.5): something else is running; figures will be marked for discarding`,
-  );
-}
-for (const warning of neighbourWarnings()) console.warn(warning);
 
 // ---- main ------------------------------------------------------------------------------------
 const schemaBase = `bench_${randomBytes(3).toString('hex')}`;
@@ -424,7 +366,7 @@ try {
   } else {
     const plan: Array<[string, string]> = [];
     for (const w of selectedWorkloads) {
-      for (const c of MATRIX[w]) {
+      for (const c of grid[w]) {
         if (!CONTENDERS[c]) continue; // not built yet (it lands with its feature)
         if (selectedContenders && !selectedContenders.includes(c)) continue;
         plan.push([w, c]);
@@ -446,7 +388,7 @@ try {
           `run ${run} ${w.padEnd(8)} ${c.padEnd(20)} ${Math.round(cell.rps).toString().padStart(6)} req/s  p50 ${cell.p50} ms  p99 ${cell.p99} ms  ` +
             `cpu ${Math.round(cell.cpuUs)} µs/req  pg ${Math.round(cell.pgUs)} µs/req  ` +
             `non-2xx ${cell.non2xx}  double-applied ${cell.doubleApplied}  out-of-order ${cell.outOfOrder}  ` +
-            `load ${cell.loadBefore.toFixed(2)} → ${cell.loadAfter.toFixed(2)}${cell.loadBefore > 1.5 || cell.loadAfter > 1.5 ? ' (discarded: above 1.5)' : ''}`,
+            `load ${cell.loadBefore.toFixed(2)} → ${cell.loadAfter.toFixed(2)}`,
         );
       }
       // The report so far, after every run: a long full run stopped early still leaves one.

@@ -146,8 +146,12 @@ export const WORKLOADS: Record<string, Workload> = {
   },
 };
 
-/** Which contenders each workload runs by default (the `*` ones only when they exist). */
-export const MATRIX: Record<string, string[]> = {
+/**
+ * What `npm run bench` measures without flags: the cells every goal row of the report and every
+ * workload's ratio column (report.ts, REFERENCE) are read from, and no more, so that one run of
+ * them stays within five minutes on two cores.
+ */
+export const DEFAULT: Record<string, string[]> = {
   unique: [
     'hello',
     'bare',
@@ -157,14 +161,27 @@ export const MATRIX: Record<string, string[]> = {
     'express-idempotency',
     'inbox',
     'inbox-redis',
-    'inbox-koa',
-    'inbox-fastify',
     'inbox-pglite',
     'bare-pglite',
   ],
-  dup50: ['naive', 'node-idempotency', 'express-idempotency', 'inbox', 'inbox-redis', 'inbox-pg'],
-  replay: ['hello', 'naive', 'node-idempotency', 'express-idempotency', 'inbox', 'inbox-redis', 'inbox-pg'],
-  storm: ['handmade', 'naive', 'node-idempotency', 'express-idempotency', 'inbox', 'inbox-redis', 'inbox-pg'],
+  dup50: ['naive', 'inbox', 'inbox-redis', 'inbox-pg'],
+  replay: ['hello', 'naive', 'inbox', 'inbox-redis', 'inbox-pg'],
+  storm: ['naive', 'inbox', 'inbox-redis', 'inbox-pg'],
   ordered: ['inbox'],
   shuffled: ['naive', 'inbox'],
+};
+
+const PEERS = ['node-idempotency', 'express-idempotency'];
+
+/**
+ * The full grid (`npm run bench -- --full`): DEFAULT, the inbox on its other adapters, and the
+ * peers and `handmade` under duplicates, which no goal reads.
+ */
+export const MATRIX: Record<string, string[]> = {
+  unique: [...DEFAULT.unique, 'inbox-koa', 'inbox-fastify'],
+  dup50: [...DEFAULT.dup50, ...PEERS],
+  replay: [...DEFAULT.replay, ...PEERS],
+  storm: [...DEFAULT.storm, 'handmade', ...PEERS],
+  ordered: DEFAULT.ordered,
+  shuffled: DEFAULT.shuffled,
 };
