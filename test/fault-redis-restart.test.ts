@@ -38,6 +38,12 @@ describe.skipIf(!postgresTarget || !redisServerAvailable())('Redis stopped and r
         // No in-process duplicate cache: every duplicate goes to Redis, or to Postgres.
         duplicateCacheSize: 0,
         redis: redis.url,
+        // The outcomes are what this pins, not Redis's latency: on a machine busy with other
+        // test files a GET or SET can take longer than the 50 ms default, and a timed-out one
+        // falls back to Postgres (or leaves no entry) as designed, which the counts below
+        // would read as Redis not answering. A stopped Redis still fails at once: commands
+        // are not sent while the client is not connected.
+        redisTimeoutMs: 5_000,
         redisPrefix: `${schema}:`,
         metrics: { registry },
       },
