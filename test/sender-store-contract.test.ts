@@ -3,10 +3,10 @@
  * server when one answers) must behave alike, because the dispatcher relies on the same
  * guarantees from both. Numbers refer to the cases of the issue that found them disagreeing.
  */
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { InvalidEventError, MemoryStore, OutboxStore, type SenderStore } from '../src/sender/index.js';
 import type { ClaimedEvent, NewEvent } from '../src/sender/store.js';
-import { type TargetDb, targets } from './support/databases.js';
+import { type TargetDb, targets, uniqueName } from './support/databases.js';
 
 interface Opened {
   readonly store: SenderStore;
@@ -21,20 +21,31 @@ const stores: Array<{ name: string; open(): Promise<Opened> }> = [
       return { store, close: () => store.close() };
     },
   },
-  ...targets.map((target) => ({
-    name: `outbox on ${target.name}`,
-    async open(): Promise<Opened> {
-      const t: TargetDb = await target.open();
-      const store = await OutboxStore.open(t.db, { schema: t.schema, migrate: true, poolSize: 4 });
-      return {
-        store,
-        close: async () => {
-          await store.close();
-          await t.close();
-        },
-      };
-    },
-  })),
+  ...targets.map((target) => {
+    // One database per target for the file (a PGlite costs a second of CPU to start), a
+    // fresh outbox schema per test, dropped after it.
+    let shared: Promise<TargetDb> | undefined;
+    afterAll(async () => {
+      await (await shared)?.close();
+    });
+    return {
+      name: `outbox on ${target.name}`,
+      async open(): Promise<Opened> {
+        const t = await (shared ??= target.open());
+        const schema = uniqueName('outbox');
+        const store = await OutboxStore.open(t.db, { schema, migrate: true, poolSize: 4 });
+        return {
+          store,
+          close: async () => {
+            await store.close();
+            await (t.db as { query(text: string): Promise<unknown> }).query(
+              `drop schema "${schema}" cascade`,
+            );
+          },
+        };
+      },
+    };
+  }),
 ];
 
 function event(id: string, key: string | null = null, seq: number | null = null): NewEvent {

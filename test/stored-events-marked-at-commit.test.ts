@@ -11,21 +11,23 @@ import { type Kysely, sql } from 'kysely';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createInbox, type Inbox, type InboxEvent } from '../src/index.js';
 import { type Target, type TargetDb, targets } from './support/databases.js';
+import { perTestSchemas } from './support/per-test-schemas.js';
 
 let n = 0;
 const uid = (label: string) => `${label}-${process.pid}-${++n}`;
 const body = (id: string) => Buffer.from(JSON.stringify({ id }));
 
 describe.each(targets)('stored events marked processed at COMMIT, on $name', (target: Target) => {
+  // One database per target, a fresh schema per test: added first, so its drop runs after
+  // the test's inboxes are closed (hooks after a test run in the reverse of their order).
+  const database = perTestSchemas(target);
   const opened: Array<{ close(): Promise<void> }> = [];
   afterEach(async () => {
     for (const o of opened.splice(0).reverse()) await o.close();
   });
 
   async function open(): Promise<TargetDb> {
-    const t = await target.open();
-    opened.push(t);
-    return t;
+    return database();
   }
 
   /** An inbox whose handler returns `{ applied: id }`, throws for ids in `failing`, and reports each run. */
