@@ -31,7 +31,8 @@ const stores: Array<{ name: string; open(): Promise<Opened> }> = [
     return {
       name: `outbox on ${target.name}`,
       async open(): Promise<Opened> {
-        const t = await (shared ??= target.open());
+        shared ??= target.open();
+        const t = await shared;
         const schema = uniqueName('outbox');
         const store = await OutboxStore.open(t.db, { schema, migrate: true, poolSize: 4 });
         return {
