@@ -9,6 +9,7 @@ import { inbox as expressInbox } from '../adapters/express.js';
 import { type LedgerServer, startLedger } from '../examples/ledger/start.js';
 import { idempotencyKey } from '../src/handler-context.js';
 import { createInbox, type Inbox, type InboxOptions, InboxOptionsError } from '../src/index.js';
+import { childScript } from './support/child-scripts.js';
 import {
   postgresTarget,
   postgresUrl,
@@ -291,7 +292,7 @@ onPostgres('deferred mode with two instances on one database (PostgreSQL)', () =
     t = await target.open();
     // This instance only acknowledges (workers: 0) until the worker process has died.
     const web = await ledgerOn(t.db, { workers: 0, sweepIntervalMs: 0 });
-    const child = spawn(process.execPath, ['--import', 'tsx', 'test/support/deferred-worker.ts'], {
+    const child = spawn(process.execPath, [childScript('test/support/deferred-worker.ts')], {
       env: {
         ...process.env,
         DATABASE_URL: postgresUrl!,

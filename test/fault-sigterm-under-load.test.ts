@@ -14,11 +14,11 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
 import { request } from 'node:http';
-import { resolve } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, test, vi } from 'vitest';
 import { type LedgerServer, startLedger } from '../examples/ledger/start.js';
+import { childScript } from './support/child-scripts.js';
 import {
   type PrivatePostgres,
   postgresBinariesAvailable,
@@ -26,7 +26,6 @@ import {
 } from './support/private-servers.js';
 
 const run = randomBytes(4).toString('hex');
-const SERVER = resolve(import.meta.dirname, '../examples/ledger/server.ts');
 const KEYS = 6;
 const PER_KEY = 40;
 
@@ -58,7 +57,7 @@ interface Sent {
 async function startServerProcess(
   env: Record<string, string>,
 ): Promise<{ child: ChildProcess; url: string }> {
-  const child = spawn(process.execPath, ['--import', 'tsx', SERVER], {
+  const child = spawn(process.execPath, [childScript('examples/ledger/server.ts')], {
     // No REDIS_URL: the shared Redis would remember other runs' events.
     env: { ...process.env, PORT: '0', NODE_ENV: 'production', REDIS_URL: '', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],

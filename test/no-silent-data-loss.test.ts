@@ -7,10 +7,10 @@ import { execFile } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { afterEach, beforeEach, describe, expect, test } from 'vitest';
 import { createInbox, type InboxOptions, InboxOptionsError } from '../src/index.js';
+import { childScript } from './support/child-scripts.js';
 
 const run = promisify(execFile);
 const handle = () => ({ ok: true });
@@ -133,9 +133,8 @@ describe('elsewhere, with no `db`', () => {
 
 describe('the ledger example', () => {
   test('with NODE_ENV=production and no DATABASE_URL it exits non-zero, naming DATABASE_URL', async () => {
-    const server = fileURLToPath(new URL('../examples/ledger/server.ts', import.meta.url));
     const { DATABASE_URL: _db, REDIS_URL: _redis, ...inherited } = process.env;
-    const result = await run(process.execPath, ['--import', 'tsx', server], {
+    const result = await run(process.execPath, [childScript('examples/ledger/server.ts')], {
       env: { ...inherited, NODE_ENV: 'production', PORT: '0' },
       timeout: 120_000,
     }).then(

@@ -4,21 +4,20 @@
  * of its own, on embedded PGlite, port 0.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
+import { childScript } from './support/child-scripts.js';
 import { postOrdered } from './support/ordering.js';
 
 /** Starting a process (tsx, and PGlite for the example) takes seconds on a busy 2-core box. */
 const SLOW = 180_000;
 
-const server = fileURLToPath(new URL('../examples/ledger/server.ts', import.meta.url));
 const children = new Set<ChildProcess>();
 
 function runExample(env: Record<string, string>) {
   // A fresh embedded database each run: no DATABASE_URL, and no REDIS_URL either (a Redis
   // shared across runs would remember the previous run's events, as a cache of another database).
   const { DATABASE_URL: _db, REDIS_URL: _redis, ...inherited } = process.env;
-  const child = spawn(process.execPath, ['--import', 'tsx', server], {
+  const child = spawn(process.execPath, [childScript('examples/ledger/server.ts')], {
     env: { ...inherited, PORT: '0', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });

@@ -9,6 +9,7 @@ import { createSender, InvalidEventError, OutboxStore, type Sender } from '../sr
 import { outboxStatements } from '../src/sender/outbox.js';
 import { outboxMigrations, outboxTables } from '../src/sender/outbox-schema.js';
 import { createFaultProxy } from '../src/testing/index.js';
+import { childScript } from './support/child-scripts.js';
 import { postgresTarget, postgresUrl, targets, uniqueName } from './support/databases.js';
 import { recordingServer } from './support/recording-server.js';
 
@@ -139,7 +140,7 @@ describe.skipIf(!postgresTarget)('outbox across a sender crash (real PostgreSQL)
       }
     });
 
-    const child = spawn(process.execPath, ['--import', 'tsx', 'test/support/outbox-sender-child.ts'], {
+    const child = spawn(process.execPath, [childScript('test/support/outbox-sender-child.ts')], {
       env: {
         ...process.env,
         ENDPOINT: `${proxy.url}/webhooks`,

@@ -2,13 +2,16 @@ import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { resolve } from 'node:path';
 import { PGlite } from '@electric-sql/pglite';
+import { build } from 'esbuild';
 import type { TestProject } from 'vitest/node';
+import { CHILD_SCRIPTS } from './child-scripts.js';
 
 declare module 'vitest' {
   export interface ProvidedContext {
     postgresUrl: string | null;
     redisUrl: string | null;
     pgliteTemplate: string;
+    childScripts: Record<string, string>;
   }
 }
 
@@ -27,6 +30,28 @@ async function pgliteTemplate(): Promise<string> {
   const path = resolve(`.tmp/pglite-template-${process.pid}.tar`);
   writeFileSync(path, Buffer.from(await dump.arrayBuffer()));
   return path;
+}
+
+/** Each script of CHILD_SCRIPTS bundled into a directory of this run (see child-scripts.ts). */
+async function childScripts(): Promise<{ dir: string; bundles: Record<string, string> }> {
+  const dir = resolve(`.tmp/child-scripts-${process.pid}`);
+  const bundles: Record<string, string> = {};
+  await Promise.all(
+    CHILD_SCRIPTS.map(async (script) => {
+      const outfile = resolve(dir, script.replace(/\.ts$/, '.mjs'));
+      await build({
+        entryPoints: [script],
+        bundle: true,
+        platform: 'node',
+        format: 'esm',
+        packages: 'external',
+        outfile,
+        logLevel: 'error',
+      });
+      bundles[script] = outfile;
+    }),
+  );
+  return { dir, bundles };
 }
 
 function answers(host: string, port: number): Promise<boolean> {
@@ -52,12 +77,15 @@ function answers(host: string, port: number): Promise<boolean> {
 export default async function setup(project: TestProject) {
   const template = await pgliteTemplate();
   project.provide('pgliteTemplate', template);
+  const children = await childScripts();
+  project.provide('childScripts', children.bundles);
+  const scratch = [template, children.dir];
   if (process.env.WEBHOOK_INBOX_SERVERS === 'none') {
     // As on a machine with only Node: PGlite, no servers (what `npm install && npm test` meets there).
     console.log('webhook-inbox tests: PGlite (embedded) only, WEBHOOK_INBOX_SERVERS=none');
     project.provide('postgresUrl', null);
     project.provide('redisUrl', null);
-    return removeTemplate(template);
+    return removeScratch(scratch);
   }
   const pg =
     process.env.DATABASE_URL ||
@@ -72,10 +100,12 @@ export default async function setup(project: TestProject) {
   );
   project.provide('postgresUrl', pg);
   project.provide('redisUrl', redis);
-  return removeTemplate(template);
+  return removeScratch(scratch);
 }
 
-/** The teardown vitest runs after every file: the template goes with the run. */
-function removeTemplate(path: string): () => void {
-  return () => rmSync(path, { force: true });
+/** The teardown vitest runs after every file: the template and the bundles go with the run. */
+function removeScratch(paths: string[]): () => void {
+  return () => {
+    for (const path of paths) rmSync(path, { recursive: true, force: true });
+  };
 }

@@ -1,10 +1,8 @@
 /** The test's side of `ledger-process.ts`: start, talk to, and kill app instances in processes. */
 import { type ChildProcess, fork } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
 import type { SweepReport } from '../../src/index.js';
+import { childScript } from './child-scripts.js';
 import type { LedgerProcessConfig } from './ledger-process.js';
-
-const script = fileURLToPath(new URL('./ledger-process.ts', import.meta.url));
 
 export interface LedgerProcess {
   readonly url: string;
@@ -38,8 +36,8 @@ export async function killAll(): Promise<void> {
 }
 
 export async function startLedgerProcess(config: LedgerProcessConfig): Promise<LedgerProcess> {
-  const child = fork(script, [JSON.stringify(config)], {
-    execArgv: ['--import', 'tsx'],
+  const child = fork(childScript('test/support/ledger-process.ts'), [JSON.stringify(config)], {
+    execArgv: [],
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
   });
   running.add(child);
