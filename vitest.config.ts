@@ -29,6 +29,7 @@ export default defineConfig({
     include: release ? RELEASE_TIER : ['test/**/*.test.ts'],
     exclude: release ? [] : RELEASE_TIER,
     globalSetup: ['test/support/global-setup.ts'],
+    setupFiles: ['test/support/file-cpu.ts'],
     testTimeout: 120_000,
     hookTimeout: 180_000,
     pool: 'forks',

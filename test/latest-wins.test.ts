@@ -13,6 +13,7 @@ import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { createInbox, type Inbox, type InboxOptions, InboxOptionsError } from '../src/index.js';
 import { stripe } from '../src/providers.js';
 import { type TargetDb, targets, uniqueName } from './support/databases.js';
+import { sized } from './support/sizes.js';
 
 const uid = (p: string) => `${p}_${randomBytes(6).toString('hex')}`;
 
@@ -156,7 +157,7 @@ describe.each(targets)('latest wins on $name', (target) => {
           for (const id of ids) expect((await inbox.event(id))?.status).toBe('processed');
         },
       ),
-      { numRuns: target.name === 'pglite' ? 10 : 25 },
+      { numRuns: target.name === 'pglite' ? sized(5, 10) : sized(10, 25) },
     );
     await close();
   });

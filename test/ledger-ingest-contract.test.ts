@@ -6,7 +6,7 @@
  * - chaos: ids 1..100 shuffled, about 10% dropped, minimal payloads (`sequence_id` and a string
  *   `data`); after the gap timeout every delivered id is applied once and nothing is buffered;
  * - load: 50 senders, each posting a random `sequence_id` in 1..10^6 every 100 ms, for
- *   INGEST_LOAD_SECONDS (10 by default; CI runs it for 30); every answer is 202 but the late ones (their seq
+ *   10 s (30 s at WEBHOOK_INBOX_TEST_SIZE=full, as CI runs it); every answer is 202 but the late ones (their seq
  *   already skipped by a gap timeout), and the ledger reconciles. The p95 latency is printed,
  *   never asserted (BENCHMARKS.md has the figure from a quiet machine).
  * And the door: a body that breaks the contract is 422 problem+json naming the field, with
@@ -18,6 +18,7 @@ import { afterEach, describe, expect, test, vi } from 'vitest';
 import { isAccepted, isLate, runIngestLoad, seededRandom } from '../examples/ledger/ingest-load.js';
 import { ALL_FRAMEWORKS, type Framework, type LedgerServer, startLedger } from '../examples/ledger/start.js';
 import { postgresUrl, uniqueName } from './support/databases.js';
+import { sized } from './support/sizes.js';
 
 const servers: Array<{ server: LedgerServer; schemas: string[] }> = [];
 
@@ -132,12 +133,7 @@ describe.skipIf(!postgresUrl)('the ledger ingest contract, over HTTP on PostgreS
   test('load: 50 senders posting random sequence ids; every answer 202 but the late ones, and the ledger reconciles', {
     timeout: 600_000,
   }, async () => {
-    const seconds = Number(process.env.INGEST_LOAD_SECONDS ?? 10);
-    if (!Number.isInteger(seconds) || seconds < 1) {
-      throw new Error(
-        `INGEST_LOAD_SECONDS must be a whole number >= 1; got ${process.env.INGEST_LOAD_SECONDS}`,
-      );
-    }
+    const seconds = sized(10, 30);
     const app = await serve({ gapTimeoutMs: 2000, sweepIntervalMs: 100 });
     const load = await runIngestLoad({ url: app.url, seconds, senders: 50 });
     const { answers } = load;

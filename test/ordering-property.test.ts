@@ -19,11 +19,12 @@ import { checkInvariants } from '../src/testing/index.js';
 import { postgresUrl, type TargetDb, targets } from './support/databases.js';
 import { invariantsHoldAfterEach } from './support/invariants.js';
 import { type LedgerInbox, ledgerInbox, ordered, range } from './support/ordering.js';
+import { sized } from './support/sizes.js';
 
 /** Opening PGlite and migrating can take a minute when the 2-core box is busy. */
 const SETUP = 180_000;
 
-const RUNS = 24;
+const RUNS = sized(8, 24);
 
 interface Scenario {
   /** Events per key: key i has seqs 1..lengths[i]. */

@@ -3,6 +3,7 @@ import { startLedger } from '../examples/ledger/start.js';
 import { createSender } from '../src/sender/index.js';
 import { createFaultProxy, seededRandom } from '../src/testing/index.js';
 import { postgresTarget } from './support/databases.js';
+import { sized } from './support/sizes.js';
 
 const cleanups: Array<() => Promise<unknown>> = [];
 afterEach(async () => {
@@ -38,8 +39,8 @@ describe.skipIf(!postgresTarget)('sender → fault proxy → inbox (real Postgre
     });
     cleanups.push(() => sender.close());
 
-    const events = 2000;
-    const keys = 100;
+    const events = sized(500, 2000);
+    const keys = sized(50, 100);
     const random = seededRandom(99);
     const plan = Array.from({ length: events }, (_, i) => ({
       id: `e2e-${i}`,

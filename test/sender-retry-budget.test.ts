@@ -11,6 +11,7 @@ import {
   parseRetryAfter,
   type Sender,
 } from '../src/sender/index.js';
+import { freshPGlite } from './support/databases.js';
 import { recordingServer } from './support/recording-server.js';
 
 let sender: Sender | undefined;
@@ -319,7 +320,9 @@ describe('12. redirects, and several signing secrets', () => {
     const old = `whsec_${Buffer.from('the old key').toString('base64')}`;
     const next = `whsec_${Buffer.from('the new key').toString('base64')}`;
     for (const known of [old, next]) {
+      // A PGlite from the suite's template: the default in-memory database would run initdb.
       const inbox = createInbox({
+        db: await freshPGlite(),
         verify: standardWebhooks({ secret: known }),
         handle: () => {},
         sweepIntervalMs: 0,

@@ -5,6 +5,7 @@ import { PGlite } from '@electric-sql/pglite';
 import { build } from 'esbuild';
 import type { TestProject } from 'vitest/node';
 import { CHILD_SCRIPTS } from './child-scripts.js';
+import { fileCpuLog } from './slowest-reporter.js';
 
 declare module 'vitest' {
   export interface ProvidedContext {
@@ -12,6 +13,7 @@ declare module 'vitest' {
     redisUrl: string | null;
     pgliteTemplate: string;
     childScripts: Record<string, string>;
+    fileCpuLog: string;
   }
 }
 
@@ -79,6 +81,7 @@ export default async function setup(project: TestProject) {
   project.provide('pgliteTemplate', template);
   const children = await childScripts();
   project.provide('childScripts', children.bundles);
+  project.provide('fileCpuLog', fileCpuLog);
   const scratch = [template, children.dir];
   if (process.env.WEBHOOK_INBOX_SERVERS === 'none') {
     // As on a machine with only Node: PGlite, no servers (what `npm install && npm test` meets there).
