@@ -3,8 +3,8 @@
  * slowest-files report. On this 2-core machine the suite is CPU-bound, so a file's CPU, not its
  * wall time (which grows with whatever runs beside it), is what it takes from the budget.
  *
- * Each file runs in a process of its own, so the process's CPU at its last hook is the file's:
- * its imports, its tests, and the child processes it started and waited for (the kernel adds a
+ * A file's CPU is its process's from just before the file is imported to its last hook: its
+ * imports, its tests, and the child processes it started and waited for (the kernel adds a
  * child's CPU to its parent's once the child is reaped). PostgreSQL's share is not counted.
  */
 import { appendFileSync, readFileSync } from 'node:fs';
@@ -23,9 +23,13 @@ function cpuMs(): number | undefined {
   }
 }
 
+/** vitest runs this file again before each test file, in a worker shared by several files too. */
+const start = cpuMs();
+
 afterAll(() => {
-  const ms = cpuMs();
+  const end = cpuMs();
   const path = expect.getState().testPath;
-  if (ms === undefined || !path) return;
-  appendFileSync(inject('fileCpuLog'), `${JSON.stringify({ file: relative(process.cwd(), path), ms })}\n`);
+  if (start === undefined || end === undefined || !path) return;
+  const line = { file: relative(process.cwd(), path), ms: end - start };
+  appendFileSync(inject('fileCpuLog'), `${JSON.stringify(line)}\n`);
 });

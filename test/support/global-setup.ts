@@ -71,24 +71,35 @@ function answers(host: string, port: number): Promise<boolean> {
   });
 }
 
+/** What the run provides to every test file. */
+interface Provided {
+  pgliteTemplate: string;
+  childScripts: Record<string, string>;
+  fileCpuLog: string;
+  postgresUrl: string | null;
+  redisUrl: string | null;
+  /** Files and directories removed when the run ends. */
+  scratch: string[];
+}
+
 /**
  * Finds the real servers: DATABASE_URL / REDIS_URL, or a server answering on 127.0.0.1.
  * With WEBHOOK_INBOX_REQUIRE_SERVERS=1 (set by .ci/run) a missing server fails the run
  * instead of quietly leaving the suites to PGlite.
  */
-export default async function setup(project: TestProject) {
-  const template = await pgliteTemplate();
-  project.provide('pgliteTemplate', template);
+async function prepare(): Promise<Provided> {
+  const pgliteTemplatePath = await pgliteTemplate();
   const children = await childScripts();
-  project.provide('childScripts', children.bundles);
-  project.provide('fileCpuLog', fileCpuLog);
-  const scratch = [template, children.dir];
+  const common = {
+    pgliteTemplate: pgliteTemplatePath,
+    childScripts: children.bundles,
+    fileCpuLog,
+    scratch: [pgliteTemplatePath, children.dir],
+  };
   if (process.env.WEBHOOK_INBOX_SERVERS === 'none') {
     // As on a machine with only Node: PGlite, no servers (what `npm install && npm test` meets there).
     console.log('webhook-inbox tests: PGlite (embedded) only, WEBHOOK_INBOX_SERVERS=none');
-    project.provide('postgresUrl', null);
-    project.provide('redisUrl', null);
-    return removeScratch(scratch);
+    return { ...common, postgresUrl: null, redisUrl: null };
   }
   const pg =
     process.env.DATABASE_URL ||
@@ -101,14 +112,29 @@ export default async function setup(project: TestProject) {
   console.log(
     `webhook-inbox tests: PGlite (embedded) always; PostgreSQL ${pg ? `at ${pg.replace(/\/\/[^@]*@/, '//')}` : 'NOT available: real-Postgres suites skipped'}; Redis ${redis ?? 'NOT available'}`,
   );
-  project.provide('postgresUrl', pg);
-  project.provide('redisUrl', redis);
-  return removeScratch(scratch);
+  return { ...common, postgresUrl: pg, redisUrl: redis };
 }
 
-/** The teardown vitest runs after every file: the template and the bundles go with the run. */
-function removeScratch(paths: string[]): () => void {
+/**
+ * vitest runs a global setup once per project (vitest.config.ts has two), each through a module
+ * of its own: the run's preparation is kept on the process, made by the first project, and
+ * removed after the last project's teardown.
+ */
+const run = globalThis as { webhookInboxSetup?: Promise<Provided>; webhookInboxProjects?: number };
+
+export default async function setup(project: TestProject) {
+  run.webhookInboxSetup ??= prepare();
+  run.webhookInboxProjects = (run.webhookInboxProjects ?? 0) + 1;
+  const provided = await run.webhookInboxSetup;
+  project.provide('pgliteTemplate', provided.pgliteTemplate);
+  project.provide('childScripts', provided.childScripts);
+  project.provide('fileCpuLog', provided.fileCpuLog);
+  project.provide('postgresUrl', provided.postgresUrl);
+  project.provide('redisUrl', provided.redisUrl);
   return () => {
-    for (const path of paths) rmSync(path, { recursive: true, force: true });
+    run.webhookInboxProjects = (run.webhookInboxProjects ?? 1) - 1;
+    if (run.webhookInboxProjects > 0) return;
+    for (const path of provided.scratch) rmSync(path, { recursive: true, force: true });
+    run.webhookInboxSetup = undefined;
   };
 }
