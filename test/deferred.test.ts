@@ -355,15 +355,31 @@ onPostgres('deferred mode with two instances on one database (PostgreSQL)', () =
 
   it('a handler slower than the sender timeout: deferred answers in time, so the sender never retries and the event applies once', async () => {
     t = await target.open();
-    const deferred = await ledgerOn(t.db, { workers: 1 }, 800);
+    // The handler waits until the sender has its answer: an acknowledgement that waited for the
+    // handler would never come, the sender would time out and deliver again.
+    let answered!: () => void;
+    const gate = new Promise<void>((resolve) => {
+      answered = resolve;
+    });
+    const deferred = await startLedger({
+      ledgerSchema: t.appSchema,
+      wrapHandler: (handle) => async (event, context) => {
+        await gate;
+        return handle(event, context);
+      },
+      inbox: { db: t.db, schema: t.schema, mode: 'deferred', sweepIntervalMs: 100, workers: 1 },
+    });
+    apps.push(deferred);
+    watchInvariants(deferred.inbox);
     const id = uid('slow');
     const sent = await deliver(
       `${deferred.url}/webhooks`,
       id,
       { amount: 5 },
       {},
-      { timeoutMs: 300, attempts: 10 },
+      { timeoutMs: 10_000, attempts: 10 },
     );
+    answered();
     expect(sent).toMatchObject({ status: 202, attempts: 1 });
     await settle([deferred.inbox], t.schema);
     expect(await entries(deferred, 'none')).toEqual([{ id, seq: null, amount: 5 }]);
