@@ -27,7 +27,8 @@ import type {
 } from './operations/index.js';
 import type { InboxOptions, ResolvedOptions } from './options.js';
 import type { Outcome } from './outcome.js';
-import { deliveriesSettled, receive, receiveStream } from './receive/pipeline.js';
+import { deliveriesSettled } from './receive/admission.js';
+import { receive, receiveStream } from './receive/pipeline.js';
 import type { BodyStream } from './receive/raw-body.js';
 import type { Delivery } from './receive/request.js';
 import { outcomeForError } from './receive/respond.js';
