@@ -1,8 +1,7 @@
 import { createHash } from 'node:crypto';
 import type { KyselyPlugin, PluginTransformQueryArgs, PluginTransformResultArgs, Transaction } from 'kysely';
 import { HandlerError, HandlerTimeoutError } from './errors.js';
-import type { HandlerContext, InboxEvent } from './event.js';
-import type { Handler } from './options.js';
+import type { Handler, HandlerContext, InboxEvent } from './event.js';
 
 /**
  * A stable key for one outbound call of one event, for APIs that accept `Idempotency-Key`:

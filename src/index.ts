@@ -20,7 +20,7 @@ export {
   RejectEvent,
   UnauthorizedDeliveryError,
 } from './errors.js';
-export type { HandlerContext, InboxEvent } from './event.js';
+export type { Handler, HandlerContext, InboxEvent } from './event.js';
 export type {
   EventMapOf,
   EventTypeMap,
@@ -66,7 +66,7 @@ export type {
   SkipResult,
 } from './operations/index.js';
 export { Operations, openOperations } from './operations/index.js';
-export type { Handler, InboxOptions, ResolvedOptions } from './options.js';
+export type { InboxOptions } from './options.js';
 export type { Outcome } from './outcome.js';
 export { OutcomeKind, responseText } from './outcome.js';
 export { SECRET_HEADERS } from './payload.js';
@@ -84,5 +84,6 @@ export {
   stripeSignature,
 } from './receive/verify.js';
 export type { RedisInput, RedisLike } from './redis-cache.js';
+export type { ResolvedOptions } from './resolve-options.js';
 export type { KeyState, StoredEvent } from './sql/inspect.js';
 export { SpanAttributes } from './tracing.js';

@@ -179,7 +179,7 @@ describe('the round trips of a new event, against test/round-trips.test.ts', () 
     const stated = [
       /your handler's\s+statements \+ (\d+) round trips per new event/.exec(read('README.md')),
       /\| new event, applied now \|[^|]*= yours \+ (\d+)/.exec(read('docs/how-it-works.md')),
-      /unique event, applied now[^]*?= the handler's \+ (\d+)/.exec(read('ARCHITECTURE.md')),
+      /unique event, applied now[\s\S]*?= the handler's \+ (\d+)/.exec(read('ARCHITECTURE.md')),
     ].map((m) => Number(m?.[1]));
     expect(stated).toEqual([pinned, pinned, pinned]);
   });

@@ -1,7 +1,7 @@
 import { sql } from 'kysely';
 import { describe, expect, it } from 'vitest';
 import { createInbox, migrations } from '../src/index.js';
-import { runMigrations } from '../src/migrations.js';
+import { runMigrations } from '../src/migration-runner.js';
 import { createTables } from '../src/sql/tables.js';
 import { postgresTarget } from './support/databases.js';
 

@@ -1,5 +1,6 @@
+import { mismatchOf } from '../mismatch.js';
 import type { Outcome } from '../outcome.js';
-import { type CachedEvent, mismatchOf } from '../processed-cache.js';
+import type { CachedEvent } from '../processed-cache.js';
 import type { Runtime } from '../runtime.js';
 import type { ParsedDelivery } from './delivery.js';
 import * as respond from './respond.js';

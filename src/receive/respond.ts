@@ -9,8 +9,8 @@ import {
   RawBodyUnavailableError,
   UnauthorizedDeliveryError,
 } from '../errors.js';
-import type { ResolvedOptions } from '../options.js';
 import { type Outcome, OutcomeKind, ok, problem } from '../outcome.js';
+import type { ResolvedOptions } from '../resolve-options.js';
 import type { Runtime } from '../runtime.js';
 import type { ClaimRow } from '../sql/claim.js';
 import { CONTENDED, sqlState } from '../sql/sql-state.js';

@@ -1,8 +1,9 @@
 import type { Kysely } from 'kysely';
+import { fromJsonText, toDate, toNumber } from '../column-readers.js';
 import type { StatementNames } from '../drivers/common.js';
 import { APPLY_SAVEPOINT } from './failed-run.js';
 import { readIdRow, takeIdLock } from './id-lock.js';
-import { defineStatement, fromJsonText, type Tables, toDate, toNumber } from './tables.js';
+import { defineStatement, type Tables } from './tables.js';
 
 /**
  * `claim_latest`: the claim of an event under latest-wins ordering (`order: { policy: 'latest' }`).

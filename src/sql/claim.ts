@@ -1,9 +1,10 @@
 import type { Kysely } from 'kysely';
+import { fromJsonText, toBoolean, toDate, toNumber } from '../column-readers.js';
 import type { StatementNames } from '../drivers/common.js';
 import { APPLY_SAVEPOINT } from './failed-run.js';
 import { readIdRow, takeIdLock } from './id-lock.js';
 import { notifyPending } from './notify-pending.js';
-import { defineStatement, fromJsonText, type Tables, toBoolean, toDate, toNumber } from './tables.js';
+import { defineStatement, type Tables } from './tables.js';
 
 /**
  * `claim`: everything the inbox decides about a delivery, in one round trip, inside the

@@ -1,10 +1,11 @@
 import type { Kysely } from 'kysely';
+import { fromJsonText, toBoolean, toNumber } from '../column-readers.js';
 import type { StatementNames } from '../drivers/common.js';
-import { mismatchOf } from '../processed-cache.js';
+import { mismatchOf } from '../mismatch.js';
 import type { ClaimArgs, ClaimRow } from './claim.js';
 import { APPLY_SAVEPOINT } from './failed-run.js';
 import { idLockKey } from './id-lock.js';
-import { defineStatement, fromJsonText, type Statement, type Tables, toBoolean, toNumber } from './tables.js';
+import { defineStatement, type Statement, type Tables } from './tables.js';
 
 /**
  * The try-claim: an unordered delivery applied inline, claimed without the `claim` function
