@@ -1,6 +1,6 @@
 /**
  * Folded statements are prepared once per connection: parsed under names of their own in a
- * pipeline on node-postgres's clients (src/drivers/pipeline.ts), PREPAREd and EXECUTEd as text on
+ * pipeline on node-postgres's clients (src/drivers/extended-protocol.ts), PREPAREd and EXECUTEd as text on
  * a pg-shaped wrapper (src/drivers/fold.ts). A connection that lost them (DISCARD ALL or
  * DEALLOCATE ALL by someone else, a pooler that swapped backends) must not fail a delivery: its
  * pipelines parse each statement anew from then on; a wrapper folds text from then on. Nor must a pool that wraps one

@@ -33,7 +33,7 @@ export interface StatementEntry {
   readonly prepared: string | undefined;
   /**
    * The name it is parsed under on the extended protocol when folds are pipelined
-   * (src/drivers/pipeline.ts): distinct from `prepared` and from `name`, so that a session
+   * (src/drivers/extended-protocol.ts): distinct from `prepared` and from `name`, so that a session
    * never meets one of ours under another's name.
    */
   readonly pipelined: string;

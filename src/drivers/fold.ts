@@ -2,7 +2,7 @@
  * Folding, shared by our two drivers (src/drivers/pg.ts, src/drivers/pglite.ts): BEGIN is not
  * sent on its own. It waits for the transaction's first statement and, when that is one
  * registered `after-begin` (the claim, the take statements), both go in one round trip: as a
- * pipeline on node-postgres's own clients (src/drivers/pipeline.ts: a Bind and an Execute of
+ * pipeline on node-postgres's own clients (src/drivers/extended-protocol.ts: a Bind and an Execute of
  * each, one Sync, the values bound as parameters), elsewhere as one simple-protocol query of
  * text (`begin; execute <prepared>('…', …)`). A statement registered `before-commit` (the
  * stored result) is held back and sent with COMMIT. A new event then costs what a bare
@@ -27,8 +27,8 @@
  * transaction that commits before the answer leaves the server.
  */
 import type { CompiledQuery, DatabaseConnection, QueryResult, TransactionSettings } from 'kysely';
-import pg from 'pg';
 import { beginStatement, type StatementEntry, type StatementNames } from './common.js';
+import { inline, literalsOf } from './literals.js';
 
 /**
  * Which folding statements are PREPAREd on a session (keyed by the object that outlives our
@@ -64,76 +64,12 @@ export interface FoldState {
   textOnly: boolean;
 }
 
-/** Past this many characters of literals, folding costs more CPU than the round trip it saves. */
-const MAX_FOLDED_CHARS = 64 * 1024;
-
 /**
  * The isolation of every transaction the inbox opens (ARCHITECTURE.md, "READ COMMITTED,
  * always"), for a statement that is its own transaction: first in its query, it sets the
  * implicit transaction's, whatever the server's `default_transaction_isolation`.
  */
 const ALONE_READ_COMMITTED = 'set transaction isolation level read committed';
-
-const { escapeLiteral } = pg;
-const NEEDS_ESCAPING = /['\\]/;
-
-/** One value as a SQL literal, or undefined when it cannot (or should not) be folded. */
-export function literal(value: unknown): string | undefined {
-  if (value === null || value === undefined) return 'null';
-  switch (typeof value) {
-    case 'boolean':
-      return value ? 'true' : 'false';
-    case 'number':
-      return Number.isFinite(value) ? String(value) : undefined;
-    case 'bigint':
-      return value.toString();
-    case 'string':
-      // What escapeLiteral returns for text without quotes or backslashes, without its
-      // character-by-character loop (ids, hashes, JSON of most results).
-      return NEEDS_ESCAPING.test(value) ? escapeLiteral(value) : `'${value}'`;
-  }
-  if (value instanceof Uint8Array)
-    return `${escapeLiteral(`\\x${Buffer.from(value).toString('hex')}`)}::bytea`;
-  if (value instanceof Date) return `${escapeLiteral(value.toISOString())}::timestamptz`;
-  return undefined;
-}
-
-/** The literals of a statement's parameters, or undefined when they cannot (or should not) be folded. */
-function literalsOf(compiled: CompiledQuery): string[] | undefined {
-  let size = 0;
-  const literals: string[] = [];
-  for (const value of compiled.parameters) {
-    const text = literal(value);
-    if (text === undefined) return undefined;
-    size += text.length;
-    if (size > MAX_FOLDED_CHARS) return undefined;
-    literals.push(text);
-  }
-  return literals;
-}
-
-/**
- * A statement's text with its `$n` placeholders replaced by literals. Registered statements are
- * ours: their text has no `$` but the placeholders.
- */
-function inline(sql: string, literals: string[]): string {
-  const parts = placeholderSplit(sql);
-  let text = parts[0] as string;
-  for (let i = 1; i < parts.length; i += 2) text += literals[(parts[i] as number) - 1] + parts[i + 1];
-  return text;
-}
-
-/** A statement's text split around its `$n` placeholders (text, n, text, …), once per text. */
-const splits = new Map<string, Array<string | number>>();
-function placeholderSplit(sql: string): Array<string | number> {
-  let parts = splits.get(sql);
-  if (!parts) {
-    parts = sql.split(/\$(\d+)/).map((part, i) => (i % 2 === 1 ? Number(part) : part));
-    // Registered statements only (a handful per schema); a bound keeps a misuse from growing it.
-    if (splits.size < 1000) splits.set(sql, parts);
-  }
-  return parts;
-}
 
 /** A statement of a pipeline as a driver gets it: its protocol name (registered ones), text and values. */
 export interface PipelinePart {
@@ -179,7 +115,7 @@ export abstract class FoldingConnection implements DatabaseConnection {
   protected abstract simpleAll<R>(text: string): Promise<QueryResult<R>[]>;
 
   /**
-   * Several statements on the extended protocol in one round trip (src/drivers/pipeline.ts),
+   * Several statements on the extended protocol in one round trip (src/drivers/extended-protocol.ts),
    * where the driver can: then folds bind their values instead of writing them as literals.
    * Undefined where it cannot (PGlite, a pg-shaped wrapper): folds are text.
    */

@@ -4,7 +4,7 @@
  * - Hot-path statements are named prepared statements (see `StatementNames`).
  * - Folding (src/drivers/fold.ts): BEGIN rides on the claim, the stored result on COMMIT, so
  *   that a new event costs the round trips of a bare transaction. On node-postgres's own
- *   clients a fold is a pipeline (src/drivers/pipeline.ts), its values bound as parameters; on a
+ *   clients a fold is a pipeline (src/drivers/extended-protocol.ts), its values bound as parameters; on a
  *   pg-shaped wrapper it is simple-protocol text, an `EXECUTE` of a statement PREPAREd once per
  *   connection.
  */
@@ -12,8 +12,8 @@
 import type { CompiledQuery, DatabaseConnection, Driver, QueryResult, TransactionSettings } from 'kysely';
 import pg from 'pg';
 import { boundedWait, pipelinedTextName, type StatementEntry, type StatementNames } from './common.js';
+import { forgetParsed, type PipelineResult, runPipeline } from './extended-protocol.js';
 import { FoldingConnection, type FoldState, type PipelinePart } from './fold.js';
-import { forgetParsed, type PipelineResult, runPipeline } from './pipeline.js';
 import type { PgClientLike, PgPoolLike } from './shapes.js';
 
 const MUTATING = new Set(['INSERT', 'UPDATE', 'DELETE', 'MERGE']);
