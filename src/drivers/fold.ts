@@ -29,11 +29,11 @@
 import type { CompiledQuery, DatabaseConnection, QueryResult, TransactionSettings } from 'kysely';
 import { beginStatement, type StatementEntry, type StatementNames } from './common.js';
 import { inline, literalsOf } from './literals.js';
+import { type Session, sessionOf } from './session.js';
 
-/**
- * Which folding statements are PREPAREd on a session (keyed by the object that outlives our
- * connection object: pg's pooled client, the PGlite instance), or 'inline' when folds on it
- * carry the statement's text.
+/*
+ * Which folding statements are PREPAREd on a session (`Session.prepared`, src/drivers/session.ts),
+ * or 'inline' when folds on it carry the statement's text.
  *
  * Folded as text, a statement travels on the simple protocol, where Postgres parses, analyses
  * and plans its text every time; `execute <prepared>(literals)` skips all of that
@@ -45,7 +45,6 @@ import { inline, literalsOf } from './literals.js';
  * on: slower, never wrong. A pool that hands out a new client object for the same connection
  * costs one failed PREPARE per object.
  */
-const preparedOn = new WeakMap<object, Set<string> | 'inline'>();
 const DUPLICATE_PREPARED_STATEMENT = '42P05';
 const UNDEFINED_PREPARED_STATEMENT = '26000';
 
@@ -101,10 +100,15 @@ export abstract class FoldingConnection implements DatabaseConnection {
 
   constructor(
     readonly names: StatementNames,
-    /** What the session's prepared statements are remembered on (it outlives this object). */
-    readonly session: object,
+    /** The object the session lives on (it outlives this object): pg's pooled client, the PGlite instance. */
+    handle: object,
     readonly folds: FoldState = { textOnly: false },
-  ) {}
+  ) {
+    this.session = sessionOf(handle);
+  }
+
+  /** Where this connection's session keeps what outlives it (src/drivers/session.ts). */
+  protected readonly session: Session;
 
   /** Whether a transaction was begun (sent or not). */
   protected get inTransaction(): boolean {
@@ -138,7 +142,7 @@ export abstract class FoldingConnection implements DatabaseConnection {
   protected foldText(compiled: CompiledQuery, entry: StatementEntry | undefined): string | undefined {
     const literals = literalsOf(compiled);
     if (literals === undefined) return undefined;
-    const prepared = preparedOn.get(this.session);
+    const prepared = this.session.prepared;
     if (entry?.prepared && !this.folds.textOnly && prepared instanceof Set && prepared.has(entry.prepared)) {
       return literals.length
         ? `execute ${entry.prepared}(${literals.join(', ')})`
@@ -154,7 +158,7 @@ export abstract class FoldingConnection implements DatabaseConnection {
    */
   #simpleFolded<R>(text: string): Promise<QueryResult<R>[]> {
     return this.simpleAll<R>(text).then(undefined, (err) => {
-      if (sqlState(err) === UNDEFINED_PREPARED_STATEMENT) preparedOn.set(this.session, 'inline');
+      if (sqlState(err) === UNDEFINED_PREPARED_STATEMENT) this.session.prepared = 'inline';
       throw err;
     });
   }
@@ -166,18 +170,18 @@ export abstract class FoldingConnection implements DatabaseConnection {
    * wraps one connection in several client objects) leaves it folding text.
    */
   async #prepareFolds(): Promise<void> {
-    const prepared = preparedOn.get(this.session);
+    const prepared = this.session.prepared;
     const have = prepared instanceof Set ? prepared : new Set<string>();
     const missing = [...this.names.preparable()].filter(([, e]) => !have.has(e.prepared));
     try {
       await this.simple(missing.map(([text, e]) => `prepare ${e.prepared} as ${text}`).join('; '));
       for (const [, e] of missing) have.add(e.prepared);
-      preparedOn.set(this.session, have);
+      this.session.prepared = have;
     } catch (err) {
       // Without a SQLSTATE the connection itself failed: nothing to fall back to.
       const code = sqlState(err);
       if (code === undefined) throw err;
-      preparedOn.set(this.session, 'inline');
+      this.session.prepared = 'inline';
       if (code === DUPLICATE_PREPARED_STATEMENT) this.folds.textOnly = true;
     }
   }
@@ -193,7 +197,7 @@ export abstract class FoldingConnection implements DatabaseConnection {
     entry: StatementEntry,
     then: string | undefined,
   ): Promise<QueryResult<R> | undefined> {
-    const prepared = preparedOn.get(this.session);
+    const prepared = this.session.prepared;
     if (
       !this.#pipelines(begin) &&
       entry.prepared &&
