@@ -139,7 +139,9 @@ async function applyTaken<T>(
       took = await step.take(tx);
       const events = eventsOf(took);
       for (let i = 0; i < events.length; i++) {
-        if (i > 0 || !rt.database.sendsCompanions) await rt.statements.applySavepoint(tx);
+        // The first event's savepoint is the take's; each next one's is sent before it.
+        const savepoint = i > 0 ? rt.statements.applySavepoint : rt.statements.takeSavepoint;
+        if (savepoint) await savepoint(tx);
         runs.push(await runTaken(rt, tx, events[i] as TakenEvent, step, step.parent));
       }
       // The take's `then` sent the next event's savepoint after it (after the previous event's
@@ -148,7 +150,7 @@ async function applyTaken<T>(
       while (last && step.next) {
         const next = await step.next(tx, last);
         if (!next) break;
-        if (!rt.database.sendsCompanions) await rt.statements.applySavepoint(tx);
+        if (rt.statements.takeSavepoint) await rt.statements.takeSavepoint(tx);
         last = await runTaken(rt, tx, next.event, step, next.parent);
         runs.push(last);
       }

@@ -1,10 +1,10 @@
 /**
  * Folding, shared by our two drivers (src/drivers/pg.ts, src/drivers/pglite.ts): BEGIN is not
  * sent on its own. It waits for the transaction's first statement and, when that is one
- * registered `after-begin` (the claim, the take statements), both go in one round trip: as a
+ * that rides on `begin` (the claim, the take statements), both go in one round trip: as a
  * pipeline on node-postgres's own clients (src/drivers/extended-protocol.ts: a Bind and an Execute of
  * each, one Sync, the values bound as parameters), elsewhere as one simple-protocol query of
- * text (`begin; execute <prepared>('…', …)`). A statement registered `before-commit` (the
+ * text (`begin; execute <prepared>('…', …)`). A statement that rides on `commit` (the
  * stored result) is held back and sent with COMMIT. A new event then costs what a bare
  * transaction costs: BEGIN+claim, the handler's statements, result+COMMIT. A statement may
  * name one to send right after it (`then`: the SAVEPOINT after a take). Held-back statements
@@ -22,12 +22,12 @@
  * instead, with BEGIN sent first. A pipeline binds every value as a parameter, whatever its
  * size. A transaction that sends nothing sends neither BEGIN nor COMMIT.
  *
- * An `after-begin` statement sent outside a transaction is a transaction of its own (deferred
+ * A statement that rides on `begin`, sent outside a transaction is a transaction of its own (deferred
  * mode's claim): `SET TRANSACTION` rides on it, and PostgreSQL runs the two as one implicit
  * transaction that commits before the answer leaves the server.
  */
 import type { CompiledQuery, DatabaseConnection, QueryResult, TransactionSettings } from 'kysely';
-import { beginStatement, type StatementEntry, type StatementNames } from './common.js';
+import { beginStatement, type StatementEntry, type StatementNames, type StatementResult } from './common.js';
 import { inline, literalsOf } from './literals.js';
 import { type Session, sessionOf } from './session.js';
 
@@ -237,7 +237,7 @@ export abstract class FoldingConnection implements DatabaseConnection {
     return this.#sendParts<R>(parts)?.then((results) => {
       const at = results.length - (then ? 2 : 1);
       const result = results[at] ?? { rows: [] };
-      return entry.first === undefined ? result : joinFirst(results[at - 1], result);
+      return entry.first === undefined ? result : withFirst(results[at - 1], result);
     });
   }
 
@@ -286,7 +286,7 @@ export abstract class FoldingConnection implements DatabaseConnection {
         : await this.send<R>({ ...compiled, sql: entry.first }, this.names.get(entry.first));
     const result = await this.send<R>(compiled, entry);
     if (then) await this.simple(then);
-    return first === undefined ? result : joinFirst(first, result);
+    return first === undefined ? result : withFirst(first, result);
   }
 
   begin(settings: TransactionSettings): void {
@@ -344,15 +344,15 @@ export abstract class FoldingConnection implements DatabaseConnection {
     if (
       this.#begin === undefined &&
       this.#tails.length === 0 &&
-      (entry === undefined || (entry.fold === undefined && entry.first === undefined && !entry.then))
+      (entry === undefined || (entry.rides === 'none' && entry.first === undefined && !entry.then))
     )
       return this.send<R>(compiled, entry);
     return this.#execute<R>(compiled, entry);
   }
 
   async #execute<R>(compiled: CompiledQuery, entry: StatementEntry | undefined): Promise<QueryResult<R>> {
-    if (entry?.fold === 'after-begin' && !this.#inTransaction) return this.#alone<R>(compiled, entry);
-    if (entry?.fold === 'before-commit' && this.#inTransaction) {
+    if (entry?.rides === 'begin' && !this.#inTransaction) return this.#alone<R>(compiled, entry);
+    if (entry?.rides === 'commit' && this.#inTransaction) {
       this.#tails.push(compiled);
       return { rows: [] };
     }
@@ -367,7 +367,7 @@ export abstract class FoldingConnection implements DatabaseConnection {
     if (this.#begin !== undefined) {
       const begin = this.#begin;
       this.#begin = undefined;
-      if (entry?.fold === 'after-begin') {
+      if (entry?.rides === 'begin') {
         const folded = await this.foldOnBegin<R>(begin, compiled, entry, entry.then);
         if (folded) return folded;
       }
@@ -422,16 +422,7 @@ export abstract class FoldingConnection implements DatabaseConnection {
 /** What COMMIT answers: nothing the caller reads. */
 function nothing(): void {}
 
-/**
- * A statement's result with the one row of its `first` written into each of its rows (the
- * try-claim's read gets the try-lock's `locked`), over the same-named columns. In place: a
- * copy of each row by spread cost more than the statement's own parsing (measured in the CPU
- * profile at 1,000 requests/s), and a statement that selects a placeholder of that name keeps
- * its rows' shape when it is written.
- */
-function joinFirst<R>(first: QueryResult<R> | undefined, result: QueryResult<R>): QueryResult<R> {
-  const row = first?.rows[0] as Record<string, unknown> | undefined;
-  if (row === undefined) return result;
-  for (const r of result.rows as Record<string, unknown>[]) for (const column in row) r[column] = row[column];
-  return result;
+/** A statement's result with its `first`'s beside it (the try-claim's read, with the try-lock's answer). */
+function withFirst<R>(first: QueryResult<unknown> | undefined, result: QueryResult<R>): StatementResult<R> {
+  return first === undefined ? result : { ...result, first };
 }

@@ -40,13 +40,9 @@ export function createApplySavepoint(names: StatementNames, t: Tables) {
  * after the handler, so there the WHERE matches nothing). Then `fail` counts the attempt.
  */
 export function createUndoTake(names: StatementNames, t: Tables) {
-  const rollback = defineStatement(
-    names,
-    t,
-    'rollback_to_apply',
-    'rollback to savepoint wi_apply',
-    'before-commit',
-  );
+  const rollback = defineStatement(names, t, 'rollback_to_apply', 'rollback to savepoint wi_apply', {
+    rides: 'commit',
+  });
   const revert = defineStatement(
     names,
     t,
@@ -54,14 +50,14 @@ export function createUndoTake(names: StatementNames, t: Tables) {
     `update ${t.events} set status = $3, processed_at = null,
        payload = coalesce(payload, $4), headers = coalesce(headers, $5::jsonb)
      where source = $1 and id = $2 and status <> $3`,
-    'before-commit',
+    { rides: 'commit' },
   );
   const rewind = defineStatement(
     names,
     t,
     'rewind_cursor',
     `update ${t.keys} set next_seq = $3::bigint where source = $1 and key = $2 and next_seq = $3::bigint + 1`,
-    'before-commit',
+    { rides: 'commit' },
   );
   return async function undoTake(
     db: Kysely<any>,

@@ -24,7 +24,7 @@ export function createRecordApplied(names: StatementNames, t: Tables) {
     'record_applied',
     `insert into ${t.events} (source, id, key, seq, body_hash, status, processed_at, result, payload, headers, type)
      values ($1, $2, $3, $4::bigint, $5, $9, now(), $6::jsonb, $7, $8::jsonb, $10)`,
-    'before-commit',
+    { rides: 'commit' },
   );
   return async function recordApplied(
     db: Kysely<any>,

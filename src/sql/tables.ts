@@ -1,5 +1,5 @@
 import { CompiledQuery, type Kysely } from 'kysely';
-import type { Fold, StatementNames } from '../drivers/common.js';
+import type { Rides, StatementNames, StatementResult } from '../drivers/common.js';
 
 /**
  * Qualified, quoted names of the inbox's tables and functions. The schema and prefix are
@@ -35,10 +35,29 @@ export function createTables(schema: string, prefix: string): Tables {
   };
 }
 
-/** A statement with a fixed text, sent as a named prepared statement where the driver can. */
+/**
+ * A statement with a fixed text, and how it travels (sent as a named prepared statement where
+ * the driver can). The contract is read by our drivers (src/drivers/common.ts, `Rides`;
+ * src/drivers/fold.ts): from here to the wire, see ARCHITECTURE.md, "One statement to the wire".
+ */
 export interface Statement {
   readonly text: string;
   run<R>(db: Kysely<any>, parameters: readonly unknown[]): Promise<R[]>;
+  /** The rows, with the result of the statement's `first` beside them (on our drivers). */
+  result<R>(db: Kysely<any>, parameters: readonly unknown[]): Promise<StatementResult<R>>;
+}
+
+/** How a statement travels with its neighbours (src/drivers/common.ts, `Rides`). */
+export interface Travel {
+  readonly rides: Rides;
+  /** A parameterless statement sent right after it, in the same round trip (the SAVEPOINT after a take). */
+  readonly then?: string;
+  /**
+   * A statement sent right before it, with the same parameters, in the same round trip; its
+   * result comes back beside this one's (`result().first`). Two statements, not one: the
+   * second's snapshot is taken after the first ran (READ COMMITTED).
+   */
+  readonly first?: Statement;
 }
 
 export function defineStatement(
@@ -46,17 +65,21 @@ export function defineStatement(
   tables: Tables,
   name: string,
   text: string,
-  fold?: Fold,
-  then?: string,
-  first?: string,
+  travel: Travel = { rides: 'none' },
 ): Statement {
   // Names are per connection, and one pool may serve inboxes in several schemas.
-  names.register(`wi:${tables.schema}.${tables.prefix}${name}`, text, fold, then, first);
+  names.register(`wi:${tables.schema}.${tables.prefix}${name}`, text, {
+    rides: travel.rides,
+    then: travel.then,
+    first: travel.first?.text,
+  });
+  const result = <R>(db: Kysely<any>, parameters: readonly unknown[]) =>
+    db.executeQuery<R>(CompiledQuery.raw(text, parameters as unknown[])) as Promise<StatementResult<R>>;
   return {
     text,
+    result,
     async run<R>(db: Kysely<any>, parameters: readonly unknown[]): Promise<R[]> {
-      const result = await db.executeQuery<R>(CompiledQuery.raw(text, parameters as unknown[]));
-      return result.rows as R[];
+      return (await result<R>(db, parameters)).rows as R[];
     },
   };
 }
