@@ -29,6 +29,7 @@
 import type { CompiledQuery, DatabaseConnection, QueryResult, TransactionSettings } from 'kysely';
 import { beginStatement, type StatementEntry, type StatementNames, type StatementResult } from './common.js';
 import { inline, literalsOf } from './literals.js';
+import { sqlState } from './postgres-error.js';
 import { type Session, sessionOf } from './session.js';
 
 /*
@@ -47,12 +48,6 @@ import { type Session, sessionOf } from './session.js';
  */
 const DUPLICATE_PREPARED_STATEMENT = '42P05';
 const UNDEFINED_PREPARED_STATEMENT = '26000';
-
-/** An error's SQLSTATE; undefined for what is not PostgreSQL's (the connection failed). */
-function sqlState(err: unknown): string | undefined {
-  const code = (err as { code?: unknown } | undefined)?.code;
-  return typeof code === 'string' ? code : undefined;
-}
 
 /**
  * Per pool: set when a PREPARE found its statement already there, i.e. the pool hands out a

@@ -14,6 +14,7 @@ import pg from 'pg';
 import { boundedWait, pipelinedTextName, type StatementEntry, type StatementNames } from './common.js';
 import { forgetParsed, type PipelineResult, runPipeline } from './extended-protocol.js';
 import { FoldingConnection, type FoldState, type PipelinePart } from './fold.js';
+import { sqlState } from './postgres-error.js';
 import type { PgClientLike, PgPoolLike } from './shapes.js';
 
 const MUTATING = new Set(['INSERT', 'UPDATE', 'DELETE', 'MERGE']);
@@ -90,7 +91,7 @@ class PgConnection extends FoldingConnection {
       (err) => {
         // A statement of ours is gone (DISCARD ALL, a pooler that swapped backends): this
         // session's pipelines parse every statement anew from now on.
-        if ((err as { code?: unknown })?.code === '26000') forgetParsed(this.client);
+        if (sqlState(err) === '26000') forgetParsed(this.client);
         throw this.#failed(err);
       },
     );
@@ -138,9 +139,7 @@ class PgConnection extends FoldingConnection {
    * (socket closed, backend terminated) means the pool must not hand it out again.
    */
   #failed(err: unknown): unknown {
-    if (!(err && typeof err === 'object' && 'code' in err && typeof err.code === 'string')) {
-      this.broken = err as Error;
-    }
+    if (sqlState(err) === undefined) this.broken = err as Error;
     return err;
   }
 }

@@ -4,10 +4,10 @@
  */
 import { type Kysely, type RawBuilder, sql, type Transaction } from 'kysely';
 import { toNumber } from '../column-readers.js';
+import { sqlState } from '../drivers/postgres-error.js';
 import { parseDuration } from '../duration.js';
 import { OperationError } from '../errors.js';
 import { DEFAULT_LOCK_TIMEOUT_MS } from '../options.js';
-import { sqlState } from '../sql/sql-state.js';
 import type { Tables } from '../sql/tables.js';
 
 /** The most rows one list or `--all` action handles. */

@@ -4,10 +4,3 @@
 // it; 0.1.0's did not): the last guard;
 // the loser's retry then sees the row and answers from it (422, or a duplicate).
 export const CONTENDED = new Set(['55P03', '40P01', '40001', '23505']);
-
-/** The SQLSTATE of a Postgres error, or undefined for anything else (a socket error, a bug). */
-export function sqlState(err: unknown): string | undefined {
-  return err && typeof err === 'object' && 'code' in err && typeof err.code === 'string'
-    ? err.code
-    : undefined;
-}
