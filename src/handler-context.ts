@@ -62,7 +62,7 @@ class RefuseAfterAbort implements KyselyPlugin {
  * are those of the Kysely instance the user passed as `db`, which the inbox's own statements
  * run without (src/database.ts): the handler's `tx` has them, as the user's instance would.
  */
-export async function runHandler(
+export async function runWithContext(
   handle: Handler,
   event: InboxEvent,
   tx: Transaction<any>,

@@ -62,7 +62,7 @@ function layerOf(layers: string[][], file: string): { rank: number; name: string
 }
 
 /** Every import that breaks a rule of ARCHITECTURE.md, as `from -> to (why)`. */
-export function brokenRules(graph: Map<string, string[]>): string[] {
+function brokenRules(graph: Map<string, string[]>): string[] {
   const layers = block('layers');
   const only = block('only');
   const broken: string[] = [];
@@ -86,7 +86,7 @@ export function brokenRules(graph: Map<string, string[]>): string[] {
 }
 
 /** Import circles (strongly connected components of more than one file, or a file importing itself). */
-export function circles(graph: Map<string, string[]>): string[][] {
+function circles(graph: Map<string, string[]>): string[][] {
   const index = new Map<string, number>();
   const low = new Map<string, number>();
   const stack: string[] = [];

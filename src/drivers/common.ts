@@ -23,7 +23,7 @@ export interface StatementEntry {
   readonly name: string;
   readonly rides: Rides;
   /** A parameterless statement every driver sends right after this one (a SAVEPOINT). */
-  readonly then: string | undefined;
+  readonly after: string | undefined;
   /**
    * The text of a registered statement our drivers send right before this one, with the same
    * parameters, in the same round trip when they fold; its result is returned beside this one's
@@ -93,12 +93,12 @@ export class StatementNames {
   register(
     name: string,
     text: string,
-    travel: { rides: Rides; then?: string; first?: string } = { rides: 'none' },
+    travel: { rides: Rides; after?: string; first?: string } = { rides: 'none' },
   ): string {
     this.#entries.set(text, {
       name,
       rides: travel.rides,
-      then: travel.then,
+      after: travel.after,
       first: travel.first,
       prepared: PREPARABLE.test(text) ? preparedName(name, text) : undefined,
       pipelined: shortName('wi_pipe', name, text),

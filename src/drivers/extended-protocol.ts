@@ -19,7 +19,7 @@
  * pg-shaped wrapper cannot be trusted to pass through.
  */
 import pg from 'pg';
-import { type Columns, type Session, sessionOf } from './session.js';
+import { type Session, sessionOf } from './session.js';
 
 /** One statement of a pipeline: parsed once per session under `name`, then bound with `values`. */
 export interface PipelineStep {

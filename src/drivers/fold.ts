@@ -7,7 +7,7 @@
  * text (`begin; execute <prepared>('…', …)`). A statement that rides on `commit` (the
  * stored result) is held back and sent with COMMIT. A new event then costs what a bare
  * transaction costs: BEGIN+claim, the handler's statements, result+COMMIT. A statement may
- * name one to send right after it (`then`: the SAVEPOINT after a take). Held-back statements
+ * name one to send right after it (`after`: the SAVEPOINT after a take). Held-back statements
  * ride likewise on the next registered statement, when one comes before COMMIT (a batch of
  * events: the next event's SAVEPOINT carries the last result).
  *
@@ -28,35 +28,9 @@
  */
 import type { CompiledQuery, DatabaseConnection, QueryResult, TransactionSettings } from 'kysely';
 import { beginStatement, type StatementEntry, type StatementNames, type StatementResult } from './common.js';
-import { inline, literalsOf } from './literals.js';
 import { sqlState } from './postgres-error.js';
+import { type FoldState, foldText, prepareFolds, UNDEFINED_PREPARED_STATEMENT } from './prepared-folds.js';
 import { type Session, sessionOf } from './session.js';
-
-/*
- * Which folding statements are PREPAREd on a session (`Session.prepared`, src/drivers/session.ts),
- * or 'inline' when folds on it carry the statement's text.
- *
- * Folded as text, a statement travels on the simple protocol, where Postgres parses, analyses
- * and plans its text every time; `execute <prepared>(literals)` skips all of that
- * (bench/postgres-cost.ts measures the difference; on PGlite, where the parse runs in
- * WebAssembly, it is larger). The
- * statements are prepared in one round trip before the session's first fold: once per
- * connection, never per delivery. A session whose PREPARE failed, or whose statements were
- * deallocated behind our back (DISCARD ALL; a pooler that swaps backends), folds text from then
- * on: slower, never wrong. A pool that hands out a new client object for the same connection
- * costs one failed PREPARE per object.
- */
-const DUPLICATE_PREPARED_STATEMENT = '42P05';
-const UNDEFINED_PREPARED_STATEMENT = '26000';
-
-/**
- * Per pool: set when a PREPARE found its statement already there, i.e. the pool hands out a
- * new client object for a connection it handed out before (a wrapping pool). Such a pool's
- * connections cannot be told apart, so all of them fold text, and none pays a PREPARE again.
- */
-export interface FoldState {
-  textOnly: boolean;
-}
 
 /**
  * The isolation of every transaction the inbox opens (ARCHITECTURE.md, "READ COMMITTED,
@@ -130,20 +104,9 @@ export abstract class FoldingConnection implements DatabaseConnection {
     entry: StatementEntry | undefined,
   ): Promise<QueryResult<R>>;
 
-  /**
-   * A registered statement as folded text: `execute <prepared>(literals)` on a session where it
-   * is prepared, else its text with the literals in; undefined when it cannot be folded.
-   */
+  /** A registered statement as folded text (src/drivers/prepared-folds.ts); undefined when it cannot be folded. */
   protected foldText(compiled: CompiledQuery, entry: StatementEntry | undefined): string | undefined {
-    const literals = literalsOf(compiled);
-    if (literals === undefined) return undefined;
-    const prepared = this.session.prepared;
-    if (entry?.prepared && !this.folds.textOnly && prepared instanceof Set && prepared.has(entry.prepared)) {
-      return literals.length
-        ? `execute ${entry.prepared}(${literals.join(', ')})`
-        : `execute ${entry.prepared}`;
-    }
-    return inline(compiled.sql, literals);
+    return foldText(this.session, this.folds, compiled, entry);
   }
 
   /**
@@ -159,31 +122,8 @@ export abstract class FoldingConnection implements DatabaseConnection {
   }
 
   /**
-   * PREPAREs the folding statements this session lacks (one pool may serve inboxes in several
-   * schemas): one round trip, once per session and schema, before a fold's BEGIN, so that a
-   * failure aborts nothing. A failure (a statement of that name already there: a pool that
-   * wraps one connection in several client objects) leaves it folding text.
-   */
-  async #prepareFolds(): Promise<void> {
-    const prepared = this.session.prepared;
-    const have = prepared instanceof Set ? prepared : new Set<string>();
-    const missing = [...this.names.preparable()].filter(([, e]) => !have.has(e.prepared));
-    try {
-      await this.simple(missing.map(([text, e]) => `prepare ${e.prepared} as ${text}`).join('; '));
-      for (const [, e] of missing) have.add(e.prepared);
-      this.session.prepared = have;
-    } catch (err) {
-      // Without a SQLSTATE the connection itself failed: nothing to fall back to.
-      const code = sqlState(err);
-      if (code === undefined) throw err;
-      this.session.prepared = 'inline';
-      if (code === DUPLICATE_PREPARED_STATEMENT) this.folds.textOnly = true;
-    }
-  }
-
-  /**
    * BEGIN (or, for a statement alone, SET TRANSACTION) and an `after-begin` statement (and
-   * `then`) in one query. Undefined when the values cannot be folded (the caller sends BEGIN
+   * `after`) in one query. Undefined when the values cannot be folded (the caller sends BEGIN
    * alone, then the statement).
    */
   protected async foldOnBegin<R>(
@@ -200,7 +140,7 @@ export abstract class FoldingConnection implements DatabaseConnection {
       prepared !== 'inline' &&
       !prepared?.has(entry.prepared)
     )
-      await this.#prepareFolds();
+      await prepareFolds(this.session, this.names, this.folds, (text) => this.simple(text));
     try {
       return await this.#fold<R>([begin], compiled, entry, then);
     } catch (err) {
@@ -215,7 +155,7 @@ export abstract class FoldingConnection implements DatabaseConnection {
 
   /**
    * What goes before (BEGIN, held-back statements), a registered statement's `first`, the
-   * statement and `then`, as one simple query: the statement's rows, with its `first`'s row
+   * statement and `after`, as one simple query: the statement's rows, with its `first`'s row
    * joined into each. Undefined when a value cannot be folded (the caller sends each).
    */
   #fold<R>(
@@ -269,7 +209,7 @@ export abstract class FoldingConnection implements DatabaseConnection {
     return this.#simpleFolded<R>(texts.join('; '));
   }
 
-  /** A registered statement's `first`, the statement and its `then`, each in a round trip of its own. */
+  /** A registered statement's `first`, the statement and its `after`, each in a round trip of its own. */
   async #sendEach<R>(
     compiled: CompiledQuery,
     entry: StatementEntry | undefined,
@@ -339,7 +279,7 @@ export abstract class FoldingConnection implements DatabaseConnection {
     if (
       this.#begin === undefined &&
       this.#tails.length === 0 &&
-      (entry === undefined || (entry.rides === 'none' && entry.first === undefined && !entry.then))
+      (entry === undefined || (entry.rides === 'none' && entry.first === undefined && !entry.after))
     )
       return this.send<R>(compiled, entry);
     return this.#execute<R>(compiled, entry);
@@ -363,17 +303,17 @@ export abstract class FoldingConnection implements DatabaseConnection {
       const begin = this.#begin;
       this.#begin = undefined;
       if (entry?.rides === 'begin') {
-        const folded = await this.foldOnBegin<R>(begin, compiled, entry, entry.then);
+        const folded = await this.foldOnBegin<R>(begin, compiled, entry, entry.after);
         if (folded) return folded;
       }
       await this.simple(begin);
-    } else if (entry && (entry.first !== undefined || entry.then)) {
+    } else if (entry && (entry.first !== undefined || entry.after)) {
       // Inside a transaction already begun (the claim after the try-claim found it could not
       // decide alone): the statement and its companions still go in one round trip.
-      const folded = await this.#fold<R>([], compiled, entry, entry.then);
+      const folded = await this.#fold<R>([], compiled, entry, entry.after);
       if (folded) return folded;
     }
-    return this.#sendEach<R>(compiled, entry, entry?.then);
+    return this.#sendEach<R>(compiled, entry, entry?.after);
   }
 
   /**
@@ -381,7 +321,7 @@ export abstract class FoldingConnection implements DatabaseConnection {
    * its own, in one round trip. PostgreSQL runs the statements of one simple query as one
    * implicit transaction, committed (or rolled back, on an error) before it answers: no lock
    * is held while the answer travels back, and the connection is left outside a transaction.
-   * Its `then` (a savepoint) has no transaction to mark. Values that cannot be folded: BEGIN,
+   * Its `after` (a savepoint) has no transaction to mark. Values that cannot be folded: BEGIN,
    * the statement, COMMIT.
    */
   async #alone<R>(compiled: CompiledQuery, entry: StatementEntry): Promise<QueryResult<R>> {
@@ -399,11 +339,11 @@ export abstract class FoldingConnection implements DatabaseConnection {
   }
 
   /**
-   * The held-back statements and a registered one (and its `then`) in one query; the
+   * The held-back statements and a registered one (and its `after`) in one query; the
    * registered one's rows. Undefined when a value cannot be folded (the caller sends each).
    */
   async #foldOnTails<R>(compiled: CompiledQuery, entry: StatementEntry): Promise<QueryResult<R> | undefined> {
-    const folded = await this.#fold<R>(this.#partsOf(this.#tails), compiled, entry, entry.then);
+    const folded = await this.#fold<R>(this.#partsOf(this.#tails), compiled, entry, entry.after);
     if (folded) this.#tails = [];
     return folded;
   }

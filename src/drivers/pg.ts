@@ -13,8 +13,9 @@ import type { CompiledQuery, DatabaseConnection, Driver, QueryResult, Transactio
 import pg from 'pg';
 import { boundedWait, pipelinedTextName, type StatementEntry, type StatementNames } from './common.js';
 import { forgetParsed, type PipelineResult, runPipeline } from './extended-protocol.js';
-import { FoldingConnection, type FoldState, type PipelinePart } from './fold.js';
+import { FoldingConnection, type PipelinePart } from './fold.js';
 import { sqlState } from './postgres-error.js';
+import type { FoldState } from './prepared-folds.js';
 import type { PgClientLike, PgPoolLike } from './shapes.js';
 
 const MUTATING = new Set(['INSERT', 'UPDATE', 'DELETE', 'MERGE']);

@@ -118,7 +118,7 @@ export function createClaimLatest(names: StatementNames, t: Tables) {
     'claim_latest',
     `select decision, result::text as result, latest, reason, attempts, received_at
        from ${t.fn('claim_latest')}($1, $2, $3, $4::bigint, $5, $6)`,
-    { rides: 'begin', then: APPLY_SAVEPOINT },
+    { rides: 'begin', after: APPLY_SAVEPOINT },
   );
   return async function claimLatest(
     db: Kysely<any>,

@@ -320,7 +320,7 @@ export function createClaim(names: StatementNames, t: Tables) {
     'claim',
     `select decision, result::text as result, expected, reason, attempts, drain, received_at, row_at_commit
        from ${t.fn('claim')}($1, $2, $3, $4::bigint, $5, $6, $7::jsonb, $8, $9, $10, $11, $12::bigint, $13, true)`,
-    { rides: 'begin', then: APPLY_SAVEPOINT },
+    { rides: 'begin', after: APPLY_SAVEPOINT },
   );
   return async function claim(db: Kysely<any>, a: ClaimArgs): Promise<ClaimRow> {
     const [row] = await statement.run<any>(db, [

@@ -41,7 +41,7 @@ export function createStatements(
     applySavepoint,
     /**
      * The savepoint a take leaves before its event's handler (src/sql/failed-run.ts): our
-     * drivers send it with the take (its `then`): undefined there; a Kysely instance of the
+     * drivers send it with the take (its `after`): undefined there; a Kysely instance of the
      * user's does not, so it is sent here.
      */
     takeSavepoint: sendsCompanions ? undefined : applySavepoint,

@@ -51,7 +51,7 @@ export interface Statement {
 export interface Travel {
   readonly rides: Rides;
   /** A parameterless statement sent right after it, in the same round trip (the SAVEPOINT after a take). */
-  readonly then?: string;
+  readonly after?: string;
   /**
    * A statement sent right before it, with the same parameters, in the same round trip; its
    * result comes back beside this one's (`result().first`). Two statements, not one: the
@@ -70,7 +70,7 @@ export function defineStatement(
   // Names are per connection, and one pool may serve inboxes in several schemas.
   names.register(`wi:${tables.schema}.${tables.prefix}${name}`, text, {
     rides: travel.rides,
-    then: travel.then,
+    after: travel.after,
     first: travel.first?.text,
   });
   const result = <R>(db: Kysely<any>, parameters: readonly unknown[]) =>

@@ -76,7 +76,7 @@ export function createTakeNext(names: StatementNames, t: Tables) {
     'take_next',
     `select id, seq, body_hash, payload, headers::text as headers, attempts, received_at, more
        from ${t.fn('take_next')}($1, $2, $3, $4, $5, true)`,
-    { rides: 'begin', then: APPLY_SAVEPOINT },
+    { rides: 'begin', after: APPLY_SAVEPOINT },
   );
   return async function takeNext(
     db: Kysely<any>,

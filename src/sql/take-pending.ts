@@ -67,7 +67,7 @@ export function createTakePending(names: StatementNames, t: Tables) {
     'take_pending',
     `select id, body_hash, payload, headers::text as headers, attempts, received_at
        from ${t.fn('take_pending')}($1, $2, $3, true)`,
-    { rides: 'begin', then: APPLY_SAVEPOINT },
+    { rides: 'begin', after: APPLY_SAVEPOINT },
   );
   return async function takePending(
     db: Kysely<any>,

@@ -61,7 +61,7 @@ export function createTakeTurn(names: StatementNames, t: Tables) {
     'take_turn',
     `select id, seq, body_hash, payload, headers::text as headers, attempts, received_at
        from ${t.fn('take_turn')}($1, $2, $3, true)`,
-    { rides: 'begin', then: APPLY_SAVEPOINT },
+    { rides: 'begin', after: APPLY_SAVEPOINT },
   );
   return async function takeTurn(
     db: Kysely<any>,

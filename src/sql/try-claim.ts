@@ -75,7 +75,7 @@ function createTryClaim(names: StatementNames, t: Tables, oneSession: boolean) {
     // The session's own lock: what the try-lock would answer there (above).
     statement = defineStatement(names, t, 'try_claim_one_session', read('true as locked, '), {
       rides: 'begin',
-      then: APPLY_SAVEPOINT,
+      after: APPLY_SAVEPOINT,
     });
   } else {
     const tryLock = defineStatement(
@@ -88,7 +88,7 @@ function createTryClaim(names: StatementNames, t: Tables, oneSession: boolean) {
     // `locked` is the try-lock's answer, which the driver returns beside the read's rows.
     statement = defineStatement(names, t, 'try_claim', read(''), {
       rides: 'begin',
-      then: APPLY_SAVEPOINT,
+      after: APPLY_SAVEPOINT,
       first: tryLock,
     });
   }
