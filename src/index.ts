@@ -69,7 +69,7 @@ export { Operations, openOperations } from './operations/index.js';
 export type { InboxOptions } from './options.js';
 export type { Outcome } from './outcome.js';
 export { OutcomeKind, responseText } from './outcome.js';
-export { SECRET_HEADERS } from './payload.js';
+export { type ParseMode, SECRET_HEADERS } from './payload.js';
 export type { Provider } from './providers.js';
 export type { FieldDelivery, FieldSource, Fields, ResolvedSource } from './receive/field-source.js';
 export type { Delivery } from './receive/request.js';

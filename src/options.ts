@@ -5,6 +5,7 @@ import type { Handler } from './event.js';
 import type { Handlers } from './handlers.js';
 import type { Logger } from './logger.js';
 import type { MetricsOptions } from './metrics.js';
+import type { ParseMode } from './payload.js';
 import type { Provider } from './providers.js';
 import type { FieldSource, Fields } from './receive/field-source.js';
 import type { RespondHook } from './receive/respond-hook.js';
@@ -97,7 +98,7 @@ export interface InboxOptions<TBody = any, DB = any> {
    * (bad JSON is 400) and passes other bodies as a Buffer; `'json'` requires JSON;
    * `'raw'` always passes the Buffer. @defaultValue 'auto'
    */
-  parse?: 'auto' | 'json' | 'raw';
+  parse?: ParseMode;
   /**
    * Checks each body before anything is stored: any Standard Schema (zod, valibot, arktype…),
    * or a JSON Schema object (draft-07, 2019-09 or 2020-12 by its `$schema`; 2020-12 without
