@@ -18,15 +18,10 @@
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
 import { RawBodyUnavailableError } from '../src/errors.js';
 import { createInbox, Inbox } from '../src/inbox.js';
-import {
-  checkPath,
-  DEFAULT_ROOT_PATH,
-  type Endpoint,
-  endpointOf,
-  routedEndpointOf,
-} from '../src/mount-path.js';
+import { DEFAULT_ROOT_PATH, type Endpoint, endpointOf, routedEndpointOf } from '../src/mount-path.js';
 import type { InboxOptions } from '../src/options.js';
-import { methodNotAllowed, type Outcome, responseText } from '../src/outcome.js';
+import { type Outcome, responseText } from '../src/outcome.js';
+import { mountedInbox, notADelivery } from './mount.js';
 
 export interface ExpressMountOptions {
   /**
@@ -48,10 +43,6 @@ export type ExpressInboxOptions<TBody = any, DB = any> =
 export interface InboxMiddleware extends RequestHandler {
   /** The core inbox behind this middleware (for `close()`, inspection, the sweeper). */
   readonly inbox: Inbox;
-}
-
-function withoutPath({ path: _path, ...options }: InboxOptions & ExpressMountOptions): InboxOptions {
-  return options;
 }
 
 /** Express's own answer: its charset handling, ETag and freshness (the health probe, the 405, rare answers). */
@@ -134,19 +125,14 @@ export function inbox<DB = any, TBody = any>(
   options: ExpressInboxOptions<TBody, DB>,
   mount: ExpressMountOptions = {},
 ): InboxMiddleware {
-  const own = options instanceof Inbox ? undefined : options;
-  const base = checkPath(mount.path ?? own?.path);
-  const core = own ? createInbox(withoutPath(own)) : (options as Inbox);
+  const { core, base } = mountedInbox(options, mount);
   const middleware = async (req: Request, res: Response, next: NextFunction) => {
-    switch (endpoint(req, base)) {
-      case 'pass':
-        return next();
-      case 'health':
-        send(res, await core.healthOutcome().catch((err) => core.outcomeForError(err)));
-        return;
-      case 'method-not-allowed':
-        send(res, methodNotAllowed());
-        return;
+    const at = endpoint(req, base);
+    if (at === 'pass') return next();
+    const answered = notADelivery(core, at);
+    if (answered) {
+      send(res, await answered);
+      return;
     }
     try {
       // Header lists unjoined (`headersDistinct`): a repeated id, key or seq header is refused

@@ -19,9 +19,10 @@
  */
 import { RawBodyUnavailableError } from '../src/errors.js';
 import { createInbox, Inbox } from '../src/inbox.js';
-import { checkPath, type Endpoint, endpointOf, routedEndpointOf } from '../src/mount-path.js';
+import { type Endpoint, endpointOf, routedEndpointOf } from '../src/mount-path.js';
 import type { InboxOptions } from '../src/options.js';
-import { methodNotAllowed, type Outcome, problem, responseText } from '../src/outcome.js';
+import { type Outcome, problem, responseText } from '../src/outcome.js';
+import { mountedInbox, notADelivery } from './mount.js';
 
 export interface FetchMountOptions {
   /**
@@ -43,10 +44,6 @@ export interface InboxFetchHandler {
   (request: Request): Promise<Response>;
   /** The core inbox behind this handler (for `close()`, inspection, the sweeper). */
   readonly inbox: Inbox;
-}
-
-function withoutPath({ path: _path, ...options }: InboxOptions & FetchMountOptions): InboxOptions {
-  return options;
 }
 
 /** An outcome as a fetch `Response`: its status, its headers, its JSON body. */
@@ -108,17 +105,13 @@ export function handler<DB = any, TBody = any>(
   options: FetchInboxOptions<TBody, DB>,
   mount: FetchMountOptions = {},
 ): InboxFetchHandler {
-  const own = options instanceof Inbox ? undefined : options;
-  const base = checkPath(mount.path ?? own?.path);
-  const core = own ? createInbox(withoutPath(own)) : (options as Inbox);
+  const { core, base } = mountedInbox(options, mount);
   const fetchHandler = async (request: Request): Promise<Response> => {
-    switch (fetchEndpoint(request, base)) {
-      case 'pass':
-        return responseOf(notFound());
-      case 'health':
-        return responseOf(await core.healthOutcome().catch((err) => core.outcomeForError(err)));
-      case 'method-not-allowed':
-        return responseOf(methodNotAllowed());
+    const at = fetchEndpoint(request, base);
+    if (at === 'pass') return responseOf(notFound());
+    const answered = notADelivery(core, at);
+    if (answered) {
+      return responseOf(await answered);
     }
     return responseOf(await receiveRequest(core, request));
   };

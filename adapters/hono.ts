@@ -18,10 +18,9 @@
  */
 import type { MiddlewareHandler } from 'hono';
 import { createInbox, Inbox } from '../src/inbox.js';
-import { checkPath } from '../src/mount-path.js';
 import type { InboxOptions } from '../src/options.js';
-import { methodNotAllowed } from '../src/outcome.js';
 import { fetchEndpoint, receiveRequest, responseOf } from './fetch.js';
+import { mountedInbox, notADelivery } from './mount.js';
 
 export interface HonoMountOptions {
   /**
@@ -41,10 +40,6 @@ export interface InboxHonoMiddleware extends MiddlewareHandler {
   readonly inbox: Inbox;
 }
 
-function withoutPath({ path: _path, ...options }: InboxOptions & HonoMountOptions): InboxOptions {
-  return options;
-}
-
 /**
  * Hono middleware for `app.use(inbox({ …, path: '/webhooks' }))` or
  * `app.post('/webhooks', inbox(options))`. The second argument gives the mount options to an
@@ -54,17 +49,13 @@ export function inbox<DB = any, TBody = any>(
   options: HonoInboxOptions<TBody, DB>,
   mount: HonoMountOptions = {},
 ): InboxHonoMiddleware {
-  const own = options instanceof Inbox ? undefined : options;
-  const base = checkPath(mount.path ?? own?.path);
-  const core = own ? createInbox(withoutPath(own)) : (options as Inbox);
+  const { core, base } = mountedInbox(options, mount);
   const middleware: MiddlewareHandler = async (c, next) => {
-    switch (fetchEndpoint(c.req.raw, base)) {
-      case 'pass':
-        return next();
-      case 'health':
-        return responseOf(await core.healthOutcome().catch((err) => core.outcomeForError(err)));
-      case 'method-not-allowed':
-        return responseOf(methodNotAllowed());
+    const at = fetchEndpoint(c.req.raw, base);
+    if (at === 'pass') return next();
+    const answered = notADelivery(core, at);
+    if (answered) {
+      return responseOf(await answered);
     }
     // `c.req.raw` is the untouched Request: Hono's own body helpers cache what they read, but
     // never consume the raw stream unless a validator or handler before this one did.

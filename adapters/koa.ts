@@ -19,15 +19,10 @@
 import type { Context, Middleware, Next } from 'koa';
 import { RawBodyUnavailableError } from '../src/errors.js';
 import { createInbox, Inbox } from '../src/inbox.js';
-import {
-  checkPath,
-  DEFAULT_ROOT_PATH,
-  type Endpoint,
-  endpointOf,
-  routedEndpointOf,
-} from '../src/mount-path.js';
+import { DEFAULT_ROOT_PATH, type Endpoint, endpointOf, routedEndpointOf } from '../src/mount-path.js';
 import type { InboxOptions } from '../src/options.js';
-import { methodNotAllowed, type Outcome, responseText } from '../src/outcome.js';
+import { type Outcome, responseText } from '../src/outcome.js';
+import { mountedInbox, notADelivery } from './mount.js';
 
 export interface KoaMountOptions {
   /**
@@ -51,10 +46,6 @@ export interface KoaInboxMiddleware extends Middleware {
 const HINT =
   'Mount the inbox before koa-bodyparser/@koa/bodyparser (app.use order), or give the webhook route its own router without a body parser.';
 
-function withoutPath({ path: _path, ...options }: InboxOptions & KoaMountOptions): InboxOptions {
-  return options;
-}
-
 function send(ctx: Context, outcome: Outcome): void {
   ctx.status = outcome.status;
   ctx.set(outcome.headers as Record<string, string>);
@@ -77,19 +68,14 @@ export function inbox<DB = any, TBody = any>(
   options: KoaInboxOptions<TBody, DB>,
   mount: KoaMountOptions = {},
 ): KoaInboxMiddleware {
-  const own = options instanceof Inbox ? undefined : options;
-  const base = checkPath(mount.path ?? own?.path);
-  const core = own ? createInbox(withoutPath(own)) : (options as Inbox);
+  const { core, base } = mountedInbox(options, mount);
   const middleware = async (ctx: Context, next: Next) => {
-    switch (endpoint(ctx, base)) {
-      case 'pass':
-        return next();
-      case 'health':
-        send(ctx, await core.healthOutcome().catch((err) => core.outcomeForError(err)));
-        return;
-      case 'method-not-allowed':
-        send(ctx, methodNotAllowed());
-        return;
+    const at = endpoint(ctx, base);
+    if (at === 'pass') return next();
+    const answered = notADelivery(core, at);
+    if (answered) {
+      send(ctx, await answered);
+      return;
     }
     try {
       // Header lists unjoined (`headersDistinct` of the Node request): a repeated id, key or

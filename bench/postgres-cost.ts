@@ -24,7 +24,7 @@
  * UPDATE at COMMIT). `try-claim` and `ordered` send their folds as simple-protocol text
  * (`execute <prepared>(literals)`, what the driver sends on PGlite or through a pg-shaped
  * wrapper); `try-claim-pipelined` and `ordered-pipelined` send the same statements as the driver
- * does on pg's own clients, pipelined (src/drivers/pipeline.ts).
+ * does on pg's own clients, pipelined (src/drivers/extended-protocol.ts).
  * With INSTRUCTIONS=<dir>, the cost is counted in instructions instead of CPU ticks: the same
  * count for the same statements however busy the machine is (this 2-core machine's CPU per
  * request varies up to 2× from one minute to the next). It needs a PostgreSQL started under
@@ -49,7 +49,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { sql } from 'kysely';
 import pg from 'pg';
 import { Ledger } from '../examples/ledger/ledger.js';
-import { type PipelineStep, runPipeline } from '../src/drivers/pipeline.js';
+import { type PipelineStep, runPipeline } from '../src/drivers/extended-protocol.js';
 import { createInbox } from '../src/index.js';
 import { newestDumpInstructions } from './callgrind.js';
 
@@ -162,11 +162,11 @@ function throughTheTurnsTry(read: string, cursor: 'own' | 'cte') {
 /** turn-only: each key's last seq sent, across rounds. */
 const turnSeqs = new Map<string, number>();
 
-/** One statement of a pipeline (src/drivers/pipeline.ts), parsed once per connection under `name`. */
+/** One statement of a pipeline (src/drivers/extended-protocol.ts), parsed once per connection under `name`. */
 const step = (name: string, text: string, values: unknown[] = []): PipelineStep => ({ name, text, values });
 
 /**
- * The try-claim's statements as the driver pipelines them on pg's clients (src/drivers/pipeline.ts):
+ * The try-claim's statements as the driver pipelines them on pg's clients (src/drivers/extended-protocol.ts):
  * BEGIN, the try-lock, the read and SAVEPOINT in one round trip, the row and COMMIT in another;
  * each statement parsed once per connection under a name of its own and described once.
  */

@@ -18,14 +18,11 @@
 import type { Context } from '@opentelemetry/api';
 import type { Kysely, Transaction } from 'kysely';
 import { HandlerError, RejectEvent } from './errors.js';
-import type { InboxEvent } from './event.js';
-import { runHandler as runWithContext } from './handler-context.js';
-import { parseBody, storableHeaders } from './payload.js';
-import { storedTypeOf } from './receive/field-source.js';
+import { storableHeaders } from './payload.js';
+import { runHandler } from './run-handler.js';
 import type { Runtime } from './runtime.js';
 import type { FailRow } from './sql/fail.js';
 import type { TakenEvent } from './sql/taken-event.js';
-import { inSpan } from './tracing.js';
 
 /**
  * Capped exponential backoff with full jitter (the AWS architecture blog's "full jitter"): the
@@ -109,7 +106,7 @@ export async function applyBatch(
 }
 
 /**
- * The apply path itself, for one event or several. The take's own savepoint (its `then`)
+ * The apply path itself, for one event or several. The take's own savepoint (its `after`)
  * covers the first event; each next one opens a savepoint of its own, and with it the previous
  * event's stored result (or recorded failure) goes in the same round trip (src/drivers/pg.ts:
  * held-back statements ride on the next registered one), so a batch of n costs the handlers'
@@ -139,16 +136,18 @@ async function applyTaken<T>(
       took = await step.take(tx);
       const events = eventsOf(took);
       for (let i = 0; i < events.length; i++) {
-        if (i > 0 || !rt.database.sendsCompanions) await rt.statements.applySavepoint(tx);
+        // The first event's savepoint is the take's; each next one's is sent before it.
+        const savepoint = i > 0 ? rt.statements.applySavepoint : rt.statements.takeSavepoint;
+        if (savepoint) await savepoint(tx);
         runs.push(await runTaken(rt, tx, events[i] as TakenEvent, step, step.parent));
       }
-      // The take's `then` sent the next event's savepoint after it (after the previous event's
+      // The take's `after` sent the next event's savepoint after it (after the previous event's
       // result, which rode on the take): a failed run there undoes only its own writes.
       let last = runs.at(-1);
       while (last && step.next) {
         const next = await step.next(tx, last);
         if (!next) break;
-        if (!rt.database.sendsCompanions) await rt.statements.applySavepoint(tx);
+        if (rt.statements.takeSavepoint) await rt.statements.takeSavepoint(tx);
         last = await runTaken(rt, tx, next.event, step, next.parent);
         runs.push(last);
       }
@@ -266,69 +265,6 @@ function recordApplied(
     payload: kept ? event.payload : row.payload,
     headers: kept ? storableHeaders(event.headers, o.secretHeaders) : row.headers,
   });
-}
-
-/**
- * Runs the handler in `tx`; its result, as JSON for storing, and how long it ran. Any throw
- * becomes a HandlerError, counted here as failed; a run that returned is counted as processed
- * by the caller, after COMMIT.
- */
-async function runHandler(
-  rt: Runtime,
-  tx: Transaction<any>,
-  taken: TakenEvent,
-  parent: Context | undefined,
-): Promise<{
-  result: unknown;
-  json: string | undefined;
-  seconds: number;
-  ignored: boolean;
-  type: string | null;
-}> {
-  const o = rt.options;
-  const started = performance.now();
-  let result: unknown;
-  let json: string | undefined;
-  let type: string | null;
-  try {
-    // A stored payload that no longer parses (or no longer passes `bodySchema`) fails like a
-    // handler would: counted, then poison. Checked again here so that `event.body` is the
-    // schema's output for a held or pending event too.
-    const body =
-      'body' in taken ? taken.body : parseBody(taken.payload, taken.headers['content-type'], o.parse);
-    // A stored event's type is read again from what was stored of its delivery: the handler
-    // that exists now decides (a replayed ignored event reaches the one written since).
-    type =
-      'type' in taken
-        ? (taken.type ?? null)
-        : o.fields.type
-          ? storedTypeOf(o.fields.type, taken.headers, taken.payload, body)
-          : null;
-    const handle = o.handlers(type);
-    if (!handle) return { result: undefined, json: undefined, seconds: 0, ignored: true, type };
-    const event: InboxEvent = {
-      id: taken.id,
-      source: o.source,
-      key: taken.key,
-      seq: taken.seq,
-      type,
-      body: o.bodySchema && !('body' in taken) ? await o.bodySchema.check(body) : body,
-      rawBody: taken.payload,
-      headers: taken.headers,
-      attempt: taken.attempts + 1,
-      receivedAt: taken.receivedAt,
-    };
-    // runHandler gives the handler its context (signal, idempotencyKey) and enforces
-    // handlerTimeoutMs; it throws HandlerError.
-    result = await inSpan(rt.tracer, 'webhook-inbox.handler', parent, () =>
-      runWithContext(handle, event, tx, o.handlerTimeoutMs, rt.database.handlerPlugins),
-    );
-    json = result === undefined ? undefined : JSON.stringify(result);
-  } catch (err) {
-    rt.metrics.handler((performance.now() - started) / 1000, 'failed');
-    throw err instanceof HandlerError ? err : new HandlerError(err);
-  }
-  return { result, json, seconds: (performance.now() - started) / 1000, ignored: false, type };
 }
 
 function errorMessage(err: unknown): string {

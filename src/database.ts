@@ -72,7 +72,7 @@ export interface Database {
   readonly pool: PgPoolLike | undefined;
   readonly names: StatementNames;
   /**
-   * The driver is ours, so it sends a registered statement's companions itself: its `then`
+   * The driver is ours, so it sends a registered statement's companions itself: its `after`
    * (the savepoint after a take) and its `first` (the try-claim's lock before its read). A
    * Kysely instance the user passed has its own driver: the apply path sends the savepoint as
    * a statement of its own, and every unordered delivery takes the claim.

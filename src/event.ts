@@ -55,3 +55,12 @@ export interface HandlerContext<DB = any> {
    */
   idempotencyKey(name?: string): string;
 }
+
+/**
+ * Applies one event. `TBody` types `event.body`, `DB` types `context.tx` (a Kysely
+ * `Transaction<DB>`).
+ */
+export type Handler<TBody = any, TResult = unknown, DB = any> = (
+  event: InboxEvent<TBody>,
+  context: HandlerContext<DB>,
+) => TResult | Promise<TResult>;

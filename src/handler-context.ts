@@ -1,8 +1,7 @@
 import { createHash } from 'node:crypto';
 import type { KyselyPlugin, PluginTransformQueryArgs, PluginTransformResultArgs, Transaction } from 'kysely';
 import { HandlerError, HandlerTimeoutError } from './errors.js';
-import type { HandlerContext, InboxEvent } from './event.js';
-import type { Handler } from './options.js';
+import type { Handler, HandlerContext, InboxEvent } from './event.js';
 
 /**
  * A stable key for one outbound call of one event, for APIs that accept `Idempotency-Key`:
@@ -63,7 +62,7 @@ class RefuseAfterAbort implements KyselyPlugin {
  * are those of the Kysely instance the user passed as `db`, which the inbox's own statements
  * run without (src/database.ts): the handler's `tx` has them, as the user's instance would.
  */
-export async function runHandler(
+export async function runWithContext(
   handle: Handler,
   event: InboxEvent,
   tx: Transaction<any>,

@@ -13,7 +13,7 @@
  * wildcard that can match it, its own family's.
  */
 import { InboxOptionsError } from './errors.js';
-import type { Handler } from './options.js';
+import type { Handler } from './event.js';
 
 /**
  * The types a provider sends, each with the body it sends for it: what types `handlers` per

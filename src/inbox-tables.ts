@@ -43,7 +43,7 @@ export interface InboxEventsTable {
   /**
    * The event's type (`event.type`), written with its row's final state: when it was applied or
    * ignored (null without a type, and for an event a claim marked: latest-wins, a waiting event
-   * claimed again by its delivery, or written before migration 0013).
+   * claimed again by its delivery, or written by 0.1.0).
    */
   type: string | null;
 }

@@ -10,28 +10,29 @@ import type { SweepReport } from './background/sweeper.js';
 import type { Database } from './database.js';
 import { checkHealth, healthOutcome, type InboxHealth } from './health.js';
 import { migrateToLatest } from './migrations.js';
-import type {
-  DeadLetter,
-  DeadLetterFilter,
-  IgnoredEvent,
-  IgnoredFilter,
-  IgnoredReplayResult,
-  InboxStatus,
-  KeySummary,
+import {
+  type DeadLetter,
+  type DeadLetterFilter,
+  type IgnoredEvent,
+  type IgnoredFilter,
+  type IgnoredReplayResult,
+  type InboxStatus,
+  type KeySummary,
   Operations,
-  PruneOptions,
-  PruneResult,
-  ReplayResult,
-  ReplaySelection,
-  SkipResult,
+  type PruneOptions,
+  type PruneResult,
+  type ReplayResult,
+  type ReplaySelection,
+  type SkipResult,
 } from './operations/index.js';
-import type { InboxOptions, ResolvedOptions } from './options.js';
+import type { InboxOptions } from './options.js';
 import type { Outcome } from './outcome.js';
-import { deliveriesSettled, receive, receiveStream } from './receive/pipeline.js';
+import { deliveriesSettled } from './receive/admission.js';
+import { receive, receiveStream } from './receive/pipeline.js';
 import type { BodyStream } from './receive/raw-body.js';
 import type { Delivery } from './receive/request.js';
 import { outcomeForError } from './receive/respond.js';
-import { resolveOptions } from './resolve-options.js';
+import { type ResolvedOptions, resolveOptions } from './resolve-options.js';
 import { Runtime } from './runtime.js';
 import { type KeyState, keyState, listEvents, type StoredEvent } from './sql/inspect.js';
 import type { Tables } from './sql/tables.js';
@@ -41,6 +42,7 @@ let warnedShortRetention = false;
 
 export class Inbox {
   readonly #rt: Runtime;
+  #operations: Operations | undefined;
   readonly #background: Background;
 
   constructor(options: InboxOptions) {
@@ -189,8 +191,17 @@ export class Inbox {
 
   /** The operator actions, on this inbox's source: what the CLI runs, without draining. */
   async operations(): Promise<Operations> {
-    await this.ready();
-    return this.#rt.operations;
+    const database = await this.ready();
+    const o = this.options;
+    // The inbox's lockTimeoutMs: a held key is waited for as a delivery waits for it.
+    this.#operations ??= new Operations(
+      database.kysely,
+      this.tables,
+      o.source,
+      o.lockTimeoutMs,
+      o.secretHeaders,
+    );
+    return this.#operations;
   }
 
   /**
@@ -222,10 +233,9 @@ export class Inbox {
    * ```
    */
   async replay(selection: ReplaySelection): Promise<ReplayResult[]> {
-    await this.ready();
-    const ops = this.#rt.operations;
-    // A held key is waited for as a delivery waits for it (the runtime's operations carry the
-    // inbox's lockTimeoutMs), then OperationError `locked`.
+    const ops = await this.operations();
+    // A held key is waited for as a delivery waits for it (the operations carry the inbox's
+    // lockTimeoutMs), then OperationError `locked`.
     const results = await ops.replay(selection);
     const keys = new Set<string>();
     let unordered = 0;

@@ -20,7 +20,7 @@ export {
   RejectEvent,
   UnauthorizedDeliveryError,
 } from './errors.js';
-export type { HandlerContext, InboxEvent } from './event.js';
+export type { Handler, HandlerContext, InboxEvent } from './event.js';
 export type {
   EventMapOf,
   EventTypeMap,
@@ -66,10 +66,10 @@ export type {
   SkipResult,
 } from './operations/index.js';
 export { Operations, openOperations } from './operations/index.js';
-export type { Handler, InboxOptions, ResolvedOptions } from './options.js';
+export type { InboxOptions } from './options.js';
 export type { Outcome } from './outcome.js';
 export { OutcomeKind, responseText } from './outcome.js';
-export { SECRET_HEADERS } from './payload.js';
+export { type ParseMode, SECRET_HEADERS } from './payload.js';
 export type { Provider } from './providers.js';
 export type { FieldDelivery, FieldSource, Fields, ResolvedSource } from './receive/field-source.js';
 export type { Delivery } from './receive/request.js';
@@ -84,5 +84,6 @@ export {
   stripeSignature,
 } from './receive/verify.js';
 export type { RedisInput, RedisLike } from './redis-cache.js';
+export type { ResolvedOptions } from './resolve-options.js';
 export type { KeyState, StoredEvent } from './sql/inspect.js';
 export { SpanAttributes } from './tracing.js';

@@ -1,27 +1,19 @@
 import type { TracerProvider } from '@opentelemetry/api';
-import type { BodySchema, JsonSchema, StandardSchemaV1 } from './body-schema.js';
+import type { JsonSchema, StandardSchemaV1 } from './body-schema.js';
 import type { DatabaseInput } from './database.js';
-import type { HandlerContext, InboxEvent } from './event.js';
-import type { HandlerFor, Handlers } from './handlers.js';
+import type { Handler } from './event.js';
+import type { Handlers } from './handlers.js';
 import type { Logger } from './logger.js';
-import type { MetricsOptions, RegistryLike } from './metrics.js';
+import type { MetricsOptions } from './metrics.js';
+import type { ParseMode } from './payload.js';
 import type { Provider } from './providers.js';
-import type { FieldSource, Fields, ResolvedSource } from './receive/field-source.js';
+import type { FieldSource, Fields } from './receive/field-source.js';
 import type { RespondHook } from './receive/respond-hook.js';
 import type { Verify } from './receive/verify.js';
 import type { RedisInput } from './redis-cache.js';
 
 /** `lockTimeoutMs`'s default, for the inbox and for operator actions given none. */
 export const DEFAULT_LOCK_TIMEOUT_MS = 5000;
-
-/**
- * Applies one event. `TBody` types `event.body`, `DB` types `context.tx` (a Kysely
- * `Transaction<DB>`).
- */
-export type Handler<TBody = any, TResult = unknown, DB = any> = (
-  event: InboxEvent<TBody>,
-  context: HandlerContext<DB>,
-) => TResult | Promise<TResult>;
 
 /** The inbox's options. `TBody` is the type of `event.body`; `DB` the database interface `tx` is typed by. */
 export interface InboxOptions<TBody = any, DB = any> {
@@ -106,7 +98,7 @@ export interface InboxOptions<TBody = any, DB = any> {
    * (bad JSON is 400) and passes other bodies as a Buffer; `'json'` requires JSON;
    * `'raw'` always passes the Buffer. @defaultValue 'auto'
    */
-  parse?: 'auto' | 'json' | 'raw';
+  parse?: ParseMode;
   /**
    * Checks each body before anything is stored: any Standard Schema (zod, valibot, arktype…),
    * or a JSON Schema object (draft-07, 2019-09 or 2020-12 by its `$schema`; 2020-12 without
@@ -312,70 +304,4 @@ export interface InboxOptions<TBody = any, DB = any> {
    * Retry-After. Checked against a count the workers refresh, not per delivery. @defaultValue 100000
    */
   maxPending?: number;
-}
-
-export interface ResolvedOptions {
-  /** The `handle` given, or undefined when `handlers` route instead. */
-  readonly handle: Handler | undefined;
-  /** The handler for an event's type (with `handle`, always it); undefined: the event is ignored. */
-  readonly handlers: HandlerFor;
-  readonly db: DatabaseInput | undefined;
-  readonly dataDir: string | undefined;
-  readonly poolSize: number;
-  readonly source: string;
-  readonly schema: string;
-  readonly tablePrefix: string;
-  readonly migrate: boolean;
-  readonly headers: { readonly id: string; readonly key: string; readonly seq: string };
-  /** Where id, key and seq are read: `fields`, else the `headers`; the type from `fields` or the provider. */
-  readonly fields: {
-    readonly id: ResolvedSource;
-    readonly key: ResolvedSource;
-    readonly seq: ResolvedSource;
-    readonly type: ResolvedSource | undefined;
-  };
-  readonly idFromBody: boolean;
-  readonly maxBodyBytes: number;
-  readonly bodyTimeoutMs: number;
-  readonly parse: 'auto' | 'json' | 'raw';
-  readonly bodySchema: BodySchema | undefined;
-  readonly respond: RespondHook | undefined;
-  readonly lockTimeoutMs: number;
-  readonly onInFlight: 'wait' | 'reject';
-  readonly keepPayload: boolean;
-  readonly firstSeq: 1 | 'first-seen';
-  readonly maxHeldPerKey: number;
-  readonly maxSeqAhead: number;
-  readonly gapTimeoutMs: number;
-  readonly onGapTimeout: 'skip' | 'block';
-  readonly sweepIntervalMs: number;
-  readonly maxAttempts: number;
-  readonly onPoison: 'block' | 'skip';
-  readonly retryBaseMs: number;
-  readonly retryCapMs: number;
-  readonly duplicateCacheSize: number;
-  /** Milliseconds, or false when automatic pruning is off. */
-  readonly retention: number | false;
-  readonly logger: Logger;
-  readonly redis: RedisInput | undefined;
-  readonly redisPrefix: string;
-  readonly redisTimeoutMs: number;
-  readonly metrics: { readonly registry: RegistryLike } | undefined;
-  readonly tracerProvider: TracerProvider | undefined;
-  readonly verify: Verify | undefined;
-  readonly provider: Provider | undefined;
-  /** Every header never stored: the built-in ones, the verifier's and `secretHeaders`. */
-  readonly secretHeaders: ReadonlySet<string>;
-  /** `seq`, or latest-wins with where its key and version are read. */
-  readonly order:
-    | { readonly policy: 'seq' }
-    | { readonly policy: 'latest'; readonly key: ResolvedSource; readonly version: ResolvedSource };
-  readonly mode: 'inline' | 'deferred';
-  readonly workers: number;
-  readonly workerBatchSize: number;
-  readonly pollIntervalMs: number;
-  readonly maxInFlight: number;
-  readonly poolWaitTimeoutMs: number;
-  readonly handlerTimeoutMs: number;
-  readonly maxPending: number;
 }

@@ -5,7 +5,6 @@
  */
 import * as crypto from 'node:crypto';
 import { InvalidDeliveryError } from './errors.js';
-import type { ResolvedOptions } from './options.js';
 
 /**
  * Headers that carry a credential, or a signature that stands for one: never stored, never
@@ -29,6 +28,9 @@ export const SECRET_HEADERS: readonly string[] = Object.freeze([
   'x-slack-signature',
   'paddle-signature',
 ]);
+
+/** How a body is parsed (option `parse`): by its content type, always as JSON, or never. */
+export type ParseMode = 'auto' | 'json' | 'raw';
 
 /** The built-in secret headers and the given ones (lower-case names), as one set. */
 export function secretHeaderSet(...more: ReadonlyArray<readonly string[] | undefined>): ReadonlySet<string> {
@@ -70,18 +72,14 @@ function isJsonContentType(contentType: string | undefined): boolean {
  * Whether {@link parseBody} parses a body with this content type as JSON (otherwise it returns
  * the bytes, or refuses the content type).
  */
-export function readsAsJson(contentType: string | undefined, parse: ResolvedOptions['parse']): boolean {
+export function readsAsJson(contentType: string | undefined, parse: ParseMode): boolean {
   if (parse === 'raw') return false;
   if (contentType === undefined) return parse === 'json';
   return isJsonContentType(contentType);
 }
 
 /** Parses the body the way option `parse` says; also used again when a held event is applied. */
-export function parseBody(
-  rawBody: Buffer,
-  contentType: string | undefined,
-  parse: ResolvedOptions['parse'],
-): unknown {
+export function parseBody(rawBody: Buffer, contentType: string | undefined, parse: ParseMode): unknown {
   if (parse === 'raw') return rawBody;
   if (parse === 'auto' && !isJsonContentType(contentType)) return rawBody;
   if (parse === 'json' && contentType !== undefined && !isJsonContentType(contentType)) {

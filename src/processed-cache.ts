@@ -21,19 +21,6 @@ export interface CachedEvent {
   readonly result: unknown;
 }
 
-/**
- * What differs between a stored event and a delivery of its id, checked in the claim's order
- * (src/sql/claim.ts): its body, then its key, then its seq; null when none does.
- */
-export function mismatchOf(
-  stored: Pick<CachedEvent, 'hash' | 'key' | 'seq'>,
-  delivery: Pick<CachedEvent, 'hash' | 'key' | 'seq'>,
-): 'body' | 'key' | 'seq' | null {
-  if (stored.hash !== delivery.hash) return 'body';
-  if (stored.key !== delivery.key) return 'key';
-  return stored.seq !== delivery.seq ? 'seq' : null;
-}
-
 /** Results larger than this (as JSON) are not cached: those duplicates go to Postgres. */
 export const MAX_RESULT_CHARS = 2048;
 

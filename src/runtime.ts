@@ -5,13 +5,12 @@
  */
 import type { Tracer } from '@opentelemetry/api';
 import { type Database, openDatabase } from './database.js';
+import { DuplicateOdds } from './duplicate-odds.js';
 import { createMetrics, type InboxMetrics, type InboxStats, noMetrics } from './metrics.js';
 import { migrateToLatest } from './migrations.js';
-import { Operations } from './operations/index.js';
-import type { ResolvedOptions } from './options.js';
 import { ProcessedCache } from './processed-cache.js';
-import { DuplicateOdds } from './receive/duplicate-odds.js';
 import { connectRedis, RedisCache, type RedisLike } from './redis-cache.js';
+import type { ResolvedOptions } from './resolve-options.js';
 import { createStatements, type Statements } from './sql/statements.js';
 import { createTables, type Tables } from './sql/tables.js';
 import type { TakenEvent } from './sql/taken-event.js';
@@ -26,7 +25,6 @@ const REDIS_TTL_WITHOUT_RETENTION_MS = 7 * 86_400_000;
 interface Opened {
   readonly database: Database;
   readonly statements: Statements;
-  readonly operations: Operations;
 }
 
 export class Runtime {
@@ -87,10 +85,6 @@ export class Runtime {
     return this.#ready().statements;
   }
 
-  get operations(): Operations {
-    return this.#ready().operations;
-  }
-
   get isOpen(): boolean {
     return this.#opened !== undefined;
   }
@@ -122,7 +116,6 @@ export class Runtime {
         database.sendsCompanions,
         database.kind === 'pglite',
       ),
-      operations: new Operations(database.kysely, this.tables, o.source, o.lockTimeoutMs, o.secretHeaders),
     };
     return this.#opened;
   }

@@ -165,3 +165,22 @@ describe('links and the README', () => {
     expect(readme.split('\n').length).toBeLessThanOrEqual(320);
   });
 });
+
+describe('the round trips of a new event, against test/round-trips.test.ts', () => {
+  // One fact stated in four places: the count test/round-trips.test.ts pins for a new event
+  // (its handler runs one statement of its own) is the figure the README and the docs state.
+  test('the README, docs/how-it-works.md and ARCHITECTURE.md state the pinned "+ n"', () => {
+    const pinning = read('test/round-trips.test.ts');
+    expect(pinning).toMatch(/execute\(\); \/\/ the handler's own statement/);
+    const newEvent = pinning.slice(pinning.indexOf("it('a new event: "));
+    const sent = Number(/expect\(sent\)\.toHaveLength\((\d+)\)/.exec(newEvent)?.[1]);
+    const pinned = sent - 1;
+    expect(pinned).toBeGreaterThan(0);
+    const stated = [
+      /your handler's\s+statements \+ (\d+) round trips per new event/.exec(read('README.md')),
+      /\| new event, applied now \|[^|]*= yours \+ (\d+)/.exec(read('docs/how-it-works.md')),
+      /unique event, applied now[\s\S]*?= the handler's \+ (\d+)/.exec(read('ARCHITECTURE.md')),
+    ].map((m) => Number(m?.[1]));
+    expect(stated).toEqual([pinned, pinned, pinned]);
+  });
+});

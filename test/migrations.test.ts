@@ -1,7 +1,7 @@
 import { sql } from 'kysely';
 import { describe, expect, it } from 'vitest';
 import { createInbox, migrations } from '../src/index.js';
-import { runMigrations } from '../src/migrations.js';
+import { runMigrations } from '../src/migration-runner.js';
 import { createTables } from '../src/sql/tables.js';
 import { postgresTarget } from './support/databases.js';
 
@@ -32,11 +32,11 @@ describe.runIf(postgresTarget)('migrations on real Postgres', () => {
   });
 });
 
-describe.runIf(postgresTarget)('migration 0012 on a database that has rows', () => {
+describe.runIf(postgresTarget)('a 0.1.0 database upgraded by 0002_release_0_2', () => {
   // The longest prefix options allow: PostgreSQL truncated the names it gave the old CHECKs.
   const prefix = `p${'x'.repeat(39)}`;
 
-  it('keeps every row, refuses a status outside the list as before, and drops the trigger', async () => {
+  it('keeps every row, repairs what 0.1.0 stranded, refuses a status outside the list as before, and drops the trigger', async () => {
     const t = await postgresTarget!.open();
     const tables = createTables(t.schema, prefix);
     const before = createInbox({
@@ -48,23 +48,25 @@ describe.runIf(postgresTarget)('migration 0012 on a database that has rows', () 
     });
     try {
       const db = await before.kysely();
-      // The schema as an instance of the previous version left it: every migration up to 0010.
+      // The schema as a 0.1.0 instance left it: the baseline alone.
       await runMigrations(db, {
         label: 'webhook-inbox',
         schema: t.schema,
         ledger: tables.fn('migrations'),
         lockKey: `webhook-inbox:${t.schema}.${prefix}`,
         migrations: migrations
-          .filter(([name]) => name < '0012')
+          .filter(([name]) => name === '0001_baseline')
           .map(([name, up]) => [name, () => up(tables)] as const),
       });
       await sql
         .raw(
           `insert into ${tables.events} (source, id, key, seq, body_hash, status) values
              ('default', 'a', null, null, 'h', 'processed'), ('default', 'b', 'k', 2, 'h', 'held'),
-             ('default', 'c', null, null, 'h', 'dead');
+             ('default', 'c', null, null, 'h', 'dead'), ('default', 'd', 'j', 1, 'h', 'held'),
+             ('default', 'e', 'k', 3, 'h', 'held'), ('default', 'f', 'k', 3, 'h', 'pending');
            insert into ${tables.keys} (source, key, next_seq, state, blocked_seq, blocked_reason)
-             values ('default', 'k', 1, 'blocked', 1, 'gap');`,
+             values ('default', 'k', 1, 'blocked', 1, 'gap'), ('default', 'j', 2, 'open', null, null);
+           insert into ${tables.gaps} (source, key, from_seq, to_seq, reason) values ('default', 'j', 2, 2, 'timeout');`,
         )
         .execute(db);
     } finally {
@@ -84,18 +86,33 @@ describe.runIf(postgresTarget)('migration 0012 on a database that has rows', () 
       const { rows } = await sql<{
         id: string;
         status: string;
-      }>`select id, status from ${sql.raw(tables.events)} order by id`.execute(db);
+        dead_reason: string | null;
+      }>`select id, status, dead_reason from ${sql.raw(tables.events)} order by id`.execute(db);
+      // 0.1.0 could leave a row waiting below its cursor (d) and two waiting at one seq (e, f):
+      // dead-lettered, late and seq-taken; its gap ahead of a cursor is gone.
       expect(rows).toEqual([
-        { id: 'a', status: 'processed' },
-        { id: 'b', status: 'held' },
-        { id: 'c', status: 'dead' },
+        { id: 'a', status: 'processed', dead_reason: null },
+        { id: 'b', status: 'held', dead_reason: null },
+        { id: 'c', status: 'dead', dead_reason: null },
+        { id: 'd', status: 'dead', dead_reason: 'late' },
+        { id: 'e', status: 'held', dead_reason: null },
+        { id: 'f', status: 'dead', dead_reason: 'seq-taken' },
       ]);
+      const gaps = await sql<{
+        n: number;
+      }>`select count(*)::int as n from ${sql.raw(tables.gaps)} where key = 'j'`.execute(db);
+      expect(gaps.rows[0].n).toBe(0);
       // The guards hold: a value outside each list is refused (23514), one inside is taken.
       const refused = async (text: string) =>
         expect(sql.raw(text).execute(db)).rejects.toMatchObject({ code: '23514' });
       await refused(
         `insert into ${tables.events} (source, id, body_hash, status) values ('default', 'z', 'h', 'done')`,
       );
+      await sql
+        .raw(
+          `insert into ${tables.events} (source, id, body_hash, status) values ('default', 'y', 'h', 'ignored')`,
+        )
+        .execute(db);
       await refused(`update ${tables.keys} set state = 'closed'`);
       await refused(`update ${tables.keys} set blocked_reason = 'late'`);
       await refused(
@@ -123,6 +140,38 @@ describe.runIf(postgresTarget)('migration 0012 on a database that has rows', () 
       expect(
         (await inbox.receive({ headers: { 'idempotency-key': 'new' }, rawBody: Buffer.from('x') })).kind,
       ).toBe('processed');
+    } finally {
+      await inbox.close();
+      await t.close();
+    }
+  });
+});
+
+describe.runIf(postgresTarget)('a schema an unreleased commit migrated', () => {
+  it('is refused with the fix, and nothing of 0002 runs', async () => {
+    const t = await postgresTarget!.open();
+    const tables = createTables(t.schema, '');
+    const inbox = createInbox({ db: t.db, schema: t.schema, migrate: false, handle: () => {} });
+    try {
+      const db = await inbox.kysely();
+      await runMigrations(db, {
+        label: 'webhook-inbox',
+        schema: t.schema,
+        ledger: tables.fn('migrations'),
+        lockKey: `webhook-inbox:${t.schema}.`,
+        migrations: migrations
+          .filter(([name]) => name === '0001_baseline')
+          .map(([name, up]) => [name, () => up(tables)] as const),
+      });
+      await sql
+        .raw(`insert into ${tables.fn('migrations')} (name, timestamp) values ('0004_state_machine', 'x')`)
+        .execute(db);
+      const refused = inbox.migrate();
+      await expect(refused).rejects.toThrow(/lists 0004_state_machine.*0002_release_0_2.*Fix:.*drop schema/);
+      const ledger = await sql<{
+        name: string;
+      }>`select name from ${sql.raw(tables.fn('migrations'))} order by name`.execute(db);
+      expect(ledger.rows.map((r) => r.name)).toEqual(['0001_baseline', '0004_state_machine']);
     } finally {
       await inbox.close();
       await t.close();

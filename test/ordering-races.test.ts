@@ -53,7 +53,7 @@ describe.runIf(postgresTarget)('ordering races on real Postgres', () => {
     return pool;
   };
   // A claim as pg_stat_activity shows it: pipelined on a pg.Pool, the prepared statement's own
-  // text (`… "<schema>"."claim"($1, …)`, src/drivers/pipeline.ts); folded as text through a
+  // text (`… "<schema>"."claim"($1, …)`, src/drivers/extended-protocol.ts); folded as text through a
   // GatedPool's wrapper, `execute "wi_fold:<schema>.claim"(…)` (src/drivers/fold.ts).
   const claimOf = (t: TargetDb) => [`"wi_fold:${t.schema}.claim"(`, `"${t.schema}"."claim"(`];
   // A replay's read of its key's row, FOR UPDATE (src/operations/replay.ts).

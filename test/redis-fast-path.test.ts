@@ -101,7 +101,7 @@ describe.skipIf(!postgresTarget || !redisUrl)('the Redis fast path (real Postgre
   /**
    * A retry storm, as an inbox sees one: copies of a processed event until Redis answers one
    * with no Postgres query. An inbox looks in Redis before BEGIN only while most deliveries are
-   * duplicates (src/receive/duplicate-odds.ts); the copies Postgres answered first wrote the
+   * duplicates (src/duplicate-odds.ts); the copies Postgres answered first wrote the
    * event to Redis. Returns how many copies Postgres answered.
    */
   async function stormUntilRedisAnswers(inbox: Inbox, copy: ReturnType<typeof delivery>): Promise<number> {

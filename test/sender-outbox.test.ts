@@ -4,7 +4,7 @@ import { CompiledQuery, sql } from 'kysely';
 import { afterEach, describe, expect, it } from 'vitest';
 import { startLedger } from '../examples/ledger/start.js';
 import { StatementNames } from '../src/drivers/common.js';
-import { runMigrations } from '../src/migrations.js';
+import { runMigrations } from '../src/migration-runner.js';
 import { createSender, InvalidEventError, OutboxStore, type Sender } from '../src/sender/index.js';
 import { outboxStatements } from '../src/sender/outbox.js';
 import { outboxMigrations, outboxTables } from '../src/sender/outbox-schema.js';

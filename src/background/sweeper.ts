@@ -3,6 +3,7 @@
  * interrupted, retries failed events whose backoff ended, applies gap timeouts (skip or
  * block), applies due unordered pending events, and prunes processed rows past `retention`.
  */
+import { prune } from '../operations/retention.js';
 import type { Runtime } from '../runtime.js';
 import type { SweepRow } from '../sql/sweep.js';
 import { applyDuePending } from './turns.js';
@@ -135,7 +136,13 @@ export class Sweeper {
     report.applied = await applyDuePendingEvents(rt, PENDING_PER_SWEEP);
     // Retention: one small batch, at most once a minute while caught up, every pass while behind.
     if (o.retention !== false && Date.now() >= this.#nextPruneAt && !rt.closing) {
-      const { pruned } = await rt.operations.prune({
+      const scope = {
+        db: rt.database.kysely,
+        tables: rt.tables,
+        source: o.source,
+        lockTimeoutMs: o.lockTimeoutMs,
+      };
+      const { pruned } = await prune(scope, {
         olderThan: o.retention,
         batchSize: PRUNE_BATCH,
         maxBatches: 1,

@@ -12,8 +12,9 @@
 import type { Context } from '@opentelemetry/api';
 import type { Kysely } from 'kysely';
 import { applyBatch, applyOne } from '../apply.js';
+import { sqlState } from '../drivers/postgres-error.js';
 import type { Runtime } from '../runtime.js';
-import { CONTENDED, sqlState } from '../sql/sql-state.js';
+import { CONTENDED } from '../sql/sql-state.js';
 import type { TakenEvent } from '../sql/taken-event.js';
 
 /** What one step of a drain did: applied an event or not, and whether the key's next seq waits. */

@@ -7,7 +7,15 @@ import { parseDuration } from '../duration.js';
 import { DEAD_REASONS } from '../operations/dead-letters.js';
 import type { OpenOperationsOptions } from '../operations/index.js';
 import { HEADER_NAME } from '../option-checks.js';
-import { type OptionSpec, UsageError, type Values } from './command.js';
+import {
+  type Command,
+  type CommandArgs,
+  EXIT,
+  type OpenedOperations,
+  type OptionSpec,
+  UsageError,
+  type Values,
+} from './command.js';
 
 export const GLOBAL_OPTIONS: Record<string, OptionSpec> = {
   db: { type: 'string', help: 'PostgreSQL connection URL (default: $DATABASE_URL)' },
@@ -55,6 +63,37 @@ export const LOCK_TIMEOUT: OptionSpec = {
 /** `--lock-timeout` in ms, or undefined for the operations' own (a bad one is a usage error). */
 export function lockTimeout(values: Values): number | undefined {
   return duration(values, 'lock-timeout');
+}
+
+/**
+ * What every action on one named thing that waits for its key shares (`dead skip <id>`,
+ * `keys unblock <key>`, `keys skip <key>`): one positional, `--lock-timeout` checked before
+ * the database is opened, and the action run on the opened operations with that bound.
+ */
+export function lockedAction(
+  act: (
+    ops: OpenedOperations,
+    target: string,
+    bound: { lockTimeoutMs: number | undefined },
+    out: CommandArgs['out'],
+  ) => Promise<void>,
+): Pick<Command, 'options' | 'positionals' | 'check' | 'run'> {
+  return {
+    options: { 'lock-timeout': LOCK_TIMEOUT },
+    positionals: [1, 1],
+    check({ values }) {
+      lockTimeout(values);
+    },
+    async run({ values, positionals, out, connection }) {
+      await act(
+        await connection.ops(),
+        positionals[0] as string,
+        { lockTimeoutMs: lockTimeout(values) },
+        out,
+      );
+      return EXIT.ok;
+    },
+  };
 }
 
 export function limit(values: Values): number | undefined {

@@ -1,6 +1,6 @@
 /** `dead list`, `dead show`, `dead skip`: the dead-letter queue (`dead replay` has its own module). */
 import { formatDuration } from '../duration.js';
-import { FILTERS, filterOf, LOCK_TIMEOUT, lockTimeout } from './arguments.js';
+import { FILTERS, filterOf, lockedAction } from './arguments.js';
 import { type Command, EXIT, UsageError } from './command.js';
 import { deadLetterJson, deadLetterSummary, deadLetterText, oneLine, skipText, table } from './format.js';
 import { REPLAY_COMMAND } from './replay-command.js';
@@ -66,15 +66,6 @@ export const DEAD_COMMANDS: Record<string, Command> = {
     help:
       'The key moves past the dead letter\'s seq (recorded as a gap, reason "skip"); the running\n' +
       "application's sweeper then drains the events held behind it. The dead letter stays, as a record.",
-    options: { 'lock-timeout': LOCK_TIMEOUT },
-    positionals: [1, 1],
-    check({ values }) {
-      lockTimeout(values);
-    },
-    async run({ values, positionals, out, connection }) {
-      const ops = await connection.ops();
-      out.result(await ops.skip({ id: positionals[0] }, { lockTimeoutMs: lockTimeout(values) }), skipText);
-      return EXIT.ok;
-    },
+    ...lockedAction(async (ops, id, bound, out) => out.result(await ops.skip({ id }, bound), skipText)),
   },
 };

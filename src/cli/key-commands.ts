@@ -1,6 +1,6 @@
 /** `keys …`: ordering keys that are blocked or hold events, and moving them on. */
 import { OperationError } from '../errors.js';
-import { FILTERS, LOCK_TIMEOUT, limit, lockTimeout } from './arguments.js';
+import { FILTERS, limit, lockedAction } from './arguments.js';
 import { type Command, EXIT } from './command.js';
 import { deadLetterSummary, KEY_HEADERS, keyRows, line, seqRange, skipText, table } from './format.js';
 import { safeField } from './terminal-safe.js';
@@ -54,30 +54,15 @@ export const KEY_COMMANDS: Record<string, Command> = {
       'What waits at the cursor is then applied by the sweeper. If nothing does (a missing seq, a\n' +
       'dead letter you did not replay), the key waits for it again and the gap timeout decides.\n' +
       'To move past the seq, use `keys skip`; to retry a dead letter, `dead replay`.',
-    options: { 'lock-timeout': LOCK_TIMEOUT },
-    positionals: [1, 1],
-    check({ values }) {
-      lockTimeout(values);
-    },
-    async run({ values, positionals, out, connection }) {
-      const ops = await connection.ops();
-      const key = await ops.unblock(positionals[0], ops.source, { lockTimeoutMs: lockTimeout(values) });
-      out.result(key, (k) => safeField(`key ${k.key} (${k.source}) is open; it waits for seq ${k.nextSeq}`));
-      return EXIT.ok;
-    },
+    ...lockedAction(async (ops, key, bound, out) =>
+      out.result(await ops.unblock(key, ops.source, bound), (k) =>
+        safeField(`key ${k.key} (${k.source}) is open; it waits for seq ${k.nextSeq}`),
+      ),
+    ),
   },
   'keys skip': {
     summary: 'move a blocked key past what blocks it (a poison seq, or a missing range)',
     usage: 'webhook-inbox keys skip <key> [options]',
-    options: { 'lock-timeout': LOCK_TIMEOUT },
-    positionals: [1, 1],
-    check({ values }) {
-      lockTimeout(values);
-    },
-    async run({ values, positionals, out, connection }) {
-      const ops = await connection.ops();
-      out.result(await ops.skip({ key: positionals[0] }, { lockTimeoutMs: lockTimeout(values) }), skipText);
-      return EXIT.ok;
-    },
+    ...lockedAction(async (ops, key, bound, out) => out.result(await ops.skip({ key }, bound), skipText)),
   },
 };

@@ -72,6 +72,19 @@ export async function runAction(
       { console: name, who: principal.name, ...details },
       `webhook-inbox console: ${name} by ${principal.name}`,
     );
+  // What a replay (of chosen dead letters or of a filter's) logs and shows: each one's outcome.
+  const replayed = (results: ReplayResult[], what: object) => {
+    log({ ...what, outcomes: results.map((r) => ({ id: r.id, outcome: r.outcome, status: r.status })) });
+    return resultPage(
+      ctx,
+      'Replayed',
+      results.map((r) => ({
+        item: `${r.source ?? '?'}/${r.id}`,
+        outcome: replayOutcome(r),
+        link: eventLink(r),
+      })),
+    );
+  };
   const eventLink = (r: { source: string | null; id: string }) =>
     r.source === null ? undefined : href(ctx.base, 'events', r.source, r.id);
 
@@ -88,20 +101,7 @@ export async function runAction(
           form.getAll('target').map((t) => ['target', t]),
         );
       }
-      const results = await backend.replay(targets);
-      log({
-        targets: items,
-        outcomes: results.map((r) => ({ id: r.id, outcome: r.outcome, status: r.status })),
-      });
-      return resultPage(
-        ctx,
-        'Replayed',
-        results.map((r) => ({
-          item: `${r.source ?? '?'}/${r.id}`,
-          outcome: replayOutcome(r),
-          link: eventLink(r),
-        })),
-      );
+      return replayed(await backend.replay(targets), { targets: items });
     }
     case 'replay-all': {
       const filter: DeadLetterFilterInput = parseDeadLetterFilter(form);
@@ -124,20 +124,9 @@ export async function runAction(
         );
       }
       const dead = await ops.deadLetters(selection);
-      const results = await backend.replay(dead.map((d) => ({ source: d.source, id: d.id })));
-      log({
+      return replayed(await backend.replay(dead.map((d) => ({ source: d.source, id: d.id }))), {
         filter: filter.query,
-        outcomes: results.map((r) => ({ id: r.id, outcome: r.outcome, status: r.status })),
       });
-      return resultPage(
-        ctx,
-        'Replayed',
-        results.map((r) => ({
-          item: `${r.source ?? '?'}/${r.id}`,
-          outcome: replayOutcome(r),
-          link: eventLink(r),
-        })),
-      );
     }
     case 'skip': {
       const targets = targetsOf(form);

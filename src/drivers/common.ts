@@ -1,24 +1,33 @@
 import { createHash } from 'node:crypto';
-import type { TransactionSettings } from 'kysely';
+import type { QueryResult, TransactionSettings } from 'kysely';
 import { PoolWaitTimeoutError } from '../errors.js';
 
 /**
- * How a registered statement may travel with its neighbours in one round trip (pg only; see
- * src/drivers/pg.ts): `after-begin` rides on the transaction's BEGIN (the claim and the take
- * statements open every apply), `before-commit` on its COMMIT (the stored result, and the
- * statements that record a failed run). A `before-commit` statement's rows are never read.
+ * How a statement travels with its neighbours on our drivers (src/drivers/fold.ts), declared by
+ * the statement itself (src/sql/tables.ts, `defineStatement`):
+ * - `begin`: it opens our transactions (the claim, the takes), and BEGIN rides on it. Sent
+ *   outside a transaction (deferred mode's claim) it is a READ COMMITTED transaction of its
+ *   own, SET TRANSACTION riding on it, committed by PostgreSQL before it answers.
+ * - `commit`: held back and sent with COMMIT (or with the next statement that declares a
+ *   contract, when one comes first: a batch's next SAVEPOINT). Its rows are never read.
+ * - `none`: a round trip of its own.
  */
-export type Fold = 'after-begin' | 'before-commit';
+export type Rides = 'begin' | 'commit' | 'none';
+
+/** A statement's result; with its `first`'s result beside it, when it declares one. */
+export interface StatementResult<R> extends QueryResult<R> {
+  readonly first?: QueryResult<unknown>;
+}
 
 export interface StatementEntry {
   readonly name: string;
-  readonly fold: Fold | undefined;
+  readonly rides: Rides;
   /** A parameterless statement every driver sends right after this one (a SAVEPOINT). */
-  readonly then: string | undefined;
+  readonly after: string | undefined;
   /**
    * The text of a registered statement our drivers send right before this one, with the same
-   * parameters, in the same round trip when they fold; its one row's columns are written into
-   * each of this one's rows (over a placeholder column of the same name, when it selects one).
+   * parameters, in the same round trip when they fold; its result is returned beside this one's
+   * (`StatementResult.first`).
    * Two statements, not one: the second's snapshot is taken after the first ran (READ
    * COMMITTED), which one statement cannot do (the try-claim's read after the id's try-lock,
    * src/sql/try-claim.ts).
@@ -33,7 +42,7 @@ export interface StatementEntry {
   readonly prepared: string | undefined;
   /**
    * The name it is parsed under on the extended protocol when folds are pipelined
-   * (src/drivers/pipeline.ts): distinct from `prepared` and from `name`, so that a session
+   * (src/drivers/extended-protocol.ts): distinct from `prepared` and from `name`, so that a session
    * never meets one of ours under another's name.
    */
   readonly pipelined: string;
@@ -81,12 +90,16 @@ const textNames = new Map<string, string>();
 
 export class StatementNames {
   readonly #entries = new Map<string, StatementEntry>();
-  register(name: string, text: string, fold?: Fold, then?: string, first?: string): string {
+  register(
+    name: string,
+    text: string,
+    travel: { rides: Rides; after?: string; first?: string } = { rides: 'none' },
+  ): string {
     this.#entries.set(text, {
       name,
-      fold,
-      then,
-      first,
+      rides: travel.rides,
+      after: travel.after,
+      first: travel.first,
       prepared: PREPARABLE.test(text) ? preparedName(name, text) : undefined,
       pipelined: shortName('wi_pipe', name, text),
     });
@@ -98,7 +111,8 @@ export class StatementNames {
   /** Every statement that folds and can be PREPAREd, with its text. */
   *preparable(): IterableIterator<[string, StatementEntry & { prepared: string }]> {
     for (const [text, entry] of this.#entries)
-      if (entry.fold && entry.prepared) yield [text, entry as StatementEntry & { prepared: string }];
+      if (entry.rides !== 'none' && entry.prepared)
+        yield [text, entry as StatementEntry & { prepared: string }];
   }
 }
 

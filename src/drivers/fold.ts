@@ -1,13 +1,13 @@
 /**
  * Folding, shared by our two drivers (src/drivers/pg.ts, src/drivers/pglite.ts): BEGIN is not
  * sent on its own. It waits for the transaction's first statement and, when that is one
- * registered `after-begin` (the claim, the take statements), both go in one round trip: as a
- * pipeline on node-postgres's own clients (src/drivers/pipeline.ts: a Bind and an Execute of
+ * that rides on `begin` (the claim, the take statements), both go in one round trip: as a
+ * pipeline on node-postgres's own clients (src/drivers/extended-protocol.ts: a Bind and an Execute of
  * each, one Sync, the values bound as parameters), elsewhere as one simple-protocol query of
- * text (`begin; execute <prepared>('…', …)`). A statement registered `before-commit` (the
+ * text (`begin; execute <prepared>('…', …)`). A statement that rides on `commit` (the
  * stored result) is held back and sent with COMMIT. A new event then costs what a bare
  * transaction costs: BEGIN+claim, the handler's statements, result+COMMIT. A statement may
- * name one to send right after it (`then`: the SAVEPOINT after a take). Held-back statements
+ * name one to send right after it (`after`: the SAVEPOINT after a take). Held-back statements
  * ride likewise on the next registered statement, when one comes before COMMIT (a batch of
  * events: the next event's SAVEPOINT carries the last result).
  *
@@ -22,50 +22,15 @@
  * instead, with BEGIN sent first. A pipeline binds every value as a parameter, whatever its
  * size. A transaction that sends nothing sends neither BEGIN nor COMMIT.
  *
- * An `after-begin` statement sent outside a transaction is a transaction of its own (deferred
+ * A statement that rides on `begin`, sent outside a transaction is a transaction of its own (deferred
  * mode's claim): `SET TRANSACTION` rides on it, and PostgreSQL runs the two as one implicit
  * transaction that commits before the answer leaves the server.
  */
 import type { CompiledQuery, DatabaseConnection, QueryResult, TransactionSettings } from 'kysely';
-import pg from 'pg';
-import { beginStatement, type StatementEntry, type StatementNames } from './common.js';
-
-/**
- * Which folding statements are PREPAREd on a session (keyed by the object that outlives our
- * connection object: pg's pooled client, the PGlite instance), or 'inline' when folds on it
- * carry the statement's text.
- *
- * Folded as text, a statement travels on the simple protocol, where Postgres parses, analyses
- * and plans its text every time; `execute <prepared>(literals)` skips all of that
- * (bench/postgres-cost.ts measures the difference; on PGlite, where the parse runs in
- * WebAssembly, it is larger). The
- * statements are prepared in one round trip before the session's first fold: once per
- * connection, never per delivery. A session whose PREPARE failed, or whose statements were
- * deallocated behind our back (DISCARD ALL; a pooler that swaps backends), folds text from then
- * on: slower, never wrong. A pool that hands out a new client object for the same connection
- * costs one failed PREPARE per object.
- */
-const preparedOn = new WeakMap<object, Set<string> | 'inline'>();
-const DUPLICATE_PREPARED_STATEMENT = '42P05';
-const UNDEFINED_PREPARED_STATEMENT = '26000';
-
-/** An error's SQLSTATE; undefined for what is not PostgreSQL's (the connection failed). */
-function sqlState(err: unknown): string | undefined {
-  const code = (err as { code?: unknown } | undefined)?.code;
-  return typeof code === 'string' ? code : undefined;
-}
-
-/**
- * Per pool: set when a PREPARE found its statement already there, i.e. the pool hands out a
- * new client object for a connection it handed out before (a wrapping pool). Such a pool's
- * connections cannot be told apart, so all of them fold text, and none pays a PREPARE again.
- */
-export interface FoldState {
-  textOnly: boolean;
-}
-
-/** Past this many characters of literals, folding costs more CPU than the round trip it saves. */
-const MAX_FOLDED_CHARS = 64 * 1024;
+import { beginStatement, type StatementEntry, type StatementNames, type StatementResult } from './common.js';
+import { sqlState } from './postgres-error.js';
+import { type FoldState, foldText, prepareFolds, UNDEFINED_PREPARED_STATEMENT } from './prepared-folds.js';
+import { type Session, sessionOf } from './session.js';
 
 /**
  * The isolation of every transaction the inbox opens (ARCHITECTURE.md, "READ COMMITTED,
@@ -73,67 +38,6 @@ const MAX_FOLDED_CHARS = 64 * 1024;
  * implicit transaction's, whatever the server's `default_transaction_isolation`.
  */
 const ALONE_READ_COMMITTED = 'set transaction isolation level read committed';
-
-const { escapeLiteral } = pg;
-const NEEDS_ESCAPING = /['\\]/;
-
-/** One value as a SQL literal, or undefined when it cannot (or should not) be folded. */
-export function literal(value: unknown): string | undefined {
-  if (value === null || value === undefined) return 'null';
-  switch (typeof value) {
-    case 'boolean':
-      return value ? 'true' : 'false';
-    case 'number':
-      return Number.isFinite(value) ? String(value) : undefined;
-    case 'bigint':
-      return value.toString();
-    case 'string':
-      // What escapeLiteral returns for text without quotes or backslashes, without its
-      // character-by-character loop (ids, hashes, JSON of most results).
-      return NEEDS_ESCAPING.test(value) ? escapeLiteral(value) : `'${value}'`;
-  }
-  if (value instanceof Uint8Array)
-    return `${escapeLiteral(`\\x${Buffer.from(value).toString('hex')}`)}::bytea`;
-  if (value instanceof Date) return `${escapeLiteral(value.toISOString())}::timestamptz`;
-  return undefined;
-}
-
-/** The literals of a statement's parameters, or undefined when they cannot (or should not) be folded. */
-function literalsOf(compiled: CompiledQuery): string[] | undefined {
-  let size = 0;
-  const literals: string[] = [];
-  for (const value of compiled.parameters) {
-    const text = literal(value);
-    if (text === undefined) return undefined;
-    size += text.length;
-    if (size > MAX_FOLDED_CHARS) return undefined;
-    literals.push(text);
-  }
-  return literals;
-}
-
-/**
- * A statement's text with its `$n` placeholders replaced by literals. Registered statements are
- * ours: their text has no `$` but the placeholders.
- */
-function inline(sql: string, literals: string[]): string {
-  const parts = placeholderSplit(sql);
-  let text = parts[0] as string;
-  for (let i = 1; i < parts.length; i += 2) text += literals[(parts[i] as number) - 1] + parts[i + 1];
-  return text;
-}
-
-/** A statement's text split around its `$n` placeholders (text, n, text, …), once per text. */
-const splits = new Map<string, Array<string | number>>();
-function placeholderSplit(sql: string): Array<string | number> {
-  let parts = splits.get(sql);
-  if (!parts) {
-    parts = sql.split(/\$(\d+)/).map((part, i) => (i % 2 === 1 ? Number(part) : part));
-    // Registered statements only (a handful per schema); a bound keeps a misuse from growing it.
-    if (splits.size < 1000) splits.set(sql, parts);
-  }
-  return parts;
-}
 
 /** A statement of a pipeline as a driver gets it: its protocol name (registered ones), text and values. */
 export interface PipelinePart {
@@ -165,10 +69,15 @@ export abstract class FoldingConnection implements DatabaseConnection {
 
   constructor(
     readonly names: StatementNames,
-    /** What the session's prepared statements are remembered on (it outlives this object). */
-    readonly session: object,
+    /** The object the session lives on (it outlives this object): pg's pooled client, the PGlite instance. */
+    handle: object,
     readonly folds: FoldState = { textOnly: false },
-  ) {}
+  ) {
+    this.session = sessionOf(handle);
+  }
+
+  /** Where this connection's session keeps what outlives it (src/drivers/session.ts). */
+  protected readonly session: Session;
 
   /** Whether a transaction was begun (sent or not). */
   protected get inTransaction(): boolean {
@@ -179,7 +88,7 @@ export abstract class FoldingConnection implements DatabaseConnection {
   protected abstract simpleAll<R>(text: string): Promise<QueryResult<R>[]>;
 
   /**
-   * Several statements on the extended protocol in one round trip (src/drivers/pipeline.ts),
+   * Several statements on the extended protocol in one round trip (src/drivers/extended-protocol.ts),
    * where the driver can: then folds bind their values instead of writing them as literals.
    * Undefined where it cannot (PGlite, a pg-shaped wrapper): folds are text.
    */
@@ -195,20 +104,9 @@ export abstract class FoldingConnection implements DatabaseConnection {
     entry: StatementEntry | undefined,
   ): Promise<QueryResult<R>>;
 
-  /**
-   * A registered statement as folded text: `execute <prepared>(literals)` on a session where it
-   * is prepared, else its text with the literals in; undefined when it cannot be folded.
-   */
+  /** A registered statement as folded text (src/drivers/prepared-folds.ts); undefined when it cannot be folded. */
   protected foldText(compiled: CompiledQuery, entry: StatementEntry | undefined): string | undefined {
-    const literals = literalsOf(compiled);
-    if (literals === undefined) return undefined;
-    const prepared = preparedOn.get(this.session);
-    if (entry?.prepared && !this.folds.textOnly && prepared instanceof Set && prepared.has(entry.prepared)) {
-      return literals.length
-        ? `execute ${entry.prepared}(${literals.join(', ')})`
-        : `execute ${entry.prepared}`;
-    }
-    return inline(compiled.sql, literals);
+    return foldText(this.session, this.folds, compiled, entry);
   }
 
   /**
@@ -218,37 +116,14 @@ export abstract class FoldingConnection implements DatabaseConnection {
    */
   #simpleFolded<R>(text: string): Promise<QueryResult<R>[]> {
     return this.simpleAll<R>(text).then(undefined, (err) => {
-      if (sqlState(err) === UNDEFINED_PREPARED_STATEMENT) preparedOn.set(this.session, 'inline');
+      if (sqlState(err) === UNDEFINED_PREPARED_STATEMENT) this.session.prepared = 'inline';
       throw err;
     });
   }
 
   /**
-   * PREPAREs the folding statements this session lacks (one pool may serve inboxes in several
-   * schemas): one round trip, once per session and schema, before a fold's BEGIN, so that a
-   * failure aborts nothing. A failure (a statement of that name already there: a pool that
-   * wraps one connection in several client objects) leaves it folding text.
-   */
-  async #prepareFolds(): Promise<void> {
-    const prepared = preparedOn.get(this.session);
-    const have = prepared instanceof Set ? prepared : new Set<string>();
-    const missing = [...this.names.preparable()].filter(([, e]) => !have.has(e.prepared));
-    try {
-      await this.simple(missing.map(([text, e]) => `prepare ${e.prepared} as ${text}`).join('; '));
-      for (const [, e] of missing) have.add(e.prepared);
-      preparedOn.set(this.session, have);
-    } catch (err) {
-      // Without a SQLSTATE the connection itself failed: nothing to fall back to.
-      const code = sqlState(err);
-      if (code === undefined) throw err;
-      preparedOn.set(this.session, 'inline');
-      if (code === DUPLICATE_PREPARED_STATEMENT) this.folds.textOnly = true;
-    }
-  }
-
-  /**
    * BEGIN (or, for a statement alone, SET TRANSACTION) and an `after-begin` statement (and
-   * `then`) in one query. Undefined when the values cannot be folded (the caller sends BEGIN
+   * `after`) in one query. Undefined when the values cannot be folded (the caller sends BEGIN
    * alone, then the statement).
    */
   protected async foldOnBegin<R>(
@@ -257,7 +132,7 @@ export abstract class FoldingConnection implements DatabaseConnection {
     entry: StatementEntry,
     then: string | undefined,
   ): Promise<QueryResult<R> | undefined> {
-    const prepared = preparedOn.get(this.session);
+    const prepared = this.session.prepared;
     if (
       !this.#pipelines(begin) &&
       entry.prepared &&
@@ -265,7 +140,7 @@ export abstract class FoldingConnection implements DatabaseConnection {
       prepared !== 'inline' &&
       !prepared?.has(entry.prepared)
     )
-      await this.#prepareFolds();
+      await prepareFolds(this.session, this.names, this.folds, (text) => this.simple(text));
     try {
       return await this.#fold<R>([begin], compiled, entry, then);
     } catch (err) {
@@ -280,7 +155,7 @@ export abstract class FoldingConnection implements DatabaseConnection {
 
   /**
    * What goes before (BEGIN, held-back statements), a registered statement's `first`, the
-   * statement and `then`, as one simple query: the statement's rows, with its `first`'s row
+   * statement and `after`, as one simple query: the statement's rows, with its `first`'s row
    * joined into each. Undefined when a value cannot be folded (the caller sends each).
    */
   #fold<R>(
@@ -297,7 +172,7 @@ export abstract class FoldingConnection implements DatabaseConnection {
     return this.#sendParts<R>(parts)?.then((results) => {
       const at = results.length - (then ? 2 : 1);
       const result = results[at] ?? { rows: [] };
-      return entry.first === undefined ? result : joinFirst(results[at - 1], result);
+      return entry.first === undefined ? result : withFirst(results[at - 1], result);
     });
   }
 
@@ -334,7 +209,7 @@ export abstract class FoldingConnection implements DatabaseConnection {
     return this.#simpleFolded<R>(texts.join('; '));
   }
 
-  /** A registered statement's `first`, the statement and its `then`, each in a round trip of its own. */
+  /** A registered statement's `first`, the statement and its `after`, each in a round trip of its own. */
   async #sendEach<R>(
     compiled: CompiledQuery,
     entry: StatementEntry | undefined,
@@ -346,7 +221,7 @@ export abstract class FoldingConnection implements DatabaseConnection {
         : await this.send<R>({ ...compiled, sql: entry.first }, this.names.get(entry.first));
     const result = await this.send<R>(compiled, entry);
     if (then) await this.simple(then);
-    return first === undefined ? result : joinFirst(first, result);
+    return first === undefined ? result : withFirst(first, result);
   }
 
   begin(settings: TransactionSettings): void {
@@ -404,15 +279,15 @@ export abstract class FoldingConnection implements DatabaseConnection {
     if (
       this.#begin === undefined &&
       this.#tails.length === 0 &&
-      (entry === undefined || (entry.fold === undefined && entry.first === undefined && !entry.then))
+      (entry === undefined || (entry.rides === 'none' && entry.first === undefined && !entry.after))
     )
       return this.send<R>(compiled, entry);
     return this.#execute<R>(compiled, entry);
   }
 
   async #execute<R>(compiled: CompiledQuery, entry: StatementEntry | undefined): Promise<QueryResult<R>> {
-    if (entry?.fold === 'after-begin' && !this.#inTransaction) return this.#alone<R>(compiled, entry);
-    if (entry?.fold === 'before-commit' && this.#inTransaction) {
+    if (entry?.rides === 'begin' && !this.#inTransaction) return this.#alone<R>(compiled, entry);
+    if (entry?.rides === 'commit' && this.#inTransaction) {
       this.#tails.push(compiled);
       return { rows: [] };
     }
@@ -427,18 +302,18 @@ export abstract class FoldingConnection implements DatabaseConnection {
     if (this.#begin !== undefined) {
       const begin = this.#begin;
       this.#begin = undefined;
-      if (entry?.fold === 'after-begin') {
-        const folded = await this.foldOnBegin<R>(begin, compiled, entry, entry.then);
+      if (entry?.rides === 'begin') {
+        const folded = await this.foldOnBegin<R>(begin, compiled, entry, entry.after);
         if (folded) return folded;
       }
       await this.simple(begin);
-    } else if (entry && (entry.first !== undefined || entry.then)) {
+    } else if (entry && (entry.first !== undefined || entry.after)) {
       // Inside a transaction already begun (the claim after the try-claim found it could not
       // decide alone): the statement and its companions still go in one round trip.
-      const folded = await this.#fold<R>([], compiled, entry, entry.then);
+      const folded = await this.#fold<R>([], compiled, entry, entry.after);
       if (folded) return folded;
     }
-    return this.#sendEach<R>(compiled, entry, entry?.then);
+    return this.#sendEach<R>(compiled, entry, entry?.after);
   }
 
   /**
@@ -446,7 +321,7 @@ export abstract class FoldingConnection implements DatabaseConnection {
    * its own, in one round trip. PostgreSQL runs the statements of one simple query as one
    * implicit transaction, committed (or rolled back, on an error) before it answers: no lock
    * is held while the answer travels back, and the connection is left outside a transaction.
-   * Its `then` (a savepoint) has no transaction to mark. Values that cannot be folded: BEGIN,
+   * Its `after` (a savepoint) has no transaction to mark. Values that cannot be folded: BEGIN,
    * the statement, COMMIT.
    */
   async #alone<R>(compiled: CompiledQuery, entry: StatementEntry): Promise<QueryResult<R>> {
@@ -464,11 +339,11 @@ export abstract class FoldingConnection implements DatabaseConnection {
   }
 
   /**
-   * The held-back statements and a registered one (and its `then`) in one query; the
+   * The held-back statements and a registered one (and its `after`) in one query; the
    * registered one's rows. Undefined when a value cannot be folded (the caller sends each).
    */
   async #foldOnTails<R>(compiled: CompiledQuery, entry: StatementEntry): Promise<QueryResult<R> | undefined> {
-    const folded = await this.#fold<R>(this.#partsOf(this.#tails), compiled, entry, entry.then);
+    const folded = await this.#fold<R>(this.#partsOf(this.#tails), compiled, entry, entry.after);
     if (folded) this.#tails = [];
     return folded;
   }
@@ -482,16 +357,7 @@ export abstract class FoldingConnection implements DatabaseConnection {
 /** What COMMIT answers: nothing the caller reads. */
 function nothing(): void {}
 
-/**
- * A statement's result with the one row of its `first` written into each of its rows (the
- * try-claim's read gets the try-lock's `locked`), over the same-named columns. In place: a
- * copy of each row by spread cost more than the statement's own parsing (measured in the CPU
- * profile at 1,000 requests/s), and a statement that selects a placeholder of that name keeps
- * its rows' shape when it is written.
- */
-function joinFirst<R>(first: QueryResult<R> | undefined, result: QueryResult<R>): QueryResult<R> {
-  const row = first?.rows[0] as Record<string, unknown> | undefined;
-  if (row === undefined) return result;
-  for (const r of result.rows as Record<string, unknown>[]) for (const column in row) r[column] = row[column];
-  return result;
+/** A statement's result with its `first`'s beside it (the try-claim's read, with the try-lock's answer). */
+function withFirst<R>(first: QueryResult<unknown> | undefined, result: QueryResult<R>): StatementResult<R> {
+  return first === undefined ? result : { ...result, first };
 }

@@ -4,7 +4,7 @@
  * - Hot-path statements are named prepared statements (see `StatementNames`).
  * - Folding (src/drivers/fold.ts): BEGIN rides on the claim, the stored result on COMMIT, so
  *   that a new event costs the round trips of a bare transaction. On node-postgres's own
- *   clients a fold is a pipeline (src/drivers/pipeline.ts), its values bound as parameters; on a
+ *   clients a fold is a pipeline (src/drivers/extended-protocol.ts), its values bound as parameters; on a
  *   pg-shaped wrapper it is simple-protocol text, an `EXECUTE` of a statement PREPAREd once per
  *   connection.
  */
@@ -12,8 +12,10 @@
 import type { CompiledQuery, DatabaseConnection, Driver, QueryResult, TransactionSettings } from 'kysely';
 import pg from 'pg';
 import { boundedWait, pipelinedTextName, type StatementEntry, type StatementNames } from './common.js';
-import { FoldingConnection, type FoldState, type PipelinePart } from './fold.js';
-import { forgetParsed, type PipelineResult, runPipeline } from './pipeline.js';
+import { forgetParsed, type PipelineResult, runPipeline } from './extended-protocol.js';
+import { FoldingConnection, type PipelinePart } from './fold.js';
+import { sqlState } from './postgres-error.js';
+import type { FoldState } from './prepared-folds.js';
 import type { PgClientLike, PgPoolLike } from './shapes.js';
 
 const MUTATING = new Set(['INSERT', 'UPDATE', 'DELETE', 'MERGE']);
@@ -90,7 +92,7 @@ class PgConnection extends FoldingConnection {
       (err) => {
         // A statement of ours is gone (DISCARD ALL, a pooler that swapped backends): this
         // session's pipelines parse every statement anew from now on.
-        if ((err as { code?: unknown })?.code === '26000') forgetParsed(this.client);
+        if (sqlState(err) === '26000') forgetParsed(this.client);
         throw this.#failed(err);
       },
     );
@@ -138,9 +140,7 @@ class PgConnection extends FoldingConnection {
    * (socket closed, backend terminated) means the pool must not hand it out again.
    */
   #failed(err: unknown): unknown {
-    if (!(err && typeof err === 'object' && 'code' in err && typeof err.code === 'string')) {
-      this.broken = err as Error;
-    }
+    if (sqlState(err) === undefined) this.broken = err as Error;
     return err;
   }
 }

@@ -1,6 +1,7 @@
 import type { CompiledQuery, DatabaseConnection, Driver, QueryResult, TransactionSettings } from 'kysely';
 import { boundedWait, type StatementNames } from './common.js';
 import { FoldingConnection } from './fold.js';
+import { type SessionTurns, sessionOf } from './session.js';
 import type { PGliteLike } from './shapes.js';
 
 /**
@@ -9,50 +10,6 @@ import type { PGliteLike } from './shapes.js';
  * survived). This driver hands its single connection out exclusively: transactions and
  * statements queue behind each other, which is what one session can honestly offer.
  */
-/**
- * The turns of one PGlite session. Kept per PGlite instance, not per driver: two inboxes (or an
- * inbox and the app's own Kysely built with `inbox.kysely()`) sharing one PGlite share its one
- * session, so they must queue in one line.
- */
-class SessionTurns {
-  tail: Promise<void> = Promise.resolve();
-  release: (() => void) | undefined;
-  /** A turn began in this pass of the event loop; cleared by the next check phase. */
-  #passTaken = false;
-
-  /**
-   * Waits, if need be, for a pass of the event loop in which the session has not run yet: at
-   * most one turn per pass. Called by the turn's holder, so the order of turns stays the chain's.
-   *
-   * Why: PGlite's calls resolve without waiting for I/O, so a chain of turns, or one socket's
-   * request after another's in the same poll phase, ran back to back in microtasks and the event
-   * loop did not come round until the whole queue was through. Under saturation one pass lasted
-   * about as long as p50 (every waiting delivery's transaction), and Node (libuv 1.45 and later)
-   * accepts one new connection per pass: of 50 connections opened at once, the last waited about
-   * 50 passes to be accepted, seconds. In the benchmark nearly every delivery slower than p99 (on
-   * inbox-pglite and bare-pglite alike) was a connection's first request; the others kept p99
-   * near 2× p50. One turn per pass bounds a pass to one transaction: sockets are read and a
-   * connection accepted between any two turns. The cost: a setImmediate per turn while turns
-   * follow each other, nothing for a turn on an idle session.
-   */
-  async ownPass(): Promise<void> {
-    if (this.#passTaken) await new Promise<void>((resolve) => setImmediate(resolve));
-    this.#passTaken = true;
-    setImmediate(() => {
-      this.#passTaken = false;
-    });
-  }
-}
-const sessionTurns = new WeakMap<object, SessionTurns>();
-function turnsOf(pglite: PGliteLike): SessionTurns {
-  let turns = sessionTurns.get(pglite);
-  if (!turns) {
-    turns = new SessionTurns();
-    sessionTurns.set(pglite, turns);
-  }
-  return turns;
-}
-
 /**
  * The one session's connection. It folds like the pg driver's (src/drivers/fold.ts): here a
  * fold saves calls into the embedded database rather than network round trips, and each call
@@ -100,7 +57,7 @@ export class PGliteDriver implements Driver {
     readonly waitTimeoutMs: number,
     readonly names: StatementNames,
   ) {
-    this.#turns = turnsOf(pglite);
+    this.#turns = sessionOf(pglite).turns;
     this.#connection = new PGliteConnection(pglite, names);
   }
   async init(): Promise<void> {}

@@ -3,11 +3,12 @@
  * the look-ups that turn an operator's id or key into one (source, row) or refuse it.
  */
 import { type Kysely, type RawBuilder, sql, type Transaction } from 'kysely';
+import { toNumber } from '../column-readers.js';
+import { sqlState } from '../drivers/postgres-error.js';
 import { parseDuration } from '../duration.js';
 import { OperationError } from '../errors.js';
 import { DEFAULT_LOCK_TIMEOUT_MS } from '../options.js';
-import { sqlState } from '../sql/sql-state.js';
-import { type Tables, toNumber } from '../sql/tables.js';
+import type { Tables } from '../sql/tables.js';
 
 /** The most rows one list or `--all` action handles. */
 export const MAX_LIST = 10_000;

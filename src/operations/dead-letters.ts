@@ -1,8 +1,8 @@
 /** The dead-letter queue as an operator reads it: lists with filters, and one event in full. */
 import { type RawBuilder, sql } from 'kysely';
+import { toBoolean } from '../column-readers.js';
 import { secretHeaderSet, storableHeaders } from '../payload.js';
 import { type StoredEvent, toStoredEvent } from '../sql/inspect.js';
-import { toBoolean } from '../sql/tables.js';
 import {
   ageMs,
   durationMs,

@@ -5,8 +5,8 @@
  * for it at most `lockTimeoutMs` (boundedLockWait).
  */
 import { sql } from 'kysely';
+import { toNumber } from '../column-readers.js';
 import { OperationError } from '../errors.js';
-import { toNumber } from '../sql/tables.js';
 import {
   ageMs,
   boundedLockWait,

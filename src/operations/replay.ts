@@ -6,9 +6,9 @@
  * sweeper; `inbox.replay()` also drains at once.
  */
 import { sql } from 'kysely';
+import { toNumber } from '../column-readers.js';
 import { OperationError } from '../errors.js';
 import type { StoredEvent } from '../sql/inspect.js';
-import { toNumber } from '../sql/tables.js';
 import {
   boundedLockWait,
   type FoundEvent,

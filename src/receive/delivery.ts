@@ -1,6 +1,5 @@
 import { InvalidDeliveryError } from '../errors.js';
-import type { ResolvedOptions } from '../options.js';
-import { bodyHash, parseBody, readsAsJson } from '../payload.js';
+import { bodyHash, type ParseMode, parseBody, readsAsJson } from '../payload.js';
 import { type FieldDelivery, jsonOf, type ResolvedSource, readSource, readsBody } from './field-source.js';
 import { type Delivery, normalizeHeaders } from './request.js';
 
@@ -137,13 +136,31 @@ export function typeOf(
   return field.fromHeader ? decodeKey(field.text, source.label) : checkKey(field.text, source.label);
 }
 
+/** The options a delivery is parsed by (resolved: `ResolvedOptions` has them). */
+export interface DeliveryOptions {
+  /** Where id, key and seq are read: `fields`, else the `headers`; the type from `fields` or the provider. */
+  readonly fields: {
+    readonly id: ResolvedSource;
+    readonly key: ResolvedSource;
+    readonly seq: ResolvedSource;
+    readonly type: ResolvedSource | undefined;
+  };
+  /** `seq`, or latest-wins with where its key and version are read. */
+  readonly order:
+    | { readonly policy: 'seq' }
+    | { readonly policy: 'latest'; readonly key: ResolvedSource; readonly version: ResolvedSource };
+  readonly idFromBody: boolean;
+  readonly maxBodyBytes: number;
+  readonly parse: ParseMode;
+}
+
 /**
  * Validates a delivery against the wire contract (docs/outcomes.md) and hashes its body.
  * Throws InvalidDeliveryError naming the field; never touches the database.
  */
 export function parseDelivery(
   delivery: Delivery,
-  options: ResolvedOptions,
+  options: DeliveryOptions,
   /**
    * The id a verified signature covers (Standard Webhooks' `webhook-id`, Stripe's event id):
    * it is the event's id, and an id header that disagrees is refused. An unsigned header must

@@ -6,7 +6,7 @@
  * is written. A hook that throws or returns something unusable is logged and the default
  * outcome is answered: a bug in the hook never becomes a 500 with its message in it.
  *
- * Run once per delivery, in `pipeline.ts`'s `observed`, and only when the option is given.
+ * Run once per delivery, in `observe.ts`'s `observed`, and only when the option is given.
  */
 import { InboxOptionsError } from '../errors.js';
 import type { Logger } from '../logger.js';

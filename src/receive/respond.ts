@@ -3,17 +3,19 @@
  * (status, headers, problem+json body). Nothing internal (SQL, stacks, handler messages) is
  * ever put in a response; the logger gets the details.
  */
+
+import { sqlState } from '../drivers/postgres-error.js';
 import {
   type InvalidDeliveryError,
   PoolWaitTimeoutError,
   RawBodyUnavailableError,
   UnauthorizedDeliveryError,
 } from '../errors.js';
-import type { ResolvedOptions } from '../options.js';
 import { type Outcome, OutcomeKind, ok, problem } from '../outcome.js';
+import type { ResolvedOptions } from '../resolve-options.js';
 import type { Runtime } from '../runtime.js';
 import type { ClaimRow } from '../sql/claim.js';
-import { CONTENDED, sqlState } from '../sql/sql-state.js';
+import { CONTENDED } from '../sql/sql-state.js';
 import type { ParsedDelivery } from './delivery.js';
 
 export function processed(id: string, result: unknown): Outcome {

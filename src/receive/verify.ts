@@ -7,9 +7,20 @@
  * digests), and timestamps are checked both ways (too old is a replay, too far ahead is a
  * forged or badly skewed clock).
  */
-import { createHash, createHmac, timingSafeEqual } from 'node:crypto';
+import { createHash } from 'node:crypto';
 import { InboxOptionsError, UnauthorizedDeliveryError } from '../errors.js';
 import { type Delivery, normalizeHeaders } from './request.js';
+import {
+  anyEqual,
+  checkTimestamp,
+  hmac,
+  malformed,
+  required,
+  secretList,
+  strictBase64,
+  strictHex,
+  toleranceOf,
+} from './signature-checks.js';
 
 /** What a verifier sees: lower-case header names and the exact bytes received. */
 export interface VerifiableDelivery {
@@ -57,95 +68,6 @@ function declaring(secretHeaders: readonly string[], verify: Verify): Verify {
 
 /** One secret, or several while a secret is being rotated (any of them may have signed). */
 export type Secrets = string | Buffer | readonly (string | Buffer)[];
-
-const DEFAULT_TOLERANCE_SECONDS = 300;
-
-function secretList(secret: unknown, option: string): unknown[] {
-  const list = Array.isArray(secret) ? secret : [secret];
-  if (list.length === 0) throw new InboxOptionsError(option, 'must name at least one secret');
-  return list;
-}
-
-function toleranceOf(value: unknown, option: string): number {
-  if (value === undefined) return DEFAULT_TOLERANCE_SECONDS;
-  if (typeof value !== 'number' || !Number.isInteger(value) || value < 1 || value > 86_400) {
-    throw new InboxOptionsError(option, `must be an integer number of seconds from 1 to 86400`);
-  }
-  return value;
-}
-
-function required(d: VerifiableDelivery, name: string): string {
-  const value = d.headers[name];
-  if (value === undefined || value === '') {
-    throw new UnauthorizedDeliveryError(name, `${name} header is required`);
-  }
-  return value;
-}
-
-/** Unix seconds from a header; 401 when malformed or outside `tolerance` of now, either way. */
-function checkTimestamp(raw: string, name: string, tolerance: number): number {
-  if (!/^[0-9]{1,12}$/.test(raw)) {
-    throw new UnauthorizedDeliveryError(name, `${name} must be a Unix timestamp in seconds`);
-  }
-  const seconds = Number(raw);
-  const now = Math.floor(Date.now() / 1000);
-  if (seconds < now - tolerance) {
-    throw new UnauthorizedDeliveryError(name, `${name} is more than ${tolerance} seconds old`);
-  }
-  if (seconds > now + tolerance) {
-    throw new UnauthorizedDeliveryError(name, `${name} is more than ${tolerance} seconds in the future`);
-  }
-  return seconds;
-}
-
-/** True when `given` equals one of `expected`, comparing in constant time. */
-function anyEqual(given: readonly Buffer[], expected: readonly Buffer[]): boolean {
-  let found = false;
-  for (const g of given) {
-    for (const e of expected) {
-      // Lengths are public (a digest's size); only equal-length buffers are compared.
-      if (g.length === e.length && timingSafeEqual(g, e)) found = true;
-    }
-  }
-  return found;
-}
-
-/**
- * Decodes canonical base64 only. Node's decoder skips characters it does not know and accepts
- * missing padding, so `sig!!`, `s i g` and `sig` could all match one signature; a signature
- * is compared as sent, or not at all.
- */
-function strictBase64(text: string): Buffer | undefined {
-  if (!/^[A-Za-z0-9+/]+={0,2}$/.test(text) || text.length % 4 !== 0) return undefined;
-  const bytes = Buffer.from(text, 'base64');
-  return bytes.toString('base64') === text ? bytes : undefined;
-}
-
-/**
- * Decodes a hex HMAC-SHA256 (64 digits, either case) only. `Buffer.from(hex, 'hex')` stops at
- * the first pair it cannot read and drops an odd last digit, so `<signature>0` decoded to the
- * signature itself and verified: a signature is compared as sent, or not at all.
- */
-function strictHex(text: string): Buffer | undefined {
-  return /^[0-9a-f]{64}$/i.test(text) ? Buffer.from(text, 'hex') : undefined;
-}
-
-/**
- * A signature entry that is not in its canonical encoding refuses the whole header, even when
- * another entry would match: what is not what the sender wrote was not written by the sender.
- */
-function malformed(name: string, form: string): never {
-  throw new UnauthorizedDeliveryError(
-    name,
-    `${name} must carry ${form} HMAC-SHA256 signatures, canonically encoded`,
-  );
-}
-
-function hmac(key: Buffer | string, ...parts: (string | Buffer)[]): Buffer {
-  const h = createHmac('sha256', key);
-  for (const part of parts) h.update(part);
-  return h.digest();
-}
 
 /**
  * Standard Webhooks (standardwebhooks.com, used by Svix and others): `webhook-id`,

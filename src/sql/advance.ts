@@ -1,6 +1,7 @@
 import type { Kysely } from 'kysely';
+import { toBoolean } from '../column-readers.js';
 import type { StatementNames } from '../drivers/common.js';
-import { defineStatement, type Tables, toBoolean } from './tables.js';
+import { defineStatement, type Tables } from './tables.js';
 
 /**
  * `advance`: after a worker's handler, in its transaction: moves the cursor past the seq and

@@ -1,8 +1,9 @@
 import type { Kysely } from 'kysely';
+import { fromJsonText, toDate, toNumber } from '../column-readers.js';
 import type { StatementNames } from '../drivers/common.js';
 import { APPLY_SAVEPOINT } from './failed-run.js';
 import { readIdRow, takeIdLock } from './id-lock.js';
-import { defineStatement, fromJsonText, type Tables, toDate, toNumber } from './tables.js';
+import { defineStatement, type Tables } from './tables.js';
 
 /**
  * `claim_latest`: the claim of an event under latest-wins ordering (`order: { policy: 'latest' }`).
@@ -117,8 +118,7 @@ export function createClaimLatest(names: StatementNames, t: Tables) {
     'claim_latest',
     `select decision, result::text as result, latest, reason, attempts, received_at
        from ${t.fn('claim_latest')}($1, $2, $3, $4::bigint, $5, $6)`,
-    'after-begin',
-    APPLY_SAVEPOINT,
+    { rides: 'begin', after: APPLY_SAVEPOINT },
   );
   return async function claimLatest(
     db: Kysely<any>,

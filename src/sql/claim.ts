@@ -1,9 +1,10 @@
 import type { Kysely } from 'kysely';
+import { fromJsonText, toBoolean, toDate, toNumber } from '../column-readers.js';
 import type { StatementNames } from '../drivers/common.js';
 import { APPLY_SAVEPOINT } from './failed-run.js';
 import { readIdRow, takeIdLock } from './id-lock.js';
 import { notifyPending } from './notify-pending.js';
-import { defineStatement, fromJsonText, type Tables, toBoolean, toDate, toNumber } from './tables.js';
+import { defineStatement, type Tables } from './tables.js';
 
 /**
  * `claim`: everything the inbox decides about a delivery, in one round trip, inside the
@@ -319,8 +320,7 @@ export function createClaim(names: StatementNames, t: Tables) {
     'claim',
     `select decision, result::text as result, expected, reason, attempts, drain, received_at, row_at_commit
        from ${t.fn('claim')}($1, $2, $3, $4::bigint, $5, $6, $7::jsonb, $8, $9, $10, $11, $12::bigint, $13, true)`,
-    'after-begin',
-    APPLY_SAVEPOINT,
+    { rides: 'begin', after: APPLY_SAVEPOINT },
   );
   return async function claim(db: Kysely<any>, a: ClaimArgs): Promise<ClaimRow> {
     const [row] = await statement.run<any>(db, [

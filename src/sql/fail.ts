@@ -113,7 +113,7 @@ export function createFail(names: StatementNames, t: Tables) {
     t,
     'fail',
     `select * from ${t.fn('fail')}($1, $2, $3, $4::bigint, $5, $6, $7::jsonb, $8, $9, $10, $11::bigint, $12::timestamptz, $13)`,
-    'before-commit',
+    { rides: 'commit' },
   );
   return async function fail(db: Kysely<any>, a: FailArgs): Promise<void> {
     await statement.run(db, [

@@ -4,7 +4,7 @@ import { defineStatement, type Tables } from './tables.js';
 
 /**
  * Every statement that takes an event to apply (claim, take_next, take_pending, take_turn) is
- * followed by this savepoint, in the same round trip (src/drivers/pg.ts, `then`). When the
+ * followed by this savepoint, in the same round trip (src/drivers/pg.ts, `after`). When the
  * handler throws, the apply path rolls back to it instead of rolling the transaction back:
  * the handler's writes are gone, but the take's row locks stay held while the failed run is
  * recorded, in the same transaction. Before, a ROLLBACK released the event and a separate
@@ -16,7 +16,7 @@ export const APPLY_SAVEPOINT = 'savepoint wi_apply';
 /**
  * The savepoint as a statement of its own: before each event of a batch but the first (whose
  * savepoint the take sent), and before the only one when the driver is not ours (a Kysely
- * instance the user passed: it does not send a take's `then`). Registered, so that on our pg
+ * instance the user passed: it does not send a take's `after`). Registered, so that on our pg
  * driver the previous event's held-back statements (its result, or its recorded failure) ride
  * on it: one round trip (src/drivers/pg.ts).
  */
@@ -40,13 +40,9 @@ export function createApplySavepoint(names: StatementNames, t: Tables) {
  * after the handler, so there the WHERE matches nothing). Then `fail` counts the attempt.
  */
 export function createUndoTake(names: StatementNames, t: Tables) {
-  const rollback = defineStatement(
-    names,
-    t,
-    'rollback_to_apply',
-    'rollback to savepoint wi_apply',
-    'before-commit',
-  );
+  const rollback = defineStatement(names, t, 'rollback_to_apply', 'rollback to savepoint wi_apply', {
+    rides: 'commit',
+  });
   const revert = defineStatement(
     names,
     t,
@@ -54,14 +50,14 @@ export function createUndoTake(names: StatementNames, t: Tables) {
     `update ${t.events} set status = $3, processed_at = null,
        payload = coalesce(payload, $4), headers = coalesce(headers, $5::jsonb)
      where source = $1 and id = $2 and status <> $3`,
-    'before-commit',
+    { rides: 'commit' },
   );
   const rewind = defineStatement(
     names,
     t,
     'rewind_cursor',
     `update ${t.keys} set next_seq = $3::bigint where source = $1 and key = $2 and next_seq = $3::bigint + 1`,
-    'before-commit',
+    { rides: 'commit' },
   );
   return async function undoTake(
     db: Kysely<any>,

@@ -1,13 +1,14 @@
 import type { Kysely } from 'kysely';
+import { fromJsonText, toNumber } from '../column-readers.js';
 import type { StatementNames } from '../drivers/common.js';
 import type { CachedEvent } from '../processed-cache.js';
-import { defineStatement, fromJsonText, type Tables, toNumber } from './tables.js';
+import { defineStatement, type Tables } from './tables.js';
 
 /**
  * One autocommit primary-key read, before any transaction: the event when it is processed.
  * A processed row is final, so what this reads answers a duplicate as the claim would, in one
  * round trip instead of two. The pipeline sends it only while duplicates are likely
- * (src/receive/duplicate-odds.ts): for a new event it is a round trip wasted.
+ * (src/duplicate-odds.ts): for a new event it is a round trip wasted.
  */
 export function createFindProcessed(names: StatementNames, t: Tables) {
   const statement = defineStatement(

@@ -1,6 +1,6 @@
 import { type Kysely, sql } from 'kysely';
+import { fromJsonText, toBytes, toDate, toNumber } from '../column-readers.js';
 import type { Tables } from './tables.js';
-import { fromJsonText, toBytes, toDate, toNumber } from './tables.js';
 
 export interface KeyState {
   key: string;

@@ -26,7 +26,7 @@ export function createMarkApplied(names: StatementNames, t: Tables) {
        payload = case when $4::boolean then coalesce($7, payload) end,
        headers = case when $4::boolean then coalesce($8::jsonb, headers) end
      where source = $1 and id = $2`,
-    'before-commit',
+    { rides: 'commit' },
   );
   return async function markApplied(
     db: Kysely<any>,

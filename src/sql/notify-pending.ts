@@ -18,7 +18,7 @@ export function notifyChannel(t: Tables, source: string): string {
  * the ordering key ('' for an unordered event; keys are never empty). Failed events (run_after
  * set) are not announced: not due yet.
  *
- * It was an AFTER INSERT trigger (`notify_pending`) until migration 0012. PostgreSQL prepares a
+ * It was an AFTER INSERT trigger (`notify_pending`) in 0.1.0 (dropped by migration 0002). PostgreSQL prepares a
  * trigger's WHEN condition at every INSERT into the table, also for the processed row of every
  * event applied inline, which it never fires for: 26–27k instructions per new event
  * (BENCHMARKS.md, "Lean event writes"). The claim knows when it stores a pending event, so it says so itself.

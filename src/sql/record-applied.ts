@@ -11,7 +11,7 @@ import { defineStatement, type Tables } from './tables.js';
  * and for an event no handler takes (`ignored`, with its payload for a later replay).
  *
  * No ON CONFLICT: the primary key stays the last guard. Should anything that took no id lock
- * have inserted the id meanwhile (no claim since migration 0008 does), or be inserting it at
+ * have inserted the id meanwhile (no claim of 0.2.0's functions does), or be inserting it at
  * its own COMMIT, the primary key
  * fails this INSERT, and with it COMMIT: the handler's writes roll back, the event is
  * applied by the other delivery only, and this one is answered 409 in-flight (23505 is one of
@@ -24,7 +24,7 @@ export function createRecordApplied(names: StatementNames, t: Tables) {
     'record_applied',
     `insert into ${t.events} (source, id, key, seq, body_hash, status, processed_at, result, payload, headers, type)
      values ($1, $2, $3, $4::bigint, $5, $9, now(), $6::jsonb, $7, $8::jsonb, $10)`,
-    'before-commit',
+    { rides: 'commit' },
   );
   return async function recordApplied(
     db: Kysely<any>,

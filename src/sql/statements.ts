@@ -25,6 +25,7 @@ export function createStatements(
   /** The database is one session (PGlite): the try-claim needs no lock there. */
   oneSession: boolean,
 ) {
+  const applySavepoint = createApplySavepoint(names, t);
   return {
     // Our drivers send the try-claim's `first` (its lock) with it: there a new unordered event
     // is claimed without the claim function (src/sql/try-claim.ts).
@@ -37,7 +38,13 @@ export function createStatements(
     markApplied: createMarkApplied(names, t),
     fail: createFail(names, t),
     undoTake: createUndoTake(names, t),
-    applySavepoint: createApplySavepoint(names, t),
+    applySavepoint,
+    /**
+     * The savepoint a take leaves before its event's handler (src/sql/failed-run.ts): our
+     * drivers send it with the take (its `after`): undefined there; a Kysely instance of the
+     * user's does not, so it is sent here.
+     */
+    takeSavepoint: sendsCompanions ? undefined : applySavepoint,
     findProcessed: createFindProcessed(names, t),
     takeNext: createTakeNext(names, t),
     takePending: createTakePending(names, t),

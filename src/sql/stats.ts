@@ -1,7 +1,8 @@
 import type { Kysely } from 'kysely';
+import { toNumber } from '../column-readers.js';
 import type { StatementNames } from '../drivers/common.js';
 import type { InboxStats } from '../metrics.js';
-import { defineStatement, type Tables, toNumber } from './tables.js';
+import { defineStatement, type Tables } from './tables.js';
 
 /**
  * One round trip: what waits in the inbox, for `health()` and the metrics gauges (never the

@@ -14,7 +14,7 @@ export function createStoreResult(names: StatementNames, t: Tables) {
     t,
     'store_result',
     `update ${t.events} set result = $3::jsonb where source = $1 and id = $2`,
-    'before-commit',
+    { rides: 'commit' },
   );
   return async function storeResult(
     db: Kysely<any>,

@@ -1,6 +1,7 @@
 import type { Kysely } from 'kysely';
+import { toNumber } from '../column-readers.js';
 import type { StatementNames } from '../drivers/common.js';
-import { defineStatement, type Tables, toNumber } from './tables.js';
+import { defineStatement, type Tables } from './tables.js';
 
 /**
  * `sweep`: one pass of the sweeper over the keys that wait. Returns the keys to drain: those

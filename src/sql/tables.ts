@@ -1,5 +1,5 @@
 import { CompiledQuery, type Kysely } from 'kysely';
-import type { Fold, StatementNames } from '../drivers/common.js';
+import type { Rides, StatementNames, StatementResult } from '../drivers/common.js';
 
 /**
  * Qualified, quoted names of the inbox's tables and functions. The schema and prefix are
@@ -35,10 +35,29 @@ export function createTables(schema: string, prefix: string): Tables {
   };
 }
 
-/** A statement with a fixed text, sent as a named prepared statement where the driver can. */
+/**
+ * A statement with a fixed text, and how it travels (sent as a named prepared statement where
+ * the driver can). The contract is read by our drivers (src/drivers/common.ts, `Rides`;
+ * src/drivers/fold.ts): from here to the wire, see ARCHITECTURE.md, "One statement to the wire".
+ */
 export interface Statement {
   readonly text: string;
   run<R>(db: Kysely<any>, parameters: readonly unknown[]): Promise<R[]>;
+  /** The rows, with the result of the statement's `first` beside them (on our drivers). */
+  result<R>(db: Kysely<any>, parameters: readonly unknown[]): Promise<StatementResult<R>>;
+}
+
+/** How a statement travels with its neighbours (src/drivers/common.ts, `Rides`). */
+export interface Travel {
+  readonly rides: Rides;
+  /** A parameterless statement sent right after it, in the same round trip (the SAVEPOINT after a take). */
+  readonly after?: string;
+  /**
+   * A statement sent right before it, with the same parameters, in the same round trip; its
+   * result comes back beside this one's (`result().first`). Two statements, not one: the
+   * second's snapshot is taken after the first ran (READ COMMITTED).
+   */
+  readonly first?: Statement;
 }
 
 export function defineStatement(
@@ -46,62 +65,21 @@ export function defineStatement(
   tables: Tables,
   name: string,
   text: string,
-  fold?: Fold,
-  then?: string,
-  first?: string,
+  travel: Travel = { rides: 'none' },
 ): Statement {
   // Names are per connection, and one pool may serve inboxes in several schemas.
-  names.register(`wi:${tables.schema}.${tables.prefix}${name}`, text, fold, then, first);
+  names.register(`wi:${tables.schema}.${tables.prefix}${name}`, text, {
+    rides: travel.rides,
+    after: travel.after,
+    first: travel.first?.text,
+  });
+  const result = <R>(db: Kysely<any>, parameters: readonly unknown[]) =>
+    db.executeQuery<R>(CompiledQuery.raw(text, parameters as unknown[])) as Promise<StatementResult<R>>;
   return {
     text,
+    result,
     async run<R>(db: Kysely<any>, parameters: readonly unknown[]): Promise<R[]> {
-      const result = await db.executeQuery<R>(CompiledQuery.raw(text, parameters as unknown[]));
-      return result.rows as R[];
+      return (await result<R>(db, parameters)).rows as R[];
     },
   };
-}
-
-/**
- * A jsonb column the statement read back as text (`::text`), parsed here. A pool's global type
- * parsers (`pg.types.setTypeParser(3802, …)`: the text itself, or another library's objects)
- * then never change what the inbox answers a duplicate with or hands a handler; a parser that
- * left jsonb as text made a duplicate's `result` a string. Null (SQL null, no row) is null.
- */
-export function fromJsonText(text: unknown): unknown {
-  return text === null || text === undefined ? null : JSON.parse(String(text));
-}
-
-/*
- * The readers below take a column as whatever the pool's type parsers made of it: pg's defaults,
- * PGlite's, or an application's own (`pg.types.setTypeParser`, a pool's `types`), down to a pool
- * that parses nothing and hands every column over as PostgreSQL's text. A boolean read with
- * `=== true` was false for the text 't': the try-claim never applied, and the claim's
- * `row_at_commit` read as false, so a new event's row was never written and a duplicate on
- * another instance ran its handler again (test/pool-type-parsers.test.ts).
- */
-
-/** int8 arrives as a string from pg and as a bigint or number from PGlite; any number as text from a pool that parses nothing. */
-export function toNumber(value: unknown): number | null {
-  if (value === null || value === undefined) return null;
-  return Number(value);
-}
-
-/** A boolean column: `true`, or PostgreSQL's text for it (`t`) from a pool that parses nothing. */
-export function toBoolean(value: unknown): boolean {
-  return value === true || value === 't';
-}
-
-/** A bytea column: bytes, or PostgreSQL's hex text for them (`\\x…`) from a pool that parses nothing; null is no bytes. */
-export function toBytes(value: unknown): Buffer {
-  if (value === null || value === undefined) return Buffer.alloc(0);
-  // Copied, as before: an embedded database's bytes may be a view of memory it reuses.
-  if (value instanceof Uint8Array) return Buffer.from(value);
-  if (typeof value === 'string' && value.startsWith('\\x')) return Buffer.from(value.slice(2), 'hex');
-  // bytea_output = escape, or a parser of the application's that made something else of it.
-  throw new Error('webhook-inbox: a bytea column arrived as neither bytes nor hex text');
-}
-
-/** A timestamptz column: a Date, or its text, which Date parses (`2026-11-27 08:00:00.123+00`). */
-export function toDate(value: unknown): Date {
-  return value instanceof Date ? value : new Date(value as string);
 }

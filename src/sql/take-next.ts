@@ -1,7 +1,8 @@
 import type { Kysely } from 'kysely';
+import { toBoolean, toNumber } from '../column-readers.js';
 import type { StatementNames } from '../drivers/common.js';
 import { APPLY_SAVEPOINT } from './failed-run.js';
-import { defineStatement, type Tables, toBoolean, toNumber } from './tables.js';
+import { defineStatement, type Tables } from './tables.js';
 import { markTakenAndReturn, type StoredEventRow, type TakenEvent, toTakenEvent } from './taken-event.js';
 
 /**
@@ -75,8 +76,7 @@ export function createTakeNext(names: StatementNames, t: Tables) {
     'take_next',
     `select id, seq, body_hash, payload, headers::text as headers, attempts, received_at, more
        from ${t.fn('take_next')}($1, $2, $3, $4, $5, true)`,
-    'after-begin',
-    APPLY_SAVEPOINT,
+    { rides: 'begin', after: APPLY_SAVEPOINT },
   );
   return async function takeNext(
     db: Kysely<any>,

@@ -43,7 +43,7 @@ $fn$;
 
 /**
  * The 3-parameter `take_pending` earlier versions call (a rolling deploy; with two arguments,
- * one event, as before migration 0007): it marks the events processed in the take, as they
+ * one event, as 0.1.0's did): it marks the events processed in the take, as they
  * expect (they send no mark before COMMIT).
  */
 export function previousTakePendingFunction(t: Tables): string {
@@ -67,8 +67,7 @@ export function createTakePending(names: StatementNames, t: Tables) {
     'take_pending',
     `select id, body_hash, payload, headers::text as headers, attempts, received_at
        from ${t.fn('take_pending')}($1, $2, $3, true)`,
-    'after-begin',
-    APPLY_SAVEPOINT,
+    { rides: 'begin', after: APPLY_SAVEPOINT },
   );
   return async function takePending(
     db: Kysely<any>,

@@ -1,7 +1,8 @@
 import type { Kysely } from 'kysely';
+import { toNumber } from '../column-readers.js';
 import type { StatementNames } from '../drivers/common.js';
 import { APPLY_SAVEPOINT } from './failed-run.js';
-import { defineStatement, type Tables, toNumber } from './tables.js';
+import { defineStatement, type Tables } from './tables.js';
 import { markTakenAndReturn, type StoredEventRow, type TakenEvent, toTakenEvent } from './taken-event.js';
 
 /**
@@ -60,8 +61,7 @@ export function createTakeTurn(names: StatementNames, t: Tables) {
     'take_turn',
     `select id, seq, body_hash, payload, headers::text as headers, attempts, received_at
        from ${t.fn('take_turn')}($1, $2, $3, true)`,
-    'after-begin',
-    APPLY_SAVEPOINT,
+    { rides: 'begin', after: APPLY_SAVEPOINT },
   );
   return async function takeTurn(
     db: Kysely<any>,

@@ -1,4 +1,5 @@
-import { fromJsonText, type Tables, toBytes, toDate, toNumber } from './tables.js';
+import { fromJsonText, toBytes, toDate, toNumber } from '../column-readers.js';
+import type { Tables } from './tables.js';
 
 /**
  * An event taken to be applied now, whichever step took it: the claim of a delivery applied

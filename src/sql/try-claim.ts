@@ -1,10 +1,11 @@
 import type { Kysely } from 'kysely';
+import { fromJsonText, toBoolean, toNumber } from '../column-readers.js';
 import type { StatementNames } from '../drivers/common.js';
-import { mismatchOf } from '../processed-cache.js';
+import { mismatchOf } from '../mismatch.js';
 import type { ClaimArgs, ClaimRow } from './claim.js';
 import { APPLY_SAVEPOINT } from './failed-run.js';
 import { idLockKey } from './id-lock.js';
-import { defineStatement, fromJsonText, type Statement, type Tables, toBoolean, toNumber } from './tables.js';
+import { defineStatement, type Statement, type Tables } from './tables.js';
 
 /**
  * The try-claim: an unordered delivery applied inline, claimed without the `claim` function
@@ -59,51 +60,46 @@ export function claimTryingFirst(
 
 /** The try-claim's statements and its decision; undefined when the claim must decide. */
 function createTryClaim(names: StatementNames, t: Tables, oneSession: boolean) {
-  // One row whether or not the id has one: `locked`, and the id's row (all null when none).
+  // One row whether or not the id has one: the id's row (all null when none), after `locked`
+  // where the session's own lock answers (PGlite).
   // When it was received (the row's, else this transaction's start, which the row written at
   // COMMIT gets by default) as milliseconds in a float8, which node-postgres reads with
   // parseFloat: a timestamptz is parsed by a regular expression into a Date, and a Date is
   // made from it anyway.
   const read = (locked: string) =>
-    `select ${locked} as locked, (extract(epoch from coalesce(e.received_at, now())) * 1000)::float8 as received_ms,
+    `select ${locked}(extract(epoch from coalesce(e.received_at, now())) * 1000)::float8 as received_ms,
             e.status, e.body_hash, e.key, e.seq, e.result::text as result, e.attempts, e.dead_reason
        from (values (1)) as one left join ${t.events} e on e.source = $1 and e.id = $2`;
   let statement: Statement;
   if (oneSession) {
     // The session's own lock: what the try-lock would answer there (above).
-    statement = defineStatement(
-      names,
-      t,
-      'try_claim_one_session',
-      read('true'),
-      'after-begin',
-      APPLY_SAVEPOINT,
-    );
+    statement = defineStatement(names, t, 'try_claim_one_session', read('true as locked, '), {
+      rides: 'begin',
+      after: APPLY_SAVEPOINT,
+    });
   } else {
     const tryLock = defineStatement(
       names,
       t,
       'try_id_lock',
       `select pg_try_advisory_xact_lock(${idLockKey(t, '$1::text', '$2::text')}) as locked`,
-      'after-begin',
+      { rides: 'begin' },
     );
-    // `locked` is the try-lock's, written in by the driver (src/drivers/fold.ts, joinFirst):
-    // selected here as a placeholder so that each row keeps its shape.
-    statement = defineStatement(
-      names,
-      t,
-      'try_claim',
-      read('null::boolean'),
-      'after-begin',
-      APPLY_SAVEPOINT,
-      tryLock.text,
-    );
+    // `locked` is the try-lock's answer, which the driver returns beside the read's rows.
+    statement = defineStatement(names, t, 'try_claim', read(''), {
+      rides: 'begin',
+      after: APPLY_SAVEPOINT,
+      first: tryLock,
+    });
   }
   return async function tryClaim(db: Kysely<any>, a: ClaimArgs): Promise<ClaimRow | undefined> {
-    const [row] = await statement.run<any>(db, [a.source, a.id]);
+    const { rows, first } = await statement.result<any>(db, [a.source, a.id]);
+    const row = rows[0];
     if (!row) return undefined;
-    if (row.status === null)
-      return toBoolean(row.locked) ? decided(row, 'apply', null, null, true) : undefined;
+    if (row.status === null) {
+      const locked = (first?.rows[0] as { locked?: unknown } | undefined)?.locked ?? row.locked;
+      return toBoolean(locked) ? decided(row, 'apply', null, null, true) : undefined;
+    }
     const reason = mismatchOf({ hash: row.body_hash, key: row.key, seq: toNumber(row.seq) }, a);
     if (reason) return decided(row, 'mismatch', null, reason);
     if (row.status === 'processed') return decided(row, 'duplicate', fromJsonText(row.result), null);

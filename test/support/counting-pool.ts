@@ -1,5 +1,5 @@
 import pg from 'pg';
-import { literal } from '../../src/drivers/fold.js';
+import { literal } from '../../src/drivers/literals.js';
 import type { PgClientLike, PgPoolLike } from '../../src/index.js';
 
 /**
@@ -32,7 +32,7 @@ function stepText(step: { name: string; text: string; values: readonly unknown[]
 /**
  * How a CountingPool hands out its connections. `pipelined`: node-postgres's own client (its
  * `query` counted in place), on which the driver sends folds as pipelines
- * (src/drivers/pipeline.ts), as it does on any pg.Pool. `text`: a pg-shaped wrapper, on which it
+ * (src/drivers/extended-protocol.ts), as it does on any pg.Pool. `text`: a pg-shaped wrapper, on which it
  * folds them as simple-protocol text (src/drivers/fold.ts), as on any pool it cannot trust with
  * node-postgres's submittable queries.
  */

@@ -19,6 +19,7 @@
  * pg-shaped wrapper cannot be trusted to pass through.
  */
 import pg from 'pg';
+import { type Session, sessionOf } from './session.js';
 
 /** One statement of a pipeline: parsed once per session under `name`, then bound with `values`. */
 export interface PipelineStep {
@@ -34,27 +35,6 @@ export interface PipelineResult {
   rowCount: number | null;
 }
 
-/** A statement's columns as the session's first run described them: names and parsers. */
-interface Columns {
-  readonly names: readonly string[];
-  readonly parsers: ReadonlyArray<(text: string) => unknown>;
-}
-
-interface Session {
-  /** Statement names parsed on this session (or sent to be, in a pipeline on the wire). */
-  readonly parsed: Set<string>;
-  /**
-   * Set once PostgreSQL said a statement of ours does not exist: from then on each statement is
-   * parsed as the unnamed statement in every pipeline, which needs nothing to outlive it.
-   */
-  unnamed: boolean;
-  /** Each described statement's columns; null for one that returns no rows. */
-  readonly columns: Map<string, Columns | null>;
-}
-
-/** Per pg client object: it is the session (a pool hands out one per connection, for its life). */
-const sessions = new WeakMap<object, Session>();
-
 /**
  * After PostgreSQL said a statement of ours does not exist on this session (DISCARD ALL or
  * DEALLOCATE ALL by someone else, or a pooler that hands each transaction another backend):
@@ -64,8 +44,7 @@ const sessions = new WeakMap<object, Session>();
  * again under such a pooler, and the next transaction's COMMIT could be the one to find out.
  */
 export function forgetParsed(client: object): void {
-  const session = sessions.get(client);
-  if (!session) return;
+  const session = sessionOf(client);
   session.unnamed = true;
   session.parsed.clear();
 }
@@ -79,12 +58,7 @@ export function runPipeline(
   client: pg.ClientBase,
   steps: readonly PipelineStep[],
 ): Promise<PipelineResult[]> {
-  let session = sessions.get(client);
-  if (!session) {
-    session = { parsed: new Set(), columns: new Map(), unnamed: false };
-    sessions.set(client, session);
-  }
-  const on = session;
+  const on = sessionOf(client);
   return new Promise((resolve, reject) => {
     client.query(new Pipeline(client, on, steps, resolve, reject) as unknown as pg.QueryConfig);
   });
