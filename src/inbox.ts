@@ -214,7 +214,7 @@ export class Inbox {
    * Replays dead letters through the inbox: each is re-queued (attempts reset, its key
    * unblocked when it was blocked at its seq) and applied now by the normal drain path, in
    * seq order, in the handler's transaction. Fix the handler first: a replay that fails again
-   * counts attempts and is dead-lettered again after `maxAttempts`.
+   * counts attempts and is dead-lettered again when its budget (counted from its arrival) is spent.
    *
    * ```ts
    * const [r] = await inbox.replay('evt_123');   // r.status === 'processed'

@@ -167,14 +167,30 @@ export interface InboxOptions<TBody = any, DB = any> {
   onGapTimeout?: 'skip' | 'block';
   /** How often the sweeper runs; 0 turns it off. @defaultValue 1000 */
   sweepIntervalMs?: number;
-  /** Handler failures before an event is dead-lettered as poison. @defaultValue 5 */
+  // ---- The retry budget (src/retry-schedule.ts) ----
+  /**
+   * How long an event whose handler fails is retried before it is dead-lettered as poison,
+   * counted from its arrival: milliseconds or a duration (`'24h'`, `'3d'`). A time budget, as
+   * providers have (Stripe retries for three days): a deploy, a migration or a downstream
+   * outage costs retries, not dead letters. A handler that throws `RejectEvent` is
+   * dead-lettered at once. @defaultValue '24h'
+   */
+  retryFor?: number | string;
+  /**
+   * Failed runs after which an event is dead-lettered as poison even within `retryFor`.
+   * @defaultValue none: only `retryFor` bounds the retries
+   */
   maxAttempts?: number;
   /** An ordered poison event blocks its key (later events are held) or is skipped. @defaultValue 'block' */
   onPoison?: 'block' | 'skip';
-  /** Backoff of background retries (drains): capped exponential with full jitter. */
+  /**
+   * The first retry's backoff window: after the n-th failure, wait a random time below
+   * min(`retryCapMs`, `retryBaseMs`·2^(n−1)) (full jitter). @defaultValue 1000
+   */
   retryBaseMs?: number;
-  /** @defaultValue 60000 */
+  /** The longest backoff window between two retries of an event. @defaultValue 3600000 (1 h) */
   retryCapMs?: number;
+  // ---- end of the retry budget ----
   /**
    * How many processed events this instance remembers in memory (an LRU), so that their
    * duplicates are answered with no database round trip. 0 turns it off. Results over 2 KiB
@@ -304,7 +320,7 @@ export interface InboxOptions<TBody = any, DB = any> {
   poolWaitTimeoutMs?: number;
   /**
    * A handler still running after this long is abandoned: its `signal` aborts, its transaction
-   * rolls back, and the attempt counts towards `maxAttempts`. 0 turns it off. @defaultValue 30000
+   * rolls back, and the run counts as a failure (retried within `retryFor`). 0 turns it off. @defaultValue 30000
    */
   handlerTimeoutMs?: number;
   /**
@@ -349,10 +365,15 @@ export interface ResolvedOptions {
   readonly gapTimeoutMs: number;
   readonly onGapTimeout: 'skip' | 'block';
   readonly sweepIntervalMs: number;
-  readonly maxAttempts: number;
+  // ---- The retry budget ----
+  /** Milliseconds. */
+  readonly retryFor: number;
+  /** Undefined: only `retryForMs` bounds the retries. */
+  readonly maxAttempts: number | undefined;
   readonly onPoison: 'block' | 'skip';
   readonly retryBaseMs: number;
   readonly retryCapMs: number;
+  // ---- end of the retry budget ----
   readonly duplicateCacheSize: number;
   /** Milliseconds, or false when automatic pruning is off. */
   readonly retention: number | false;

@@ -225,8 +225,18 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
       `must be an OpenTelemetry TracerProvider; got ${describe(tracerProvider)}`,
     );
   }
-  const retryCapMs = integer(o, 'retryCapMs', 60_000, 1, 86_400_000);
+  // ---- The retry budget ----
+  const retryCapMs = integer(o, 'retryCapMs', 3_600_000, 1, 86_400_000);
   if (retryCapMs < retryBaseMs) throw new InboxOptionsError('retryCapMs', 'must be at least `retryBaseMs`');
+  const retryFor = parseDuration(o.retryFor ?? '24h');
+  if (retryFor === undefined || retryFor > 30 * 86_400_000) {
+    throw new InboxOptionsError(
+      'retryFor',
+      `must be a number of milliseconds or a duration such as '24h' or '3d', at most 30 days; got ${describe(o.retryFor)}`,
+    );
+  }
+  const maxAttempts = o.maxAttempts === undefined ? undefined : integer(o, 'maxAttempts', 0, 1, 1000);
+  // ---- end of the retry budget ----
   if (o.verify !== undefined && typeof o.verify !== 'function') {
     throw new InboxOptionsError(
       'verify',
@@ -292,7 +302,8 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
     gapTimeoutMs: integer(o, 'gapTimeoutMs', 30_000, 1, 7 * 86_400_000),
     onGapTimeout: oneOf(o, 'onGapTimeout', ['skip', 'block'] as const),
     sweepIntervalMs: integer(o, 'sweepIntervalMs', 1000, 0, 3_600_000),
-    maxAttempts: integer(o, 'maxAttempts', 5, 1, 1000),
+    retryFor,
+    maxAttempts,
     onPoison: oneOf(o, 'onPoison', ['block', 'skip'] as const),
     retryBaseMs,
     retryCapMs,
