@@ -350,7 +350,12 @@ async function recordFailure(
   const o = rt.options;
   const { id, key, seq } = event;
   const next = retrySchedule(o, event.attempts, event.receivedAt, cause instanceof RejectEvent);
-  o.logger.warn({ err: cause, id, key, seq, source: o.source }, 'webhook-inbox: handler failed');
+  // An event's first failure is said; its retries only at debug (a long outage is one line
+  // per event, then its dead letter).
+  (event.attempts === 0 ? o.logger.warn : o.logger.debug)(
+    { err: cause, id, key, seq, source: o.source, attempt: event.attempts + 1 },
+    'webhook-inbox: handler failed',
+  );
   const headers = storableHeaders(event.headers, o.secretHeaders);
   await rt.statements.undoTake(tx, {
     source: o.source,
@@ -395,9 +400,9 @@ function reportFailure(rt: Runtime, event: TakenEvent, failure: FailRow): void {
   const { id, key, seq } = event;
   const reason = failure.reason ?? 'poison';
   rt.metrics.deadLetter(reason);
-  o.logger.info(
+  o.logger.error(
     { id, key, seq, source: o.source, attempts: failure.attempts },
-    `webhook-inbox: dead-lettered (${reason})`,
+    `webhook-inbox: dead-lettered (${reason}); replay it with \`webhook-inbox dead replay ${id}\` once the cause is fixed`,
   );
   if (key !== null && o.onPoison === 'block') {
     o.logger.info({ key, blockedSeq: seq, source: o.source }, 'webhook-inbox: key blocked (poison)');

@@ -206,11 +206,12 @@ export interface InboxOptions<TBody = any, DB = any> {
    */
   retention?: number | string | false;
   /**
-   * A pino-shaped logger: `info` for dead letters, gap timeouts and blocked keys, `debug` for
-   * each delivery's outcome, `warn`/`error` for handler and infrastructure failures.
-   * @defaultValue silent
+   * A pino-shaped logger: `debug` for each delivery's outcome and a failure's retries, `info`
+   * for gap timeouts and blocked keys, `warn` for an event's first handler failure and the first
+   * signature mismatch, `error` for dead letters and infrastructure failures. `false`: nothing.
+   * @defaultValue the console: warnings and errors to stderr, one line each
    */
-  logger?: Partial<Logger>;
+  logger?: Partial<Logger> | false;
   /**
    * Turns on the Redis fast path for duplicates: an ioredis client (the application keeps
    * owning it), or a `redis://` / `rediss://` URL (the inbox creates the client, and closes
@@ -368,7 +369,7 @@ export interface ResolvedOptions {
   // ---- The retry budget ----
   /** Milliseconds. */
   readonly retryFor: number;
-  /** Undefined: only `retryForMs` bounds the retries. */
+  /** Undefined: only `retryFor` bounds the retries. */
   readonly maxAttempts: number | undefined;
   readonly onPoison: 'block' | 'skip';
   readonly retryBaseMs: number;

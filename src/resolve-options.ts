@@ -4,7 +4,7 @@ import type { DatabaseInput } from './database.js';
 import { parseDuration } from './duration.js';
 import { InboxOptionsError } from './errors.js';
 import { handleEverything, resolveHandlers } from './handlers.js';
-import { type Logger, silent } from './logger.js';
+import { consoleLogger, type Logger, silent } from './logger.js';
 import type { MetricsOptions } from './metrics.js';
 import { bool, describe, headerName, headerNames, IDENTIFIER, integer, oneOf } from './option-checks.js';
 import { DEFAULT_LOCK_TIMEOUT_MS, type Handler, type InboxOptions, type ResolvedOptions } from './options.js';
@@ -174,8 +174,16 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
       version: resolveSource(version, 'order.version'),
     };
   }
-  const logger = (o.logger ?? {}) as Partial<Logger>;
-  if (typeof logger !== 'object') throw new InboxOptionsError('logger', 'must be a pino-shaped logger');
+  // ---- Loud by default: no `logger` is the console (warnings and errors); false is silence ----
+  const logger = (
+    o.logger === undefined ? consoleLogger() : o.logger === false ? {} : o.logger
+  ) as Partial<Logger>;
+  if (typeof logger !== 'object' || logger === null) {
+    throw new InboxOptionsError(
+      'logger',
+      `must be a pino-shaped logger (debug, info, warn, error), or false for none; got ${describe(o.logger)}`,
+    );
+  }
   const firstSeq = o.firstSeq === undefined ? 1 : o.firstSeq;
   if (firstSeq !== 1 && firstSeq !== 'first-seen') {
     throw new InboxOptionsError('firstSeq', `must be 1 or "first-seen"; got ${describe(firstSeq)}`);

@@ -236,7 +236,7 @@ async function decide(rt: Runtime, bg: Background, delivery: Delivery, obs: Obse
     await rt.open();
     bg.start();
   } catch (err) {
-    o.logger.error({ err }, 'webhook-inbox: database unavailable');
+    respond.databaseFailed(o, err);
     return respond.unavailable();
   }
   if (rt.duplicateOdds.likely) {
@@ -253,7 +253,9 @@ async function decide(rt: Runtime, bg: Background, delivery: Delivery, obs: Obse
   // Deferred mode: a bound on pending events, against the workers' estimate (no query).
   if (bg.sheddingPending && rt.pendingEstimate >= o.maxPending) return respond.shed('pending');
   obs.answeredBy = 'postgres';
-  return claimAndApply(rt, bg, d, obs);
+  const outcome = await claimAndApply(rt, bg, d, obs);
+  if (outcome.kind !== OutcomeKind.unavailable) respond.databaseAnswered(o);
+  return outcome;
 }
 
 /** A processed event from one Redis GET; undefined on a miss, an error or a timeout (the claim decides). */
@@ -485,7 +487,7 @@ async function claimAndApplyOn(
   if (claim.decision === 'dead' && claim.reason === 'late') {
     // Counted per late delivery: a redelivery of a late event (rare: it was answered 200) counts again.
     rt.metrics.deadLetter('late');
-    o.logger.info(
+    o.logger.error(
       { id: d.id, key: d.key, seq: d.seq, source: o.source },
       'webhook-inbox: dead-lettered (late: its seq was skipped by a gap timeout)',
     );
