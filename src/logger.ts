@@ -52,7 +52,10 @@ const said = new WeakMap<Logger, Set<string>>();
 
 export function firstTime(logger: Logger, kind: string): boolean {
   let kinds = said.get(logger);
-  if (!kinds) said.set(logger, (kinds = new Set()));
+  if (!kinds) {
+    kinds = new Set();
+    said.set(logger, kinds);
+  }
   if (kinds.has(kind)) return false;
   kinds.add(kind);
   return true;
