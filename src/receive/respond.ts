@@ -14,7 +14,7 @@ import type { ResolvedOptions } from '../options.js';
 import { type Outcome, OutcomeKind, ok, problem } from '../outcome.js';
 import type { Runtime } from '../runtime.js';
 import type { ClaimRow } from '../sql/claim.js';
-import { CONTENDED, sqlState } from '../sql/sql-state.js';
+import { CONTENDED, missingTables, sqlState } from '../sql/sql-state.js';
 import type { ParsedDelivery } from './delivery.js';
 
 export function processed(id: string, result: unknown): Outcome {
@@ -214,12 +214,6 @@ export function databaseFailed(o: ResolvedOptions, err: unknown): void {
 /** A delivery reached the database: its next failure is said again. */
 export function databaseAnswered(o: ResolvedOptions): void {
   recovered(o.logger, 'database');
-}
-
-/** 42P01 (undefined_table) or 42883 (undefined_function): the inbox's schema is not there. */
-export function missingTables(err: unknown): boolean {
-  const state = sqlState(err);
-  return state === '42P01' || state === '42883' || state === '3F000';
 }
 
 /** The database failed under a delivery: contention is 409 (retry soon), the rest 503. */
