@@ -23,7 +23,12 @@ export type Handler<TBody = any, TResult = unknown, DB = any> = (
   context: HandlerContext<DB>,
 ) => TResult | Promise<TResult>;
 
-/** The inbox's options. `TBody` is the type of `event.body`; `DB` the database interface `tx` is typed by. */
+/**
+ * The inbox's options. `TBody` is the type of `event.body`; `DB` the database interface `tx` is
+ * typed by. Every time option (`…Ms`, `retryFor`, `retention`) takes milliseconds or a
+ * duration string (`'500ms'`, `'30s'`, `'1h'`, `'7d'`). An option the inbox does not know
+ * is an InboxOptionsError, with the nearest known name.
+ */
 export interface InboxOptions<TBody = any, DB = any> {
   /**
    * Applies one event. Runs inside the transaction that claims the event: write through
@@ -100,7 +105,7 @@ export interface InboxOptions<TBody = any, DB = any> {
    * over; slower is 408 (and the connection is closed). A slow sender holds no in-flight slot
    * (`maxInFlight`) while the inbox waits for its first bytes. @defaultValue 5000
    */
-  bodyTimeoutMs?: number;
+  bodyTimeoutMs?: number | string;
   /**
    * How bodies reach the handler: `'auto'` parses JSON when the content type says JSON
    * (bad JSON is 400) and passes other bodies as a Buffer; `'json'` requires JSON;
@@ -145,7 +150,7 @@ export interface InboxOptions<TBody = any, DB = any> {
    * How long a delivery waits for a concurrent delivery of the same id (or of the same key)
    * before answering 409 with Retry-After. @defaultValue 5000
    */
-  lockTimeoutMs?: number;
+  lockTimeoutMs?: number | string;
   /**
    * A delivery that finds its id (or its ordering key) being processed by another delivery:
    * `'wait'` for it up to `lockTimeoutMs`, then answer what it decided (or 409); `'reject'`
@@ -162,11 +167,11 @@ export interface InboxOptions<TBody = any, DB = any> {
   /** Largest distance past the next seq an event may be held at; further is 429. @defaultValue 10000 */
   maxSeqAhead?: number;
   /** How long the oldest held event of a key waits for its gap to fill. @defaultValue 30000 */
-  gapTimeoutMs?: number;
+  gapTimeoutMs?: number | string;
   /** On gap timeout: skip the missing seqs and apply what is held, or block the key. @defaultValue 'skip' */
   onGapTimeout?: 'skip' | 'block';
   /** How often the sweeper runs; 0 turns it off. @defaultValue 1000 */
-  sweepIntervalMs?: number;
+  sweepIntervalMs?: number | string;
   // ---- The retry budget (src/retry-schedule.ts) ----
   /**
    * How long an event whose handler fails is retried before it is dead-lettered as poison,
@@ -187,9 +192,9 @@ export interface InboxOptions<TBody = any, DB = any> {
    * The first retry's backoff window: after the n-th failure, wait a random time below
    * min(`retryCapMs`, `retryBaseMs`·2^(n−1)) (full jitter). @defaultValue 1000
    */
-  retryBaseMs?: number;
+  retryBaseMs?: number | string;
   /** The longest backoff window between two retries of an event. @defaultValue 3600000 (1 h) */
-  retryCapMs?: number;
+  retryCapMs?: number | string;
   // ---- end of the retry budget ----
   /**
    * How many processed events this instance remembers in memory (an LRU), so that their
@@ -225,7 +230,7 @@ export interface InboxOptions<TBody = any, DB = any> {
    */
   redisPrefix?: string;
   /** How long a delivery waits for Redis before asking Postgres instead. @defaultValue 50 */
-  redisTimeoutMs?: number;
+  redisTimeoutMs?: number | string;
   /**
    * Prometheus metrics in a prom-client registry you pass:
    * `metrics: { registry: new Registry() }`. @defaultValue off
@@ -308,7 +313,7 @@ export interface InboxOptions<TBody = any, DB = any> {
    * ended; events of other instances when LISTEN/NOTIFY is unavailable, as on PGlite).
    * @defaultValue 1000
    */
-  pollIntervalMs?: number;
+  pollIntervalMs?: number | string;
   /**
    * Deliveries this instance works on at once; one more is answered 503 with Retry-After at
    * once, before touching the database. @defaultValue 1000
@@ -318,12 +323,12 @@ export interface InboxOptions<TBody = any, DB = any> {
    * Longest wait for a free pool connection (own pg pool or PGlite) before a delivery is
    * answered 503 with Retry-After instead of queueing without bound. @defaultValue 5000
    */
-  poolWaitTimeoutMs?: number;
+  poolWaitTimeoutMs?: number | string;
   /**
    * A handler still running after this long is abandoned: its `signal` aborts, its transaction
    * rolls back, and the run counts as a failure (retried within `retryFor`). 0 turns it off. @defaultValue 30000
    */
-  handlerTimeoutMs?: number;
+  handlerTimeoutMs?: number | string;
   /**
    * Deferred mode: pending events (all instances) past which deliveries are answered 503 with
    * Retry-After. Checked against a count the workers refresh, not per delivery. @defaultValue 100000
