@@ -43,7 +43,12 @@ export function deadLettered(id: string, reason: string | null): Outcome {
 }
 
 export function invalid(err: InvalidDeliveryError): Outcome {
-  return problem(OutcomeKind.invalid, err.status, err.message, { field: err.field });
+  const outcome = problem(OutcomeKind.invalid, err.status, err.message, { field: err.field });
+  if (!err.draining) return outcome;
+  // The rest of the body is being read and dropped: the connection stays (outcome.ts closes it
+  // for a 413 that is not drained).
+  const { connection: _closed, ...headers } = outcome.headers;
+  return { ...outcome, headers };
 }
 
 /** 503 with Retry-After, nothing stored: the sender keeps the event and delivers it again later. */
