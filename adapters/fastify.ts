@@ -135,6 +135,11 @@ const plugin: FastifyPluginAsync<FastifyInboxOptions> = async (app, options) => 
   else if (!app.hasDecorator('webhookInbox')) app.decorate('webhookInbox', core);
   // Close only what this plugin created: an inbox passed in may be shared with a worker or CLI.
   if (core !== (rest as { inbox?: Inbox }).inbox) app.addHook('onClose', () => core.close());
+  // The inbox starts at construction; Fastify's start waits for it, so that a wrong database
+  // fails `app.listen()` / `app.ready()` loudly instead of answering the provider 503.
+  app.addHook('onReady', async () => {
+    await core.ready();
+  });
 
   await app.register(
     async (scope: FastifyInstance) => {

@@ -19,19 +19,11 @@ import type { Context } from '@opentelemetry/api';
 import type { Kysely, Transaction } from 'kysely';
 import { HandlerError, RejectEvent } from './errors.js';
 import { storableHeaders } from './payload.js';
+import { retrySchedule } from './retry-schedule.js';
 import { runHandler } from './run-handler.js';
 import type { Runtime } from './runtime.js';
 import type { FailRow } from './sql/fail.js';
 import type { TakenEvent } from './sql/taken-event.js';
-
-/**
- * Capped exponential backoff with full jitter (the AWS architecture blog's "full jitter"): the
- * wait before an event whose handler failed `previousAttempts` times is run again.
- */
-export function backoffMs(previousAttempts: number, baseMs: number, capMs: number): number {
-  const ceiling = Math.min(capMs, baseMs * 2 ** Math.min(previousAttempts, 30));
-  return Math.floor(Math.random() * ceiling);
-}
 
 /** How one transaction takes its event (or events), and what it does after each handler. */
 export interface ApplyStep<T> {
@@ -275,8 +267,8 @@ function errorMessage(err: unknown): string {
 /**
  * Records a failed run inside its transaction, after the handler threw: back to the savepoint
  * the take left (the handler's writes undone, the event still locked), the event waiting again,
- * then `fail` counts the attempt and, past `maxAttempts` (at once for RejectEvent), dead-letters
- * it and blocks or skips its key (`onPoison`). A stored event the take left unmarked
+ * then `fail` counts the attempt and, when its retry budget is spent (src/retry-schedule.ts; at
+ * once for RejectEvent), dead-letters it and blocks or skips its key (`onPoison`). A stored event the take left unmarked
  * (`markAtCommit`) is still waiting as it was (its mark was never sent): the revert finds
  * nothing to undo, and `fail` counts it exactly as before. An event whose row the claim left for COMMIT
  * (`rowAtCommit`) has none: the revert matches nothing (an ordered one's cursor is rewound
@@ -293,9 +285,13 @@ async function recordFailure(
 ): Promise<FailRow> {
   const o = rt.options;
   const { id, key, seq } = event;
-  const reason = cause instanceof RejectEvent ? 'rejected' : 'poison';
-  const maxAttempts = reason === 'rejected' ? 1 : o.maxAttempts;
-  o.logger.warn({ err: cause, id, key, seq, source: o.source }, 'webhook-inbox: handler failed');
+  const next = retrySchedule(o, event.attempts, event.receivedAt, cause instanceof RejectEvent);
+  // An event's first failure is said; its retries only at debug (a long outage is one line
+  // per event, then its dead letter).
+  (event.attempts === 0 ? o.logger.warn : o.logger.debug)(
+    { err: cause, id, key, seq, source: o.source, attempt: event.attempts + 1 },
+    'webhook-inbox: handler failed',
+  );
   const headers = storableHeaders(event.headers, o.secretHeaders);
   await rt.statements.undoTake(tx, {
     source: o.source,
@@ -315,20 +311,21 @@ async function recordFailure(
     payload: event.payload,
     headers,
     error: errorMessage(cause),
-    maxAttempts,
+    // Decided here (src/retry-schedule.ts: the budget is time, which `fail` does not read):
+    // `fail` dead-letters when the attempts reach p_max_attempts, so 1 is "now", and the
+    // largest integer is "not now".
+    maxAttempts: next.dead ? 1 : 2_147_483_647,
     onPoison: o.onPoison,
-    retryInMs: backoffMs(event.attempts, o.retryBaseMs, o.retryCapMs),
+    retryInMs: next.dead ? 0 : next.retryInMs,
     receivedAt: event.receivedAt,
-    deadReason: reason,
+    deadReason: next.dead ? next.reason : 'poison',
   });
-  const attempts = event.attempts + 1;
-  const dead = attempts >= maxAttempts;
   return {
-    decision: dead ? 'dead' : 'failed',
-    attempts,
+    decision: next.dead ? 'dead' : 'failed',
+    attempts: event.attempts + 1,
     // onPoison 'skip' moved the cursor past it: what waits behind it may run now.
-    drain: dead && key !== null && o.onPoison === 'skip',
-    reason: dead ? reason : undefined,
+    drain: next.dead && key !== null && o.onPoison === 'skip',
+    reason: next.dead ? next.reason : undefined,
   };
 }
 
@@ -339,9 +336,9 @@ function reportFailure(rt: Runtime, event: TakenEvent, failure: FailRow): void {
   const { id, key, seq } = event;
   const reason = failure.reason ?? 'poison';
   rt.metrics.deadLetter(reason);
-  o.logger.info(
+  o.logger.error(
     { id, key, seq, source: o.source, attempts: failure.attempts },
-    `webhook-inbox: dead-lettered (${reason})`,
+    `webhook-inbox: dead-lettered (${reason}); replay it with \`webhook-inbox dead replay ${id}\` once the cause is fixed`,
   );
   if (key !== null && o.onPoison === 'block') {
     o.logger.info({ key, blockedSeq: seq, source: o.source }, 'webhook-inbox: key blocked (poison)');

@@ -28,6 +28,11 @@ export class InboxOptionsError extends InboxError {
 /** A delivery that cannot be accepted as sent: a header, or the body, is wrong. */
 export class InvalidDeliveryError extends InboxError {
   override name = 'InvalidDeliveryError';
+  /**
+   * A 413 whose body's rest is being read and dropped (src/receive/raw-body.ts): the answer
+   * keeps the connection open, so that a sender still writing reads it.
+   */
+  draining = false;
   constructor(
     readonly field: string,
     message: string,

@@ -1,3 +1,4 @@
+import { missingTables } from './drivers/postgres-error.js';
 import { type Outcome, OutcomeKind } from './outcome.js';
 import type { Runtime } from './runtime.js';
 
@@ -12,6 +13,12 @@ export interface InboxHealth {
   oldestHeldAgeMs: number | null;
   blockedKeys: number | null;
   deadLetters: number | null;
+  /**
+   * Why Postgres is down for this instance, when it is: what opening or querying it failed
+   * with (a refused connection, a failed migration, missing tables), for the operator who
+   * reads `/health` at a first deploy.
+   */
+  error?: string;
 }
 
 /** `health()` answers within about this long, whatever is hanging. */
@@ -31,9 +38,13 @@ function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
  * Postgres does not answer: without Redis, the inbox is slower on duplicates but as correct.
  */
 export async function checkHealth(rt: Runtime): Promise<InboxHealth> {
+  let error: string | undefined;
   const [stats, redis] = await Promise.all([
     withTimeout(rt.stats(), HEALTH_TIMEOUT_MS).catch((err) => {
       rt.options.logger.warn({ err }, 'webhook-inbox: health check: Postgres does not answer');
+      error = missingTables(err)
+        ? "the inbox's tables are missing: run `webhook-inbox migrate`"
+        : (err instanceof Error ? err.message : String(err)).slice(0, 300);
       return undefined;
     }),
     rt.options.redis === undefined
@@ -51,6 +62,7 @@ export async function checkHealth(rt: Runtime): Promise<InboxHealth> {
     oldestHeldAgeMs: stats ? stats.oldestHeldAgeMs : null,
     blockedKeys: stats?.blockedKeys ?? null,
     deadLetters: stats?.deadLetters ?? null,
+    ...(error === undefined ? {} : { error }),
   };
 }
 

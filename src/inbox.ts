@@ -8,7 +8,9 @@ import type { Kysely } from 'kysely';
 import { Background } from './background/background.js';
 import type { SweepReport } from './background/sweeper.js';
 import type { Database } from './database.js';
+import { missingTables } from './drivers/postgres-error.js';
 import { checkHealth, healthOutcome, type InboxHealth } from './health.js';
+import { firstTime, recovered } from './logger.js';
 import { migrateToLatest } from './migrations.js';
 import {
   type DeadLetter,
@@ -38,12 +40,26 @@ import { type KeyState, keyState, listEvents, type StoredEvent } from './sql/ins
 import type { Tables } from './sql/tables.js';
 
 const SHORT_RETENTION_MS = 3 * 86_400_000;
+
+/** What to do about a start that failed, by what failed. */
+function startHint(err: unknown): string {
+  const text = err instanceof Error ? `${err.name}: ${err.message}` : String(err);
+  if (missingTables(err))
+    return `${text} (the inbox's tables are missing: run \`webhook-inbox migrate\`, or leave \`migrate\` on)`;
+  if (/ECONNREFUSED|ENOTFOUND|EAI_AGAIN|ETIMEDOUT/.test(text))
+    return `${text} (is the database running, and is \`db\` its address?)`;
+  return text;
+}
 let warnedShortRetention = false;
 
 export class Inbox {
   readonly #rt: Runtime;
   #operations: Operations | undefined;
   readonly #background: Background;
+  // ---- Eager start ----
+  /** The next attempt to start, after a failed one (cleared by `close()`). */
+  #restart: NodeJS.Timeout | undefined;
+  // ---- end of eager start ----
 
   constructor(options: InboxOptions) {
     this.#rt = new Runtime(resolveOptions(options));
@@ -59,7 +75,39 @@ export class Inbox {
         process.emitWarning(message, 'WebhookInboxWarning');
       }
     }
+    this.#start(0);
   }
+
+  // ---- Eager start ----
+  /**
+   * Starts at construction: opens the database (and migrates), starts the sweeper and the
+   * workers, without waiting for a first delivery. After a restart, held, pending and retrying
+   * events are applied without new traffic; a wrong `DATABASE_URL` or a failed migration is
+   * said at boot, not as 503s sent to the provider. A failure is logged (the first loudly),
+   * reported by `health()`, and retried with backoff (1 s doubling to 30 s); deliveries are
+   * answered 503 with Retry-After meanwhile, and each one tries to open the database too.
+   */
+  #start(failures: number): void {
+    this.ready().then(
+      () => {
+        if (failures > 0) this.options.logger.warn({ source: this.options.source }, 'webhook-inbox: started');
+        recovered(this.options.logger, 'database');
+      },
+      (err) => {
+        if (this.#rt.closing) return;
+        const { logger, source } = this.options;
+        const delayMs = Math.min(30_000, 1000 * 2 ** Math.min(failures, 5));
+        // One line per outage, shared with the deliveries' own (src/receive/respond.ts).
+        (firstTime(logger, 'database') ? logger.error : logger.debug)(
+          { err, source, retryInMs: delayMs },
+          `webhook-inbox: could not start: ${startHint(err)}; retrying, deliveries are answered 503 meanwhile`,
+        );
+        this.#restart = setTimeout(() => this.#start(failures + 1), delayMs);
+        this.#restart.unref();
+      },
+    );
+  }
+  // ---- end of eager start ----
 
   /** The options, checked and defaulted. */
   get options(): ResolvedOptions {
@@ -71,10 +119,15 @@ export class Inbox {
     return this.#rt.tables;
   }
 
-  /** Opens the database, runs migrations (unless `migrate: false`), starts the sweeper and workers. Idempotent. */
+  /**
+   * Resolves once the database is open and migrated (unless `migrate: false`) and the sweeper
+   * and workers run; rejects when that fails (the inbox keeps retrying on its own). The inbox
+   * starts at construction: await this at boot to fail loudly on a wrong database. Idempotent.
+   */
   async ready(): Promise<Database> {
     const { database } = await this.#rt.open();
-    this.#background.start();
+    // A start that finished after close() began must not start loops close() already stopped.
+    if (!this.#rt.closing) this.#background.start();
     return database;
   }
 
@@ -153,6 +206,7 @@ export class Inbox {
   async close(): Promise<void> {
     if (this.#rt.closing) return;
     this.#rt.closing = true;
+    clearTimeout(this.#restart);
     await deliveriesSettled(this.#rt);
     await this.#background.close();
     await this.#rt.close();
@@ -225,7 +279,7 @@ export class Inbox {
    * Replays dead letters through the inbox: each is re-queued (attempts reset, its key
    * unblocked when it was blocked at its seq) and applied now by the normal drain path, in
    * seq order, in the handler's transaction. Fix the handler first: a replay that fails again
-   * counts attempts and is dead-lettered again after `maxAttempts`.
+   * counts attempts and is dead-lettered again when its budget (counted from its arrival) is spent.
    *
    * ```ts
    * const [r] = await inbox.replay('evt_123');   // r.status === 'processed'

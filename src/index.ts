@@ -1,4 +1,3 @@
-export { backoffMs } from './apply.js';
 export type { SweepReport } from './background/sweeper.js';
 export type {
   BodySchema,
@@ -85,5 +84,6 @@ export {
 } from './receive/verify.js';
 export type { RedisInput, RedisLike } from './redis-cache.js';
 export type { ResolvedOptions } from './resolve-options.js';
+export { backoffMs } from './retry-schedule.js';
 export type { KeyState, StoredEvent } from './sql/inspect.js';
 export { SpanAttributes } from './tracing.js';

@@ -6,5 +6,62 @@ export interface Logger {
   error(obj: object, msg?: string): void;
 }
 
-/** What a method the given logger lacks (or every method, without a logger) becomes. */
+/** What a method the given logger lacks (or every method, with `logger: false`) becomes. */
 export const silent = (): void => {};
+
+/**
+ * The logger without a `logger` option: warnings and errors to stderr, one line each, so that a
+ * first deploy sees a failing handler, a wrong secret or an unreachable database (the sender
+ * only sees a status). `debug` and `info` (each delivery, gap timeouts) stay quiet.
+ */
+export function consoleLogger(write: (line: string) => void = (line) => process.stderr.write(line)): Logger {
+  const line = (level: string) => (obj: object, msg?: string) => write(formatLine(level, obj, msg));
+  return { debug: silent, info: silent, warn: line('WARN'), error: line('ERROR') };
+}
+
+/** `2026-11-28T09:30:00.000Z WARN webhook-inbox: handler failed id=evt_1 key=acct-1 err="Error: boom"`. */
+export function formatLine(level: string, obj: object, msg = ''): string {
+  const fields: string[] = [];
+  for (const [name, value] of Object.entries(obj)) {
+    if (value === undefined) continue;
+    fields.push(`${name}=${fieldText(value)}`);
+  }
+  const text = [new Date().toISOString(), level, msg, ...fields].filter((part) => part !== '').join(' ');
+  // One line, whatever the values hold (an error's message may span several).
+  return `${text.replace(/[\r\n]+/g, ' ')}\n`;
+}
+
+function fieldText(value: unknown): string {
+  if (value instanceof Error) return JSON.stringify(`${value.name}: ${value.message}`.slice(0, 500));
+  if (typeof value === 'string') return /^[\w.:/@-]+$/.test(value) ? value : JSON.stringify(value);
+  if (typeof value === 'object' && value !== null) {
+    try {
+      return JSON.stringify(value).slice(0, 500);
+    } catch {
+      return '[object]';
+    }
+  }
+  return String(value);
+}
+
+/**
+ * Said once: a kind of trouble reported at warn or error the first time it happens to this
+ * logger, then at debug until `recovered` (a flood of one failure must not bury the rest).
+ */
+const said = new WeakMap<Logger, Set<string>>();
+
+export function firstTime(logger: Logger, kind: string): boolean {
+  let kinds = said.get(logger);
+  if (!kinds) {
+    kinds = new Set();
+    said.set(logger, kinds);
+  }
+  if (kinds.has(kind)) return false;
+  kinds.add(kind);
+  return true;
+}
+
+/** The trouble of `kind` is over: its next occurrence is said loudly again. */
+export function recovered(logger: Logger, kind: string): void {
+  said.get(logger)?.delete(kind);
+}

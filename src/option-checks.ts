@@ -1,3 +1,4 @@
+import { formatDuration, parseDuration } from './duration.js';
 import { InboxOptionsError } from './errors.js';
 
 /**
@@ -75,4 +76,24 @@ export function headerNames(value: unknown, name: string): string[] {
     throw new InboxOptionsError(name, `must be an array of HTTP header names; got ${describe(value)}`);
   }
   return value.map((v, i) => headerName(v ?? null, `${name}[${i}]`, ''));
+}
+
+/** A time option: milliseconds, or a duration string (`'30s'`, `'1h'`, `'500ms'`). */
+export function duration(
+  options: Record<string, unknown>,
+  name: string,
+  fallback: number,
+  min: number,
+  max: number,
+): number {
+  const value = options[name];
+  if (value === undefined) return fallback;
+  const ms = parseDuration(value);
+  if (ms === undefined || ms < min || ms > max) {
+    throw new InboxOptionsError(
+      name,
+      `must be milliseconds or a duration such as '30s' or '1h', from ${formatDuration(min)} to ${formatDuration(max)}; got ${describe(value)}`,
+    );
+  }
+  return ms;
 }

@@ -15,7 +15,12 @@ import type { RedisInput } from './redis-cache.js';
 /** `lockTimeoutMs`'s default, for the inbox and for operator actions given none. */
 export const DEFAULT_LOCK_TIMEOUT_MS = 5000;
 
-/** The inbox's options. `TBody` is the type of `event.body`; `DB` the database interface `tx` is typed by. */
+/**
+ * The inbox's options. `TBody` is the type of `event.body`; `DB` the database interface `tx` is
+ * typed by. Every time option (`…Ms`, `retryFor`, `retention`) takes milliseconds or a
+ * duration string (`'500ms'`, `'30s'`, `'1h'`, `'7d'`). An option the inbox does not know
+ * is an InboxOptionsError, with the nearest known name.
+ */
 export interface InboxOptions<TBody = any, DB = any> {
   /**
    * Applies one event. Runs inside the transaction that claims the event: write through
@@ -92,7 +97,7 @@ export interface InboxOptions<TBody = any, DB = any> {
    * over; slower is 408 (and the connection is closed). A slow sender holds no in-flight slot
    * (`maxInFlight`) while the inbox waits for its first bytes. @defaultValue 5000
    */
-  bodyTimeoutMs?: number;
+  bodyTimeoutMs?: number | string;
   /**
    * How bodies reach the handler: `'auto'` parses JSON when the content type says JSON
    * (bad JSON is 400) and passes other bodies as a Buffer; `'json'` requires JSON;
@@ -137,7 +142,7 @@ export interface InboxOptions<TBody = any, DB = any> {
    * How long a delivery waits for a concurrent delivery of the same id (or of the same key)
    * before answering 409 with Retry-After. @defaultValue 5000
    */
-  lockTimeoutMs?: number;
+  lockTimeoutMs?: number | string;
   /**
    * A delivery that finds its id (or its ordering key) being processed by another delivery:
    * `'wait'` for it up to `lockTimeoutMs`, then answer what it decided (or 409); `'reject'`
@@ -154,19 +159,35 @@ export interface InboxOptions<TBody = any, DB = any> {
   /** Largest distance past the next seq an event may be held at; further is 429. @defaultValue 10000 */
   maxSeqAhead?: number;
   /** How long the oldest held event of a key waits for its gap to fill. @defaultValue 30000 */
-  gapTimeoutMs?: number;
+  gapTimeoutMs?: number | string;
   /** On gap timeout: skip the missing seqs and apply what is held, or block the key. @defaultValue 'skip' */
   onGapTimeout?: 'skip' | 'block';
   /** How often the sweeper runs; 0 turns it off. @defaultValue 1000 */
-  sweepIntervalMs?: number;
-  /** Handler failures before an event is dead-lettered as poison. @defaultValue 5 */
+  sweepIntervalMs?: number | string;
+  // ---- The retry budget (src/retry-schedule.ts) ----
+  /**
+   * How long an event whose handler fails is retried before it is dead-lettered as poison,
+   * counted from its arrival: milliseconds or a duration (`'24h'`, `'3d'`). A time budget, as
+   * providers have (Stripe retries for three days): a deploy, a migration or a downstream
+   * outage costs retries, not dead letters. A handler that throws `RejectEvent` is
+   * dead-lettered at once. @defaultValue '24h'
+   */
+  retryFor?: number | string;
+  /**
+   * Failed runs after which an event is dead-lettered as poison even within `retryFor`.
+   * @defaultValue none: only `retryFor` bounds the retries
+   */
   maxAttempts?: number;
   /** An ordered poison event blocks its key (later events are held) or is skipped. @defaultValue 'block' */
   onPoison?: 'block' | 'skip';
-  /** Backoff of background retries (drains): capped exponential with full jitter. */
-  retryBaseMs?: number;
-  /** @defaultValue 60000 */
-  retryCapMs?: number;
+  /**
+   * The first retry's backoff window: after the n-th failure, wait a random time below
+   * min(`retryCapMs`, `retryBaseMs`·2^(n−1)) (full jitter). @defaultValue 1000
+   */
+  retryBaseMs?: number | string;
+  /** The longest backoff window between two retries of an event. @defaultValue 3600000 (1 h) */
+  retryCapMs?: number | string;
+  // ---- end of the retry budget ----
   /**
    * How many processed events this instance remembers in memory (an LRU), so that their
    * duplicates are answered with no database round trip. 0 turns it off. Results over 2 KiB
@@ -182,11 +203,12 @@ export interface InboxOptions<TBody = any, DB = any> {
    */
   retention?: number | string | false;
   /**
-   * A pino-shaped logger: `info` for dead letters, gap timeouts and blocked keys, `debug` for
-   * each delivery's outcome, `warn`/`error` for handler and infrastructure failures.
-   * @defaultValue silent
+   * A pino-shaped logger: `debug` for each delivery's outcome and a failure's retries, `info`
+   * for gap timeouts and blocked keys, `warn` for an event's first handler failure and the first
+   * signature mismatch, `error` for dead letters and infrastructure failures. `false`: nothing.
+   * @defaultValue the console: warnings and errors to stderr, one line each
    */
-  logger?: Partial<Logger>;
+  logger?: Partial<Logger> | false;
   /**
    * Turns on the Redis fast path for duplicates: an ioredis client (the application keeps
    * owning it), or a `redis://` / `rediss://` URL (the inbox creates the client, and closes
@@ -200,7 +222,7 @@ export interface InboxOptions<TBody = any, DB = any> {
    */
   redisPrefix?: string;
   /** How long a delivery waits for Redis before asking Postgres instead. @defaultValue 50 */
-  redisTimeoutMs?: number;
+  redisTimeoutMs?: number | string;
   /**
    * Prometheus metrics in a prom-client registry you pass:
    * `metrics: { registry: new Registry() }`. @defaultValue off
@@ -283,7 +305,7 @@ export interface InboxOptions<TBody = any, DB = any> {
    * ended; events of other instances when LISTEN/NOTIFY is unavailable, as on PGlite).
    * @defaultValue 1000
    */
-  pollIntervalMs?: number;
+  pollIntervalMs?: number | string;
   /**
    * Deliveries this instance works on at once; one more is answered 503 with Retry-After at
    * once, before touching the database. @defaultValue 1000
@@ -293,12 +315,12 @@ export interface InboxOptions<TBody = any, DB = any> {
    * Longest wait for a free pool connection (own pg pool or PGlite) before a delivery is
    * answered 503 with Retry-After instead of queueing without bound. @defaultValue 5000
    */
-  poolWaitTimeoutMs?: number;
+  poolWaitTimeoutMs?: number | string;
   /**
    * A handler still running after this long is abandoned: its `signal` aborts, its transaction
-   * rolls back, and the attempt counts towards `maxAttempts`. 0 turns it off. @defaultValue 30000
+   * rolls back, and the run counts as a failure (retried within `retryFor`). 0 turns it off. @defaultValue 30000
    */
-  handlerTimeoutMs?: number;
+  handlerTimeoutMs?: number | string;
   /**
    * Deferred mode: pending events (all instances) past which deliveries are answered 503 with
    * Retry-After. Checked against a count the workers refresh, not per delivery. @defaultValue 100000

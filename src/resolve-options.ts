@@ -5,9 +5,18 @@ import { parseDuration } from './duration.js';
 import { InboxOptionsError } from './errors.js';
 import type { Handler } from './event.js';
 import { type HandlerFor, handleEverything, resolveHandlers } from './handlers.js';
-import { type Logger, silent } from './logger.js';
+import { consoleLogger, type Logger, silent } from './logger.js';
 import type { MetricsOptions, RegistryLike } from './metrics.js';
-import { bool, describe, headerName, headerNames, IDENTIFIER, integer, oneOf } from './option-checks.js';
+import {
+  bool,
+  describe,
+  duration,
+  headerName,
+  headerNames,
+  IDENTIFIER,
+  integer,
+  oneOf,
+} from './option-checks.js';
 import { DEFAULT_LOCK_TIMEOUT_MS, type InboxOptions } from './options.js';
 import { secretHeaderSet } from './payload.js';
 import type { Provider } from './providers.js';
@@ -33,11 +42,12 @@ let warnedInMemory = false;
  * failure this library exists to prevent: refuse. Elsewhere (tests, a first try) run in memory,
  * and say so once per process, and to each inbox's logger.
  */
-function noDatabaseGiven(logger: Partial<Logger> | undefined): void {
+function noDatabaseGiven(logger: Partial<Logger> | undefined, empty: boolean): void {
   if (process.env.NODE_ENV === 'production') {
     throw new InboxOptionsError(
       'db',
-      "is required when NODE_ENV=production: without it, events and the handler's writes would be kept in memory and lost on restart. " +
+      `${empty ? 'is an empty string (is DATABASE_URL set?), and it ' : ''}is required when NODE_ENV=production:` +
+        " without it, events and the handler's writes would be kept in memory and lost on restart. " +
         "Pass a PostgreSQL connection string or pool (e.g. db: process.env.DATABASE_URL, and check that it is set), or opt in to the embedded database with db: 'memory' or dataDir",
     );
   }
@@ -50,13 +60,121 @@ function noDatabaseGiven(logger: Partial<Logger> | undefined): void {
   }
 }
 
+// ---- Unknown options: a misspelt one (`maxAtempts`) must not silently do nothing ----
+const OPTION_NAMES = [
+  'handle',
+  'handlers',
+  'db',
+  'dataDir',
+  'poolSize',
+  'source',
+  'schema',
+  'tablePrefix',
+  'migrate',
+  'headers',
+  'fields',
+  'idFromBody',
+  'maxBodyBytes',
+  'bodyTimeoutMs',
+  'parse',
+  'bodySchema',
+  'respond',
+  'lockTimeoutMs',
+  'onInFlight',
+  'keepPayload',
+  'firstSeq',
+  'maxHeldPerKey',
+  'maxSeqAhead',
+  'gapTimeoutMs',
+  'onGapTimeout',
+  'sweepIntervalMs',
+  'retryFor',
+  'maxAttempts',
+  'onPoison',
+  'retryBaseMs',
+  'retryCapMs',
+  'duplicateCacheSize',
+  'retention',
+  'logger',
+  'redis',
+  'redisPrefix',
+  'redisTimeoutMs',
+  'metrics',
+  'tracerProvider',
+  'verify',
+  'provider',
+  'secretHeaders',
+  'order',
+  'mode',
+  'workers',
+  'workerBatchSize',
+  'pollIntervalMs',
+  'maxInFlight',
+  'poolWaitTimeoutMs',
+  'handlerTimeoutMs',
+  'maxPending',
+] as const satisfies readonly (keyof InboxOptions)[];
+// Every option of InboxOptions is in the list (a new option without its name fails to compile).
+const everyOptionListed: Exclude<keyof InboxOptions, (typeof OPTION_NAMES)[number]> extends never
+  ? true
+  : never = true;
+void everyOptionListed;
+const KNOWN_OPTIONS: ReadonlySet<string> = new Set(OPTION_NAMES);
+
+function rejectUnknownOptions(o: Record<string, unknown>): void {
+  for (const name of Object.keys(o)) {
+    if (KNOWN_OPTIONS.has(name)) continue;
+    const near = closest(name, OPTION_NAMES);
+    throw new InboxOptionsError(
+      name,
+      `is not an inbox option${near ? `; did you mean \`${near}\`?` : ''} (docs/configuration.md lists them)`,
+    );
+  }
+}
+
+/** The known name nearest to `name` (case ignored; at most one edit in three letters), if any. */
+export function closest(name: string, names: readonly string[]): string | undefined {
+  let best: string | undefined;
+  let bestDistance = Number.POSITIVE_INFINITY;
+  for (const candidate of names) {
+    const d = editDistance(name.toLowerCase(), candidate.toLowerCase());
+    if (d <= Math.max(1, Math.floor(candidate.length / 3)) && d < bestDistance) {
+      best = candidate;
+      bestDistance = d;
+    }
+  }
+  return best;
+}
+
+function editDistance(a: string, b: string): number {
+  let previous = Array.from({ length: b.length + 1 }, (_, i) => i);
+  for (let i = 1; i <= a.length; i++) {
+    const current = [i];
+    for (let j = 1; j <= b.length; j++) {
+      current[j] = Math.min(
+        previous[j] + 1,
+        current[j - 1] + 1,
+        previous[j - 1] + (a[i - 1] === b[j - 1] ? 0 : 1),
+      );
+    }
+    previous = current;
+  }
+  return previous[b.length];
+}
+// ---- end of unknown options ----
+
 /** The largest `workerBatchSize`: well below the 64 subtransactions a backend caches (see below). */
 const MAX_WORKER_BATCH = 32;
 
 /** Every option, checked and defaulted in one place. A bad value throws, naming the option. */
 export function resolveOptions(input: InboxOptions): ResolvedOptions {
   if (!input || typeof input !== 'object') throw new InboxOptionsError('options', 'must be an object');
-  const o = input as unknown as Record<string, unknown>;
+  const o = { ...(input as unknown as Record<string, unknown>) };
+  rejectUnknownOptions(o);
+  // An empty `db` is an unset variable (`db: process.env.DATABASE_URL`), not a connection
+  // string: pg would fall back to its own defaults (localhost, the OS user). Treated as missing.
+  const emptyDb = o.db === '';
+  if (emptyDb) o.db = undefined;
   if (o.handle !== undefined && o.handlers !== undefined) {
     throw new InboxOptionsError('handlers', 'is an alternative to `handle`; give one of them, not both');
   }
@@ -67,7 +185,9 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
     );
   const handlers =
     o.handlers === undefined ? handleEverything(o.handle as Handler) : resolveHandlers(o.handlers);
-  const source = o.source ?? 'default';
+  // A provider's events are namespaced by its name unless told otherwise: two providers on one
+  // database never share ids.
+  const source = o.source ?? (o.provider as Provider | undefined)?.name ?? 'default';
   if (
     typeof source !== 'string' ||
     source.length < 1 ||
@@ -99,7 +219,9 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
   if (o.dataDir !== undefined && o.db !== undefined) {
     throw new InboxOptionsError('dataDir', 'applies to the embedded database only; remove it or remove `db`');
   }
-  if (o.db === undefined && o.dataDir === undefined) noDatabaseGiven(o.logger as Partial<Logger> | undefined);
+  if (o.db === undefined && o.dataDir === undefined) {
+    noDatabaseGiven(o.logger as Partial<Logger> | undefined, emptyDb);
+  }
   const h = (o.headers ?? {}) as Record<string, unknown>;
   if (typeof h !== 'object') throw new InboxOptionsError('headers', 'must be an object');
   const headers = {
@@ -176,13 +298,21 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
       version: resolveSource(version, 'order.version'),
     };
   }
-  const logger = (o.logger ?? {}) as Partial<Logger>;
-  if (typeof logger !== 'object') throw new InboxOptionsError('logger', 'must be a pino-shaped logger');
+  // ---- Loud by default: no `logger` is the console (warnings and errors); false is silence ----
+  const logger = (
+    o.logger === undefined ? consoleLogger() : o.logger === false ? {} : o.logger
+  ) as Partial<Logger>;
+  if (typeof logger !== 'object' || logger === null) {
+    throw new InboxOptionsError(
+      'logger',
+      `must be a pino-shaped logger (debug, info, warn, error), or false for none; got ${describe(o.logger)}`,
+    );
+  }
   const firstSeq = o.firstSeq === undefined ? 1 : o.firstSeq;
   if (firstSeq !== 1 && firstSeq !== 'first-seen') {
     throw new InboxOptionsError('firstSeq', `must be 1 or "first-seen"; got ${describe(firstSeq)}`);
   }
-  const retryBaseMs = integer(o, 'retryBaseMs', 1000, 1, 3_600_000);
+  const retryBaseMs = duration(o, 'retryBaseMs', 1000, 1, 3_600_000);
   const redis = o.redis as RedisInput | undefined;
   if (redis !== undefined) {
     if (typeof redis === 'string') {
@@ -227,8 +357,18 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
       `must be an OpenTelemetry TracerProvider; got ${describe(tracerProvider)}`,
     );
   }
-  const retryCapMs = integer(o, 'retryCapMs', 60_000, 1, 86_400_000);
+  // ---- The retry budget ----
+  const retryCapMs = duration(o, 'retryCapMs', 3_600_000, 1, 86_400_000);
   if (retryCapMs < retryBaseMs) throw new InboxOptionsError('retryCapMs', 'must be at least `retryBaseMs`');
+  const retryFor = parseDuration(o.retryFor ?? '24h');
+  if (retryFor === undefined || retryFor > 30 * 86_400_000) {
+    throw new InboxOptionsError(
+      'retryFor',
+      `must be a number of milliseconds or a duration such as '24h' or '3d', at most 30 days; got ${describe(o.retryFor)}`,
+    );
+  }
+  const maxAttempts = o.maxAttempts === undefined ? undefined : integer(o, 'maxAttempts', 0, 1, 1000);
+  // ---- end of the retry budget ----
   if (o.verify !== undefined && typeof o.verify !== 'function') {
     throw new InboxOptionsError(
       'verify',
@@ -283,18 +423,19 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
     fields,
     idFromBody: bool(o, 'idFromBody', false),
     maxBodyBytes: integer(o, 'maxBodyBytes', 1024 * 1024, 1, 256 * 1024 * 1024),
-    bodyTimeoutMs: integer(o, 'bodyTimeoutMs', 5000, 1, 3_600_000),
+    bodyTimeoutMs: duration(o, 'bodyTimeoutMs', 5000, 1, 3_600_000),
     parse: oneOf(o, 'parse', ['auto', 'json', 'raw'] as const),
-    lockTimeoutMs: integer(o, 'lockTimeoutMs', DEFAULT_LOCK_TIMEOUT_MS, 1, 600_000),
+    lockTimeoutMs: duration(o, 'lockTimeoutMs', DEFAULT_LOCK_TIMEOUT_MS, 1, 600_000),
     onInFlight: oneOf(o, 'onInFlight', ['wait', 'reject'] as const),
     keepPayload: bool(o, 'keepPayload', false),
     firstSeq,
     maxHeldPerKey: integer(o, 'maxHeldPerKey', 1000, 1, 1_000_000),
     maxSeqAhead: integer(o, 'maxSeqAhead', 10_000, 1, Number.MAX_SAFE_INTEGER),
-    gapTimeoutMs: integer(o, 'gapTimeoutMs', 30_000, 1, 7 * 86_400_000),
+    gapTimeoutMs: duration(o, 'gapTimeoutMs', 30_000, 1, 7 * 86_400_000),
     onGapTimeout: oneOf(o, 'onGapTimeout', ['skip', 'block'] as const),
-    sweepIntervalMs: integer(o, 'sweepIntervalMs', 1000, 0, 3_600_000),
-    maxAttempts: integer(o, 'maxAttempts', 5, 1, 1000),
+    sweepIntervalMs: duration(o, 'sweepIntervalMs', 1000, 0, 3_600_000),
+    retryFor,
+    maxAttempts,
     onPoison: oneOf(o, 'onPoison', ['block', 'skip'] as const),
     retryBaseMs,
     retryCapMs,
@@ -308,7 +449,7 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
     },
     redis,
     redisPrefix,
-    redisTimeoutMs: integer(o, 'redisTimeoutMs', 50, 1, 60_000),
+    redisTimeoutMs: duration(o, 'redisTimeoutMs', 50, 1, 60_000),
     metrics: metrics ? { registry: metrics.registry } : undefined,
     tracerProvider,
     mode,
@@ -318,10 +459,10 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
     // other session's snapshot overflows to pg_subtrans lookups, slowing the whole database.
     // 32 leaves room for savepoints of the handlers' own.
     workerBatchSize: integer(o, 'workerBatchSize', 10, 1, MAX_WORKER_BATCH),
-    pollIntervalMs: integer(o, 'pollIntervalMs', 1000, 1, 3_600_000),
+    pollIntervalMs: duration(o, 'pollIntervalMs', 1000, 1, 3_600_000),
     maxInFlight: integer(o, 'maxInFlight', 1000, 1, 1_000_000),
-    poolWaitTimeoutMs: integer(o, 'poolWaitTimeoutMs', 5000, 1, 600_000),
-    handlerTimeoutMs: integer(o, 'handlerTimeoutMs', 30_000, 0, 86_400_000),
+    poolWaitTimeoutMs: duration(o, 'poolWaitTimeoutMs', 5000, 1, 600_000),
+    handlerTimeoutMs: duration(o, 'handlerTimeoutMs', 30_000, 0, 86_400_000),
     maxPending: integer(o, 'maxPending', 100_000, 1, Number.MAX_SAFE_INTEGER),
   };
 }
@@ -357,10 +498,15 @@ export interface ResolvedOptions {
   readonly gapTimeoutMs: number;
   readonly onGapTimeout: 'skip' | 'block';
   readonly sweepIntervalMs: number;
-  readonly maxAttempts: number;
+  // ---- The retry budget ----
+  /** Milliseconds. */
+  readonly retryFor: number;
+  /** Undefined: only `retryFor` bounds the retries. */
+  readonly maxAttempts: number | undefined;
   readonly onPoison: 'block' | 'skip';
   readonly retryBaseMs: number;
   readonly retryCapMs: number;
+  // ---- end of the retry budget ----
   readonly duplicateCacheSize: number;
   /** Milliseconds, or false when automatic pruning is off. */
   readonly retention: number | false;

@@ -9,6 +9,7 @@ import { inbox as expressInbox } from '../adapters/express.js';
 import { type LedgerServer, startLedger } from '../examples/ledger/start.js';
 import { idempotencyKey } from '../src/handler-context.js';
 import { createInbox, type Inbox, type InboxOptions, InboxOptionsError } from '../src/index.js';
+import { resolveOptions } from '../src/resolve-options.js';
 import { childScript } from './support/child-scripts.js';
 import {
   postgresTarget,
@@ -139,11 +140,15 @@ describe('deferred-mode options', () => {
     expect(() => createInbox({ handle, ...(bad as object) })).toThrow(`\`${option}\``);
   });
 
+  // The options alone: an inbox would start (and open an embedded database) at construction.
   it('defaults: inline with no workers; deferred with half the pool in workers', () => {
-    expect(createInbox({ handle }).options).toMatchObject({ mode: 'inline', workers: 0 });
-    expect(createInbox({ handle, mode: 'deferred' }).options).toMatchObject({ mode: 'deferred', workers: 5 });
-    expect(createInbox({ handle, mode: 'deferred', poolSize: 1 }).options.workers).toBe(1);
-    expect(createInbox({ handle, mode: 'deferred' }).options.workerBatchSize).toBe(10);
+    expect(resolveOptions({ handle, db: 'memory' })).toMatchObject({ mode: 'inline', workers: 0 });
+    expect(resolveOptions({ handle, db: 'memory', mode: 'deferred' })).toMatchObject({
+      mode: 'deferred',
+      workers: 5,
+    });
+    expect(resolveOptions({ handle, db: 'memory', mode: 'deferred', poolSize: 1 }).workers).toBe(1);
+    expect(resolveOptions({ handle, db: 'memory', mode: 'deferred' }).workerBatchSize).toBe(10);
   });
 });
 

@@ -64,7 +64,9 @@ describe('docs/configuration.md, against resolveOptions', () => {
       const value = literal(cell);
       if (value === undefined) continue;
       compared++;
-      const expected = name === 'retention' && typeof value === 'string' ? parseDuration(value) : value;
+      // A duration option resolves to milliseconds ('24h' → 86400000).
+      const expected =
+        typeof value === 'string' && typeof resolved[name] === 'number' ? parseDuration(value) : value;
       expect(resolved[name], `${name}: documented ${cell}`).toEqual(expected);
     }
     expect(compared).toBeGreaterThan(25);

@@ -17,7 +17,10 @@ describe.runIf(postgresTarget)('lock order (real Postgres)', () => {
       debug: () => {},
       info: () => {},
       warn: () => {},
-      error: (_obj: object, msg?: string) => errors.push(msg ?? ''),
+      // Every round dead-letters its event (said at error): only other errors count here.
+      error: (_obj: object, msg?: string) => {
+        if (!msg?.startsWith('webhook-inbox: dead-lettered')) errors.push(msg ?? '');
+      },
     };
     const options = {
       schema: t.schema,

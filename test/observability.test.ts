@@ -137,7 +137,7 @@ describe.each(targets)('metrics, spans, logs and health on $name', (target) => {
     expect((await send(late, 1, key, 1)).body).toMatchObject({ status: 'dead-lettered', reason: 'late' });
     expect(await read(registry, 'webhook_inbox_dead_letters_total', { reason: 'late' })).toBe(lateBefore + 1);
     expect(log.lines).toContainEqual(
-      expect.objectContaining({ level: 'info', obj: expect.objectContaining({ id: late }) }),
+      expect.objectContaining({ level: 'error', obj: expect.objectContaining({ id: late }) }),
     );
   });
 
@@ -158,8 +158,8 @@ describe.each(targets)('metrics, spans, logs and health on $name', (target) => {
     expect(await read(registry, 'webhook_inbox_dead_letter_events')).toBeGreaterThanOrEqual(1);
     expect(log.lines).toContainEqual(
       expect.objectContaining({
-        level: 'info',
-        msg: 'webhook-inbox: dead-lettered (poison)',
+        level: 'error',
+        msg: expect.stringContaining('webhook-inbox: dead-lettered (poison)'),
         obj: expect.objectContaining({ id }),
       }),
     );

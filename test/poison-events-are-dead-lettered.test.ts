@@ -1,8 +1,11 @@
 /**
- * A handler that fails forever stops after `maxAttempts`: the event is dead-lettered, the
- * sender is told to stop, its key is blocked and later events of the key are held; an operator
+ * With default options a failing handler is retried for `retryFor` (24 h), not a handful of
+ * attempts: an outage costs retries, and the event is applied once it is over. A handler that
+ * fails forever stops when its budget is spent, or after `maxAttempts` when given: the event is
+ * dead-lettered, the sender is told to stop, its key is blocked and later events of the key are held; an operator
  * replays it (after fixing the handler) or skips it, and the key drains in order.
  */
+import { sql } from 'kysely';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Ledger } from '../examples/ledger/ledger.js';
 import { type LedgerServer, startLedger } from '../examples/ledger/start.js';
@@ -44,6 +47,64 @@ describe.each(targets)('poison events ($name)', (target) => {
     });
     return server;
   }
+
+  /**
+   * Moves an event's arrival back by `ms` and makes its retry due now: what waiting that long
+   * would have done, without waiting.
+   */
+  async function age(inbox: Inbox, id: string, ms: number) {
+    await sql`update ${sql.table(`${t.schema}.events`)}
+      set received_at = received_at - ${ms} * interval '1 millisecond', run_after = now()
+      where id = ${id}`.execute(await inbox.kysely());
+  }
+
+  it('with default options, a handler failing for 60 s and then recovering is applied once and never dead-lettered', async () => {
+    const { url, ledger, inbox } = await ledgerServer({ maxAttempts: undefined });
+    ledger.failNext.set('acct-p', 1_000_000);
+    expect((await deliver(url, 'p-1', { amount: 7 }, { key: 'acct-p', seq: 1 })).status).toBe(500);
+    // Sixty seconds of failures, ten at a time: the sweeper retries, and so does the provider,
+    // whose redeliveries run the handler too and are answered 500 while it fails
+    // (docs/outcomes.md: the provider keeps its own retries going).
+    for (let second = 10; second <= 60; second += 10) {
+      await age(inbox, 'p-1', 10_000);
+      await inbox.sweep();
+      const redelivery = await deliver(url, 'p-1', { amount: 7 }, { key: 'acct-p', seq: 1 });
+      expect(redelivery.status).toBe(500);
+      expect(redelivery.body).toMatchObject({ title: 'Handler failed', id: 'p-1' });
+    }
+    expect(await inbox.deadLetters()).toEqual([]);
+    const waiting = await inbox.event('p-1');
+    // More failures than the five the old default allowed, and still waiting for a retry.
+    expect(waiting).toMatchObject({ status: 'pending', attempts: 13 });
+
+    ledger.failNext.delete('acct-p');
+    await age(inbox, 'p-1', 10_000);
+    await inbox.sweep();
+    expect(await ledger.account(await inbox.kysely(), 'acct-p')).toMatchObject({
+      balance: 7,
+      entries: [{ seq: 1 }],
+    });
+    expect((await deliver(url, 'p-1', { amount: 7 }, { key: 'acct-p', seq: 1 })).body.status).toBe(
+      'duplicate',
+    );
+    expect(await inbox.deadLetters()).toEqual([]);
+    expect((await ledger.account(await inbox.kysely(), 'acct-p')).balance).toBe(7);
+  });
+
+  it('with default options, a failure after 24 h of retries dead-letters the event', async () => {
+    const { url, ledger, inbox } = await ledgerServer({ maxAttempts: undefined });
+    ledger.failNext.set('none', 1_000_000);
+    expect((await deliver(url, 'q-1', { amount: 1 })).status).toBe(500);
+    await age(inbox, 'q-1', 23 * 3_600_000);
+    expect((await deliver(url, 'q-1', { amount: 1 })).status).toBe(500);
+    await age(inbox, 'q-1', 3_600_000);
+    expect((await deliver(url, 'q-1', { amount: 1 })).body).toEqual({
+      status: 'dead-lettered',
+      id: 'q-1',
+      reason: 'poison',
+    });
+    expect(await inbox.deadLetters()).toMatchObject([{ id: 'q-1', attempts: 3, deadReason: 'poison' }]);
+  });
 
   it('a handler failing forever is dead-lettered after maxAttempts, holds its key, and a replay drains the key in order', async () => {
     const { url, ledger, inbox } = await ledgerServer();

@@ -64,7 +64,8 @@ describe.skipIf(!postgresTarget)('secret headers (postgres)', { timeout: 60_000 
     const app = createConsole({ inbox, token: CONSOLE_TOKEN });
     const res = await app.handle({
       method: 'GET',
-      url: `/events/default/${id}`,
+      // A preset names the source after its provider.
+      url: `/events/gitlab/${id}`,
       headers: { authorization: `Bearer ${CONSOLE_TOKEN}` },
     });
     expect(res.status).toBe(200);

@@ -3,6 +3,9 @@
  * interrupted, retries failed events whose backoff ended, applies gap timeouts (skip or
  * block), applies due unordered pending events, and prunes processed rows past `retention`.
  */
+
+import { missingTables } from '../drivers/postgres-error.js';
+import { firstTime, recovered } from '../logger.js';
 import { prune } from '../operations/retention.js';
 import type { Runtime } from '../runtime.js';
 import type { SweepRow } from '../sql/sweep.js';
@@ -45,8 +48,18 @@ export class Sweeper {
 
   start(): void {
     this.#timer = setTimeout(() => {
+      const { logger } = this.#rt.options;
+      // Said once per outage (a pass every second would bury everything else), with the fix
+      // when the tables are missing; again after a pass that succeeded.
       this.#running = this.sweep()
-        .catch((err) => this.#rt.options.logger.error({ err }, 'webhook-inbox: sweeper pass failed'))
+        .then(
+          () => recovered(logger, 'sweeper'),
+          (err) =>
+            (firstTime(logger, 'sweeper') ? logger.error : logger.debug)(
+              { err },
+              `webhook-inbox: sweeper pass failed${missingTables(err) ? ": the inbox's tables are missing: run `webhook-inbox migrate`" : ''}`,
+            ),
+        )
         .finally(() => {
           this.#running = undefined;
           if (!this.#rt.closing) this.start();

@@ -19,6 +19,7 @@
  * Ordered keys are also swept by the sweeper every `sweepIntervalMs` (it finishes interrupted
  * drains and takes due retries).
  */
+import { firstTime, recovered } from '../logger.js';
 import type { Runtime } from '../runtime.js';
 import { Listener } from './listener.js';
 import { applyDuePending, applyTurn } from './turns.js';
@@ -155,11 +156,16 @@ export class Workers {
           didWork = (await applyDuePending(this.#rt, this.#batchSize())).taken > 0;
         } catch (err) {
           // The database is unreachable or the pool is exhausted: the poll will try again.
-          this.#rt.options.logger.error({ err }, 'webhook-inbox: worker failed');
+          const { logger } = this.#rt.options;
+          (firstTime(logger, 'worker') ? logger.error : logger.debug)(
+            { err },
+            'webhook-inbox: worker failed',
+          );
         } finally {
           this.#busy--;
         }
         if (didWork) {
+          recovered(this.#rt.options.logger, 'worker');
           // There may be more: wake another lane, so a backlog spreads to all of them.
           this.#signal();
         } else if (generation === this.#unorderedGeneration) {

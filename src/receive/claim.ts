@@ -246,7 +246,7 @@ async function claimAndApplyOn(
   if (claim.decision === 'dead' && claim.reason === 'late') {
     // Counted per late delivery: a redelivery of a late event (rare: it was answered 200) counts again.
     rt.metrics.deadLetter('late');
-    o.logger.info(
+    o.logger.error(
       { id: d.id, key: d.key, seq: d.seq, source: o.source },
       'webhook-inbox: dead-lettered (late: its seq was skipped by a gap timeout)',
     );

@@ -152,6 +152,8 @@ export interface DeliveryOptions {
   readonly idFromBody: boolean;
   readonly maxBodyBytes: number;
   readonly parse: ParseMode;
+  /** The provider preset, if any: without one, a missing id's error says how to name where it is. */
+  readonly provider: object | undefined;
 }
 
 /**
@@ -221,7 +223,11 @@ export function parseDelivery(
     if (!options.idFromBody) {
       throw new InvalidDeliveryError(
         idName,
-        fields.id.kind === 'header' ? `${idName} header is required` : `${idName} is required`,
+        fields.id.kind === 'header'
+          ? // The usual cause is a provider's webhook sent to an inbox not told which provider:
+            // its id is in its own header or the body, never in Idempotency-Key.
+            `${idName} header is required${options.provider ? '' : ": for a provider's webhooks set the inbox's `provider` (e.g. stripe({ secret })); else say where the id is with `fields.id`, or derive it with `idFromBody`"}`
+          : `${idName} is required`,
       );
     }
     id = `sha256:${hash}`;

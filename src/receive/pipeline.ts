@@ -10,7 +10,7 @@
  */
 import type { Background } from '../background/background.js';
 import { InvalidDeliveryError } from '../errors.js';
-import type { Outcome } from '../outcome.js';
+import { type Outcome, OutcomeKind } from '../outcome.js';
 import { parseBody } from '../payload.js';
 import type { Runtime } from '../runtime.js';
 import { inActiveSpan, parentOf, recordError } from '../tracing.js';
@@ -116,7 +116,7 @@ async function decide(rt: Runtime, bg: Background, delivery: Delivery, obs: Obse
     await rt.open();
     bg.start();
   } catch (err) {
-    o.logger.error({ err }, 'webhook-inbox: database unavailable');
+    respond.databaseFailed(o, err);
     return respond.unavailable();
   }
   if (rt.duplicateOdds.likely) {
@@ -132,5 +132,7 @@ async function decide(rt: Runtime, bg: Background, delivery: Delivery, obs: Obse
   // Deferred mode: a bound on pending events, against the workers' estimate (no query).
   if (bg.sheddingPending && rt.pendingEstimate >= o.maxPending) return respond.shed('pending');
   obs.answeredBy = 'postgres';
-  return claimAndApply(rt, bg, d, obs);
+  const outcome = await claimAndApply(rt, bg, d, obs);
+  if (outcome.kind !== OutcomeKind.unavailable) respond.databaseAnswered(o);
+  return outcome;
 }

@@ -21,11 +21,22 @@ export interface BodyLimits {
 }
 
 /**
+ * How much of an oversized body is still read, and dropped, after its 413 is decided, so that a
+ * sender still writing reads the answer: a socket closed with unread bytes in it is reset by
+ * the kernel, and the reset discards the 413 from the sender's buffer before it reads it (the
+ * Koa ledger's 2 MiB posts failed with EPIPE 3 times in 20). Past this bound (or past
+ * `bodyTimeoutMs`), the connection is closed.
+ */
+export const DRAIN_LIMIT_BYTES = 16 * 1024 * 1024;
+
+/**
  * Starts reading a request body, bounded in size and in time. Past `maxBytes` it stops keeping
- * bytes (memory stays bounded) and fails with 413; past `timeoutMs` it stops waiting and fails
- * with 408. Either way the caller answers with `Connection: close` (outcome.ts), so the rest
- * of the body is never read, and the stream is left for the server to close after the
- * response: destroying it here would reset the connection before the answer is written.
+ * bytes (memory stays bounded) and fails with 413, and drops the rest as it arrives, up to
+ * {@link DRAIN_LIMIT_BYTES} (the 413 keeps the connection open: `draining`); a body declared
+ * bigger than that is answered with `Connection: close` and not read. Past `timeoutMs` it stops
+ * waiting and fails with 408 (`Connection: close`, outcome.ts): the stream is left for the
+ * server to close after the response, since destroying it here would reset the connection
+ * before the answer is written.
  */
 export function startBodyRead(stream: BodyStream, limits: BodyLimits): BodyRead {
   let markStarted!: () => void;
@@ -46,6 +57,8 @@ interface NodeReadable {
   on(event: string, listener: (...args: any[]) => void): unknown;
   removeListener(event: string, listener: (...args: any[]) => void): unknown;
   pause(): unknown;
+  resume?(): unknown;
+  destroy?(): unknown;
   readonly readableEnded?: boolean;
 }
 
@@ -56,8 +69,37 @@ function isNodeReadable(stream: BodyStream): stream is BodyStream & NodeReadable
   );
 }
 
-function tooLarge(maxBytes: number): InvalidDeliveryError {
-  return new InvalidDeliveryError('body', `body is larger than ${maxBytes} bytes`, 413);
+function tooLarge(maxBytes: number, draining = false): InvalidDeliveryError {
+  const err = new InvalidDeliveryError('body', `body is larger than ${maxBytes} bytes`, 413);
+  err.draining = draining;
+  return err;
+}
+
+/**
+ * Drops the rest of an oversized body as it arrives (`read` bytes of it seen so far), so that
+ * the connection can be answered and kept; past {@link DRAIN_LIMIT_BYTES} or `timeoutMs`, it
+ * is destroyed (the sender gets a reset: bounded work beats reading without end).
+ */
+function drainNode(stream: NodeReadable, read: number, timeoutMs: number): void {
+  let dropped = read;
+  const stop = (destroy: boolean) => {
+    clearTimeout(timer);
+    stream.removeListener('data', onData);
+    stream.removeListener('end', onEnd);
+    stream.removeListener('close', onEnd);
+    if (destroy) stream.destroy?.();
+  };
+  const onData = (chunk: Buffer | string) => {
+    dropped += chunk.length;
+    if (dropped > DRAIN_LIMIT_BYTES) stop(true);
+  };
+  const onEnd = () => stop(false);
+  const timer = setTimeout(() => stop(true), timeoutMs);
+  timer.unref();
+  stream.on('data', onData);
+  stream.on('end', onEnd);
+  stream.on('close', onEnd);
+  stream.resume?.();
 }
 
 /**
@@ -69,7 +111,10 @@ function tooLarge(maxBytes: number): InvalidDeliveryError {
 function readNode(stream: NodeReadable, limits: BodyLimits, onFirstBytes: () => void): Promise<Buffer> {
   const { maxBytes, timeoutMs, declaredLength } = limits;
   if (declaredLength !== undefined && Number(declaredLength) > maxBytes) {
-    return Promise.reject(tooLarge(maxBytes));
+    if (Number(declaredLength) > DRAIN_LIMIT_BYTES || stream.readableEnded)
+      return Promise.reject(tooLarge(maxBytes));
+    drainNode(stream, 0, timeoutMs);
+    return Promise.reject(tooLarge(maxBytes, true));
   }
   // Read to the end already (by what came before the inbox): no 'end' will come.
   if (stream.readableEnded) return Promise.resolve(Buffer.alloc(0));
@@ -84,7 +129,7 @@ function readNode(stream: NodeReadable, limits: BodyLimits, onFirstBytes: () => 
       stream.removeListener('close', onClose);
       if (err === undefined) resolve(chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, size));
       else {
-        stream.pause();
+        if (!(err instanceof InvalidDeliveryError && err.draining)) stream.pause();
         reject(err);
       }
     };
@@ -92,7 +137,11 @@ function readNode(stream: NodeReadable, limits: BodyLimits, onFirstBytes: () => 
       onFirstBytes();
       const buf = typeof chunk === 'string' ? Buffer.from(chunk) : chunk;
       size += buf.length;
-      if (size > maxBytes) return done(tooLarge(maxBytes));
+      if (size > maxBytes) {
+        done(tooLarge(maxBytes, true));
+        drainNode(stream, size, timeoutMs);
+        return;
+      }
       chunks.push(buf);
     };
     const onEnd = () => done(undefined);
@@ -111,6 +160,23 @@ function readNode(stream: NodeReadable, limits: BodyLimits, onFirstBytes: () => 
     stream.on('error', onFail);
     stream.on('close', onClose);
   });
+}
+
+/** {@link drainNode} for an async iterable (a fetch Request's body). */
+function drainIterator(iterator: AsyncIterator<Uint8Array | string>, read: number, timeoutMs: number): void {
+  const deadline = Date.now() + timeoutMs;
+  void (async () => {
+    let dropped = read;
+    for (;;) {
+      const step = await iterator.next();
+      if (step.done) return;
+      dropped += step.value.length;
+      if (dropped > DRAIN_LIMIT_BYTES || Date.now() > deadline) {
+        await iterator.return?.();
+        return;
+      }
+    }
+  })().catch(() => {});
 }
 
 async function read(stream: BodyStream, limits: BodyLimits, onFirstBytes: () => void): Promise<Buffer> {
@@ -142,8 +208,10 @@ async function read(stream: BodyStream, limits: BodyLimits, onFirstBytes: () => 
           ? Buffer.from(chunk)
           : Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
       size += buf.length;
-      if (size > maxBytes)
-        throw new InvalidDeliveryError('body', `body is larger than ${maxBytes} bytes`, 413);
+      if (size > maxBytes) {
+        drainIterator(iterator, size, timeoutMs);
+        throw tooLarge(maxBytes, true);
+      }
       chunks.push(buf);
     }
   } finally {

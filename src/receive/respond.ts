@@ -4,13 +4,14 @@
  * ever put in a response; the logger gets the details.
  */
 
-import { sqlState } from '../drivers/postgres-error.js';
+import { missingTables, sqlState } from '../drivers/postgres-error.js';
 import {
   type InvalidDeliveryError,
   PoolWaitTimeoutError,
   RawBodyUnavailableError,
   UnauthorizedDeliveryError,
 } from '../errors.js';
+import { firstTime, recovered } from '../logger.js';
 import { type Outcome, OutcomeKind, ok, problem } from '../outcome.js';
 import type { ResolvedOptions } from '../resolve-options.js';
 import type { Runtime } from '../runtime.js';
@@ -44,7 +45,12 @@ export function deadLettered(id: string, reason: string | null): Outcome {
 }
 
 export function invalid(err: InvalidDeliveryError): Outcome {
-  return problem(OutcomeKind.invalid, err.status, err.message, { field: err.field });
+  const outcome = problem(OutcomeKind.invalid, err.status, err.message, { field: err.field });
+  if (!err.draining) return outcome;
+  // The rest of the body is being read and dropped: the connection stays (outcome.ts closes it
+  // for a 413 that is not drained).
+  const { connection: _closed, ...headers } = outcome.headers;
+  return { ...outcome, headers };
 }
 
 /** 503 with Retry-After, nothing stored: the sender keeps the event and delivers it again later. */
@@ -167,7 +173,14 @@ export function decided(o: ResolvedOptions, d: ParsedDelivery, c: Omit<ClaimRow,
 /** Signature verification refused the delivery (401), or could not run (503: not the sender's fault). */
 export function unverified(o: ResolvedOptions, err: unknown): Outcome {
   if (err instanceof UnauthorizedDeliveryError) {
-    o.logger.info({ field: err.field, reason: err.message }, 'webhook-inbox: unverified delivery');
+    // The first mismatch is said with what usually causes it; the hint stays in the log, never
+    // in the answer (it would help whoever forges signatures).
+    if (firstTime(o.logger, 'unverified')) {
+      o.logger.warn(
+        { field: err.field, reason: err.message, source: o.source },
+        `webhook-inbox: a signature did not verify (401); later ones are logged at info. ${secretHint(o)}`,
+      );
+    } else o.logger.info({ field: err.field, reason: err.message }, 'webhook-inbox: unverified delivery');
     return problem(OutcomeKind.unauthorized, 401, err.message, { field: err.field });
   }
   // The verifier itself failed (a custom hook fetching keys, say): ask for a retry instead of
@@ -176,6 +189,38 @@ export function unverified(o: ResolvedOptions, err: unknown): Outcome {
   return problem(OutcomeKind.unavailable, 503, 'The delivery could not be verified; deliver it again later', {
     retryAfterSeconds: 1,
   });
+}
+
+/**
+ * Where a wrong secret usually comes from. The Stripe CLI (`stripe listen`) signs with a
+ * `whsec_` secret of its own, printed when it starts, not the dashboard endpoint's.
+ */
+function secretHint(o: ResolvedOptions): string {
+  if (o.provider?.name === 'stripe') {
+    return "Check the signing secret: `stripe listen` signs with its own whsec_ secret (printed when it starts), which differs from the dashboard endpoint's; a body changed before the inbox read it (a JSON parser, a proxy) fails too.";
+  }
+  return "Check the signing secret (each endpoint has its own; a provider's CLI signs with one of its own), and that nothing changes the body before the inbox reads it.";
+}
+
+/**
+ * The database failed under a delivery: said at error once, then at debug until a delivery
+ * reaches it again (`databaseAnswered`), so an outage is one line, not one per delivery.
+ */
+export function databaseFailed(o: ResolvedOptions, err: unknown): void {
+  const hint = missingTables(err)
+    ? "; the inbox's tables are missing: run `webhook-inbox migrate` (or leave `migrate` on)"
+    : '';
+  if (firstTime(o.logger, 'database')) {
+    o.logger.error(
+      { err, source: o.source },
+      `webhook-inbox: the database failed under a delivery (503)${hint}`,
+    );
+  } else o.logger.debug({ err }, 'webhook-inbox: delivery failed in the inbox');
+}
+
+/** A delivery reached the database: its next failure is said again. */
+export function databaseAnswered(o: ResolvedOptions): void {
+  recovered(o.logger, 'database');
 }
 
 /** The database failed under a delivery: contention is 409 (retry soon), the rest 503. */
@@ -191,7 +236,7 @@ export function infrastructureFailure(o: ResolvedOptions, err: unknown): Outcome
       },
     );
   }
-  o.logger.error({ err }, 'webhook-inbox: delivery failed in the inbox');
+  databaseFailed(o, err);
   return unavailable();
 }
 

@@ -10,6 +10,15 @@ const DEFAULT_TOLERANCE_SECONDS = 300;
 
 export function secretList(secret: unknown, option: string): unknown[] {
   const list = Array.isArray(secret) ? secret : [secret];
+  // The usual cause: `secret: process.env.WEBHOOK_SECRET` with the variable unset (or empty).
+  for (const s of list) {
+    if (s === undefined || s === null || s === '') {
+      throw new InboxOptionsError(
+        option,
+        `got ${s === '' ? 'an empty string' : String(s)}: is the environment variable that holds the secret set (e.g. STRIPE_WEBHOOK_SECRET for stripe({ secret: process.env.STRIPE_WEBHOOK_SECRET }))?`,
+      );
+    }
+  }
   if (list.length === 0) throw new InboxOptionsError(option, 'must name at least one secret');
   return list;
 }

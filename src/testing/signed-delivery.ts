@@ -1,0 +1,109 @@
+/**
+ * `signedDelivery`: a delivery signed as a provider signs it, for users' tests of their handlers
+ * without the provider's CLI. One signer per preset of `webhook-inbox/providers`, each written
+ * from the provider's documentation (and checked against its SDK where one signs, in
+ * test/signed-delivery.test.ts).
+ */
+import { createHmac, randomUUID } from 'node:crypto';
+import type { Provider, providers } from '../providers.js';
+
+/** A preset's name (`'stripe'`), or the preset itself (`stripe({ secret })`). */
+export type SignedProvider = keyof typeof providers | Provider;
+
+export interface SignedDeliveryOptions {
+  /** The secret the inbox's preset was given (`whsec_…` for Stripe and Svix). */
+  secret: string;
+  /**
+   * The delivery id, for providers that send it in a header (GitHub, Shopify, Svix, Standard
+   * Webhooks, GitLab). Stripe, Slack and Paddle read it from the body (`id`, `event_id`): put it
+   * there. @defaultValue a random UUID
+   */
+  id?: string;
+  /**
+   * The event type, for providers that send it in a header: GitHub's `X-GitHub-Event` (`push`;
+   * the body's `action` completes it), Shopify's `X-Shopify-Topic`, GitLab's `X-Gitlab-Event`.
+   * Elsewhere it is in the body. @defaultValue `'ping'`, `'orders/create'`, `'Push Hook'`
+   */
+  type?: string;
+  /** When it was signed, for the providers that sign a timestamp. @defaultValue now */
+  timestamp?: Date;
+}
+
+/** What a provider would send: pass `headers` and `rawBody` to `inbox.receive`, or POST them. */
+export interface SignedDelivery {
+  readonly headers: Record<string, string>;
+  /** The body as sent (JSON text when `body` was an object). */
+  readonly body: string;
+  readonly rawBody: Buffer;
+}
+
+const hmac = (key: string | Buffer, text: string) => createHmac('sha256', key).update(text);
+
+/**
+ * A delivery of `body` (an object is sent as JSON) signed as `provider` signs it.
+ *
+ * ```ts
+ * import { signedDelivery } from 'webhook-inbox/testing';
+ *
+ * const event = { id: 'evt_1', object: 'event', type: 'charge.succeeded', data: { object: { id: 'ch_1' } } };
+ * const { headers, rawBody } = signedDelivery('stripe', event, { secret: 'whsec_test' });
+ * const outcome = await inbox.receive({ headers, rawBody }); // outcome.status === 200
+ * ```
+ */
+export function signedDelivery(
+  provider: SignedProvider,
+  body: unknown,
+  options: SignedDeliveryOptions,
+): SignedDelivery {
+  const name = typeof provider === 'string' ? provider : provider.name;
+  const text =
+    typeof body === 'string' ? body : Buffer.isBuffer(body) ? body.toString() : JSON.stringify(body);
+  const { secret } = options;
+  const id = options.id ?? randomUUID();
+  const at = options.timestamp ?? new Date();
+  const ts = Math.floor(at.getTime() / 1000);
+  const headers: Record<string, string> = { 'content-type': 'application/json' };
+  switch (name) {
+    case 'stripe':
+      headers['stripe-signature'] = `t=${ts},v1=${hmac(secret, `${ts}.${text}`).digest('hex')}`;
+      break;
+    case 'github':
+      headers['x-github-delivery'] = id;
+      headers['x-github-event'] = options.type ?? 'ping';
+      headers['x-hub-signature-256'] = `sha256=${hmac(secret, text).digest('hex')}`;
+      break;
+    case 'shopify':
+      headers['x-shopify-webhook-id'] = id;
+      headers['x-shopify-event-id'] = id;
+      headers['x-shopify-topic'] = options.type ?? 'orders/create';
+      headers['x-shopify-triggered-at'] = at.toISOString();
+      headers['x-shopify-hmac-sha256'] = hmac(secret, text).digest('base64');
+      break;
+    case 'svix':
+    case 'standardWebhooks': {
+      // The key is the secret's base64 after `whsec_`; the signed text is `${id}.${ts}.${body}`.
+      const key = Buffer.from(secret.startsWith('whsec_') ? secret.slice(6) : secret, 'base64');
+      const prefix = name === 'svix' ? 'svix' : 'webhook';
+      headers[`${prefix}-id`] = id;
+      headers[`${prefix}-timestamp`] = String(ts);
+      headers[`${prefix}-signature`] = `v1,${hmac(key, `${id}.${ts}.${text}`).digest('base64')}`;
+      break;
+    }
+    case 'slack':
+      headers['x-slack-request-timestamp'] = String(ts);
+      headers['x-slack-signature'] = `v0=${hmac(secret, `v0:${ts}:${text}`).digest('hex')}`;
+      break;
+    case 'paddle':
+      headers['paddle-signature'] = `ts=${ts};h1=${hmac(secret, `${ts}:${text}`).digest('hex')}`;
+      break;
+    case 'gitlab':
+      headers['idempotency-key'] = id;
+      headers['x-gitlab-event-uuid'] = id;
+      headers['x-gitlab-event'] = options.type ?? 'Push Hook';
+      headers['x-gitlab-token'] = secret;
+      break;
+    default:
+      throw new TypeError(`webhook-inbox: signedDelivery knows no provider ${JSON.stringify(name)}`);
+  }
+  return { headers, body: text, rawBody: Buffer.from(text) };
+}
