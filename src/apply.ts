@@ -100,7 +100,7 @@ export async function applyBatch(
 /**
  * The apply path itself, for one event or several. The take's own savepoint (its `after`)
  * covers the first event; each next one opens a savepoint of its own, and with it the previous
- * event's stored result (or recorded failure) goes in the same round trip (src/drivers/pg.ts:
+ * event's stored result (or recorded failure) goes in the same round trip (src/drivers/fold.ts:
  * held-back statements ride on the next registered one), so a batch of n costs the handlers'
  * statements + n + 1. Events `next` takes afterwards cost one round trip each likewise: the
  * previous result, the take and its savepoint. Savepoints nest (none is released): ROLLBACK TO

@@ -34,7 +34,7 @@ export interface StatementEntry {
    */
   readonly first: string | undefined;
   /**
-   * The name it is PREPAREd under for folding (`execute <prepared>(…)`, src/drivers/pg.ts):
+   * The name it is PREPAREd under for folding (`execute <prepared>(…)`, src/drivers/prepared-folds.ts):
    * short (identifiers stop at 63 bytes, and schema-qualified names would be cut, then
    * collide) and distinct from `name`, which pg's own Parse messages use. Undefined for what
    * PREPARE does not take (ROLLBACK TO SAVEPOINT): it folds as text.

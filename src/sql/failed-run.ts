@@ -4,7 +4,7 @@ import { defineStatement, type Tables } from './tables.js';
 
 /**
  * Every statement that takes an event to apply (claim, take_next, take_pending, take_turn) is
- * followed by this savepoint, in the same round trip (src/drivers/pg.ts, `after`). When the
+ * followed by this savepoint, in the same round trip (src/drivers/fold.ts, `after`). When the
  * handler throws, the apply path rolls back to it instead of rolling the transaction back:
  * the handler's writes are gone, but the take's row locks stay held while the failed run is
  * recorded, in the same transaction. Before, a ROLLBACK released the event and a separate
@@ -18,7 +18,7 @@ export const APPLY_SAVEPOINT = 'savepoint wi_apply';
  * savepoint the take sent), and before the only one when the driver is not ours (a Kysely
  * instance the user passed: it does not send a take's `after`). Registered, so that on our pg
  * driver the previous event's held-back statements (its result, or its recorded failure) ride
- * on it: one round trip (src/drivers/pg.ts).
+ * on it: one round trip (src/drivers/fold.ts).
  */
 export function createApplySavepoint(names: StatementNames, t: Tables) {
   const statement = defineStatement(names, t, 'apply_savepoint', APPLY_SAVEPOINT);

@@ -5,7 +5,7 @@ import { defineStatement, type Tables } from './tables.js';
 /**
  * A stored event applied now (taken by `take_next`, `take_pending` or `take_turn`, which lock
  * its row but leave it waiting): marked processed with its result in one UPDATE, riding on
- * COMMIT, or on the next event's SAVEPOINT in a batch (src/drivers/pg.ts). The take used to
+ * COMMIT, or on the next event's SAVEPOINT in a batch (src/drivers/fold.ts). The take used to
  * mark it and `store_result` then updated it a second time, in the same transaction: a second
  * write of the row costs about as much as the row itself (bench/postgres-cost.ts). Sent even
  * when the handler returned nothing (the result is then null, as the waiting row's is).
