@@ -35,6 +35,7 @@ const OWN_PROCESS = [
   'test/adapters-mount-cleanly.test.ts',
   'test/console-security.test.ts',
   'test/example-nextjs-route.test.ts',
+  'test/loud-by-default.test.ts',
   'test/no-silent-data-loss.test.ts',
   'test/providers.test.ts',
   'test/retention-prunes-processed-events.test.ts',

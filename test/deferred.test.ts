@@ -129,7 +129,7 @@ describe('deferred-mode options', () => {
     [{ workers: 1.5 }, 'workers'],
     [{ maxInFlight: 0 }, 'maxInFlight'],
     [{ poolWaitTimeoutMs: 0 }, 'poolWaitTimeoutMs'],
-    [{ handlerTimeoutMs: '1s' }, 'handlerTimeoutMs'],
+    [{ handlerTimeoutMs: 'a second' }, 'handlerTimeoutMs'], // '1s' is a duration, accepted
     [{ maxPending: 0 }, 'maxPending'],
     [{ pollIntervalMs: 0 }, 'pollIntervalMs'],
     [{ workerBatchSize: 0 }, 'workerBatchSize'],

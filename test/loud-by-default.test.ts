@@ -4,6 +4,9 @@
  * (once, with the hint about the Stripe CLI's own secret, which never reaches the response),
  * a database the inbox cannot reach (once per outage), and every dead letter. `logger: false`
  * says nothing.
+ *
+ * A process of its own (vitest.config.ts, OWN_PROCESS): it reads the process's stderr, which an
+ * inbox of another file sharing the worker could write to.
  */
 import { afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { createInbox, type Delivery, type Inbox, type InboxOptions } from '../src/index.js';
