@@ -7,8 +7,24 @@
 import { createHmac, randomUUID } from 'node:crypto';
 import type { Provider, providers } from '../providers.js';
 
+/** The presets of `webhook-inbox/providers`, by name. */
+export type PresetName =
+  | 'stripe'
+  | 'github'
+  | 'shopify'
+  | 'svix'
+  | 'standardWebhooks'
+  | 'slack'
+  | 'paddle'
+  | 'gitlab';
+// Every preset is signed here, and only presets (a new preset without a signer fails to compile).
+const everyPreset: [PresetName, keyof typeof providers] extends [keyof typeof providers, PresetName]
+  ? true
+  : never = true;
+void everyPreset;
+
 /** A preset's name (`'stripe'`), or the preset itself (`stripe({ secret })`). */
-export type SignedProvider = keyof typeof providers | Provider;
+export type SignedProvider = PresetName | Provider;
 
 export interface SignedDeliveryOptions {
   /** The secret the inbox's preset was given (`whsec_…` for Stripe and Svix). */
