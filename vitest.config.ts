@@ -45,7 +45,7 @@ const OWN_PROCESS = [
 export default defineConfig({
   test: {
     globalSetup: ['test/support/global-setup.ts'],
-    setupFiles: ['test/support/file-cpu.ts'],
+    setupFiles: ['test/support/file-cpu.ts', 'test/support/inboxes-closed.ts'],
     testTimeout: 120_000,
     hookTimeout: 180_000,
     pool: 'forks',

@@ -14,7 +14,10 @@ import { z } from 'zod';
 import { inbox as expressInbox } from '../adapters/express.js';
 import { resolveBodySchema } from '../src/body-schema.js';
 import { createInbox, type Inbox, InboxOptionsError, type StandardSchemaV1 } from '../src/index.js';
-import { type Target, type TargetDb, targets } from './support/databases.js';
+import { filePGlite, type Target, type TargetDb, targets } from './support/databases.js';
+
+/** The database of this file's inboxes that need one only to exist (see filePGlite). */
+const memory = filePGlite();
 
 const zodPayment = z.object({
   amount: z.number().int().positive(),
@@ -140,7 +143,7 @@ describe('the bodySchema option', () => {
 
   test("types event.body as the schema's output", () => {
     const inbox = createInbox({
-      db: 'memory',
+      db: memory(),
       migrate: false,
       bodySchema: zodPayment,
       handle(event) {
@@ -150,7 +153,7 @@ describe('the bodySchema option', () => {
       },
     });
     const other = createInbox({
-      db: 'memory',
+      db: memory(),
       migrate: false,
       bodySchema: valibotPayment,
       handle(event) {
@@ -301,7 +304,7 @@ describe.each(targets)('bodySchema as a JSON Schema on $name', (target: Target) 
 
 describe('the bodySchema option with a JSON Schema', () => {
   const inboxWith = (bodySchema: unknown) =>
-    createInbox({ db: 'memory', migrate: false, handle: () => {}, bodySchema: bodySchema as never });
+    createInbox({ db: memory(), migrate: false, handle: () => {}, bodySchema: bodySchema as never });
 
   test.each([
     [{ type: 'objet' }, /`bodySchema` is not a valid JSON Schema \(2020-12\): schema is invalid/],
@@ -331,7 +334,7 @@ describe('the bodySchema option with a JSON Schema', () => {
 
   test('a JSON Schema does not type event.body: TBody is given', () => {
     const inbox = createInbox<any, { amount: number }>({
-      db: 'memory',
+      db: memory(),
       migrate: false,
       bodySchema: { type: 'object', properties: { amount: { type: 'integer' } } },
       handle(event) {

@@ -12,8 +12,11 @@ import Stripe from 'stripe';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { createInbox, type Inbox, type InboxOptions, InboxOptionsError } from '../src/index.js';
 import { stripe } from '../src/providers.js';
-import { type TargetDb, targets, uniqueName } from './support/databases.js';
+import { filePGlite, type TargetDb, targets, uniqueName } from './support/databases.js';
 import { sized } from './support/sizes.js';
+
+/** The database of this file's inboxes that need one only to exist (see filePGlite). */
+const memory = filePGlite();
 
 const uid = (p: string) => `${p}_${randomBytes(6).toString('hex')}`;
 
@@ -168,7 +171,7 @@ describe('latest wins with a provider preset', () => {
     const secret = `whsec_${randomBytes(16).toString('hex')}`;
     const applied: string[] = [];
     const inbox = createInbox({
-      db: 'memory',
+      db: memory(),
       sweepIntervalMs: 0,
       provider: stripe({ secret }),
       order: { policy: 'latest' },

@@ -11,6 +11,10 @@ import { join } from 'node:path';
 import { Registry } from 'prom-client';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { createInbox, type Inbox, METRIC_NAMES, OutcomeKind } from '../src/index.js';
+import { filePGlite } from './support/databases.js';
+
+/** The database of this file's inboxes that need one only to exist (see filePGlite). */
+const memory = filePGlite();
 
 const root = join(import.meta.dirname, '..');
 const RULES = join(root, 'ops', 'prometheus', 'webhook-inbox-alerts.yml');
@@ -45,7 +49,7 @@ const served = new Set<string>();
 
 beforeAll(async () => {
   const registry = new Registry();
-  inbox = createInbox({ db: 'memory', metrics: { registry }, sweepIntervalMs: 0, handle: () => {} });
+  inbox = createInbox({ db: memory(), metrics: { registry }, sweepIntervalMs: 0, handle: () => {} });
   await inbox.ready();
   const text = await registry.metrics();
   for (const [, name, type] of text.matchAll(/^# TYPE (\S+) (\S+)$/gm)) {

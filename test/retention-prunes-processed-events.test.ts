@@ -7,9 +7,12 @@ import { sql } from 'kysely';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { type LedgerServer, startLedger } from '../examples/ledger/start.js';
 import { createInbox, InboxOptionsError } from '../src/index.js';
-import { type TargetDb, targets } from './support/databases.js';
+import { filePGlite, type TargetDb, targets } from './support/databases.js';
 import { deliver } from './support/deliver.js';
 import { perTestSchemas } from './support/per-test-schemas.js';
+
+/** The database of this file's inboxes that need one only to exist (see filePGlite). */
+const memory = filePGlite();
 
 describe('the retention option', () => {
   it('is checked at construction, and shorter than 3 days warns once per process (and on every logger)', async () => {
@@ -26,10 +29,10 @@ describe('the retention option', () => {
     try {
       const logged: string[] = [];
       const logger = { warn: (_obj: object, msg?: string) => logged.push(msg ?? '') };
-      createInbox({ db: 'memory', handle, retention: '1d', logger });
-      createInbox({ db: 'memory', handle, retention: 36 * 3_600_000, logger });
-      createInbox({ db: 'memory', handle, retention: '3d', logger });
-      createInbox({ db: 'memory', handle, retention: false, logger });
+      createInbox({ db: memory(), handle, retention: '1d', logger });
+      createInbox({ db: memory(), handle, retention: 36 * 3_600_000, logger });
+      createInbox({ db: memory(), handle, retention: '3d', logger });
+      createInbox({ db: memory(), handle, retention: false, logger });
       await new Promise((resolve) => setImmediate(resolve)); // process warnings are emitted on the next tick
       expect(logged).toHaveLength(2);
       expect(logged[0]).toContain('shorter than 3 days');

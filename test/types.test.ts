@@ -22,7 +22,10 @@ import {
   type InboxGapsTable,
   type InboxKeysTable,
 } from '../src/index.js';
-import { pgliteTarget } from './support/databases.js';
+import { filePGlite, pgliteTarget } from './support/databases.js';
+
+/** The database of this file's inboxes that need one only to exist (see filePGlite). */
+const memory = filePGlite();
 
 /** A user's database interface, as kysely-codegen writes it. */
 interface DB {
@@ -36,7 +39,7 @@ interface Payment {
 describe('typed handlers', () => {
   test('createInbox<DB, Body>: tx is Transaction<DB>, event.body is Body; a wrong column fails to compile', () => {
     const options = {
-      db: 'memory' as const,
+      db: memory(),
       migrate: false,
       async handle(event: { body: Payment; id: string }, { tx }: { tx: Transaction<DB> }) {
         await tx.insertInto('payments').values({ id: event.id, amount: event.body.amount }).execute();
@@ -48,7 +51,7 @@ describe('typed handlers', () => {
     };
     expectTypeOf(options.handle).parameter(1).toHaveProperty('tx').toEqualTypeOf<Transaction<DB>>();
     const inbox = createInbox<DB, Payment>({
-      db: 'memory',
+      db: memory(),
       migrate: false,
       handle(event, { tx }) {
         expectTypeOf(tx).toEqualTypeOf<Transaction<DB>>();
@@ -65,7 +68,7 @@ describe('typed handlers', () => {
 
   test("the adapters' inbox<DB, Body>() type the handler the same way", () => {
     const handle = (name: string) => ({
-      db: 'memory' as const,
+      db: memory(),
       migrate: false,
       path: `/${name}`,
     });
@@ -145,9 +148,9 @@ describe('handlers typed by a map of event types', () => {
         return event.body.paid_at;
       },
     } satisfies Handlers<ShopMap>;
-    const inbox = createInbox<DB>({ db: 'memory', migrate: false, handlers: stripeHandlers });
+    const inbox = createInbox<DB>({ db: memory(), migrate: false, handlers: stripeHandlers });
     const untyped = createInbox({
-      db: 'memory',
+      db: memory(),
       migrate: false,
       handlers: { ...shop, 'any.thing': (e) => e.body.x },
     });
