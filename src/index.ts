@@ -8,6 +8,7 @@ export type {
   StandardSchemaV1,
 } from './body-schema.js';
 export type { DatabaseInput } from './database.js';
+export type { DeadLetterCause, DeadLetterEvent, OnDeadLetter } from './dead-letter-hook.js';
 export type { PGliteLike, PgClientLike, PgPoolLike } from './drivers/shapes.js';
 export {
   EmbeddedDatabaseUnavailableError,
@@ -18,6 +19,7 @@ export {
   OperationError,
   RawBodyUnavailableError,
   RejectEvent,
+  RetryLater,
   UnauthorizedDeliveryError,
 } from './errors.js';
 export type { HandlerContext, InboxEvent } from './event.js';
@@ -46,6 +48,7 @@ export { migrations } from './migrations.js';
 export type {
   DeadLetter,
   DeadLetterFilter,
+  DeadLetterGroup,
   Gap,
   IgnoredEvent,
   IgnoredFilter,
@@ -58,11 +61,14 @@ export type {
   OpenOperationsOptions,
   PruneOptions,
   PruneResult,
+  PurgeOptions,
+  PurgeResult,
   ReplayOptions,
   ReplayResult,
   ReplaySelection,
   ScrubOptions,
   ScrubResult,
+  Selection,
   SkipResult,
 } from './operations/index.js';
 export { Operations, openOperations } from './operations/index.js';

@@ -9,6 +9,7 @@ import { rowAtCommit } from './migrations/0008-row-at-commit.js';
 import { markAtCommit } from './migrations/0010-mark-at-commit.js';
 import { leanEventWrites } from './migrations/0012-lean-event-writes.js';
 import { ignoredEvents } from './migrations/0013-ignored-events.js';
+import { deadLetterCauses } from './migrations/0014-dead-letter-causes.js';
 import type { Tables } from './sql/tables.js';
 
 /**
@@ -30,6 +31,7 @@ export const migrations: ReadonlyArray<readonly [name: string, up: (t: Tables) =
   ['0010_mark_at_commit', markAtCommit],
   ['0012_lean_event_writes', leanEventWrites],
   ['0013_ignored_events', ignoredEvents],
+  ['0014_dead_letter_causes', deadLetterCauses],
 ];
 
 /**

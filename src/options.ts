@@ -1,6 +1,7 @@
 import type { TracerProvider } from '@opentelemetry/api';
 import type { BodySchema, JsonSchema, StandardSchemaV1 } from './body-schema.js';
 import type { DatabaseInput } from './database.js';
+import type { OnDeadLetter } from './dead-letter-hook.js';
 import type { HandlerContext, InboxEvent } from './event.js';
 import type { HandlerFor, Handlers } from './handlers.js';
 import type { Logger } from './logger.js';
@@ -190,6 +191,24 @@ export interface InboxOptions<TBody = any, DB = any> {
    */
   retention?: number | string | false;
   /**
+   * How long dead letters are kept, counted from when they died (their last failed run; a late
+   * one from when it arrived): milliseconds or a duration string (`'30d'`); `false` keeps them
+   * until an operator replays, skips or purges them (`webhook-inbox dead purge`). Their
+   * payloads may hold personal data: set it when the bodies do. Independent of `retention`
+   * (processed rows) and of `keepPayload` (the payload of processed rows). @defaultValue false
+   */
+  deadRetention?: number | string | false;
+  /**
+   * Told once per dead letter, after the COMMIT that dead-lettered it, on every path (a
+   * delivery, a drain, the sweeper, a worker, a late arrival): for an alert to Slack or
+   * PagerDuty. Not awaited; what it throws is logged (`error`) and changes nothing.
+   *
+   * ```ts
+   * onDeadLetter: (event, cause) => alerts.send(`${event.source}/${event.id} dead (${event.reason}, cause ${cause.fingerprint})`)
+   * ```
+   */
+  onDeadLetter?: OnDeadLetter;
+  /**
    * A pino-shaped logger: `info` for dead letters, gap timeouts and blocked keys, `debug` for
    * each delivery's outcome, `warn`/`error` for handler and infrastructure failures.
    * @defaultValue silent
@@ -356,6 +375,9 @@ export interface ResolvedOptions {
   readonly duplicateCacheSize: number;
   /** Milliseconds, or false when automatic pruning is off. */
   readonly retention: number | false;
+  /** Milliseconds, or false: dead letters are kept. */
+  readonly deadRetention: number | false;
+  readonly onDeadLetter: OnDeadLetter | undefined;
   readonly logger: Logger;
   readonly redis: RedisInput | undefined;
   readonly redisPrefix: string;

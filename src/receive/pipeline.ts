@@ -78,6 +78,7 @@ import type { Kysely } from 'kysely';
 import { applyOne } from '../apply.js';
 import type { Background } from '../background/background.js';
 import { DrainInTransaction } from '../background/drain.js';
+import { notifyDeadLetter } from '../dead-letter-hook.js';
 import { InvalidDeliveryError } from '../errors.js';
 import { silent } from '../logger.js';
 import { type Outcome, OutcomeKind } from '../outcome.js';
@@ -384,6 +385,7 @@ async function claimLatestAndApply(
   const claim = applied.took.claim;
   if (applied.status === 'failed') {
     const failure = applied.failure;
+    if (failure?.decision === 'snoozed') return respond.snoozed(d.id, failure.error.at);
     if (failure?.decision !== 'dead') return respond.handlerFailed(d.id);
     return failure.reason === 'rejected' ? respond.rejected(o, d.id) : respond.deadLettered(d.id, 'poison');
   }
@@ -473,6 +475,8 @@ async function claimAndApplyOn(
   rt.duplicateOdds.note(claim.decision === 'duplicate');
   if (applied.status === 'failed') {
     const failure = applied.failure;
+    if (failure?.decision === 'snoozed')
+      return { outcome: respond.snoozed(d.id, failure.error.at), drain: false };
     if (failure?.decision !== 'dead') return { outcome: respond.handlerFailed(d.id), drain: false };
     // onPoison 'skip' moved the cursor past it: what waits behind it may run now.
     if (failure.reason === 'rejected') return { outcome: respond.rejected(o, d.id), drain: failure.drain };
@@ -488,6 +492,12 @@ async function claimAndApplyOn(
     o.logger.info(
       { id: d.id, key: d.key, seq: d.seq, source: o.source },
       'webhook-inbox: dead-lettered (late: its seq was skipped by a gap timeout)',
+    );
+    notifyDeadLetter(
+      o.onDeadLetter,
+      o.logger,
+      { source: o.source, id: d.id, key: d.key, seq: d.seq, reason: 'late', attempts: 0, receivedAt: null },
+      { fingerprint: null, message: null, error: undefined },
     );
   } else if (claim.decision === 'duplicate' && claim.reason !== 'ignored') {
     // The caches hold processed events only: an ignored one's redelivery asks the claim again.
