@@ -165,7 +165,8 @@ describe.skipIf(!postgresTarget)('dead replay guard rails (postgres)', { timeout
       cli(['dead', 'replay', '--all', ...S]),
     ]);
     expect(dry.code).toBe(0);
-    expect(dry.json.map((r: any) => [r.id, r.outcome, r.status, r.olderThanRetention])).toEqual([
+    expect(dry.json).toMatchObject({ dryRun: true, count: 3, olderThanRetention: 2 });
+    expect(dry.json.sample.map((r: any) => [r.id, r.outcome, r.status, r.olderThanRetention])).toEqual([
       ['u-2', 'would-requeue', 'dead', true],
       ['u-3', 'would-requeue', 'dead', true],
       ['u-1', 'would-requeue', 'dead', false],

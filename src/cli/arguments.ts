@@ -5,7 +5,7 @@
 import { existsSync, readdirSync, statSync } from 'node:fs';
 import { parseDuration } from '../duration.js';
 import { DEAD_REASONS } from '../operations/dead-letters.js';
-import type { OpenOperationsOptions } from '../operations/index.js';
+import { type OpenOperationsOptions, parseInstant } from '../operations/index.js';
 import { HEADER_NAME } from '../option-checks.js';
 import { type OptionSpec, UsageError, type Values } from './command.js';
 
@@ -27,8 +27,18 @@ export const GLOBAL_OPTIONS: Record<string, OptionSpec> = {
 };
 
 export const FILTERS: Record<string, OptionSpec> = {
-  key: { type: 'string', help: 'only this ordering key' },
+  key: {
+    type: 'string',
+    help: "only this ordering key, or with a trailing * every key it starts ('acct_*')",
+  },
   reason: { type: 'string', help: `only this dead reason (${DEAD_REASONS.join(', ')})` },
+  cause: { type: 'string', help: 'only this cause (a fingerprint `dead groups` lists)' },
+  type: { type: 'string', help: "only this event type ('invoice.paid')" },
+  since: {
+    type: 'string',
+    help: 'failed at or after: ISO 8601 (2026-11-28T10:00Z), a time today in UTC (10:00) or a duration ago (2h)',
+  },
+  until: { type: 'string', help: 'failed before (as --since)' },
   'older-than': { type: 'string', help: 'received longer ago than this duration (7d, 12h, 30m)' },
   'newer-than': { type: 'string', help: 'received more recently than this duration' },
   limit: { type: 'string', help: 'at most this many (default 100; 1-10000)' },
@@ -74,11 +84,39 @@ function reason(values: Values): string | undefined {
   return raw;
 }
 
-/** The dead-letter filters of `dead list` and `dead replay --all`. */
-export function filterOf(values: Values) {
+/** `--since` / `--until`: a point in time, pinned to now once (so a dry run and its action agree). */
+function instant(values: Values, name: 'since' | 'until', now: Date): Date | undefined {
+  const raw = values[name];
+  if (typeof raw !== 'string') return undefined;
+  const at = parseInstant(raw, now);
+  if (!at) {
+    throw new UsageError(
+      `--${name} must be an ISO 8601 time (2026-11-28T10:00:00Z), a time of today in UTC (10:00) or a duration ago (2h); got ${JSON.stringify(raw)}`,
+    );
+  }
+  return at;
+}
+
+const CAUSE = /^[0-9a-f]{12}$/;
+
+/** The dead-letter selection of `dead list|groups|replay|skip|purge` (src/operations/selection.ts). */
+export function filterOf(values: Values, now: Date = new Date()) {
+  const cause = values.cause as string | undefined;
+  if (cause !== undefined && !CAUSE.test(cause)) {
+    throw new UsageError(
+      `--cause must be a cause as \`dead groups\` lists it (12 hex characters); got ${JSON.stringify(cause)}`,
+    );
+  }
+  const since = instant(values, 'since', now);
+  const until = instant(values, 'until', now);
+  if (since && until && since >= until) throw new UsageError('--since must be before --until');
   return {
     key: values.key as string | undefined,
     reason: reason(values),
+    cause,
+    type: values.type as string | undefined,
+    since,
+    until,
     olderThan: duration(values, 'older-than'),
     newerThan: duration(values, 'newer-than'),
     limit: limit(values),

@@ -1,7 +1,7 @@
 /** `dead list`, `dead show`, `dead skip`: the dead-letter queue (`dead replay` has its own module). */
 import { formatDuration } from '../duration.js';
 import { FILTERS, filterOf, LOCK_TIMEOUT, lockTimeout } from './arguments.js';
-import { type Command, EXIT, UsageError } from './command.js';
+import { type Command, EXIT, RefusedError, UsageError } from './command.js';
 import { deadLetterJson, deadLetterSummary, deadLetterText, oneLine, skipText, table } from './format.js';
 import { REPLAY_COMMAND } from './replay-command.js';
 
@@ -9,7 +9,7 @@ export const DEAD_COMMANDS: Record<string, Command> = {
   'dead list': {
     summary: 'list dead letters, oldest first',
     usage:
-      'webhook-inbox dead list [--key K] [--reason R] [--older-than D] [--newer-than D] [--limit N] [options]',
+      'webhook-inbox dead list [--reason R] [--cause C] [--key K|prefix*] [--type T] [--since T] [--until T] [--older-than D] [--newer-than D] [--limit N] [options]',
     options: FILTERS,
     positionals: [0, 0],
     check({ values }) {
@@ -19,19 +19,119 @@ export const DEAD_COMMANDS: Record<string, Command> = {
       const dead = await (await connection.ops()).deadLetters(filterOf(values));
       out.result(dead.map(deadLetterSummary), () =>
         table(
-          ['SOURCE', 'ID', 'KEY', 'SEQ', 'REASON', 'ATTEMPTS', 'AGE', 'BLOCKING', 'LAST ERROR'],
+          [
+            'SOURCE',
+            'ID',
+            'KEY',
+            'SEQ',
+            'REASON',
+            'CAUSE',
+            'FAILED',
+            'ATTEMPTS',
+            'AGE',
+            'BLOCKING',
+            'LAST ERROR',
+          ],
           dead.map((d) => [
             d.source,
             d.id,
             d.key,
             d.seq,
             d.deadReason,
+            d.cause,
+            d.failedAt?.toISOString(),
             d.attempts,
             formatDuration(d.ageMs),
             d.blocking ? 'yes' : 'no',
             oneLine(d.lastError),
           ]),
         ),
+      );
+      return EXIT.ok;
+    },
+  },
+  'dead groups': {
+    summary: 'dead letters grouped by cause: counts, first and last failure, keys, a sample',
+    usage:
+      'webhook-inbox dead groups [--reason R] [--cause C] [--key K|prefix*] [--type T] [--since T] [--until T] [options]',
+    help:
+      "A cause is a fingerprint of a failed run's error: its type and its message with ids, numbers\n" +
+      'and quoted values taken out, so that one bug makes one group whatever the events. Replay a\n' +
+      'group with `dead replay --all --cause <cause>` (with --since/--until for a window).',
+    options: FILTERS,
+    positionals: [0, 0],
+    check({ values }) {
+      filterOf(values);
+    },
+    async run({ values, out, connection }) {
+      const groups = await (await connection.ops()).deadGroups(filterOf(values));
+      out.result(groups, () =>
+        table(
+          ['CAUSE', 'REASON', 'COUNT', 'FIRST FAILED', 'LAST FAILED', 'KEYS', 'SAMPLE'],
+          groups.map((g) => [
+            g.cause,
+            g.reason,
+            g.count,
+            g.firstAt.toISOString(),
+            g.lastAt.toISOString(),
+            g.keys,
+            oneLine(`${g.sample.id}: ${g.sample.error ?? '-'}`),
+          ]),
+        ),
+      );
+      return EXIT.ok;
+    },
+  },
+  'dead purge': {
+    summary: 'delete dead letters (and their payloads) a selection matches, in batches',
+    usage:
+      'webhook-inbox dead purge --older-than D | --all [--reason R] [--cause C] [--key K|prefix*] [--type T] [--since T] [--until T] [--dry-run] [--yes] [options]',
+    help:
+      'Dead letters keep their payloads until they are replayed or purged; purge them when the\n' +
+      "bodies hold personal data (or set the inbox's deadRetention). A dead letter that blocks its\n" +
+      'key is never purged (its key would stay blocked): `dead skip` it first. Deletes in batches,\n' +
+      'each its own statement: an interrupted purge is finished by running it again. --dry-run\n' +
+      'counts and changes nothing.',
+    options: {
+      all: { type: 'boolean', help: 'every dead letter matching the filters (without --older-than)' },
+      ...FILTERS,
+      'dry-run': { type: 'boolean', help: 'count what would be purged; delete nothing' },
+      yes: { type: 'boolean', short: 'y', help: 'do not ask for confirmation' },
+    },
+    positionals: [0, 0],
+    check({ values, io }) {
+      filterOf(values);
+      if (values['older-than'] === undefined && !values.all) {
+        throw new UsageError('give --older-than (e.g. 30d), or --all with filters');
+      }
+      if (!values['dry-run'] && !values.yes && !io.confirm) {
+        throw new UsageError(
+          'dead purge deletes dead letters for good, and there is no terminal to ask on: pass --yes to confirm (or --dry-run to count them first)',
+        );
+      }
+    },
+    async run({ values, out, io, connection }) {
+      const ops = await connection.ops();
+      const selection = filterOf(values);
+      const plan = await ops.purgeDead(selection, { dryRun: true });
+      const blocked = plan.blocking
+        ? `; ${plan.blocking} left because each blocks its key (dead skip them first)`
+        : '';
+      if (values['dry-run']) {
+        out.result(plan, (r) => `would purge ${r.purged} dead letters${blocked}; nothing was changed.`);
+        return EXIT.ok;
+      }
+      if (!values.yes && plan.purged > 0) {
+        const sure = await io.confirm!(
+          `Delete ${plan.purged} dead letters and their payloads for good? [y/N] `,
+        );
+        if (!sure) throw new RefusedError('not-confirmed', 'not confirmed; nothing was changed');
+      }
+      const result = await ops.purgeDead(selection);
+      out.result(
+        result,
+        (r) =>
+          `purged ${r.purged} dead letters${r.blocking ? `; ${r.blocking} left because each blocks its key (dead skip them first)` : ''}`,
       );
       return EXIT.ok;
     },
