@@ -89,35 +89,23 @@ export async function deadGroups(
   const { rows } = await sql<any>`
     select e.cause, e.dead_reason, count(*) as n, min(${FAILED_AT}) as first_at, max(${FAILED_AT}) as last_at,
            count(distinct e.key) as keys,
-           (array_agg(array[e.source, e.id, e.last_error] order by ${FAILED_AT} desc, e.id))[1] as sample
+           (array_agg(e.source order by ${FAILED_AT} desc, e.id))[1] as sample_source,
+           (array_agg(e.id order by ${FAILED_AT} desc, e.id))[1] as sample_id,
+           (array_agg(e.last_error order by ${FAILED_AT} desc, e.id))[1] as sample_error
       from ${table(ctx, 'events')} e
      where ${deadWhere(ctx, pinSelection(selection))}
      group by e.cause, e.dead_reason
      order by count(*) desc, max(${FAILED_AT}) desc
      limit ${MAX_LIST}`.execute(ctx.db);
-  return rows.map((r) => {
-    const sample = typeof r.sample === 'string' ? parseTextArray(r.sample) : (r.sample as (string | null)[]);
-    return {
-      cause: r.cause ?? null,
-      reason: r.dead_reason ?? null,
-      count: Number(r.n),
-      firstAt: toDate(r.first_at),
-      lastAt: toDate(r.last_at),
-      keys: Number(r.keys),
-      sample: { source: sample[0] ?? '', id: sample[1] ?? '', error: sample[2] ?? null },
-    };
-  });
-}
-
-/** A text[] PostgreSQL sent as text (a pool whose parsers leave arrays alone). */
-function parseTextArray(text: string): (string | null)[] {
-  const items: (string | null)[] = [];
-  const re = /(?:^\{|,)(?:"((?:[^"\\]|\\.)*)"|([^,}]*))/g;
-  for (let m = re.exec(text); m; m = re.exec(text)) {
-    if (m[1] !== undefined) items.push(m[1].replace(/\\(.)/g, '$1'));
-    else items.push(m[2] === 'NULL' ? null : (m[2] ?? ''));
-  }
-  return items;
+  return rows.map((r) => ({
+    cause: r.cause ?? null,
+    reason: r.dead_reason ?? null,
+    count: Number(r.n),
+    firstAt: toDate(r.first_at),
+    lastAt: toDate(r.last_at),
+    keys: Number(r.keys),
+    sample: { source: r.sample_source, id: r.sample_id, error: r.sample_error ?? null },
+  }));
 }
 
 export async function deadLetter(
