@@ -44,7 +44,7 @@ import {
   purgeDead,
 } from './retention.js';
 import { type ScrubOptions, type ScrubResult, scrubHeaders } from './scrub.js';
-import { countDead, pinSelection, type Selection } from './selection.js';
+import { type BatchRef, countDead, eachBatch, pinSelection, type Selection } from './selection.js';
 import { type InboxStatus, status } from './status.js';
 
 /** As options.ts checks `schema` and `tablePrefix`: they are spliced into SQL as identifiers. */
@@ -80,6 +80,14 @@ export class Operations implements OperationsContext {
    */
   deadGroups(selection: Selection = {}): Promise<DeadLetterGroup[]> {
     return deadGroups(this, selection);
+  }
+
+  /**
+   * The dead letters a selection matches, in key order, `size` at a time: each batch is read
+   * after the previous one was handled, from where it ended (a bulk action of one's own).
+   */
+  deadBatches(selection: Selection, size = 100): AsyncGenerator<BatchRef[]> {
+    return eachBatch(this, pinSelection(selection), size);
   }
 
   /** How many dead letters a selection matches (what a bulk action would act on). */
