@@ -1,5 +1,6 @@
 /** `dead list`, `dead show`, `dead skip`: the dead-letter queue (`dead replay` has its own module). */
 import { formatDuration } from '../duration.js';
+import type { SkipResult } from '../operations/index.js';
 import { FILTERS, filterOf, LOCK_TIMEOUT, lockTimeout } from './arguments.js';
 import { type Command, EXIT, RefusedError, UsageError } from './command.js';
 import { deadLetterJson, deadLetterSummary, deadLetterText, oneLine, skipText, table } from './format.js';
@@ -161,19 +162,64 @@ export const DEAD_COMMANDS: Record<string, Command> = {
   },
   'dead replay': REPLAY_COMMAND,
   'dead skip': {
-    summary: "skip a dead letter's seq: record it as a gap, unblock its key",
-    usage: 'webhook-inbox dead skip <id> [options]',
+    summary: "skip dead letters' seqs: record each as a gap, unblock its key",
+    usage:
+      'webhook-inbox dead skip <id> | --all [--reason R] [--cause C] [--key K|prefix*] [--type T] [--since T] [--until T] [--dry-run] [--yes] [options]',
     help:
       'The key moves past the dead letter\'s seq (recorded as a gap, reason "skip"); the running\n' +
-      "application's sweeper then drains the events held behind it. The dead letter stays, as a record.",
-    options: { 'lock-timeout': LOCK_TIMEOUT },
-    positionals: [1, 1],
-    check({ values }) {
-      lockTimeout(values);
+      "application's sweeper then drains the events held behind it. The dead letter stays, as a record.\n" +
+      '--all skips every matching ordered dead letter its key waits for, in key order, in batches;\n' +
+      'an interrupted run is finished by running it again (what was skipped is behind its cursor now).',
+    options: {
+      all: { type: 'boolean', help: 'every matching ordered dead letter its key waits for' },
+      ...FILTERS,
+      'dry-run': { type: 'boolean', help: 'count and show the first ones; change nothing' },
+      yes: { type: 'boolean', short: 'y', help: 'with --all: do not ask for confirmation' },
+      'lock-timeout': LOCK_TIMEOUT,
     },
-    async run({ values, positionals, out, connection }) {
+    positionals: [0, 1],
+    check({ values, positionals, io }) {
+      lockTimeout(values);
+      filterOf(values);
+      if (Boolean(values.all) === (positionals.length === 1))
+        throw new UsageError('give one id, or --all with filters');
+      if (values.all && !values['dry-run'] && !values.yes && !io.confirm) {
+        throw new UsageError(
+          'dead skip --all moves keys past their dead letters for good, and there is no terminal to ask on: pass --yes to confirm (or --dry-run to see them first)',
+        );
+      }
+    },
+    async run({ values, positionals, out, io, connection }) {
       const ops = await connection.ops();
-      out.result(await ops.skip({ id: positionals[0] }, { lockTimeoutMs: lockTimeout(values) }), skipText);
+      if (!values.all) {
+        out.result(await ops.skip({ id: positionals[0]! }, { lockTimeoutMs: lockTimeout(values) }), skipText);
+        return EXIT.ok;
+      }
+      const selection = { ...filterOf(values), atCursor: true };
+      const count = await ops.countDead(selection);
+      if (values['dry-run']) {
+        const sample = await ops.deadLetters({ ...selection, order: 'key', limit: 20 });
+        out.result({ dryRun: true, count, sample: sample.map(deadLetterSummary) }, () =>
+          [
+            `${count} dead letter${count === 1 ? '' : 's'} would be skipped${count > sample.length ? `; the first ${sample.length} in key order:` : ':'}`,
+            table(
+              ['SOURCE', 'ID', 'KEY', 'SEQ', 'REASON', 'CAUSE'],
+              sample.map((d) => [d.source, d.id, d.key, d.seq, d.deadReason, d.cause]),
+            ),
+            'Nothing was changed.',
+          ].join('\n'),
+        );
+        return EXIT.ok;
+      }
+      if (!values.yes && count > 0) {
+        const sure = await io.confirm!(`Skip ${count} dead letter${count === 1 ? '' : 's'} for good? [y/N] `);
+        if (!sure) throw new RefusedError('not-confirmed', 'not confirmed; nothing was changed');
+      }
+      const skipped: SkipResult[] = [];
+      for await (const batch of ops.deadBatches(selection)) {
+        for (const d of batch) skipped.push(await ops.skip(d, { lockTimeoutMs: lockTimeout(values) }));
+      }
+      out.result(skipped, (r) => [...r.map(skipText), `${r.length} skipped.`].join('\n'));
       return EXIT.ok;
     },
   },

@@ -37,6 +37,11 @@ export interface Selection {
   newerThan?: number | string;
   /** Only these ids. */
   ids?: readonly string[];
+  /**
+   * Only ordered dead letters at their key's cursor (the key waits for them: blocked by them, or
+   * unblocked since): those a skip moves past. @defaultValue false
+   */
+  atCursor?: boolean;
 }
 
 const CLOCK = /^(\d{2}):(\d{2})(?::(\d{2}))?$/;
@@ -124,6 +129,10 @@ export function deadWhere(ctx: OperationsContext, s: PinnedSelection): RawBuilde
   if (s.newerThan !== undefined) {
     const ms = durationMs('newerThan', s.newerThan);
     conditions.push(sql`e.received_at >= now() - ${ms}::bigint * interval '1 millisecond'`);
+  }
+  if (s.atCursor) {
+    conditions.push(sql`exists (select 1 from ${table(ctx, 'keys')} k
+                                 where k.source = e.source and k.key = e.key and k.next_seq = e.seq)`);
   }
   if (s.ids !== undefined) {
     conditions.push(s.ids.length ? sql`e.id in (${sql.join(s.ids.map((id) => sql`${id}`))})` : sql`false`);
