@@ -471,6 +471,7 @@ function reportFailure(rt: Runtime, event: TakenEvent, failure: RecordedFailure)
   const { id, key, seq } = event;
   const reason = failure.reason ?? 'poison';
   rt.metrics.deadLetter(reason);
+  rt.metrics.deadLetterCause(failure.cause);
   o.logger.info(
     { id, key, seq, source: o.source, attempts: failure.attempts, cause: failure.cause },
     `webhook-inbox: dead-lettered (${reason})`,

@@ -6,11 +6,14 @@
  * not count it. On each, `onDeadLetter` is told once, with the cause, after COMMIT (what it
  * reads of the event is already `dead`); a hook that throws is logged and changes nothing.
  */
+import { readFileSync } from 'node:fs';
 import { Registry } from 'prom-client';
 import { afterEach, describe, expect, it } from 'vitest';
+import { deadLetterAlerts } from '../examples/alerts/dead-letter-alerts.js';
 import { createInbox, type Inbox, type InboxOptions } from '../src/index.js';
 import { targets } from './support/databases.js';
 import { perTestSchemas } from './support/per-test-schemas.js';
+import { recordingServer } from './support/recording-server.js';
 
 interface LogLine {
   msg: string;
@@ -172,5 +175,46 @@ describe.each(targets)('dead letters are counted on every path ($name)', (target
     await toldOnce('turn-1');
     expect(logged('webhook-inbox: key blocked (poison)')).toBe(1);
     expect((await i.keyState('k'))?.state).toBe('blocked');
+  });
+
+  it("docs/operations.md's Slack and PagerDuty recipe: a message per dead letter, one incident per cause", async () => {
+    const server = await recordingServer();
+    try {
+      const base = server.url.replace('/webhooks', '');
+      const i = await open({
+        onDeadLetter: deadLetterAlerts({
+          slackWebhookUrl: `${base}/slack`,
+          pagerDutyRoutingKey: 'routing-key',
+          pagerDutyUrl: `${base}/pagerduty`,
+        }),
+      });
+      await i.receive(delivery('alert-1', { poison: true }));
+      await i.receive(delivery('alert-2', { poison: true }));
+      await server.arrived(4);
+      const bodies = (path: string) =>
+        server.arrivals.filter((a) => a.url === path).map((a) => JSON.parse(a.body.toString()));
+      const cause = (await i.deadLetter('alert-1')).cause;
+      expect(
+        bodies('/slack')
+          .map((b) => b.text)
+          .sort(),
+      ).toEqual(
+        ['alert-1', 'alert-2'].map((id) =>
+          expect.stringContaining(`default/${id} dead-lettered (poison, cause ${cause}): Error: poison`),
+        ),
+      );
+      expect(bodies('/pagerduty').map((b) => [b.routing_key, b.event_action, b.dedup_key])).toEqual([
+        ['routing-key', 'trigger', `webhook-inbox:default:${cause}`],
+        ['routing-key', 'trigger', `webhook-inbox:default:${cause}`],
+      ]);
+    } finally {
+      await server.close();
+    }
+    // The page shows the file as it is, imports as a user writes them.
+    const file = readFileSync('examples/alerts/dead-letter-alerts.ts', 'utf8').replace(
+      "'../../src/index.js'",
+      "'webhook-inbox'",
+    );
+    expect(readFileSync('docs/operations.md', 'utf8')).toContain(file.trim());
   });
 });
