@@ -44,13 +44,73 @@ export const migrations: ReadonlyArray<readonly [name: string, up: (t: Tables) =
  * its own table, which keeps Kysely's shape (`name`, `timestamp`).
  */
 export async function migrateToLatest(db: Kysely<any>, tables: Tables): Promise<string[]> {
-  return runMigrations(db, {
+  return runMigrations(db, inboxPlan(tables));
+}
+
+/** What a run of the migrations needs: where the ledger is, the lock, the migrations in order. */
+interface MigrationPlan {
+  label: string;
+  schema: string;
+  /** The qualified, quoted ledger table. */
+  ledger: string;
+  lockKey: string;
+  migrations: ReadonlyArray<readonly [name: string, sql: () => string]>;
+}
+
+function inboxPlan(tables: Tables): MigrationPlan {
+  return {
     label: 'webhook-inbox',
     schema: tables.schema,
     ledger: tables.fn('migrations'),
     lockKey: `webhook-inbox:${tables.schema}.${tables.prefix}`,
     migrations: migrations.map(([name, up]) => [name, () => up(tables)] as const),
-  });
+  };
+}
+
+/**
+ * The migrations a database lacks, in order, without running anything (a read of the ledger,
+ * none when the schema is new): what `webhook-inbox migrate --check` and `--sql` report.
+ */
+export async function pendingMigrations(db: Kysely<any>, tables: Tables): Promise<string[]> {
+  const plan = inboxPlan(tables);
+  const { rows } = await sql<{
+    ledger: string | null;
+  }>`select to_regclass(${plan.ledger})::text as ledger`.execute(db);
+  const applied = new Set<string>();
+  if (rows[0]?.ledger) {
+    const done = await sql<{ name: string }>`select name from ${sql.raw(plan.ledger)}`.execute(db);
+    for (const r of done.rows) applied.add(r.name);
+  }
+  return plan.migrations.map(([name]) => name).filter((name) => !applied.has(name));
+}
+
+/**
+ * The SQL `migrateToLatest` would run for the migrations named (`pendingMigrations`), as one
+ * script a DBA can review and run with psql: one transaction, the same advisory lock, the
+ * schema and ledger created if missing, each migration followed by its ledger row, so that the
+ * application finds them applied. Empty when nothing is pending.
+ */
+export function migrationScript(tables: Tables, pending: readonly string[]): string {
+  if (pending.length === 0) return '';
+  const plan = inboxPlan(tables);
+  const literal = (text: string) => `'${text.replace(/'/g, "''")}'`;
+  const parts = [
+    `-- webhook-inbox: ${pending.length} pending migration${pending.length === 1 ? '' : 's'} for schema ${plan.schema}${tables.prefix ? `, table prefix ${tables.prefix}` : ''}`,
+    'begin;',
+    `select pg_advisory_xact_lock(hashtext(${literal(plan.lockKey)}));`,
+    `create schema if not exists "${plan.schema.replace(/"/g, '""')}";`,
+    `create table if not exists ${plan.ledger} (name varchar(255) primary key, timestamp varchar(255) not null);`,
+  ];
+  for (const [name, up] of plan.migrations) {
+    if (!pending.includes(name)) continue;
+    parts.push(
+      `\n-- migration ${name}`,
+      up().trim(),
+      `insert into ${plan.ledger} (name, timestamp) values (${literal(name)}, now()::text);`,
+    );
+  }
+  parts.push('commit;');
+  return `${parts.join('\n')}\n`;
 }
 
 /**
@@ -58,17 +118,7 @@ export async function migrateToLatest(db: Kysely<any>, tables: Tables): Promise<
  * schema and the ledger table if needed and runs what the ledger lacks, in order, in one
  * transaction under a transaction-scoped advisory lock on `lockKey`.
  */
-export async function runMigrations(
-  db: Kysely<any>,
-  plan: {
-    label: string;
-    schema: string;
-    /** The qualified, quoted ledger table. */
-    ledger: string;
-    lockKey: string;
-    migrations: ReadonlyArray<readonly [name: string, sql: () => string]>;
-  },
-): Promise<string[]> {
+export async function runMigrations(db: Kysely<any>, plan: MigrationPlan): Promise<string[]> {
   const { ledger } = plan;
   return db.transaction().execute(async (tx) => {
     await sql`select pg_advisory_xact_lock(hashtext(${plan.lockKey}))`.execute(tx);

@@ -1,16 +1,51 @@
 /** Commands on the inbox as a whole: its tables, its status, its retention. */
 import { formatDuration } from '../duration.js';
-import { migrateToLatest } from '../migrations.js';
+import { migrateToLatest, migrationScript, pendingMigrations } from '../migrations.js';
 import { duration } from './arguments.js';
-import { type Command, EXIT } from './command.js';
+import { type Command, EXIT, UsageError } from './command.js';
 
 export const INBOX_COMMANDS: Record<string, Command> = {
   migrate: {
-    summary: 'create or update the inbox tables and functions',
-    usage: 'webhook-inbox migrate [options]',
+    summary: 'create or update the inbox tables and functions (--sql: print it; --check: is it current?)',
+    usage: 'webhook-inbox migrate [--sql | --check] [options]',
+    help:
+      'Deploy gates for DBAs and CI/CD:\n' +
+      '  --sql    prints the SQL of the pending migrations (one transaction, with the ledger rows the\n' +
+      '           application looks for), runs nothing; prints nothing when the database is current.\n' +
+      '  --check  exits 0 when the database is current, 1 when migrations are pending (it names\n' +
+      '           them), and changes nothing.',
+    options: {
+      sql: { type: 'boolean', help: 'print the pending SQL; run nothing' },
+      check: { type: 'boolean', help: 'exit 1 when migrations are pending; run nothing' },
+    },
     positionals: [0, 0],
-    async run({ out, connection }) {
+    check({ values }) {
+      if (values.sql && values.check) throw new UsageError('give --sql or --check, not both');
+    },
+    async run({ values, out, io, connection }) {
       const ops = await connection.ops();
+      if (values.sql || values.check) {
+        const pending = await pendingMigrations(ops.db, ops.tables);
+        if (values.sql) {
+          const script = migrationScript(ops.tables, pending);
+          if (out.json) out.result({ pending, sql: script }, () => script);
+          else if (script) io.raw(Buffer.from(script));
+          return EXIT.ok;
+        }
+        out.result(
+          {
+            current: pending.length === 0,
+            schema: ops.tables.schema,
+            tablePrefix: ops.tables.prefix,
+            pending,
+          },
+          (r) =>
+            r.current
+              ? `schema ${r.schema} is up to date`
+              : `schema ${r.schema} has ${pending.length} pending migration${pending.length === 1 ? '' : 's'}: ${pending.join(', ')}`,
+        );
+        return pending.length === 0 ? EXIT.ok : EXIT.failure;
+      }
       const ran = await migrateToLatest(ops.db, ops.tables);
       const result = { migrated: true, schema: ops.tables.schema, tablePrefix: ops.tables.prefix, ran };
       out.result(
