@@ -15,9 +15,18 @@ export const GLOBAL_OPTIONS: Record<string, OptionSpec> = {
     type: 'string',
     help: "an embedded PGlite database on disk (the inbox's dataDir) instead of --db",
   },
-  schema: { type: 'string', help: "schema of the inbox tables (default: 'webhook_inbox')" },
-  'table-prefix': { type: 'string', help: "prefix of the inbox table names (default: '')" },
-  source: { type: 'string', help: 'act on this source only (default: every source)' },
+  schema: {
+    type: 'string',
+    help: "schema of the inbox tables (default: $WEBHOOK_INBOX_SCHEMA, else 'webhook_inbox')",
+  },
+  'table-prefix': {
+    type: 'string',
+    help: "prefix of the inbox table names (default: $WEBHOOK_INBOX_TABLE_PREFIX, else '')",
+  },
+  source: {
+    type: 'string',
+    help: 'act on this source only (default: $WEBHOOK_INBOX_SOURCE, else every source)',
+  },
   'secret-headers': {
     type: 'string',
     help: 'more headers never shown (and removed by scrub-headers), comma-separated, besides the built-in ones',
@@ -52,6 +61,29 @@ export function duration(values: Values, name: string): number | undefined {
   const ms = parseDuration(raw);
   if (ms === undefined) {
     throw new UsageError(`--${name} must be a duration like 7d, 12h, 30m, 90s; got ${JSON.stringify(raw)}`);
+  }
+  return ms;
+}
+
+/**
+ * The application's `retention`, for what compares with it (`dead replay`, `prune`): the flag,
+ * else WEBHOOK_INBOX_RETENTION, else the inbox's default (7d). `false`/`off` is no pruning.
+ */
+export function retentionOf(
+  values: Values,
+  flag: string,
+  env: Record<string, string | undefined>,
+): number | false {
+  const given = duration(values, flag);
+  if (given !== undefined) return given;
+  const raw = env.WEBHOOK_INBOX_RETENTION;
+  if (raw === undefined || raw === '') return 7 * 86_400_000;
+  if (raw === 'false' || raw === 'off') return false;
+  const ms = parseDuration(raw);
+  if (ms === undefined || ms < 1000) {
+    throw new UsageError(
+      `WEBHOOK_INBOX_RETENTION must be a duration like 7d, 36h (as the inbox's retention option), or false; got ${JSON.stringify(raw)}`,
+    );
   }
   return ms;
 }
@@ -173,19 +205,33 @@ export function connectionOptions(
   env: Record<string, string | undefined>,
   command: string,
 ): OpenOperationsOptions {
-  const schema = (values.schema as string | undefined) ?? 'webhook_inbox';
-  const tablePrefix = (values['table-prefix'] as string | undefined) ?? '';
+  // The flag, else the application's environment (one configuration for app and CLI).
+  const from = (flag: string, variable: string) =>
+    values[flag] !== undefined
+      ? { value: values[flag] as string, name: `--${flag}` }
+      : env[variable] !== undefined && env[variable] !== ''
+        ? { value: env[variable] as string, name: variable }
+        : undefined;
+  const schemaGiven = from('schema', 'WEBHOOK_INBOX_SCHEMA');
+  const prefixGiven = from('table-prefix', 'WEBHOOK_INBOX_TABLE_PREFIX');
+  const sourceGiven = from('source', 'WEBHOOK_INBOX_SOURCE');
+  const schema = schemaGiven?.value ?? 'webhook_inbox';
+  const tablePrefix = prefixGiven?.value ?? '';
   if (!IDENTIFIER.test(schema)) {
-    throw new UsageError(`--schema must be a lower-case SQL identifier; got ${JSON.stringify(schema)}`);
+    throw new UsageError(
+      `${schemaGiven?.name ?? '--schema'} must be a lower-case SQL identifier; got ${JSON.stringify(schema)}`,
+    );
   }
   if (tablePrefix !== '' && !IDENTIFIER.test(tablePrefix)) {
     throw new UsageError(
-      `--table-prefix must be a lower-case SQL identifier; got ${JSON.stringify(tablePrefix)}`,
+      `${prefixGiven?.name ?? '--table-prefix'} must be a lower-case SQL identifier; got ${JSON.stringify(tablePrefix)}`,
     );
   }
-  const source = values.source as string | undefined;
+  const source = sourceGiven?.value;
   if (source !== undefined && !/^[\x21-\x7e]{1,100}$/.test(source)) {
-    throw new UsageError(`--source must be 1-100 printable ASCII characters; got ${JSON.stringify(source)}`);
+    throw new UsageError(
+      `${sourceGiven!.name} must be 1-100 printable ASCII characters; got ${JSON.stringify(source)}`,
+    );
   }
   const secretHeaders = ((values['secret-headers'] as string | undefined) ?? '')
     .split(',')

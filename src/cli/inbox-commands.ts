@@ -1,7 +1,7 @@
 /** Commands on the inbox as a whole: its tables, its status, its retention. */
 import { formatDuration } from '../duration.js';
 import { migrateToLatest, migrationScript, pendingMigrations } from '../migrations.js';
-import { duration } from './arguments.js';
+import { retentionOf } from './arguments.js';
 import { type Command, EXIT, UsageError } from './command.js';
 
 export const INBOX_COMMANDS: Record<string, Command> = {
@@ -106,15 +106,20 @@ export const INBOX_COMMANDS: Record<string, Command> = {
     summary: 'delete processed events older than a duration (never held or dead ones, never keys)',
     usage: 'webhook-inbox prune [--older-than 7d] [--dry-run] [options]',
     options: {
-      'older-than': { type: 'string', help: 'processed longer ago than this (default 7d)' },
+      'older-than': {
+        type: 'string',
+        help: 'processed longer ago than this (default: $WEBHOOK_INBOX_RETENTION, else 7d)',
+      },
       'dry-run': { type: 'boolean', help: 'count what would be pruned; delete nothing' },
     },
     positionals: [0, 0],
-    check({ values }) {
-      duration(values, 'older-than');
+    check({ values, env }) {
+      if (retentionOf(values, 'older-than', env) === false) {
+        throw new UsageError('WEBHOOK_INBOX_RETENTION is false (nothing is pruned): give --older-than');
+      }
     },
-    async run({ values, out, connection }) {
-      const olderThan = duration(values, 'older-than') ?? 7 * 86_400_000;
+    async run({ values, env, out, connection }) {
+      const olderThan = retentionOf(values, 'older-than', env) as number;
       const result = await (await connection.ops()).prune({ olderThan, dryRun: values['dry-run'] === true });
       out.result(
         result,

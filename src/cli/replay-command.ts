@@ -6,7 +6,7 @@
  */
 import { formatDuration } from '../duration.js';
 import type { ReplayResult } from '../operations/index.js';
-import { duration, FILTERS, filterOf, LOCK_TIMEOUT, lockTimeout } from './arguments.js';
+import { FILTERS, filterOf, LOCK_TIMEOUT, lockTimeout, retentionOf } from './arguments.js';
 import {
   type CliIo,
   type Command,
@@ -19,9 +19,6 @@ import {
 } from './command.js';
 import { table } from './format.js';
 import { safeField } from './terminal-safe.js';
-
-/** The inbox's own default `retention`: what the operator is assumed to run unless told. */
-const DEFAULT_RETENTION_MS = 7 * 86_400_000;
 
 function replayExit(results: ReplayResult[]): number {
   if (results.some((r) => r.outcome === 'ambiguous')) return EXIT.usage;
@@ -169,10 +166,10 @@ export const REPLAY_COMMAND: Command = {
     'the running application applies it with its handler, in seq order. Fix the handler first.\n' +
     'An ordered event whose key moved past its seq is refused (it would apply out of order).\n' +
     '\n' +
-    "An event received longer ago than your retention (--retention, default 7d: the inbox's\n" +
-    'default) comes from a time whose dedup records may be pruned: the inbox can no longer tell\n' +
-    'whether it was applied another way since (re-sent under a new id, fixed by hand). Such a\n' +
-    'replay changes nothing and exits 4 unless you pass --force.\n' +
+    'An event received longer ago than your retention (--retention, else WEBHOOK_INBOX_RETENTION,\n' +
+    "else 7d: the inbox's default) comes from a time whose dedup records may be pruned: the\n" +
+    'inbox can no longer tell whether it was applied another way since (re-sent under a new id,\n' +
+    'fixed by hand). Such a replay changes nothing and exits 4 unless you pass --force.\n' +
     '\n' +
     '--all selects by the filters (--cause from `dead groups`; --since/--until: when they failed)\n' +
     'and asks for confirmation on a terminal; without one it needs --yes. --dry-run shows how many\n' +
@@ -186,13 +183,16 @@ export const REPLAY_COMMAND: Command = {
     'dry-run': { type: 'boolean', help: 'show what would be re-queued; change nothing' },
     yes: { type: 'boolean', short: 'y', help: 'with --all: do not ask for confirmation' },
     force: { type: 'boolean', help: 'also replay events received longer ago than the retention' },
-    retention: { type: 'string', help: "your inbox's retention option (default 7d)" },
+    retention: {
+      type: 'string',
+      help: "your inbox's retention option (default: $WEBHOOK_INBOX_RETENTION, else 7d)",
+    },
     'lock-timeout': LOCK_TIMEOUT,
   },
   positionals: [0, 1000],
-  check({ values, positionals, io }) {
+  check({ values, positionals, io, env }) {
     const filter = filterOf(values);
-    duration(values, 'retention');
+    retentionOf(values, 'retention', env);
     lockTimeout(values);
     const filtered = Object.values(filter).some((v) => v !== undefined);
     if (values.all && positionals.length > 0) throw new UsageError('give ids, or --all, not both');
@@ -207,9 +207,10 @@ export const REPLAY_COMMAND: Command = {
       );
     }
   },
-  async run({ values, positionals, out, io, connection }) {
+  async run({ values, positionals, out, io, env, connection }) {
     const ops = await connection.ops();
-    const retentionMs = duration(values, 'retention') ?? DEFAULT_RETENTION_MS;
+    // WEBHOOK_INBOX_RETENTION false: nothing is pruned, so no dead letter is too old to replay.
+    const retentionMs = retentionOf(values, 'retention', env) || Number.POSITIVE_INFINITY;
     if (values.all) return replayAll(ops, values, out, io, retentionMs);
     const dryRun = values['dry-run'] === true;
     const selection = positionals;
