@@ -70,8 +70,8 @@ function decodeSegment(segment: string): string | undefined {
 export function createConsole(input: ConsoleOptions): Console {
   const options = resolveConsoleOptions(input);
   const backend = createBackend(options);
-  const csrf = new CsrfTokens();
-  const sessions = new Sessions(options.sessionTtlMs);
+  const csrf = new CsrfTokens(options.secret);
+  const sessions = new Sessions(options.sessionTtlMs, options.secret);
   const throttle = new LoginThrottle();
 
   function respond(
