@@ -111,13 +111,9 @@ describe.each(targets)('RetryLater waits without spending an attempt ($name)', (
                           where status in ('pending', 'held') and run_after is not null`.execute(k);
     await due();
     await inbox.sweep();
-    expect(seen.slice(2)).toEqual(
-      [
-        ['o-1', 1],
-        ['o-2', 1],
-        ['u-1', 1],
-      ].filter(([id]) => seen.slice(2).some(([s]) => s === id)),
-    );
+    const ran = seen.slice(2).map(([id]) => id);
+    expect([...ran].sort()).toEqual(['o-1', 'o-2', 'u-1']);
+    expect(ran.indexOf('o-1')).toBeLessThan(ran.indexOf('o-2'));
     expect((await inbox.deadLetter('u-1')).status).toBe('pending');
     await due();
     await inbox.sweep();
