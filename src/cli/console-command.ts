@@ -44,7 +44,9 @@ function settings(values: Values, env: Record<string, string | undefined>) {
   }
   const secret = env[CONSOLE_SECRET_ENV] || undefined;
   if (secret !== undefined && secret.length < 32) {
-    throw new UsageError(`${CONSOLE_SECRET_ENV} must be 32 characters or more (e.g. \`openssl rand -hex 32\`)`);
+    throw new UsageError(
+      `${CONSOLE_SECRET_ENV} must be 32 characters or more (e.g. \`openssl rand -hex 32\`)`,
+    );
   }
   const hosts = values['allowed-hosts'] as string | undefined;
   const allowedHosts = hosts === undefined ? undefined : hosts.split(',').map((h) => h.trim());

@@ -225,7 +225,8 @@ export class CsrfTokens {
   readonly #key: Buffer;
   constructor(secret?: string) {
     // Derived, so that the same secret never keys two things (sessions sign under it too).
-    this.#key = secret === undefined ? randomBytes(32) : createHmac('sha256', secret).update('csrf-key').digest();
+    this.#key =
+      secret === undefined ? randomBytes(32) : createHmac('sha256', secret).update('csrf-key').digest();
   }
 
   for(principal: Principal): string {
