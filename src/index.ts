@@ -46,6 +46,7 @@ export type { InboxStats, MetricsOptions, RegistryLike } from './metrics.js';
 export { METRIC_NAMES } from './metrics.js';
 export { migrations } from './migrations.js';
 export type {
+  BatchRef,
   DeadLetter,
   DeadLetterFilter,
   DeadLetterGroup,

@@ -8,6 +8,6 @@ export { Operations, openOperations } from './operations.js';
 export type { ReplayOptions, ReplayResult, ReplaySelection } from './replay.js';
 export type { PruneOptions, PruneResult, PurgeOptions, PurgeResult } from './retention.js';
 export type { ScrubOptions, ScrubResult } from './scrub.js';
-export type { PinnedSelection, Selection } from './selection.js';
+export type { BatchRef, PinnedSelection, Selection } from './selection.js';
 export { parseInstant } from './selection.js';
 export type { InboxStatus } from './status.js';
