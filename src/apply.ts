@@ -381,24 +381,8 @@ async function recordFailure(
   const reason = cause instanceof RejectEvent ? 'rejected' : 'poison';
   const maxAttempts = reason === 'rejected' ? 1 : o.maxAttempts;
   o.logger.warn({ err: cause, id, key, seq, source: o.source }, 'webhook-inbox: handler failed');
-  const headers = storableHeaders(event.headers, o.secretHeaders);
-  await rt.statements.undoTake(tx, {
-    source: o.source,
-    id,
-    key,
-    seq,
-    waiting: event.waiting ?? 'pending',
-    payload: event.payload,
-    headers,
-  });
   await rt.statements.fail(tx, {
-    source: o.source,
-    id,
-    key,
-    seq,
-    hash: event.hash,
-    payload: event.payload,
-    headers,
+    ...(await undoFailedTake(rt, tx, event)),
     error: errorMessage(cause),
     maxAttempts,
     onPoison: o.onPoison,
@@ -422,6 +406,26 @@ async function recordFailure(
 }
 
 /**
+ * Back to the savepoint the take left, the event waiting again (src/sql/failed-run.ts); then
+ * the row as the statement that records what came of the run writes it (its headers never a
+ * secret one).
+ */
+async function undoFailedTake(rt: Runtime, tx: Transaction<any>, event: TakenEvent) {
+  const o = rt.options;
+  const row = {
+    source: o.source,
+    id: event.id,
+    key: event.key,
+    seq: event.seq,
+    hash: event.hash,
+    payload: event.payload,
+    headers: storableHeaders(event.headers, o.secretHeaders),
+  };
+  await rt.statements.undoTake(tx, { ...row, waiting: event.waiting ?? 'pending' });
+  return row;
+}
+
+/**
  * The handler threw RetryLater: back to the savepoint as for a failed run, then the event waits
  * until the time it asked for, its attempts unchanged (src/sql/snooze.ts), riding on COMMIT.
  */
@@ -437,24 +441,8 @@ async function recordSnooze(
     { id, key, seq, source: o.source, retryAt: later.at.toISOString() },
     'webhook-inbox: handler asked to retry later',
   );
-  const headers = storableHeaders(event.headers, o.secretHeaders);
-  await rt.statements.undoTake(tx, {
-    source: o.source,
-    id,
-    key,
-    seq,
-    waiting: event.waiting ?? 'pending',
-    payload: event.payload,
-    headers,
-  });
   await rt.statements.snooze(tx, {
-    source: o.source,
-    id,
-    key,
-    seq,
-    hash: event.hash,
-    payload: event.payload,
-    headers,
+    ...(await undoFailedTake(rt, tx, event)),
     retryAt: later.at,
     receivedAt: event.receivedAt,
   });
