@@ -1,7 +1,9 @@
 import { sql } from 'kysely';
 import { afterEach, describe, expect, it } from 'vitest';
 import { deadLetterText } from '../src/cli/format.js';
+import { createConsole } from '../src/console/index.js';
 import { createInbox, type Inbox, RetryLater } from '../src/index.js';
+import { CONSOLE_TOKEN } from './support/console.js';
 import { type TargetDb, targets } from './support/databases.js';
 
 const json = (id: string, key: string, seq: number) => ({
@@ -100,6 +102,12 @@ describe.each(targets)('RetryLater waits without spending an attempt ($name)', (
     expect([u1.status, u1.attempts, u1.retryAt?.toISOString()]).toEqual(['pending', 0, at.toISOString()]);
     expect(deadLetterText(u1)).toContain(`retry_at:     ${at.toISOString()}`);
     expect((await inbox.deadLetter('o-1')).retryAt?.toISOString()).toBe(at.toISOString());
+    const page = await createConsole({ inbox, token: CONSOLE_TOKEN }).handle({
+      method: 'GET',
+      url: '/events/default/u-1',
+      headers: { host: 'ops.example', authorization: `Bearer ${CONSOLE_TOKEN}` },
+    });
+    expect(page.body).toContain(`<tr><th>retry_at</th><td>${at.toISOString()}</td></tr>`);
 
     // Before that time the sweeper leaves them.
     await inbox.sweep();
