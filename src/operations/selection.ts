@@ -173,7 +173,7 @@ export async function* eachBatch(
   let after: RawBuilder<unknown> = sql`true`;
   for (;;) {
     const { rows } = await sql<any>`
-      select e.source, e.id, e.key, e.seq, e.received_at from ${table(ctx, 'events')} e
+      select e.source, e.id, e.key, e.seq, e.received_at::text as received_at from ${table(ctx, 'events')} e
        where ${deadWhere(ctx, s)} and ${after}
        order by ${KEY_ORDER} limit ${size}`.execute(ctx.db);
     if (rows.length === 0) return;
@@ -186,7 +186,8 @@ export async function* eachBatch(
     yield batch;
     if (rows.length < size) return;
     const last = rows[rows.length - 1];
-    // The timestamp compared as the database returned it (text or Date): no precision lost.
+    // The timestamp as text: a Date would lose its microseconds, and the last row of a batch
+    // would then sort after its own bound and be met again.
     after = sql`(${KEY_ORDER}) > (${last.key ?? ''}, ${last.seq ?? 0}::bigint, ${last.received_at}::timestamptz, ${last.source}, ${last.id})`;
   }
 }
