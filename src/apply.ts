@@ -17,7 +17,9 @@
  */
 import type { Context } from '@opentelemetry/api';
 import type { Kysely, Transaction } from 'kysely';
-import { HandlerError, RejectEvent } from './errors.js';
+import { causeOf } from './cause.js';
+import { notifyDeadLetter } from './dead-letter-hook.js';
+import { HandlerError, RejectEvent, RetryLater } from './errors.js';
 import { storableHeaders } from './payload.js';
 import { retrySchedule } from './retry-schedule.js';
 import { runHandler } from './run-handler.js';
@@ -63,7 +65,22 @@ export type Run =
       readonly type: string | null;
     }
   /** The handler threw; `failure` is what was recorded, in the same transaction. */
-  | { readonly status: 'failed'; readonly event: TakenEvent; readonly failure: FailRow };
+  | { readonly status: 'failed'; readonly event: TakenEvent; readonly failure: RecordedFailure };
+
+/**
+ * What recording a failed run decided, with its cause (src/cause.ts) and what the handler threw.
+ * `snoozed`: the handler threw RetryLater; the event waits until then, no attempt spent.
+ */
+export type RecordedFailure =
+  | (FailRow & { readonly cause: string; readonly error: unknown })
+  | {
+      readonly decision: 'snoozed';
+      readonly attempts: number;
+      readonly drain: false;
+      readonly reason?: undefined;
+      readonly cause?: undefined;
+      readonly error: RetryLater;
+    };
 
 export type Applied<T> =
   /** Nothing to apply: the taker found no event, or decided something else (a claim's duplicate). */
@@ -182,7 +199,11 @@ async function runTaken(
     ran = await runHandler(rt, tx, event, parent);
   } catch (err) {
     if (!(err instanceof HandlerError)) throw err;
-    return { status: 'failed', event, failure: await recordFailure(rt, tx, event, err.cause) };
+    const failure =
+      err.cause instanceof RetryLater
+        ? await recordSnooze(rt, tx, event, err.cause)
+        : await recordFailure(rt, tx, event, err.cause);
+    return { status: 'failed', event, failure };
   }
   const { result, json, seconds, ignored, type } = ran;
   await step.finish?.(tx, event);
@@ -282,7 +303,7 @@ async function recordFailure(
   tx: Transaction<any>,
   event: TakenEvent,
   cause: unknown,
-): Promise<FailRow> {
+): Promise<RecordedFailure> {
   const o = rt.options;
   const { id, key, seq } = event;
   const next = retrySchedule(o, event.attempts, event.receivedAt, cause instanceof RejectEvent);
@@ -292,24 +313,8 @@ async function recordFailure(
     { err: cause, id, key, seq, source: o.source, attempt: event.attempts + 1 },
     'webhook-inbox: handler failed',
   );
-  const headers = storableHeaders(event.headers, o.secretHeaders);
-  await rt.statements.undoTake(tx, {
-    source: o.source,
-    id,
-    key,
-    seq,
-    waiting: event.waiting ?? 'pending',
-    payload: event.payload,
-    headers,
-  });
   await rt.statements.fail(tx, {
-    source: o.source,
-    id,
-    key,
-    seq,
-    hash: event.hash,
-    payload: event.payload,
-    headers,
+    ...(await undoFailedTake(rt, tx, event)),
     error: errorMessage(cause),
     // Decided here (src/retry-schedule.ts: the budget is time, which `fail` does not read):
     // `fail` dead-letters when the attempts reach p_max_attempts, so 1 is "now", and the
@@ -320,25 +325,83 @@ async function recordFailure(
     receivedAt: event.receivedAt,
     deadReason: next.dead ? next.reason : 'poison',
   });
+  const fingerprint = causeOf(cause);
+  await rt.statements.recordCause(tx, o.source, id, fingerprint);
   return {
     decision: next.dead ? 'dead' : 'failed',
     attempts: event.attempts + 1,
     // onPoison 'skip' moved the cursor past it: what waits behind it may run now.
     drain: next.dead && key !== null && o.onPoison === 'skip',
     reason: next.dead ? next.reason : undefined,
+    cause: fingerprint,
+    error: cause,
   };
 }
 
-/** After COMMIT: a dead letter is counted and said, and so is the key it blocks. */
-function reportFailure(rt: Runtime, event: TakenEvent, failure: FailRow): void {
+/**
+ * Back to the savepoint the take left, the event waiting again (src/sql/failed-run.ts); then
+ * the row as the statement that records what came of the run writes it (its headers never a
+ * secret one).
+ */
+async function undoFailedTake(rt: Runtime, tx: Transaction<any>, event: TakenEvent) {
+  const o = rt.options;
+  const row = {
+    source: o.source,
+    id: event.id,
+    key: event.key,
+    seq: event.seq,
+    hash: event.hash,
+    payload: event.payload,
+    headers: storableHeaders(event.headers, o.secretHeaders),
+  };
+  await rt.statements.undoTake(tx, { ...row, waiting: event.waiting ?? 'pending' });
+  return row;
+}
+
+/**
+ * The handler threw RetryLater: back to the savepoint as for a failed run, then the event waits
+ * until the time it asked for, its attempts unchanged (src/sql/snooze.ts), riding on COMMIT.
+ */
+async function recordSnooze(
+  rt: Runtime,
+  tx: Transaction<any>,
+  event: TakenEvent,
+  later: RetryLater,
+): Promise<RecordedFailure> {
+  const o = rt.options;
+  const { id, key, seq } = event;
+  o.logger.debug(
+    { id, key, seq, source: o.source, retryAt: later.at.toISOString() },
+    'webhook-inbox: handler asked to retry later',
+  );
+  await rt.statements.snooze(tx, {
+    ...(await undoFailedTake(rt, tx, event)),
+    retryAt: later.at,
+    receivedAt: event.receivedAt,
+  });
+  return { decision: 'snoozed', attempts: event.attempts, drain: false, error: later };
+}
+
+/**
+ * After COMMIT: a dead letter is counted and said, and so is the key it blocks; `onDeadLetter`
+ * is told.
+ */
+function reportFailure(rt: Runtime, event: TakenEvent, failure: RecordedFailure): void {
   if (failure.decision !== 'dead') return;
   const o = rt.options;
   const { id, key, seq } = event;
   const reason = failure.reason ?? 'poison';
   rt.metrics.deadLetter(reason);
+  rt.metrics.deadLetterCause(failure.cause);
   o.logger.error(
-    { id, key, seq, source: o.source, attempts: failure.attempts },
+    { id, key, seq, source: o.source, attempts: failure.attempts, cause: failure.cause },
     `webhook-inbox: dead-lettered (${reason}); replay it with \`webhook-inbox dead replay ${id}\` once the cause is fixed`,
+  );
+  notifyDeadLetter(
+    o.onDeadLetter,
+    o.logger,
+    { source: o.source, id, key, seq, reason, attempts: failure.attempts, receivedAt: event.receivedAt },
+    { fingerprint: failure.cause, message: errorMessage(failure.error), error: failure.error },
   );
   if (key !== null && o.onPoison === 'block') {
     o.logger.info({ key, blockedSeq: seq, source: o.source }, 'webhook-inbox: key blocked (poison)');

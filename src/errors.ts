@@ -99,6 +99,40 @@ export class RejectEvent extends InboxError {
 }
 
 /**
+ * Thrown by a handler: "not yet". The event waits until `at` (or `afterMs` from now) and is
+ * applied then by the sweeper, without spending an attempt: `maxAttempts` counts failures, and
+ * this is not one (an event that arrives before the object it refers to). Its row is `pending`
+ * with `run_after` the time asked for, shown as `retry_at` by `webhook-inbox dead show` and the
+ * console. A delivery is answered 202 `pending` (with `retryAt`), so the sender does not retry.
+ *
+ * ```ts
+ * handle: async (event, { tx }) => {
+ *   const order = await tx.selectFrom('orders').selectAll().where('id', '=', event.body.orderId).executeTakeFirst();
+ *   if (!order) throw new RetryLater({ afterMs: 60_000 });
+ *   // ...
+ * }
+ * ```
+ */
+export class RetryLater extends InboxError {
+  override name = 'RetryLater';
+  /** When the event is to be applied again. */
+  readonly at: Date;
+  constructor(when: { at: Date } | { afterMs: number }, options?: { cause?: unknown }) {
+    let at: Date | undefined;
+    if (when && 'at' in when && when.at instanceof Date && Number.isFinite(when.at.getTime())) at = when.at;
+    else if (when && 'afterMs' in when && Number.isFinite(when.afterMs) && when.afterMs >= 0)
+      at = new Date(Date.now() + when.afterMs);
+    if (!at) {
+      throw new TypeError(
+        'webhook-inbox: RetryLater needs { at: <a valid Date> } or { afterMs: <milliseconds, 0 or more> }',
+      );
+    }
+    super(`retry at ${at.toISOString()}`, 'retry-later', 202, options);
+    this.at = at;
+  }
+}
+
+/**
  * An operator action (replay, skip, unblock, show) that could not be done as asked: nothing
  * was changed. `code` says why: `not-found`, `ambiguous` (the id or key exists in several
  * sources; name one), or `refused` (it exists, but the action does not apply in its state).

@@ -46,6 +46,10 @@ export interface InboxEventsTable {
    * claimed again by its delivery, or written by 0.1.0).
    */
   type: string | null;
+  /** The last failed run's fingerprint (its error's type and normalised message, hashed): migration 0003. */
+  cause: string | null;
+  /** When the last failed run was recorded (a dead letter's: when it died). */
+  failed_at: Date | null;
 }
 
 /** One row per ordering key: its cursor (`next_seq`) and whether it is blocked. */
@@ -102,6 +106,8 @@ export const INBOX_COLUMNS = {
     'received_at',
     'processed_at',
     'type',
+    'cause',
+    'failed_at',
   ] satisfies (keyof InboxEventsTable)[],
   keys: [
     'source',

@@ -7,6 +7,7 @@ export type {
   StandardSchemaV1,
 } from './body-schema.js';
 export type { DatabaseInput } from './database.js';
+export type { DeadLetterCause, DeadLetterEvent, OnDeadLetter } from './dead-letter-hook.js';
 export type { PGliteLike, PgClientLike, PgPoolLike } from './drivers/shapes.js';
 export {
   EmbeddedDatabaseUnavailableError,
@@ -17,6 +18,7 @@ export {
   OperationError,
   RawBodyUnavailableError,
   RejectEvent,
+  RetryLater,
   UnauthorizedDeliveryError,
 } from './errors.js';
 export type { Handler, HandlerContext, InboxEvent } from './event.js';
@@ -43,8 +45,10 @@ export type { InboxStats, MetricsOptions, RegistryLike } from './metrics.js';
 export { METRIC_NAMES } from './metrics.js';
 export { migrations } from './migrations.js';
 export type {
+  BatchRef,
   DeadLetter,
   DeadLetterFilter,
+  DeadLetterGroup,
   Gap,
   IgnoredEvent,
   IgnoredFilter,
@@ -57,11 +61,14 @@ export type {
   OpenOperationsOptions,
   PruneOptions,
   PruneResult,
+  PurgeOptions,
+  PurgeResult,
   ReplayOptions,
   ReplayResult,
   ReplaySelection,
   ScrubOptions,
   ScrubResult,
+  Selection,
   SkipResult,
 } from './operations/index.js';
 export { Operations, openOperations } from './operations/index.js';

@@ -41,6 +41,8 @@ export interface InboxMetrics {
   claimToCommit(seconds: number): void;
   gapTimeout(action: 'skipped' | 'blocked'): void;
   deadLetter(reason: string): void;
+  /** A dead letter's cause (src/cause.ts): what "a new cause appeared" alerts on. */
+  deadLetterCause(cause: string): void;
   /** A new id at a seq its key already applied (`applied`) or already holds for another id (`waiting`). */
   seqConflict(reason: 'applied' | 'waiting'): void;
   /** An event no handler takes, recorded `ignored`, by its type. */
@@ -60,6 +62,7 @@ export const noMetrics: InboxMetrics = {
   claimToCommit: noop,
   gapTimeout: noop,
   deadLetter: noop,
+  deadLetterCause: noop,
   seqConflict: noop,
   ignored: noop,
   drain: noop,
@@ -81,6 +84,7 @@ export const METRIC_NAMES = Object.freeze({
   deadLetterEvents: 'webhook_inbox_dead_letter_events',
   gapTimeouts: 'webhook_inbox_gap_timeouts_total',
   deadLetters: 'webhook_inbox_dead_letters_total',
+  deadLetterCauses: 'webhook_inbox_dead_letter_causes_total',
   seqConflicts: 'webhook_inbox_seq_conflicts_total',
   ignored: 'webhook_inbox_ignored_total',
   drainLatency: 'webhook_inbox_drain_latency_seconds',
@@ -253,6 +257,12 @@ function define(client: any, registry: RegistryLike): Shared {
         'Events dead-lettered, by reason (poison, late, rejected)',
         ['source', 'reason'],
       ),
+      deadLetterCauses: metric(
+        'Counter',
+        n.deadLetterCauses,
+        "Events dead-lettered after a failed run, by cause (the error's fingerprint: webhook-inbox dead groups)",
+        ['source', 'cause'],
+      ),
       seqConflicts: metric(
         'Counter',
         n.seqConflicts,
@@ -324,6 +334,8 @@ export async function createMetrics(
   const handler = bound(m.handlerDuration, 'outcome');
   const gapTimeouts = bound(m.gapTimeouts, 'action');
   const deadLetters = bound(m.deadLetters, 'reason');
+  const deadLetterCauses = bound(m.deadLetterCauses, 'cause');
+  const causeLabels = new Set<string>();
   const fallbacks = bound(m.redisFallbacks, 'reason');
   const seqConflicts = bound(m.seqConflicts, 'reason');
   const ignoredTypes = bound(m.ignored, 'type');
@@ -353,6 +365,15 @@ export async function createMetrics(
       claimToCommit: (seconds) => claimToCommit.observe(seconds),
       gapTimeout: (action) => gapTimeouts(action).inc(),
       deadLetter: (reason) => deadLetters(reason).inc(),
+      deadLetterCause: (cause) => {
+        // Bounded as the types are: a bug that makes a new message per event must not make a series each.
+        let label = cause;
+        if (!causeLabels.has(label)) {
+          if (causeLabels.size >= MAX_TYPE_LABELS) label = 'other';
+          else causeLabels.add(label);
+        }
+        deadLetterCauses(label).inc();
+      },
       seqConflict: (reason) => seqConflicts(reason).inc(),
       ignored: (type) => {
         let label = type ?? 'none';

@@ -1,7 +1,8 @@
-import type { Kysely } from 'kysely';
+import { type Kysely, sql } from 'kysely';
 import { runMigrations } from './migration-runner.js';
 import { baseline } from './migrations/0001-baseline.js';
 import { release0_2 } from './migrations/0002-release-0-2.js';
+import { deadLetterCauses } from './migrations/0003-dead-letter-causes.js';
 import type { Tables } from './sql/tables.js';
 
 /**
@@ -16,6 +17,7 @@ import type { Tables } from './sql/tables.js';
 export const migrations: ReadonlyArray<readonly [name: string, up: (t: Tables) => string]> = [
   ['0001_baseline', baseline], // 0.1.0
   ['0002_release_0_2', release0_2], // 0.2.0
+  ['0003_dead_letter_causes', deadLetterCauses], // 0.2.0's first after the squash
 ];
 
 /**
@@ -58,12 +60,65 @@ function refuseRetired(tables: Tables, applied: ReadonlySet<string>): string | u
  * per schema and prefix: any number of instances may start at once. Returns the names it ran.
  */
 export async function migrateToLatest(db: Kysely<any>, tables: Tables): Promise<string[]> {
-  return runMigrations(db, {
+  return runMigrations(db, inboxPlan(tables));
+}
+
+/** What a run of the migrations needs: where the ledger is, the lock, the migrations in order. */
+type MigrationPlan = Parameters<typeof runMigrations>[1];
+
+function inboxPlan(tables: Tables): MigrationPlan {
+  return {
     label: 'webhook-inbox',
     schema: tables.schema,
     ledger: tables.fn('migrations'),
     lockKey: `webhook-inbox:${tables.schema}.${tables.prefix}`,
     migrations: migrations.map(([name, up]) => [name, () => up(tables)] as const),
     refuse: (applied) => refuseRetired(tables, applied),
-  });
+  };
+}
+
+/**
+ * The migrations a database lacks, in order, without running anything (a read of the ledger,
+ * none when the schema is new): what `webhook-inbox migrate --check` and `--sql` report.
+ */
+export async function pendingMigrations(db: Kysely<any>, tables: Tables): Promise<string[]> {
+  const plan = inboxPlan(tables);
+  const { rows } = await sql<{
+    ledger: string | null;
+  }>`select to_regclass(${plan.ledger})::text as ledger`.execute(db);
+  const applied = new Set<string>();
+  if (rows[0]?.ledger) {
+    const done = await sql<{ name: string }>`select name from ${sql.raw(plan.ledger)}`.execute(db);
+    for (const r of done.rows) applied.add(r.name);
+  }
+  return plan.migrations.map(([name]) => name).filter((name) => !applied.has(name));
+}
+
+/**
+ * The SQL `migrateToLatest` would run for the migrations named (`pendingMigrations`), as one
+ * script a DBA can review and run with psql: one transaction, the same advisory lock, the
+ * schema and ledger created if missing, each migration followed by its ledger row, so that the
+ * application finds them applied. Empty when nothing is pending.
+ */
+export function migrationScript(tables: Tables, pending: readonly string[]): string {
+  if (pending.length === 0) return '';
+  const plan = inboxPlan(tables);
+  const literal = (text: string) => `'${text.replace(/'/g, "''")}'`;
+  const parts = [
+    `-- webhook-inbox: ${pending.length} pending migration${pending.length === 1 ? '' : 's'} for schema ${plan.schema}${tables.prefix ? `, table prefix ${tables.prefix}` : ''}`,
+    'begin;',
+    `select pg_advisory_xact_lock(hashtext(${literal(plan.lockKey)}));`,
+    `create schema if not exists "${plan.schema.replace(/"/g, '""')}";`,
+    `create table if not exists ${plan.ledger} (name varchar(255) primary key, timestamp varchar(255) not null);`,
+  ];
+  for (const [name, up] of plan.migrations) {
+    if (!pending.includes(name)) continue;
+    parts.push(
+      `\n-- migration ${name}`,
+      up().trim(),
+      `insert into ${plan.ledger} (name, timestamp) values (${literal(name)}, now()::text);`,
+    );
+  }
+  parts.push('commit;');
+  return `${parts.join('\n')}\n`;
 }

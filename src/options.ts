@@ -1,6 +1,7 @@
 import type { TracerProvider } from '@opentelemetry/api';
 import type { JsonSchema, StandardSchemaV1 } from './body-schema.js';
 import type { DatabaseInput } from './database.js';
+import type { OnDeadLetter } from './dead-letter-hook.js';
 import type { Handler } from './event.js';
 import type { Handlers } from './handlers.js';
 import type { Logger } from './logger.js';
@@ -202,6 +203,24 @@ export interface InboxOptions<TBody = any, DB = any> {
    * warns at start-up. @defaultValue '7d'
    */
   retention?: number | string | false;
+  /**
+   * How long dead letters are kept, counted from when they died (their last failed run; a late
+   * one from when it arrived): milliseconds or a duration string (`'30d'`); `false` keeps them
+   * until an operator replays, skips or purges them (`webhook-inbox dead purge`). Their
+   * payloads may hold personal data: set it when the bodies do. Independent of `retention`
+   * (processed rows) and of `keepPayload` (the payload of processed rows). @defaultValue false
+   */
+  deadRetention?: number | string | false;
+  /**
+   * Told once per dead letter, after the COMMIT that dead-lettered it, on every path (a
+   * delivery, a drain, the sweeper, a worker, a late arrival): for an alert to Slack or
+   * PagerDuty. Not awaited; what it throws is logged (`error`) and changes nothing.
+   *
+   * ```ts
+   * onDeadLetter: (event, cause) => alerts.send(`${event.source}/${event.id} dead (${event.reason}, cause ${cause.fingerprint})`)
+   * ```
+   */
+  onDeadLetter?: OnDeadLetter;
   /**
    * A pino-shaped logger: `debug` for each delivery's outcome and a failure's retries, `info`
    * for gap timeouts and blocked keys, `warn` for an event's first handler failure and the first

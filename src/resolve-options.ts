@@ -1,6 +1,7 @@
 import type { TracerProvider } from '@opentelemetry/api';
 import { type BodySchema, resolveBodySchema } from './body-schema.js';
 import type { DatabaseInput } from './database.js';
+import type { OnDeadLetter } from './dead-letter-hook.js';
 import { parseDuration } from './duration.js';
 import { InboxOptionsError } from './errors.js';
 import type { Handler } from './event.js';
@@ -95,6 +96,8 @@ const OPTION_NAMES = [
   'retryCapMs',
   'duplicateCacheSize',
   'retention',
+  'deadRetention',
+  'onDeadLetter',
   'logger',
   'redis',
   'redisPrefix',
@@ -375,17 +378,13 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
       `must be a function, e.g. standardWebhooks({ secret }); got ${describe(o.verify)}`,
     );
   }
-  let retention: number | false = 7 * 86_400_000;
-  if (o.retention === false) retention = false;
-  else if (o.retention !== undefined) {
-    const ms = parseDuration(o.retention);
-    if (ms === undefined || ms < 1000) {
-      throw new InboxOptionsError(
-        'retention',
-        `must be a number of milliseconds (at least 1000), a duration such as '7d' or '36h', or false; got ${describe(o.retention)}`,
-      );
-    }
-    retention = ms;
+  const retention = retentionOf(o, 'retention', 7 * 86_400_000);
+  const deadRetention = retentionOf(o, 'deadRetention', false);
+  if (o.onDeadLetter !== undefined && typeof o.onDeadLetter !== 'function') {
+    throw new InboxOptionsError(
+      'onDeadLetter',
+      `must be a function (event, cause) => …; got ${describe(o.onDeadLetter)}`,
+    );
   }
   const poolSize = integer(o, 'poolSize', 10, 1, 1000);
   const mode = oneOf(o, 'mode', ['inline', 'deferred'] as const);
@@ -441,6 +440,8 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
     retryCapMs,
     duplicateCacheSize: integer(o, 'duplicateCacheSize', 5000, 0, 1_000_000),
     retention,
+    deadRetention,
+    onDeadLetter: o.onDeadLetter as ResolvedOptions['onDeadLetter'],
     logger: {
       debug: logger.debug?.bind(logger) ?? silent,
       info: logger.info?.bind(logger) ?? silent,
@@ -510,6 +511,9 @@ export interface ResolvedOptions {
   readonly duplicateCacheSize: number;
   /** Milliseconds, or false when automatic pruning is off. */
   readonly retention: number | false;
+  /** Milliseconds, or false: dead letters are kept. */
+  readonly deadRetention: number | false;
+  readonly onDeadLetter: OnDeadLetter | undefined;
   readonly logger: Logger;
   readonly redis: RedisInput | undefined;
   readonly redisPrefix: string;
@@ -530,4 +534,19 @@ export interface ResolvedOptions {
   readonly poolWaitTimeoutMs: number;
   readonly handlerTimeoutMs: number;
   readonly maxPending: number;
+}
+
+/** A retention option: milliseconds (at least a second), a duration string, or false. */
+function retentionOf(o: Record<string, unknown>, name: string, fallback: number | false): number | false {
+  const value = o[name];
+  if (value === undefined) return fallback;
+  if (value === false) return false;
+  const ms = parseDuration(value as number | string);
+  if (ms === undefined || ms < 1000) {
+    throw new InboxOptionsError(
+      name,
+      `must be a number of milliseconds (at least 1000), a duration such as '7d' or '36h', or false; got ${describe(value)}`,
+    );
+  }
+  return ms;
 }

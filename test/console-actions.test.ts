@@ -17,6 +17,7 @@ let inbox: Inbox;
 let ops: Operations & { close(): Promise<void> };
 let app: Console;
 let csrf: string;
+let receiveInto: string;
 const ORIGIN = 'http://console.test';
 const failing = new Set<string>();
 const logged: Array<Record<string, unknown>> = [];
@@ -52,7 +53,7 @@ beforeAll(async () => {
   });
   await inbox.ready();
   const { createServer } = await import('node:http');
-  const { receiveInto } = await serverFor(inbox, createServer);
+  ({ receiveInto } = await serverFor(inbox, createServer));
   for (const id of ['u-1', 'u-2', 'o-1']) failing.add(id);
   expect(await deliver(receiveInto, 'u-1', { n: 1 })).toBe(200);
   expect(await deliver(receiveInto, 'u-2', { n: 2 })).toBe(200);
@@ -153,4 +154,47 @@ test('bad forms are 400 naming the field, and change nothing', async () => {
   expect(noKey.body).toContain('field `key`');
   const unknown = await post('/actions/drop-tables', [], true);
   expect(unknown.status).toBe(404);
+});
+
+test('the overview lists causes; a replay of one cause in a window counts first, then re-queues exactly those, in key order', async () => {
+  for (const id of ['x-3', 'x-1', 'x-2']) {
+    failing.add(id);
+    expect(await deliver(receiveInto, id, { n: 9 }, { 'x-key': `acct-${id}`, 'x-seq': '1' })).toBe(200);
+  }
+  // x-1 failed two hours ago (the clock, set by hand): outside the window.
+  await sql`update ${sql.table(`${db.schema}.events`)} set failed_at = now() - interval '2 hours' where id = 'x-1'`.execute(
+    await inbox.kysely(),
+  );
+  const cause = (await ops.deadLetter('x-2')).cause!;
+  const overview = await app.handle({ method: 'GET', url: '/', headers: { 'x-user': 'bob' } });
+  const row = new RegExp(
+    `<tr><td><a href="[^"]*cause=${cause}[^"]*">${cause}</a></td><td>poison</td><td>3</td>`,
+  );
+  expect(overview.body).toMatch(row);
+  expect(text(overview.body)).toContain('Error: broken for x-');
+
+  const filter: Array<[string, string]> = [
+    ['cause', cause],
+    ['since', '1h'],
+  ];
+  const ask = await post('/actions/replay-all', filter);
+  expect(ask.body).toContain('Replay the 2 dead letters matching this filter, in key order?');
+  expect(ask.body.indexOf('default/x-2: would be re-queued')).toBeLessThan(ask.body.indexOf('default/x-3'));
+  // The confirmation carries the window as an absolute time.
+  const since = /name="since" value="([^"]+)"/.exec(ask.body)![1]!;
+  expect(new Date(since).toISOString()).toBe(since);
+  expect((await ops.deadLetter('x-2')).status).toBe('dead');
+
+  const done = await post(
+    '/actions/replay-all',
+    [
+      ['cause', cause],
+      ['since', since],
+    ],
+    true,
+  );
+  expect([...new Set(done.body.match(/default\/x-\d/g))]).toEqual(['default/x-2', 'default/x-3']);
+  expect(done.body.match(/requeued \(now held\)/g)).toHaveLength(2);
+  expect((await ops.statuses('default', ['x-1', 'x-2', 'x-3'])).get('x-1')).toBe('dead');
+  expect(await ops.countDead({ cause })).toBe(1);
 });

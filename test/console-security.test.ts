@@ -354,6 +354,49 @@ describe('host trust, sessions and logins', () => {
     expect((await get(app, second)).status).toBe(200);
   });
 
+  test("two replicas with the same secret accept each other's sessions and forms; without it they refuse them", async () => {
+    const secret = 'a'.repeat(16) + 'b'.repeat(16);
+    const [a, b] = [1, 2].map(() => createConsole({ operations: ops, token: CONSOLE_TOKEN, secret }));
+    const cookie = cookieOf(await loginAs(a!, CONSOLE_TOKEN));
+    const page = await get(a!, cookie);
+    const post = (app: ReturnType<typeof createConsole>, headers: Record<string, string>, csrf: string) =>
+      app.handle({
+        method: 'POST',
+        url: '/actions/unblock',
+        headers: { host: 'ops.example', origin: 'http://ops.example', ...form, ...headers },
+        body: `csrf=${encodeURIComponent(csrf)}&source=default&key=k-1`,
+      });
+    // Replica B: A's session opens it, and A's form is accepted (the confirmation page, nothing done).
+    expect((await get(b!, cookie)).status).toBe(200);
+    const onB = await post(b!, { cookie }, csrfOf(page.body));
+    expect([onB.status, onB.body]).toEqual([200, expect.stringContaining('Unblock key k-1?')]);
+    // A forged session is refused; logging out on B refuses the cookie there at once.
+    expect((await get(b!, `${cookie.slice(0, -2)}xx`)).status).toBe(401);
+    const logout = await b!.handle({
+      method: 'POST',
+      url: '/logout',
+      headers: { host: 'ops.example', origin: 'http://ops.example', cookie, ...form },
+      body: `csrf=${encodeURIComponent(csrfOf((await get(b!, cookie)).body))}`,
+    });
+    expect(logout.headers['set-cookie']).toMatch(/Max-Age=0/);
+    expect((await get(b!, cookie)).status).toBe(401);
+
+    // Without the secret each process keys its own: B knows nothing of A's session or forms.
+    const [c, d] = [1, 2].map(() => createConsole({ operations: ops, token: CONSOLE_TOKEN }));
+    const cCookie = cookieOf(await loginAs(c!, CONSOLE_TOKEN));
+    expect((await get(d!, cCookie)).status).toBe(401);
+    const cPage = await c!.handle({
+      method: 'GET',
+      url: '/keys',
+      headers: { host: 'ops.example', ...bearer },
+    });
+    const refused = await post(d!, bearer, csrfOf(cPage.body));
+    expect(refused.status).toBe(403);
+    expect(() => createConsole({ operations: ops, token: CONSOLE_TOKEN, secret: 'short' })).toThrow(
+      /option `secret` must be a string of 32 characters or more/,
+    );
+  });
+
   test('a session ends after sessionTtl', async () => {
     const app = createConsole({ operations: ops, token: CONSOLE_TOKEN, sessionTtl: '10m' });
     const login = await loginAs(app, CONSOLE_TOKEN);

@@ -3,6 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { createInbox, migrations } from '../src/index.js';
 import { runMigrations } from '../src/migration-runner.js';
 import { createTables } from '../src/sql/tables.js';
+import { cli } from './support/cli.js';
 import { postgresTarget } from './support/databases.js';
 
 describe.runIf(postgresTarget)('migrations on real Postgres', () => {
@@ -27,6 +28,47 @@ describe.runIf(postgresTarget)('migrations on real Postgres', () => {
       await inboxes[0].migrate(); // again: nothing to do, nothing breaks
     } finally {
       await Promise.all(inboxes.map((i) => i.close()));
+      await t.close();
+    }
+  });
+});
+
+describe.runIf(postgresTarget)('deploy gates: migrate --sql and migrate --check', () => {
+  it('--sql prints the pending SQL (nothing on a current database), runnable by psql; --check exits 1, then 0', async () => {
+    const t = await postgresTarget!.open();
+    const S = ['--schema', t.schema];
+    try {
+      const pending = await cli(['migrate', '--check', ...S, '--json']);
+      expect(pending.code).toBe(1);
+      expect(pending.json).toMatchObject({ current: false, pending: migrations.map(([name]) => name) });
+      const script = await cli(['migrate', '--sql', ...S]);
+      expect(script.code).toBe(0);
+      expect(script.stdout).toMatch(/^-- webhook-inbox: \d+ pending migrations for schema /);
+      // Nothing ran: the schema is still missing.
+      expect((await cli(['migrate', '--check', ...S])).code).toBe(1);
+      // The DBA runs it (one multi-statement query, as psql -f does); the application then finds it current.
+      await (t.db as import('pg').Pool).query(script.stdout);
+      const current = await cli(['migrate', '--check', ...S]);
+      expect([current.code, current.stdout.trim()]).toEqual([0, `schema ${t.schema} is up to date`]);
+      expect((await cli(['migrate', '--sql', ...S])).stdout).toBe('');
+      const inbox = createInbox({
+        db: t.db,
+        schema: t.schema,
+        migrate: false,
+        sweepIntervalMs: 0,
+        handle: () => 1,
+      });
+      try {
+        const outcome = await inbox.receive({
+          headers: { 'idempotency-key': 'e-1' },
+          rawBody: Buffer.from('{}'),
+        });
+        expect(outcome.kind).toBe('processed');
+      } finally {
+        await inbox.close();
+      }
+      expect((await cli(['migrate', '--sql', '--check', ...S])).code).toBe(2);
+    } finally {
       await t.close();
     }
   });

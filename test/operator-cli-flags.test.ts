@@ -87,6 +87,15 @@ describe('CLI argument checks (no database is opened)', { timeout: 120_000 }, ()
         cli(['dead', 'replay', 'evt-1', '--retention', '7', '--json']),
         cli(['dead', 'show', 'evt-1', '--raw', '--json']),
         cliAsProcess(['status', '--db', 'not-a-url']),
+        // The application's configuration, from its environment: checked, named.
+        cli(['status', '--json'], { DATABASE_URL: url, WEBHOOK_INBOX_SCHEMA: 'Billing' }),
+        cli(['status', '--json'], { DATABASE_URL: url, WEBHOOK_INBOX_TABLE_PREFIX: 'wh-' }),
+        cli(['status', '--json'], { DATABASE_URL: url, WEBHOOK_INBOX_SOURCE: 'two words' }),
+        cli(['dead', 'replay', 'evt-1', '--json'], { DATABASE_URL: url, WEBHOOK_INBOX_RETENTION: 'a week' }),
+        cli(['dead', 'list', '--since', 'yesterday', '--json']),
+        cli(['dead', 'list', '--cause', 'not-a-cause', '--json']),
+        cli(['dead', 'groups', '--since', '10:15', '--until', '10:00', '--json']),
+        cli(['migrate', '--sql', '--check', '--json']),
       ]);
       const [
         ver,
@@ -101,6 +110,7 @@ describe('CLI argument checks (no database is opened)', { timeout: 120_000 }, ()
         retention,
         raw,
         text,
+        ...fromEnv
       ] = runs;
       expect(ver.code).toBe(0);
       expect(ver.stdout.trim()).toBe(version);
@@ -117,6 +127,16 @@ describe('CLI argument checks (no database is opened)', { timeout: 120_000 }, ()
       expect(error(retention).message).toContain('--retention must be a duration');
       expect(error(raw).message).toContain('--raw or --json');
       expect(text.stderr).toMatch(/^webhook-inbox: --db must be a PostgreSQL URL/);
+      expect(fromEnv.map((r) => error(r).message.split(';')[0])).toEqual([
+        'WEBHOOK_INBOX_SCHEMA must be a lower-case SQL identifier',
+        'WEBHOOK_INBOX_TABLE_PREFIX must be a lower-case SQL identifier',
+        'WEBHOOK_INBOX_SOURCE must be 1-100 printable ASCII characters',
+        "WEBHOOK_INBOX_RETENTION must be a duration like 7d, 36h (as the inbox's retention option), or false",
+        '--since must be an ISO 8601 time (2026-11-28T10:00:00Z), a time of today in UTC (10:00) or a duration ago (2h)',
+        '--cause must be a cause as `dead groups` lists it (12 hex characters)',
+        '--since must be before --until\nusage: webhook-inbox dead groups [--reason R] [--cause C] [--key K|prefix*] [--type T] [--since T] [--until T] [options]',
+        'give --sql or --check, not both\nusage: webhook-inbox migrate [--sql | --check] [options]',
+      ]);
     } finally {
       rmSync(empty, { recursive: true, force: true });
     }
@@ -165,7 +185,8 @@ describe.skipIf(!postgresTarget)('dead replay guard rails (postgres)', { timeout
       cli(['dead', 'replay', '--all', ...S]),
     ]);
     expect(dry.code).toBe(0);
-    expect(dry.json.map((r: any) => [r.id, r.outcome, r.status, r.olderThanRetention])).toEqual([
+    expect(dry.json).toMatchObject({ dryRun: true, count: 3, olderThanRetention: 2 });
+    expect(dry.json.sample.map((r: any) => [r.id, r.outcome, r.status, r.olderThanRetention])).toEqual([
       ['u-2', 'would-requeue', 'dead', true],
       ['u-3', 'would-requeue', 'dead', true],
       ['u-1', 'would-requeue', 'dead', false],
@@ -188,6 +209,13 @@ describe.skipIf(!postgresTarget)('dead replay guard rails (postgres)', { timeout
     });
     expect(error(old).message).toContain('--force');
     expect(await dead()).toBe(3);
+    // The application's retention from its environment, as the CLI reads it (and its schema).
+    const fromEnv = await cli(['dead', 'replay', 'u-2', '--dry-run', '--json'], {
+      ...DB_ENV,
+      WEBHOOK_INBOX_SCHEMA: t.schema,
+      WEBHOOK_INBOX_RETENTION: '30d',
+    });
+    expect(fromEnv.json).toMatchObject([{ id: 'u-2', outcome: 'would-requeue', olderThanRetention: false }]);
     const longer = await cli(['dead', 'replay', 'u-2', '--retention', '30d', ...S]);
     expect(longer.code).toBe(0);
     expect(longer.json).toMatchObject([{ id: 'u-2', outcome: 'requeued', status: 'pending' }]);

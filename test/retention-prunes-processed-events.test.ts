@@ -1,12 +1,14 @@
 /**
  * Retention: processed rows older than `retention` are pruned in small batches by the sweeper
  * and by `prune()`; held and dead rows and the keys table never are, so a key's cursor keeps
- * answering an old ordered redelivery as a duplicate after its row is gone.
+ * answering an old ordered redelivery as a duplicate after its row is gone. Dead letters have a
+ * retention of their own, `deadRetention` (default: kept), and a processed row's payload its own
+ * switch, `keepPayload`: the three are independent.
  */
 import { sql } from 'kysely';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { type LedgerServer, startLedger } from '../examples/ledger/start.js';
-import { createInbox, InboxOptionsError } from '../src/index.js';
+import { createInbox, type InboxOptions, InboxOptionsError } from '../src/index.js';
 import { filePGlite, type TargetDb, targets } from './support/databases.js';
 import { deliver } from './support/deliver.js';
 import { perTestSchemas } from './support/per-test-schemas.js';
@@ -22,7 +24,13 @@ describe('the retention option', () => {
       expect(() => createInbox({ db: 'memory', handle, retention } as any)).toThrow(
         /option `retention` must be/,
       );
+      expect(() => createInbox({ db: 'memory', handle, deadRetention: retention } as any)).toThrow(
+        /option `deadRetention` must be/,
+      );
     }
+    expect(() => createInbox({ db: 'memory', handle, onDeadLetter: 'slack' } as any)).toThrow(
+      /option `onDeadLetter` must be a function/,
+    );
     const warnings: Error[] = [];
     const onWarning = (w: Error) => warnings.push(w);
     process.on('warning', onWarning);
@@ -139,5 +147,56 @@ describe.each(targets)('retention ($name)', (target) => {
     expect(await inbox.prune({ olderThan: 86_400_000, batchSize: 3 })).toMatchObject({ pruned: 4 });
     expect((await inbox.status()).events.processed).toBe(1);
     await expect(inbox.prune({ olderThan: 'soon' })).rejects.toThrow(/`olderThan` must be/);
+  });
+
+  it('deadRetention purges dead letters past their age, independently of retention and keepPayload', async () => {
+    const open = (options: Partial<InboxOptions>) =>
+      createInbox({
+        db: t.db,
+        schema: t.schema,
+        sweepIntervalMs: 0,
+        maxAttempts: 1,
+        handle: (event) => {
+          if ((event.body as { poison?: boolean }).poison) throw new Error('poison');
+        },
+        ...options,
+      });
+    const first = open({ retention: '7d', deadRetention: '30d', keepPayload: false });
+    const body = (poison: boolean) => ({
+      headers: { 'content-type': 'application/json' },
+      rawBody: Buffer.from(JSON.stringify({ poison })),
+    });
+    for (const id of ['p-old', 'p-new'])
+      await first.receive({ ...body(false), headers: { ...body(false).headers, 'idempotency-key': id } });
+    for (const id of ['d-old', 'd-mid', 'd-new'])
+      await first.receive({ ...body(true), headers: { ...body(true).headers, 'idempotency-key': id } });
+    let db = await first.kysely();
+    const events = sql.table(`${t.schema}.events`);
+    await sql`update ${events} set processed_at = now() - interval '10 days' where id = 'p-old'`.execute(db);
+    await sql`update ${events} set received_at = now() - interval '40 days' where id = 'd-old'`.execute(db);
+    await sql`update ${events} set received_at = now() - interval '10 days' where id = 'd-mid'`.execute(db);
+    const rows = async () =>
+      (
+        await sql<{ id: string; status: string; kept: boolean }>`
+          select id, status, payload is not null as kept from ${events} order by id`.execute(db)
+      ).rows.map((r) => `${r.id}:${r.status}${r.kept ? '+payload' : ''}`);
+
+    expect(await first.sweep()).toMatchObject({ pruned: 1, purged: 1 });
+    expect(await rows()).toEqual(['d-mid:dead+payload', 'd-new:dead+payload', 'p-new:processed']);
+    await first.close();
+
+    // No retention for processed rows, payloads kept, dead letters after 5 days: only d-mid goes.
+    const second = open({ retention: false, deadRetention: '5d', keepPayload: true });
+    db = await second.kysely();
+    await second.receive({
+      ...body(false),
+      headers: { ...body(false).headers, 'idempotency-key': 'p-kept' },
+    });
+    await sql`update ${events} set processed_at = now() - interval '400 days' where status = 'processed'`.execute(
+      db,
+    );
+    expect(await second.sweep()).toMatchObject({ pruned: 0, purged: 1 });
+    expect(await rows()).toEqual(['d-new:dead+payload', 'p-kept:processed+payload', 'p-new:processed']);
+    await second.close();
   });
 });

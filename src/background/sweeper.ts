@@ -1,12 +1,13 @@
 /**
  * The sweeper: a pass every `sweepIntervalMs` in every instance. It finishes drains a crash
  * interrupted, retries failed events whose backoff ended, applies gap timeouts (skip or
- * block), applies due unordered pending events, and prunes processed rows past `retention`.
+ * block), applies due unordered pending events, prunes processed rows past `retention` and
+ * purges dead letters past `deadRetention`.
  */
 
 import { missingTables } from '../drivers/postgres-error.js';
 import { firstTime, recovered } from '../logger.js';
-import { prune } from '../operations/retention.js';
+import { prune, purgeDead } from '../operations/retention.js';
 import type { Runtime } from '../runtime.js';
 import type { SweepRow } from '../sql/sweep.js';
 import { applyDuePending } from './turns.js';
@@ -28,6 +29,8 @@ export interface SweepReport {
   applied: number;
   /** Processed rows pruned by retention. */
   pruned: number;
+  /** Dead letters purged by `deadRetention`. */
+  purged: number;
   /** Keys this pass could not handle (each logged and counted in the sweeper's error metric). */
   keyErrors: number;
 }
@@ -96,6 +99,7 @@ export class Sweeper {
       keysBlocked: 0,
       applied: 0,
       pruned: 0,
+      purged: 0,
       keyErrors: 0,
     };
     const toDrain: string[] = [];
@@ -148,21 +152,42 @@ export class Sweeper {
     );
     report.applied = await applyDuePendingEvents(rt, PENDING_PER_SWEEP);
     // Retention: one small batch, at most once a minute while caught up, every pass while behind.
-    if (o.retention !== false && Date.now() >= this.#nextPruneAt && !rt.closing) {
+    if (
+      (o.retention !== false || o.deadRetention !== false) &&
+      Date.now() >= this.#nextPruneAt &&
+      !rt.closing
+    ) {
       const scope = {
         db: rt.database.kysely,
         tables: rt.tables,
         source: o.source,
         lockTimeoutMs: o.lockTimeoutMs,
       };
-      const { pruned } = await prune(scope, {
-        olderThan: o.retention,
-        batchSize: PRUNE_BATCH,
-        maxBatches: 1,
-      });
-      report.pruned = pruned;
-      this.#nextPruneAt = pruned >= PRUNE_BATCH ? 0 : Date.now() + PRUNE_EVERY_MS;
-      if (pruned > 0) o.logger.debug({ pruned, source: o.source }, 'webhook-inbox: pruned processed events');
+      let behind = false;
+      if (o.retention !== false) {
+        const { pruned } = await prune(scope, {
+          olderThan: o.retention,
+          batchSize: PRUNE_BATCH,
+          maxBatches: 1,
+        });
+        report.pruned = pruned;
+        behind = pruned >= PRUNE_BATCH;
+        if (pruned > 0)
+          o.logger.debug({ pruned, source: o.source }, 'webhook-inbox: pruned processed events');
+      }
+      // Dead letters past `deadRetention` (counted from their arrival), independently.
+      if (o.deadRetention !== false) {
+        const { purged } = await purgeDead(
+          scope,
+          { olderThan: o.deadRetention },
+          { batchSize: PRUNE_BATCH, maxBatches: 1 },
+        );
+        report.purged = purged;
+        behind ||= purged >= PRUNE_BATCH;
+        if (purged > 0)
+          o.logger.info({ purged, source: o.source }, 'webhook-inbox: purged dead letters (deadRetention)');
+      }
+      this.#nextPruneAt = behind ? 0 : Date.now() + PRUNE_EVERY_MS;
     }
     return report;
   }

@@ -5,7 +5,7 @@
 import { existsSync, readdirSync, statSync } from 'node:fs';
 import { parseDuration } from '../duration.js';
 import { DEAD_REASONS } from '../operations/dead-letters.js';
-import type { OpenOperationsOptions } from '../operations/index.js';
+import { type OpenOperationsOptions, parseInstant } from '../operations/index.js';
 import { HEADER_NAME } from '../option-checks.js';
 import {
   type Command,
@@ -23,9 +23,18 @@ export const GLOBAL_OPTIONS: Record<string, OptionSpec> = {
     type: 'string',
     help: "an embedded PGlite database on disk (the inbox's dataDir) instead of --db",
   },
-  schema: { type: 'string', help: "schema of the inbox tables (default: 'webhook_inbox')" },
-  'table-prefix': { type: 'string', help: "prefix of the inbox table names (default: '')" },
-  source: { type: 'string', help: 'act on this source only (default: every source)' },
+  schema: {
+    type: 'string',
+    help: "schema of the inbox tables (default: $WEBHOOK_INBOX_SCHEMA, else 'webhook_inbox')",
+  },
+  'table-prefix': {
+    type: 'string',
+    help: "prefix of the inbox table names (default: $WEBHOOK_INBOX_TABLE_PREFIX, else '')",
+  },
+  source: {
+    type: 'string',
+    help: 'act on this source only (default: $WEBHOOK_INBOX_SOURCE, else every source)',
+  },
   'secret-headers': {
     type: 'string',
     help: 'more headers never shown (and removed by scrub-headers), comma-separated, besides the built-in ones',
@@ -35,8 +44,18 @@ export const GLOBAL_OPTIONS: Record<string, OptionSpec> = {
 };
 
 export const FILTERS: Record<string, OptionSpec> = {
-  key: { type: 'string', help: 'only this ordering key' },
+  key: {
+    type: 'string',
+    help: "only this ordering key, or with a trailing * every key it starts ('acct_*')",
+  },
   reason: { type: 'string', help: `only this dead reason (${DEAD_REASONS.join(', ')})` },
+  cause: { type: 'string', help: 'only this cause (a fingerprint `dead groups` lists)' },
+  type: { type: 'string', help: "only this event type ('invoice.paid')" },
+  since: {
+    type: 'string',
+    help: 'failed at or after: ISO 8601 (2026-11-28T10:00Z), a time today in UTC (10:00) or a duration ago (2h)',
+  },
+  until: { type: 'string', help: 'failed before (as --since)' },
   'older-than': { type: 'string', help: 'received longer ago than this duration (7d, 12h, 30m)' },
   'newer-than': { type: 'string', help: 'received more recently than this duration' },
   limit: { type: 'string', help: 'at most this many (default 100; 1-10000)' },
@@ -50,6 +69,29 @@ export function duration(values: Values, name: string): number | undefined {
   const ms = parseDuration(raw);
   if (ms === undefined) {
     throw new UsageError(`--${name} must be a duration like 7d, 12h, 30m, 90s; got ${JSON.stringify(raw)}`);
+  }
+  return ms;
+}
+
+/**
+ * The application's `retention`, for what compares with it (`dead replay`, `prune`): the flag,
+ * else WEBHOOK_INBOX_RETENTION, else the inbox's default (7d). `false`/`off` is no pruning.
+ */
+export function retentionOf(
+  values: Values,
+  flag: string,
+  env: Record<string, string | undefined>,
+): number | false {
+  const given = duration(values, flag);
+  if (given !== undefined) return given;
+  const raw = env.WEBHOOK_INBOX_RETENTION;
+  if (raw === undefined || raw === '') return 7 * 86_400_000;
+  if (raw === 'false' || raw === 'off') return false;
+  const ms = parseDuration(raw);
+  if (ms === undefined || ms < 1000) {
+    throw new UsageError(
+      `WEBHOOK_INBOX_RETENTION must be a duration like 7d, 36h (as the inbox's retention option), or false; got ${JSON.stringify(raw)}`,
+    );
   }
   return ms;
 }
@@ -113,11 +155,39 @@ function reason(values: Values): string | undefined {
   return raw;
 }
 
-/** The dead-letter filters of `dead list` and `dead replay --all`. */
-export function filterOf(values: Values) {
+/** `--since` / `--until`: a point in time, pinned to now once (so a dry run and its action agree). */
+function instant(values: Values, name: 'since' | 'until', now: Date): Date | undefined {
+  const raw = values[name];
+  if (typeof raw !== 'string') return undefined;
+  const at = parseInstant(raw, now);
+  if (!at) {
+    throw new UsageError(
+      `--${name} must be an ISO 8601 time (2026-11-28T10:00:00Z), a time of today in UTC (10:00) or a duration ago (2h); got ${JSON.stringify(raw)}`,
+    );
+  }
+  return at;
+}
+
+const CAUSE = /^[0-9a-f]{12}$/;
+
+/** The dead-letter selection of `dead list|groups|replay|skip|purge` (src/operations/selection.ts). */
+export function filterOf(values: Values, now: Date = new Date()) {
+  const cause = values.cause as string | undefined;
+  if (cause !== undefined && !CAUSE.test(cause)) {
+    throw new UsageError(
+      `--cause must be a cause as \`dead groups\` lists it (12 hex characters); got ${JSON.stringify(cause)}`,
+    );
+  }
+  const since = instant(values, 'since', now);
+  const until = instant(values, 'until', now);
+  if (since && until && since >= until) throw new UsageError('--since must be before --until');
   return {
     key: values.key as string | undefined,
     reason: reason(values),
+    cause,
+    type: values.type as string | undefined,
+    since,
+    until,
     olderThan: duration(values, 'older-than'),
     newerThan: duration(values, 'newer-than'),
     limit: limit(values),
@@ -174,19 +244,33 @@ export function connectionOptions(
   env: Record<string, string | undefined>,
   command: string,
 ): OpenOperationsOptions {
-  const schema = (values.schema as string | undefined) ?? 'webhook_inbox';
-  const tablePrefix = (values['table-prefix'] as string | undefined) ?? '';
+  // The flag, else the application's environment (one configuration for app and CLI).
+  const from = (flag: string, variable: string) =>
+    values[flag] !== undefined
+      ? { value: values[flag] as string, name: `--${flag}` }
+      : env[variable] !== undefined && env[variable] !== ''
+        ? { value: env[variable] as string, name: variable }
+        : undefined;
+  const schemaGiven = from('schema', 'WEBHOOK_INBOX_SCHEMA');
+  const prefixGiven = from('table-prefix', 'WEBHOOK_INBOX_TABLE_PREFIX');
+  const sourceGiven = from('source', 'WEBHOOK_INBOX_SOURCE');
+  const schema = schemaGiven?.value ?? 'webhook_inbox';
+  const tablePrefix = prefixGiven?.value ?? '';
   if (!IDENTIFIER.test(schema)) {
-    throw new UsageError(`--schema must be a lower-case SQL identifier; got ${JSON.stringify(schema)}`);
+    throw new UsageError(
+      `${schemaGiven?.name ?? '--schema'} must be a lower-case SQL identifier; got ${JSON.stringify(schema)}`,
+    );
   }
   if (tablePrefix !== '' && !IDENTIFIER.test(tablePrefix)) {
     throw new UsageError(
-      `--table-prefix must be a lower-case SQL identifier; got ${JSON.stringify(tablePrefix)}`,
+      `${prefixGiven?.name ?? '--table-prefix'} must be a lower-case SQL identifier; got ${JSON.stringify(tablePrefix)}`,
     );
   }
-  const source = values.source as string | undefined;
+  const source = sourceGiven?.value;
   if (source !== undefined && !/^[\x21-\x7e]{1,100}$/.test(source)) {
-    throw new UsageError(`--source must be 1-100 printable ASCII characters; got ${JSON.stringify(source)}`);
+    throw new UsageError(
+      `${sourceGiven!.name} must be 1-100 printable ASCII characters; got ${JSON.stringify(source)}`,
+    );
   }
   const secretHeaders = ((values['secret-headers'] as string | undefined) ?? '')
     .split(',')

@@ -12,6 +12,8 @@ import { type Command, EXIT, UsageError, type Values } from './command.js';
 
 /** The environment variable holding the console's token. */
 export const CONSOLE_TOKEN_ENV = 'WEBHOOK_INBOX_CONSOLE_TOKEN';
+/** The key every replica shares, so that each accepts the others' forms and sessions. */
+export const CONSOLE_SECRET_ENV = 'WEBHOOK_INBOX_CONSOLE_SECRET';
 
 function port(values: Values): number {
   const raw = values.port;
@@ -40,12 +42,19 @@ function settings(values: Values, env: Record<string, string | undefined>) {
   if (insecure && !isLoopback(host)) {
     throw new UsageError(`--insecure serves on a loopback address only (127.0.0.1, ::1); got --host ${host}`);
   }
+  const secret = env[CONSOLE_SECRET_ENV] || undefined;
+  if (secret !== undefined && secret.length < 32) {
+    throw new UsageError(
+      `${CONSOLE_SECRET_ENV} must be 32 characters or more (e.g. \`openssl rand -hex 32\`)`,
+    );
+  }
   const hosts = values['allowed-hosts'] as string | undefined;
   const allowedHosts = hosts === undefined ? undefined : hosts.split(',').map((h) => h.trim());
   return {
     host,
     port: port(values),
     token,
+    secret,
     insecure,
     readOnly: values['read-only'] === true,
     allowedHosts,
@@ -57,7 +66,10 @@ export const CONSOLE_COMMAND: Command = {
   summary: 'serve the operator console in the browser (until interrupted)',
   usage:
     'webhook-inbox console [--port 8080] [--host 127.0.0.1] [--read-only] [--insecure] [--allowed-hosts a,b] [--trust-proxy] [options]',
-  help: `The token is read from $${CONSOLE_TOKEN_ENV}: give it as \`Authorization: Bearer <token>\` or type it into the login form.`,
+  help:
+    `The token is read from $${CONSOLE_TOKEN_ENV}: give it as \`Authorization: Bearer <token>\` or type it into the login form.\n` +
+    `Behind several replicas, give each the same $${CONSOLE_SECRET_ENV} (32 characters or more): without it each\n` +
+    'process keys its forms and sessions with a random key, and a form posted to another replica is refused.',
   options: {
     port: { type: 'string', help: 'port to listen on (default 8080; 0 picks a free one)' },
     host: { type: 'string', help: 'address to listen on (default 127.0.0.1)' },

@@ -1,7 +1,8 @@
 /** `dead list`, `dead show`, `dead skip`: the dead-letter queue (`dead replay` has its own module). */
 import { formatDuration } from '../duration.js';
-import { FILTERS, filterOf, lockedAction } from './arguments.js';
-import { type Command, EXIT, UsageError } from './command.js';
+import type { SkipResult } from '../operations/index.js';
+import { FILTERS, filterOf, LOCK_TIMEOUT, lockedAction, lockTimeout } from './arguments.js';
+import { type Command, EXIT, RefusedError, UsageError } from './command.js';
 import { deadLetterJson, deadLetterSummary, deadLetterText, oneLine, skipText, table } from './format.js';
 import { REPLAY_COMMAND } from './replay-command.js';
 
@@ -9,7 +10,7 @@ export const DEAD_COMMANDS: Record<string, Command> = {
   'dead list': {
     summary: 'list dead letters, oldest first',
     usage:
-      'webhook-inbox dead list [--key K] [--reason R] [--older-than D] [--newer-than D] [--limit N] [options]',
+      'webhook-inbox dead list [--reason R] [--cause C] [--key K|prefix*] [--type T] [--since T] [--until T] [--older-than D] [--newer-than D] [--limit N] [options]',
     options: FILTERS,
     positionals: [0, 0],
     check({ values }) {
@@ -19,19 +20,119 @@ export const DEAD_COMMANDS: Record<string, Command> = {
       const dead = await (await connection.ops()).deadLetters(filterOf(values));
       out.result(dead.map(deadLetterSummary), () =>
         table(
-          ['SOURCE', 'ID', 'KEY', 'SEQ', 'REASON', 'ATTEMPTS', 'AGE', 'BLOCKING', 'LAST ERROR'],
+          [
+            'SOURCE',
+            'ID',
+            'KEY',
+            'SEQ',
+            'REASON',
+            'CAUSE',
+            'FAILED',
+            'ATTEMPTS',
+            'AGE',
+            'BLOCKING',
+            'LAST ERROR',
+          ],
           dead.map((d) => [
             d.source,
             d.id,
             d.key,
             d.seq,
             d.deadReason,
+            d.cause,
+            d.failedAt?.toISOString(),
             d.attempts,
             formatDuration(d.ageMs),
             d.blocking ? 'yes' : 'no',
             oneLine(d.lastError),
           ]),
         ),
+      );
+      return EXIT.ok;
+    },
+  },
+  'dead groups': {
+    summary: 'dead letters grouped by cause: counts, first and last failure, keys, a sample',
+    usage:
+      'webhook-inbox dead groups [--reason R] [--cause C] [--key K|prefix*] [--type T] [--since T] [--until T] [options]',
+    help:
+      "A cause is a fingerprint of a failed run's error: its type and its message with ids, numbers\n" +
+      'and quoted values taken out, so that one bug makes one group whatever the events. Replay a\n' +
+      'group with `dead replay --all --cause <cause>` (with --since/--until for a window).',
+    options: FILTERS,
+    positionals: [0, 0],
+    check({ values }) {
+      filterOf(values);
+    },
+    async run({ values, out, connection }) {
+      const groups = await (await connection.ops()).deadGroups(filterOf(values));
+      out.result(groups, () =>
+        table(
+          ['CAUSE', 'REASON', 'COUNT', 'FIRST FAILED', 'LAST FAILED', 'KEYS', 'SAMPLE'],
+          groups.map((g) => [
+            g.cause,
+            g.reason,
+            g.count,
+            g.firstAt.toISOString(),
+            g.lastAt.toISOString(),
+            g.keys,
+            oneLine(`${g.sample.id}: ${g.sample.error ?? '-'}`),
+          ]),
+        ),
+      );
+      return EXIT.ok;
+    },
+  },
+  'dead purge': {
+    summary: 'delete dead letters (and their payloads) a selection matches, in batches',
+    usage:
+      'webhook-inbox dead purge --older-than D | --all [--reason R] [--cause C] [--key K|prefix*] [--type T] [--since T] [--until T] [--dry-run] [--yes] [options]',
+    help:
+      'Dead letters keep their payloads until they are replayed or purged; purge them when the\n' +
+      "bodies hold personal data (or set the inbox's deadRetention). A dead letter that blocks its\n" +
+      'key is never purged (its key would stay blocked): `dead skip` it first. Deletes in batches,\n' +
+      'each its own statement: an interrupted purge is finished by running it again. --dry-run\n' +
+      'counts and changes nothing.',
+    options: {
+      all: { type: 'boolean', help: 'every dead letter matching the filters (without --older-than)' },
+      ...FILTERS,
+      'dry-run': { type: 'boolean', help: 'count what would be purged; delete nothing' },
+      yes: { type: 'boolean', short: 'y', help: 'do not ask for confirmation' },
+    },
+    positionals: [0, 0],
+    check({ values, io }) {
+      filterOf(values);
+      if (values['older-than'] === undefined && !values.all) {
+        throw new UsageError('give --older-than (e.g. 30d), or --all with filters');
+      }
+      if (!values['dry-run'] && !values.yes && !io.confirm) {
+        throw new UsageError(
+          'dead purge deletes dead letters for good, and there is no terminal to ask on: pass --yes to confirm (or --dry-run to count them first)',
+        );
+      }
+    },
+    async run({ values, out, io, connection }) {
+      const ops = await connection.ops();
+      const selection = filterOf(values);
+      const plan = await ops.purgeDead(selection, { dryRun: true });
+      const blocked = plan.blocking
+        ? `; ${plan.blocking} left because each blocks its key (dead skip them first)`
+        : '';
+      if (values['dry-run']) {
+        out.result(plan, (r) => `would purge ${r.purged} dead letters${blocked}; nothing was changed.`);
+        return EXIT.ok;
+      }
+      if (!values.yes && plan.purged > 0) {
+        const sure = await io.confirm!(
+          `Delete ${plan.purged} dead letters and their payloads for good? [y/N] `,
+        );
+        if (!sure) throw new RefusedError('not-confirmed', 'not confirmed; nothing was changed');
+      }
+      const result = await ops.purgeDead(selection);
+      out.result(
+        result,
+        (r) =>
+          `purged ${r.purged} dead letters${r.blocking ? `; ${r.blocking} left because each blocks its key (dead skip them first)` : ''}`,
       );
       return EXIT.ok;
     },
@@ -61,11 +162,65 @@ export const DEAD_COMMANDS: Record<string, Command> = {
   },
   'dead replay': REPLAY_COMMAND,
   'dead skip': {
-    summary: "skip a dead letter's seq: record it as a gap, unblock its key",
-    usage: 'webhook-inbox dead skip <id> [options]',
+    summary: "skip dead letters' seqs: record each as a gap, unblock its key",
+    usage:
+      'webhook-inbox dead skip <id> | --all [--reason R] [--cause C] [--key K|prefix*] [--type T] [--since T] [--until T] [--dry-run] [--yes] [options]',
     help:
       'The key moves past the dead letter\'s seq (recorded as a gap, reason "skip"); the running\n' +
-      "application's sweeper then drains the events held behind it. The dead letter stays, as a record.",
-    ...lockedAction(async (ops, id, bound, out) => out.result(await ops.skip({ id }, bound), skipText)),
+      "application's sweeper then drains the events held behind it. The dead letter stays, as a record.\n" +
+      '--all skips every matching ordered dead letter its key waits for, in key order, in batches;\n' +
+      'an interrupted run is finished by running it again (what was skipped is behind its cursor now).',
+    options: {
+      all: { type: 'boolean', help: 'every matching ordered dead letter its key waits for' },
+      ...FILTERS,
+      'dry-run': { type: 'boolean', help: 'count and show the first ones; change nothing' },
+      yes: { type: 'boolean', short: 'y', help: 'with --all: do not ask for confirmation' },
+      'lock-timeout': LOCK_TIMEOUT,
+    },
+    positionals: [0, 1],
+    check({ values, positionals, io }) {
+      lockTimeout(values);
+      filterOf(values);
+      if (Boolean(values.all) === (positionals.length === 1))
+        throw new UsageError('give one id, or --all with filters');
+      if (values.all && !values['dry-run'] && !values.yes && !io.confirm) {
+        throw new UsageError(
+          'dead skip --all moves keys past their dead letters for good, and there is no terminal to ask on: pass --yes to confirm (or --dry-run to see them first)',
+        );
+      }
+    },
+    async run({ values, positionals, out, io, connection }) {
+      const ops = await connection.ops();
+      if (!values.all) {
+        out.result(await ops.skip({ id: positionals[0]! }, { lockTimeoutMs: lockTimeout(values) }), skipText);
+        return EXIT.ok;
+      }
+      const selection = { ...filterOf(values), atCursor: true };
+      const count = await ops.countDead(selection);
+      if (values['dry-run']) {
+        const sample = await ops.deadLetters({ ...selection, order: 'key', limit: 20 });
+        out.result({ dryRun: true, count, sample: sample.map(deadLetterSummary) }, () =>
+          [
+            `${count} dead letter${count === 1 ? '' : 's'} would be skipped${count > sample.length ? `; the first ${sample.length} in key order:` : ':'}`,
+            table(
+              ['SOURCE', 'ID', 'KEY', 'SEQ', 'REASON', 'CAUSE'],
+              sample.map((d) => [d.source, d.id, d.key, d.seq, d.deadReason, d.cause]),
+            ),
+            'Nothing was changed.',
+          ].join('\n'),
+        );
+        return EXIT.ok;
+      }
+      if (!values.yes && count > 0) {
+        const sure = await io.confirm!(`Skip ${count} dead letter${count === 1 ? '' : 's'} for good? [y/N] `);
+        if (!sure) throw new RefusedError('not-confirmed', 'not confirmed; nothing was changed');
+      }
+      const skipped: SkipResult[] = [];
+      for await (const batch of ops.deadBatches(selection)) {
+        for (const d of batch) skipped.push(await ops.skip(d, { lockTimeoutMs: lockTimeout(values) }));
+      }
+      out.result(skipped, (r) => [...r.map(skipText), `${r.length} skipped.`].join('\n'));
+      return EXIT.ok;
+    },
   },
 };

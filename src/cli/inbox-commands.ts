@@ -1,16 +1,51 @@
 /** Commands on the inbox as a whole: its tables, its status, its retention. */
 import { formatDuration } from '../duration.js';
-import { migrateToLatest } from '../migrations.js';
-import { duration } from './arguments.js';
-import { type Command, EXIT } from './command.js';
+import { migrateToLatest, migrationScript, pendingMigrations } from '../migrations.js';
+import { retentionOf } from './arguments.js';
+import { type Command, EXIT, UsageError } from './command.js';
 
 export const INBOX_COMMANDS: Record<string, Command> = {
   migrate: {
-    summary: 'create or update the inbox tables and functions',
-    usage: 'webhook-inbox migrate [options]',
+    summary: 'create or update the inbox tables and functions (--sql: print it; --check: is it current?)',
+    usage: 'webhook-inbox migrate [--sql | --check] [options]',
+    help:
+      'Deploy gates for DBAs and CI/CD:\n' +
+      '  --sql    prints the SQL of the pending migrations (one transaction, with the ledger rows the\n' +
+      '           application looks for), runs nothing; prints nothing when the database is current.\n' +
+      '  --check  exits 0 when the database is current, 1 when migrations are pending (it names\n' +
+      '           them), and changes nothing.',
+    options: {
+      sql: { type: 'boolean', help: 'print the pending SQL; run nothing' },
+      check: { type: 'boolean', help: 'exit 1 when migrations are pending; run nothing' },
+    },
     positionals: [0, 0],
-    async run({ out, connection }) {
+    check({ values }) {
+      if (values.sql && values.check) throw new UsageError('give --sql or --check, not both');
+    },
+    async run({ values, out, io, connection }) {
       const ops = await connection.ops();
+      if (values.sql || values.check) {
+        const pending = await pendingMigrations(ops.db, ops.tables);
+        if (values.sql) {
+          const script = migrationScript(ops.tables, pending);
+          if (out.json) out.result({ pending, sql: script }, () => script);
+          else if (script) io.raw(Buffer.from(script));
+          return EXIT.ok;
+        }
+        out.result(
+          {
+            current: pending.length === 0,
+            schema: ops.tables.schema,
+            tablePrefix: ops.tables.prefix,
+            pending,
+          },
+          (r) =>
+            r.current
+              ? `schema ${r.schema} is up to date`
+              : `schema ${r.schema} has ${pending.length} pending migration${pending.length === 1 ? '' : 's'}: ${pending.join(', ')}`,
+        );
+        return pending.length === 0 ? EXIT.ok : EXIT.failure;
+      }
       const ran = await migrateToLatest(ops.db, ops.tables);
       const result = { migrated: true, schema: ops.tables.schema, tablePrefix: ops.tables.prefix, ran };
       out.result(
@@ -71,15 +106,20 @@ export const INBOX_COMMANDS: Record<string, Command> = {
     summary: 'delete processed events older than a duration (never held or dead ones, never keys)',
     usage: 'webhook-inbox prune [--older-than 7d] [--dry-run] [options]',
     options: {
-      'older-than': { type: 'string', help: 'processed longer ago than this (default 7d)' },
+      'older-than': {
+        type: 'string',
+        help: 'processed longer ago than this (default: $WEBHOOK_INBOX_RETENTION, else 7d)',
+      },
       'dry-run': { type: 'boolean', help: 'count what would be pruned; delete nothing' },
     },
     positionals: [0, 0],
-    check({ values }) {
-      duration(values, 'older-than');
+    check({ values, env }) {
+      if (retentionOf(values, 'older-than', env) === false) {
+        throw new UsageError('WEBHOOK_INBOX_RETENTION is false (nothing is pruned): give --older-than');
+      }
     },
-    async run({ values, out, connection }) {
-      const olderThan = duration(values, 'older-than') ?? 7 * 86_400_000;
+    async run({ values, env, out, connection }) {
+      const olderThan = retentionOf(values, 'older-than', env) as number;
       const result = await (await connection.ops()).prune({ olderThan, dryRun: values['dry-run'] === true });
       out.result(
         result,

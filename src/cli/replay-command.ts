@@ -5,22 +5,20 @@
  * before an `--all` unless `--yes`.
  */
 import { formatDuration } from '../duration.js';
-import type { ReplayResult, ReplaySelection } from '../operations/index.js';
-import { duration, FILTERS, filterOf, LOCK_TIMEOUT, lockTimeout } from './arguments.js';
+import type { ReplayResult } from '../operations/index.js';
+import { FILTERS, filterOf, LOCK_TIMEOUT, lockTimeout, retentionOf } from './arguments.js';
 import {
   type CliIo,
   type Command,
   EXIT,
   type OpenedOperations,
+  type Out,
   RefusedError,
   UsageError,
   type Values,
 } from './command.js';
 import { table } from './format.js';
 import { safeField } from './terminal-safe.js';
-
-/** The inbox's own default `retention`: what the operator is assumed to run unless told. */
-const DEFAULT_RETENTION_MS = 7 * 86_400_000;
 
 function replayExit(results: ReplayResult[]): number {
   if (results.some((r) => r.outcome === 'ambiguous')) return EXIT.usage;
@@ -31,28 +29,107 @@ function replayExit(results: ReplayResult[]): number {
 
 const ageKey = (source: string | null, id: string) => `${source}\u0000${id}`;
 
-/**
- * What to replay, pinned to (source, id) pairs so that what is confirmed is what is replayed,
- * and each target's age (from its received time).
- */
-async function targetsOf(
-  ops: OpenedOperations,
-  values: Values,
-  ids: string[],
-): Promise<{ selection: ReplaySelection; ages: Map<string, number> }> {
+/** Each id's age (from its received time), for the retention check. */
+async function agesOf(ops: OpenedOperations, ids: string[]): Promise<Map<string, number>> {
   const ages = new Map<string, number>();
-  if (values.all) {
-    const filter = filterOf(values);
-    const dead = await ops.deadLetters({ ...filter, limit: filter.limit ?? 10_000 });
-    for (const d of dead) ages.set(ageKey(d.source, d.id), d.ageMs);
-    return { selection: dead.map((d) => ({ id: d.id, source: d.source })), ages };
-  }
   for (const id of ids) {
     // Not found and ambiguous ids are reported by the replay itself, with their outcome.
     const d = await ops.deadLetter(id).catch(() => undefined);
     if (d) ages.set(ageKey(d.source, d.id), d.ageMs);
   }
-  return { selection: ids, ages };
+  return ages;
+}
+
+/** How many dead letters a dry run of `--all` shows, in key order, beside the count. */
+const SAMPLE = 20;
+
+/**
+ * `--all`: the count and a sample first (what `--dry-run` prints, and what is confirmed), then
+ * the replay in key-ordered batches (src/operations/selection.ts). The filters' times are pinned
+ * once, here: a re-run after an interruption should repeat them as printed (ISO), so that it
+ * selects the same window; what the interrupted run re-queued is no longer dead, so nothing is
+ * replayed twice.
+ */
+async function replayAll(
+  ops: OpenedOperations,
+  values: Values,
+  out: Out,
+  io: CliIo,
+  retentionMs: number,
+): Promise<number> {
+  const filter = filterOf(values);
+  const count = Math.min(await ops.countDead(filter), filter.limit ?? Number.POSITIVE_INFINITY);
+  const old = Math.min(
+    count,
+    await ops.countDead({ ...filter, olderThan: Math.max(filter.olderThan ?? 0, retentionMs) }),
+  );
+  const window = {
+    since: filter.since?.toISOString() ?? null,
+    until: filter.until?.toISOString() ?? null,
+  };
+  if (values['dry-run']) {
+    const sample = await ops.deadLetters({
+      ...filter,
+      order: 'key',
+      limit: Math.min(SAMPLE, filter.limit ?? SAMPLE),
+    });
+    const plan = await ops.replay(
+      sample.map((d) => ({ id: d.id, source: d.source })),
+      { dryRun: true },
+    );
+    const ages = new Map(sample.map((d) => [ageKey(d.source, d.id), d.ageMs]));
+    const result = {
+      dryRun: true,
+      count,
+      olderThanRetention: old,
+      ...window,
+      sample: plan.map((r) => {
+        const ageMs = ages.get(ageKey(r.source, r.id)) ?? null;
+        return {
+          ...r,
+          outcome: r.outcome === 'requeued' ? 'would-requeue' : r.outcome,
+          ageMs,
+          olderThanRetention: ageMs !== null && ageMs > retentionMs,
+        };
+      }),
+    };
+    out.result(result, () =>
+      [
+        `${count} dead letter${count === 1 ? '' : 's'} match${window.since || window.until ? ` (failed ${window.since ?? '…'} to ${window.until ?? 'now'})` : ''}` +
+          (old ? `; ${old} only with --force (older than the retention)` : '') +
+          (count > plan.length ? `; the first ${plan.length} in key order:` : ':'),
+        resultTable(plan, ages, retentionMs, true),
+        'Nothing was changed.',
+      ].join('\n'),
+    );
+    return EXIT.ok;
+  }
+  if (old > 0 && !values.force) {
+    throw new RefusedError(
+      'older-than-retention',
+      `${old} of the ${count} dead letters to replay ${old === 1 ? 'was' : 'were'} received longer ago than the retention (${formatDuration(retentionMs)}). ` +
+        'Their dedup records may be pruned, so the inbox cannot tell whether they were applied another way since ' +
+        '(re-sent under a new id, fixed by hand). List them with `dead list --older-than ' +
+        `${formatDuration(retentionMs)}\`, then pass --force to replay them (or --retention with your inbox's retention). Nothing was changed.`,
+      { count: old },
+    );
+  }
+  if (!values.yes && count > 0) {
+    const sure = await (io as Required<CliIo>).confirm(
+      `Re-queue ${count} dead letter${count === 1 ? '' : 's'} for the application to apply? [y/N] `,
+    );
+    if (!sure) throw new RefusedError('not-confirmed', 'not confirmed; nothing was changed');
+  }
+  // A key held past the timeout fails the command naming it (OperationError `locked`, exit 4);
+  // the batches before it stay re-queued, and running the command again goes on from there.
+  const results = await ops.replay({ all: true, ...filter }, { lockTimeoutMs: lockTimeout(values) });
+  out.result(results, () =>
+    [
+      resultTable(results, new Map(), Number.POSITIVE_INFINITY, false),
+      `${results.filter((r) => r.outcome === 'requeued').length} of ${results.length} re-queued; the application's sweeper applies them.`,
+    ].join('\n'),
+  );
+  return replayExit(results);
 }
 
 function resultTable(
@@ -82,50 +159,62 @@ function resultTable(
 export const REPLAY_COMMAND: Command = {
   summary: "re-queue dead letters; the application's sweeper applies them in order",
   usage:
-    'webhook-inbox dead replay <id>... | --all [--key K] [--reason R] [--older-than D] [--newer-than D] [--limit N] [--dry-run] [--yes] [--force] [--retention D]',
+    'webhook-inbox dead replay <id>... | --all [--reason R] [--cause C] [--key K|prefix*] [--type T] [--since T] [--until T] [--older-than D] [--newer-than D] [--limit N] [--dry-run] [--yes] [--force] [--retention D]',
   help:
     'Replay is a re-queue, not a bypass: the event becomes waiting again (attempts reset), an\n' +
     "ordered one at its key's cursor (the key is unblocked when it was blocked at its seq), and\n" +
     'the running application applies it with its handler, in seq order. Fix the handler first.\n' +
     'An ordered event whose key moved past its seq is refused (it would apply out of order).\n' +
     '\n' +
-    "An event received longer ago than your retention (--retention, default 7d: the inbox's\n" +
-    'default) comes from a time whose dedup records may be pruned: the inbox can no longer tell\n' +
-    'whether it was applied another way since (re-sent under a new id, fixed by hand). Such a\n' +
-    'replay changes nothing and exits 4 unless you pass --force.\n' +
+    'An event received longer ago than your retention (--retention, else WEBHOOK_INBOX_RETENTION,\n' +
+    "else 7d: the inbox's default) comes from a time whose dedup records may be pruned: the\n" +
+    'inbox can no longer tell whether it was applied another way since (re-sent under a new id,\n' +
+    'fixed by hand). Such a replay changes nothing and exits 4 unless you pass --force.\n' +
     '\n' +
-    '--all asks for confirmation on a terminal; without one it needs --yes. --dry-run shows\n' +
-    'what would be re-queued and changes nothing.',
+    '--all selects by the filters (--cause from `dead groups`; --since/--until: when they failed)\n' +
+    'and asks for confirmation on a terminal; without one it needs --yes. --dry-run shows how many\n' +
+    'match and the first 20 in key order, and changes nothing. They are re-queued in key order, in\n' +
+    'batches, each event its own transaction: if the command is interrupted, run it again with the\n' +
+    'same filters (absolute times, as the dry run prints them) and it finishes the job; what was\n' +
+    're-queued is no longer dead, so nothing is replayed twice.',
   options: {
     all: { type: 'boolean', help: 'replay every dead letter matching the filters' },
     ...FILTERS,
     'dry-run': { type: 'boolean', help: 'show what would be re-queued; change nothing' },
     yes: { type: 'boolean', short: 'y', help: 'with --all: do not ask for confirmation' },
     force: { type: 'boolean', help: 'also replay events received longer ago than the retention' },
-    retention: { type: 'string', help: "your inbox's retention option (default 7d)" },
+    retention: {
+      type: 'string',
+      help: "your inbox's retention option (default: $WEBHOOK_INBOX_RETENTION, else 7d)",
+    },
     'lock-timeout': LOCK_TIMEOUT,
   },
   positionals: [0, 1000],
-  check({ values, positionals, io }) {
+  check({ values, positionals, io, env }) {
     const filter = filterOf(values);
-    duration(values, 'retention');
+    retentionOf(values, 'retention', env);
     lockTimeout(values);
     const filtered = Object.values(filter).some((v) => v !== undefined);
     if (values.all && positionals.length > 0) throw new UsageError('give ids, or --all, not both');
     if (!values.all && positionals.length === 0) throw new UsageError('give the ids to replay, or --all');
     if (!values.all && filtered)
-      throw new UsageError('--key, --reason, --older-than, --newer-than and --limit need --all');
+      throw new UsageError(
+        '--key, --reason, --cause, --type, --since, --until, --older-than, --newer-than and --limit need --all',
+      );
     if (values.all && !values['dry-run'] && !values.yes && !io.confirm) {
       throw new UsageError(
         'dead replay --all re-queues every matching dead letter, and there is no terminal to ask on: pass --yes to confirm (or --dry-run to see them first)',
       );
     }
   },
-  async run({ values, positionals, out, io, connection }) {
+  async run({ values, positionals, out, io, env, connection }) {
     const ops = await connection.ops();
-    const retentionMs = duration(values, 'retention') ?? DEFAULT_RETENTION_MS;
+    // WEBHOOK_INBOX_RETENTION false: nothing is pruned, so no dead letter is too old to replay.
+    const retentionMs = retentionOf(values, 'retention', env) || Number.POSITIVE_INFINITY;
+    if (values.all) return replayAll(ops, values, out, io, retentionMs);
     const dryRun = values['dry-run'] === true;
-    const { selection, ages } = await targetsOf(ops, values, positionals);
+    const selection = positionals;
+    const ages = await agesOf(ops, positionals);
     const plan = await ops.replay(selection, { dryRun: true });
     const requeueable = plan.filter((r) => r.outcome === 'requeued');
     const old = requeueable.filter((r) => (ages.get(ageKey(r.source, r.id)) ?? 0) > retentionMs);
@@ -163,12 +252,6 @@ export const REPLAY_COMMAND: Command = {
           "(or --retention with your inbox's retention). Nothing was changed.",
         { events: old.map((r) => ({ source: r.source, id: r.id, ageMs: ages.get(ageKey(r.source, r.id)) })) },
       );
-    }
-    if (values.all && !values.yes && requeueable.length > 0) {
-      const sure = await (io as Required<CliIo>).confirm(
-        `Re-queue ${requeueable.length} dead letter${requeueable.length === 1 ? '' : 's'} for the application to apply? [y/N] `,
-      );
-      if (!sure) throw new RefusedError('not-confirmed', 'not confirmed; nothing was changed');
     }
     // A key held past the timeout fails the command naming it (OperationError `locked`, exit 4);
     // the ids before it stay re-queued.

@@ -14,8 +14,10 @@ import type { ResolvedConsoleOptions } from './options.js';
 import { confirmPage, type PageContext, resultPage } from './pages.js';
 import type { Principal } from './security.js';
 
-/** The most events one console action handles (the CLI's `--all` goes further). */
+/** The most events one console action on selected rows handles (a filter's replay has no bound). */
 const MAX_TARGETS = 1000;
+/** How many of a filter's dead letters the confirmation page shows beside the count. */
+const SAMPLE = 50;
 
 export const ACTIONS = ['replay', 'replay-all', 'skip', 'unblock', 'skip-key'] as const;
 export type ActionName = (typeof ACTIONS)[number];
@@ -104,27 +106,37 @@ export async function runAction(
       return replayed(await backend.replay(targets), { targets: items });
     }
     case 'replay-all': {
+      // The count and a sample first; confirmed, every match is re-queued in key-ordered batches
+      // (src/operations/selection.ts), however many: the filter's times are absolute by now
+      // (filters.ts), so what is confirmed is what is replayed, and submitting the form again
+      // after an interruption finishes the job without replaying anything twice.
       const filter: DeadLetterFilterInput = parseDeadLetterFilter(form);
       const ops = await backend.ops();
-      const selection = { all: true as const, ...filter.filter, limit: MAX_TARGETS };
       const fields = Object.entries(filter.query).filter(([, v]) => v !== undefined) as Array<
         [string, string]
       >;
       if (!confirmed) {
-        const wouldBe = await ops.replay(selection, { dryRun: true });
-        const requeued = wouldBe.filter((r) => r.outcome === 'requeued');
+        const count = await ops.countDead(filter.filter);
+        const sample = await ops.deadLetters({ ...filter.filter, order: 'key', limit: SAMPLE });
+        const wouldBe = await ops.replay(
+          sample.map((d) => ({ id: d.id, source: d.source })),
+          { dryRun: true },
+        );
         return confirmPage(
           ctx,
           name,
-          `Replay the ${requeued.length} dead letter${requeued.length === 1 ? '' : 's'} matching this filter (${wouldBe.length - requeued.length} cannot be replayed)?${wouldBe.length === MAX_TARGETS ? ` At most ${MAX_TARGETS} at once, oldest first: repeat for the rest.` : ''}`,
+          `Replay the ${count} dead letter${count === 1 ? '' : 's'} matching this filter, in key order${count > wouldBe.length ? ` (the first ${wouldBe.length} below)` : ''}? ${ctx.appliesHere ? 'The handler applies them now.' : "The application's sweeper applies them."}`,
           wouldBe.map(
             (r) => `${r.source}/${r.id}: ${r.outcome === 'requeued' ? 'would be re-queued' : r.outcome}`,
           ),
           fields,
         );
       }
-      const dead = await ops.deadLetters(selection);
-      return replayed(await backend.replay(dead.map((d) => ({ source: d.source, id: d.id }))), {
+      const results: ReplayResult[] = [];
+      for await (const batch of ops.deadBatches(filter.filter)) {
+        results.push(...(await backend.replay(batch)));
+      }
+      return replayed(results, {
         filter: filter.query,
       });
     }

@@ -70,8 +70,8 @@ function decodeSegment(segment: string): string | undefined {
 export function createConsole(input: ConsoleOptions): Console {
   const options = resolveConsoleOptions(input);
   const backend = createBackend(options);
-  const csrf = new CsrfTokens();
-  const sessions = new Sessions(options.sessionTtlMs);
+  const csrf = new CsrfTokens(options.secret);
+  const sessions = new Sessions(options.sessionTtlMs, options.secret);
   const throttle = new LoginThrottle();
 
   function respond(
@@ -270,12 +270,13 @@ export function createConsole(input: ConsoleOptions): Console {
     if (segments.some((s) => s === undefined)) throw new FormError('the path is not valid percent-encoding');
     const [first, source, name, extra] = segments as string[];
     if (path === '/') {
-      const [status, perMinute, blocked] = await Promise.all([
+      const [status, perMinute, blocked, causes] = await Promise.all([
         ops.status(),
         backend.processedPerMinute(),
         ops.keys({ blocked: true, limit: 20 }),
+        ops.deadGroups(),
       ]);
-      return respond(200, nonce, overviewPage(ctx, status, perMinute, blocked));
+      return respond(200, nonce, overviewPage(ctx, status, perMinute, blocked, causes.slice(0, 20)));
     }
     if (path === '/dead-letters') {
       const { query, filter } = parseDeadLetterFilter(params);

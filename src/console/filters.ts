@@ -1,7 +1,7 @@
 /** The dead-letter list's filters, from a query string or a form, checked field by field. */
 import { parseDuration } from '../duration.js';
 import { DEAD_REASONS } from '../operations/dead-letters.js';
-import type { DeadLetterFilter } from '../operations/index.js';
+import { type DeadLetterFilter, parseInstant } from '../operations/index.js';
 import { FormError } from './form-error.js';
 import type { DeadLetterQuery } from './pages.js';
 
@@ -23,8 +23,12 @@ export function parseDeadLetterFilter(params: URLSearchParams): DeadLetterFilter
   };
   const query: DeadLetterQuery = {
     reason: get('reason'),
+    cause: get('cause'),
     source: get('source'),
     key: get('key'),
+    type: get('type'),
+    since: get('since'),
+    until: get('until'),
     olderThan: get('olderThan'),
     newerThan: get('newerThan'),
   };
@@ -36,12 +40,36 @@ export function parseDeadLetterFilter(params: URLSearchParams): DeadLetterFilter
       throw new FormError(`\`${name}\` must be a duration like 30m, 12h, 7d`);
     }
   }
+  if (query.cause !== undefined && !/^[0-9a-f]{12}$/.test(query.cause)) {
+    throw new FormError('`cause` must be a cause as the overview lists it (12 hex characters)');
+  }
+  // Pinned once: the confirmation page carries the absolute times, so that what is confirmed is
+  // what is replayed.
+  const now = new Date();
+  const times: { since?: Date; until?: Date } = {};
+  for (const name of ['since', 'until'] as const) {
+    if (query[name] === undefined) continue;
+    const at = parseInstant(query[name], now);
+    if (!at) {
+      throw new FormError(
+        `\`${name}\` must be an ISO 8601 time (2026-11-28T10:00:00Z), a time of today in UTC (10:00) or a duration ago (2h)`,
+      );
+    }
+    times[name] = at;
+  }
+  if (times.since && times.until && times.since >= times.until) {
+    throw new FormError('`since` must be before `until`');
+  }
   return {
-    query,
+    query: { ...query, since: times.since?.toISOString(), until: times.until?.toISOString() },
     filter: {
       reason: query.reason,
+      cause: query.cause,
       source: query.source,
       key: query.key,
+      type: query.type,
+      since: times.since,
+      until: times.until,
       olderThan: query.olderThan,
       newerThan: query.newerThan,
     },

@@ -57,6 +57,17 @@ export interface ConsoleOptions {
    */
   allowedHosts?: readonly string[];
   /**
+   * The key of the console's CSRF tokens and login sessions (32 characters or more). Without it
+   * each process makes a random key when it starts: a form page served by one replica is
+   * refused (403) when it is posted to another, and a login is valid only on the replica that
+   * made it. Give every replica the same secret (the CLI reads `WEBHOOK_INBOX_CONSOLE_SECRET`)
+   * and any of them accepts the others' forms and sessions. A session is then a signed cookie
+   * any replica accepts until it expires; logging out clears it (and refuses it at once on the
+   * replica that served the logout); rotate the secret to end every session.
+   * @defaultValue a random key per process
+   */
+  secret?: string;
+  /**
    * How long a login session lasts (ms, or a duration like `'8h'`), from 1 minute to 30 days.
    * Logging out ends it at once. @defaultValue '8h'
    */
@@ -81,6 +92,7 @@ export interface ResolvedConsoleOptions {
   readonly operations: Operations | undefined;
   readonly authorize: ConsoleOptions['authorize'];
   readonly token: string | undefined;
+  readonly secret: string | undefined;
   readonly insecure: boolean;
   readonly readOnly: boolean;
   readonly logger: Logger;
@@ -99,6 +111,8 @@ export const LOOPBACK_HOSTS: readonly string[] = Object.freeze(['localhost', '12
 const HOST_ENTRY = /^(\[[0-9a-f:.]+\]|[a-z0-9_-]+(\.[a-z0-9_-]+)*\.?)(:[0-9]{1,5})?$/;
 
 const MIN_TOKEN_LENGTH = 16;
+/** A key, not a password typed in: long enough to be random (a 32-byte hex or base64 string is). */
+const MIN_SECRET_LENGTH = 32;
 
 function stderrLogger(): Logger {
   const line = (level: string) => (obj: object, msg?: string) =>
@@ -123,6 +137,9 @@ export function resolveConsoleOptions(o: ConsoleOptions): ResolvedConsoleOptions
   }
   if (o.token !== undefined && (typeof o.token !== 'string' || o.token.length < MIN_TOKEN_LENGTH)) {
     throw new InboxOptionsError('token', `must be a string of ${MIN_TOKEN_LENGTH} characters or more`);
+  }
+  if (o.secret !== undefined && (typeof o.secret !== 'string' || o.secret.length < MIN_SECRET_LENGTH)) {
+    throw new InboxOptionsError('secret', `must be a string of ${MIN_SECRET_LENGTH} characters or more`);
   }
   if (o.insecure !== undefined && typeof o.insecure !== 'boolean') {
     throw new InboxOptionsError('insecure', `must be a boolean; got ${JSON.stringify(o.insecure)}`);
@@ -193,6 +210,7 @@ export function resolveConsoleOptions(o: ConsoleOptions): ResolvedConsoleOptions
     operations: o.operations,
     authorize: o.authorize,
     token: o.token,
+    secret: o.secret,
     insecure: o.insecure === true,
     readOnly: o.readOnly === true,
     logger: o.logger ?? stderrLogger(),

@@ -5,6 +5,7 @@
 import { formatDuration } from '../duration.js';
 import type {
   DeadLetter,
+  DeadLetterGroup,
   IgnoredEvent,
   IgnoredType,
   InboxStatus,
@@ -106,6 +107,7 @@ export function overviewPage(
   s: InboxStatus,
   perMinute: number[],
   blocked: KeySummary[],
+  causes: DeadLetterGroup[],
 ): string {
   const card = (label: string, value: unknown, bad = false) =>
     html`<div class="card${bad ? ' bad' : ''}"><b>${value}</b>${label}</div>`;
@@ -127,6 +129,15 @@ ${
           html`<tr><td><a href="${ctx.base}/dead-letters${query({ reason })}">${reason}</a></td><td>${n}</td></tr>`,
       )}</table>`
 }
+<h2>Dead letters by cause</h2>
+${
+  causes.length === 0
+    ? html`<p>None.</p>`
+    : html`<table data-testid="causes"><tr><th>cause</th><th>reason</th><th>count</th><th>first failed</th><th>last failed</th><th>keys</th><th>sample</th></tr>${causes.map(
+        (g) =>
+          html`<tr><td><a href="${ctx.base}/dead-letters${query({ cause: g.cause ?? '', reason: g.reason ?? '' })}">${g.cause ?? '(none)'}</a></td><td>${g.reason ?? ''}</td><td>${g.count}</td><td>${g.firstAt.toISOString()}</td><td>${g.lastAt.toISOString()}</td><td>${g.keys}</td><td>${oneLine(g.sample.error)}</td></tr>`,
+      )}</table>`
+}
 <h2>Ignored by type (no handler takes them)</h2>
 ${
   Object.keys(s.ignoredByType).length === 0
@@ -144,8 +155,12 @@ ${blocked.length === 0 ? html`<p>None.</p>` : keysTable(ctx, blocked)}
 
 export interface DeadLetterQuery {
   reason?: string;
+  cause?: string;
   source?: string;
   key?: string;
+  type?: string;
+  since?: string;
+  until?: string;
   olderThan?: string;
   newerThan?: string;
 }
@@ -158,17 +173,21 @@ export function deadLettersPage(ctx: PageContext, filter: DeadLetterQuery, list:
 <form method="get" class="filters" action="${ctx.base}/dead-letters">
 <label>reason <select name="reason">${option('', 'any')}${option('poison', 'poison')}${option('late', 'late')}${option('rejected', 'rejected')}</select></label>
 <label>source <input name="source" value="${filter.source ?? ''}"></label>
-<label>key <input name="key" value="${filter.key ?? ''}"></label>
+<label>cause <input name="cause" value="${filter.cause ?? ''}" size="12"></label>
+<label>key <input name="key" value="${filter.key ?? ''}" placeholder="acct_*"></label>
+<label>type <input name="type" value="${filter.type ?? ''}"></label>
+<label>failed since <input name="since" value="${filter.since ?? ''}" placeholder="10:00 or 2h" size="10"></label>
+<label>until <input name="until" value="${filter.until ?? ''}" placeholder="10:15" size="10"></label>
 <label>older than <input name="olderThan" value="${filter.olderThan ?? ''}" placeholder="1h" size="6"></label>
 <label>newer than <input name="newerThan" value="${filter.newerThan ?? ''}" placeholder="1d" size="6"></label>
 <button>Filter</button></form>
 ${actions ? html`<form method="post" action="${ctx.base}/actions/replay">${csrfField(ctx)}` : ''}
-<table><tr>${actions ? html`<th><input type="checkbox" data-select-all aria-label="select all"></th>` : ''}<th>id</th><th>source</th><th>key</th><th>seq</th><th>reason</th><th>attempts</th><th>age</th><th>blocks key</th><th>last error</th></tr>
+<table><tr>${actions ? html`<th><input type="checkbox" data-select-all aria-label="select all"></th>` : ''}<th>id</th><th>source</th><th>key</th><th>seq</th><th>reason</th><th>cause</th><th>failed</th><th>attempts</th><th>age</th><th>blocks key</th><th>last error</th></tr>
 ${list.map(
   (
     d,
   ) => html`<tr>${actions ? html`<td><input type="checkbox" name="target" value="${`${encodeURIComponent(d.source)}/${encodeURIComponent(d.id)}`}" aria-label="select ${d.id}"></td>` : ''}
-<td>${eventLink(ctx, d)}</td><td>${d.source}</td><td>${keyLink(ctx, d.source, d.key)}</td><td>${d.seq ?? '—'}</td><td>${d.deadReason}</td><td>${d.attempts}</td><td>${age(d.ageMs)}</td><td>${d.blocking ? 'yes' : ''}</td><td>${oneLine(d.lastError)}</td></tr>`,
+<td>${eventLink(ctx, d)}</td><td>${d.source}</td><td>${keyLink(ctx, d.source, d.key)}</td><td>${d.seq ?? '—'}</td><td>${d.deadReason}</td><td>${d.cause ?? '—'}</td><td>${d.failedAt?.toISOString() ?? '—'}</td><td>${d.attempts}</td><td>${age(d.ageMs)}</td><td>${d.blocking ? 'yes' : ''}</td><td>${oneLine(d.lastError)}</td></tr>`,
 )}
 </table>
 ${list.length === 0 ? html`<p>No dead letters${Object.values(filter).some(Boolean) ? ' match' : ''}.</p>` : ''}
@@ -264,6 +283,8 @@ ${actions}
 <tr><th>seq</th><td>${d.seq ?? '—'}</td></tr>
 <tr><th>attempts</th><td>${d.attempts}</td></tr>
 <tr><th>received</th><td>${d.receivedAt.toISOString()} (${age(d.ageMs)} ago)</td></tr>
+${d.retryAt ? html`<tr><th>retry_at</th><td>${d.retryAt.toISOString()}</td></tr>` : ''}
+<tr><th>cause</th><td>${d.cause ?? '—'}${d.failedAt ? ` (failed ${d.failedAt.toISOString()})` : ''}</td></tr>
 <tr><th>processed</th><td>${d.processedAt ? d.processedAt.toISOString() : '—'}</td></tr>
 </table>
 <h2>Last error</h2><pre data-testid="last-error">${d.lastError ?? '—'}</pre>

@@ -38,13 +38,30 @@ const MAX_SESSIONS = 10_000;
  */
 export class Sessions {
   readonly #expires = new Map<string, number>();
-  constructor(readonly ttlMs: number) {}
+  /** Signed sessions this instance saw logged out (until they would have expired). */
+  readonly #revoked = new Map<string, number>();
+  /**
+   * With a shared `secret` (the console's option), a session id is signed instead of stored:
+   * `<expiry>.<random>.<HMAC>`, so that every replica with the secret accepts it.
+   */
+  constructor(
+    readonly ttlMs: number,
+    readonly secret?: string,
+  ) {}
 
   #digest(id: string): string {
     return createHash('sha256').update(id).digest('base64url');
   }
 
+  #sign(body: string): string {
+    return createHmac('sha256', this.secret!).update(`session:${body}`).digest('base64url');
+  }
+
   create(now = Date.now()): string {
+    if (this.secret !== undefined) {
+      const body = `${now + this.ttlMs}.${randomBytes(24).toString('base64url')}`;
+      return `${body}.${this.#sign(body)}`;
+    }
     // Insertion order is expiry order (one TTL for all): the oldest are at the front.
     for (const [digest, expires] of this.#expires) {
       if (expires > now && this.#expires.size < MAX_SESSIONS) break;
@@ -56,12 +73,32 @@ export class Sessions {
   }
 
   valid(id: string, now = Date.now()): boolean {
+    if (this.secret !== undefined) {
+      const at = id.lastIndexOf('.');
+      const body = id.slice(0, at);
+      const expires = Number(body.slice(0, body.indexOf('.')));
+      return (
+        at > 0 &&
+        sameSecret(id.slice(at + 1), this.#sign(body)) &&
+        Number.isSafeInteger(expires) &&
+        expires > now &&
+        !this.#revoked.has(this.#digest(id))
+      );
+    }
     const expires = this.#expires.get(this.#digest(id));
     return expires !== undefined && expires > now;
   }
 
-  revoke(id: string): void {
-    this.#expires.delete(this.#digest(id));
+  revoke(id: string, now = Date.now()): void {
+    if (this.secret === undefined) {
+      this.#expires.delete(this.#digest(id));
+      return;
+    }
+    for (const [digest, expires] of this.#revoked) {
+      if (expires > now && this.#revoked.size < MAX_SESSIONS) break;
+      this.#revoked.delete(digest);
+    }
+    this.#revoked.set(this.#digest(id), now + this.ttlMs);
   }
 }
 
@@ -179,12 +216,18 @@ export async function authenticate(
 }
 
 /**
- * CSRF tokens: an HMAC of the user's name under a key made when the console starts. A page
- * embeds the token in each of its forms; a POST must carry it back. Stateless, so any number
- * of tabs work; a restart invalidates open forms (the operator reloads).
+ * CSRF tokens: an HMAC of the user's name under a key: the console's `secret`, else one made
+ * when the console starts. A page embeds the token in each of its forms; a POST must carry it
+ * back. Stateless, so any number of tabs work. With a random key a restart invalidates open
+ * forms (the operator reloads), and another replica refuses them: replicas share a `secret`.
  */
 export class CsrfTokens {
-  readonly #key = randomBytes(32);
+  readonly #key: Buffer;
+  constructor(secret?: string) {
+    // Derived, so that the same secret never keys two things (sessions sign under it too).
+    this.#key =
+      secret === undefined ? randomBytes(32) : createHmac('sha256', secret).update('csrf-key').digest();
+  }
 
   for(principal: Principal): string {
     // Bound to the session too: a form from a session that was logged out is refused.

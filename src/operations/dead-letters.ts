@@ -1,6 +1,6 @@
 /** The dead-letter queue as an operator reads it: lists with filters, and one event in full. */
 import { type RawBuilder, sql } from 'kysely';
-import { toBoolean } from '../column-readers.js';
+import { toBoolean, toDate } from '../column-readers.js';
 import { secretHeaderSet, storableHeaders } from '../payload.js';
 import { type StoredEvent, toStoredEvent } from '../sql/inspect.js';
 import {
@@ -8,11 +8,13 @@ import {
   durationMs,
   findEvent,
   limitOf,
+  MAX_LIST,
   type OperationsContext,
   scoped,
   sourceIs,
   table,
 } from './context.js';
+import { deadWhere, FAILED_AT, KEY_ORDER, pinSelection, type Selection } from './selection.js';
 
 /**
  * Why an event is dead: `poison` (the handler failed `maxAttempts` times), `late` (its seq
@@ -32,17 +34,33 @@ export interface DeadLetter extends StoredEvent {
   readonly ageMs: number;
 }
 
-/** Narrows a list of dead letters. Ages are milliseconds or duration strings (`'1h'`, `'7d'`). */
-export interface DeadLetterFilter {
-  source?: string;
-  key?: string;
-  reason?: string;
-  /** Received longer ago than this. */
-  olderThan?: number | string;
-  /** Received more recently than this. */
-  newerThan?: number | string;
-  /** At most this many, oldest first. @defaultValue 100 */
+/**
+ * Narrows a list of dead letters: a selection (src/operations/selection.ts: reason, cause, key
+ * or key prefix, type, failed window, received age, ids) and how many.
+ */
+export interface DeadLetterFilter extends Selection {
+  /** At most this many. @defaultValue 100 */
   limit?: number;
+  /**
+   * `received`: oldest first; `key`: as bulk actions go, each key's events in seq order, keys
+   * in name order (unordered events first). @defaultValue 'received'
+   */
+  order?: 'received' | 'key';
+}
+
+/** Dead letters of one cause and reason, as `webhook-inbox dead groups` lists them. */
+export interface DeadLetterGroup {
+  /** The failed runs' fingerprint (null: late events, which never ran, and rows from before it was recorded). */
+  readonly cause: string | null;
+  readonly reason: string | null;
+  readonly count: number;
+  /** When the first and the last of them failed. */
+  readonly firstAt: Date;
+  readonly lastAt: Date;
+  /** How many keys they are on (unordered events count as none). */
+  readonly keys: number;
+  /** The latest of them: its id and its error. */
+  readonly sample: { readonly source: string; readonly id: string; readonly error: string | null };
 }
 
 /** Events with what an operator sees beside them: whether each blocks its key, and its age. */
@@ -66,25 +84,38 @@ export async function deadLetters(
   ctx: OperationsContext,
   filter: DeadLetterFilter = {},
 ): Promise<DeadLetter[]> {
-  const conditions: RawBuilder<unknown>[] = [
-    sql`e.status = 'dead'`,
-    sourceIs('e.source', scoped(ctx, filter.source)),
-  ];
-  if (filter.key !== undefined) conditions.push(sql`e.key = ${filter.key}`);
-  if (filter.reason !== undefined) conditions.push(sql`e.dead_reason = ${filter.reason}`);
-  if (filter.olderThan !== undefined) {
-    const ms = durationMs('olderThan', filter.olderThan);
-    conditions.push(sql`e.received_at < now() - ${ms}::bigint * interval '1 millisecond'`);
-  }
-  if (filter.newerThan !== undefined) {
-    const ms = durationMs('newerThan', filter.newerThan);
-    conditions.push(sql`e.received_at >= now() - ${ms}::bigint * interval '1 millisecond'`);
-  }
   const { rows } = await sql<any>`
-    ${selectDead(ctx, sql.join(conditions, sql` and `))}
-     order by e.received_at, e.source, e.id
+    ${selectDead(ctx, deadWhere(ctx, pinSelection(filter)))}
+     order by ${filter.order === 'key' ? KEY_ORDER : sql`e.received_at, e.source, e.id`}
      limit ${limitOf(filter.limit, 100)}`.execute(ctx.db);
   return rows.map((r) => toDeadLetter(ctx, r));
+}
+
+/** The dead letters a selection matches, grouped by cause and reason, the largest group first. */
+export async function deadGroups(
+  ctx: OperationsContext,
+  selection: Selection = {},
+): Promise<DeadLetterGroup[]> {
+  const { rows } = await sql<any>`
+    select e.cause, e.dead_reason, count(*) as n, min(${FAILED_AT}) as first_at, max(${FAILED_AT}) as last_at,
+           count(distinct e.key) as keys,
+           (array_agg(e.source order by ${FAILED_AT} desc, e.id))[1] as sample_source,
+           (array_agg(e.id order by ${FAILED_AT} desc, e.id))[1] as sample_id,
+           (array_agg(e.last_error order by ${FAILED_AT} desc, e.id))[1] as sample_error
+      from ${table(ctx, 'events')} e
+     where ${deadWhere(ctx, pinSelection(selection))}
+     group by e.cause, e.dead_reason
+     order by count(*) desc, max(${FAILED_AT}) desc
+     limit ${MAX_LIST}`.execute(ctx.db);
+  return rows.map((r) => ({
+    cause: r.cause ?? null,
+    reason: r.dead_reason ?? null,
+    count: Number(r.n),
+    firstAt: toDate(r.first_at),
+    lastAt: toDate(r.last_at),
+    keys: Number(r.keys),
+    sample: { source: r.sample_source, id: r.sample_id, error: r.sample_error ?? null },
+  }));
 }
 
 export async function deadLetter(

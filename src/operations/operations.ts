@@ -16,7 +16,14 @@ import { secretHeaderSet } from '../payload.js';
 import type { StoredEvent } from '../sql/inspect.js';
 import { createTables, type Tables } from '../sql/tables.js';
 import type { LockWaitOptions, OperationsContext } from './context.js';
-import { type DeadLetter, type DeadLetterFilter, deadLetter, deadLetters } from './dead-letters.js';
+import {
+  type DeadLetter,
+  type DeadLetterFilter,
+  type DeadLetterGroup,
+  deadGroups,
+  deadLetter,
+  deadLetters,
+} from './dead-letters.js';
 import {
   type IgnoredEvent,
   type IgnoredFilter,
@@ -28,8 +35,16 @@ import {
 } from './ignored.js';
 import { type KeyDetail, type KeySummary, key, keys, type SkipResult, skip, unblock } from './keys.js';
 import { type ReplayOptions, type ReplayResult, type ReplaySelection, replay, statuses } from './replay.js';
-import { type PruneOptions, type PruneResult, prune } from './retention.js';
+import {
+  type PruneOptions,
+  type PruneResult,
+  type PurgeOptions,
+  type PurgeResult,
+  prune,
+  purgeDead,
+} from './retention.js';
 import { type ScrubOptions, type ScrubResult, scrubHeaders } from './scrub.js';
+import { type BatchRef, countDead, eachBatch, pinSelection, type Selection } from './selection.js';
 import { type InboxStatus, status } from './status.js';
 
 /** As options.ts checks `schema` and `tablePrefix`: they are spliced into SQL as identifiers. */
@@ -52,6 +67,44 @@ export class Operations implements OperationsContext {
   /** Dead letters, oldest first, with whether each blocks its key. */
   deadLetters(filter: DeadLetterFilter = {}): Promise<DeadLetter[]> {
     return deadLetters(this, filter);
+  }
+
+  /**
+   * Dead letters grouped by cause (the failed runs' fingerprint) and reason, the largest group
+   * first, with when the first and last failed, how many keys, and a sample.
+   *
+   * ```ts
+   * const [worst] = await ops.deadGroups({ since: '1h' });
+   * await ops.replay({ all: true, cause: worst.cause!, since: '1h' }, { dryRun: true });
+   * ```
+   */
+  deadGroups(selection: Selection = {}): Promise<DeadLetterGroup[]> {
+    return deadGroups(this, selection);
+  }
+
+  /**
+   * The dead letters a selection matches, in key order, `size` at a time: each batch is read
+   * after the previous one was handled, from where it ended (a bulk action of one's own).
+   */
+  deadBatches(selection: Selection, size = 100): AsyncGenerator<BatchRef[]> {
+    return eachBatch(this, pinSelection(selection), size);
+  }
+
+  /** How many dead letters a selection matches (what a bulk action would act on). */
+  countDead(selection: Selection = {}): Promise<number> {
+    return countDead(this, pinSelection(selection));
+  }
+
+  /**
+   * Deletes the dead letters a selection matches, payloads with them, in batches (a re-run
+   * finishes an interrupted one). One that blocks its key is left and counted: skip it first.
+   *
+   * ```ts
+   * const { purged } = await ops.purgeDead({ olderThan: '30d' });
+   * ```
+   */
+  purgeDead(selection: Selection, options: PurgeOptions = {}): Promise<PurgeResult> {
+    return purgeDead(this, selection, options);
   }
 
   /** One dead letter (any stored event, in fact) by id, with its payload. */

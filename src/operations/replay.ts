@@ -14,12 +14,13 @@ import {
   type FoundEvent,
   findEvent,
   type LockWaitOptions,
-  MAX_LIST,
+  limitOf,
   type OperationsContext,
   scoped,
   table,
 } from './context.js';
-import { type DeadLetterFilter, deadLetters } from './dead-letters.js';
+import type { DeadLetterFilter } from './dead-letters.js';
+import { eachBatch, pinSelection } from './selection.js';
 
 /**
  * What to replay: ids (in the operations' source, or each with its own), or every dead letter
@@ -36,6 +37,13 @@ export interface ReplayOptions extends LockWaitOptions {
    * be re-queued", and `status` is the current one. @defaultValue false
    */
   dryRun?: boolean;
+  /**
+   * A filter's dead letters are read this many at a time, in key order, each batch after the
+   * previous one was replayed (each event its own short transaction). @defaultValue 100
+   */
+  batchSize?: number;
+  /** After each batch of a filter's replay: what it came to (for progress). */
+  onBatch?(results: readonly ReplayResult[]): void;
 }
 
 export interface ReplayResult {
@@ -68,12 +76,38 @@ export async function replay(
     const filter = selection as DeadLetterFilter & { all: true };
     if (filter.all !== true)
       throw new TypeError('webhook-inbox: replay needs ids, or a filter with `all: true`');
-    const dead = await deadLetters(ctx, { ...filter, limit: filter.limit ?? MAX_LIST });
-    targets = dead.map((d) => ({ id: d.id, source: d.source }));
+    return replayMatching(ctx, filter, options);
   }
   const results: ReplayResult[] = [];
   for (const target of targets) {
     results.push(await replayOne(ctx, target.id, target.source, options.dryRun === true, options));
+  }
+  return results;
+}
+
+/**
+ * Every dead letter a selection matches, in key order (each key's in seq order, so that an
+ * ordered key is unblocked at its first), in batches: an action cut short is finished by running
+ * it again, since what it re-queued is no longer dead and is not selected twice. Relative times
+ * are pinned once, at the start. `limit` bounds the total. A dry run decides each outcome.
+ */
+async function replayMatching(
+  ctx: OperationsContext,
+  filter: DeadLetterFilter,
+  options: ReplayOptions,
+): Promise<ReplayResult[]> {
+  const pinned = pinSelection(filter);
+  const size = limitOf(options.batchSize, 100);
+  const most = filter.limit ?? Number.POSITIVE_INFINITY;
+  const results: ReplayResult[] = [];
+  for await (const batch of eachBatch(ctx, pinned, size)) {
+    const done: ReplayResult[] = [];
+    for (const target of batch.slice(0, most - results.length)) {
+      done.push(await replayOne(ctx, target.id, target.source, options.dryRun === true, options));
+    }
+    results.push(...done);
+    options.onBatch?.(done);
+    if (results.length >= most) break;
   }
   return results;
 }

@@ -1,6 +1,10 @@
-/** Retention: deleting processed (and ignored) rows past their age, as the sweeper does by `retention`. */
+/**
+ * Retention: deleting processed (and ignored) rows past their age, as the sweeper does by
+ * `retention`; and dead letters an operator selects, as it does by `deadRetention`.
+ */
 import { sql } from 'kysely';
 import { durationMs, type OperationsContext, scoped, sourceIs, table } from './context.js';
+import { deadWhere, pinSelection, type Selection } from './selection.js';
 
 export interface PruneOptions {
   /** Processed longer ago than this (ms or a duration string). */
@@ -62,4 +66,59 @@ export async function prune(ctx: OperationsContext, options: PruneOptions): Prom
     }
   }
   return { pruned, dryRun: options.dryRun === true, cutoff };
+}
+
+export interface PurgeOptions {
+  /** Count (and sample) what would be purged; delete nothing. @defaultValue false */
+  dryRun?: boolean;
+  /** Rows deleted per statement (each batch its own short transaction). @defaultValue 1000 */
+  batchSize?: number;
+  /** Stop after this many batches (the sweeper purges one per turn). @defaultValue unlimited */
+  maxBatches?: number;
+}
+
+export interface PurgeResult {
+  /** Dead letters deleted, or with `dryRun` those that would be. */
+  readonly purged: number;
+  /** Matching dead letters left because each blocks its key: skip (or replay) them first. */
+  readonly blocking: number;
+  readonly dryRun: boolean;
+}
+
+/**
+ * Deletes the dead letters a selection matches (their payloads with them: the privacy reason to
+ * purge), in batches, each its own statement: an interrupted purge is finished by running it
+ * again. A dead letter that blocks its key is never deleted (the key would stay blocked with
+ * nothing left to replay): `dead skip` it first. Gaps and keys are kept, so a late copy of a
+ * purged event is still refused as late.
+ */
+export async function purgeDead(
+  ctx: OperationsContext,
+  selection: Selection,
+  options: PurgeOptions = {},
+): Promise<PurgeResult> {
+  const batch = options.batchSize ?? 1000;
+  if (!Number.isInteger(batch) || batch < 1 || batch > 100_000) {
+    throw new TypeError(`webhook-inbox: \`batchSize\` must be an integer from 1 to 100000; got ${batch}`);
+  }
+  const events = table(ctx, 'events');
+  const matches = deadWhere(ctx, pinSelection(selection));
+  const blocks = sql`exists (select 1 from ${table(ctx, 'keys')} k where k.source = e.source and k.key = e.key
+                              and k.state = 'blocked' and k.blocked_seq = e.seq)`;
+  const { rows } = await sql<any>`select count(*) filter (where ${blocks}) as blocking,
+                                         count(*) filter (where not ${blocks}) as purgeable
+                                    from ${events} e where ${matches}`.execute(ctx.db);
+  const blocking = Number(rows[0]?.blocking ?? 0);
+  if (options.dryRun) return { purged: Number(rows[0]?.purgeable ?? 0), blocking, dryRun: true };
+  let purged = 0;
+  for (let batches = 0; batches < (options.maxBatches ?? Number.POSITIVE_INFINITY); batches++) {
+    const result = await sql`
+      delete from ${events} d
+       where (d.source, d.id) in (select e.source, e.id from ${events} e where ${matches} and not ${blocks}
+                                   limit ${batch} for update skip locked)`.execute(ctx.db);
+    const n = Number(result.numAffectedRows ?? 0n);
+    purged += n;
+    if (n < batch) break;
+  }
+  return { purged, blocking, dryRun: false };
 }

@@ -7,6 +7,7 @@ import type { Kysely, Transaction } from 'kysely';
 import { type ApplyStep, applyOne, type Run } from '../apply.js';
 import type { Background } from '../background/background.js';
 import { DrainInTransaction } from '../background/drain.js';
+import { notifyDeadLetter } from '../dead-letter-hook.js';
 import type { Outcome } from '../outcome.js';
 import { storableHeaders } from '../payload.js';
 import type { Runtime } from '../runtime.js';
@@ -71,6 +72,9 @@ async function claimThenApply<C extends { decision: string; attempts: number; re
   path.committed?.(claim);
   if (applied.status === 'failed') {
     const failure = applied.failure;
+    // The handler threw RetryLater: the event waits until then, no attempt spent.
+    if (failure?.decision === 'snoozed')
+      return { outcome: respond.snoozed(d.id, failure.error.at), drain: false };
     if (failure?.decision !== 'dead') return { outcome: respond.handlerFailed(d.id), drain: false };
     // onPoison 'skip' moved the cursor past it: what waits behind it may run now.
     const outcome =
@@ -249,6 +253,12 @@ async function claimAndApplyOn(
     o.logger.error(
       { id: d.id, key: d.key, seq: d.seq, source: o.source },
       'webhook-inbox: dead-lettered (late: its seq was skipped by a gap timeout)',
+    );
+    notifyDeadLetter(
+      o.onDeadLetter,
+      o.logger,
+      { source: o.source, id: d.id, key: d.key, seq: d.seq, reason: 'late', attempts: 0, receivedAt: null },
+      { fingerprint: null, message: null, error: undefined },
     );
   } else if (claim.decision === 'duplicate' && claim.reason !== 'ignored') {
     // The caches hold processed events only: an ignored one's redelivery asks the claim again.

@@ -40,6 +40,14 @@ export function superseded(id: string, key: string, version: number, latest: num
   return ok(OutcomeKind.superseded, 200, { status: 'superseded', id, key, version, latest });
 }
 
+/**
+ * The handler threw RetryLater: stored `pending` until `retryAt`, when the sweeper applies it.
+ * 202, as a deferred event is, so that the sender does not deliver it again meanwhile.
+ */
+export function snoozed(id: string, retryAt: Date): Outcome {
+  return ok(OutcomeKind.pending, 202, { status: 'pending', id, retryAt: retryAt.toISOString() });
+}
+
 export function deadLettered(id: string, reason: string | null): Outcome {
   return ok(OutcomeKind.deadLettered, 200, { status: 'dead-lettered', id, reason });
 }

@@ -26,6 +26,11 @@ export interface StoredEvent {
   attempts: number;
   lastError: string | null;
   deadReason: string | null;
+  /** The last failed run's fingerprint (src/cause.ts), and when it failed. */
+  cause: string | null;
+  failedAt: Date | null;
+  /** When a waiting event is due (a failed run's backoff, or RetryLater's time); null when due now. */
+  retryAt: Date | null;
   receivedAt: Date;
   processedAt: Date | null;
   payload: Buffer | null;
@@ -55,6 +60,9 @@ export function toStoredEvent(r: any): StoredEvent {
     attempts: toNumber(r.attempts) ?? 0,
     lastError: r.last_error,
     deadReason: r.dead_reason,
+    cause: r.cause ?? null,
+    failedAt: r.failed_at ? toDate(r.failed_at) : null,
+    retryAt: r.run_after && (r.status === 'pending' || r.status === 'held') ? toDate(r.run_after) : null,
     receivedAt: toDate(r.received_at),
     processedAt: r.processed_at ? toDate(r.processed_at) : null,
     payload: r.payload ? toBytes(r.payload) : null,

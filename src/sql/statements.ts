@@ -8,6 +8,8 @@ import { createApplySavepoint, createUndoTake } from './failed-run.js';
 import { createFindProcessed } from './find-processed.js';
 import { createMarkApplied } from './mark-applied.js';
 import { createRecordApplied } from './record-applied.js';
+import { createRecordCause } from './record-cause.js';
+import { createSnooze } from './snooze.js';
 import { createStats } from './stats.js';
 import { createStoreResult } from './store-result.js';
 import { createSweep } from './sweep.js';
@@ -37,6 +39,8 @@ export function createStatements(
     recordApplied: createRecordApplied(names, t),
     markApplied: createMarkApplied(names, t),
     fail: createFail(names, t),
+    recordCause: createRecordCause(names, t),
+    snooze: createSnooze(names, t),
     undoTake: createUndoTake(names, t),
     applySavepoint,
     /**

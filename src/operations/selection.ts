@@ -1,0 +1,193 @@
+/**
+ * One selection language for every operator surface (the CLI's flags, the console's filter
+ * form, `Operations`): which dead letters an operator means, by reason, cause, key (or key
+ * prefix), event type, when they failed (`since`/`until`), how long ago they arrived
+ * (`olderThan`/`newerThan`) and ids. Turned into one SQL condition here, so that what a dry run
+ * counts is what the action then acts on; and walked in batches (`eachBatch`), each its own
+ * short transactions, so that an action cut short (a crash, a kill) is finished by running it
+ * again: what it already did no longer matches (a replayed event is not dead any more; a
+ * purged one is gone), and nothing is done twice.
+ */
+import { type RawBuilder, sql } from 'kysely';
+import { parseDuration } from '../duration.js';
+import { durationMs, type OperationsContext, scoped, sourceIs, table } from './context.js';
+
+/**
+ * Which dead letters. Every field narrows; none selects them all. Times are a `Date`, an ISO
+ * 8601 string (`2026-11-28T10:00:00Z`), a time of today in UTC (`10:00`, `10:15:30`), or a
+ * duration ago (`2h`, `15m`).
+ */
+export interface Selection {
+  source?: string;
+  /** `poison`, `late` or `rejected`. */
+  reason?: string;
+  /** A failed run's fingerprint, as `deadGroups` (`webhook-inbox dead groups`) lists it. */
+  cause?: string;
+  /** One key, or with a trailing `*` every key that starts with what precedes it (`acct_*`). */
+  key?: string;
+  /** The event's type (`event.type`), exactly. */
+  type?: string;
+  /** Failed (for a dead letter: died) at or after this time; a late one counts from its arrival. */
+  since?: Date | string;
+  /** Failed before this time. */
+  until?: Date | string;
+  /** Received longer ago than this (ms or a duration string). */
+  olderThan?: number | string;
+  /** Received more recently than this. */
+  newerThan?: number | string;
+  /** Only these ids. */
+  ids?: readonly string[];
+  /**
+   * Only ordered dead letters at their key's cursor (the key waits for them: blocked by them, or
+   * unblocked since): those a skip moves past. @defaultValue false
+   */
+  atCursor?: boolean;
+}
+
+const CLOCK = /^(\d{2}):(\d{2})(?::(\d{2}))?$/;
+const ISO = /^\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?$/i;
+
+/**
+ * A point in time as an operator types it: ISO 8601 (without an offset: UTC), `HH:MM[:SS]`
+ * (today, UTC), or a duration ago (`2h`). Undefined when it is none of them.
+ */
+export function parseInstant(value: Date | string, now: Date = new Date()): Date | undefined {
+  if (value instanceof Date) return Number.isFinite(value.getTime()) ? value : undefined;
+  const text = value.trim();
+  const ago = parseDuration(text);
+  if (ago !== undefined) return new Date(now.getTime() - ago);
+  const clock = CLOCK.exec(text);
+  if (clock) {
+    const [h, m, s] = [Number(clock[1]), Number(clock[2]), Number(clock[3] ?? 0)];
+    if (h > 23 || m > 59 || s > 59) return undefined;
+    const day = new Date(now);
+    day.setUTCHours(h, m, s, 0);
+    return day;
+  }
+  if (!ISO.test(text)) return undefined;
+  const utc = /[zZ]|[+-]\d{2}:?\d{2}$/.test(text) || !text.includes(':') ? text : `${text}Z`;
+  const at = new Date(utc.replace(' ', 'T'));
+  return Number.isFinite(at.getTime()) ? at : undefined;
+}
+
+/** A selection with its times pinned, so that every batch (and the dry run) means the same rows. */
+export interface PinnedSelection extends Omit<Selection, 'since' | 'until'> {
+  readonly since?: Date;
+  readonly until?: Date;
+}
+
+/** Checks a selection and pins its relative times to now; a bad field is a TypeError naming it. */
+export function pinSelection(selection: Selection, now: Date = new Date()): PinnedSelection {
+  const pinned: { -readonly [K in keyof PinnedSelection]: PinnedSelection[K] } = {
+    ...selection,
+    since: undefined,
+    until: undefined,
+  };
+  for (const name of ['since', 'until'] as const) {
+    const value = selection[name];
+    if (value === undefined) continue;
+    const at = parseInstant(value, now);
+    if (!at) {
+      throw new TypeError(
+        `webhook-inbox: \`${name}\` must be an ISO 8601 time (2026-11-28T10:00:00Z), a time of today in UTC (10:00) or a duration ago (2h); got ${JSON.stringify(String(value))}`,
+      );
+    }
+    pinned[name] = at;
+  }
+  if (pinned.since && pinned.until && pinned.since >= pinned.until) {
+    throw new TypeError('webhook-inbox: `since` must be before `until`');
+  }
+  if (selection.olderThan !== undefined) durationMs('olderThan', selection.olderThan);
+  if (selection.newerThan !== undefined) durationMs('newerThan', selection.newerThan);
+  return pinned;
+}
+
+/** When a dead letter failed: its last failed run, or (late: it never ran) its arrival. */
+export const FAILED_AT = sql`coalesce(e.failed_at, e.received_at)`;
+
+/** The condition on `e` (the events table) that a selection of dead letters means. */
+export function deadWhere(ctx: OperationsContext, s: PinnedSelection): RawBuilder<unknown> {
+  const conditions: RawBuilder<unknown>[] = [
+    sql`e.status = 'dead'`,
+    sourceIs('e.source', scoped(ctx, s.source)),
+  ];
+  if (s.key !== undefined) {
+    if (s.key.endsWith('*')) {
+      const prefix = s.key.slice(0, -1).replace(/[\\%_]/g, (c) => `\\${c}`);
+      conditions.push(sql`e.key like ${`${prefix}%`}`);
+    } else conditions.push(sql`e.key = ${s.key}`);
+  }
+  if (s.reason !== undefined) conditions.push(sql`e.dead_reason = ${s.reason}`);
+  if (s.cause !== undefined) conditions.push(sql`e.cause = ${s.cause}`);
+  if (s.type !== undefined) conditions.push(sql`e.type = ${s.type}`);
+  if (s.since !== undefined) conditions.push(sql`${FAILED_AT} >= ${s.since}`);
+  if (s.until !== undefined) conditions.push(sql`${FAILED_AT} < ${s.until}`);
+  if (s.olderThan !== undefined) {
+    const ms = durationMs('olderThan', s.olderThan);
+    conditions.push(sql`e.received_at < now() - ${ms}::bigint * interval '1 millisecond'`);
+  }
+  if (s.newerThan !== undefined) {
+    const ms = durationMs('newerThan', s.newerThan);
+    conditions.push(sql`e.received_at >= now() - ${ms}::bigint * interval '1 millisecond'`);
+  }
+  if (s.atCursor) {
+    conditions.push(sql`exists (select 1 from ${table(ctx, 'keys')} k
+                                 where k.source = e.source and k.key = e.key and k.next_seq = e.seq)`);
+  }
+  if (s.ids !== undefined) {
+    conditions.push(s.ids.length ? sql`e.id in (${sql.join(s.ids.map((id) => sql`${id}`))})` : sql`false`);
+  }
+  return sql.join(conditions, sql` and `);
+}
+
+/** How many dead letters a selection matches. */
+export async function countDead(ctx: OperationsContext, s: PinnedSelection): Promise<number> {
+  const { rows } = await sql<{ n: string | number }>`
+    select count(*) as n from ${table(ctx, 'events')} e where ${deadWhere(ctx, s)}`.execute(ctx.db);
+  return Number(rows[0]?.n ?? 0);
+}
+
+/** A dead letter's place in key order: key (unordered ones first), seq, source, id. */
+export interface BatchRef {
+  readonly source: string;
+  readonly id: string;
+  readonly key: string | null;
+  readonly seq: number | null;
+}
+
+/**
+ * The order of a bulk action: each key's events in seq order, keys in name order; unordered
+ * events (no key) first, oldest first. Unique, so that batches can go on from where one ended.
+ */
+export const KEY_ORDER = sql`coalesce(e.key, ''), coalesce(e.seq, 0), e.received_at, e.source, e.id`;
+
+/**
+ * The matching dead letters in key order, `size` at a time, each batch read after the previous
+ * one was handled (from where it ended: a row the action left dead, refused, is not met again).
+ */
+export async function* eachBatch(
+  ctx: OperationsContext,
+  s: PinnedSelection,
+  size: number,
+): AsyncGenerator<BatchRef[]> {
+  let after: RawBuilder<unknown> = sql`true`;
+  for (;;) {
+    const { rows } = await sql<any>`
+      select e.source, e.id, e.key, e.seq, e.received_at::text as received_at from ${table(ctx, 'events')} e
+       where ${deadWhere(ctx, s)} and ${after}
+       order by ${KEY_ORDER} limit ${size}`.execute(ctx.db);
+    if (rows.length === 0) return;
+    const batch = rows.map((r) => ({
+      source: r.source as string,
+      id: r.id as string,
+      key: (r.key as string | null) ?? null,
+      seq: r.seq === null ? null : Number(r.seq),
+    }));
+    yield batch;
+    if (rows.length < size) return;
+    const last = rows[rows.length - 1];
+    // The timestamp as text: a Date would lose its microseconds, and the last row of a batch
+    // would then sort after its own bound and be met again.
+    after = sql`(${KEY_ORDER}) > (${last.key ?? ''}, ${last.seq ?? 0}::bigint, ${last.received_at}::timestamptz, ${last.source}, ${last.id})`;
+  }
+}
