@@ -108,7 +108,16 @@ function send(reply: FastifyReply, outcome: Outcome): FastifyReply {
 }
 
 const plugin: FastifyPluginAsync<FastifyInboxOptions> = async (app, options) => {
-  const { prefix: givenPrefix, path, decorator, ...rest } = options;
+  // Fastify hands the plugin its own register options too (`prefix`, `logLevel`,
+  // `logSerializers`): they are the framework's, not unknown inbox options.
+  const {
+    prefix: givenPrefix,
+    path,
+    decorator,
+    logLevel: _logLevel,
+    logSerializers: _logSerializers,
+    ...rest
+  } = options as FastifyInboxOptions & { logLevel?: unknown; logSerializers?: unknown };
   if (givenPrefix !== undefined && path !== undefined && givenPrefix !== path) {
     throw new InboxOptionsError('path', 'is the same option as `prefix`: give one of them');
   }

@@ -29,6 +29,28 @@ describe('the Fastify plugin', () => {
   });
   const options = () => ({ db: db.db, schema: uniqueName('wi'), sweepIntervalMs: 0 });
 
+  test("Fastify's own register options (logLevel, logSerializers) are Fastify's, not unknown inbox options", async () => {
+    const app = Fastify();
+    await app.register(inbox, {
+      ...options(),
+      prefix: '/webhooks',
+      logLevel: 'warn',
+      logSerializers: {},
+      handle: () => ({ ok: true }),
+    } as never);
+    try {
+      const reply = await app.inject({
+        method: 'POST',
+        url: '/webhooks',
+        headers: { 'content-type': 'application/json', 'idempotency-key': 'evt_register_options' },
+        payload: '{"a":1}',
+      });
+      expect(reply.statusCode).toBe(200);
+    } finally {
+      await app.close();
+    }
+  });
+
   test("logs through the app's logger (fastify.log) by default", async () => {
     const lines: Record<string, unknown>[] = [];
     const stream = new Writable({

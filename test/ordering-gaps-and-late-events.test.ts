@@ -127,6 +127,7 @@ describe.each(targets)('per-key ordering on $name', (target) => {
       keysBlocked: 0,
       applied: 0,
       pruned: 0,
+      purged: 0,
       keyErrors: 0,
     });
     expect(await app.seqs(key)).toEqual([]);
@@ -177,6 +178,7 @@ describe.each(targets)('per-key ordering on $name', (target) => {
       keysBlocked: 1,
       applied: 0,
       pruned: 0,
+      purged: 0,
       keyErrors: 0,
     });
     expect(await v.inbox.keyState(key)).toMatchObject({
@@ -193,6 +195,7 @@ describe.each(targets)('per-key ordering on $name', (target) => {
       keysBlocked: 0,
       applied: 0,
       pruned: 0,
+      purged: 0,
       keyErrors: 0,
     });
     expect(await gaps(v.inbox, key)).toEqual([]);
