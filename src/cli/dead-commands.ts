@@ -1,7 +1,7 @@
 /** `dead list`, `dead show`, `dead skip`: the dead-letter queue (`dead replay` has its own module). */
 import { formatDuration } from '../duration.js';
 import type { SkipResult } from '../operations/index.js';
-import { FILTERS, filterOf, LOCK_TIMEOUT, lockedAction, lockTimeout } from './arguments.js';
+import { FILTERS, filterOf, LOCK_TIMEOUT, lockTimeout } from './arguments.js';
 import { type Command, EXIT, RefusedError, UsageError } from './command.js';
 import { deadLetterJson, deadLetterSummary, deadLetterText, oneLine, skipText, table } from './format.js';
 import { REPLAY_COMMAND } from './replay-command.js';
