@@ -8,7 +8,6 @@ import type { Kysely } from 'kysely';
 import { Background } from './background/background.js';
 import type { SweepReport } from './background/sweeper.js';
 import type { Database } from './database.js';
-import { missingTables } from './drivers/postgres-error.js';
 import { checkHealth, healthOutcome, type InboxHealth } from './health.js';
 import { firstTime, recovered } from './logger.js';
 import { migrateToLatest } from './migrations.js';
@@ -34,23 +33,12 @@ import { receive, receiveStream } from './receive/pipeline.js';
 import type { BodyStream } from './receive/raw-body.js';
 import type { Delivery } from './receive/request.js';
 import { outcomeForError } from './receive/respond.js';
-import { type ResolvedOptions, resolveOptions } from './resolve-options.js';
+import { resolveOptions } from './resolve-options.js';
+import type { ResolvedOptions } from './resolved-options.js';
 import { Runtime } from './runtime.js';
 import { type KeyState, keyState, listEvents, type StoredEvent } from './sql/inspect.js';
 import type { Tables } from './sql/tables.js';
-
-const SHORT_RETENTION_MS = 3 * 86_400_000;
-
-/** What to do about a start that failed, by what failed. */
-function startHint(err: unknown): string {
-  const text = err instanceof Error ? `${err.name}: ${err.message}` : String(err);
-  if (missingTables(err))
-    return `${text} (the inbox's tables are missing: run \`webhook-inbox migrate\`, or leave \`migrate\` on)`;
-  if (/ECONNREFUSED|ENOTFOUND|EAI_AGAIN|ETIMEDOUT/.test(text))
-    return `${text} (is the database running, and is \`db\` its address?)`;
-  return text;
-}
-let warnedShortRetention = false;
+import { startHint, warnIfRetentionIsShort } from './start-warnings.js';
 
 export class Inbox {
   readonly #rt: Runtime;
@@ -64,17 +52,7 @@ export class Inbox {
   constructor(options: InboxOptions) {
     this.#rt = new Runtime(resolveOptions(options));
     this.#background = new Background(this.#rt);
-    const { retention, logger, source } = this.options;
-    if (retention !== false && retention < SHORT_RETENTION_MS) {
-      const message =
-        `webhook-inbox: retention is ${retention} ms, shorter than 3 days: senders that retry for longer ` +
-        '(Stripe retries for 3 days) can redeliver an unordered event after its row was pruned, and it would be applied again';
-      logger.warn({ retention, source }, message);
-      if (!warnedShortRetention) {
-        warnedShortRetention = true;
-        process.emitWarning(message, 'WebhookInboxWarning');
-      }
-    }
+    warnIfRetentionIsShort(this.options);
     this.#start(0);
   }
 

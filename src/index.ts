@@ -90,7 +90,7 @@ export {
   stripeSignature,
 } from './receive/verify.js';
 export type { RedisInput, RedisLike } from './redis-cache.js';
-export type { ResolvedOptions } from './resolve-options.js';
+export type { ResolvedOptions } from './resolved-options.js';
 export { backoffMs } from './retry-schedule.js';
 export type { KeyState, StoredEvent } from './sql/inspect.js';
 export { SpanAttributes } from './tracing.js';

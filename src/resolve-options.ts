@@ -1,13 +1,12 @@
 import type { TracerProvider } from '@opentelemetry/api';
-import { type BodySchema, resolveBodySchema } from './body-schema.js';
+import { resolveBodySchema } from './body-schema.js';
 import type { DatabaseInput } from './database.js';
-import type { OnDeadLetter } from './dead-letter-hook.js';
 import { parseDuration } from './duration.js';
 import { InboxOptionsError } from './errors.js';
 import type { Handler } from './event.js';
-import { type HandlerFor, handleEverything, resolveHandlers } from './handlers.js';
+import { handleEverything, resolveHandlers } from './handlers.js';
 import { consoleLogger, type Logger, silent } from './logger.js';
-import type { MetricsOptions, RegistryLike } from './metrics.js';
+import type { MetricsOptions } from './metrics.js';
 import {
   bool,
   describe,
@@ -21,11 +20,12 @@ import {
 import { DEFAULT_LOCK_TIMEOUT_MS, type InboxOptions } from './options.js';
 import { secretHeaderSet } from './payload.js';
 import type { Provider } from './providers.js';
-import type { DeliveryOptions } from './receive/delivery.js';
 import { type FieldSource, type Fields, type ResolvedSource, resolveSource } from './receive/field-source.js';
-import { type RespondHook, resolveRespondHook } from './receive/respond-hook.js';
+import { resolveRespondHook } from './receive/respond-hook.js';
 import type { Verify } from './receive/verify.js';
 import type { RedisInput } from './redis-cache.js';
+import type { ResolvedOptions } from './resolved-options.js';
+import { rejectUnknownOptions } from './unknown-options.js';
 
 /**
  * Every inbox option checked and defaulted in one place (`resolveOptions`): a bad value throws
@@ -60,111 +60,6 @@ function noDatabaseGiven(logger: Partial<Logger> | undefined, empty: boolean): v
     process.emitWarning(message, 'WebhookInboxWarning');
   }
 }
-
-// ---- Unknown options: a misspelt one (`maxAtempts`) must not silently do nothing ----
-const OPTION_NAMES = [
-  'handle',
-  'handlers',
-  'db',
-  'dataDir',
-  'poolSize',
-  'source',
-  'schema',
-  'tablePrefix',
-  'migrate',
-  'headers',
-  'fields',
-  'idFromBody',
-  'maxBodyBytes',
-  'bodyTimeoutMs',
-  'parse',
-  'bodySchema',
-  'respond',
-  'lockTimeoutMs',
-  'onInFlight',
-  'keepPayload',
-  'firstSeq',
-  'maxHeldPerKey',
-  'maxSeqAhead',
-  'gapTimeoutMs',
-  'onGapTimeout',
-  'sweepIntervalMs',
-  'retryFor',
-  'maxAttempts',
-  'onPoison',
-  'retryBaseMs',
-  'retryCapMs',
-  'duplicateCacheSize',
-  'retention',
-  'deadRetention',
-  'onDeadLetter',
-  'logger',
-  'redis',
-  'redisPrefix',
-  'redisTimeoutMs',
-  'metrics',
-  'tracerProvider',
-  'verify',
-  'provider',
-  'secretHeaders',
-  'order',
-  'mode',
-  'workers',
-  'workerBatchSize',
-  'pollIntervalMs',
-  'maxInFlight',
-  'poolWaitTimeoutMs',
-  'handlerTimeoutMs',
-  'maxPending',
-] as const satisfies readonly (keyof InboxOptions)[];
-// Every option of InboxOptions is in the list (a new option without its name fails to compile).
-const everyOptionListed: Exclude<keyof InboxOptions, (typeof OPTION_NAMES)[number]> extends never
-  ? true
-  : never = true;
-void everyOptionListed;
-const KNOWN_OPTIONS: ReadonlySet<string> = new Set(OPTION_NAMES);
-
-function rejectUnknownOptions(o: Record<string, unknown>): void {
-  for (const name of Object.keys(o)) {
-    if (KNOWN_OPTIONS.has(name)) continue;
-    const near = closest(name, OPTION_NAMES);
-    throw new InboxOptionsError(
-      name,
-      `is not an inbox option${near ? `; did you mean \`${near}\`?` : ''} (docs/configuration.md lists them)`,
-    );
-  }
-}
-
-/** The known name nearest to `name` (case ignored; at most one edit in three letters), if any. */
-export function closest(name: string, names: readonly string[]): string | undefined {
-  let best: string | undefined;
-  let bestDistance = Number.POSITIVE_INFINITY;
-  for (const candidate of names) {
-    const d = editDistance(name.toLowerCase(), candidate.toLowerCase());
-    if (d <= Math.max(1, Math.floor(candidate.length / 3)) && d < bestDistance) {
-      best = candidate;
-      bestDistance = d;
-    }
-  }
-  return best;
-}
-
-function editDistance(a: string, b: string): number {
-  let previous = Array.from({ length: b.length + 1 }, (_, i) => i);
-  for (let i = 1; i <= a.length; i++) {
-    const current = [i];
-    for (let j = 1; j <= b.length; j++) {
-      current[j] = Math.min(
-        previous[j] + 1,
-        current[j - 1] + 1,
-        previous[j - 1] + (a[i - 1] === b[j - 1] ? 0 : 1),
-      );
-    }
-    previous = current;
-  }
-  return previous[b.length];
-}
-// ---- end of unknown options ----
 
 /** The largest `workerBatchSize`: well below the 64 subtransactions a backend caches (see below). */
 const MAX_WORKER_BATCH = 32;
@@ -466,74 +361,6 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
     handlerTimeoutMs: duration(o, 'handlerTimeoutMs', 30_000, 0, 86_400_000),
     maxPending: integer(o, 'maxPending', 100_000, 1, Number.MAX_SAFE_INTEGER),
   };
-}
-
-/** The options after `resolveOptions`: every default applied, every value checked. */
-export interface ResolvedOptions {
-  /** The `handle` given, or undefined when `handlers` route instead. */
-  readonly handle: Handler | undefined;
-  /** The handler for an event's type (with `handle`, always it); undefined: the event is ignored. */
-  readonly handlers: HandlerFor;
-  readonly db: DatabaseInput | undefined;
-  readonly dataDir: string | undefined;
-  readonly poolSize: number;
-  readonly source: string;
-  readonly schema: string;
-  readonly tablePrefix: string;
-  readonly migrate: boolean;
-  readonly headers: { readonly id: string; readonly key: string; readonly seq: string };
-  /** Where id, key and seq are read: `fields`, else the `headers`; the type from `fields` or the provider. */
-  readonly fields: DeliveryOptions['fields'];
-  readonly idFromBody: boolean;
-  readonly maxBodyBytes: number;
-  readonly bodyTimeoutMs: number;
-  readonly parse: DeliveryOptions['parse'];
-  readonly bodySchema: BodySchema | undefined;
-  readonly respond: RespondHook | undefined;
-  readonly lockTimeoutMs: number;
-  readonly onInFlight: 'wait' | 'reject';
-  readonly keepPayload: boolean;
-  readonly firstSeq: 1 | 'first-seen';
-  readonly maxHeldPerKey: number;
-  readonly maxSeqAhead: number;
-  readonly gapTimeoutMs: number;
-  readonly onGapTimeout: 'skip' | 'block';
-  readonly sweepIntervalMs: number;
-  // ---- The retry budget ----
-  /** Milliseconds. */
-  readonly retryFor: number;
-  /** Undefined: only `retryFor` bounds the retries. */
-  readonly maxAttempts: number | undefined;
-  readonly onPoison: 'block' | 'skip';
-  readonly retryBaseMs: number;
-  readonly retryCapMs: number;
-  // ---- end of the retry budget ----
-  readonly duplicateCacheSize: number;
-  /** Milliseconds, or false when automatic pruning is off. */
-  readonly retention: number | false;
-  /** Milliseconds, or false: dead letters are kept. */
-  readonly deadRetention: number | false;
-  readonly onDeadLetter: OnDeadLetter | undefined;
-  readonly logger: Logger;
-  readonly redis: RedisInput | undefined;
-  readonly redisPrefix: string;
-  readonly redisTimeoutMs: number;
-  readonly metrics: { readonly registry: RegistryLike } | undefined;
-  readonly tracerProvider: TracerProvider | undefined;
-  readonly verify: Verify | undefined;
-  readonly provider: Provider | undefined;
-  /** Every header never stored: the built-in ones, the verifier's and `secretHeaders`. */
-  readonly secretHeaders: ReadonlySet<string>;
-  /** `seq`, or latest-wins with where its key and version are read. */
-  readonly order: DeliveryOptions['order'];
-  readonly mode: 'inline' | 'deferred';
-  readonly workers: number;
-  readonly workerBatchSize: number;
-  readonly pollIntervalMs: number;
-  readonly maxInFlight: number;
-  readonly poolWaitTimeoutMs: number;
-  readonly handlerTimeoutMs: number;
-  readonly maxPending: number;
 }
 
 /** A retention option: milliseconds (at least a second), a duration string, or false. */

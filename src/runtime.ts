@@ -10,7 +10,7 @@ import { createMetrics, type InboxMetrics, type InboxStats, noMetrics } from './
 import { migrateToLatest } from './migrations.js';
 import { ProcessedCache } from './processed-cache.js';
 import { connectRedis, RedisCache, type RedisLike } from './redis-cache.js';
-import type { ResolvedOptions } from './resolve-options.js';
+import type { ResolvedOptions } from './resolved-options.js';
 import { createStatements, type Statements } from './sql/statements.js';
 import { createTables, type Tables } from './sql/tables.js';
 import type { TakenEvent } from './sql/taken-event.js';

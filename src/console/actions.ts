@@ -10,8 +10,9 @@ import type { ConsoleBackend, EventRef } from './backend.js';
 import { type DeadLetterFilterInput, parseDeadLetterFilter } from './filters.js';
 import { FormError } from './form-error.js';
 import { href } from './html.js';
+import type { PageContext } from './layout.js';
 import type { ResolvedConsoleOptions } from './options.js';
-import { confirmPage, type PageContext, resultPage } from './pages.js';
+import { confirmPage, resultPage } from './pages.js';
 import type { Principal } from './security.js';
 
 /** The most events one console action on selected rows handles (a filter's replay has no bound). */

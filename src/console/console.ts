@@ -11,6 +11,7 @@ import { createBackend } from './backend.js';
 import { parseDeadLetterFilter } from './filters.js';
 import { FormError } from './form-error.js';
 import { html } from './html.js';
+import { layout, type PageContext } from './layout.js';
 import { type ConsoleOptions, type ResolvedConsoleOptions, resolveConsoleOptions } from './options.js';
 import {
   deadLettersPage,
@@ -18,11 +19,9 @@ import {
   ignoredPage,
   keyPage,
   keysPage,
-  layout,
   loginPage,
   messagePage,
   overviewPage,
-  type PageContext,
 } from './pages.js';
 import type { ConsoleRequest, ConsoleResponse } from './request.js';
 import {

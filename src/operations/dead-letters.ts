@@ -3,17 +3,7 @@ import { type RawBuilder, sql } from 'kysely';
 import { toBoolean, toDate } from '../column-readers.js';
 import { secretHeaderSet, storableHeaders } from '../payload.js';
 import { type StoredEvent, toStoredEvent } from '../sql/inspect.js';
-import {
-  ageMs,
-  durationMs,
-  findEvent,
-  limitOf,
-  MAX_LIST,
-  type OperationsContext,
-  scoped,
-  sourceIs,
-  table,
-} from './context.js';
+import { ageMs, findEvent, limitOf, MAX_LIST, type OperationsContext, table } from './context.js';
 import { deadWhere, FAILED_AT, KEY_ORDER, pinSelection, type Selection } from './selection.js';
 
 /**

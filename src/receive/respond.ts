@@ -13,7 +13,7 @@ import {
 } from '../errors.js';
 import { firstTime, recovered } from '../logger.js';
 import { type Outcome, OutcomeKind, ok, problem } from '../outcome.js';
-import type { ResolvedOptions } from '../resolve-options.js';
+import type { ResolvedOptions } from '../resolved-options.js';
 import type { Runtime } from '../runtime.js';
 import type { ClaimRow } from '../sql/claim.js';
 import { CONTENDED } from '../sql/sql-state.js';

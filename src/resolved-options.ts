@@ -1,0 +1,82 @@
+/** What `resolveOptions` (resolve-options.ts) makes of the options: every default applied, every value checked. */
+import type { TracerProvider } from '@opentelemetry/api';
+import type { BodySchema } from './body-schema.js';
+import type { DatabaseInput } from './database.js';
+import type { OnDeadLetter } from './dead-letter-hook.js';
+import type { Handler } from './event.js';
+import type { HandlerFor } from './handlers.js';
+import type { Logger } from './logger.js';
+import type { RegistryLike } from './metrics.js';
+import type { Provider } from './providers.js';
+import type { DeliveryOptions } from './receive/delivery.js';
+import type { RespondHook } from './receive/respond-hook.js';
+import type { Verify } from './receive/verify.js';
+import type { RedisInput } from './redis-cache.js';
+
+/** The options after `resolveOptions`: every default applied, every value checked. */
+export interface ResolvedOptions {
+  /** The `handle` given, or undefined when `handlers` route instead. */
+  readonly handle: Handler | undefined;
+  /** The handler for an event's type (with `handle`, always it); undefined: the event is ignored. */
+  readonly handlers: HandlerFor;
+  readonly db: DatabaseInput | undefined;
+  readonly dataDir: string | undefined;
+  readonly poolSize: number;
+  readonly source: string;
+  readonly schema: string;
+  readonly tablePrefix: string;
+  readonly migrate: boolean;
+  readonly headers: { readonly id: string; readonly key: string; readonly seq: string };
+  /** Where id, key and seq are read: `fields`, else the `headers`; the type from `fields` or the provider. */
+  readonly fields: DeliveryOptions['fields'];
+  readonly idFromBody: boolean;
+  readonly maxBodyBytes: number;
+  readonly bodyTimeoutMs: number;
+  readonly parse: DeliveryOptions['parse'];
+  readonly bodySchema: BodySchema | undefined;
+  readonly respond: RespondHook | undefined;
+  readonly lockTimeoutMs: number;
+  readonly onInFlight: 'wait' | 'reject';
+  readonly keepPayload: boolean;
+  readonly firstSeq: 1 | 'first-seen';
+  readonly maxHeldPerKey: number;
+  readonly maxSeqAhead: number;
+  readonly gapTimeoutMs: number;
+  readonly onGapTimeout: 'skip' | 'block';
+  readonly sweepIntervalMs: number;
+  // ---- The retry budget ----
+  /** Milliseconds. */
+  readonly retryFor: number;
+  /** Undefined: only `retryFor` bounds the retries. */
+  readonly maxAttempts: number | undefined;
+  readonly onPoison: 'block' | 'skip';
+  readonly retryBaseMs: number;
+  readonly retryCapMs: number;
+  // ---- end of the retry budget ----
+  readonly duplicateCacheSize: number;
+  /** Milliseconds, or false when automatic pruning is off. */
+  readonly retention: number | false;
+  /** Milliseconds, or false: dead letters are kept. */
+  readonly deadRetention: number | false;
+  readonly onDeadLetter: OnDeadLetter | undefined;
+  readonly logger: Logger;
+  readonly redis: RedisInput | undefined;
+  readonly redisPrefix: string;
+  readonly redisTimeoutMs: number;
+  readonly metrics: { readonly registry: RegistryLike } | undefined;
+  readonly tracerProvider: TracerProvider | undefined;
+  readonly verify: Verify | undefined;
+  readonly provider: Provider | undefined;
+  /** Every header never stored: the built-in ones, the verifier's and `secretHeaders`. */
+  readonly secretHeaders: ReadonlySet<string>;
+  /** `seq`, or latest-wins with where its key and version are read. */
+  readonly order: DeliveryOptions['order'];
+  readonly mode: 'inline' | 'deferred';
+  readonly workers: number;
+  readonly workerBatchSize: number;
+  readonly pollIntervalMs: number;
+  readonly maxInFlight: number;
+  readonly poolWaitTimeoutMs: number;
+  readonly handlerTimeoutMs: number;
+  readonly maxPending: number;
+}
