@@ -323,26 +323,32 @@ describe.each(FRAMEWORKS)('hostile senders through %s', (framework) => {
       expect(response).toMatch(/"title":"Request timeout"/);
     });
 
-    test("onInFlight 'reject': a duplicate of a delivery still in its handler is 409 at once", async () => {
-      const id = uid('evt');
-      let entered!: () => void;
-      const inHandler = new Promise<void>((resolve) => {
-        entered = resolve;
-      });
-      let release!: () => void;
-      gate = { id, entered, release: new Promise<void>((resolve) => (release = resolve)) };
-      const first = send(slow.url, { 'idempotency-key': id }, body(1));
-      await inHandler;
-      // maxInFlight is 1 and taken by the first delivery: raise it for this one request.
-      const second = await slowSecond(id);
-      expect(second.status, JSON.stringify(second.json)).toBe(409);
-      expect(second.json).toMatchObject({ status: 409 });
-      release();
-      expect((await first).json).toMatchObject({ status: 'processed', id });
-      expect((await send(slow.url, { 'idempotency-key': id }, body(1))).json).toMatchObject({
-        status: 'duplicate',
-      });
-    });
+    // PGlite has one session: the duplicate waits for the session the first delivery's
+    // transaction holds, not for its row, so nothing can answer it at once (as the other 409
+    // in-flight cases, it runs on PostgreSQL only; without a server this file runs on PGlite).
+    test.skipIf(target.name === 'pglite')(
+      "onInFlight 'reject': a duplicate of a delivery still in its handler is 409 at once",
+      async () => {
+        const id = uid('evt');
+        let entered!: () => void;
+        const inHandler = new Promise<void>((resolve) => {
+          entered = resolve;
+        });
+        let release!: () => void;
+        gate = { id, entered, release: new Promise<void>((resolve) => (release = resolve)) };
+        const first = send(slow.url, { 'idempotency-key': id }, body(1));
+        await inHandler;
+        // maxInFlight is 1 and taken by the first delivery: raise it for this one request.
+        const second = await slowSecond(id);
+        expect(second.status, JSON.stringify(second.json)).toBe(409);
+        expect(second.json).toMatchObject({ status: 409 });
+        release();
+        expect((await first).json).toMatchObject({ status: 'processed', id });
+        expect((await send(slow.url, { 'idempotency-key': id }, body(1))).json).toMatchObject({
+          status: 'duplicate',
+        });
+      },
+    );
 
     /** The duplicate goes to a second app on the same tables, so that maxInFlight 1 does not shed it. */
     async function slowSecond(id: string): Promise<Reply> {

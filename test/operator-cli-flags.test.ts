@@ -73,6 +73,7 @@ describe('CLI argument checks (no database is opened)', { timeout: 120_000 }, ()
     mkdirSync(empty, { recursive: true });
     writeFileSync(`${empty}/notes.txt`, 'not a database');
     try {
+      // A well-formed URL even without a server: the arguments are refused before any connection.
       const url = postgresUrlOrEmpty || 'postgres://postgres@127.0.0.1:5432/test';
       const runs = await Promise.all([
         cliAsProcess(['--version']),
@@ -82,20 +83,20 @@ describe('CLI argument checks (no database is opened)', { timeout: 120_000 }, ()
         cli(['status', '--db', url, '--data-dir', empty, '--json']),
         cli(['status', '--data-dir', resolve('.tmp', uniqueName('missing')), '--json']),
         cli(['migrate', '--data-dir', empty, '--json']),
-        cli(['dead', 'list', '--reason', 'bogus', '--json']),
-        cli(['dead', 'replay', '--all', '--yes', '--reason', 'bogus', '--json']),
-        cli(['dead', 'replay', 'evt-1', '--retention', '7', '--json']),
-        cli(['dead', 'show', 'evt-1', '--raw', '--json']),
+        cli(['dead', 'list', '--reason', 'bogus', '--json'], { DATABASE_URL: url }),
+        cli(['dead', 'replay', '--all', '--yes', '--reason', 'bogus', '--json'], { DATABASE_URL: url }),
+        cli(['dead', 'replay', 'evt-1', '--retention', '7', '--json'], { DATABASE_URL: url }),
+        cli(['dead', 'show', 'evt-1', '--raw', '--json'], { DATABASE_URL: url }),
         cliAsProcess(['status', '--db', 'not-a-url']),
         // The application's configuration, from its environment: checked, named.
         cli(['status', '--json'], { DATABASE_URL: url, WEBHOOK_INBOX_SCHEMA: 'Billing' }),
         cli(['status', '--json'], { DATABASE_URL: url, WEBHOOK_INBOX_TABLE_PREFIX: 'wh-' }),
         cli(['status', '--json'], { DATABASE_URL: url, WEBHOOK_INBOX_SOURCE: 'two words' }),
         cli(['dead', 'replay', 'evt-1', '--json'], { DATABASE_URL: url, WEBHOOK_INBOX_RETENTION: 'a week' }),
-        cli(['dead', 'list', '--since', 'yesterday', '--json']),
-        cli(['dead', 'list', '--cause', 'not-a-cause', '--json']),
-        cli(['dead', 'groups', '--since', '10:15', '--until', '10:00', '--json']),
-        cli(['migrate', '--sql', '--check', '--json']),
+        cli(['dead', 'list', '--since', 'yesterday', '--json'], { DATABASE_URL: url }),
+        cli(['dead', 'list', '--cause', 'not-a-cause', '--json'], { DATABASE_URL: url }),
+        cli(['dead', 'groups', '--since', '10:15', '--until', '10:00', '--json'], { DATABASE_URL: url }),
+        cli(['migrate', '--sql', '--check', '--json'], { DATABASE_URL: url }),
       ]);
       const [
         ver,
