@@ -27,7 +27,6 @@
  */
 import { randomBytes } from 'node:crypto';
 import { loadavg } from 'node:os';
-import { sql } from 'kysely';
 import pg from 'pg';
 import { createInbox, type Inbox } from '../src/index.js';
 import { bodyHash } from '../src/payload.js';

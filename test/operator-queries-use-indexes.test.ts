@@ -10,8 +10,8 @@
 import { type CompiledQuery, Kysely, PostgresDialect } from 'kysely';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createInbox } from '../src/index.js';
 import { StatementNames } from '../src/drivers/common.js';
+import { createInbox } from '../src/index.js';
 import { Operations } from '../src/operations/operations.js';
 import { createStats } from '../src/sql/stats.js';
 import { createTables } from '../src/sql/tables.js';

@@ -48,7 +48,9 @@ export async function status(ctx: OperationsContext, asked?: string): Promise<In
   // the planner reads the index rather than the table (a LIMIT alone lets it scan the table).
   const { rows: processed } = await sql<any>`
     select count(*) as n from (select 1 from ${events} e where e.status = 'processed' and ${sourceIs('e.source', source)}
-                                order by e.processed_at desc limit ${PROCESSED_EXACT_UP_TO + 1}) p`.execute(ctx.db);
+                                order by e.processed_at desc limit ${PROCESSED_EXACT_UP_TO + 1}) p`.execute(
+    ctx.db,
+  );
   let processedCount = Number(processed[0].n);
   const processedIsEstimate = processedCount > PROCESSED_EXACT_UP_TO;
   if (processedIsEstimate) processedCount = Math.max(processedCount, await processedEstimate(ctx, source));
