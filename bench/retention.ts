@@ -19,14 +19,18 @@
  * whether any row was counted pruned twice (the instances' counts against the rows that are
  * actually gone), and whether dedup held: ids still inside retention, delivered again through
  * `inbox.receive`, must each be answered `duplicate`. PostgreSQL's CPU over the run (from /proc,
- * every process named postgres) is printed beside the 1-minute load average at both ends.
+ * every process named postgres), autovacuum's runs on the events table and the dead row versions
+ * left, beside the 1-minute load average at both ends; written to bench/results/retention-<N>.json.
  *
  * The rows are inserted by SQL, not delivered through HTTP: 5,000 deliveries a second is more
  * than this machine's inbox takes (BENCHMARKS.md); what is measured is pruning, and the rows it
  * prunes are the ones the inbox writes.
  */
 import { randomBytes } from 'node:crypto';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import { loadavg } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { createInbox, type Inbox } from '../src/index.js';
 import { bodyHash } from '../src/payload.js';
@@ -78,6 +82,16 @@ async function pastRetention(): Promise<{ rows: number; oldestLateS: number | nu
   return { rows: rows[0].n, oldestLateS: rows[0].late === null ? null : Number(rows[0].late) };
 }
 
+/** What autovacuum did to the events table: its runs so far, and the dead row versions it has to clean. */
+async function vacuumState(): Promise<{ runs: number; deadRows: number }> {
+  const { rows } = await admin.query(
+    `select autovacuum_count::int as runs, n_dead_tup::int as dead from pg_stat_user_tables
+      where schemaname = $1 and relname = 'events'`,
+    [schema],
+  );
+  return { runs: rows[0]?.runs ?? 0, deadRows: rows[0]?.dead ?? 0 };
+}
+
 const inboxes: Inbox[] = [];
 let running = true;
 try {
@@ -101,6 +115,7 @@ try {
   await admin.query(`vacuum analyze ${events}`);
   const sweepIntervalMs = 1000;
   const loadBefore = loadavg()[0];
+  const vacuumBefore = await vacuumState();
   const pgBefore = postgresCpuMs();
   const started = Date.now();
   const pruned = inboxes.map(() => 0);
@@ -161,6 +176,7 @@ try {
   await Promise.all([...sweepers, ingest, watch]);
   const pgMs = postgresCpuMsSince(pgBefore);
   const loadAfter = loadavg()[0];
+  const vacuumAfter = await vacuumState();
 
   // No row counted twice: what the instances say they pruned is exactly what is gone.
   const { rows: left } = await admin.query(`select count(*)::int as n from ${events}`);
@@ -200,9 +216,16 @@ try {
     redeliveredDuplicates: `${duplicates}/${recent.length}`,
     postgresCpuMsPerThousandPruned: prunedTotal ? Math.round((pgMs * 1000) / prunedTotal) : null,
     postgresCpuShare: Math.round((pgMs / (elapsedS * 1000)) * 100) / 100,
+    autovacuumRuns: vacuumAfter.runs - vacuumBefore.runs,
+    deadRowVersionsAtEnd: vacuumAfter.deadRows,
     load: `${loadBefore.toFixed(2)} → ${loadAfter.toFixed(2)}`,
+    command: `npx tsx bench/retention.ts ${argv.join(' ')}`.trim(),
+    at: new Date().toISOString(),
   };
   console.log(JSON.stringify(result, null, 2));
+  const results = join(dirname(fileURLToPath(import.meta.url)), 'results');
+  mkdirSync(results, { recursive: true });
+  writeFileSync(join(results, `retention-${instances}.json`), `${JSON.stringify(result, null, 2)}\n`);
   const keptUp = atEnd.oldestLateS === null || atEnd.oldestLateS < 60;
   if (result.countedTwice !== 0 || duplicates !== recent.length || result.errors > 0) process.exitCode = 1;
   console.log(
