@@ -117,4 +117,22 @@ describe.runIf(postgresTarget)('operator and health queries on a big events tabl
     await expect(ops.deadLetter('p-20')).resolves.toMatchObject({ id: 'p-20', source: 'b' });
     await expect(ops.deadLetter('nowhere')).rejects.toThrow(/no event with id "nowhere"/);
   });
+
+  it("the operator's other reads (dead letters, their groups, keys, ignored events) read indexes too", async () => {
+    const ops = new Operations(db, tables);
+    const reads: Array<[string, () => Promise<unknown>]> = [
+      ['deadLetters', () => ops.deadLetters()],
+      ['deadGroups', () => ops.deadGroups()],
+      ['countDead', () => ops.countDead({ reason: 'poison' })],
+      ['keys', () => ops.keys()],
+      ['key', () => ops.key('k1', 'a')],
+      ['ignored', () => ops.ignored()],
+      ['ignoredTypes', () => ops.ignoredTypes()],
+      ['statuses', () => ops.statuses('a', ['p-1', 'dead-1'])],
+    ];
+    for (const [name, read] of reads) {
+      const found = await plans(read);
+      for (const { sql, plan } of found) expect(plan, `${name}: ${sql}`).not.toContain('Seq Scan on events');
+    }
+  });
 });
