@@ -3,7 +3,7 @@
  * `retention`; and dead letters an operator selects, as it does by `deadRetention`.
  */
 import { sql } from 'kysely';
-import { durationMs, type OperationsContext, scoped, sourceIs, table } from './context.js';
+import { durationMs, type OperationsContext, scoped, sourcesIn, table } from './context.js';
 import { deadWhere, pinSelection, type Selection } from './selection.js';
 
 export interface PruneOptions {
@@ -59,33 +59,43 @@ export async function prune(ctx: OperationsContext, options: PruneOptions): Prom
   const cutoff = new Date(now[0].cutoff);
   let pruned = 0;
   let behind = false;
+  // Source by source (the CLI prunes every source): the indexes on processed_at are keyed by
+  // source first (migration 0005), so each statement reads one source's old rows only.
+  const sources =
+    source === undefined
+      ? (
+          await sql<{ source: string }>`select source from ${sourcesIn(ctx, 'events')} s`.execute(ctx.db)
+        ).rows.map((r) => r.source)
+      : [source];
   // Processed rows, then ignored ones (kept as long: a sender's retry of one must still find
   // it), each status by its own statement, so that each uses its own partial index on
-  // processed_at.
-  for (const status of ['processed', 'ignored']) {
-    const old = sql`e.status = ${sql.lit(status)} and e.processed_at < ${cutoff} and ${sourceIs('e.source', source)}`;
-    if (options.dryRun) {
-      const { rows } = await sql<any>`select count(*) as n from ${events} e where ${old}`.execute(ctx.db);
-      pruned += Number(rows[0].n);
-      continue;
-    }
-    let batch = Math.min(FIRST_BATCH, largest);
-    for (let batches = 0; ; batches++) {
-      if (batches >= maxBatches || Date.now() >= until) {
-        behind = true;
-        break;
+  // (source, processed_at).
+  for (const from of sources) {
+    for (const status of ['processed', 'ignored']) {
+      const old = sql`e.status = ${sql.lit(status)} and e.source = ${from} and e.processed_at < ${cutoff}`;
+      if (options.dryRun) {
+        const { rows } = await sql<any>`select count(*) as n from ${events} e where ${old}`.execute(ctx.db);
+        pruned += Number(rows[0].n);
+        continue;
       }
-      // SKIP LOCKED: every instance's sweeper prunes, and an operator's prune may run beside
-      // them; each takes rows no other is deleting, instead of queueing behind its row locks
-      // to find them gone (two instances pruned no faster than one before, issue 44).
-      const result = await sql`
-        delete from ${events} d
-         where (d.source, d.id) in (select e.source, e.id from ${events} e where ${old}
-                                     limit ${batch} for update skip locked)`.execute(ctx.db);
-      const n = Number(result.numAffectedRows ?? 0n);
-      pruned += n;
-      if (n < batch) break;
-      batch = Math.min(batch * 2, largest);
+      let batch = Math.min(FIRST_BATCH, largest);
+      for (let batches = 0; ; batches++) {
+        if (batches >= maxBatches || Date.now() >= until) {
+          behind = true;
+          break;
+        }
+        // SKIP LOCKED: every instance's sweeper prunes, and an operator's prune may run beside
+        // them; each takes rows no other is deleting, instead of queueing behind its row locks
+        // to find them gone (two instances pruned no faster than one before, issue 44).
+        const result = await sql`
+          delete from ${events} d
+           where (d.source, d.id) in (select e.source, e.id from ${events} e where ${old}
+                                       limit ${batch} for update skip locked)`.execute(ctx.db);
+        const n = Number(result.numAffectedRows ?? 0n);
+        pruned += n;
+        if (n < batch) break;
+        batch = Math.min(batch * 2, largest);
+      }
     }
   }
   return { pruned, dryRun: options.dryRun === true, cutoff, behind };

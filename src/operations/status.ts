@@ -44,15 +44,19 @@ export async function status(ctx: OperationsContext, asked?: string): Promise<In
   const { rows: ignored } = await sql<any>`
     select e.type, count(*) as n from ${events} e
      where e.status = 'ignored' and ${sourceIs('e.source', source)} group by e.type`.execute(ctx.db);
-  // The newest processed rows, through their index on processed_at, up to the bound: ordered so,
-  // the planner reads the index rather than the table (a LIMIT alone lets it scan the table).
+  // Each source's newest processed rows, through their index on (source, processed_at), up to
+  // the bound: ordered so, the planner reads the index rather than the table (a LIMIT alone
+  // lets it scan the table).
   const { rows: processed } = await sql<any>`
-    select count(*) as n from (select 1 from ${events} e where e.status = 'processed' and ${sourceIs('e.source', source)}
-                                order by e.processed_at desc limit ${PROCESSED_EXACT_UP_TO + 1}) p`.execute(
+    select coalesce(sum(p.n), 0) as n, coalesce(bool_or(p.n > ${PROCESSED_EXACT_UP_TO}), false) as capped
+      from ${source === undefined ? sourcesIn(ctx, 'events') : sql`(select ${source}::text as source)`} s
+     cross join lateral (
+      select count(*) as n from (select 1 from ${events} e where e.source = s.source and e.status = 'processed'
+                                  order by e.processed_at desc limit ${PROCESSED_EXACT_UP_TO + 1}) x) p`.execute(
     ctx.db,
   );
   let processedCount = Number(processed[0].n);
-  const processedIsEstimate = processedCount > PROCESSED_EXACT_UP_TO;
+  const processedIsEstimate = processed[0].capped === true;
   if (processedIsEstimate) processedCount = Math.max(processedCount, await processedEstimate(ctx, source));
   const { rows: blocked } = await sql<any>`
     select count(*) as n from ${keys} k where k.state = 'blocked' and ${sourceIs('k.source', source)}`.execute(
