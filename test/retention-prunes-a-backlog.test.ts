@@ -67,6 +67,10 @@ describe.each(targets)('a prune that finds a backlog ($name)', (target) => {
       rawBody: body,
     });
     expect(again.kind).toBe('duplicate');
+    // A bound that is not one is refused, naming it.
+    await expect(inbox.prune({ olderThan: '1h', maxMs: -1 })).rejects.toThrow(
+      /`maxMs` must be a number of ms/,
+    );
   });
 });
 

@@ -50,6 +50,9 @@ export async function prune(ctx: OperationsContext, options: PruneOptions): Prom
   if (!Number.isInteger(largest) || largest < 1 || largest > 100_000) {
     throw new TypeError(`webhook-inbox: \`batchSize\` must be an integer from 1 to 100000; got ${largest}`);
   }
+  if (options.maxMs !== undefined && !(Number.isFinite(options.maxMs) && options.maxMs >= 0)) {
+    throw new TypeError(`webhook-inbox: \`maxMs\` must be a number of ms, 0 or more; got ${options.maxMs}`);
+  }
   const until = options.maxMs === undefined ? Number.POSITIVE_INFINITY : Date.now() + options.maxMs;
   const maxBatches = options.maxBatches ?? Number.POSITIVE_INFINITY;
   const events = table(ctx, 'events');
