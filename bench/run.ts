@@ -408,7 +408,9 @@ try {
         cells.push(cell);
         console.log(
           `run ${run} ${w.padEnd(8)} ${c.padEnd(20)} ${Math.round(cell.rps).toString().padStart(6)} req/s  p50 ${cell.p50} ms  p99 ${cell.p99} ms  ` +
-            `cpu ${Math.round(cell.cpuUs)} µs/req  pg ${Math.round(cell.pgUs)} µs/req  ` +
+            `cpu ${Math.round(cell.cpuUs)} µs/req  pg ${Math.round(cell.pgUs)} µs/req ` +
+            // What one PostgreSQL core would carry at this cost, were nothing else limiting.
+            `(${Math.round(1e6 / Math.max(1, cell.pgUs))} req/s per pg core)  ` +
             `non-2xx ${cell.non2xx}  double-applied ${cell.doubleApplied}  out-of-order ${cell.outOfOrder}  ` +
             `load ${cell.loadBefore.toFixed(2)} → ${cell.loadAfter.toFixed(2)}`,
         );
