@@ -5,7 +5,7 @@
  */
 import { sql } from 'kysely';
 import type { Inbox } from '../inbox.js';
-import { sourcesIn } from '../operations/context.js';
+import { eachSource } from '../operations/context.js';
 import type { KeySummary, Operations, ReplayResult, SkipResult } from '../operations/index.js';
 import type { ResolvedConsoleOptions } from './options.js';
 
@@ -51,19 +51,16 @@ function operationsBackend(ops: Operations): ConsoleBackend {
 }
 
 async function perMinute(ops: Operations): Promise<number[]> {
-  // Source by source, through the partial index on (source, processed_at): the last hour's rows.
-  const sources =
-    ops.source === undefined ? sourcesIn(ops, 'events') : sql`(select ${ops.source}::text as source)`;
-  // Lateral: each source's rows read by the index, where a join let the planner scan the table.
-  const { rows } = await sql<{ ago: number; n: string }>`
-    select m.ago, sum(m.n) as n from ${sources} s cross join lateral (
-      select floor(extract(epoch from now() - e.processed_at) / 60)::int as ago, count(*) as n
-        from ${sql.raw(ops.tables.events)} e
-       where e.source = s.source and e.status = 'processed' and e.processed_at >= now() - interval '60 minutes'
-       group by 1) m
-     group by 1`.execute(ops.db);
+  // Source by source (see eachSource), through the partial index on (source, processed_at).
   const counts = new Array<number>(60).fill(0);
-  for (const r of rows) if (r.ago >= 0 && r.ago < 60) counts[59 - r.ago] = Number(r.n);
+  for (const source of await eachSource(ops, ops.source)) {
+    const { rows } = await sql<{ ago: number; n: string }>`
+      select floor(extract(epoch from now() - processed_at) / 60)::int as ago, count(*) as n
+        from ${sql.raw(ops.tables.events)}
+       where source = ${source} and status = 'processed' and processed_at >= now() - interval '60 minutes'
+       group by 1`.execute(ops.db);
+    for (const r of rows) if (r.ago >= 0 && r.ago < 60) counts[59 - r.ago] += Number(r.n);
+  }
   return counts;
 }
 

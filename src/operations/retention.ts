@@ -3,7 +3,7 @@
  * `retention`; and dead letters an operator selects, as it does by `deadRetention`.
  */
 import { sql } from 'kysely';
-import { durationMs, type OperationsContext, scoped, sourcesIn, table } from './context.js';
+import { durationMs, eachSource, type OperationsContext, scoped, table } from './context.js';
 import { deadWhere, pinSelection, type Selection } from './selection.js';
 
 export interface PruneOptions {
@@ -64,12 +64,7 @@ export async function prune(ctx: OperationsContext, options: PruneOptions): Prom
   let behind = false;
   // Source by source (the CLI prunes every source): the indexes on processed_at are keyed by
   // source first (migration 0005), so each statement reads one source's old rows only.
-  const sources =
-    source === undefined
-      ? (
-          await sql<{ source: string }>`select source from ${sourcesIn(ctx, 'events')} s`.execute(ctx.db)
-        ).rows.map((r) => r.source)
-      : [source];
+  const sources = await eachSource(ctx, source);
   // Processed rows, then ignored ones (kept as long: a sender's retry of one must still find
   // it), each status by its own statement, so that each uses its own partial index on
   // (source, processed_at).
