@@ -72,6 +72,17 @@ describe.each(targets)('a prune that finds a backlog ($name)', (target) => {
       /`maxMs` must be a number of ms/,
     );
   });
+
+  it('a sweeper pass prunes more than one batch while behind, and the next passes finish it', async () => {
+    await seed(inbox, t.schema, 6_000, 10);
+    // One batch of 1,000 a pass was the old rate; a pass now goes on while its batches are full.
+    const first = await inbox.sweep();
+    expect(first.pruned).toBeGreaterThan(1_000);
+    let pruned = first.pruned;
+    while (pruned < 6_000) pruned += (await inbox.sweep()).pruned;
+    expect(pruned).toBe(6_000);
+    expect(await count(inbox, t.schema, 'new-%')).toBe(10);
+  });
 });
 
 describe.runIf(postgresTarget)('a prune beside another transaction (postgres)', () => {
