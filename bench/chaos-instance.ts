@@ -32,6 +32,8 @@ const app = await startLedger({
     // The chaos suite's private Redis, stopped and restarted among the faults.
     redis: env.REDIS_URL || undefined,
     redisPrefix: `${env.INBOX_SCHEMA}:`,
+    // The soak's short retention (bench/chaos.ts --retention-s), pruning during the run.
+    ...(env.RETENTION_MS ? { retention: Number(env.RETENTION_MS) } : {}),
   },
   wrapHandler: (handle) => async (event, context) => {
     // The delivery's own event runs in the delivery's context (see `receive` below); any other

@@ -8,6 +8,11 @@
  *   npm run chaos -- --deliveries 100000       about that many events (sized plan and deadline)
  *   npm run chaos -- --shared-postgres         on DATABASE_URL instead of a private cluster
  *                                              (then PostgreSQL is never restarted)
+ *   npm run chaos -- --deliveries 1000000 --retention-s 300
+ *                                              the soak: retention short enough to prune during
+ *                                              the run (longer than any acknowledgement takes, or
+ *                                              a retry of a pruned unordered event is applied
+ *                                              again); the events table's size is sampled
  *
  * By default the suite starts servers of its own (test/support/private-servers.ts): a
  * throwaway PostgreSQL cluster and a redis-server on free ports, never the shared ones, and
@@ -69,6 +74,8 @@ const run = `chaos_${randomBytes(3).toString('hex')}`;
 const applicationName = `webhook-inbox-${run}`;
 const inboxSchema = `${run}_inbox`;
 const ledgerSchema = `${run}_ledger`;
+// The instances' `retention` (--retention-s), else the inbox's default (7 days: nothing pruned).
+const retentionS = value('retention-s');
 // Longer than any retry chain the faults below cause on a busy machine: a gap that times out
 // is the inbox giving up on an event (by design, dead-lettered as late when it comes), and
 // this suite must see none.
@@ -145,6 +152,7 @@ function spawnInstance(instance: Instance): Promise<void> {
       HANDLER_DELAY_MS: '3',
       REDIS_URL: privateRedis?.url ?? '',
       FRAMEWORK: instance.framework,
+      RETENTION_MS: retentionS === undefined ? '' : String(retentionS * 1000),
     },
   });
   instance.child = child;
@@ -360,6 +368,19 @@ try {
       })(),
     );
   }
+  // The events table's size, every 10 s: bounded by retention when --retention-s prunes it.
+  let eventsRowsMost = 0;
+  loops.push(
+    (async () => {
+      while (sending) {
+        await new Promise((r) => setTimeout(r, 10_000));
+        const r = await admin
+          .query(`select count(*)::int as n from "${inboxSchema}".events`)
+          .catch(() => undefined); // PostgreSQL restarting
+        if (r) eventsRowsMost = Math.max(eventsRowsMost, r.rows[0].n);
+      }
+    })(),
+  );
   if (privateRedis) {
     loops.push(
       (async () => {
@@ -509,6 +530,8 @@ try {
     'dead-lettered': dead.rows.length,
     'dead letters explained (rejected, injected)': `${dead.rows.length - unexplained.length} of ${dead.rows.length} (${poison.size} injected)`,
     'inbox rows by status': byStatus,
+    retention: retentionS === undefined ? 'the default (7 days)' : `${retentionS} s`,
+    'events table rows (most seen, sampled every 10 s)': eventsRowsMost,
     lost,
     'double-applied': doubleApplied,
     'out-of-order': outOfOrder,

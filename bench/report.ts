@@ -62,6 +62,9 @@ export interface ReportOptions {
   postgresUrl: string;
   elapsedS: number;
   writeMarkdown: boolean;
+  /** App instances per cell (`--instances`), and the file under bench/results the run is written to. */
+  instances: number;
+  resultsFile: string;
   /** One-minute load average when the run started and at its end (each cell keeps its own). */
   loadAtStart: number;
   loadAtEnd: number;
@@ -459,7 +462,7 @@ export function report(cells: Cell[], o: ReportOptions): Goal[] {
   mkdirSync(join(here, 'results'), { recursive: true });
   const at = new Date().toISOString();
   writeFileSync(
-    join(here, 'results', 'latest.json'),
+    join(here, 'results', o.resultsFile),
     `${JSON.stringify({ at, command: o.command, options: o, machine: m, rows: rs, goals: gs, cells: cells.map(({ drainMs, ...c }) => ({ ...c, drains: drainMs.length })) }, null, 2)}\n`,
   );
   if (!o.writeMarkdown) return gs;

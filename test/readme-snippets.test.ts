@@ -1,7 +1,7 @@
 /**
- * Every TypeScript snippet of the README type-checks against the sources, as a user's file
- * would against the package (`webhook-inbox`, `webhook-inbox/express`, … mapped by
- * tsconfig.json's paths). A snippet may use `handle`, the handler the README defines once; it
+ * Every TypeScript snippet of the README, and of docs/operations.md's retention section, type-checks
+ * against the sources, as a user's file would against the package (`webhook-inbox`,
+ * `webhook-inbox/express`, … mapped by tsconfig.json's paths). A snippet may use `handle`, the handler the README defines once; it
  * is declared for the others. What a snippet gets wrong (an option that does not exist, a body
  * typed as what the provider does not send) fails here.
  */
@@ -12,16 +12,34 @@ import { expect, test } from 'vitest';
 
 const root = new URL('..', import.meta.url).pathname;
 
-/** The README's ```ts blocks, in order. */
-function snippets(): string[] {
-  const readme = readFileSync(join(root, 'README.md'), 'utf8');
-  return [...readme.matchAll(/^```ts\n([\s\S]*?)^```$/gm)].map((m) => m[1]);
+/** The ```ts blocks of a Markdown text, in order. */
+function snippets(markdown: string): string[] {
+  return [...markdown.matchAll(/^```ts\n([\s\S]*?)^```$/gm)].map((m) => m[1]);
+}
+
+/** The text of a Markdown file from a `## ` heading to the next one. */
+function section(file: string, heading: string): string {
+  const text = readFileSync(join(root, file), 'utf8');
+  const start = text.indexOf(`\n## ${heading}\n`);
+  expect(start, `${file} has a section ${heading}`).toBeGreaterThanOrEqual(0);
+  const end = text.indexOf('\n## ', start + 1);
+  return text.slice(start, end < 0 ? undefined : end);
 }
 
 test("the README's TypeScript snippets type-check", () => {
-  const found = snippets();
+  const found = snippets(readFileSync(join(root, 'README.md'), 'utf8'));
   expect(found.length).toBeGreaterThanOrEqual(7);
-  const dir = join(root, '.tmp', `readme-snippets-${process.pid}`);
+  typeChecks(found, 'readme');
+}, 120_000);
+
+test("docs/operations.md's retention snippets type-check", () => {
+  const found = snippets(section('docs/operations.md', 'Retention'));
+  expect(found.length).toBeGreaterThanOrEqual(1);
+  typeChecks(found, 'operations-retention');
+}, 120_000);
+
+function typeChecks(found: string[], label: string): void {
+  const dir = join(root, '.tmp', `${label}-snippets-${process.pid}`);
   mkdirSync(dir, { recursive: true });
   try {
     const files = found.map((code, i) => {
@@ -56,4 +74,4 @@ test("the README's TypeScript snippets type-check", () => {
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
-}, 120_000);
+}

@@ -12,9 +12,19 @@ import type { Runtime } from '../runtime.js';
 import type { SweepRow } from '../sql/sweep.js';
 import { applyDuePending } from './turns.js';
 
-/** Retention: rows per prune batch, and how often the sweeper prunes while it is caught up. */
-const PRUNE_BATCH = 1000;
-const PRUNE_EVERY_MS = 60_000;
+/**
+ * Retention. While rows past retention are left, each pass prunes for up to PRUNE_PASS_MS, in
+ * batches that double from 1,000 while they come back full, up to PRUNE_BATCH (River's cleaner
+ * deletes 10,000 at a time): the rate follows the backlog, and the pass's other work (gap
+ * timeouts, retries) waits at most that long. One batch of 1,000 a pass, what it did before,
+ * pruned ~1,000 rows/s however fast events came in (issue 44). Caught up, it prunes every
+ * PRUNE_EVERY_MS: a prune that finds nothing is one index probe.
+ */
+const PRUNE_BATCH = 10_000;
+const PRUNE_PASS_MS = 1000;
+const PRUNE_EVERY_MS = 10_000;
+/** Dead letters past `deadRetention`, per pass: they come one by one, never at an ingest rate. */
+const PURGE_BATCH = 1000;
 /** Unordered pending events one sweeper pass applies at most. */
 export const PENDING_PER_SWEEP = 100;
 /** Keys one pass looks at. */
@@ -151,7 +161,7 @@ export class Sweeper {
       }),
     );
     report.applied = await applyDuePendingEvents(rt, PENDING_PER_SWEEP);
-    // Retention: one small batch, at most once a minute while caught up, every pass while behind.
+    // Retention: every pass while behind, bounded in time; every PRUNE_EVERY_MS while caught up.
     if (
       (o.retention !== false || o.deadRetention !== false) &&
       Date.now() >= this.#nextPruneAt &&
@@ -165,13 +175,14 @@ export class Sweeper {
       };
       let behind = false;
       if (o.retention !== false) {
-        const { pruned } = await prune(scope, {
+        const pass = await prune(scope, {
           olderThan: o.retention,
           batchSize: PRUNE_BATCH,
-          maxBatches: 1,
+          maxMs: PRUNE_PASS_MS,
         });
+        const { pruned } = pass;
         report.pruned = pruned;
-        behind = pruned >= PRUNE_BATCH;
+        behind = pass.behind;
         if (pruned > 0)
           o.logger.debug({ pruned, source: o.source }, 'webhook-inbox: pruned processed events');
       }
@@ -180,10 +191,10 @@ export class Sweeper {
         const { purged } = await purgeDead(
           scope,
           { olderThan: o.deadRetention },
-          { batchSize: PRUNE_BATCH, maxBatches: 1 },
+          { batchSize: PURGE_BATCH, maxBatches: 1 },
         );
         report.purged = purged;
-        behind ||= purged >= PRUNE_BATCH;
+        behind ||= purged >= PURGE_BATCH;
         if (purged > 0)
           o.logger.info({ purged, source: o.source }, 'webhook-inbox: purged dead letters (deadRetention)');
       }

@@ -65,7 +65,7 @@ export const INBOX_COMMANDS: Record<string, Command> = {
       out.result(status, (s) =>
         [
           `sources:      ${s.sources.join(', ') || '(none)'}`,
-          `events:       pending ${s.events.pending}  held ${s.events.held}  processed ${s.events.processed}  dead ${s.events.dead}`,
+          `events:       pending ${s.events.pending}  held ${s.events.held}  processed ${s.processedIsEstimate ? '~' : ''}${s.events.processed}  dead ${s.events.dead}`,
           `keys:         ${s.keys.blocked} blocked, ${s.keys.holding} holding events`,
           `oldest held:  ${formatDuration(s.oldestHeldAgeMs)}`,
           `oldest pending: ${formatDuration(s.oldestPendingAgeMs)}`,

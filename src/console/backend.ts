@@ -5,6 +5,7 @@
  */
 import { sql } from 'kysely';
 import type { Inbox } from '../inbox.js';
+import { eachSource } from '../operations/context.js';
 import type { KeySummary, Operations, ReplayResult, SkipResult } from '../operations/index.js';
 import type { ResolvedConsoleOptions } from './options.js';
 
@@ -50,15 +51,16 @@ function operationsBackend(ops: Operations): ConsoleBackend {
 }
 
 async function perMinute(ops: Operations): Promise<number[]> {
-  // The partial index on processed_at (status = 'processed') serves this range.
-  const { rows } = await sql<{ ago: number; n: string }>`
-    select floor(extract(epoch from now() - processed_at) / 60)::int as ago, count(*) as n
-      from ${sql.raw(ops.tables.events)}
-     where status = 'processed' and processed_at >= now() - interval '60 minutes'
-       ${ops.source === undefined ? sql`` : sql`and source = ${ops.source}`}
-     group by 1`.execute(ops.db);
+  // Source by source (see eachSource), through the partial index on (source, processed_at).
   const counts = new Array<number>(60).fill(0);
-  for (const r of rows) if (r.ago >= 0 && r.ago < 60) counts[59 - r.ago] = Number(r.n);
+  for (const source of await eachSource(ops, ops.source)) {
+    const { rows } = await sql<{ ago: number; n: string }>`
+      select floor(extract(epoch from now() - processed_at) / 60)::int as ago, count(*) as n
+        from ${sql.raw(ops.tables.events)}
+       where source = ${source} and status = 'processed' and processed_at >= now() - interval '60 minutes'
+       group by 1`.execute(ops.db);
+    for (const r of rows) if (r.ago >= 0 && r.ago < 60) counts[59 - r.ago] += Number(r.n);
+  }
   return counts;
 }
 

@@ -52,7 +52,7 @@ export function overviewPage(
   const reasons = Object.entries(s.deadByReason);
   const body = html`<h1>Overview</h1>
 <div class="cards" data-testid="counts">
-${card('pending', s.events.pending)}${card('held', s.events.held)}${card('processed', s.events.processed)}
+${card('pending', s.events.pending)}${card('held', s.events.held)}${card('processed', `${s.processedIsEstimate ? '~' : ''}${s.events.processed}`)}
 ${card('dead letters', s.events.dead, s.events.dead > 0)}${card('blocked keys', s.keys.blocked, s.keys.blocked > 0)}
 ${card('keys holding events', s.keys.holding)}${card('oldest gap (held)', age(s.oldestHeldAgeMs))}${card('oldest pending', age(s.oldestPendingAgeMs))}
 </div>

@@ -3,7 +3,7 @@
  * `retention`; and dead letters an operator selects, as it does by `deadRetention`.
  */
 import { sql } from 'kysely';
-import { durationMs, type OperationsContext, scoped, sourceIs, table } from './context.js';
+import { durationMs, eachSource, type OperationsContext, scoped, table } from './context.js';
 import { deadWhere, pinSelection, type Selection } from './selection.js';
 
 export interface PruneOptions {
@@ -12,10 +12,17 @@ export interface PruneOptions {
   /** Count what would be pruned; delete nothing. @defaultValue false */
   dryRun?: boolean;
   source?: string;
-  /** Rows deleted per statement (each batch is its own short transaction). @defaultValue 1000 */
+  /**
+   * The largest batch: rows deleted per statement (each batch is its own short transaction).
+   * The first batch deletes at most 1,000 (or this, when smaller); each full batch doubles the
+   * next, up to this, so a prune that finds a backlog soon deletes it at this size.
+   * @defaultValue 10000
+   */
   batchSize?: number;
-  /** Stop after this many batches of each status (the sweeper prunes one per turn). @defaultValue unlimited */
+  /** Stop after this many batches of each status. @defaultValue unlimited */
   maxBatches?: number;
+  /** Start no batch after this many ms (the sweeper bounds each pass so). @defaultValue unlimited */
+  maxMs?: number;
 }
 
 export interface PruneResult {
@@ -24,7 +31,12 @@ export interface PruneResult {
   readonly dryRun: boolean;
   /** Processed before this instant. */
   readonly cutoff: Date;
+  /** Stopped by `maxBatches` or `maxMs` after a full batch: rows past the cutoff may be left. */
+  readonly behind: boolean;
 }
+
+/** The first batch of a prune: small, so that a prune that finds little costs little. */
+const FIRST_BATCH = 1000;
 
 /**
  * Deletes processed and ignored rows older than `olderThan`, in batches (each its own short statement,
@@ -34,38 +46,57 @@ export interface PruneResult {
 export async function prune(ctx: OperationsContext, options: PruneOptions): Promise<PruneResult> {
   const ms = durationMs('olderThan', options.olderThan);
   const source = scoped(ctx, options.source);
-  const batch = options.batchSize ?? 1000;
-  if (!Number.isInteger(batch) || batch < 1 || batch > 100_000) {
-    throw new TypeError(`webhook-inbox: \`batchSize\` must be an integer from 1 to 100000; got ${batch}`);
+  const largest = options.batchSize ?? 10_000;
+  if (!Number.isInteger(largest) || largest < 1 || largest > 100_000) {
+    throw new TypeError(`webhook-inbox: \`batchSize\` must be an integer from 1 to 100000; got ${largest}`);
   }
+  if (options.maxMs !== undefined && !(Number.isFinite(options.maxMs) && options.maxMs >= 0)) {
+    throw new TypeError(`webhook-inbox: \`maxMs\` must be a number of ms, 0 or more; got ${options.maxMs}`);
+  }
+  const until = options.maxMs === undefined ? Number.POSITIVE_INFINITY : Date.now() + options.maxMs;
+  const maxBatches = options.maxBatches ?? Number.POSITIVE_INFINITY;
   const events = table(ctx, 'events');
   // One cutoff for every batch, so a long prune does not chase rows processed while it runs.
   const { rows: now } =
     await sql<any>`select now() - ${ms}::bigint * interval '1 millisecond' as cutoff`.execute(ctx.db);
   const cutoff = new Date(now[0].cutoff);
   let pruned = 0;
+  let behind = false;
+  // Source by source (the CLI prunes every source): the indexes on processed_at are keyed by
+  // source first (migration 0005), so each statement reads one source's old rows only.
+  const sources = await eachSource(ctx, source);
   // Processed rows, then ignored ones (kept as long: a sender's retry of one must still find
   // it), each status by its own statement, so that each uses its own partial index on
-  // processed_at.
-  for (const status of ['processed', 'ignored']) {
-    const old = sql`e.status = ${sql.lit(status)} and e.processed_at < ${cutoff} and ${sourceIs('e.source', source)}`;
-    if (options.dryRun) {
-      const { rows } = await sql<any>`select count(*) as n from ${events} e where ${old}`.execute(ctx.db);
-      pruned += Number(rows[0].n);
-      continue;
-    }
-    for (let batches = 0; batches < (options.maxBatches ?? Number.POSITIVE_INFINITY); batches++) {
-      const result = await sql`
-        delete from ${events} d
-         where (d.source, d.id) in (select e.source, e.id from ${events} e where ${old} limit ${batch})`.execute(
-        ctx.db,
-      );
-      const n = Number(result.numAffectedRows ?? 0n);
-      pruned += n;
-      if (n < batch) break;
+  // (source, processed_at).
+  for (const from of sources) {
+    for (const status of ['processed', 'ignored']) {
+      const old = sql`e.status = ${sql.lit(status)} and e.source = ${from} and e.processed_at < ${cutoff}`;
+      if (options.dryRun) {
+        const { rows } = await sql<any>`select count(*) as n from ${events} e where ${old}`.execute(ctx.db);
+        pruned += Number(rows[0].n);
+        continue;
+      }
+      let batch = Math.min(FIRST_BATCH, largest);
+      for (let batches = 0; ; batches++) {
+        if (batches >= maxBatches || Date.now() >= until) {
+          behind = true;
+          break;
+        }
+        // SKIP LOCKED: every instance's sweeper prunes, and an operator's prune may run beside
+        // them; each takes rows no other is deleting, instead of queueing behind its row locks
+        // to find them gone (two instances pruned no faster than one before, issue 44).
+        const result = await sql`
+          delete from ${events} d
+           where (d.source, d.id) in (select e.source, e.id from ${events} e where ${old}
+                                       limit ${batch} for update skip locked)`.execute(ctx.db);
+        const n = Number(result.numAffectedRows ?? 0n);
+        pruned += n;
+        if (n < batch) break;
+        batch = Math.min(batch * 2, largest);
+      }
     }
   }
-  return { pruned, dryRun: options.dryRun === true, cutoff };
+  return { pruned, dryRun: options.dryRun === true, cutoff, behind };
 }
 
 export interface PurgeOptions {
