@@ -29,6 +29,7 @@
  */
 import { type ChildProcess, fork } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -123,6 +124,49 @@ interface Instance {
   child?: ChildProcess;
   alive: boolean;
   calls: Map<number, (v: any) => void>;
+}
+
+/** RSS samples (MiB) of each instance process, by pid: the first taken, the last, the most. */
+const rssByProcess = new Map<
+  number,
+  { instance: string; first: number; last: number; most: number; samples: number }
+>();
+function sampleRss(instance: Instance): void {
+  const pid = instance.child?.pid;
+  if (!instance.alive || pid === undefined) return;
+  let kb: number;
+  try {
+    kb = Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1]);
+  } catch {
+    return; // gone between the check and the read (killed), or no /proc on this system
+  }
+  if (!Number.isFinite(kb)) return;
+  const mib = Math.round(kb / 1024);
+  const seen = rssByProcess.get(pid) ?? {
+    instance: instance.name,
+    first: mib,
+    last: mib,
+    most: mib,
+    samples: 0,
+  };
+  seen.last = mib;
+  seen.most = Math.max(seen.most, mib);
+  seen.samples++;
+  rssByProcess.set(pid, seen);
+}
+
+/** Each instance's longest-sampled process: its RSS at the first sample, the last and the most. */
+function rssSummary(): Record<string, string> {
+  const longest = new Map<string, { first: number; last: number; most: number; samples: number }>();
+  for (const r of rssByProcess.values()) {
+    if ((longest.get(r.instance)?.samples ?? 0) < r.samples) longest.set(r.instance, r);
+  }
+  return Object.fromEntries(
+    [...longest].map(([name, r]) => [
+      name,
+      `${r.first} -> ${r.last} MiB (most ${r.most}) over ${r.samples} samples, 10 s apart`,
+    ]),
+  );
 }
 
 function freePort(): Promise<number> {
@@ -369,11 +413,14 @@ try {
     );
   }
   // The events table's size, every 10 s: bounded by retention when --retention-s prunes it.
+  // And each instance process's RSS beside it: a soak shows a leak as a process whose RSS
+  // climbs sample after sample (a SIGKILLed instance starts a new process, with its own line).
   let eventsRowsMost = 0;
   loops.push(
     (async () => {
       while (sending) {
         await new Promise((r) => setTimeout(r, 10_000));
+        for (const instance of instances) sampleRss(instance);
         const r = await admin
           .query(`select count(*)::int as n from "${inboxSchema}".events`)
           .catch(() => undefined); // PostgreSQL restarting
@@ -532,6 +579,7 @@ try {
     'inbox rows by status': byStatus,
     retention: retentionS === undefined ? 'the default (7 days)' : `${retentionS} s`,
     'events table rows (most seen, sampled every 10 s)': eventsRowsMost,
+    'instance RSS (the longest-lived process of each)': rssSummary(),
     lost,
     'double-applied': doubleApplied,
     'out-of-order': outOfOrder,
