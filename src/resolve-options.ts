@@ -283,10 +283,20 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
   }
   const poolSize = integer(o, 'poolSize', 10, 1, 1000);
   const mode = oneOf(o, 'mode', ['inline', 'deferred'] as const);
+  // Acknowledgements get connections of their own where the inbox can open them (a connection
+  // string, or a pg.Pool's settings): then every pool connection may run a lane's handler, as
+  // inline mode runs one per connection. Sharing the pool, half of it is left to them.
+  const ackPoolSize =
+    mode === 'deferred' && opensConnections(o.db) ? integer(o, 'ackPoolSize', 2, 0, 100) : 0;
+  if (mode !== 'deferred') integer(o, 'ackPoolSize', 0, 0, 100);
   const workers = integer(
     o,
     'workers',
-    mode === 'deferred' ? Math.max(1, Math.min(8, Math.floor(poolSize / 2))) : 0,
+    mode === 'deferred'
+      ? ackPoolSize > 0
+        ? poolSize
+        : Math.max(1, Math.min(8, Math.floor(poolSize / 2)))
+      : 0,
     0,
     1000,
   );
@@ -309,6 +319,7 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
     db: o.db === MEMORY ? undefined : (o.db as DatabaseInput | undefined),
     dataDir: o.dataDir as string | undefined,
     poolSize,
+    ackPoolSize,
     source,
     schema,
     tablePrefix,
@@ -376,4 +387,22 @@ function retentionOf(o: Record<string, unknown>, name: string, fallback: number 
     );
   }
   return ms;
+}
+
+/**
+ * Whether the inbox can open connections beside the pool from `db`: a connection string, or a
+ * pg.Pool (its constructor and settings); not a Kysely instance, a PGlite database or nothing
+ * (PGlite in memory).
+ */
+function opensConnections(db: unknown): boolean {
+  if (typeof db === 'string') return db !== MEMORY;
+  const pool = db as { connect?: unknown; options?: unknown; totalCount?: unknown } | null | undefined;
+  return (
+    typeof pool === 'object' &&
+    pool !== null &&
+    typeof pool.connect === 'function' &&
+    typeof pool.options === 'object' &&
+    pool.options !== null &&
+    'totalCount' in pool
+  );
 }

@@ -265,6 +265,9 @@ async function claimAndApplyOn(
     rt.rememberDuplicate(d, claim.result);
   } else if (claim.decision === 'pending') {
     bg.pendingStored(d.key);
+  } else if (claim.decision === 'held') {
+    // Its gap times out from its arrival: the sweeper passes then (src/background/sweeper.ts).
+    bg.heldStored(claim.receivedAt.getTime());
   } else if (
     claim.decision === 'mismatch' &&
     (claim.reason === 'seq-applied' || claim.reason === 'seq-taken')

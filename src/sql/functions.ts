@@ -1,4 +1,4 @@
-import { advanceFunction } from './advance.js';
+import { advanceFunction, previousAdvanceFunction } from './advance.js';
 import { claimFunction, previousClaimFunction } from './claim.js';
 import { claimLatestFunction } from './claim-latest.js';
 import { failFunction } from './fail.js';
@@ -28,6 +28,8 @@ export const functionDefinitions: ReadonlyArray<readonly [name: string, definiti
     ['take_turn', takeTurnFunction],
     ['take_turn', previousTakeTurnFunction],
     ['advance', advanceFunction],
+    // The 3-parameter overload earlier versions call (a rolling deploy): no gap settled.
+    ['advance', previousAdvanceFunction],
     ['fail', failFunction],
     ['sweep', sweepFunction],
   ];

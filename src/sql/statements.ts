@@ -7,6 +7,7 @@ import { createFail } from './fail.js';
 import { createApplySavepoint, createUndoTake } from './failed-run.js';
 import { createFindProcessed } from './find-processed.js';
 import { createMarkApplied } from './mark-applied.js';
+import { createNotifyPending } from './notify-pending.js';
 import { createRecordApplied } from './record-applied.js';
 import { createRecordCause } from './record-cause.js';
 import { createSnooze } from './snooze.js';
@@ -57,6 +58,7 @@ export function createStatements(
     sweep: createSweep(names, t),
     stats: createStats(names, t),
     countPending: createCountPending(names, t),
+    notifyPending: createNotifyPending(names, t),
   };
 }
 
