@@ -155,17 +155,21 @@ export class Sweeper {
     };
     // Inline mode: after the drains, the keys whose gap was skipped may have another gap due
     // behind the events just applied; a round more settles it (ten due gaps of a key: one pass).
+    const failed = new Set<string>();
     for (let round = 0; round < GAP_ROUNDS && !rt.closing; round++) {
       const skipped = report.gapsSkipped;
-      await this.#settle(report, options.handOff === true);
+      await this.#settle(report, options.handOff === true, failed);
       if (o.mode !== 'inline' || report.gapsSkipped === skipped) break;
     }
     report.applied = await this.#work.applyPending(PENDING_PER_SWEEP, options.handOff === true);
     return this.#prune(report);
   }
 
-  /** The sweep statement (gap timeouts, keys to drain) and the drains it calls for. */
-  async #settle(report: SweepReport, handOff: boolean): Promise<void> {
+  /**
+   * The sweep statement (gap timeouts, keys to drain) and the drains it calls for. A key that
+   * failed in an earlier round of the pass (`failed`) is not counted or logged again.
+   */
+  async #settle(report: SweepReport, handOff: boolean, failed: Set<string>): Promise<void> {
     const rt = this.#rt;
     const o = rt.options;
     rt.metrics.sweeperRun();
@@ -186,6 +190,8 @@ export class Sweeper {
     const toDrain: string[] = [];
     for (const row of rows) {
       if (row.action === 'error') {
+        if (failed.has(row.key)) continue;
+        failed.add(row.key);
         report.keyErrors++;
         rt.metrics.sweeperError();
         o.logger.error(

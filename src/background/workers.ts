@@ -164,10 +164,9 @@ export class Workers {
         try {
           const began = performance.now();
           const { taken } = await applyDuePending(this.#rt, this.#batchSize(), BATCH_BUDGET_MS);
-          if (taken > 0) {
-            const each = (performance.now() - began) / taken;
-            this.#perEventMs = this.#perEventMs === 0 ? each : 0.8 * this.#perEventMs + 0.2 * each;
-          }
+          // A moving average from 0: one slow take alone does not stop the batching of fast
+          // handlers, and the budget stops a batch of slow ones after their first anyway.
+          if (taken > 0) this.#perEventMs = 0.8 * this.#perEventMs + 0.2 * ((performance.now() - began) / taken);
           didWork = taken > 0;
         } catch (err) {
           // The database is unreachable or the pool is exhausted: the poll will try again.
