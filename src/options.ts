@@ -171,7 +171,11 @@ export interface InboxOptions<TBody = any, DB = any> {
   maxHeldPerKey?: number;
   /** Largest distance past the next seq an event may be held at; further is 429. @defaultValue 10000 */
   maxSeqAhead?: number;
-  /** How long the oldest held event of a key waits for its gap to fill. @defaultValue 30000 */
+  /**
+   * How long an event held behind a gap waits for it to fill, from its arrival: then the gap is
+   * skipped (or blocks the key, `onGapTimeout`), every due gap of a key at once.
+   * @defaultValue 30000
+   */
   gapTimeoutMs?: number | string;
   /** On gap timeout: skip the missing seqs and apply what is held, or block the key. @defaultValue 'skip' */
   onGapTimeout?: 'skip' | 'block';
