@@ -20,6 +20,7 @@ import type { Kysely, Transaction } from 'kysely';
 import { HandlerError, RetryLater } from './errors.js';
 import { type RecordedFailure, recordFailure, recordSnooze, reportFailure } from './failed-runs.js';
 import { storableHeaders } from './payload.js';
+import { storedLatestOf } from './receive/delivery.js';
 import { runHandler } from './run-handler.js';
 import type { Runtime } from './runtime.js';
 import type { TakenEvent } from './sql/taken-event.js';
@@ -165,7 +166,7 @@ async function applyTaken<T>(
       // answered by the claim, from the row (ignored again, 200).
       rt.metrics.ignored(run.type);
     } else {
-      rt.metrics.handler(run.seconds, 'processed');
+      if (!run.superseded) rt.metrics.handler(run.seconds, 'processed');
       rt.rememberProcessed(run.event, run.json);
     }
   }
@@ -174,8 +175,16 @@ async function applyTaken<T>(
 
 /** A run inside its transaction, with what is reported only after COMMIT. */
 type RunDone =
-  | (Extract<Run, { status: 'applied' }> & { readonly json?: string; readonly seconds: number })
+  | (Extract<Run, { status: 'applied' }> & {
+      readonly json?: string;
+      readonly seconds: number;
+      /** Latest-wins: recorded superseded, no handler ran. */
+      readonly superseded?: boolean;
+    })
   | Extract<Run, { status: 'failed' }>;
+
+/** Latest-wins: how long a stored event waits when another transaction holds its object's key. */
+const LATEST_BUSY_MS = 50;
 
 /**
  * One taken event, inside its transaction and under its savepoint: the handler, then its
@@ -189,6 +198,40 @@ async function runTaken(
   step: ApplyStep<unknown>,
   parent: Context | undefined,
 ): Promise<RunDone> {
+  const o = rt.options;
+  // Latest-wins, for a stored event (its claim only stored it: deferred mode, or a failed run
+  // retried): decided here, under the object's key row, right before the handler.
+  const latest =
+    o.order.policy === 'latest' && event.markAtCommit && event.key === null
+      ? storedLatestOf(o.order, event.headers, event.payload, event.body)
+      : null;
+  if (latest) {
+    const check = await rt.statements.latestCheck(tx, o.source, latest.key, latest.version);
+    if (check.decision === 'busy') {
+      // Another version of the object is being applied: wait a moment, no attempt counted.
+      const later = new RetryLater({ afterMs: LATEST_BUSY_MS });
+      return { status: 'failed', event, failure: await recordSnooze(rt, tx, event, later) };
+    }
+    if (check.decision === 'superseded') {
+      const result = { superseded: true, key: latest.key, version: latest.version, latest: check.latest };
+      const json = JSON.stringify(result);
+      await rt.statements.markApplied(tx, {
+        source: o.source,
+        id: event.id,
+        json,
+        keepPayload: o.keepPayload,
+        status: 'processed',
+        type: null,
+        payload: null,
+        headers: null,
+      });
+      o.logger.debug(
+        { id: event.id, key: latest.key, version: latest.version, latest: check.latest, source: o.source },
+        'webhook-inbox: superseded (a newer version of its key was applied)',
+      );
+      return { status: 'applied', event, result, json, seconds: 0, ignored: false, type: null, superseded: true };
+    }
+  }
   let ran: Awaited<ReturnType<typeof runHandler>>;
   try {
     ran = await runHandler(rt, tx, event, parent);

@@ -304,7 +304,9 @@ export interface InboxOptions<TBody = any, DB = any> {
    * key (`X-Key`/`X-Seq` or `fields`), early ones held. `{ policy: 'latest', key, version }`:
    * never let an older event overwrite a newer one: per key, an event whose version is below
    * the last applied one is answered 200 `superseded`, recorded and not applied; equal
-   * versions both apply, in arrival order. A `provider` fills `key` and `version`. Inline mode only.
+   * versions both apply, in arrival order. A `provider` fills `key` and `version`. In deferred
+   * mode the delivery is answered 202 and the worker that takes it decides (a superseded event
+   * is recorded with that result; its redelivery is answered 200 with it).
    *
    * ```ts
    * order: { policy: 'latest', key: '/data/object/id', version: '/created' }

@@ -187,9 +187,6 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
     if (version === undefined) {
       throw new InboxOptionsError('order.version', 'is required (or a provider preset that has one)');
     }
-    if (o.mode === 'deferred') {
-      throw new InboxOptionsError('order', "latest-wins runs in inline mode only; drop mode: 'deferred'");
-    }
     resolvedOrder = {
       policy: 'latest',
       key: resolveSource(key as FieldSource, 'order.key'),

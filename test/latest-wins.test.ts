@@ -207,7 +207,6 @@ describe('latest wins with a provider preset', () => {
     [{ order: { policy: 'latest' } }, 'order.key'],
     [{ order: { policy: 'latest', key: '/k' } }, 'order.version'],
     [{ order: { policy: 'newest' } }, 'order'],
-    [{ order: { policy: 'latest', key: '/k', version: '/v' }, mode: 'deferred' }, 'order'],
     [{ provider: stripe({ secret: 'whsec_x', order: false }), order: { policy: 'latest' } }, 'order.key'],
   ])('%j is refused naming %s', (options, option) => {
     expect(() => createInbox({ db: 'memory', handle: () => null, ...(options as object) })).toThrow(

@@ -102,7 +102,9 @@ export function claimAndApply(
   d: ParsedDelivery,
   obs: Observation,
 ): Promise<Outcome> {
-  if (d.latest) return claimLatestAndApply(rt, d, d.latest, obs);
+  // Latest-wins in deferred mode: the claim only stores the event, as an unordered one; the
+  // worker that takes it decides under the object's key row (src/sql/latest-check.ts).
+  if (d.latest && rt.options.mode !== 'deferred') return claimLatestAndApply(rt, d, d.latest, obs);
   const key = d.key;
   if (key === null || rt.options.mode === 'deferred') {
     return claimAndApplyOn(rt, bg, d, obs, undefined).then((settled) => settled.outcome);

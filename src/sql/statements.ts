@@ -6,6 +6,7 @@ import { createCountPending } from './count-pending.js';
 import { createFail } from './fail.js';
 import { createApplySavepoint, createUndoTake } from './failed-run.js';
 import { createFindProcessed } from './find-processed.js';
+import { createLatestCheck } from './latest-check.js';
 import { createMarkApplied } from './mark-applied.js';
 import { createNotifyPending } from './notify-pending.js';
 import { createRecordApplied } from './record-applied.js';
@@ -36,6 +37,7 @@ export function createStatements(
       ? claimTryingFirst(names, t, createClaim(names, t), oneSession)
       : createClaim(names, t),
     claimLatest: createClaimLatest(names, t),
+    latestCheck: createLatestCheck(names, t),
     storeResult: createStoreResult(names, t),
     recordApplied: createRecordApplied(names, t),
     markApplied: createMarkApplied(names, t),
