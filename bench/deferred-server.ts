@@ -30,5 +30,9 @@ process.on('message', async (m: { id: number; cmd: string }) => {
 send({
   type: 'ready',
   url: app.url,
-  options: { poolSize: app.inbox.options.poolSize, ackPoolSize: app.inbox.options.ackPoolSize, workers: app.inbox.options.workers },
+  options: {
+    poolSize: app.inbox.options.poolSize,
+    ackPoolSize: app.inbox.options.ackPoolSize,
+    workers: app.inbox.options.workers,
+  },
 });

@@ -115,15 +115,6 @@ async function start(
   });
 }
 
-/** The ledger's entries (what the handlers applied), in applied order. */
-async function entries(app: LedgerServer): Promise<Array<{ event_id: string; key: string; seq: string | null }>> {
-  const { rows } = await sql<{ event_id: string; key: string; seq: string | null }>`
-    select event_id, key, seq from ${sql.table(`${app.ledger.schema}.entries`)} order by n`.execute(
-    await app.inbox.kysely(),
-  );
-  return rows;
-}
-
 async function appliedCount(app: LedgerServer, key = 'none'): Promise<number> {
   const { rows } = await sql<{ n: number }>`
     select count(*)::int as n from ${sql.table(`${app.ledger.schema}.entries`)} where key = ${key}`.execute(
@@ -163,14 +154,18 @@ interface ChildLedger {
 async function startChild(mode: 'inline' | 'deferred', options: object): Promise<ChildLedger> {
   const schema = `${run}_${mode}`;
   schemas.push(schema, `${schema}_ledger`);
-  const child = fork(join(here, 'deferred-server.ts'), [
-    JSON.stringify({
-      ledgerSchema: `${schema}_ledger`,
-      ingest: false,
-      ...options,
-      inbox: { db: url, schema, mode, logger: false, ...(options as { inbox?: object }).inbox },
-    }),
-  ], { execArgv: ['--import', 'tsx'], stdio: 'inherit' });
+  const child = fork(
+    join(here, 'deferred-server.ts'),
+    [
+      JSON.stringify({
+        ledgerSchema: `${schema}_ledger`,
+        ingest: false,
+        ...options,
+        inbox: { db: url, schema, mode, logger: false, ...(options as { inbox?: object }).inbox },
+      }),
+    ],
+    { execArgv: ['--import', 'tsx'], stdio: 'inherit' },
+  );
   const applying = new Set<string>();
   const waiting = new Map<number, () => void>();
   let nextId = 0;

@@ -40,8 +40,8 @@ import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { Ledger } from '../examples/ledger/ledger.js';
 import { type LedgerServer, startLedger } from '../examples/ledger/start.js';
-import { createInbox, type Handler } from '../src/index.js';
 import { WAKE_UP_INTERVAL_MS } from '../src/background/wake-ups.js';
+import { createInbox, type Handler } from '../src/index.js';
 import { claimFunction } from '../src/sql/claim.js';
 import { notifyChannel } from '../src/sql/notify-pending.js';
 import type { Tables } from '../src/sql/tables.js';
@@ -147,9 +147,7 @@ async function measure(variant: Variant, round: number) {
     await listener.query(`listen ${notifyChannel(tables, a.inbox.options.source)}`);
     const target = `${a.url}/webhooks`;
     const applied = async () =>
-      Number(
-        (await db.query(`select count(*)::int as n from "${ledgerSchema}".entries`)).rows[0].n,
-      );
+      Number((await db.query(`select count(*)::int as n from "${ledgerSchema}".entries`)).rows[0].n);
 
     // Warm-up: connections, prepared statements.
     for (let i = 0; i < 50; i++) await post(target, `${schema}-warm-${i}`, '{"amount":1}');
@@ -199,7 +197,9 @@ async function measure(variant: Variant, round: number) {
     await listener.end().catch(() => {});
     await b.close();
     await a.close();
-    await db.query(`drop schema if exists "${schema}" cascade; drop schema if exists "${ledgerSchema}" cascade`);
+    await db.query(
+      `drop schema if exists "${schema}" cascade; drop schema if exists "${ledgerSchema}" cascade`,
+    );
     await db.end();
   }
 }

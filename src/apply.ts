@@ -229,7 +229,16 @@ async function runTaken(
         { id: event.id, key: latest.key, version: latest.version, latest: check.latest, source: o.source },
         'webhook-inbox: superseded (a newer version of its key was applied)',
       );
-      return { status: 'applied', event, result, json, seconds: 0, ignored: false, type: null, superseded: true };
+      return {
+        status: 'applied',
+        event,
+        result,
+        json,
+        seconds: 0,
+        ignored: false,
+        type: null,
+        superseded: true,
+      };
     }
   }
   let ran: Awaited<ReturnType<typeof runHandler>>;

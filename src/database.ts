@@ -135,7 +135,9 @@ export async function openDatabase(
     // An idle client's connection can drop (server restart, pg_terminate_backend); pg emits
     // that on the pool, and an unhandled 'error' event would crash the process.
     pool.on('error', () => {});
-    const acks = options.ackPoolSize ? ackPool(Pool, { connectionString: input }, options.ackPoolSize) : undefined;
+    const acks = options.ackPoolSize
+      ? ackPool(Pool, { connectionString: input }, options.ackPoolSize)
+      : undefined;
     return fromPool(pool, true, names, wait, acks);
   }
   if (isKysely(input)) {
@@ -156,9 +158,14 @@ export async function openDatabase(
   if (isPGlite(input)) return fromPGlite(input, false, names, wait);
   if (typeof (input as PgPoolLike).connect === 'function') {
     // Acknowledgements' connections from the pool's own settings, as the LISTEN connection is.
-    const given = input as PgPoolLike & { options?: object; constructor: new (options: object) => PgPoolLike };
+    const given = input as PgPoolLike & {
+      options?: object;
+      constructor: new (options: object) => PgPoolLike;
+    };
     const acks =
-      options.ackPoolSize && given.options ? ackPool(given.constructor, given.options, options.ackPoolSize) : undefined;
+      options.ackPoolSize && given.options
+        ? ackPool(given.constructor, given.options, options.ackPoolSize)
+        : undefined;
     return fromPool(given, false, names, wait, acks);
   }
   throw new TypeError(
@@ -167,11 +174,7 @@ export async function openDatabase(
 }
 
 /** A small pool of its own for acknowledgements (`ackPoolSize`), never held by a handler. */
-function ackPool(
-  Pool: new (options: object) => PgPoolLike,
-  settings: object,
-  size: number,
-): PgPoolLike {
+function ackPool(Pool: new (options: object) => PgPoolLike, settings: object, size: number): PgPoolLike {
   const pool = new Pool({ ...settings, max: size }) as PgPoolLike & {
     on?(event: 'error', listener: (err: Error) => void): void;
   };

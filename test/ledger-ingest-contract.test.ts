@@ -130,7 +130,7 @@ describe.skipIf(!postgresUrl)('the ledger ingest contract, over HTTP on PostgreS
     expect(balance).toBe(sorted.reduce((s, n) => s + n, 0));
   });
 
-  test("chaos as the seed runs it: GAP_TIMEOUT_MS=1000; within the gap timeout + 1 s of the last delivery, every delivered id is applied, nothing buffered, reconciled", async () => {
+  test('chaos as the seed runs it: GAP_TIMEOUT_MS=1000; within the gap timeout + 1 s of the last delivery, every delivered id is applied, nothing buffered, reconciled', async () => {
     // The seed's shape: its sweeper at the example's default interval (1 s), ten gaps or so.
     // The gaps time out from the arrival of the events held behind them, all of them in the
     // same pass (and the drains that follow it), not one gap per pass (issue 41).

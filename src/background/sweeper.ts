@@ -155,6 +155,7 @@ export class Sweeper {
     };
     // Inline mode: after the drains, the keys whose gap was skipped may have another gap due
     // behind the events just applied; a round more settles it (ten due gaps of a key: one pass).
+    rt.metrics.sweeperRun();
     const failed = new Set<string>();
     for (let round = 0; round < GAP_ROUNDS && !rt.closing; round++) {
       const skipped = report.gapsSkipped;
@@ -172,7 +173,6 @@ export class Sweeper {
   async #settle(report: SweepReport, handOff: boolean, failed: Set<string>): Promise<void> {
     const rt = this.#rt;
     const o = rt.options;
-    rt.metrics.sweeperRun();
     let rows: SweepRow[];
     try {
       // READ COMMITTED whatever the server's default: under a snapshot older than a claim, the

@@ -73,7 +73,10 @@ export async function applyTurn(rt: Runtime, key: string): Promise<Step> {
   if (gap) {
     rt.metrics.gapTimeout(gap.blocked ? 'blocked' : 'skipped');
     if (gap.blocked)
-      o.logger.info({ key, fromSeq: gap.fromSeq, source: o.source }, 'webhook-inbox: gap timeout, key blocked');
+      o.logger.info(
+        { key, fromSeq: gap.fromSeq, source: o.source },
+        'webhook-inbox: gap timeout, key blocked',
+      );
     else
       o.logger.info(
         { key, fromSeq: gap.fromSeq, toSeq: gap.toSeq, source: o.source },

@@ -31,10 +31,10 @@ const PENDING_REFRESH_MS = 500;
 /**
  * How long the handlers of one batch run before it commits: a batch takes as many events as
  * fit by the handlers' recent time, and stops before the next once they ran this long. Fast
- * handlers still share one COMMIT by the batch (1 ms each: the whole `workerBatchSize`); a slow
+ * handlers still share one COMMIT by the batch (a few ms each: the whole `workerBatchSize`); a slow
  * one commits alone, so its row locks are not held through the next handlers' runs.
  */
-export const BATCH_BUDGET_MS = 50;
+export const BATCH_BUDGET_MS = 200;
 
 export class Workers {
   readonly #rt: Runtime;
@@ -166,7 +166,8 @@ export class Workers {
           const { taken } = await applyDuePending(this.#rt, this.#batchSize(), BATCH_BUDGET_MS);
           // A moving average from 0: one slow take alone does not stop the batching of fast
           // handlers, and the budget stops a batch of slow ones after their first anyway.
-          if (taken > 0) this.#perEventMs = 0.8 * this.#perEventMs + 0.2 * ((performance.now() - began) / taken);
+          if (taken > 0)
+            this.#perEventMs = 0.8 * this.#perEventMs + 0.2 * ((performance.now() - began) / taken);
           didWork = taken > 0;
         } catch (err) {
           // The database is unreachable or the pool is exhausted: the poll will try again.

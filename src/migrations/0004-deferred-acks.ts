@@ -13,9 +13,11 @@ import type { Tables } from '../sql/tables.js';
  *   after a worker applied a seq, a missing next seq whose gap timed out (an event behind it
  *   waited `gapTimeoutMs`) is skipped or blocks the key right there, so a stream with ten due
  *   gaps moves on after one timeout. The 3-parameter `advance` earlier versions call stays.
+ * - `latest_check` (new): latest-wins in deferred mode, decided by the worker under the
+ *   object's key row right before the handler of an event the claim only stored.
  *
- * Both texts are those of src/sql/claim.ts and src/sql/advance.ts when this migration was
- * written. Frozen history: never edit it.
+ * The texts are those of src/sql/claim.ts, src/sql/advance.ts and src/sql/latest-check.ts
+ * when this migration was written. Frozen history: never edit it.
  */
 export function deferredAcks(t: Tables): string {
   return `
@@ -337,6 +339,39 @@ begin
       skipped_from := p_seq + 1;
       blocked := true;
     end if;
+  end if;
+  return next;
+end
+$fn$;
+
+create or replace function ${t.fn('latest_check')}(p_source text, p_key text, p_version bigint)
+returns table (decision text, latest bigint)
+language plpgsql as $fn$
+declare
+  v_last bigint;
+begin
+  select k.last_version into v_last from ${t.keys} k
+   where k.source = p_source and k.key = p_key for update skip locked;
+  if not found then
+    insert into ${t.keys} as k (source, key, next_seq) values (p_source, p_key, 1)
+      on conflict (source, key) do nothing;
+    if not found then
+      select k.last_version into v_last from ${t.keys} k
+       where k.source = p_source and k.key = p_key for update skip locked;
+      if not found then
+        decision := 'busy';
+        return next;
+        return;
+      end if;
+    end if;
+  end if;
+  latest := v_last;
+  if v_last is not null and p_version < v_last then
+    decision := 'superseded';
+  else
+    update ${t.keys} k set last_version = p_version, updated_at = now()
+      where k.source = p_source and k.key = p_key;
+    decision := 'apply';
   end if;
   return next;
 end
