@@ -2,7 +2,7 @@
  * Deferred mode, measured against real PostgreSQL. Two scenarios (SCENARIO):
  *
  * `slow` (the default; issue 41): the ledger example as a user runs it in deferred mode
- * (default pool and workers; its own process, bench/deferred-server.ts) with a slow handler
+ * (default pool and workers; its own process, bench/ledger-process.ts) with a slow handler
  * (HANDLER_DELAY_MS, 300). Every ROUND_MS (1000) for ROUNDS (20), IN_FLIGHT (40) deliveries
  * go at once, while the workers are busy with the rounds before. It reports the
  * acknowledgement latency, p50/p99, of each class of delivery, mixed in every round:
@@ -142,7 +142,7 @@ async function appliedAll(app: LedgerServer, target: number): Promise<void> {
 
 type AckClass = 'new' | 'duplicate' | 'ordered';
 
-/** The ledger in a child process (bench/deferred-server.ts), and what its handlers are doing. */
+/** The ledger in a child process (bench/ledger-process.ts), and what its handlers are doing. */
 interface ChildLedger {
   readonly url: string;
   readonly options: { poolSize: number; ackPoolSize: number; workers: number };
@@ -155,7 +155,7 @@ async function startChild(mode: 'inline' | 'deferred', options: object): Promise
   const schema = `${run}_${mode}`;
   schemas.push(schema, `${schema}_ledger`);
   const child = fork(
-    join(here, 'deferred-server.ts'),
+    join(here, 'ledger-process.ts'),
     [
       JSON.stringify({
         ledgerSchema: `${schema}_ledger`,

@@ -1,9 +1,10 @@
 /**
- * The ledger example in a process of its own, for bench/deferred.ts: the server answers in its
- * own event loop, as `npm run example` does, not in the one that sends the load. Started with
- * its options as JSON (argv[2]); tells its parent `{ type: 'ready', url }`, then
- * `{ type: 'applying', id }` and `{ type: 'applied', id }` around every handler run; answers
- * `{ cmd: 'idle' }` (the workers have nothing known to do) and `{ cmd: 'close' }`.
+ * The ledger example in a process of its own, for the benchmarks that load it over HTTP
+ * (bench/deferred.ts, bench/ingest-load.ts): the server answers in its own event loop, as
+ * `npm run example` does, not in the one that sends the load. Started with its options as JSON
+ * (argv[2]); tells its parent `{ type: 'ready', url }`, then `{ type: 'applying', id }` and
+ * `{ type: 'applied', id }` around every run of the ledger inbox's handler (`/webhooks`);
+ * answers `{ cmd: 'idle' }` (the workers have nothing known to do) and `{ cmd: 'close' }`.
  */
 import { type LedgerServerOptions, startLedger } from '../examples/ledger/start.js';
 import type { Handler } from '../src/index.js';
@@ -24,7 +25,7 @@ const app = await startLedger({ ...options, wrapHandler });
 process.on('message', async (m: { id: number; cmd: string }) => {
   if (m.cmd === 'idle') await app.inbox.idle();
   if (m.cmd === 'close') await app.close();
-  send({ type: 'done', id: m.id, value: m.cmd === 'stats' ? app.inbox.options : undefined });
+  send({ type: 'done', id: m.id });
   if (m.cmd === 'close') process.exit(0);
 });
 send({
