@@ -121,7 +121,7 @@ export class Sweeper {
       )
       .finally(() => {
         this.#running = undefined;
-        if (this.#rt.closing) return;
+        if (this.#rt.closing || !this.#started) return;
         // Deadlines before this pass began were its to settle.
         this.#deadlines = this.#deadlines.filter((at) => at > startedAt);
         const interval = this.#rt.options.sweepIntervalMs;
