@@ -64,15 +64,16 @@ export class Ledger {
 
   /**
    * The handler: adds the amount to the account and appends an entry, both in `tx`. The account
-   * is the event's key; a provider's event (`PROVIDER=stripe`) has none, and credits its object
-   * (`data.object.id`) with the object's `amount`.
+   * is the event's key (or `none`); a provider's event without `amount` (`PROVIDER=stripe`)
+   * credits its object (`data.object.id`) with the object's `amount`.
    */
   readonly handle = async (event: InboxEvent<LedgerBody>, { tx, signal }: HandlerContext) => {
     this.runs++;
     if (this.delayMs > 0) await sleep(this.delayMs, undefined, { signal });
-    const object = event.body?.data?.object;
+    // A body without `amount` but with a provider's object: the object's amount, to its account.
+    const object = event.body?.amount === undefined ? event.body?.data?.object : undefined;
     const key = event.key ?? (typeof object?.id === 'string' ? object.id : 'none');
-    const amount = event.body?.amount === undefined && object ? object.amount : event.body?.amount;
+    const amount = object ? object.amount : event.body?.amount;
     // Wrong for good: running it again will not help. Dead-lettered at once (reason
     // `rejected`), answered 422, never retried.
     if (!Number.isSafeInteger(amount)) throw new RejectEvent('body.amount must be an integer');
