@@ -225,3 +225,21 @@ function fromPGlite(pglite: PGliteLike, owns: boolean, names: StatementNames, wa
     destroy: () => kysely.destroy(),
   };
 }
+
+/**
+ * Whether the inbox can open connections beside the pool from `db` (deferred mode's
+ * acknowledgements, `ackPoolSize`): from a connection string, or from a pg.Pool (its
+ * constructor and settings); not from a Kysely instance, a PGlite database, or nothing.
+ */
+export function opensConnections(db: unknown): boolean {
+  if (typeof db === 'string') return db !== '' && db !== 'memory';
+  const pool = db as { connect?: unknown; options?: unknown; totalCount?: unknown } | null | undefined;
+  return (
+    typeof pool === 'object' &&
+    pool !== null &&
+    typeof pool.connect === 'function' &&
+    typeof pool.options === 'object' &&
+    pool.options !== null &&
+    'totalCount' in pool
+  );
+}

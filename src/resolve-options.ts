@@ -1,6 +1,6 @@
 import type { TracerProvider } from '@opentelemetry/api';
 import { resolveBodySchema } from './body-schema.js';
-import type { DatabaseInput } from './database.js';
+import { type DatabaseInput, opensConnections } from './database.js';
 import { parseDuration } from './duration.js';
 import { InboxOptionsError } from './errors.js';
 import type { Handler } from './event.js';
@@ -284,7 +284,9 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
   // string, or a pg.Pool's settings): then every pool connection may run a lane's handler, as
   // inline mode runs one per connection. Sharing the pool, half of it is left to them.
   const ackPoolSize =
-    mode === 'deferred' && opensConnections(o.db) ? integer(o, 'ackPoolSize', 2, 0, 100) : 0;
+    mode === 'deferred' && opensConnections(o.db === MEMORY ? undefined : o.db)
+      ? integer(o, 'ackPoolSize', 2, 0, 100)
+      : 0;
   if (mode !== 'deferred') integer(o, 'ackPoolSize', 0, 0, 100);
   const workers = integer(
     o,
@@ -384,22 +386,4 @@ function retentionOf(o: Record<string, unknown>, name: string, fallback: number 
     );
   }
   return ms;
-}
-
-/**
- * Whether the inbox can open connections beside the pool from `db`: a connection string, or a
- * pg.Pool (its constructor and settings); not a Kysely instance, a PGlite database or nothing
- * (PGlite in memory).
- */
-function opensConnections(db: unknown): boolean {
-  if (typeof db === 'string') return db !== MEMORY;
-  const pool = db as { connect?: unknown; options?: unknown; totalCount?: unknown } | null | undefined;
-  return (
-    typeof pool === 'object' &&
-    pool !== null &&
-    typeof pool.connect === 'function' &&
-    typeof pool.options === 'object' &&
-    pool.options !== null &&
-    'totalCount' in pool
-  );
 }

@@ -28,5 +28,9 @@ const event = {
   data: { object: { id: object, object: 'payment_intent', amount: Number(amount) } },
 };
 const { headers, body } = signedDelivery('stripe', event, { secret });
-const res = await fetch(process.env.URL ?? 'http://localhost:3000/webhooks', { method: 'POST', headers, body });
+const res = await fetch(process.env.URL ?? 'http://localhost:3000/webhooks', {
+  method: 'POST',
+  headers,
+  body,
+});
 console.log(res.status, await res.text());
