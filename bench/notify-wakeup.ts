@@ -1,37 +1,50 @@
 /**
- * NOTIFY and commit contention, deferred mode. A NOTIFY queued by a transaction takes a
- * database-wide lock at COMMIT (it serialises the commits of every notifying transaction), so
- * the claim that announces each pending event in its own commit may cap deferred
- * acknowledgements. This measures the two ways of waking the workers, on the same app, load
- * and machine:
+ * Wake-ups of other instances' workers, deferred mode (issue 44). A NOTIFY queued by a
+ * transaction takes a cluster-wide lock at COMMIT, held through its WAL flush (it serialises
+ * the commits of every notifying transaction), so a claim that announces each pending event in
+ * its own commit bounds the cluster's acknowledgements by one flush at a time. Two variants, on
+ * the same app, load and machine:
  *
- * - `in-claim`: today's design: the claim function NOTIFYs when it stores a pending event
- *   (src/sql/notify-pending.ts); no round trip, one NOTIFY per commit.
- * - `after-commit`: the claim created again without its NOTIFY; after a delivery is answered 202 (its claim
- *   committed), one `select pg_notify(channel, '')` in autocommit, coalesced: at most one per
- *   COALESCE_MS per instance, however many events were stored meanwhile. This is what the
- *   inbox would do in-process after COMMIT; here the bench sends it (same connection pool
- *   sizes, one extra connection) so that the library does not need a switch to be measured.
+ * - `after-commit`: what ships (migration 0004): the claim sends no NOTIFY; the instance that
+ *   acknowledged sends one after commit, in a statement of its own, at most one per
+ *   WAKE_UP_INTERVAL_MS (src/background/wake-ups.ts), naming every key stored meanwhile;
+ * - `in-claim`: 0.2.0's claim, created again here: `pg_notify` inside the claim wherever it
+ *   stores a runnable pending event, one NOTIFY per acknowledgement, sent at its COMMIT (the
+ *   instance's coalesced wake-ups still run beside it).
  *
- * Reports, for each: acknowledgements per second (202s), and applied per second (first
- * delivery to the last event applied by the workers), with the p50/p99 pickup latency.
- * Results go to stdout and bench/results/notify-wakeup.json. The lead runs it on a quiet
- * machine; never in CI.
+ * Two instances on one schema, so that the wake-up crosses processes' worth of machinery as
+ * in production: A acknowledges (`workers: 0`, HTTP), B applies (`workers`, LISTEN, no HTTP).
+ * Reported for each variant:
+ * - pickup latency at light load (LIGHT_EVENTS deliveries one at a time, each applied before
+ *   the next, then LIGHT_PAUSE_MS): from the claim (the event's `receivedAt`) to B's handler
+ *   starting; B learns of the event only through the NOTIFY (its poll is 1 s). Deliveries
+ *   closer together than the wake-up interval wait for its next NOTIFY, at most the interval;
+ *   within one instance the lanes are woken in-process, at once, whatever the rate;
+ * - under load (EVENTS unique unordered deliveries, CONCURRENCY at a time): acknowledgements
+ *   per second, applied per second, and the notifications a LISTEN connection of the bench
+ *   received per second while the acknowledgements ran: the notifying commits.
+ *
+ * Results go to stdout and bench/results/notify-wakeup.json. Run it on a quiet machine; never
+ * in CI.
  *
  *   DATABASE_URL=postgres://postgres@127.0.0.1:5432/test npx tsx bench/notify-wakeup.ts
  *
- * Environment: EVENTS (20000), CONCURRENCY (64), POOL_SIZE (20), WORKERS (8), COALESCE_MS (5),
- * ROUNDS (3, alternating the variants so that drift on the machine hits both).
+ * Environment: EVENTS (10000), CONCURRENCY (64), LIGHT_EVENTS (200), LIGHT_PAUSE_MS (50),
+ * WORKERS (8), ROUNDS (3,
+ * alternating the variants so that drift on the machine hits both).
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { Agent, request } from 'node:http';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
+import { Ledger } from '../examples/ledger/ledger.js';
 import { type LedgerServer, startLedger } from '../examples/ledger/start.js';
-import type { Handler } from '../src/index.js';
+import { WAKE_UP_INTERVAL_MS } from '../src/background/wake-ups.js';
+import { createInbox, type Handler } from '../src/index.js';
 import { claimFunction } from '../src/sql/claim.js';
 import { notifyChannel } from '../src/sql/notify-pending.js';
+import type { Tables } from '../src/sql/tables.js';
 
 const url = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 const int = (name: string, fallback: number) => {
@@ -43,11 +56,11 @@ const int = (name: string, fallback: number) => {
   }
   return n;
 };
-const EVENTS = int('EVENTS', 20_000);
+const EVENTS = int('EVENTS', 10_000);
 const CONCURRENCY = int('CONCURRENCY', 64);
-const POOL_SIZE = int('POOL_SIZE', 20);
+const LIGHT_EVENTS = int('LIGHT_EVENTS', 200);
+const LIGHT_PAUSE_MS = int('LIGHT_PAUSE_MS', 50);
 const WORKERS = int('WORKERS', 8);
-const COALESCE_MS = int('COALESCE_MS', 5);
 const ROUNDS = int('ROUNDS', 3);
 const run = `nw${process.pid}`;
 const here = dirname(fileURLToPath(import.meta.url));
@@ -79,24 +92,22 @@ function post(target: string, id: string, body: string): Promise<number> {
   });
 }
 
-/** At most one NOTIFY per `everyMs`, sent after the commits that asked for it. */
-function coalescedNotifier(pool: pg.Pool, channel: string, everyMs: number) {
-  let scheduled = false;
-  let sent = 0;
-  return {
-    wake() {
-      if (scheduled) return;
-      scheduled = true;
-      setTimeout(() => {
-        scheduled = false;
-        sent++;
-        pool.query('select pg_notify($1, $2)', [channel, '']).catch(() => {});
-      }, everyMs);
-    },
-    get sent() {
-      return sent;
-    },
-  };
+/**
+ * 0.2.0's claim: today's text with `pg_notify` back wherever it stores a runnable pending
+ * event (an ordered one in its turn with its key, an unordered one with ''), as migration 0002
+ * created it.
+ */
+function claimThatNotifies(t: Tables): string {
+  const notify = (payload: string) =>
+    `perform pg_notify('wi_' || md5('${t.schema}.${t.prefix}|' || p_source), ${payload});`;
+  let added = 0;
+  const text = claimFunction(t).replace(/( *)decision := 'pending';\n/g, (line, indent: string) => {
+    added++;
+    return `${line}${indent}${notify(added === 1 ? 'p_key' : "''")}\n`;
+  });
+  // Both places, or the variant would measure today's claim by another name.
+  if (added !== 2) throw new Error(`in-claim: added ${added} pg_notify statements, not 2`);
+  return text;
 }
 
 const percentile = (sorted: number[], p: number) =>
@@ -106,45 +117,58 @@ const percentile = (sorted: number[], p: number) =>
 
 async function measure(variant: Variant, round: number) {
   const schema = `${run}_${variant.replace('-', '_')}_${round}`;
-  const pickups: number[] = [];
-  const wrapHandler =
-    (handle: Handler): Handler =>
-    (event, ctx) => {
-      pickups.push(Date.now() - event.receivedAt.getTime());
-      return handle(event, ctx);
-    };
-  const app: LedgerServer = await startLedger({
-    ledgerSchema: `${schema}_ledger`,
-    wrapHandler,
-    inbox: { db: url, schema, mode: 'deferred', poolSize: POOL_SIZE, workers: WORKERS },
+  const ledgerSchema = `${schema}_ledger`;
+  // A: acknowledges only (no lanes, and no sweeper, whose pass would apply what it finds).
+  const a: LedgerServer = await startLedger({
+    ledgerSchema,
+    ingest: false,
+    inbox: { db: url, schema, mode: 'deferred', workers: 0, sweepIntervalMs: 0, logger: false },
   });
-  const notifyPool = new pg.Pool({ connectionString: url, max: 1 });
+  // B: applies only, woken by NOTIFY (its poll is 1 s, the default).
+  const ledger = new Ledger(ledgerSchema);
+  const pickups: number[] = [];
+  const waiters = new Map<string, () => void>();
+  const handle: Handler = async (event, ctx) => {
+    pickups.push(Date.now() - event.receivedAt.getTime());
+    const result = await ledger.handle(event as never, ctx);
+    waiters.get(event.id)?.();
+    return result;
+  };
+  const b = createInbox({ db: url, schema, mode: 'deferred', workers: WORKERS, logger: false, handle });
+  const listener = new pg.Client({ connectionString: url });
+  const db = new pg.Pool({ connectionString: url, max: 2 });
   try {
-    const db = await app.inbox.kysely();
-    let notifier: ReturnType<typeof coalescedNotifier> | undefined;
-    if (variant === 'after-commit') {
-      // The claim as it ships, without its two `pg_notify` statements (src/sql/notify-pending.ts).
-      let removed = 0;
-      const silent = claimFunction(app.inbox.tables).replace(/perform pg_notify\(.*\);/g, () => {
-        removed++;
-        return 'null;';
-      });
-      // Both of the claim's NOTIFYs, or the variant would measure the shipped claim by another name.
-      if (removed !== 2) throw new Error(`after-commit: removed ${removed} pg_notify statements, not 2`);
-      await runSql(url, silent);
-      notifier = coalescedNotifier(
-        notifyPool,
-        notifyChannel(app.inbox.tables, app.inbox.options.source),
-        COALESCE_MS,
-      );
+    await b.ready();
+    const tables = a.inbox.tables;
+    if (variant === 'in-claim') await db.query(claimThatNotifies(tables));
+    let notifications = 0;
+    await listener.connect();
+    listener.on('notification', () => notifications++);
+    await listener.query(`listen ${notifyChannel(tables, a.inbox.options.source)}`);
+    const target = `${a.url}/webhooks`;
+    const applied = async () =>
+      Number((await db.query(`select count(*)::int as n from "${ledgerSchema}".entries`)).rows[0].n);
+
+    // Warm-up: connections, prepared statements.
+    for (let i = 0; i < 50; i++) await post(target, `${schema}-warm-${i}`, '{"amount":1}');
+    while ((await applied()) < 50) await new Promise((r) => setTimeout(r, 20));
+
+    // Light load: one delivery at a time, applied by B before the next.
+    pickups.length = 0;
+    for (let i = 0; i < LIGHT_EVENTS; i++) {
+      const id = `${schema}-light-${i}`;
+      const done = new Promise<void>((resolve) => waiters.set(id, resolve));
+      await post(target, id, '{"amount":1}');
+      await done;
+      waiters.delete(id);
+      await new Promise((r) => setTimeout(r, LIGHT_PAUSE_MS));
     }
-    const target = `${app.url}/webhooks`;
-    // Warm-up: connections, prepared statements, JIT.
-    for (let i = 0; i < 200; i++) await post(target, `${schema}-warm-${i}`, '{"amount":1}');
-    await app.inbox.idle();
-    const applied = async () => (await app.ledger.account(db, 'none')).entries.length;
+    const light = [...pickups].sort((x, y) => x - y);
+
+    // Load.
     const before = await applied();
     pickups.length = 0;
+    notifications = 0;
     const statuses = new Map<number, number>();
     let next = 0;
     const began = performance.now();
@@ -153,40 +177,30 @@ async function measure(variant: Variant, round: number) {
         while (next < EVENTS) {
           const status = await post(target, `${schema}-${next++}`, '{"amount":1}');
           statuses.set(status, (statuses.get(status) ?? 0) + 1);
-          if (status === 202) notifier?.wake();
         }
       }),
     );
     const ackSeconds = (performance.now() - began) / 1000;
-    while ((await applied()) < before + EVENTS) await new Promise((r) => setTimeout(r, 20));
+    const notificationsWhileAcknowledging = notifications;
+    while ((await applied()) < before + EVENTS) await new Promise((r) => setTimeout(r, 50));
     const appliedSeconds = (performance.now() - began) / 1000;
-    const sorted = [...pickups].sort((a, b) => a - b);
     return {
       variant,
       round,
+      lightPickupMs: { p50: percentile(light, 50), p99: percentile(light, 99), max: light.at(-1) },
       acksPerSecond: Math.round(EVENTS / ackSeconds),
       appliedPerSecond: Math.round(EVENTS / appliedSeconds),
-      pickupMs: { p50: percentile(sorted, 50), p99: percentile(sorted, 99) },
+      notificationsPerSecond: Math.round(notificationsWhileAcknowledging / ackSeconds),
       statuses: Object.fromEntries(statuses),
-      notifies: variant === 'in-claim' ? EVENTS : (notifier?.sent ?? 0),
     };
   } finally {
-    await app.close();
-    await notifyPool.end();
-    await runSql(
-      url,
-      `drop schema if exists "${schema}" cascade; drop schema if exists "${schema}_ledger" cascade`,
+    await listener.end().catch(() => {});
+    await b.close();
+    await a.close();
+    await db.query(
+      `drop schema if exists "${schema}" cascade; drop schema if exists "${ledgerSchema}" cascade`,
     );
-  }
-}
-
-async function runSql(connectionString: string, text: string): Promise<void> {
-  const client = new pg.Client({ connectionString });
-  await client.connect();
-  try {
-    await client.query(text);
-  } finally {
-    await client.end();
+    await db.end();
   }
 }
 
@@ -194,39 +208,37 @@ const results: Awaited<ReturnType<typeof measure>>[] = [];
 for (let round = 1; round <= ROUNDS; round++) {
   // Alternate which variant goes first, so that a drifting machine does not favour one.
   const order: Variant[] = round % 2 === 1 ? ['in-claim', 'after-commit'] : ['after-commit', 'in-claim'];
-  for (const variant of order) {
+  for (const variant of order.filter((v) => !process.env.ONLY || v === process.env.ONLY)) {
     const r = await measure(variant, round);
     results.push(r);
     console.log(
-      `${variant.padEnd(12)} round ${round}: ${r.acksPerSecond} acks/s, ${r.appliedPerSecond} applied/s, ` +
-        `pickup p50 ${r.pickupMs.p50} ms p99 ${r.pickupMs.p99} ms, ${r.notifies} NOTIFYs ${JSON.stringify(r.statuses)}`,
+      `${variant.padEnd(12)} round ${round}: light-load pickup p50 ${r.lightPickupMs.p50} ms p99 ${r.lightPickupMs.p99} ms; ` +
+        `${r.acksPerSecond} acks/s, ${r.appliedPerSecond} applied/s, ${r.notificationsPerSecond} NOTIFYs/s ${JSON.stringify(r.statuses)}`,
     );
   }
 }
-const median = (variant: Variant, field: 'acksPerSecond' | 'appliedPerSecond') => {
+const median = (variant: Variant, pick: (r: (typeof results)[number]) => number) => {
   const values = results
     .filter((r) => r.variant === variant)
-    .map((r) => r[field])
-    .sort((a, b) => a - b);
+    .map(pick)
+    .sort((x, y) => x - y);
   return values[Math.floor(values.length / 2)];
 };
+const summarize = (variant: Variant) => ({
+  lightPickupP99Ms: median(variant, (r) => r.lightPickupMs.p99),
+  acksPerSecond: median(variant, (r) => r.acksPerSecond),
+  appliedPerSecond: median(variant, (r) => r.appliedPerSecond),
+  notificationsPerSecond: median(variant, (r) => r.notificationsPerSecond),
+});
 const summary = {
   at: new Date().toISOString(),
   events: EVENTS,
   concurrency: CONCURRENCY,
-  poolSize: POOL_SIZE,
+  lightEvents: LIGHT_EVENTS,
+  lightPauseMs: LIGHT_PAUSE_MS,
   workers: WORKERS,
-  coalesceMs: COALESCE_MS,
-  median: {
-    inClaim: {
-      acksPerSecond: median('in-claim', 'acksPerSecond'),
-      appliedPerSecond: median('in-claim', 'appliedPerSecond'),
-    },
-    afterCommit: {
-      acksPerSecond: median('after-commit', 'acksPerSecond'),
-      appliedPerSecond: median('after-commit', 'appliedPerSecond'),
-    },
-  },
+  wakeUpIntervalMs: WAKE_UP_INTERVAL_MS,
+  median: { afterCommit: summarize('after-commit'), inClaim: summarize('in-claim') },
   rounds: results,
 };
 console.log(JSON.stringify(summary.median));

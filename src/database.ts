@@ -70,6 +70,12 @@ export interface Database {
   readonly kind: 'pg' | 'pglite';
   /** The pool, when we have one (for pool-wait bounds and LISTEN/NOTIFY). */
   readonly pool: PgPoolLike | undefined;
+  /**
+   * What must never queue behind a handler runs on: deferred acknowledgements, wake-ups, the
+   * sweeper's pass, the pending count. Connections of their own (`ackPoolSize`) when the inbox
+   * can open them; else `kysely` itself.
+   */
+  readonly acks: Kysely<any>;
   readonly names: StatementNames;
   /**
    * The driver is ours, so it sends a registered statement's companions itself: its `after`
@@ -110,7 +116,7 @@ function isPGlite(value: unknown): value is PGliteLike {
  */
 export async function openDatabase(
   input: DatabaseInput | undefined,
-  options: { dataDir?: string; poolSize?: number; poolWaitTimeoutMs?: number },
+  options: { dataDir?: string; poolSize?: number; poolWaitTimeoutMs?: number; ackPoolSize?: number },
 ): Promise<Database> {
   const wait = options.poolWaitTimeoutMs ?? Number.POSITIVE_INFINITY;
   const names = new StatementNames();
@@ -129,15 +135,20 @@ export async function openDatabase(
     // An idle client's connection can drop (server restart, pg_terminate_backend); pg emits
     // that on the pool, and an unhandled 'error' event would crash the process.
     pool.on('error', () => {});
-    return fromPool(pool, true, names, wait);
+    const acks = options.ackPoolSize
+      ? ackPool(Pool, { connectionString: input }, options.ackPoolSize)
+      : undefined;
+    return fromPool(pool, true, names, wait, acks);
   }
   if (isKysely(input)) {
+    const kysely = input.withoutPlugins();
     return {
-      kysely: input.withoutPlugins(),
+      kysely,
       applicationKysely: input,
       handlerPlugins: input.getExecutor().plugins,
       kind: 'pg',
       pool: undefined,
+      acks: kysely,
       names,
       sendsCompanions: false,
       readCommittedAlone: false,
@@ -145,25 +156,57 @@ export async function openDatabase(
     };
   }
   if (isPGlite(input)) return fromPGlite(input, false, names, wait);
-  if (typeof (input as PgPoolLike).connect === 'function')
-    return fromPool(input as PgPoolLike, false, names, wait);
+  if (typeof (input as PgPoolLike).connect === 'function') {
+    // Acknowledgements' connections from the pool's own settings, as the LISTEN connection is.
+    const given = input as PgPoolLike & {
+      options?: object;
+      constructor: new (options: object) => PgPoolLike;
+    };
+    const acks =
+      options.ackPoolSize && given.options
+        ? ackPool(given.constructor, given.options, options.ackPoolSize)
+        : undefined;
+    return fromPool(given, false, names, wait, acks);
+  }
   throw new TypeError(
     'webhook-inbox: option `db` must be a connection string, a pg.Pool, a Kysely instance or a PGlite instance',
   );
 }
 
-function fromPool(pool: PgPoolLike, owns: boolean, names: StatementNames, wait: number): Database {
+/** A small pool of its own for acknowledgements (`ackPoolSize`), never held by a handler. */
+function ackPool(Pool: new (options: object) => PgPoolLike, settings: object, size: number): PgPoolLike {
+  const pool = new Pool({ ...settings, max: size }) as PgPoolLike & {
+    on?(event: 'error', listener: (err: Error) => void): void;
+  };
+  pool.on?.('error', () => {});
+  return pool;
+}
+
+function fromPool(
+  pool: PgPoolLike,
+  owns: boolean,
+  names: StatementNames,
+  wait: number,
+  ackPool?: PgPoolLike,
+): Database {
   const kysely = new Kysely<any>({ dialect: postgresDialect(new PgPoolDriver(pool, names, owns, wait)) });
+  const acks = ackPool
+    ? new Kysely<any>({ dialect: postgresDialect(new PgPoolDriver(ackPool, names, true, wait)) })
+    : kysely;
   return {
     kysely,
     applicationKysely: kysely,
     handlerPlugins: [],
     kind: 'pg',
     pool,
+    acks,
     names,
     sendsCompanions: true,
     readCommittedAlone: true,
-    destroy: () => kysely.destroy(),
+    destroy: async () => {
+      await kysely.destroy();
+      if (acks !== kysely) await acks.destroy();
+    },
   };
 }
 
@@ -175,9 +218,28 @@ function fromPGlite(pglite: PGliteLike, owns: boolean, names: StatementNames, wa
     handlerPlugins: [],
     kind: 'pglite',
     pool: undefined,
+    acks: kysely,
     names,
     sendsCompanions: true,
     readCommittedAlone: true,
     destroy: () => kysely.destroy(),
   };
+}
+
+/**
+ * Whether the inbox can open connections beside the pool from `db` (deferred mode's
+ * acknowledgements, `ackPoolSize`): from a connection string, or from a pg.Pool (its
+ * constructor and settings); not from a Kysely instance, a PGlite database, or nothing.
+ */
+export function opensConnections(db: unknown): boolean {
+  if (typeof db === 'string') return db !== '' && db !== 'memory';
+  const pool = db as { connect?: unknown; options?: unknown; totalCount?: unknown } | null | undefined;
+  return (
+    typeof pool === 'object' &&
+    pool !== null &&
+    typeof pool.connect === 'function' &&
+    typeof pool.options === 'object' &&
+    pool.options !== null &&
+    'totalCount' in pool
+  );
 }

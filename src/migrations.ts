@@ -3,6 +3,7 @@ import { runMigrations } from './migration-runner.js';
 import { baseline } from './migrations/0001-baseline.js';
 import { release0_2 } from './migrations/0002-release-0-2.js';
 import { deadLetterCauses } from './migrations/0003-dead-letter-causes.js';
+import { deferredAcks } from './migrations/0004-deferred-acks.js';
 import { capacity } from './migrations/0005-capacity.js';
 import type { Tables } from './sql/tables.js';
 
@@ -19,7 +20,8 @@ export const migrations: ReadonlyArray<readonly [name: string, up: (t: Tables) =
   ['0001_baseline', baseline], // 0.1.0
   ['0002_release_0_2', release0_2], // 0.2.0
   ['0003_dead_letter_causes', deadLetterCauses], // 0.2.0's first after the squash
-  ['0005_capacity', capacity], // 0.2.0 (0004 is issue 41's)
+  ['0004_deferred_acks', deferredAcks], // 0.2.0
+  ['0005_capacity', capacity], // 0.2.0
 ];
 
 /**

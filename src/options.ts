@@ -64,6 +64,18 @@ export interface InboxOptions<TBody = any, DB = any> {
   dataDir?: string;
   /** Pool size when `db` is a connection string. @defaultValue 10 */
   poolSize?: number;
+  /**
+   * Deferred mode: connections of their own for what must never wait for a handler: the
+   * acknowledgements (each delivery's claim, one short statement), the workers' coalesced
+   * wake-up, the sweeper's pass and the pending count. Opened beside the pool (from the
+   * connection string, or from a `pg.Pool`'s settings, as the LISTEN connection is), so the
+   * worker lanes can hold every pool connection with their handlers while deliveries are still
+   * acknowledged in milliseconds. 0 shares the pool (acknowledgements then queue behind busy
+   * lanes). Not available with a Kysely instance or PGlite (one session): there the workers
+   * default to half the pool. docs/deferred-mode.md, "Connections", says how to size both.
+   * @defaultValue 2 in deferred mode; unused inline
+   */
+  ackPoolSize?: number;
   /** Namespaces one inbox: ids and keys of different sources never collide. @defaultValue 'default' */
   source?: string;
   /** Postgres schema of the inbox tables. @defaultValue 'webhook_inbox' */
@@ -159,7 +171,11 @@ export interface InboxOptions<TBody = any, DB = any> {
   maxHeldPerKey?: number;
   /** Largest distance past the next seq an event may be held at; further is 429. @defaultValue 10000 */
   maxSeqAhead?: number;
-  /** How long the oldest held event of a key waits for its gap to fill. @defaultValue 30000 */
+  /**
+   * How long an event held behind a gap waits for it to fill, from its arrival: then the gap is
+   * skipped (or blocks the key, `onGapTimeout`), every due gap of a key at once.
+   * @defaultValue 30000
+   */
   gapTimeoutMs?: number | string;
   /** On gap timeout: skip the missing seqs and apply what is held, or block the key. @defaultValue 'skip' */
   onGapTimeout?: 'skip' | 'block';
@@ -288,7 +304,9 @@ export interface InboxOptions<TBody = any, DB = any> {
    * key (`X-Key`/`X-Seq` or `fields`), early ones held. `{ policy: 'latest', key, version }`:
    * never let an older event overwrite a newer one: per key, an event whose version is below
    * the last applied one is answered 200 `superseded`, recorded and not applied; equal
-   * versions both apply, in arrival order. A `provider` fills `key` and `version`. Inline mode only.
+   * versions both apply, in arrival order. A `provider` fills `key` and `version`. In deferred
+   * mode the delivery is answered 202 and the worker that takes it decides (a superseded event
+   * is recorded with that result; its redelivery is answered 200 with it).
    *
    * ```ts
    * order: { policy: 'latest', key: '/data/object/id', version: '/created' }
@@ -304,8 +322,11 @@ export interface InboxOptions<TBody = any, DB = any> {
   mode?: 'inline' | 'deferred';
   /**
    * Worker lanes in this instance: how many events it applies at once in the background
-   * (Graphile Worker's `concurrency`). Each lane holds one connection while its handler runs.
-   * @defaultValue deferred: half of `poolSize`, from 1 to 8; inline: 0
+   * (Graphile Worker's `concurrency`). Each lane holds one pool connection while its handler
+   * runs. In deferred mode, with connections of their own for acknowledgements (`ackPoolSize`),
+   * every pool connection may be a lane's: as many handlers run at once as inline mode runs.
+   * @defaultValue deferred: `poolSize` (half of it, from 1 to 8, when acknowledgements share
+   * the pool); inline: 0
    */
   workers?: number;
   /**

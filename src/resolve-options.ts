@@ -1,6 +1,6 @@
 import type { TracerProvider } from '@opentelemetry/api';
 import { resolveBodySchema } from './body-schema.js';
-import type { DatabaseInput } from './database.js';
+import { type DatabaseInput, opensConnections } from './database.js';
 import { parseDuration } from './duration.js';
 import { InboxOptionsError } from './errors.js';
 import type { Handler } from './event.js';
@@ -187,9 +187,6 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
     if (version === undefined) {
       throw new InboxOptionsError('order.version', 'is required (or a provider preset that has one)');
     }
-    if (o.mode === 'deferred') {
-      throw new InboxOptionsError('order', "latest-wins runs in inline mode only; drop mode: 'deferred'");
-    }
     resolvedOrder = {
       policy: 'latest',
       key: resolveSource(key as FieldSource, 'order.key'),
@@ -283,10 +280,22 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
   }
   const poolSize = integer(o, 'poolSize', 10, 1, 1000);
   const mode = oneOf(o, 'mode', ['inline', 'deferred'] as const);
+  // Acknowledgements get connections of their own where the inbox can open them (a connection
+  // string, or a pg.Pool's settings): then every pool connection may run a lane's handler, as
+  // inline mode runs one per connection. Sharing the pool, half of it is left to them.
+  const ackPoolSize =
+    mode === 'deferred' && opensConnections(o.db === MEMORY ? undefined : o.db)
+      ? integer(o, 'ackPoolSize', 2, 0, 100)
+      : 0;
+  if (mode !== 'deferred') integer(o, 'ackPoolSize', 0, 0, 100);
   const workers = integer(
     o,
     'workers',
-    mode === 'deferred' ? Math.max(1, Math.min(8, Math.floor(poolSize / 2))) : 0,
+    mode === 'deferred'
+      ? ackPoolSize > 0
+        ? poolSize
+        : Math.max(1, Math.min(8, Math.floor(poolSize / 2)))
+      : 0,
     0,
     1000,
   );
@@ -309,6 +318,7 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
     db: o.db === MEMORY ? undefined : (o.db as DatabaseInput | undefined),
     dataDir: o.dataDir as string | undefined,
     poolSize,
+    ackPoolSize,
     source,
     schema,
     tablePrefix,

@@ -22,6 +22,8 @@ export interface ResolvedOptions {
   readonly db: DatabaseInput | undefined;
   readonly dataDir: string | undefined;
   readonly poolSize: number;
+  /** Deferred mode: connections reserved for acknowledgements (0: none, they share the pool). */
+  readonly ackPoolSize: number;
   readonly source: string;
   readonly schema: string;
   readonly tablePrefix: string;

@@ -101,6 +101,7 @@ export class Runtime {
       dataDir: o.dataDir,
       poolSize: o.poolSize,
       poolWaitTimeoutMs: o.poolWaitTimeoutMs,
+      ackPoolSize: o.ackPoolSize,
     });
     try {
       if (o.migrate) await migrateToLatest(database.kysely, this.tables);

@@ -12,6 +12,7 @@ const OPTION_NAMES = [
   'db',
   'dataDir',
   'poolSize',
+  'ackPoolSize',
   'source',
   'schema',
   'tablePrefix',

@@ -130,6 +130,48 @@ describe.skipIf(!postgresUrl)('the ledger ingest contract, over HTTP on PostgreS
     expect(balance).toBe(sorted.reduce((s, n) => s + n, 0));
   });
 
+  test('chaos as the seed runs it: GAP_TIMEOUT_MS=1000; within the gap timeout + 1 s of the last delivery, every delivered id is applied, nothing buffered, reconciled', async () => {
+    // The seed's shape: its sweeper at the example's default interval (1 s), ten gaps or so.
+    // The gaps time out from the arrival of the events held behind them, all of them in the
+    // same pass (and the drains that follow it), not one gap per pass (issue 41).
+    const GAP_TIMEOUT_MS = 1000;
+    const rand = seededRandom(41);
+    const ids = Array.from({ length: 100 }, (_, i) => i + 1);
+    for (let i = ids.length - 1; i > 0; i--) {
+      const j = Math.floor(rand() * (i + 1));
+      [ids[i], ids[j]] = [ids[j], ids[i]];
+    }
+    const delivered = ids.filter(() => rand() >= 0.1);
+    const dropped = ids.filter((id) => !delivered.includes(id));
+    const last = Math.max(...delivered);
+    const gapsBeforeLast = dropped.filter((id) => id < last);
+    expect(gapsBeforeLast.length).toBeGreaterThanOrEqual(5);
+    const app = await serve({ gapTimeoutMs: GAP_TIMEOUT_MS });
+    // All at once, as the seed's senders do: the posting must take less than the gap timeout
+    // (a seq posted after its gap timed out is late by design).
+    const answers = await Promise.all(
+      delivered.map((id) => post(app.url, { sequence_id: id, data: `chaos ${id}` })),
+    );
+    const lastDelivery = performance.now();
+    for (const a of answers) expect(isAccepted(a), JSON.stringify(a)).toBe(true);
+
+    // Polls the ledger's own answer until the deadline the contract states, and no longer.
+    const deadline = lastDelivery + GAP_TIMEOUT_MS + 1000;
+    let v = await verify(app.url);
+    while (v.buffered > 0 && performance.now() < deadline) {
+      await new Promise((resolve) => setTimeout(resolve, 25));
+      v = await verify(app.url);
+    }
+    expect(v).toEqual({
+      reconciled: true,
+      applied: delivered.length,
+      buffered: 0,
+      skipped: gapsBeforeLast.length,
+    });
+    const { entries } = await account(app.url);
+    expect(entries.map((e) => e.seq)).toEqual([...delivered].sort((a, b) => a - b));
+  });
+
   test('load: 50 senders posting random sequence ids; every answer 202 but the late ones, and the ledger reconciles', {
     timeout: 600_000,
   }, async () => {

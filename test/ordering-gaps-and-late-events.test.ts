@@ -133,11 +133,16 @@ describe.each(targets)('per-key ordering on $name', (target) => {
     expect(await app.seqs(key)).toEqual([]);
 
     await age(app.inbox, key, 61_000);
+    // Both gaps timed out (6 waited as long as 3 and 4): one pass settles both, the second once
+    // the drain reaches it, not a pass later.
     const report = await app.inbox.sweep();
-    expect(report).toMatchObject({ gapsSkipped: 1, keysBlocked: 0, drained: 2 });
-    expect(await app.seqs(key)).toEqual([3, 4]);
-    expect(await gaps(app.inbox, key)).toEqual([{ from: 1, to: 2, reason: 'timeout' }]);
-    expect(await app.inbox.keyState(key)).toMatchObject({ nextSeq: 5, heldSeqs: [6] });
+    expect(report).toMatchObject({ gapsSkipped: 2, keysBlocked: 0, drained: 3 });
+    expect(await app.seqs(key)).toEqual([3, 4, 6]);
+    expect(await gaps(app.inbox, key)).toEqual([
+      { from: 1, to: 2, reason: 'timeout' },
+      { from: 5, to: 5, reason: 'timeout' },
+    ]);
+    expect(await app.inbox.keyState(key)).toMatchObject({ nextSeq: 7, heldSeqs: [] });
 
     // Seq 2 arrives after its gap was skipped: applying it now would break the order.
     const [late, lateAgain] = await app.send(ordered(key, 2), ordered(key, 2));
@@ -145,12 +150,27 @@ describe.each(targets)('per-key ordering on $name', (target) => {
       expect(outcome.status).toBe(200);
       expect(outcome.body).toEqual({ status: 'dead-lettered', id: `${key}:2`, reason: 'late' });
     }
-    expect(await app.seqs(key)).toEqual([3, 4]);
+    expect(await app.seqs(key)).toEqual([3, 4, 6]);
     const dead = await app.inbox.deadLetters({ key });
     expect(dead.map((e) => [e.id, e.seq, e.status, e.deadReason])).toEqual([[`${key}:2`, 2, 'dead', 'late']]);
     expect(JSON.parse(dead[0].payload!.toString())).toEqual({ amount: 2 });
 
-    // The key goes on: 5 fills the next gap and 6 drains after it.
+    // The key goes on: 7 is next.
+    await app.send(ordered(key, 7));
+    await app.inbox.idle();
+    expect(await app.seqs(key)).toEqual([3, 4, 6, 7]);
+  });
+
+  it('a gap is not settled before the events behind it waited gapTimeoutMs', async () => {
+    const key = newKey('young-gap');
+    await app.send(ordered(key, 3), ordered(key, 4));
+    await age(app.inbox, key, 61_000);
+    // 6 arrives now: the gap before it (5) has young events behind it only.
+    await app.send(ordered(key, 6));
+    expect(await app.inbox.sweep()).toMatchObject({ gapsSkipped: 1, drained: 2 });
+    expect(await app.seqs(key)).toEqual([3, 4]);
+    expect(await app.inbox.keyState(key)).toMatchObject({ nextSeq: 5, heldSeqs: [6] });
+    // 5 arrives in time and is applied, 6 after it.
     await app.send(ordered(key, 5));
     await app.inbox.idle();
     expect(await app.seqs(key)).toEqual([3, 4, 5, 6]);
@@ -395,14 +415,18 @@ describe.each(targets)('per-key ordering on $name', (target) => {
 
     await age(app.inbox, key, 61_000);
     expect((await app.inbox.keyState(key))!.oldestHeldAgeMs).toBeGreaterThanOrEqual(61_000);
-    await app.inbox.sweep(); // skips 2, applies 3; 4 is still missing (and just started waiting)
-    expect(await app.seqs(key)).toEqual([1, 3]);
-    await app.send(ordered(key, 2), ordered(key, 4));
+    // Skips 2, applies 3, then skips 4 (5 waited past the timeout too) and applies 5.
+    await app.inbox.sweep();
+    expect(await app.seqs(key)).toEqual([1, 3, 5]);
+    await app.send(ordered(key, 2), ordered(key, 4), ordered(key, 6));
     await app.inbox.idle();
-    expect(await app.seqs(key)).toEqual([1, 3, 4, 5]);
-    expect(await app.inbox.keyState(key)).toMatchObject({ nextSeq: 6, heldSeqs: [], oldestHeldAgeMs: null });
+    expect(await app.seqs(key)).toEqual([1, 3, 5, 6]);
+    expect(await app.inbox.keyState(key)).toMatchObject({ nextSeq: 7, heldSeqs: [], oldestHeldAgeMs: null });
     const dead = await app.inbox.deadLetters();
-    expect(dead.filter((e) => e.key === key).map((e) => [e.seq, e.deadReason])).toEqual([[2, 'late']]);
+    expect(dead.filter((e) => e.key === key).map((e) => [e.seq, e.deadReason])).toEqual([
+      [2, 'late'],
+      [4, 'late'],
+    ]);
     expect(await app.inbox.deadLetters({ key: newKey('nothing') })).toEqual([]);
   });
 

@@ -269,8 +269,12 @@ describe.runIf(postgresTarget)('round trips to Postgres per delivery', () => {
         });
       const alone = /^set transaction isolation level; execute "wi_fold:[^"]+\.claim"\([^;]*$/;
       // The workers' count of pending events (`maxPending`), refreshed on a timer whatever the
-      // deliveries: not part of one.
-      const sent = () => pool.reset().filter((text) => !text.startsWith('select count(*)::int as n'));
+      // deliveries, and the other instances' wake-up, one NOTIFY after commit per interval
+      // whatever the deliveries (src/background/wake-ups.ts): not part of one.
+      const sent = () =>
+        pool
+          .reset()
+          .filter((text) => !text.startsWith('select count(*)::int as n') && !text.includes('pg_notify'));
       for (const [id, extra, kind] of [
         ['rtd-1', {}, 'pending'],
         ['rtd-1', {}, 'pending'], // a duplicate of a pending event

@@ -7,6 +7,12 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { type Kysely, sql } from 'kysely';
 import { type HandlerContext, type Inbox, type InboxEvent, RejectEvent } from '../../src/index.js';
 
+/** What the ledger reads of a body: `amount`, or a provider's `data.object` (`id`, `amount`). */
+export interface LedgerBody {
+  amount?: unknown;
+  data?: { object?: { id?: unknown; amount?: unknown } };
+}
+
 export interface LedgerEntry {
   id: string;
   seq: number | null;
@@ -56,12 +62,18 @@ export class Ledger {
       .execute();
   }
 
-  /** The handler: adds the amount to the account and appends an entry, both in `tx`. */
-  readonly handle = async (event: InboxEvent<{ amount: number }>, { tx, signal }: HandlerContext) => {
+  /**
+   * The handler: adds the amount to the account and appends an entry, both in `tx`. The account
+   * is the event's key (or `none`); a provider's event without `amount` (`PROVIDER=stripe`)
+   * credits its object (`data.object.id`) with the object's `amount`.
+   */
+  readonly handle = async (event: InboxEvent<LedgerBody>, { tx, signal }: HandlerContext) => {
     this.runs++;
     if (this.delayMs > 0) await sleep(this.delayMs, undefined, { signal });
-    const key = event.key ?? 'none';
-    const amount = event.body?.amount;
+    // A body without `amount` but with a provider's object: the object's amount, to its account.
+    const object = event.body?.amount === undefined ? event.body?.data?.object : undefined;
+    const key = event.key ?? (typeof object?.id === 'string' ? object.id : 'none');
+    const amount = object ? object.amount : event.body?.amount;
     // Wrong for good: running it again will not help. Dead-lettered at once (reason
     // `rejected`), answered 422, never retried.
     if (!Number.isSafeInteger(amount)) throw new RejectEvent('body.amount must be an integer');

@@ -5,6 +5,9 @@
  * GAP_TIMEOUT_MS, SWEEP_INTERVAL_MS, REDIS_URL (turns the Redis fast path for duplicates on),
  * WEBHOOK_SECRET (Standard Webhooks verification, `whsec_…`),
  * INBOX_MODE (inline | deferred), HANDLER_DELAY_MS (a slow handler: each run waits this long), WORKERS,
+ * PROVIDER (a preset of webhook-inbox/providers, with WEBHOOK_SECRET its signing secret),
+ * ORDER (seq | latest: latest-wins per object, its key and version from the PROVIDER's preset;
+ * try it with PROVIDER=stripe and examples/ledger/send-stripe.ts),
  * LEDGER_TEST_HOOKS=1 (serve POST /fail-next, which makes the handler throw: never in production).
  * GET /metrics serves the inbox's Prometheus metrics (and Node's own).
  * POST /webhooks/ingest and GET /ledger/verify serve the ingest contract (ingest.ts,
@@ -37,6 +40,17 @@ function modeEnv(): 'inline' | 'deferred' | undefined {
   return raw;
 }
 
+function orderEnv(): { policy: 'latest' } | undefined {
+  const raw = process.env.ORDER;
+  if (raw === undefined || raw === '' || raw === 'seq') return undefined;
+  if (raw !== 'latest') {
+    console.error(`ORDER must be seq or latest; got ${JSON.stringify(raw)}`);
+    process.exit(2);
+  }
+  // The key and version come from the provider's preset (PROVIDER=stripe: data.object.id, created).
+  return { policy: 'latest' };
+}
+
 const ledger = await startLedger({
   framework: (process.env.FRAMEWORK ?? 'express') as Framework,
   port: intEnv('PORT') ?? 3000,
@@ -49,6 +63,7 @@ const ledger = await startLedger({
     verify: verifyFromEnv(),
     provider: providerFromEnv(),
     mode: modeEnv(),
+    order: orderEnv(),
     workers: intEnv('WORKERS'),
   },
   handlerDelayMs: intEnv('HANDLER_DELAY_MS'),
@@ -63,7 +78,7 @@ const ledger = await startLedger({
   process.exit(1);
 });
 console.log(
-  `ledger listening on ${ledger.url} (${process.env.DATABASE_URL ? 'PostgreSQL' : 'embedded PGlite'}, ${ledger.inbox.options.mode} mode${process.env.REDIS_URL ? ', Redis fast path on' : ''}${process.env.PROVIDER ? `, ${process.env.PROVIDER} signatures required` : process.env.WEBHOOK_SECRET ? ', Standard Webhooks signatures required' : ''}${process.env.CONSOLE_TOKEN ? `; console at ${ledger.url}/console` : ''})`,
+  `ledger listening on ${ledger.url} (${process.env.DATABASE_URL ? 'PostgreSQL' : 'embedded PGlite'}, ${ledger.inbox.options.mode} mode${process.env.REDIS_URL ? ', Redis fast path on' : ''}${process.env.PROVIDER ? `, ${process.env.PROVIDER} signatures required` : process.env.WEBHOOK_SECRET ? ', Standard Webhooks signatures required' : ''}${ledger.inbox.options.order.policy === 'latest' ? ', latest wins' : ''}${process.env.CONSOLE_TOKEN ? `; console at ${ledger.url}/console` : ''})`,
 );
 // Graceful: requests in flight are answered, handlers finish or roll back, workers and the
 // sweeper stop, then the process exits 0. A second signal exits at once.

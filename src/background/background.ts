@@ -8,17 +8,42 @@ import type { Kysely } from 'kysely';
 import type { Runtime } from '../runtime.js';
 import { drainInline } from './drain.js';
 import { applyDuePendingEvents, PENDING_PER_SWEEP, Sweeper, type SweepReport } from './sweeper.js';
+import { WakeUps } from './wake-ups.js';
 import { Workers } from './workers.js';
 
 export class Background {
   readonly #rt: Runtime;
   readonly #sweeper: Sweeper;
   #workers: Workers | undefined;
+  #wakeUps: WakeUps | undefined;
   #started = false;
 
   constructor(rt: Runtime) {
     this.#rt = rt;
-    this.#sweeper = new Sweeper(rt, (key) => this.drain(key, false));
+    this.#sweeper = new Sweeper(rt, {
+      // The sweeper's timed passes hand their work to this instance's lanes when it has some
+      // (deferred mode): only the lanes hold pool connections while handlers run, so every
+      // pool connection can be a lane's and the pass is not a handler of its own.
+      drain: (key, handOff) => {
+        if (handOff && this.#lanes) {
+          this.#workers!.wake(key);
+          return Promise.resolve(0);
+        }
+        return this.drain(key, false);
+      },
+      applyPending: (limit, handOff) => {
+        if (handOff && this.#lanes) {
+          this.#workers!.wake(null);
+          return Promise.resolve(0);
+        }
+        return applyDuePendingEvents(rt, limit);
+      },
+    });
+  }
+
+  /** Deferred mode with worker lanes in this instance. */
+  get #lanes(): boolean {
+    return this.sheddingPending && this.#rt.options.workers > 0;
   }
 
   /** Starts the sweeper and the workers once the runtime is open (idempotent). */
@@ -32,6 +57,9 @@ export class Background {
       this.#workers = new Workers(rt);
       this.#workers.start();
     }
+    // Other instances' workers hear of this one's pending events from a coalesced NOTIFY sent
+    // after commit (src/background/wake-ups.ts); PGlite has no LISTEN between processes.
+    if (o.mode === 'deferred' && rt.database.kind === 'pg') this.#wakeUps = new WakeUps(rt);
   }
 
   /** Deferred mode, with workers set up: a delivery's bound on pending events applies. */
@@ -59,6 +87,17 @@ export class Background {
     // A duplicate of a pending event counts again, erring towards shedding until the next refresh.
     this.#rt.pendingEstimate++;
     this.#workers.wake(key);
+    this.#wakeUps?.stored(key);
+  }
+
+  /** A delivery was held behind a gap at `receivedAt` (ms): the sweeper passes when it comes due. */
+  heldStored(receivedAt: number): void {
+    this.#sweeper.gapDueAt(receivedAt);
+  }
+
+  /** Wake-up NOTIFYs this instance sent (benchmarks). */
+  get wakeUpsSent(): number {
+    return this.#wakeUps?.sent ?? 0;
   }
 
   sweep(): Promise<SweepReport> {
@@ -83,6 +122,7 @@ export class Background {
   /** Workers finish the handlers they run; the sweeper's pass and drains in flight end. */
   async close(): Promise<void> {
     const sweeperStopped = this.#sweeper.stop(); // no new pass starts from here on
+    await this.#wakeUps?.close();
     await this.#workers?.close();
     await sweeperStopped;
     await this.idle();

@@ -1,11 +1,12 @@
 /**
  * LISTEN/NOTIFY (pg only): wakes this instance's workers when any instance stores a runnable
- * pending event. The claim that stores it sends the key at COMMIT (src/sql/notify-pending.ts);
- * a dedicated connection listens here. Lost notifications are caught by the workers' poll.
+ * pending event. The instance that stored it sends the keys after COMMIT, coalesced
+ * (src/background/wake-ups.ts); a dedicated connection listens here. Lost notifications are
+ * caught by the workers' poll.
  */
 import type { Database } from '../database.js';
 import type { Runtime } from '../runtime.js';
-import { notifyChannel } from '../sql/notify-pending.js';
+import { notifyChannel, readWakeUp } from '../sql/notify-pending.js';
 
 const LISTEN_RETRY_MS = 1000;
 
@@ -64,7 +65,7 @@ export class Listener {
         this.#release = async () => pooled.release(true);
       }
       client.on('notification', (msg) => {
-        if (msg.channel === channel) this.#wake(msg.payload ? msg.payload : null);
+        if (msg.channel === channel) for (const key of readWakeUp(msg.payload)) this.#wake(key);
       });
       const lost = () => {
         if (this.#client !== client) return;

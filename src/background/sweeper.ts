@@ -29,6 +29,22 @@ const PURGE_BATCH = 1000;
 export const PENDING_PER_SWEEP = 100;
 /** Keys one pass looks at. */
 const KEYS_PER_SWEEP = 500;
+/**
+ * Inline mode: how many times one pass settles a key's next due gap after draining to it (its
+ * drains run in the pass). Deferred mode's drains settle each due gap as they reach it
+ * (src/sql/advance.ts).
+ */
+const GAP_ROUNDS = 100;
+/** Gap deadlines remembered for an early pass; past it, the pass every `sweepIntervalMs` finds them. */
+const MAX_DEADLINES = 1000;
+
+/** How the sweeper applies what it finds, in this inbox's mode (src/background/background.ts). */
+export interface SweepWork {
+  /** Applies a key's runnable events; `handOff`: the workers may take it instead (0 applied here). */
+  drain(key: string, handOff: boolean): Promise<number>;
+  /** Applies due unordered pending events, at most `limit`; `handOff` as for `drain`. */
+  applyPending(limit: number, handOff: boolean): Promise<number>;
+}
 
 /** What one sweeper pass did. */
 export interface SweepReport {
@@ -47,62 +63,97 @@ export interface SweepReport {
 
 export class Sweeper {
   readonly #rt: Runtime;
-  readonly #drain: (key: string) => Promise<number>;
+  readonly #work: SweepWork;
   #timer: NodeJS.Timeout | undefined;
+  /** When the scheduled pass runs (Date.now() time). */
+  #nextPassAt = 0;
   #running: Promise<unknown> | undefined;
+  #started = false;
+  /** When gaps this instance saw held events behind come due (Date.now() times, ascending). */
+  #deadlines: number[] = [];
   /** When the sweeper prunes next (0: on its next pass). */
   #nextPruneAt = 0;
 
-  /** `drain` applies a key's runnable events the way this inbox's mode does. */
-  constructor(rt: Runtime, drain: (key: string) => Promise<number>) {
+  /** `work` applies what a pass finds the way this inbox's mode does. */
+  constructor(rt: Runtime, work: SweepWork) {
     this.#rt = rt;
-    this.#drain = drain;
+    this.#work = work;
   }
 
   start(): void {
-    this.#timer = setTimeout(() => {
-      const { logger } = this.#rt.options;
-      // Said once per outage (a pass every second would bury everything else), with the fix
-      // when the tables are missing; again after a pass that succeeded.
-      this.#running = this.sweep()
-        .then(
-          () => recovered(logger, 'sweeper'),
-          (err) =>
-            (firstTime(logger, 'sweeper') ? logger.error : logger.debug)(
-              { err },
-              `webhook-inbox: sweeper pass failed${missingTables(err) ? ": the inbox's tables are missing: run `webhook-inbox migrate`" : ''}`,
-            ),
-        )
-        .finally(() => {
-          this.#running = undefined;
-          if (!this.#rt.closing) this.start();
-        });
-    }, this.#rt.options.sweepIntervalMs);
+    this.#started = true;
+    this.#schedule(this.#rt.options.sweepIntervalMs);
+  }
+
+  /**
+   * A held event was stored at `receivedAt`: its gap comes due `gapTimeoutMs` later, and a pass
+   * runs then rather than up to `sweepIntervalMs` after (gap timeouts run from the arrival of
+   * the held events, issue 41). Deadlines are rounded up to a grid (a tenth of the gap timeout,
+   * from 50 ms to `sweepIntervalMs`), so a stream of held events adds at most one pass per
+   * step, never one per event.
+   */
+  gapDueAt(receivedAt: number): void {
+    const o = this.#rt.options;
+    if (!this.#started || this.#rt.closing) return;
+    const step = Math.max(50, Math.min(o.sweepIntervalMs, Math.floor(o.gapTimeoutMs / 10)));
+    // A few milliseconds past the due time: the SQL compares with the database's clock.
+    const at = Math.ceil((receivedAt + o.gapTimeoutMs) / step) * step + 5;
+    const list = this.#deadlines;
+    if (list.includes(at)) return;
+    if (list.length >= MAX_DEADLINES) return;
+    list.push(at);
+    list.sort((a, b) => a - b);
+    if (this.#timer && !this.#running && at < this.#nextPassAt) this.#schedule(at - Date.now());
+  }
+
+  #schedule(delay: number): void {
+    clearTimeout(this.#timer);
+    const wait = Math.max(0, delay);
+    this.#nextPassAt = Date.now() + wait;
+    this.#timer = setTimeout(() => this.#pass(), wait);
     this.#timer.unref();
   }
 
+  #pass(): void {
+    this.#timer = undefined;
+    const { logger } = this.#rt.options;
+    const startedAt = Date.now();
+    // Said once per outage (a pass every second would bury everything else), with the fix
+    // when the tables are missing; again after a pass that succeeded.
+    this.#running = this.sweep({ handOff: true })
+      .then(
+        () => recovered(logger, 'sweeper'),
+        (err) =>
+          (firstTime(logger, 'sweeper') ? logger.error : logger.debug)(
+            { err },
+            `webhook-inbox: sweeper pass failed${missingTables(err) ? ": the inbox's tables are missing: run `webhook-inbox migrate`" : ''}`,
+          ),
+      )
+      .finally(() => {
+        this.#running = undefined;
+        if (this.#rt.closing || !this.#started) return;
+        // Deadlines before this pass began were its to settle.
+        this.#deadlines = this.#deadlines.filter((at) => at > startedAt);
+        const interval = this.#rt.options.sweepIntervalMs;
+        const next = this.#deadlines[0];
+        this.#schedule(next === undefined ? interval : Math.min(interval, next - Date.now()));
+      });
+  }
+
   async stop(): Promise<void> {
+    this.#started = false;
     clearTimeout(this.#timer);
     await this.#running;
   }
 
-  /** One pass, now. */
-  async sweep(): Promise<SweepReport> {
+  /**
+   * One pass, now. `handOff`: drains and due pending events may be handed to this instance's
+   * worker lanes (deferred mode), so the pass holds no connection while a handler runs; the
+   * report then counts only what the pass applied itself.
+   */
+  async sweep(options: { handOff?: boolean } = {}): Promise<SweepReport> {
     const rt = this.#rt;
     const o = rt.options;
-    rt.metrics.sweeperRun();
-    let rows: SweepRow[];
-    try {
-      // READ COMMITTED whatever the server's default: under a snapshot older than a claim, the
-      // pass would skip a gap that a held event has filled meanwhile.
-      rows = await rt.database.kysely
-        .transaction()
-        .setIsolationLevel('read committed')
-        .execute((tx) => rt.statements.sweep(tx, o.source, o.gapTimeoutMs, o.onGapTimeout, KEYS_PER_SWEEP));
-    } catch (err) {
-      rt.metrics.sweeperError();
-      throw err;
-    }
     const report: SweepReport = {
       drained: 0,
       gapsSkipped: 0,
@@ -112,9 +163,45 @@ export class Sweeper {
       purged: 0,
       keyErrors: 0,
     };
+    // Inline mode: after the drains, the keys whose gap was skipped may have another gap due
+    // behind the events just applied; a round more settles it (ten due gaps of a key: one pass).
+    rt.metrics.sweeperRun();
+    const failed = new Set<string>();
+    for (let round = 0; round < GAP_ROUNDS && !rt.closing; round++) {
+      const skipped = report.gapsSkipped;
+      await this.#settle(report, options.handOff === true, failed);
+      if (o.mode !== 'inline' || report.gapsSkipped === skipped) break;
+    }
+    report.applied = await this.#work.applyPending(PENDING_PER_SWEEP, options.handOff === true);
+    return this.#prune(report);
+  }
+
+  /**
+   * The sweep statement (gap timeouts, keys to drain) and the drains it calls for. A key that
+   * failed in an earlier round of the pass (`failed`) is not counted or logged again.
+   */
+  async #settle(report: SweepReport, handOff: boolean, failed: Set<string>): Promise<void> {
+    const rt = this.#rt;
+    const o = rt.options;
+    let rows: SweepRow[];
+    try {
+      // READ COMMITTED whatever the server's default: under a snapshot older than a claim, the
+      // pass would skip a gap that a held event has filled meanwhile.
+      // On the connections no handler holds (deferred mode's `ackPoolSize`): a pass is not held
+      // up by busy lanes.
+      rows = await rt.database.acks
+        .transaction()
+        .setIsolationLevel('read committed')
+        .execute((tx) => rt.statements.sweep(tx, o.source, o.gapTimeoutMs, o.onGapTimeout, KEYS_PER_SWEEP));
+    } catch (err) {
+      rt.metrics.sweeperError();
+      throw err;
+    }
     const toDrain: string[] = [];
     for (const row of rows) {
       if (row.action === 'error') {
+        if (failed.has(row.key)) continue;
+        failed.add(row.key);
         report.keyErrors++;
         rt.metrics.sweeperError();
         o.logger.error(
@@ -150,7 +237,7 @@ export class Sweeper {
         while (next < toDrain.length && !rt.closing) {
           const key = toDrain[next++];
           try {
-            report.drained += await rt.track(this.#drain(key));
+            report.drained += await rt.track(this.#work.drain(key, handOff));
           } catch (err) {
             // One key's drain failing (the database, a moved cursor) must not end the pass.
             report.keyErrors++;
@@ -160,7 +247,12 @@ export class Sweeper {
         }
       }),
     );
-    report.applied = await applyDuePendingEvents(rt, PENDING_PER_SWEEP);
+  }
+
+  /** Retention's step of a pass. */
+  async #prune(report: SweepReport): Promise<SweepReport> {
+    const rt = this.#rt;
+    const o = rt.options;
     // Retention: every pass while behind, bounded in time; every PRUNE_EVERY_MS while caught up.
     if (
       (o.retention !== false || o.deadRetention !== false) &&

@@ -14,6 +14,7 @@ import type { Kysely } from 'kysely';
 import { applyBatch, applyOne } from '../apply.js';
 import { sqlState } from '../drivers/postgres-error.js';
 import type { Runtime } from '../runtime.js';
+import type { Advanced } from '../sql/advance.js';
 import { CONTENDED } from '../sql/sql-state.js';
 import type { TakenEvent } from '../sql/taken-event.js';
 
@@ -51,18 +52,38 @@ export async function applyNextInline(
   }
 }
 
-/** Applies the key's next event by `take_turn`, moving the cursor by `advance` before COMMIT. */
+/**
+ * Applies the key's next event by `take_turn`, moving the cursor by `advance` before COMMIT.
+ * `advance` also settles the gap after the event when it timed out (src/sql/advance.ts): the
+ * drain then goes on past it, so every due gap of a key is settled as the drain reaches it.
+ */
 export async function applyTurn(rt: Runtime, key: string): Promise<Step> {
   const o = rt.options;
-  let more = false;
+  let advanced: Advanced | undefined;
   const r = await applyOne(rt, {
     take: async (tx) => ({ event: await rt.statements.takeTurn(tx, o.source, key, o.keepPayload) }),
     // One round trip more than take_next: the price of not locking the key meanwhile.
     finish: async (tx, event) => {
-      more = await rt.statements.advance(tx, o.source, key, event.seq!);
+      advanced = await rt.statements.advance(tx, o.source, key, event.seq!, o.gapTimeoutMs, o.onGapTimeout);
     },
   });
   if (r.status !== 'none') tookPending(rt, r.status === 'applied' || r.failure?.decision === 'dead');
+  // Committed: the gap it settled is counted and said as the sweeper says its own.
+  const gap = r.status === 'applied' ? advanced?.gap : undefined;
+  if (gap) {
+    rt.metrics.gapTimeout(gap.blocked ? 'blocked' : 'skipped');
+    if (gap.blocked)
+      o.logger.info(
+        { key, fromSeq: gap.fromSeq, source: o.source },
+        'webhook-inbox: gap timeout, key blocked',
+      );
+    else
+      o.logger.info(
+        { key, fromSeq: gap.fromSeq, toSeq: gap.toSeq, source: o.source },
+        'webhook-inbox: gap timeout, seqs skipped',
+      );
+  }
+  const more = advanced?.more === true;
   // onPoison 'skip' moved the cursor past a poison event: the next seq may be runnable.
   if (r.status === 'failed') return { applied: false, more: r.failure?.drain === true };
   return { applied: r.status === 'applied', more };
@@ -70,13 +91,18 @@ export async function applyTurn(rt: Runtime, key: string): Promise<Step> {
 
 /**
  * Applies due unordered pending events, up to `limit` in one transaction (`take_pending`, then
- * each handler under its own savepoint: src/apply.ts `applyBatch`). What it took (applied or
- * failed) and what it applied.
+ * each handler under its own savepoint: src/apply.ts `applyBatch`), stopping before the next
+ * once the handlers ran `budgetMs`. What it ran (applied or failed) and what it applied.
  */
-export async function applyDuePending(rt: Runtime, limit = 1): Promise<{ taken: number; applied: number }> {
+export async function applyDuePending(
+  rt: Runtime,
+  limit = 1,
+  budgetMs?: number,
+): Promise<{ taken: number; applied: number }> {
   const o = rt.options;
   const runs = await applyBatch(rt, {
     take: (tx) => rt.statements.takePending(tx, o.source, o.keepPayload, limit),
+    budgetMs,
   });
   let applied = 0;
   for (const run of runs) {

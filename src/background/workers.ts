@@ -11,9 +11,9 @@
  *
  * Wake-ups, so that pickup takes milliseconds rather than a poll interval:
  * - in this process, a delivery stored as pending wakes a lane right after its commit;
- * - across instances, the claim that stores a pending event queues a NOTIFY (sent at COMMIT,
- *   no extra round trip: src/sql/notify-pending.ts), and a dedicated connection LISTENs for it
- *   (pg only);
+ * - across instances, the instance that stored pending events sends one coalesced NOTIFY after
+ *   their commits, at most one per interval (src/background/wake-ups.ts), and a dedicated
+ *   connection LISTENs for it (pg only);
  * - a poll every `pollIntervalMs` catches the rest: retries whose backoff ended, notifications
  *   missed while the listener reconnected, and other instances on PGlite (no LISTEN there).
  * Ordered keys are also swept by the sweeper every `sweepIntervalMs` (it finishes interrupted
@@ -28,6 +28,13 @@ import { applyDuePending, applyTurn } from './turns.js';
 const MAX_KEY_HINTS = 10_000;
 /** How often the pending count behind `maxPending` is read again. */
 const PENDING_REFRESH_MS = 500;
+/**
+ * How long the handlers of one batch run before it commits: a batch takes as many events as
+ * fit by the handlers' recent time, and stops before the next once they ran this long. Fast
+ * handlers still share one COMMIT by the batch (a few ms each: the whole `workerBatchSize`); a slow
+ * one commits alone, so its row locks are not held through the next handlers' runs.
+ */
+export const BATCH_BUDGET_MS = 200;
 
 export class Workers {
   readonly #rt: Runtime;
@@ -41,6 +48,8 @@ export class Workers {
   #unordered = true;
   #unorderedGeneration = 0;
   #busy = 0;
+  /** Recent time per event of the unordered takes (ms, a moving average): sizes the batches. */
+  #perEventMs = 0;
   #closing = false;
   #stateWaiters: Array<() => void> = [];
   #pollTimer: NodeJS.Timeout | undefined;
@@ -153,7 +162,13 @@ export class Workers {
         let didWork = false;
         this.#busy++;
         try {
-          didWork = (await applyDuePending(this.#rt, this.#batchSize())).taken > 0;
+          const began = performance.now();
+          const { taken } = await applyDuePending(this.#rt, this.#batchSize(), BATCH_BUDGET_MS);
+          // A moving average from 0: one slow take alone does not stop the batching of fast
+          // handlers, and the budget stops a batch of slow ones after their first anyway.
+          if (taken > 0)
+            this.#perEventMs = 0.8 * this.#perEventMs + 0.2 * ((performance.now() - began) / taken);
+          didWork = taken > 0;
         } catch (err) {
           // The database is unreachable or the pool is exhausted: the poll will try again.
           const { logger } = this.#rt.options;
@@ -186,10 +201,16 @@ export class Workers {
    * other lane is busy (a backlog: one COMMIT and one round trip fewer per event), one while a
    * lane sleeps. A batch runs its handlers one after another on one connection, so a burst
    * smaller than the lanes is spread across them (each taker wakes the next) rather than
-   * queued behind one lane's handlers; at light load a batch is one event either way.
+   * queued behind one lane's handlers; at light load a batch is one event either way. And no
+   * more than the recent time per event fits in `BATCH_BUDGET_MS`: slow handlers go one per
+   * transaction (the batch stops there anyway, src/apply.ts `budgetMs`, leaving the rest it
+   * locked to other lanes at COMMIT).
    */
   #batchSize(): number {
-    return this.#sleepers.length > 0 ? 1 : this.#rt.options.workerBatchSize;
+    if (this.#sleepers.length > 0) return 1;
+    const most = this.#rt.options.workerBatchSize;
+    if (this.#perEventMs === 0) return most;
+    return Math.max(1, Math.min(most, Math.floor(BATCH_BUDGET_MS / this.#perEventMs)));
   }
 
   /**
@@ -207,7 +228,7 @@ export class Workers {
 
   #refreshPending(): void {
     const rt = this.#rt;
-    rt.statements.countPending(rt.database.kysely, rt.options.source).then(
+    rt.statements.countPending(rt.database.acks, rt.options.source).then(
       (n) => {
         rt.pendingEstimate = n;
       },

@@ -102,7 +102,9 @@ export function claimAndApply(
   d: ParsedDelivery,
   obs: Observation,
 ): Promise<Outcome> {
-  if (d.latest) return claimLatestAndApply(rt, d, d.latest, obs);
+  // Latest-wins in deferred mode: the claim only stores the event, as an unordered one; the
+  // worker that takes it decides under the object's key row (src/sql/latest-check.ts).
+  if (d.latest && rt.options.mode !== 'deferred') return claimLatestAndApply(rt, d, d.latest, obs);
   const key = d.key;
   if (key === null || rt.options.mode === 'deferred') {
     return claimAndApplyOn(rt, bg, d, obs, undefined).then((settled) => settled.outcome);
@@ -265,6 +267,9 @@ async function claimAndApplyOn(
     rt.rememberDuplicate(d, claim.result);
   } else if (claim.decision === 'pending') {
     bg.pendingStored(d.key);
+  } else if (claim.decision === 'held') {
+    // Its gap times out from its arrival: the sweeper passes then (src/background/sweeper.ts).
+    bg.heldStored(claim.receivedAt.getTime());
   } else if (
     claim.decision === 'mismatch' &&
     (claim.reason === 'seq-applied' || claim.reason === 'seq-taken')

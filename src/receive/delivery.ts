@@ -136,6 +136,61 @@ export function typeOf(
   return field.fromHeader ? decodeKey(field.text, source.label) : checkKey(field.text, source.label);
 }
 
+type LatestOrder = { readonly key: ResolvedSource; readonly version: ResolvedSource };
+
+/**
+ * Latest-wins: the object's key and version of a delivery, or null when it has no key (it is
+ * then an unordered event). A key without a version is refused, naming the version's source.
+ */
+function latestOf(
+  order: LatestOrder,
+  raw: Delivery['headers'],
+  headers: Record<string, string>,
+  view: () => FieldDelivery,
+): ParsedDelivery['latest'] {
+  const { key: keySource, version: versionSource } = order;
+  const objectKey = textOf(keySource, raw, headers, view);
+  if (objectKey === undefined) return null;
+  const text = objectKey.fromHeader
+    ? decodeKey(objectKey.text, keySource.label)
+    : checkKey(objectKey.text, keySource.label);
+  const version = textOf(versionSource, raw, headers, view);
+  if (version === undefined) {
+    throw new InvalidDeliveryError(
+      versionSource.label,
+      `${versionSource.label} is required when ${keySource.label} is present`,
+    );
+  }
+  return { key: text, version: versionOf(version.text, versionSource.label) };
+}
+
+/**
+ * Latest-wins: a stored event's key and version, read again from what was stored of its
+ * delivery (its headers and payload), as its type is (`storedTypeOf`): a worker checks them
+ * before the handler of an event whose claim only stored it (src/apply.ts). Null when it has
+ * none, or when they no longer read (the options changed since): applied as unordered.
+ */
+export function storedLatestOf(
+  order: LatestOrder,
+  headers: Readonly<Record<string, string>>,
+  rawBody: Buffer,
+  body: unknown,
+): ParsedDelivery['latest'] {
+  const stored = { ...headers };
+  const view = (): FieldDelivery => ({
+    headers: stored,
+    rawBody,
+    get body() {
+      return body === undefined || Buffer.isBuffer(body) ? jsonOf(rawBody) : body;
+    },
+  });
+  try {
+    return latestOf(order, stored, stored, view);
+  } catch {
+    return null;
+  }
+}
+
 /** The options a delivery is parsed by (resolved: `ResolvedOptions` has them). */
 export interface DeliveryOptions {
   /** Where id, key and seq are read: `fields`, else the `headers`; the type from `fields` or the provider. */
@@ -261,24 +316,7 @@ export function parseDelivery(
     seq = n;
   }
 
-  let latest: ParsedDelivery['latest'] = null;
-  if (latestOrder) {
-    const { key: keySource, version: versionSource } = latestOrder;
-    const objectKey = textOf(keySource, delivery.headers, headers, view);
-    if (objectKey !== undefined) {
-      const text = objectKey.fromHeader
-        ? decodeKey(objectKey.text, keySource.label)
-        : checkKey(objectKey.text, keySource.label);
-      const version = textOf(versionSource, delivery.headers, headers, view);
-      if (version === undefined) {
-        throw new InvalidDeliveryError(
-          versionSource.label,
-          `${versionSource.label} is required when ${keySource.label} is present`,
-        );
-      }
-      latest = { key: text, version: versionOf(version.text, versionSource.label) };
-    }
-  }
+  const latest = latestOrder ? latestOf(latestOrder, delivery.headers, headers, view) : null;
 
   const type = fields.type ? typeOf(fields.type, delivery.headers, headers, view) : null;
 

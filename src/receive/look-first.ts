@@ -15,7 +15,7 @@ export async function lookFirst(rt: Runtime, id: string): Promise<CachedEvent | 
     const found = await rt.redis.lookup(id);
     return found.hit ? found.event : undefined;
   }
-  return rt.statements.findProcessed(rt.database.kysely, rt.options.source, id).catch(() => undefined);
+  return rt.statements.findProcessed(rt.database.acks, rt.options.source, id).catch(() => undefined);
 }
 
 /**

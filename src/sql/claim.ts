@@ -3,7 +3,6 @@ import { fromJsonText, toBoolean, toDate, toNumber } from '../column-readers.js'
 import type { StatementNames } from '../drivers/common.js';
 import { APPLY_SAVEPOINT } from './failed-run.js';
 import { readIdRow, takeIdLock } from './id-lock.js';
-import { notifyPending } from './notify-pending.js';
 import { defineStatement, type Tables } from './tables.js';
 
 /**
@@ -22,6 +21,15 @@ import { defineStatement, type Tables } from './tables.js';
  * once, with its result, at COMMIT (src/sql/record-applied.ts); `row_at_commit` tells the
  * caller so. Until then the id's lock (and, ordered, its key row) keeps every other claim of
  * the id waiting.
+ *
+ * Deferred mode (`p_apply` false) stores and answers; it never applies, so it never locks the
+ * event row: a redelivery of an event a worker is applying is answered at once from the row as
+ * committed (202 pending or held; 200 with the stored result once the worker committed),
+ * instead of waiting for the worker's transaction (issue 41: 3 s behind a batch of 300 ms
+ * handlers). Nor does it NOTIFY: a NOTIFY queued by a transaction serialises its COMMIT with
+ * every other notifying commit of the cluster, so the claim's commit carried that global lock
+ * once per acknowledgement; the instance sends one coalesced wake-up after commit instead
+ * (src/background/wake-ups.ts, issue 44).
  */
 export function claimFunction(t: Tables): string {
   return `
@@ -82,8 +90,11 @@ begin
     -- of an ordered event row without its key is a worker between take_turn and advance, which
     -- is applying it and waits for this key in advance. Such a row is answered from its
     -- committed status and never applied here.
-    select * into v_ev from ${t.events} e where e.source = p_source and e.id = p_id for update skip locked;
-    v_found := found;
+    -- Deferred mode applies nothing here: the row is only read, as committed, never locked.
+    if p_apply then
+      select * into v_ev from ${t.events} e where e.source = p_source and e.id = p_id for update skip locked;
+      v_found := found;
+    end if;
     if not v_found then
       select * into v_ev from ${t.events} e where e.source = p_source and e.id = p_id;
       v_found := found;
@@ -141,7 +152,6 @@ begin
           insert into ${t.events} (source, id, key, seq, body_hash, status, payload, headers)
             values (p_source, p_id, p_key, p_seq, p_hash, 'pending', p_payload, p_headers);
           decision := 'pending';
-          ${notifyPending(t, 'p_key')}
           if v_state = 'blocked' then
             -- The missing seq of a gap-blocked key arrived: the key is open again for the worker
             -- that applies it, as applying it inline reopens it.
@@ -191,21 +201,36 @@ begin
         decision := 'apply';
         row_at_commit := true;
       end if;
+    elsif not p_apply then
+      -- Deferred mode: the row as committed, never locked. A worker applying it holds its lock
+      -- (and, in a batch, may have updated it already): waiting for that lock, or inserting
+      -- over the row (ON CONFLICT waits for a conflicting row's updater), made the redelivery
+      -- wait for the worker's whole transaction. Under the id's lock, no row means none is
+      -- being inserted either (every transaction that inserts an id's row holds its lock), so
+      -- the INSERT below waits for no one.
+      select * into v_ev from ${t.events} e where e.source = p_source and e.id = p_id;
+      v_found := found;
+      if not v_found then
+        insert into ${t.events} as e (source, id, body_hash, status, payload, headers)
+          values (p_source, p_id, p_hash, 'pending', p_payload, p_headers)
+          on conflict (source, id) do nothing;
+        if not found then
+          -- Written by a transaction that took no id lock (an operator's, an older version's).
+          raise exception 'event row written during claim' using errcode = '55P03';
+        end if;
+        decision := 'pending';
+      end if;
     else
-      -- Deferred mode (stored as pending), and an inline claim through the 13-parameter claim of
-      -- earlier versions: the row is inserted now.
+      -- An inline claim through the 13-parameter claim of earlier versions: the row is
+      -- inserted now.
       insert into ${t.events} as e (source, id, body_hash, status, payload, headers, processed_at)
-        values (p_source, p_id, p_hash,
-                case when p_apply then 'processed' else 'pending' end,
-                case when p_keep_payload or not p_apply then p_payload end,
-                case when p_keep_payload or not p_apply then p_headers end,
-                case when p_apply then now() end)
+        values (p_source, p_id, p_hash, 'processed',
+                case when p_keep_payload then p_payload end,
+                case when p_keep_payload then p_headers end,
+                now())
         on conflict (source, id) do nothing;
       if found then
-        decision := case when p_apply then 'apply' else 'pending' end;
-        if not p_apply then
-          ${notifyPending(t, "''")}
-        end if;
+        decision := 'apply';
       else
         -- The id exists (committed: every claim that inserts it holds the lock this one took).
         ${readIdRow(t)}

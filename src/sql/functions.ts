@@ -1,7 +1,8 @@
-import { advanceFunction } from './advance.js';
+import { advanceFunction, previousAdvanceFunction } from './advance.js';
 import { claimFunction, previousClaimFunction } from './claim.js';
 import { claimLatestFunction } from './claim-latest.js';
 import { failFunction } from './fail.js';
+import { latestCheckFunction } from './latest-check.js';
 import { sweepFunction } from './sweep.js';
 import type { Tables } from './tables.js';
 import { previousTakeNextFunction, takeNextFunction } from './take-next.js';
@@ -19,6 +20,7 @@ export const functionDefinitions: ReadonlyArray<readonly [name: string, definiti
     // The 13-parameter overload earlier versions call (a rolling deploy): see claim.ts.
     ['claim', previousClaimFunction],
     ['claim_latest', claimLatestFunction],
+    ['latest_check', latestCheckFunction],
     ['take_next', takeNextFunction],
     // The takes' earlier signatures, which still mark the event in the take (a rolling deploy:
     // earlier versions send no mark before COMMIT); each after the function it calls.
@@ -28,6 +30,8 @@ export const functionDefinitions: ReadonlyArray<readonly [name: string, definiti
     ['take_turn', takeTurnFunction],
     ['take_turn', previousTakeTurnFunction],
     ['advance', advanceFunction],
+    // The 3-parameter overload earlier versions call (a rolling deploy): no gap settled.
+    ['advance', previousAdvanceFunction],
     ['fail', failFunction],
     ['sweep', sweepFunction],
   ];

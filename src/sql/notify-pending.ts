@@ -1,29 +1,44 @@
 import { createHash } from 'node:crypto';
-import type { Tables } from './tables.js';
+import type { Kysely } from 'kysely';
+import type { StatementNames } from '../drivers/common.js';
+import { defineStatement, type Tables } from './tables.js';
 
 /**
  * The LISTEN/NOTIFY channel of one inbox (tables + source). Named after the schema, the table
  * prefix and the source, hashed so that it is always a valid identifier of 35 characters
  * (channel names are truncated at 63 bytes, and sources may hold any printable ASCII).
- * `notifyPending` computes the same name in SQL.
  */
 export function notifyChannel(t: Tables, source: string): string {
   return `wi_${createHash('md5').update(`${t.schema}.${t.prefix}|${source}`).digest('hex')}`;
 }
 
 /**
- * The wake-up of every instance's workers, in PL/pgSQL, for a claim that has just stored a
- * runnable pending event: NOTIFY is queued by the claim's own statement and sent at COMMIT (not
- * at all if the transaction rolls back), so it costs the delivery no round trip. The payload is
- * the ordering key ('' for an unordered event; keys are never empty). Failed events (run_after
- * set) are not announced: not due yet.
+ * The wake-up of every instance's workers: one NOTIFY in a statement of its own, autocommit,
+ * after the claims that stored pending events committed (src/background/wake-ups.ts coalesces
+ * them: at most one per interval per instance). The payload names what may be runnable, one
+ * per line: an empty line for unordered events, else an ordering key (keys are printable
+ * ASCII, never a line break).
  *
- * It was an AFTER INSERT trigger (`notify_pending`) in 0.1.0 (dropped by migration 0002). PostgreSQL prepares a
- * trigger's WHEN condition at every INSERT into the table, also for the processed row of every
- * event applied inline, which it never fires for: 26–27k instructions per new event
- * (BENCHMARKS.md, "Lean event writes"). The claim knows when it stores a pending event, so it says so itself.
+ * It was inside the claim until migration 0004 (and an AFTER INSERT trigger in 0.1.0): a NOTIFY
+ * queued by a transaction takes a cluster-wide lock at COMMIT, held through its WAL flush, so
+ * every acknowledgement's commit was serialised with every other notifying commit (issue 44).
  */
-export function notifyPending(t: Tables, payload: string): string {
-  // Schema and prefix are validated identifiers (options.ts), safe inside a string literal.
-  return `perform pg_notify('wi_' || md5('${t.schema}.${t.prefix}|' || p_source), ${payload});`;
+export function createNotifyPending(names: StatementNames, t: Tables) {
+  const statement = defineStatement(names, t, 'notify_pending', 'select pg_notify($1, $2)');
+  return async function notifyPending(db: Kysely<any>, channel: string, payload: string): Promise<void> {
+    await statement.run(db, [channel, payload]);
+  };
+}
+
+/** The payload of a wake-up: what `createNotifyPending` sends, read back by the listener. */
+export function wakeUpPayload(unordered: boolean, keys: Iterable<string>): string {
+  const lines = unordered ? [''] : [];
+  for (const key of keys) lines.push(key);
+  return lines.join('\n');
+}
+
+/** The keys (null: unordered events) a wake-up names. A payload of 0.2.0's claim is one key, or '' (unordered). */
+export function readWakeUp(payload: string | undefined): Array<string | null> {
+  if (!payload) return [null];
+  return payload.split('\n').map((line) => (line === '' ? null : line));
 }

@@ -6,7 +6,9 @@ import { createCountPending } from './count-pending.js';
 import { createFail } from './fail.js';
 import { createApplySavepoint, createUndoTake } from './failed-run.js';
 import { createFindProcessed } from './find-processed.js';
+import { createLatestCheck } from './latest-check.js';
 import { createMarkApplied } from './mark-applied.js';
+import { createNotifyPending } from './notify-pending.js';
 import { createRecordApplied } from './record-applied.js';
 import { createRecordCause } from './record-cause.js';
 import { createSnooze } from './snooze.js';
@@ -35,6 +37,7 @@ export function createStatements(
       ? claimTryingFirst(names, t, createClaim(names, t), oneSession)
       : createClaim(names, t),
     claimLatest: createClaimLatest(names, t),
+    latestCheck: createLatestCheck(names, t),
     storeResult: createStoreResult(names, t),
     recordApplied: createRecordApplied(names, t),
     markApplied: createMarkApplied(names, t),
@@ -57,6 +60,7 @@ export function createStatements(
     sweep: createSweep(names, t),
     stats: createStats(names, t),
     countPending: createCountPending(names, t),
+    notifyPending: createNotifyPending(names, t),
   };
 }
 
