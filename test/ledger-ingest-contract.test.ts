@@ -86,17 +86,22 @@ async function account(
   return (await (await fetch(`${url}/accounts/ingest`)).json()) as any;
 }
 
+/** The seed's chaos shape: ids 1..100 shuffled, about 10 % of them dropped (never sent). */
+function shuffledWithDrops(seed: number): { delivered: number[]; dropped: number[] } {
+  const rand = seededRandom(seed);
+  const ids = Array.from({ length: 100 }, (_, i) => i + 1);
+  for (let i = ids.length - 1; i > 0; i--) {
+    const j = Math.floor(rand() * (i + 1));
+    [ids[i], ids[j]] = [ids[j], ids[i]];
+  }
+  const delivered = ids.filter(() => rand() >= 0.1);
+  return { delivered, dropped: ids.filter((id) => !delivered.includes(id)) };
+}
+
 describe.skipIf(!postgresUrl)('the ledger ingest contract, over HTTP on PostgreSQL', () => {
   test('chaos: 1..100 shuffled, 10% dropped; after the gap timeout every delivered id is applied once, nothing buffered', async () => {
     const SEED = 17;
-    const rand = seededRandom(SEED);
-    const ids = Array.from({ length: 100 }, (_, i) => i + 1);
-    for (let i = ids.length - 1; i > 0; i--) {
-      const j = Math.floor(rand() * (i + 1));
-      [ids[i], ids[j]] = [ids[j], ids[i]];
-    }
-    const delivered = ids.filter(() => rand() >= 0.1);
-    const dropped = ids.filter((id) => !delivered.includes(id));
+    const { delivered, dropped } = shuffledWithDrops(SEED);
     expect(dropped.length, `seed ${SEED}`).toBeGreaterThanOrEqual(5);
     // The gap timeout must outlast the posting (a seq posted after its gap was skipped would be
     // late): 90 small posts, ten at a time, take about a second on a busy machine.
@@ -138,14 +143,7 @@ describe.skipIf(!postgresUrl)('the ledger ingest contract, over HTTP on PostgreS
     // The test pins the pass, not the second: the sweeper is run by hand (sweepIntervalMs 0),
     // once, after the gap timeout, so a busy machine cannot make it fail or pass by timing.
     const GAP_TIMEOUT_MS = 1000;
-    const rand = seededRandom(41);
-    const ids = Array.from({ length: 100 }, (_, i) => i + 1);
-    for (let i = ids.length - 1; i > 0; i--) {
-      const j = Math.floor(rand() * (i + 1));
-      [ids[i], ids[j]] = [ids[j], ids[i]];
-    }
-    const delivered = ids.filter(() => rand() >= 0.1);
-    const dropped = ids.filter((id) => !delivered.includes(id));
+    const { delivered, dropped } = shuffledWithDrops(41);
     const last = Math.max(...delivered);
     const gapsBeforeLast = dropped.filter((id) => id < last);
     expect(gapsBeforeLast.length).toBeGreaterThanOrEqual(5);
