@@ -140,8 +140,9 @@ describe.skipIf(!postgresUrl)('the ledger ingest contract, over HTTP on PostgreS
     // from the arrival of the events held behind them, all of them in the same pass (and the
     // drains that follow it), not one gap per pass (issue 41): so with the sweeper's default
     // interval (1 s) the stream moves on within the gap timeout + 1 s of the last delivery.
-    // The test pins the pass, not the second: the sweeper is run by hand (sweepIntervalMs 0),
-    // once, after the gap timeout, so a busy machine cannot make it fail or pass by timing.
+    // The test pins the pass, not the second: the sweeper's timed passes are off
+    // (sweepIntervalMs 0) and it is run by hand once after the gap timeout, so a busy machine
+    // cannot make it fail or pass by timing.
     const GAP_TIMEOUT_MS = 1000;
     const { delivered, dropped } = shuffledWithDrops(41);
     const last = Math.max(...delivered);
@@ -153,14 +154,14 @@ describe.skipIf(!postgresUrl)('the ledger ingest contract, over HTTP on PostgreS
       delivered.map((id) => post(app.url, { sequence_id: id, data: `chaos ${id}` })),
     );
     for (const a of answers) expect(isAccepted(a), JSON.stringify(a)).toBe(true);
-    expect((await verify(app.url)).buffered).toBeGreaterThan(0);
 
     // Every held event has now waited past the gap timeout (a lower bound: waiting longer
-    // changes nothing); then a single pass.
+    // changes nothing); then a single pass. (On a busy machine the posting itself can outlast
+    // the gap timeout, and the deliveries' own drains settle the gaps that came due meanwhile:
+    // then this pass finds less to do.)
     await new Promise((resolve) => setTimeout(resolve, GAP_TIMEOUT_MS + 100));
     const report = await app.ingest!.sweep();
     expect(report.keyErrors).toBe(0);
-    expect(report.drained).toBeGreaterThan(0);
     expect(await verify(app.url)).toEqual({
       reconciled: true,
       applied: delivered.length,
