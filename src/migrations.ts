@@ -5,6 +5,7 @@ import { release0_2 } from './migrations/0002-release-0-2.js';
 import { deadLetterCauses } from './migrations/0003-dead-letter-causes.js';
 import { deferredAcks } from './migrations/0004-deferred-acks.js';
 import { capacity } from './migrations/0005-capacity.js';
+import { bufferReads } from './migrations/0006-buffer-reads.js';
 import type { Tables } from './sql/tables.js';
 
 /**
@@ -22,6 +23,7 @@ export const migrations: ReadonlyArray<readonly [name: string, up: (t: Tables) =
   ['0003_dead_letter_causes', deadLetterCauses], // 0.2.0's first after the squash
   ['0004_deferred_acks', deferredAcks], // 0.2.0
   ['0005_capacity', capacity], // 0.2.0
+  ['0006_buffer_reads', bufferReads], // 0.2.0
 ];
 
 /**

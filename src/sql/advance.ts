@@ -40,8 +40,11 @@ begin
      and exists (select 1 from ${t.events} e where e.source = p_source and e.key = p_key
                  and e.seq > p_seq + 1 and e.status in ('held', 'pending')
                  and e.received_at <= now() - p_gap_timeout_ms * interval '1 millisecond') then
-    select min(e.seq) into v_first from ${t.events} e
-     where e.source = p_source and e.key = p_key and e.seq > p_seq + 1 and e.status in ('held', 'pending');
+    -- ORDER BY ... LIMIT 1, not min(): one index read whatever the planner knows of the table
+    -- (src/sql/claim.ts says why).
+    select e.seq into v_first from ${t.events} e
+     where e.source = p_source and e.key = p_key and e.seq > p_seq + 1 and e.status in ('held', 'pending')
+     order by e.seq limit 1;
     if p_on_gap = 'skip' then
       insert into ${t.gaps} as g (source, key, from_seq, to_seq, reason)
         values (p_source, p_key, p_seq + 1, v_first - 1, 'timeout')

@@ -102,8 +102,13 @@ begin
     end if;
     if not v_found then
       if p_seq < v_next then
-        if exists (select 1 from ${t.gaps} g
-                   where g.source = p_source and g.key = p_key and p_seq between g.from_seq and g.to_seq) then
+        -- A key's gaps never overlap (each is recorded from the cursor, which then moves past
+        -- it), so the last one starting at or below the seq is the only one that can hold it:
+        -- one index read, where a range test (between from_seq and to_seq) read every gap
+        -- below the seq, under the key's lock (a stream's gaps grow by one per timeout).
+        if coalesce((select g.to_seq >= p_seq from ${t.gaps} g
+                      where g.source = p_source and g.key = p_key and g.from_seq <= p_seq
+                      order by g.from_seq desc limit 1), false) then
           -- Late: its seq was skipped by a gap timeout. Applying it now would break the order.
           insert into ${t.events} (source, id, key, seq, body_hash, status, payload, headers, dead_reason)
             values (p_source, p_id, p_key, p_seq, p_hash, 'dead', p_payload, p_headers, 'late');
@@ -167,9 +172,13 @@ begin
         -- waiting index; no event stranded below its cursor), so there are at most
         -- (highest waiting seq - cursor + 1) of them: one index read. They are counted only
         -- when that bound reaches the limit, as a count under the key's lock grows with the
-        -- buffer and every claim of the key waits behind it.
-        select max(e.seq) into v_top from ${t.events} e
-          where e.source = p_source and e.key = p_key and e.status in ('held', 'pending');
+        -- buffer and every claim of the key waits behind it. ORDER BY ... LIMIT 1 rather than
+        -- max(): on a table ANALYZE has not seen yet (a new deployment's first minute), the
+        -- planner made max() an aggregate over every waiting row of the key, so each claim read
+        -- the whole buffer under the key's lock (issue 41: the ingest contract's p95 563 ms).
+        select e.seq into v_top from ${t.events} e
+          where e.source = p_source and e.key = p_key and e.status in ('held', 'pending')
+          order by e.seq desc limit 1;
         v_held := 0;
         if greatest(v_top, p_seq) - v_next + 1 >= p_max_held then
           select count(*) into v_held from ${t.events} e
