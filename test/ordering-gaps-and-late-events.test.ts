@@ -161,6 +161,22 @@ describe.each(targets)('per-key ordering on $name', (target) => {
     expect(await app.seqs(key)).toEqual([3, 4, 6, 7]);
   });
 
+  it("deferred mode: a pass's report counts the gaps its drains settled too", async () => {
+    // No lanes: the pass drains the key itself, the workers' way (take_turn, then advance,
+    // which settles the second gap as the drain reaches it).
+    const v = await variant({ gapTimeoutMs: 60_000, mode: 'deferred', workers: 0, sweepIntervalMs: 0 });
+    const key = newKey('deferred-skip');
+    const outcomes = await v.send(ordered(key, 4), ordered(key, 3), ordered(key, 6));
+    expect(outcomes.map((o) => o.status)).toEqual([202, 202, 202]);
+    await age(v.inbox, key, 61_000);
+    expect(await v.inbox.sweep()).toMatchObject({ gapsSkipped: 2, keysBlocked: 0, drained: 3 });
+    expect(await v.seqs(key)).toEqual([3, 4, 6]);
+    expect(await gaps(v.inbox, key)).toEqual([
+      { from: 1, to: 2, reason: 'timeout' },
+      { from: 5, to: 5, reason: 'timeout' },
+    ]);
+  });
+
   it('a gap is not settled before the events behind it waited gapTimeoutMs', async () => {
     const key = newKey('young-gap');
     await app.send(ordered(key, 3), ordered(key, 4));

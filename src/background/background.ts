@@ -24,12 +24,15 @@ export class Background {
       // The sweeper's timed passes hand their work to this instance's lanes when it has some
       // (deferred mode): only the lanes hold pool connections while handlers run, so every
       // pool connection can be a lane's and the pass is not a handler of its own.
-      drain: (key, handOff) => {
+      drain: async (key, handOff) => {
         if (handOff && this.#lanes) {
           this.#workers!.wake(key);
-          return Promise.resolve(0);
+          return { applied: 0, gapsSkipped: 0, keysBlocked: 0 };
         }
-        return this.drain(key, false);
+        // Deferred mode's drain settles the due gaps it reaches (advance); inline mode's pass
+        // settles them itself (src/background/sweeper.ts).
+        if (this.sheddingPending) return this.#workers!.drainKey(key);
+        return { applied: await drainInline(rt, key, false, undefined), gapsSkipped: 0, keysBlocked: 0 };
       },
       applyPending: (limit, handOff) => {
         if (handOff && this.#lanes) {
@@ -71,8 +74,8 @@ export class Background {
    * Applies the key's waiting events in seq order, each in its own transaction. Deferred mode
    * drains the workers' way (`take_turn`), which leaves the key unlocked during the handler.
    */
-  drain(key: string, wait: boolean, parent?: Context): Promise<number> {
-    if (this.sheddingPending) return this.#workers!.drainKey(key);
+  async drain(key: string, wait: boolean, parent?: Context): Promise<number> {
+    if (this.sheddingPending) return (await this.#workers!.drainKey(key)).applied;
     return drainInline(this.#rt, key, wait, parent);
   }
 

@@ -10,7 +10,7 @@ import { firstTime, recovered } from '../logger.js';
 import { prune, purgeDead } from '../operations/retention.js';
 import type { Runtime } from '../runtime.js';
 import type { SweepRow } from '../sql/sweep.js';
-import { applyDuePending } from './turns.js';
+import { applyDuePending, type Drained } from './turns.js';
 
 /**
  * Retention. While rows past retention are left, each pass prunes for up to PRUNE_PASS_MS, in
@@ -40,8 +40,11 @@ const MAX_DEADLINES = 1000;
 
 /** How the sweeper applies what it finds, in this inbox's mode (src/background/background.ts). */
 export interface SweepWork {
-  /** Applies a key's runnable events; `handOff`: the workers may take it instead (0 applied here). */
-  drain(key: string, handOff: boolean): Promise<number>;
+  /**
+   * Applies a key's runnable events, and says which timed-out gaps it settled on the way;
+   * `handOff`: the workers may take it instead (nothing done here).
+   */
+  drain(key: string, handOff: boolean): Promise<Drained>;
   /** Applies due unordered pending events, at most `limit`; `handOff` as for `drain`. */
   applyPending(limit: number, handOff: boolean): Promise<number>;
 }
@@ -49,7 +52,9 @@ export interface SweepWork {
 /** What one sweeper pass did. */
 export interface SweepReport {
   drained: number;
+  /** Timed-out gaps skipped: by the pass, and by the drains it ran (deferred mode's `advance`). */
   gapsSkipped: number;
+  /** Keys blocked by a timed-out gap (`onGapTimeout: 'block'`), likewise. */
   keysBlocked: number;
   /** Unordered pending events applied (replayed dead letters, inline runs that failed). */
   applied: number;
@@ -237,7 +242,11 @@ export class Sweeper {
         while (next < toDrain.length && !rt.closing) {
           const key = toDrain[next++];
           try {
-            report.drained += await rt.track(this.#work.drain(key, handOff));
+            const drained = await rt.track(this.#work.drain(key, handOff));
+            report.drained += drained.applied;
+            // Counted and logged where they were settled (src/background/turns.ts).
+            report.gapsSkipped += drained.gapsSkipped;
+            report.keysBlocked += drained.keysBlocked;
           } catch (err) {
             // One key's drain failing (the database, a moved cursor) must not end the pass.
             report.keyErrors++;

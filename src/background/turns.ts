@@ -18,10 +18,24 @@ import type { Advanced } from '../sql/advance.js';
 import { CONTENDED } from '../sql/sql-state.js';
 import type { TakenEvent } from '../sql/taken-event.js';
 
-/** What one step of a drain did: applied an event or not, and whether the key's next seq waits. */
+/**
+ * What one step of a drain did: applied an event or not, whether the key's next seq waits, and
+ * the timed-out gap after the event it settled (deferred mode's `advance`), once committed.
+ */
 export interface Step {
   readonly applied: boolean;
   readonly more: boolean;
+  readonly gap?: 'skipped' | 'blocked';
+}
+
+/**
+ * What a drain of a key did: the events it applied, and the gaps its steps settled (a sweeper
+ * pass reports them beside its own).
+ */
+export interface Drained {
+  readonly applied: number;
+  readonly gapsSkipped: number;
+  readonly keysBlocked: number;
 }
 
 /**
@@ -86,7 +100,7 @@ export async function applyTurn(rt: Runtime, key: string): Promise<Step> {
   const more = advanced?.more === true;
   // onPoison 'skip' moved the cursor past a poison event: the next seq may be runnable.
   if (r.status === 'failed') return { applied: false, more: r.failure?.drain === true };
-  return { applied: r.status === 'applied', more };
+  return { applied: r.status === 'applied', more, gap: gap && (gap.blocked ? 'blocked' : 'skipped') };
 }
 
 /**

@@ -22,7 +22,7 @@
 import { firstTime, recovered } from '../logger.js';
 import type { Runtime } from '../runtime.js';
 import { Listener } from './listener.js';
-import { applyDuePending, applyTurn } from './turns.js';
+import { applyDuePending, applyTurn, type Drained } from './turns.js';
 
 /** Keys remembered for a wake-up; past it, hints are dropped and the sweeper finds the keys. */
 const MAX_KEY_HINTS = 10_000;
@@ -215,14 +215,19 @@ export class Workers {
 
   /**
    * Applies the key's runnable events in seq order, each in its own transaction, until the
-   * next one is missing, not due, or held by someone else. Returns how many it applied.
+   * next one is missing, not due, or held by someone else. Returns how many it applied and the
+   * timed-out gaps it settled on the way.
    */
-  async drainKey(key: string): Promise<number> {
+  async drainKey(key: string): Promise<Drained> {
     let applied = 0;
+    let gapsSkipped = 0;
+    let keysBlocked = 0;
     for (;;) {
       const step = await applyTurn(this.#rt, key);
       if (step.applied) applied++;
-      if (!step.more || this.#closing) return applied;
+      if (step.gap === 'skipped') gapsSkipped++;
+      if (step.gap === 'blocked') keysBlocked++;
+      if (!step.more || this.#closing) return { applied, gapsSkipped, keysBlocked };
     }
   }
 
