@@ -8,6 +8,7 @@ import type { Kysely } from 'kysely';
 import type { Runtime } from '../runtime.js';
 import { drainInline } from './drain.js';
 import { applyDuePendingEvents, PENDING_PER_SWEEP, Sweeper, type SweepReport } from './sweeper.js';
+import type { Drained } from './turns.js';
 import { WakeUps } from './wake-ups.js';
 import { Workers } from './workers.js';
 
@@ -29,10 +30,7 @@ export class Background {
           this.#workers!.wake(key);
           return { applied: 0, gapsSkipped: 0, keysBlocked: 0 };
         }
-        // Deferred mode's drain settles the due gaps it reaches (advance); inline mode's pass
-        // settles them itself (src/background/sweeper.ts).
-        if (this.sheddingPending) return this.#workers!.drainKey(key);
-        return { applied: await drainInline(rt, key, false, undefined), gapsSkipped: 0, keysBlocked: 0 };
+        return this.#drained(key, false);
       },
       applyPending: (limit, handOff) => {
         if (handOff && this.#lanes) {
@@ -75,8 +73,16 @@ export class Background {
    * drains the workers' way (`take_turn`), which leaves the key unlocked during the handler.
    */
   async drain(key: string, wait: boolean, parent?: Context): Promise<number> {
-    if (this.sheddingPending) return (await this.#workers!.drainKey(key)).applied;
-    return drainInline(this.#rt, key, wait, parent);
+    return (await this.#drained(key, wait, parent)).applied;
+  }
+
+  /**
+   * A drain, and the timed-out gaps it settled: deferred mode's drain settles each due gap it
+   * reaches (`advance`); inline mode's settles none (the sweeper's pass settles them itself).
+   */
+  async #drained(key: string, wait: boolean, parent?: Context): Promise<Drained> {
+    if (this.sheddingPending) return this.#workers!.drainKey(key);
+    return { applied: await drainInline(this.#rt, key, wait, parent), gapsSkipped: 0, keysBlocked: 0 };
   }
 
   /** Drains on a connection the caller holds (inline mode), right after its delivery's response. */
