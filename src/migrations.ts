@@ -6,6 +6,7 @@ import { deadLetterCauses } from './migrations/0003-dead-letter-causes.js';
 import { deferredAcks } from './migrations/0004-deferred-acks.js';
 import { capacity } from './migrations/0005-capacity.js';
 import { bufferReads } from './migrations/0006-buffer-reads.js';
+import { sweepWalk } from './migrations/0007-sweep-walk.js';
 import type { Tables } from './sql/tables.js';
 
 /**
@@ -24,6 +25,7 @@ export const migrations: ReadonlyArray<readonly [name: string, up: (t: Tables) =
   ['0004_deferred_acks', deferredAcks], // 0.2.0
   ['0005_capacity', capacity], // 0.2.0
   ['0006_buffer_reads', bufferReads], // 0.2.0
+  ['0007_sweep_walk', sweepWalk], // 0.2.0
 ];
 
 /**

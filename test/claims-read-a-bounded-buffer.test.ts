@@ -17,16 +17,10 @@ import { createInbox, type Inbox } from '../src/index.js';
 import { createTables } from '../src/sql/tables.js';
 import { postgresTarget, postgresUrl, uniqueName } from './support/databases.js';
 import { ordered } from './support/ordering.js';
+import { type RecordedPool, recordedPool, type Scan } from './support/plans.js';
 
 /** Rows seeded in each key's buffer (or gaps): a claim that read them all would show it. */
 const BUFFER = 2000;
-
-/** A scan node of a plan auto_explain reported, with the rows it read. */
-interface Scan {
-  readonly statement: string;
-  readonly node: string;
-  readonly rows: number;
-}
 
 describe.runIf(postgresTarget)("a claim reads one entry of its key's buffer, whatever its size", () => {
   const schema = uniqueName('wi');
@@ -34,30 +28,12 @@ describe.runIf(postgresTarget)("a claim reads one entry of its key's buffer, wha
   const source = 'bounded';
   let admin: pg.Pool;
   let recorded: pg.Pool;
+  let scansDuring: RecordedPool['scansDuring'];
   let inbox: Inbox;
-  // Every plan the recorded connections report while `recording`; nothing else reaches them.
-  let recording = false;
-  const scans: Scan[] = [];
 
   beforeAll(async () => {
     admin = new pg.Pool({ connectionString: postgresUrl!, max: 2 });
-    recorded = new pg.Pool({
-      connectionString: postgresUrl!,
-      max: 2,
-      options: [
-        '-c session_preload_libraries=auto_explain',
-        '-c auto_explain.log_min_duration=0',
-        '-c auto_explain.log_analyze=on',
-        '-c auto_explain.log_nested_statements=on',
-        '-c auto_explain.log_format=json',
-        '-c auto_explain.log_level=notice',
-      ].join(' '),
-    });
-    recorded.on('connect', (client) =>
-      client.on('notice', (notice) => {
-        if (recording && notice.message?.includes('plan:')) scans.push(...scansOf(notice.message));
-      }),
-    );
+    ({ pool: recorded, scansDuring } = recordedPool(postgresUrl!));
     // Acknowledgements on the recorded pool itself (no pool of their own), nothing in the
     // background: the only statements sent while recording are the deliveries' claims.
     inbox = createInbox({
@@ -104,18 +80,6 @@ describe.runIf(postgresTarget)("a claim reads one entry of its key's buffer, wha
     await admin?.query(`drop schema if exists "${schema}" cascade`);
     await admin?.end();
   });
-
-  /** The scan nodes of what `run` sends on the recorded connections. */
-  async function scansDuring(run: () => Promise<unknown>): Promise<Scan[]> {
-    scans.length = 0;
-    recording = true;
-    try {
-      await run();
-    } finally {
-      recording = false;
-    }
-    return scans.splice(0);
-  }
 
   function readsAtMostOneRow(found: Scan[], relation: 'events' | 'gaps') {
     const onIt = found.filter((s) => s.node.includes(` on ${relation}`));
@@ -170,25 +134,3 @@ describe.runIf(postgresTarget)("a claim reads one entry of its key's buffer, wha
     expect(rows[0]).toMatchObject({ state: 'blocked', blocked_seq: '2' });
   });
 });
-
-/** The scan nodes of one auto_explain report (`duration: … ms  plan:` then the JSON plan). */
-function scansOf(message: string): Scan[] {
-  const report = JSON.parse(message.slice(message.indexOf('{')));
-  const statement: string = report['Query Text'];
-  const found: Scan[] = [];
-  const walk = (node: any) => {
-    if (node['Relation Name']) {
-      const direction = node['Scan Direction'] === 'Backward' ? ' Backward' : '';
-      const index = node['Index Name'] ? ` using ${node['Index Name']}` : '';
-      found.push({
-        statement,
-        node: `${node['Node Type']}${direction}${index} on ${node['Relation Name']}`,
-        // Rows it read: those it returned and those its filter threw away.
-        rows: (node['Actual Rows'] + (node['Rows Removed by Filter'] ?? 0)) * node['Actual Loops'],
-      });
-    }
-    for (const child of node.Plans ?? []) walk(child);
-  };
-  walk(report.Plan);
-  return found;
-}

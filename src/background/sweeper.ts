@@ -9,7 +9,7 @@ import { missingTables } from '../drivers/postgres-error.js';
 import { firstTime, recovered } from '../logger.js';
 import { prune, purgeDead } from '../operations/retention.js';
 import type { Runtime } from '../runtime.js';
-import type { SweepRow } from '../sql/sweep.js';
+import type { SweepStep } from '../sql/sweep.js';
 import { applyDuePending, type Drained } from './turns.js';
 
 /**
@@ -27,8 +27,13 @@ const PRUNE_EVERY_MS = 10_000;
 const PURGE_BATCH = 1000;
 /** Unordered pending events one sweeper pass applies at most. */
 export const PENDING_PER_SWEEP = 100;
-/** Keys one pass looks at. */
+/** Keys one pass chooses to drain or settle at most. */
 const KEYS_PER_SWEEP = 500;
+/**
+ * Keys with waiting events one pass examines at most (a few index reads each); the next pass
+ * goes on from the last one, so every key's turn comes round (src/sql/sweep.ts).
+ */
+const KEYS_EXAMINED_PER_SWEEP = 1000;
 /**
  * Inline mode: how many times one pass settles a key's next due gap after draining to it (its
  * drains run in the pass). Deferred mode's drains settle each due gap as they reach it
@@ -78,6 +83,8 @@ export class Sweeper {
   #deadlines: number[] = [];
   /** When the sweeper prunes next (0: on its next pass). */
   #nextPruneAt = 0;
+  /** The key the next pass's walk starts after (undefined: the first). */
+  #resumeAfter: string | undefined;
 
   /** `work` applies what a pass finds the way this inbox's mode does. */
   constructor(rt: Runtime, work: SweepWork) {
@@ -172,9 +179,11 @@ export class Sweeper {
     // behind the events just applied; a round more settles it (ten due gaps of a key: one pass).
     rt.metrics.sweeperRun();
     const failed = new Set<string>();
+    // Every round walks from where the pass began: a key whose gap a round skipped is looked at again.
+    const after = this.#resumeAfter;
     for (let round = 0; round < GAP_ROUNDS && !rt.closing; round++) {
       const skipped = report.gapsSkipped;
-      await this.#settle(report, options.handOff === true, failed);
+      this.#resumeAfter = await this.#settle(report, options.handOff === true, failed, after);
       if (o.mode !== 'inline' || report.gapsSkipped === skipped) break;
     }
     report.applied = await this.#work.applyPending(PENDING_PER_SWEEP, options.handOff === true);
@@ -182,28 +191,40 @@ export class Sweeper {
   }
 
   /**
-   * The sweep statement (gap timeouts, keys to drain) and the drains it calls for. A key that
-   * failed in an earlier round of the pass (`failed`) is not counted or logged again.
+   * The sweep statement (gap timeouts, keys to drain), walking the keys from the one after
+   * `after`, and the drains it calls for; returns where the next walk starts. A key that failed
+   * in an earlier round of the pass (`failed`) is not counted or logged again.
    */
-  async #settle(report: SweepReport, handOff: boolean, failed: Set<string>): Promise<void> {
+  async #settle(
+    report: SweepReport,
+    handOff: boolean,
+    failed: Set<string>,
+    after: string | undefined,
+  ): Promise<string | undefined> {
     const rt = this.#rt;
     const o = rt.options;
-    let rows: SweepRow[];
+    let step: SweepStep;
     try {
       // READ COMMITTED whatever the server's default: under a snapshot older than a claim, the
       // pass would skip a gap that a held event has filled meanwhile.
       // On the connections no handler holds (deferred mode's `ackPoolSize`): a pass is not held
       // up by busy lanes.
-      rows = await rt.database.acks
+      step = await rt.database.acks
         .transaction()
         .setIsolationLevel('read committed')
-        .execute((tx) => rt.statements.sweep(tx, o.source, o.gapTimeoutMs, o.onGapTimeout, KEYS_PER_SWEEP));
+        .execute((tx) =>
+          rt.statements.sweep(tx, o.source, o.gapTimeoutMs, o.onGapTimeout, {
+            keys: KEYS_PER_SWEEP,
+            scan: KEYS_EXAMINED_PER_SWEEP,
+            after,
+          }),
+        );
     } catch (err) {
       rt.metrics.sweeperError();
       throw err;
     }
     const toDrain: string[] = [];
-    for (const row of rows) {
+    for (const row of step.rows) {
       if (row.action === 'error') {
         if (failed.has(row.key)) continue;
         failed.add(row.key);
@@ -256,6 +277,7 @@ export class Sweeper {
         }
       }),
     );
+    return step.resumeAfter;
   }
 
   /** Retention's step of a pass. */

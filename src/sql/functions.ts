@@ -3,7 +3,7 @@ import { claimFunction, previousClaimFunction } from './claim.js';
 import { claimLatestFunction } from './claim-latest.js';
 import { failFunction } from './fail.js';
 import { latestCheckFunction } from './latest-check.js';
-import { sweepFunction } from './sweep.js';
+import { previousSweepFunction, sweepFunction } from './sweep.js';
 import type { Tables } from './tables.js';
 import { previousTakeNextFunction, takeNextFunction } from './take-next.js';
 import { previousTakePendingFunction, takePendingFunction } from './take-pending.js';
@@ -34,4 +34,6 @@ export const functionDefinitions: ReadonlyArray<readonly [name: string, definiti
     ['advance', previousAdvanceFunction],
     ['fail', failFunction],
     ['sweep', sweepFunction],
+    // The 4-parameter overload earlier versions call (a rolling deploy): see sweep.ts.
+    ['sweep', previousSweepFunction],
   ];
