@@ -14,12 +14,13 @@
  */
 import { fork } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { Agent, createServer, request } from 'node:http';
+import { Agent, createServer } from 'node:http';
 import { loadavg } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { createInbox } from '../src/index.js';
 import { createTables } from '../src/sql/tables.js';
+import { postDelivery } from './post.js';
 
 const url = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 const int = (name: string, fallback: number) => Number(process.env[name] ?? fallback);
@@ -101,28 +102,7 @@ async function main(): Promise<void> {
       const ready = await new Promise<{ url: string }>((resolve) =>
         child.on('message', (m: any) => m.type === 'ready' && resolve(m)),
       );
-      const post = (id: string) =>
-        new Promise<number>((resolve, reject) => {
-          const body = '{"amount":1}';
-          const req = request(
-            `${ready.url}${s.path}`,
-            {
-              method: 'POST',
-              agent,
-              headers: {
-                'content-type': 'application/json',
-                'content-length': Buffer.byteLength(body),
-                'idempotency-key': id,
-              },
-            },
-            (res) => {
-              res.resume();
-              res.on('end', () => resolve(res.statusCode ?? 0));
-            },
-          );
-          req.on('error', reject);
-          req.end(body);
-        });
+      const post = (id: string) => postDelivery(agent, `${ready.url}${s.path}`, id, '{"amount":1}');
       for (let i = 0; i < 50; i++) await post(`${run}-warm-${i}`);
       const one: number[] = [];
       for (let i = 0; i < SEQUENTIAL; i++) {

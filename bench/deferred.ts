@@ -31,7 +31,7 @@
  */
 import { fork } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
-import { Agent, request } from 'node:http';
+import { Agent } from 'node:http';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { sql } from 'kysely';
@@ -39,6 +39,7 @@ import pg from 'pg';
 import { type LedgerServer, startLedger } from '../examples/ledger/start.js';
 import type { Handler } from '../src/index.js';
 import { seededRandom } from '../src/testing/random.js';
+import { postDelivery } from './post.js';
 
 const url = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 const int = (name: string, fallback: number) => Number(process.env[name] ?? fallback);
@@ -50,34 +51,8 @@ const here = dirname(fileURLToPath(import.meta.url));
 
 const agent = new Agent({ keepAlive: true, maxSockets: 256 });
 
-function post(
-  target: string,
-  id: string,
-  body: string,
-  headers: Record<string, string> = {},
-): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const req = request(
-      target,
-      {
-        method: 'POST',
-        agent,
-        headers: {
-          'content-type': 'application/json',
-          'content-length': Buffer.byteLength(body),
-          'idempotency-key': id,
-          ...headers,
-        },
-      },
-      (res) => {
-        res.resume();
-        res.on('end', () => resolve(res.statusCode ?? 0));
-      },
-    );
-    req.on('error', reject);
-    req.end(body);
-  });
-}
+const post = (target: string, id: string, body: string, headers: Record<string, string> = {}) =>
+  postDelivery(agent, target, id, body, headers);
 
 function percentile(sorted: number[], p: number): number {
   if (sorted.length === 0) return Number.NaN;

@@ -34,7 +34,7 @@
  * alternating the variants so that drift on the machine hits both).
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
-import { Agent, request } from 'node:http';
+import { Agent } from 'node:http';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
@@ -45,6 +45,7 @@ import { createInbox, type Handler } from '../src/index.js';
 import { claimFunction } from '../src/sql/claim.js';
 import { notifyChannel } from '../src/sql/notify-pending.js';
 import type { Tables } from '../src/sql/tables.js';
+import { postDelivery } from './post.js';
 
 const url = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 const int = (name: string, fallback: number) => {
@@ -69,28 +70,7 @@ type Variant = 'in-claim' | 'after-commit';
 
 const agent = new Agent({ keepAlive: true, maxSockets: CONCURRENCY });
 
-function post(target: string, id: string, body: string): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const req = request(
-      target,
-      {
-        method: 'POST',
-        agent,
-        headers: {
-          'content-type': 'application/json',
-          'content-length': Buffer.byteLength(body),
-          'idempotency-key': id,
-        },
-      },
-      (res) => {
-        res.resume();
-        res.on('end', () => resolve(res.statusCode ?? 0));
-      },
-    );
-    req.on('error', reject);
-    req.end(body);
-  });
-}
+const post = (target: string, id: string, body: string) => postDelivery(agent, target, id, body);
 
 /**
  * 0.2.0's claim: today's text with `pg_notify` back wherever it stores a runnable pending
