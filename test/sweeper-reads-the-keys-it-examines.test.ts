@@ -94,7 +94,8 @@ describe.each(targets)('the sweeper walks the keys on $name', (target) => {
       schema: opened.schema,
       source: 's',
       sweepIntervalMs: 0,
-      gapTimeoutMs: 1000,
+      // An hour: a gap seeded just now stays young however slowly the test runs.
+      gapTimeoutMs: 3_600_000,
       onGapTimeout: 'block',
       handle: () => {},
     });
@@ -128,9 +129,9 @@ describe.each(targets)('the sweeper walks the keys on $name', (target) => {
   }
 
   it('a step starting after a key goes round to it: every key is examined once', async () => {
-    await seedGaps('w', 5, '1 hour');
+    await seedGaps('w', 5, '2 hours');
     const { rows } = await sql<{ key: string; action: string }>`
-      select key, action from ${sql.raw(inbox.tables.fn('sweep'))}('s', 1000, 'block', 500, 'w0003', 1000)`.execute(
+      select key, action from ${sql.raw(inbox.tables.fn('sweep'))}('s', 3600000, 'block', 500, 'w0003', 1000)`.execute(
       db,
     );
     expect(rows).toEqual(
@@ -142,7 +143,7 @@ describe.each(targets)('the sweeper walks the keys on $name', (target) => {
   it("a pass examines a bounded number of keys and the next goes on after the last: a young gap's keys do not keep the due ones waiting", async () => {
     // 1,200 keys whose gaps are young (they sort first), then 300 whose gaps timed out.
     await seedGaps('x', 1200, '0 seconds');
-    await seedGaps('y', 300, '1 hour');
+    await seedGaps('y', 300, '2 hours');
     const first = await inbox.sweep();
     expect(first.keysBlocked).toBe(0); // the first 1,000 keys examined: young gaps only
     const second = await inbox.sweep();
