@@ -148,12 +148,27 @@ describe.skipIf(!postgresUrl)('the ledger ingest contract, over HTTP on PostgreS
     const last = Math.max(...delivered);
     const gapsBeforeLast = dropped.filter((id) => id < last);
     expect(gapsBeforeLast.length).toBeGreaterThanOrEqual(5);
-    const app = await serve({ gapTimeoutMs: GAP_TIMEOUT_MS, sweepIntervalMs: 0 });
-    // All at once, as the seed's senders do.
-    const answers = await Promise.all(
-      delivered.map((id) => post(app.url, { sequence_id: id, data: `chaos ${id}` })),
-    );
-    for (const a of answers) expect(isAccepted(a), JSON.stringify(a)).toBe(true);
+    // All at once, as the seed's senders do. The ninety go one at a time through the stream's
+    // key (each in its own transaction, with its handler): should the burst itself outlast the
+    // gap timeout (a busy machine: the full suite on two cores), a delivery's drain rightly
+    // settles a gap whose missing seq is still on its way, and that one is answered late. Such
+    // a run says nothing about the contract; it is run again on a fresh schema, three times at
+    // most. In a run that took less, every delivered id must be accepted.
+    let app: LedgerServer | undefined;
+    for (let run = 1; ; run++) {
+      app = await serve({ gapTimeoutMs: GAP_TIMEOUT_MS, sweepIntervalMs: 0 });
+      const began = performance.now();
+      const answers = await Promise.all(
+        delivered.map((id) => post(app!.url, { sequence_id: id, data: `chaos ${id}` })),
+      );
+      const tookMs = performance.now() - began;
+      if (tookMs >= GAP_TIMEOUT_MS && answers.some(isLate) && run < 3) {
+        console.log(`chaos burst ${run}: ${Math.round(tookMs)} ms, past the gap timeout; run again`);
+        continue;
+      }
+      for (const a of answers) expect(isAccepted(a), JSON.stringify(a)).toBe(true);
+      break;
+    }
 
     // Every held event has now waited past the gap timeout (a lower bound: waiting longer
     // changes nothing); then a single pass. (On a busy machine the posting itself can outlast
