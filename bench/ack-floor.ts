@@ -81,13 +81,13 @@ async function main(): Promise<void> {
       path: '/webhooks',
     },
     {
-      name: 'inbox (ledger example, deferred, no workers)',
+      name: 'inbox (ledger example, deferred, no workers, no sweeper)',
       script: fileURLToPath(new URL('./ledger-process.ts', import.meta.url)),
       args: [
         JSON.stringify({
           ledgerSchema: schemas[2],
           ingest: false,
-          inbox: { db: url, schema: schemas[1], mode: 'deferred', workers: 0, logger: false },
+          inbox: { db: url, schema: schemas[1], mode: 'deferred', workers: 0, sweepIntervalMs: 0, logger: false },
         }),
       ],
       path: '/webhooks',
