@@ -87,7 +87,14 @@ async function main(): Promise<void> {
         JSON.stringify({
           ledgerSchema: schemas[2],
           ingest: false,
-          inbox: { db: url, schema: schemas[1], mode: 'deferred', workers: 0, sweepIntervalMs: 0, logger: false },
+          inbox: {
+            db: url,
+            schema: schemas[1],
+            mode: 'deferred',
+            workers: 0,
+            sweepIntervalMs: 0,
+            logger: false,
+          },
         }),
       ],
       path: '/webhooks',
