@@ -154,26 +154,32 @@ describe.skipIf(!postgresUrl)('the ledger ingest contract, over HTTP on PostgreS
     // settles a gap whose missing seq is still on its way, and that one is answered late. Such
     // a run says nothing about the contract; it is run again on a fresh schema, three times at
     // most. In a run that took less, every delivered id must be accepted.
-    let app: LedgerServer | undefined;
-    for (let run = 1; ; run++) {
-      app = await serve({ gapTimeoutMs: GAP_TIMEOUT_MS, sweepIntervalMs: 0 });
+    const burst = async () => {
+      const app = await serve({ gapTimeoutMs: GAP_TIMEOUT_MS, sweepIntervalMs: 0 });
       const began = performance.now();
       const answers = await Promise.all(
-        delivered.map((id) => post(app!.url, { sequence_id: id, data: `chaos ${id}` })),
+        delivered.map((id) => post(app.url, { sequence_id: id, data: `chaos ${id}` })),
       );
-      const tookMs = performance.now() - began;
-      if (tookMs >= GAP_TIMEOUT_MS && answers.some(isLate) && run < 3) {
-        console.log(`chaos burst ${run}: ${Math.round(tookMs)} ms, past the gap timeout; run again`);
-        continue;
-      }
-      for (const a of answers) expect(isAccepted(a), JSON.stringify(a)).toBe(true);
-      break;
+      return { app, answers, tookMs: performance.now() - began };
+    };
+    let run = await burst();
+    for (
+      let attempt = 2;
+      attempt <= 3 && run.tookMs >= GAP_TIMEOUT_MS && run.answers.some(isLate);
+      attempt++
+    ) {
+      console.log(
+        `chaos burst ${attempt - 1}: ${Math.round(run.tookMs)} ms, past the gap timeout; run again`,
+      );
+      run = await burst();
     }
+    const { app, answers } = run;
+    for (const a of answers) expect(isAccepted(a), JSON.stringify(a)).toBe(true);
 
     // The deliveries' own drains after their answers finish first: one still holding the
     // stream's key would have the pass skip the key (SKIP LOCKED) in one of its rounds, and the
     // pass end there with a gap left for the next.
-    await app!.ingest!.idle();
+    await app.ingest!.idle();
     // Every held event has now waited past the gap timeout (a lower bound: waiting longer
     // changes nothing); then a single pass. (On a busy machine the posting itself can outlast
     // the gap timeout, and the deliveries' own drains settle the gaps that came due meanwhile:

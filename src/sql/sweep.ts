@@ -70,6 +70,7 @@ begin
     exit when v_second_lap and v_key > p_after;
     v_scanned := v_scanned + 1;
     v_action := null;
+    error := null;
     -- Open keys only (blocked keys wait for an operator); nothing locked yet.
     select k.next_seq into v_next from ${t.keys} k
      where k.source = p_source and k.key = v_key and k.state = 'open';
@@ -135,9 +136,6 @@ begin
       action := v_action;
       from_seq := v_from;
       to_seq := v_to;
-      if v_action <> 'error' then
-        error := null;
-      end if;
       return next;
       v_chosen := v_chosen + 1;
     end if;
