@@ -27,10 +27,10 @@
  */
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
+import { checkPath, DEFAULT_ROOT_PATH } from '../src/delivery/mount-path.js';
 import { InboxOptionsError } from '../src/errors.js';
-import { createInbox, Inbox } from '../src/inbox.js';
-import { checkPath, DEFAULT_ROOT_PATH } from '../src/mount-path.js';
-import type { InboxOptions } from '../src/options.js';
+import { createInbox, Inbox } from '../src/inbox/inbox.js';
+import type { InboxOptions } from '../src/options/options.js';
 import { methodNotAllowed, type Outcome, responseText } from '../src/outcome.js';
 import type { BodyStream } from '../src/receive/raw-body.js';
 

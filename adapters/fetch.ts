@@ -17,10 +17,11 @@
  * `bodyTimeoutMs`), so the bytes the sender signed are the bytes verified and hashed. A
  * framework that already read the body must hand over the original `Request` (or a clone).
  */
+
+import { type Endpoint, endpointOf, routedEndpointOf } from '../src/delivery/mount-path.js';
 import { RawBodyUnavailableError } from '../src/errors.js';
-import { createInbox, Inbox } from '../src/inbox.js';
-import { type Endpoint, endpointOf, routedEndpointOf } from '../src/mount-path.js';
-import type { InboxOptions } from '../src/options.js';
+import { createInbox, Inbox } from '../src/inbox/inbox.js';
+import type { InboxOptions } from '../src/options/options.js';
 import { type Outcome, problem, responseText } from '../src/outcome.js';
 import { mountedInbox, notADelivery } from './mount.js';
 

@@ -17,8 +17,8 @@
  * that chose the middleware decides (every POST is a delivery).
  */
 import type { MiddlewareHandler } from 'hono';
-import { createInbox, Inbox } from '../src/inbox.js';
-import type { InboxOptions } from '../src/options.js';
+import { createInbox, Inbox } from '../src/inbox/inbox.js';
+import type { InboxOptions } from '../src/options/options.js';
 import { fetchEndpoint, receiveRequest, responseOf } from './fetch.js';
 import { mountedInbox, notADelivery } from './mount.js';
 

@@ -17,10 +17,15 @@
  * `server.requestTimeout` (default 300 s) a little above `bodyTimeoutMs` (docs/mounting.md).
  */
 import type { Context, Middleware, Next } from 'koa';
+import {
+  DEFAULT_ROOT_PATH,
+  type Endpoint,
+  endpointOf,
+  routedEndpointOf,
+} from '../src/delivery/mount-path.js';
 import { RawBodyUnavailableError } from '../src/errors.js';
-import { createInbox, Inbox } from '../src/inbox.js';
-import { DEFAULT_ROOT_PATH, type Endpoint, endpointOf, routedEndpointOf } from '../src/mount-path.js';
-import type { InboxOptions } from '../src/options.js';
+import { createInbox, Inbox } from '../src/inbox/inbox.js';
+import type { InboxOptions } from '../src/options/options.js';
 import { type Outcome, responseText } from '../src/outcome.js';
 import { mountedInbox, notADelivery } from './mount.js';
 

@@ -3,9 +3,10 @@
  * options, or one made by `createInbox`) at its path, and the answers that are not a delivery
  * (the health probe, 405). Each adapter maps only its framework's request in and the outcome out.
  */
-import { createInbox, Inbox } from '../src/inbox.js';
-import { checkPath, type Endpoint } from '../src/mount-path.js';
-import type { InboxOptions } from '../src/options.js';
+
+import { checkPath, type Endpoint } from '../src/delivery/mount-path.js';
+import { createInbox, Inbox } from '../src/inbox/inbox.js';
+import type { InboxOptions } from '../src/options/options.js';
 import { methodNotAllowed, type Outcome } from '../src/outcome.js';
 
 /**

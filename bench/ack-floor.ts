@@ -18,8 +18,8 @@ import { Agent, createServer } from 'node:http';
 import { loadavg } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
+import { createTables } from '../src/db/sql/tables.js';
 import { createInbox } from '../src/index.js';
-import { createTables } from '../src/sql/tables.js';
 import { postDelivery } from './post.js';
 
 const url = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';

@@ -13,8 +13,8 @@ import express from 'express';
 import { type Kysely, sql } from 'kysely';
 import { inbox as expressInbox } from '../adapters/express.js';
 import { Ledger } from '../examples/ledger/ledger.js';
-import { type Database, openDatabase } from '../src/database.js';
-import { idempotencyKey } from '../src/handler-context.js';
+import { idempotencyKey } from '../src/apply/handler-context.js';
+import { type Database, openDatabase } from '../src/db/database.js';
 import {
   createInbox,
   type HandlerContext,

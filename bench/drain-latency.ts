@@ -46,7 +46,7 @@ class StampingPool implements PgPoolLike {
       query: async (config) => {
         this.statements++;
         const text = config.text;
-        // BEGIN rides on the claim or take_next (src/drivers/pg.ts), their values as literals.
+        // BEGIN rides on the claim or take_next (src/db/drivers/pg.ts), their values as literals.
         if (text.startsWith('begin')) began = performance.now();
         const claimed = /"claim"\('(?:[^']|'')*', '((?:[^']|'')*)'/.exec(text);
         if (claimed) applying.push(claimed[1].replace(/''/g, "'"));

@@ -41,10 +41,10 @@ import pg from 'pg';
 import { Ledger } from '../examples/ledger/ledger.js';
 import { type LedgerServer, startLedger } from '../examples/ledger/start.js';
 import { WAKE_UP_INTERVAL_MS } from '../src/background/wake-ups.js';
+import { claimFunction } from '../src/db/sql/claim.js';
+import { notifyChannel } from '../src/db/sql/notify-pending.js';
+import type { Tables } from '../src/db/sql/tables.js';
 import { createInbox, type Handler } from '../src/index.js';
-import { claimFunction } from '../src/sql/claim.js';
-import { notifyChannel } from '../src/sql/notify-pending.js';
-import type { Tables } from '../src/sql/tables.js';
 import { postDelivery } from './post.js';
 
 const url = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';

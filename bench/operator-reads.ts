@@ -19,11 +19,11 @@ import { Kysely, PostgresDialect } from 'kysely';
 import pg from 'pg';
 import { createBackend } from '../src/console/backend.js';
 import type { ResolvedConsoleOptions } from '../src/console/options.js';
-import { StatementNames } from '../src/drivers/common.js';
+import { StatementNames } from '../src/db/drivers/common.js';
+import { createStats } from '../src/db/sql/stats.js';
+import { createTables } from '../src/db/sql/tables.js';
 import { createInbox } from '../src/index.js';
 import { Operations } from '../src/operations/operations.js';
-import { createStats } from '../src/sql/stats.js';
-import { createTables } from '../src/sql/tables.js';
 
 const argv = process.argv.slice(2);
 const i = argv.indexOf('--rows');

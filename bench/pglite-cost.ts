@@ -8,7 +8,7 @@
  *   npx tsx bench/pglite-cost.ts                    every variant, 6 rounds of 1000 transactions
  *   ROUNDS=10 TXS=2000 npx tsx bench/pglite-cost.ts bare inbox row-only
  *
- * The texts are what the inbox sends for a new unordered event on PGlite (src/drivers/pglite.ts
+ * The texts are what the inbox sends for a new unordered event on PGlite (src/db/drivers/pglite.ts
  * folds as on pg: BEGIN with the try-claim's two prepared statements and the SAVEPOINT in one
  * call, the handler's two statements, the row with its result folded into COMMIT); the
  * handler's statements go through `query` with parameters, as Kysely sends them. Rounds

@@ -18,13 +18,13 @@
  * The texts are what the inbox sends for a new unordered event (`try-claim`: BEGIN with the
  * try-claim's two statements folded in and the SAVEPOINT after them; the handler's two
  * statements; the event's row, with its result, folded into COMMIT), with literals as
- * src/drivers/pg.ts writes them, and what it sent before: `inbox`, `inbox-prepared` (the claim
+ * src/db/drivers/pg.ts writes them, and what it sent before: `inbox`, `inbox-prepared` (the claim
  * function, which takes the id's advisory lock and writes no row: `row_at_commit`) and
  * `inbox-prepared-update` (before migration 0008: the claim inserts the row, the result is an
  * UPDATE at COMMIT). `try-claim` and `ordered` send their folds as simple-protocol text
  * (`execute <prepared>(literals)`, what the driver sends on PGlite or through a pg-shaped
  * wrapper); `try-claim-pipelined` and `ordered-pipelined` send the same statements as the driver
- * does on pg's own clients, pipelined (src/drivers/extended-protocol.ts).
+ * does on pg's own clients, pipelined (src/db/drivers/extended-protocol.ts).
  * With INSTRUCTIONS=<dir>, the cost is counted in instructions instead of CPU ticks: the same
  * count for the same statements however busy the machine is (this 2-core machine's CPU per
  * request varies up to 2× from one minute to the next). It needs a PostgreSQL started under
@@ -49,7 +49,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { sql } from 'kysely';
 import pg from 'pg';
 import { Ledger } from '../examples/ledger/ledger.js';
-import { type PipelineStep, runPipeline } from '../src/drivers/extended-protocol.js';
+import { type PipelineStep, runPipeline } from '../src/db/drivers/extended-protocol.js';
 import { createInbox } from '../src/index.js';
 import { newestDumpInstructions } from './callgrind.js';
 
@@ -100,10 +100,10 @@ function ledgerWrite(id: string, i: number): Query[] {
 const BEGIN = 'begin isolation level read committed';
 const claim = (id: string) =>
   `select * from "${inboxSchema}"."claim"('default', '${id}', null, null::bigint, '${HASH}', null, null::jsonb, true, false, false, 1000, 10000::bigint, '5000ms', true)`;
-/** src/sql/record-applied.ts: the new event's row, with its result (null: none), at COMMIT. */
+/** src/db/sql/record-applied.ts: the new event's row, with its result (null: none), at COMMIT. */
 const recordApplied = (id: string, result: string | null) =>
   `insert into "${inboxSchema}"."events" (source, id, body_hash, status, processed_at, result, payload, headers) values ('default', '${id}', '${HASH}', 'processed', now(), ${result === null ? 'null' : `'${result}'`}::jsonb, null, null::jsonb)`;
-/** The try-claim's statements (src/sql/try-claim.ts), PREPAREd (types given) or pipelined (types cast). */
+/** The try-claim's statements (src/db/sql/try-claim.ts), PREPAREd (types given) or pipelined (types cast). */
 const TRY_LOCK = (source: string, id: string) =>
   `select pg_try_advisory_xact_lock(hashtextextended('${inboxSchema}.|' || length(${source}) || '|' || ${source} || '|' || ${id}, 0)) as locked`;
 const READ = (source: string, id: string) =>
@@ -162,11 +162,11 @@ function throughTheTurnsTry(read: string, cursor: 'own' | 'cte') {
 /** turn-only: each key's last seq sent, across rounds. */
 const turnSeqs = new Map<string, number>();
 
-/** One statement of a pipeline (src/drivers/extended-protocol.ts), parsed once per connection under `name`. */
+/** One statement of a pipeline (src/db/drivers/extended-protocol.ts), parsed once per connection under `name`. */
 const step = (name: string, text: string, values: unknown[] = []): PipelineStep => ({ name, text, values });
 
 /**
- * The try-claim's statements as the driver pipelines them on pg's clients (src/drivers/extended-protocol.ts):
+ * The try-claim's statements as the driver pipelines them on pg's clients (src/db/drivers/extended-protocol.ts):
  * BEGIN, the try-lock, the read and SAVEPOINT in one round trip, the row and COMMIT in another;
  * each statement parsed once per connection under a name of its own and described once.
  */
@@ -284,7 +284,7 @@ const VARIANTS: Record<string, { what: string; queries(id: string, i: number): Q
     queries: (id, i) => pipelined(id, i),
   },
   'try-claim': {
-    what: "what the inbox sends for a new unordered event: the try-claim (src/sql/try-claim.ts), two prepared statements (the id's try-lock, then the read, its snapshot taken after the lock); SAVEPOINT; the row at COMMIT",
+    what: "what the inbox sends for a new unordered event: the try-claim (src/db/sql/try-claim.ts), two prepared statements (the id's try-lock, then the read, its snapshot taken after the lock); SAVEPOINT; the row at COMMIT",
     queries: (id, i) => [
       `${BEGIN}; execute wi_try_lock('default', '${id}'); execute wi_read('default', '${id}'); savepoint wi_apply`,
       ...ledgerWrite(id, i),

@@ -16,7 +16,7 @@
 import { createHash } from 'node:crypto';
 import { sql } from 'kysely';
 import { Ledger } from '../examples/ledger/ledger.js';
-import { openDatabase } from '../src/database.js';
+import { openDatabase } from '../src/db/database.js';
 import { createInbox, type HandlerContext, type InboxEvent } from '../src/index.js';
 import { postgresCpuMs, postgresCpuSplitSince } from './process-cpu.js';
 

@@ -32,8 +32,8 @@ import { loadavg } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
+import { bodyHash } from '../src/delivery/payload.js';
 import { createInbox, type Inbox } from '../src/index.js';
-import { bodyHash } from '../src/payload.js';
 import { postgresCpuMs, postgresCpuMsSince } from './process-cpu.js';
 
 const argv = process.argv.slice(2);

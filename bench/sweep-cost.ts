@@ -15,8 +15,8 @@
 import { randomBytes } from 'node:crypto';
 import { loadavg } from 'node:os';
 import pg from 'pg';
+import { createTables } from '../src/db/sql/tables.js';
 import { createInbox } from '../src/index.js';
-import { createTables } from '../src/sql/tables.js';
 
 const argv = process.argv.slice(2);
 const arg = (name: string, fallback: string) => {

@@ -155,20 +155,33 @@ describe('ARCHITECTURE.md, against the code', () => {
 
   test('the rules catch a forbidden import', () => {
     const broken = new Map(graph);
-    broken.set('src/sql/claim.ts', [...(graph.get('src/sql/claim.ts') ?? []), 'src/runtime.ts']);
-    broken.set('src/sender/outbox.ts', [...(graph.get('src/sender/outbox.ts') ?? []), 'src/sql/tables.ts']);
-    broken.set('src/runtime.ts', [...(graph.get('src/runtime.ts') ?? []), 'src/sql/claim.ts']);
+    broken.set('src/db/sql/claim.ts', [
+      ...(graph.get('src/db/sql/claim.ts') ?? []),
+      'src/runtime/runtime.ts',
+    ]);
+    broken.set('src/sender/outbox.ts', [
+      ...(graph.get('src/sender/outbox.ts') ?? []),
+      'src/db/sql/tables.ts',
+    ]);
+    broken.set('src/runtime/runtime.ts', [
+      ...(graph.get('src/runtime/runtime.ts') ?? []),
+      'src/db/sql/claim.ts',
+    ]);
     // An SQL module reaching up into the runtime; the sender reaching into the inbox's SQL.
     expect(brokenRules(broken)).toEqual(
       expect.arrayContaining([
-        'src/sql/claim.ts -> src/runtime.ts (sql imports runtime, a layer above it)',
-        expect.stringMatching(/^src\/sql\/claim\.ts -> src\/runtime\.ts \(src\/sql\/ imports only /),
+        'src/db/sql/claim.ts -> src/runtime/runtime.ts (db imports runtime, a layer above it)',
         expect.stringMatching(
-          /^src\/sender\/outbox\.ts -> src\/sql\/tables\.ts \(src\/sender\/ imports only /,
+          /^src\/db\/sql\/claim\.ts -> src\/runtime\/runtime\.ts \(src\/db\/sql\/ imports only /,
+        ),
+        expect.stringMatching(
+          /^src\/sender\/outbox\.ts -> src\/db\/sql\/tables\.ts \(src\/sender\/ imports only /,
         ),
       ]),
     );
-    expect(circles(broken).flat()).toEqual(expect.arrayContaining(['src/runtime.ts', 'src/sql/claim.ts']));
+    expect(circles(broken).flat()).toEqual(
+      expect.arrayContaining(['src/runtime/runtime.ts', 'src/db/sql/claim.ts']),
+    );
   });
 
   test('every file it names exists', () => {

@@ -12,8 +12,8 @@ import * as v from 'valibot';
 import { afterAll, beforeAll, describe, expect, expectTypeOf, test } from 'vitest';
 import { z } from 'zod';
 import { inbox as expressInbox } from '../adapters/express.js';
-import { resolveBodySchema } from '../src/body-schema.js';
 import { createInbox, type Inbox, InboxOptionsError, type StandardSchemaV1 } from '../src/index.js';
+import { resolveBodySchema } from '../src/options/body-schema.js';
 import { filePGlite, type Target, type TargetDb, targets } from './support/databases.js';
 
 /** The database of this file's inboxes that need one only to exist (see filePGlite). */

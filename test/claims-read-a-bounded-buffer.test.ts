@@ -13,8 +13,8 @@
  */
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createTables } from '../src/db/sql/tables.js';
 import { createInbox, type Inbox } from '../src/index.js';
-import { createTables } from '../src/sql/tables.js';
 import { postgresTarget, postgresUrl, uniqueName } from './support/databases.js';
 import { ordered } from './support/ordering.js';
 import { type RecordedPool, recordedPool, type Scan } from './support/plans.js';
@@ -45,7 +45,7 @@ describe.runIf(postgresTarget)("a claim reads one entry of its key's buffer, wha
       ackPoolSize: 0,
       sweepIntervalMs: 0,
       // The ingest contract's bounds: the buffer's bound is far, so nothing counts the buffer
-      // (a count, near the bound only, is the one read that grows with it; src/sql/claim.ts).
+      // (a count, near the bound only, is the one read that grows with it; src/db/sql/claim.ts).
       maxHeldPerKey: 1_000_000,
       maxSeqAhead: 1_000_000,
       handle: () => {},

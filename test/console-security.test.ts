@@ -174,7 +174,7 @@ describe('options', () => {
 
   test('insecure on loopback answers; readOnly offers no action and refuses POSTs', async () => {
     const ops = await openOperations({ db: db.db, schema: db.schema });
-    await (await import('../src/migrations.js')).migrateToLatest(ops.db, ops.tables);
+    await (await import('../src/db/migrations.js')).migrateToLatest(ops.db, ops.tables);
     const served = await serveConsole({ operations: ops, insecure: true, readOnly: true, port: 0 });
     try {
       const page = await fetch(`${served.url}/dead-letters`);
@@ -261,7 +261,7 @@ describe('host trust, sessions and logins', () => {
   let ops: Awaited<ReturnType<typeof openOperations>>;
   beforeAll(async () => {
     ops = await openOperations({ db: db.db, schema: db.schema });
-    await (await import('../src/migrations.js')).migrateToLatest(ops.db, ops.tables);
+    await (await import('../src/db/migrations.js')).migrateToLatest(ops.db, ops.tables);
   });
   afterAll(async () => {
     await ops?.close();

@@ -1,6 +1,6 @@
 /**
  * Deferred mode's claim applies nothing, so it is sent alone: a READ COMMITTED transaction of
- * its own, committed inside PostgreSQL before its answer comes back (src/drivers/fold.ts). The
+ * its own, committed inside PostgreSQL before its answer comes back (src/db/drivers/fold.ts). The
  * key's lock is therefore not held while that answer travels and COMMIT follows, which queued
  * every claim of a busy key behind one round trip (the ledger's ingest contract, 50 senders on
  * one key). Real PostgreSQL, real HTTP.

@@ -7,9 +7,9 @@ import pg from 'pg';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { inbox as expressInbox } from '../adapters/express.js';
 import { type LedgerServer, startLedger } from '../examples/ledger/start.js';
-import { idempotencyKey } from '../src/handler-context.js';
+import { idempotencyKey } from '../src/apply/handler-context.js';
 import { createInbox, type Inbox, type InboxOptions, InboxOptionsError } from '../src/index.js';
-import { resolveOptions } from '../src/resolve-options.js';
+import { resolveOptions } from '../src/runtime/resolve-options.js';
 import { childScript } from './support/child-scripts.js';
 import {
   postgresTarget,

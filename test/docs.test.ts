@@ -12,7 +12,7 @@ import { anchorsOf, brokenLinks } from '../scripts/check-doc-links.js';
 import { parseDuration } from '../src/duration.js';
 import { METRIC_NAMES, OutcomeKind } from '../src/index.js';
 import { methodNotAllowed, PROBLEM_TYPE_BASE, problem } from '../src/outcome.js';
-import { resolveOptions } from '../src/resolve-options.js';
+import { resolveOptions } from '../src/runtime/resolve-options.js';
 import { resolveSenderOptions } from '../src/sender/options.js';
 
 const root = resolve(import.meta.dirname, '..');

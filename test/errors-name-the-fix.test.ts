@@ -5,9 +5,9 @@
  * durations.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { standardWebhooks, stripe } from '../src/delivery/providers.js';
 import { createInbox, type Inbox, InboxOptionsError } from '../src/index.js';
-import { standardWebhooks, stripe } from '../src/providers.js';
-import { resolveOptions } from '../src/resolve-options.js';
+import { resolveOptions } from '../src/runtime/resolve-options.js';
 import { freshPGlite } from './support/databases.js';
 
 const handle = () => {};

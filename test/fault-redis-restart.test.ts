@@ -90,7 +90,7 @@ describe.skipIf(!postgresTarget || !redisServerAvailable())('Redis stopped and r
    * New events, then two copies of each: what every phase sends. While duplicates are rare a
    * new event is not written to Redis; the first copies (Postgres answers them) write it, and by
    * the second copies most deliveries are duplicates, so the inbox asks Redis first
-   * (src/duplicate-odds.ts).
+   * (src/dedup/duplicate-odds.ts).
    */
   async function phase(n: number): Promise<string[]> {
     const ids = Array.from({ length: n }, () => uid('evt'));

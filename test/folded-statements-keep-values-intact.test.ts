@@ -1,7 +1,7 @@
 /**
  * The claim rides on BEGIN and the result on COMMIT, in one round trip each, two ways
- * (src/drivers/fold.ts): on node-postgres's own clients as a pipeline, its values bound as
- * parameters (src/drivers/extended-protocol.ts); on a pg-shaped wrapper as simple-protocol text, its
+ * (src/db/drivers/fold.ts): on node-postgres's own clients as a pipeline, its values bound as
+ * parameters (src/db/drivers/extended-protocol.ts); on a pg-shaped wrapper as simple-protocol text, its
  * values written as SQL literals by pg's escapeLiteral. Hostile values must arrive exactly as
  * sent either way and never escape their literal: quotes, backslashes, statement separators and
  * comments in ids, unicode keys, binary payloads, and results that look like SQL.

@@ -16,7 +16,6 @@ import { inbox as expressInbox } from '../adapters/express.js';
 import type { CliIo } from '../src/cli/command.js';
 import { main } from '../src/cli/main.js';
 import { createConsole } from '../src/console/index.js';
-import { resolveHandlers } from '../src/handlers.js';
 import {
   createInbox,
   type Handler,
@@ -25,6 +24,7 @@ import {
   type InboxOptions,
   InboxOptionsError,
 } from '../src/index.js';
+import { resolveHandlers } from '../src/options/handlers.js';
 import { postgresUrl, suiteDatabase, type Target, targets, uniqueName } from './support/databases.js';
 
 describe('which handler a type reaches', () => {

@@ -70,7 +70,7 @@ describe.each(targets)('the inbox core on $name', (target) => {
   });
 
   it('keeps concurrent transactions apart: a failing handler rolls back only its own delivery', async () => {
-    // On PGlite this is the bug src/drivers/pglite.ts guards against: one session, so interleaved transactions
+    // On PGlite this is the bug src/db/drivers/pglite.ts guards against: one session, so interleaved transactions
     // are one transaction and a ROLLBACK undoes (or a COMMIT keeps) the others' work.
     const items = `"${t.appSchema}".items`;
     const db = await app.inbox.kysely();

@@ -10,8 +10,8 @@ import { sql } from 'kysely';
 import { Registry } from 'prom-client';
 import Stripe from 'stripe';
 import { afterAll, beforeAll, describe, expect, test, vi } from 'vitest';
+import { stripe } from '../src/delivery/providers.js';
 import { createInbox, type Inbox, type InboxOptions, InboxOptionsError } from '../src/index.js';
-import { stripe } from '../src/providers.js';
 import { filePGlite, type TargetDb, targets, uniqueName } from './support/databases.js';
 import { sized } from './support/sizes.js';
 

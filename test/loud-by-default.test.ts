@@ -9,8 +9,8 @@
  * inbox of another file sharing the worker could write to.
  */
 import { afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
+import { stripe } from '../src/delivery/providers.js';
 import { createInbox, type Delivery, type Inbox, type InboxOptions } from '../src/index.js';
-import { stripe } from '../src/providers.js';
 import { freshPGlite } from './support/databases.js';
 import { whsec } from './support/provider-deliveries.js';
 

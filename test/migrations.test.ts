@@ -1,8 +1,8 @@
 import { sql } from 'kysely';
 import { describe, expect, it } from 'vitest';
+import { runMigrations } from '../src/db/migration-runner.js';
+import { createTables } from '../src/db/sql/tables.js';
 import { createInbox, migrations } from '../src/index.js';
-import { runMigrations } from '../src/migration-runner.js';
-import { createTables } from '../src/sql/tables.js';
 import { cli } from './support/cli.js';
 import { postgresTarget } from './support/databases.js';
 

@@ -2,7 +2,7 @@
  * A new event applied inline has no row until COMMIT: for an unordered id the claim takes an
  * advisory lock on it, for an ordered one in its turn the key row's lock (taken anyway) holds
  * it, and the row is inserted once, with the handler's result (and key and seq), riding on
- * COMMIT (src/sql/claim.ts, src/sql/record-applied.ts). What a sender and an operator see must be
+ * COMMIT (src/db/sql/claim.ts, src/db/sql/record-applied.ts). What a sender and an operator see must be
  * exactly what they saw when the claim inserted the row: applied once under concurrent
  * copies, failures counted, poison and rejected dead letters, the payload kept with
  * `keepPayload`. And where a row appears anyway (a claim that does not take the lock), the
@@ -24,7 +24,7 @@ let n = 0;
 const uid = (label: string) => `${label}-${process.pid}-${++n}`;
 
 /**
- * Resolves once `n` sessions wait for an id's advisory lock (src/sql/id-lock.ts), or for any
+ * Resolves once `n` sessions wait for an id's advisory lock (src/db/sql/id-lock.ts), or for any
  * lock (`'any'`), in a statement on `schema` (other tests share the server): a lock wait is
  * no event a client can await.
  */
@@ -452,7 +452,7 @@ describe.runIf(postgresTarget)(
 
     /**
      * Holds the id's advisory lock from a session of its own, as a claim of the id in flight
-     * would: the key is the one every claim takes (src/sql/id-lock.ts), pinned here because
+     * would: the key is the one every claim takes (src/db/sql/id-lock.ts), pinned here because
      * instances of two versions must keep locking the same key during a rolling deploy.
      */
     async function holdIdLock(id: string): Promise<{ release(): Promise<void> }> {

@@ -12,11 +12,11 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createBackend } from '../src/console/backend.js';
 import type { ResolvedConsoleOptions } from '../src/console/options.js';
-import { StatementNames } from '../src/drivers/common.js';
+import { StatementNames } from '../src/db/drivers/common.js';
+import { createStats } from '../src/db/sql/stats.js';
+import { createTables } from '../src/db/sql/tables.js';
 import { createInbox } from '../src/index.js';
 import { Operations } from '../src/operations/operations.js';
-import { createStats } from '../src/sql/stats.js';
-import { createTables } from '../src/sql/tables.js';
 import { postgresTarget, postgresUrl, uniqueName } from './support/databases.js';
 
 describe.runIf(postgresTarget)('operator and health queries on a big events table', () => {

@@ -53,8 +53,8 @@ describe.runIf(postgresTarget)('ordering races on real Postgres', () => {
     return pool;
   };
   // A claim as pg_stat_activity shows it: pipelined on a pg.Pool, the prepared statement's own
-  // text (`… "<schema>"."claim"($1, …)`, src/drivers/extended-protocol.ts); folded as text through a
-  // GatedPool's wrapper, `execute "wi_fold:<schema>.claim"(…)` (src/drivers/fold.ts).
+  // text (`… "<schema>"."claim"($1, …)`, src/db/drivers/extended-protocol.ts); folded as text through a
+  // GatedPool's wrapper, `execute "wi_fold:<schema>.claim"(…)` (src/db/drivers/fold.ts).
   const claimOf = (t: TargetDb) => [`"wi_fold:${t.schema}.claim"(`, `"${t.schema}"."claim"(`];
   // A replay's read of its key's row, FOR UPDATE (src/operations/replay.ts).
   const replayKeyRead = (t: TargetDb) => `blocked_seq from "${t.schema}"."keys"`;
@@ -404,7 +404,7 @@ describe.each(targets)('ordering races on $name', (target) => {
           from generate_series(1, 600) i`.execute(db);
 
       // A pass examines 1,000 keys with waiting events and the next goes on after the last one
-      // (src/sql/sweep.ts): the 1,200 planted keys sort first, so the victim's turn comes in the
+      // (src/db/sql/sweep.ts): the 1,200 planted keys sort first, so the victim's turn comes in the
       // second pass, and neither pass chooses a planted key.
       const passes = [await app.inbox.sweep(), await app.inbox.sweep()];
       const total = (field: 'gapsSkipped' | 'drained' | 'keyErrors') =>

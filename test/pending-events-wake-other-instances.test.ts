@@ -1,6 +1,6 @@
 /**
  * A pending event stored by one instance wakes the workers of another at once: the claim that
- * stores it queues a NOTIFY (src/sql/notify-pending.ts), sent at COMMIT, and every instance's
+ * stores it queues a NOTIFY (src/db/sql/notify-pending.ts), sent at COMMIT, and every instance's
  * listener hears it. The waking instance here polls once an hour and sweeps never, so the only
  * way its workers can apply the events in time is that NOTIFY: without it the test times out.
  * Both of the claim's pending inserts are covered: an unordered event, and an ordered one in

@@ -3,7 +3,7 @@
  * I/O: deliveries queued for the session could run back to back without the event loop coming
  * round, and no socket would be read, no connection accepted, until the whole queue was through
  * (under load, seconds: Node accepts one connection per pass of the event loop). The driver
- * takes at most one turn per pass (src/drivers/pglite.ts). Real PGlite, no timing: the order in
+ * takes at most one turn per pass (src/db/drivers/pglite.ts). Real PGlite, no timing: the order in
  * which things are answered.
  */
 import { createServer } from 'node:http';

@@ -1,5 +1,5 @@
 /**
- * A pipeline (src/drivers/extended-protocol.ts) parses each statement once per session, in the first
+ * A pipeline (src/db/drivers/extended-protocol.ts) parses each statement once per session, in the first
  * pipeline that needs it. When a statement fails, PostgreSQL skips the rest up to the Sync, so
  * the statements after it were never parsed, and the failed one may or may not have been. The
  * session must stay usable either way: the next pipeline neither binds a statement that does
@@ -8,7 +8,7 @@
  */
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { runPipeline } from '../src/drivers/extended-protocol.js';
+import { runPipeline } from '../src/db/drivers/extended-protocol.js';
 import { postgresUrl } from './support/databases.js';
 
 describe.runIf(postgresUrl)('pipelines recover from failures (real Postgres)', () => {

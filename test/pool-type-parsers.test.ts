@@ -1,12 +1,12 @@
 /**
  * A pool's type parsers are the application's (`pg.types.setTypeParser`, or a pool's `types`):
  * jsonb left as text is a common one (another JSON library parses it later). The inbox reads
- * its jsonb columns back as text and parses them itself (src/sql/tables.ts, `fromJsonText`), so
+ * its jsonb columns back as text and parses them itself (src/db/sql/tables.ts, `fromJsonText`), so
  * such a parser changes nothing it answers or hands a handler. Before, a duplicate's `result` was
  * a string, and a held event's `event.headers` was a string too.
  *
  * A pool that parses nothing at all (every column as PostgreSQL's text) is the extreme: before
- * src/sql/tables.ts read booleans as `t` too, the try-claim never applied, the claim's
+ * src/db/sql/tables.ts read booleans as `t` too, the try-claim never applied, the claim's
  * `row_at_commit` read as false, no new event's row was written, and a duplicate on another
  * instance ran its handler again.
  */

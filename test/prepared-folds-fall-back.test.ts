@@ -1,7 +1,7 @@
 /**
  * Folded statements are prepared once per connection: parsed under names of their own in a
- * pipeline on node-postgres's clients (src/drivers/extended-protocol.ts), PREPAREd and EXECUTEd as text on
- * a pg-shaped wrapper (src/drivers/fold.ts). A connection that lost them (DISCARD ALL or
+ * pipeline on node-postgres's clients (src/db/drivers/extended-protocol.ts), PREPAREd and EXECUTEd as text on
+ * a pg-shaped wrapper (src/db/drivers/fold.ts). A connection that lost them (DISCARD ALL or
  * DEALLOCATE ALL by someone else, a pooler that swapped backends) must not fail a delivery: its
  * pipelines parse each statement anew from then on; a wrapper folds text from then on. Nor must a pool that wraps one
  * connection in a new client object at every checkout (its PREPAREs find their names taken).
@@ -88,7 +88,7 @@ describe.runIf(postgresTarget)('prepared folds fall back to text (real Postgres)
     expect(outcome).toMatchObject({ kind: 'processed', status: 200, body: { result: { id: 'p-2' } } });
     // The failed EXECUTE was rolled back and the claim sent again as text, once.
     expect(pool.sent.filter((text) => /^rollback$/.test(text))).toHaveLength(1);
-    // A new event's row, written with its result on COMMIT (src/sql/record-applied.ts), as text too.
+    // A new event's row, written with its result on COMMIT (src/db/sql/record-applied.ts), as text too.
     expect(pool.sent.at(-1)).toMatch(
       /^insert into .*"events" .*'processed', now\(\), '\{"id":"p-2"\}'.*; commit$/s,
     );

@@ -10,8 +10,8 @@ import express from 'express';
 import request from 'supertest';
 import { beforeAll, describe, expect, test } from 'vitest';
 import { inbox as expressInbox } from '../adapters/express.js';
+import { providers } from '../src/delivery/providers.js';
 import { createInbox, type Inbox, RejectEvent } from '../src/index.js';
-import { providers } from '../src/providers.js';
 import { suiteDatabase, targets, uniqueName } from './support/databases.js';
 import { cases, now, type Signed } from './support/provider-deliveries.js';
 

@@ -16,8 +16,8 @@ import { sql } from 'kysely';
 import Stripe from 'stripe';
 import { afterAll, afterEach, beforeAll, describe, expect, test, vi } from 'vitest';
 import { type LedgerServer, providerFromEnv, startLedger } from '../examples/ledger/start.js';
+import { github, slack, stripe } from '../src/delivery/providers.js';
 import { createInbox, InboxOptionsError, UnauthorizedDeliveryError } from '../src/index.js';
-import { github, slack, stripe } from '../src/providers.js';
 import { type TargetDb, targets, uniqueName } from './support/databases.js';
 import { type Case, cases, hex, now, type Signed, whsec } from './support/provider-deliveries.js';
 

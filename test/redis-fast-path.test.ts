@@ -2,9 +2,9 @@ import { Redis } from 'ioredis';
 import { Registry } from 'prom-client';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { type LedgerServer, startLedger } from '../examples/ledger/start.js';
+import { connectRedis, RedisCache } from '../src/dedup/redis-cache.js';
 import { createInbox, type Inbox, InboxOptionsError, type Outcome } from '../src/index.js';
-import { silent } from '../src/logger.js';
-import { connectRedis, RedisCache } from '../src/redis-cache.js';
+import { silent } from '../src/observability/logger.js';
 import { CountingPool } from './support/counting-pool.js';
 import { postgresTarget, postgresUrl, redisUrl, type TargetDb, uniqueName } from './support/databases.js';
 import { getJson, post } from './support/http.js';
@@ -105,7 +105,7 @@ describe.skipIf(!postgresTarget || !redisUrl)('the Redis fast path (real Postgre
   /**
    * A retry storm, as an inbox sees one: copies of a processed event until Redis answers one
    * with no Postgres query. An inbox looks in Redis before BEGIN only while most deliveries are
-   * duplicates (src/duplicate-odds.ts); the copies Postgres answered first wrote the
+   * duplicates (src/dedup/duplicate-odds.ts); the copies Postgres answered first wrote the
    * event to Redis. Returns how many copies Postgres answered.
    */
   async function stormUntilRedisAnswers(inbox: Inbox, copy: ReturnType<typeof delivery>): Promise<number> {

@@ -12,6 +12,7 @@ import request from 'supertest';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { inbox as expressInbox } from '../adapters/express.js';
 import { handler as fetchHandler } from '../adapters/fetch.js';
+import { slack } from '../src/delivery/providers.js';
 import {
   createInbox,
   type Inbox,
@@ -20,7 +21,6 @@ import {
   RejectEvent,
   type RespondHook,
 } from '../src/index.js';
-import { slack } from '../src/providers.js';
 import { type Target, type TargetDb, targets } from './support/databases.js';
 
 interface Logged {

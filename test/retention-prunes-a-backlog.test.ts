@@ -8,8 +8,8 @@
 import { sql } from 'kysely';
 import pg from 'pg';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { bodyHash } from '../src/delivery/payload.js';
 import { createInbox, type Inbox, openOperations } from '../src/index.js';
-import { bodyHash } from '../src/payload.js';
 import { postgresTarget, postgresUrl, type TargetDb, targets } from './support/databases.js';
 import { perTestSchemas } from './support/per-test-schemas.js';
 

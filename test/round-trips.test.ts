@@ -77,7 +77,7 @@ describe.runIf(postgresTarget)('round trips to Postgres per delivery', () => {
     expect(sent).toHaveLength(3);
     // A fold is a pipeline on pg's clients (src/drivers/pipeline.ts), recorded here as the text
     // fold would read: `execute wi_pipe:<schema>.<statement>(<its values>)`, each statement parsed
-    // in the first pipeline that needs it (not per delivery). The try-claim (src/sql/try-claim.ts)
+    // in the first pipeline that needs it (not per delivery). The try-claim (src/db/sql/try-claim.ts)
     // took the id's advisory lock and read no row, so the claim function is not called; the
     // row is inserted once, with its result, on COMMIT.
     expect(sent[0]).toMatch(
@@ -236,7 +236,7 @@ describe.runIf(postgresTarget)('round trips to Postgres per delivery', () => {
       ),
       'select 1 as "one"',
       // The take locked the row and left it held; one UPDATE marks it processed with its
-      // result (src/sql/mark-applied.ts).
+      // result (src/db/sql/mark-applied.ts).
       expect.stringMatching(
         /^execute wi_pipe:[^(]+\.mark_applied\('default', 'rt-d2', .*; execute wi_pipe:[^(]+\.take_next\('default', 'kd', .*; savepoint wi_apply$/,
       ),
@@ -303,7 +303,7 @@ describe.runIf(postgresTarget)('round trips to Postgres per delivery', () => {
 });
 
 // On PGlite the same folds save calls into the embedded database, each of which has a fixed
-// cost of its own (src/drivers/pglite.ts): pinned the same way, counted as calls.
+// cost of its own (src/db/drivers/pglite.ts): pinned the same way, counted as calls.
 describe('calls into PGlite per delivery', () => {
   const calls: string[] = [];
   let pglite: PGlite;
@@ -355,11 +355,11 @@ describe('calls into PGlite per delivery', () => {
     calls.length = 0;
     expect((await deliver('pgl-2')).kind).toBe('processed');
     expect(calls).toHaveLength(3);
-    // One session: no try-lock, which could only answer true there (src/sql/try-claim.ts).
+    // One session: no try-lock, which could only answer true there (src/db/sql/try-claim.ts).
     expect(calls[0]).toMatch(
       /^begin isolation level read committed; execute "wi_fold:[^"]+\.try_claim_one_session"\('default', 'pgl-2'\); savepoint wi_apply$/,
     );
-    // The event's row, inserted with its result (src/sql/record-applied.ts), rides on COMMIT.
+    // The event's row, inserted with its result (src/db/sql/record-applied.ts), rides on COMMIT.
     expect(calls[2]).toMatch(
       /^execute "wi_fold:[^"]+\.record_applied"\('default', 'pgl-2', .*'\{"ok":true\}'.*; commit$/,
     );

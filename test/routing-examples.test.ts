@@ -24,7 +24,7 @@ describe('docs/routing.md shows the examples as they are', () => {
   test.each(['examples/routing/stripe.ts', 'examples/routing/github.ts'])('%s', (file) => {
     const asUserWritesIt = readFileSync(file, 'utf8')
       .replace("'../../src/index.js'", "'webhook-inbox'")
-      .replace("'../../src/providers.js'", "'webhook-inbox/providers'");
+      .replace("'../../src/delivery/providers.js'", "'webhook-inbox/providers'");
     expect(page).toContain(asUserWritesIt.trim());
   });
 });

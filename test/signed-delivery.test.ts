@@ -8,8 +8,8 @@ import { Webhook as StandardWebhook } from 'standardwebhooks';
 import Stripe from 'stripe';
 import { Webhook as SvixWebhook } from 'svix';
 import { describe, expect, it } from 'vitest';
+import { providers } from '../src/delivery/providers.js';
 import { UnauthorizedDeliveryError } from '../src/index.js';
-import { providers } from '../src/providers.js';
 import { signedDelivery } from '../src/testing/index.js';
 import { cases, now, whsec } from './support/provider-deliveries.js';
 

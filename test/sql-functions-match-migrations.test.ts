@@ -1,13 +1,13 @@
 /**
- * Today's SQL is readable in one place (src/sql/, each function beside its caller) and history
+ * Today's SQL is readable in one place (src/db/sql/, each function beside its caller) and history
  * lives in the frozen migrations. This proves they agree: a freshly migrated schema holds
- * exactly the functions of src/sql/functions.ts, with exactly today's definitions. A change to
+ * exactly the functions of src/db/sql/functions.ts, with exactly today's definitions. A change to
  * a function without a migration that ships it fails here.
  */
 import { type Kysely, sql } from 'kysely';
 import { describe, expect, it } from 'vitest';
+import { functionDefinitions } from '../src/db/sql/functions.js';
 import { createInbox } from '../src/index.js';
-import { functionDefinitions } from '../src/sql/functions.js';
 import { targets } from './support/databases.js';
 
 async function definitions(db: Kysely<any>, schema: string) {

@@ -1,7 +1,7 @@
 /**
  * A stored event applied later (a drain's take_next, a deferred worker's take_pending or
  * take_turn) is locked by its take but marked processed only at COMMIT, with its result, in
- * one UPDATE (src/sql/mark-applied.ts). What an operator sees afterwards must be what the
+ * one UPDATE (src/db/sql/mark-applied.ts). What an operator sees afterwards must be what the
  * take's own mark left: processed, with its result, without its payload and headers (kept
  * with `keepPayload`); a failed run leaves it waiting with its payload, counted. And the takes'
  * earlier signatures, which an older instance calls during a rolling deploy without sending

@@ -4,13 +4,13 @@
  * instance, on a connection the acknowledgements share: a deferred backlog of 100,000 events
  * held that connection 125-200 ms a pass (1,000 keys), 300-400 ms at 100,000 keys. Now a pass
  * walks the keys in key order, a few index entries each, examines a bounded number of them, and
- * the next pass goes on from the last one (src/sql/sweep.ts), so every key's turn comes round.
+ * the next pass goes on from the last one (src/db/sql/sweep.ts), so every key's turn comes round.
  */
 import { type Kysely, sql } from 'kysely';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createTables } from '../src/db/sql/tables.js';
 import { createInbox, type Inbox } from '../src/index.js';
-import { createTables } from '../src/sql/tables.js';
 import { postgresTarget, postgresUrl, targets, uniqueName } from './support/databases.js';
 import { type RecordedPool, recordedPool } from './support/plans.js';
 

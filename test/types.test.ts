@@ -12,7 +12,7 @@ import { inbox as expressInbox } from '../adapters/express.js';
 import { handler as fetchHandler } from '../adapters/fetch.js';
 import { inbox as honoInbox } from '../adapters/hono.js';
 import { inbox as koaInbox } from '../adapters/koa.js';
-import { INBOX_COLUMNS } from '../src/inbox-tables.js';
+import { INBOX_COLUMNS } from '../src/db/inbox-tables.js';
 import {
   createInbox,
   type EventMapOf,

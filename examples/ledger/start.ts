@@ -1,5 +1,6 @@
 import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { type Provider, providers } from '../../src/delivery/providers.js';
 import {
   createInbox,
   type Handler,
@@ -8,7 +9,6 @@ import {
   standardWebhooks,
   type Verify,
 } from '../../src/index.js';
-import { type Provider, providers } from '../../src/providers.js';
 import { testHooksFromEnv } from './http-problems.js';
 import { ingestInboxOptions } from './ingest.js';
 import { Ledger } from './ledger.js';

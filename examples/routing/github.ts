@@ -4,8 +4,9 @@
  * The map is written by hand for the fields this app reads; the types of `@octokit/webhooks`
  * can take its place.
  */
+
+import { github } from '../../src/delivery/providers.js';
 import { createInbox, type DatabaseInput, type Handlers } from '../../src/index.js';
-import { github } from '../../src/providers.js';
 
 interface Issue {
   action: 'opened' | 'closed' | 'reopened';

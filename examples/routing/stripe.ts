@@ -4,8 +4,8 @@
  * Stripe's SDK runs. Every other type Stripe sends is answered 200 and recorded `ignored`.
  */
 import type Stripe from 'stripe';
+import { stripe } from '../../src/delivery/providers.js';
 import { createInbox, type DatabaseInput, type EventMapOf, type Handlers } from '../../src/index.js';
-import { stripe } from '../../src/providers.js';
 
 /** `{ 'invoice.paid': Stripe.InvoicePaidEvent, … }`, from the union Stripe's SDK declares. */
 type StripeEventMap = EventMapOf<Stripe.Event>;

@@ -10,8 +10,8 @@ import type { AddressInfo } from 'node:net';
 import express from 'express';
 import type Stripe from 'stripe';
 import { inbox as mountInbox } from '../../adapters/express.js';
+import { stripe } from '../../src/delivery/providers.js';
 import { createInbox, type DatabaseInput, type Handler, type Inbox, type Logger } from '../../src/index.js';
-import { stripe } from '../../src/providers.js';
 
 /** The application's own table, in the same database as the inbox. */
 export interface DB {

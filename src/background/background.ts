@@ -1,11 +1,11 @@
 /**
  * Everything an inbox does besides answering a delivery, started by `ready()` and stopped by
  * `close()`: drains after a response, the sweeper, the workers (deferred mode, or `workers`
- * set) and their listener. Each is a loop around the one apply path (src/apply.ts).
+ * set) and their listener. Each is a loop around the one apply path (src/apply/apply.ts).
  */
 import type { Context } from '@opentelemetry/api';
 import type { Kysely } from 'kysely';
-import type { Runtime } from '../runtime.js';
+import type { Runtime } from '../runtime/runtime.js';
 import { drainInline } from './drain.js';
 import { applyDuePendingEvents, PENDING_PER_SWEEP, Sweeper, type SweepReport } from './sweeper.js';
 import type { Drained } from './turns.js';

@@ -12,10 +12,10 @@
  */
 import type { Context, Span } from '@opentelemetry/api';
 import type { Kysely, Transaction } from 'kysely';
-import type { Run } from '../apply.js';
-import type { Runtime } from '../runtime.js';
-import type { TakenEvent } from '../sql/taken-event.js';
-import { parentOf, recordError, SpanAttributes } from '../tracing.js';
+import type { Run } from '../apply/apply.js';
+import type { TakenEvent } from '../db/sql/taken-event.js';
+import { parentOf, recordError, SpanAttributes } from '../observability/tracing.js';
+import type { Runtime } from '../runtime/runtime.js';
 import { applyNextInline } from './turns.js';
 
 /**
@@ -61,7 +61,7 @@ export const DRAIN_IN_TRANSACTION = 8;
 
 /**
  * Inline mode's drain inside the transaction of the delivery that filled a key's gap: the
- * apply path's `next` (src/apply.ts). Each event is taken by `take_next`, which does not wait
+ * apply path's `next` (src/apply/apply.ts). Each event is taken by `take_next`, which does not wait
  * (the claim locked the key row and moved the cursor in this transaction), and sends the
  * event's savepoint after it, with the previous event's result riding in front: a handler that
  * throws rolls back to its own savepoint and its failure is recorded there, the events before

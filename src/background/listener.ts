@@ -4,9 +4,9 @@
  * (src/background/wake-ups.ts); a dedicated connection listens here. Lost notifications are
  * caught by the workers' poll.
  */
-import type { Database } from '../database.js';
-import type { Runtime } from '../runtime.js';
-import { notifyChannel, readWakeUp } from '../sql/notify-pending.js';
+import type { Database } from '../db/database.js';
+import { notifyChannel, readWakeUp } from '../db/sql/notify-pending.js';
+import type { Runtime } from '../runtime/runtime.js';
 
 const LISTEN_RETRY_MS = 1000;
 

@@ -5,11 +5,11 @@
  * purges dead letters past `deadRetention`.
  */
 
-import { missingTables } from '../drivers/postgres-error.js';
-import { firstTime, recovered } from '../logger.js';
+import { missingTables } from '../db/drivers/postgres-error.js';
+import type { SweepStep } from '../db/sql/sweep.js';
+import { firstTime, recovered } from '../observability/logger.js';
 import { prune, purgeDead } from '../operations/retention.js';
-import type { Runtime } from '../runtime.js';
-import type { SweepStep } from '../sql/sweep.js';
+import type { Runtime } from '../runtime/runtime.js';
 import { applyDuePending, type Drained } from './turns.js';
 
 /**
@@ -31,13 +31,13 @@ export const PENDING_PER_SWEEP = 100;
 const KEYS_PER_SWEEP = 500;
 /**
  * Keys with waiting events one pass examines at most (a few index reads each); the next pass
- * goes on from the last one, so every key's turn comes round (src/sql/sweep.ts).
+ * goes on from the last one, so every key's turn comes round (src/db/sql/sweep.ts).
  */
 const KEYS_EXAMINED_PER_SWEEP = 1000;
 /**
  * Inline mode: how many times one pass settles a key's next due gap after draining to it (its
  * drains run in the pass). Deferred mode's drains settle each due gap as they reach it
- * (src/sql/advance.ts).
+ * (src/db/sql/advance.ts).
  */
 const GAP_ROUNDS = 100;
 /** Gap deadlines remembered for an early pass; past it, the pass every `sweepIntervalMs` finds them. */

@@ -1,6 +1,6 @@
 /**
  * The three ways a stored event is taken and applied, each one transaction around the one
- * apply path (src/apply.ts):
+ * apply path (src/apply/apply.ts):
  * - `applyNextInline`: an ordered key's next event by `take_next`, which locks the key for the
  *   handler's duration (inline mode's drains and the sweeper);
  * - `applyTurn`: the same event by `take_turn`, then `advance` after the handler, without
@@ -11,12 +11,12 @@
  */
 import type { Context } from '@opentelemetry/api';
 import type { Kysely } from 'kysely';
-import { applyBatch, applyOne } from '../apply.js';
-import { sqlState } from '../drivers/postgres-error.js';
-import type { Runtime } from '../runtime.js';
-import type { Advanced } from '../sql/advance.js';
-import { CONTENDED } from '../sql/sql-state.js';
-import type { TakenEvent } from '../sql/taken-event.js';
+import { applyBatch, applyOne } from '../apply/apply.js';
+import { sqlState } from '../db/drivers/postgres-error.js';
+import type { Advanced } from '../db/sql/advance.js';
+import { CONTENDED } from '../db/sql/sql-state.js';
+import type { TakenEvent } from '../db/sql/taken-event.js';
+import type { Runtime } from '../runtime/runtime.js';
 
 /**
  * What one step of a drain did: applied an event or not, whether the key's next seq waits, and
@@ -68,7 +68,7 @@ export async function applyNextInline(
 
 /**
  * Applies the key's next event by `take_turn`, moving the cursor by `advance` before COMMIT.
- * `advance` also settles the gap after the event when it timed out (src/sql/advance.ts): the
+ * `advance` also settles the gap after the event when it timed out (src/db/sql/advance.ts): the
  * drain then goes on past it, so every due gap of a key is settled as the drain reaches it.
  */
 export async function applyTurn(rt: Runtime, key: string): Promise<Step> {
@@ -105,7 +105,7 @@ export async function applyTurn(rt: Runtime, key: string): Promise<Step> {
 
 /**
  * Applies due unordered pending events, up to `limit` in one transaction (`take_pending`, then
- * each handler under its own savepoint: src/apply.ts `applyBatch`), stopping before the next
+ * each handler under its own savepoint: src/apply/apply.ts `applyBatch`), stopping before the next
  * once the handlers ran `budgetMs`. What it ran (applied or failed) and what it applied.
  */
 export async function applyDuePending(

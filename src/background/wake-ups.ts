@@ -13,8 +13,9 @@
  * (Background.pendingStored), and the workers' poll stays the safety net for a NOTIFY lost with
  * its connection.
  */
-import type { Runtime } from '../runtime.js';
-import { notifyChannel, wakeUpPayload } from '../sql/notify-pending.js';
+
+import { notifyChannel, wakeUpPayload } from '../db/sql/notify-pending.js';
+import type { Runtime } from '../runtime/runtime.js';
 
 /** At most one wake-up NOTIFY per instance per this many milliseconds. */
 export const WAKE_UP_INTERVAL_MS = 25;

@@ -3,7 +3,7 @@
  * inline mode when `workers` is set). There is no second queue: the events table is the queue.
  * - an ordered key's next event (held or pending) is taken at the key's cursor by `take_turn`,
  *   and the cursor moved by `advance` after the handler: `take_next`'s rule without holding the
- *   key's lock during the handler (src/sql/take-turn.ts); the sweeper's drains go the same way;
+ *   key's lock during the handler (src/db/sql/take-turn.ts); the sweeper's drains go the same way;
  * - unordered pending events are taken by `take_pending` (FOR UPDATE SKIP LOCKED), up to
  *   `workerBatchSize` at once while every lane is busy, each under its own savepoint.
  * Each runs in the transaction that took it, with its handler, so it is applied exactly once;
@@ -19,8 +19,8 @@
  * Ordered keys are also swept by the sweeper every `sweepIntervalMs` (it finishes interrupted
  * drains and takes due retries).
  */
-import { firstTime, recovered } from '../logger.js';
-import type { Runtime } from '../runtime.js';
+import { firstTime, recovered } from '../observability/logger.js';
+import type { Runtime } from '../runtime/runtime.js';
 import { Listener } from './listener.js';
 import { applyDuePending, applyTurn, type Drained } from './turns.js';
 
@@ -203,7 +203,7 @@ export class Workers {
    * smaller than the lanes is spread across them (each taker wakes the next) rather than
    * queued behind one lane's handlers; at light load a batch is one event either way. And no
    * more than the recent time per event fits in `BATCH_BUDGET_MS`: slow handlers go one per
-   * transaction (the batch stops there anyway, src/apply.ts `budgetMs`, leaving the rest it
+   * transaction (the batch stops there anyway, src/apply/apply.ts `budgetMs`, leaving the rest it
    * locked to other lanes at COMMIT).
    */
   #batchSize(): number {

@@ -6,7 +6,7 @@ import { existsSync, readdirSync, statSync } from 'node:fs';
 import { parseDuration } from '../duration.js';
 import { DEAD_REASONS } from '../operations/dead-letters.js';
 import { type OpenOperationsOptions, parseInstant } from '../operations/index.js';
-import { HEADER_NAME } from '../option-checks.js';
+import { HEADER_NAME } from '../options/option-checks.js';
 import {
   type Command,
   type CommandArgs,

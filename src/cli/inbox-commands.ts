@@ -1,6 +1,7 @@
 /** Commands on the inbox as a whole: its tables, its status, its retention. */
+
+import { migrateToLatest, migrationScript, pendingMigrations } from '../db/migrations.js';
 import { formatDuration } from '../duration.js';
-import { migrateToLatest, migrationScript, pendingMigrations } from '../migrations.js';
 import { retentionOf } from './arguments.js';
 import { type Command, EXIT, UsageError } from './command.js';
 

@@ -4,7 +4,7 @@
  * through `Operations`; the one query of its own is the overview's events per minute.
  */
 import { sql } from 'kysely';
-import type { Inbox } from '../inbox.js';
+import type { Inbox } from '../inbox/inbox.js';
 import { eachSource } from '../operations/context.js';
 import type { KeySummary, Operations, ReplayResult, SkipResult } from '../operations/index.js';
 import type { ResolvedConsoleOptions } from './options.js';

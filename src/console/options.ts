@@ -5,8 +5,8 @@
  */
 import { parseDuration } from '../duration.js';
 import { InboxOptionsError } from '../errors.js';
-import type { Inbox } from '../inbox.js';
-import type { Logger } from '../logger.js';
+import type { Inbox } from '../inbox/inbox.js';
+import type { Logger } from '../observability/logger.js';
 import type { Operations } from '../operations/index.js';
 import type { ConsoleRequest } from './request.js';
 

@@ -3,12 +3,12 @@
  * the look-ups that turn an operator's id or key into one (source, row) or refuse it.
  */
 import { type Kysely, type RawBuilder, sql, type Transaction } from 'kysely';
-import { toNumber } from '../column-readers.js';
-import { sqlState } from '../drivers/postgres-error.js';
+import { toNumber } from '../db/column-readers.js';
+import { sqlState } from '../db/drivers/postgres-error.js';
+import type { Tables } from '../db/sql/tables.js';
 import { parseDuration } from '../duration.js';
 import { OperationError } from '../errors.js';
-import { DEFAULT_LOCK_TIMEOUT_MS } from '../options.js';
-import type { Tables } from '../sql/tables.js';
+import { DEFAULT_LOCK_TIMEOUT_MS } from '../options/options.js';
 
 /** The most rows one list or `--all` action handles. */
 export const MAX_LIST = 10_000;
@@ -28,7 +28,7 @@ export interface OperationsContext {
   readonly lockTimeoutMs?: number;
   /**
    * Headers never shown and removed by `scrubHeaders`: the built-in secret headers
-   * (src/payload.ts) and the ones the inbox or the operator named. @defaultValue the built-in ones
+   * (src/delivery/payload.ts) and the ones the inbox or the operator named. @defaultValue the built-in ones
    */
   readonly secretHeaders?: ReadonlySet<string>;
 }

@@ -1,8 +1,8 @@
 /** The dead-letter queue as an operator reads it: lists with filters, and one event in full. */
 import { type RawBuilder, sql } from 'kysely';
-import { toBoolean, toDate } from '../column-readers.js';
-import { secretHeaderSet, storableHeaders } from '../payload.js';
-import { type StoredEvent, toStoredEvent } from '../sql/inspect.js';
+import { toBoolean, toDate } from '../db/column-readers.js';
+import { type StoredEvent, toStoredEvent } from '../db/sql/inspect.js';
+import { secretHeaderSet, storableHeaders } from '../delivery/payload.js';
 import { ageMs, findEvent, limitOf, MAX_LIST, type OperationsContext, table } from './context.js';
 import { deadWhere, FAILED_AT, KEY_ORDER, pinSelection, type Selection } from './selection.js';
 

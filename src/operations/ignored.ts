@@ -6,7 +6,7 @@
  * routed again: to the handler written since, or ignored again.
  */
 import { sql } from 'kysely';
-import { type StoredEvent, toStoredEvent } from '../sql/inspect.js';
+import { type StoredEvent, toStoredEvent } from '../db/sql/inspect.js';
 import { ageMs, limitOf, MAX_LIST, type OperationsContext, sourceIs, table } from './context.js';
 
 /** Narrows a list of ignored events. */

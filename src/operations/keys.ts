@@ -5,7 +5,7 @@
  * for it at most `lockTimeoutMs` (boundedLockWait).
  */
 import { sql } from 'kysely';
-import { toNumber } from '../column-readers.js';
+import { toNumber } from '../db/column-readers.js';
 import { OperationError } from '../errors.js';
 import {
   ageMs,

@@ -10,11 +10,11 @@
  * uses, so an operator action and a delivery of the same key serialise instead of deadlocking.
  */
 import type { Kysely } from 'kysely';
-import { type Database, type DatabaseInput, openDatabase } from '../database.js';
-import { headerNames } from '../option-checks.js';
-import { secretHeaderSet } from '../payload.js';
-import type { StoredEvent } from '../sql/inspect.js';
-import { createTables, type Tables } from '../sql/tables.js';
+import { type Database, type DatabaseInput, openDatabase } from '../db/database.js';
+import type { StoredEvent } from '../db/sql/inspect.js';
+import { createTables, type Tables } from '../db/sql/tables.js';
+import { secretHeaderSet } from '../delivery/payload.js';
+import { headerNames } from '../options/option-checks.js';
 import type { LockWaitOptions, OperationsContext } from './context.js';
 import {
   type DeadLetter,

@@ -6,9 +6,9 @@
  * sweeper; `inbox.replay()` also drains at once.
  */
 import { sql } from 'kysely';
-import { toNumber } from '../column-readers.js';
+import { toNumber } from '../db/column-readers.js';
+import type { StoredEvent } from '../db/sql/inspect.js';
 import { OperationError } from '../errors.js';
-import type { StoredEvent } from '../sql/inspect.js';
 import {
   boundedLockWait,
   type FoundEvent,

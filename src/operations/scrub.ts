@@ -3,7 +3,7 @@
  * GitLab token stored by an earlier version with held, pending or dead events).
  */
 import { sql } from 'kysely';
-import { secretHeaderSet } from '../payload.js';
+import { secretHeaderSet } from '../delivery/payload.js';
 import { type OperationsContext, sourceIs, table } from './context.js';
 
 export interface ScrubOptions {

@@ -1,5 +1,5 @@
 import type { Outcome } from '../outcome.js';
-import type { Runtime } from '../runtime.js';
+import type { Runtime } from '../runtime/runtime.js';
 import { observed } from './observe.js';
 import * as respond from './respond.js';
 

@@ -1,21 +1,21 @@
 /**
- * A delivery's claim and, when it says "apply", its handler: one transaction (src/apply.ts).
+ * A delivery's claim and, when it says "apply", its handler: one transaction (src/apply/apply.ts).
  * Three claims (ordered or unordered, latest-wins) share one skeleton, `claimThenApply`: the
  * claim in its span, the event it took, the handler, and what a failure answers.
  */
 import type { Kysely, Transaction } from 'kysely';
-import { type ApplyStep, applyOne, type Run } from '../apply.js';
+import { type ApplyStep, applyOne, type Run } from '../apply/apply.js';
 import type { Background } from '../background/background.js';
 import { DrainInTransaction } from '../background/drain.js';
-import { notifyDeadLetter } from '../dead-letter-hook.js';
+import type { ClaimRow } from '../db/sql/claim.js';
+import type { ClaimLatestRow } from '../db/sql/claim-latest.js';
+import type { TakenEvent } from '../db/sql/taken-event.js';
+import type { ParsedDelivery } from '../delivery/delivery.js';
+import { storableHeaders } from '../delivery/payload.js';
+import { inSpan } from '../observability/tracing.js';
+import { notifyDeadLetter } from '../options/dead-letter-hook.js';
 import type { Outcome } from '../outcome.js';
-import { storableHeaders } from '../payload.js';
-import type { Runtime } from '../runtime.js';
-import type { ClaimRow } from '../sql/claim.js';
-import type { ClaimLatestRow } from '../sql/claim-latest.js';
-import type { TakenEvent } from '../sql/taken-event.js';
-import { inSpan } from '../tracing.js';
-import type { ParsedDelivery } from './delivery.js';
+import type { Runtime } from '../runtime/runtime.js';
 import type { Observation } from './observe.js';
 import * as respond from './respond.js';
 
@@ -103,7 +103,7 @@ export function claimAndApply(
   obs: Observation,
 ): Promise<Outcome> {
   // Latest-wins in deferred mode: the claim only stores the event, as an unordered one; the
-  // worker that takes it decides under the object's key row (src/sql/latest-check.ts).
+  // worker that takes it decides under the object's key row (src/db/sql/latest-check.ts).
   if (d.latest && rt.options.mode !== 'deferred') return claimLatestAndApply(rt, d, d.latest, obs);
   const key = d.key;
   if (key === null || rt.options.mode === 'deferred') {

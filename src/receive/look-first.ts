@@ -1,8 +1,8 @@
-import { mismatchOf } from '../mismatch.js';
+import { mismatchOf } from '../dedup/mismatch.js';
+import type { CachedEvent } from '../dedup/processed-cache.js';
+import type { ParsedDelivery } from '../delivery/delivery.js';
 import type { Outcome } from '../outcome.js';
-import type { CachedEvent } from '../processed-cache.js';
-import type { Runtime } from '../runtime.js';
-import type { ParsedDelivery } from './delivery.js';
+import type { Runtime } from '../runtime/runtime.js';
 import * as respond from './respond.js';
 
 /**

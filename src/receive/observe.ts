@@ -1,10 +1,10 @@
 import type { Context, Span } from '@opentelemetry/api';
-import { silent } from '../logger.js';
+import type { ParsedDelivery } from '../delivery/delivery.js';
+import { shapeOutcome } from '../delivery/respond-hook.js';
+import { silent } from '../observability/logger.js';
+import { recordError, SpanAttributes } from '../observability/tracing.js';
 import { type Outcome, OutcomeKind } from '../outcome.js';
-import type { Runtime } from '../runtime.js';
-import { recordError, SpanAttributes } from '../tracing.js';
-import type { ParsedDelivery } from './delivery.js';
-import { shapeOutcome } from './respond-hook.js';
+import type { Runtime } from '../runtime/runtime.js';
 
 /** What one delivery's telemetry needs to know besides its outcome. */
 export interface Observation {

@@ -9,20 +9,20 @@
  * "Round trips", and pinned by test/round-trips.test.ts; a change that adds one says why.
  */
 import type { Background } from '../background/background.js';
+import { type ParsedDelivery, parseDelivery } from '../delivery/delivery.js';
+import { parseBody } from '../delivery/payload.js';
+import type { Delivery } from '../delivery/request.js';
+import { type VerifiedDelivery, verifyDelivery } from '../delivery/verify.js';
 import { InvalidDeliveryError } from '../errors.js';
+import { inActiveSpan, parentOf, recordError } from '../observability/tracing.js';
 import { type Outcome, OutcomeKind } from '../outcome.js';
-import { parseBody } from '../payload.js';
-import type { Runtime } from '../runtime.js';
-import { inActiveSpan, parentOf, recordError } from '../tracing.js';
+import type { Runtime } from '../runtime/runtime.js';
 import { admitted } from './admission.js';
 import { claimAndApply } from './claim.js';
-import { type ParsedDelivery, parseDelivery } from './delivery.js';
 import { fromProcessed, lookFirst } from './look-first.js';
 import { type Observation, observed } from './observe.js';
 import { type BodyStream, startBodyRead } from './raw-body.js';
-import type { Delivery } from './request.js';
 import * as respond from './respond.js';
-import { type VerifiedDelivery, verifyDelivery } from './verify.js';
 
 /**
  * A delivery whose body is still a stream (what the adapters have): read it, bounded by

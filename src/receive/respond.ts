@@ -4,20 +4,20 @@
  * ever put in a response; the logger gets the details.
  */
 
-import { missingTables, sqlState } from '../drivers/postgres-error.js';
+import { missingTables, sqlState } from '../db/drivers/postgres-error.js';
+import type { ClaimRow } from '../db/sql/claim.js';
+import { CONTENDED } from '../db/sql/sql-state.js';
+import type { ParsedDelivery } from '../delivery/delivery.js';
 import {
   type InvalidDeliveryError,
   PoolWaitTimeoutError,
   RawBodyUnavailableError,
   UnauthorizedDeliveryError,
 } from '../errors.js';
-import { firstTime, recovered } from '../logger.js';
+import { firstTime, recovered } from '../observability/logger.js';
 import { type Outcome, OutcomeKind, ok, problem } from '../outcome.js';
-import type { ResolvedOptions } from '../resolved-options.js';
-import type { Runtime } from '../runtime.js';
-import type { ClaimRow } from '../sql/claim.js';
-import { CONTENDED } from '../sql/sql-state.js';
-import type { ParsedDelivery } from './delivery.js';
+import type { ResolvedOptions } from '../runtime/resolved-options.js';
+import type { Runtime } from '../runtime/runtime.js';
 
 export function processed(id: string, result: unknown): Outcome {
   return ok(OutcomeKind.processed, 200, { status: 'processed', id, result: result ?? null });

@@ -1,6 +1,6 @@
-import type { DatabaseInput } from '../database.js';
+import type { DatabaseInput } from '../db/database.js';
 import { InboxOptionsError } from '../errors.js';
-import { bool, describe, headerName, IDENTIFIER, integer } from '../option-checks.js';
+import { bool, describe, headerName, IDENTIFIER, integer } from '../options/option-checks.js';
 import { decodeSecret } from './signature.js';
 
 export interface BreakerOptions {

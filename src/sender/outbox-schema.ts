@@ -4,7 +4,7 @@
  * How the store uses them is in `outbox.ts`.
  */
 import type { Kysely } from 'kysely';
-import { runMigrations } from '../migration-runner.js';
+import { runMigrations } from '../db/migration-runner.js';
 
 export function quote(identifier: string): string {
   return `"${identifier.replace(/"/g, '""')}"`;

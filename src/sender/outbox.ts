@@ -24,9 +24,9 @@
  */
 import { randomUUID } from 'node:crypto';
 import { CompiledQuery, type Kysely } from 'kysely';
-import { toBytes } from '../column-readers.js';
-import { type Database, type DatabaseInput, openDatabase } from '../database.js';
-import type { StatementNames } from '../drivers/common.js';
+import { toBytes } from '../db/column-readers.js';
+import { type Database, type DatabaseInput, openDatabase } from '../db/database.js';
+import type { StatementNames } from '../db/drivers/common.js';
 import { seqNotAfterError } from './event.js';
 import { migrateOutbox, type OutboxTables, outboxTables } from './outbox-schema.js';
 import type {

@@ -11,7 +11,7 @@
  */
 import { EventEmitter } from 'node:events';
 import type { Kysely } from 'kysely';
-import { isKysely } from '../database.js';
+import { isKysely } from '../db/database.js';
 import { Breaker, BreakerState } from './breaker.js';
 import { Dispatcher } from './dispatcher.js';
 import { prepareEvent, type SenderEvent } from './event.js';

@@ -5,7 +5,7 @@
  * test/signed-delivery.test.ts).
  */
 import { createHmac, randomUUID } from 'node:crypto';
-import type { Provider, providers } from '../providers.js';
+import type { Provider, providers } from '../delivery/providers.js';
 
 /** The presets of `webhook-inbox/providers`, by name. */
 export type PresetName =

@@ -1,5 +1,5 @@
 import pg from 'pg';
-import { literal } from '../../src/drivers/literals.js';
+import { literal } from '../../src/db/drivers/literals.js';
 import type { PgClientLike, PgPoolLike } from '../../src/index.js';
 
 /**
@@ -32,8 +32,8 @@ function stepText(step: { name: string; text: string; values: readonly unknown[]
 /**
  * How a CountingPool hands out its connections. `pipelined`: node-postgres's own client (its
  * `query` counted in place), on which the driver sends folds as pipelines
- * (src/drivers/extended-protocol.ts), as it does on any pg.Pool. `text`: a pg-shaped wrapper, on which it
- * folds them as simple-protocol text (src/drivers/fold.ts), as on any pool it cannot trust with
+ * (src/db/drivers/extended-protocol.ts), as it does on any pg.Pool. `text`: a pg-shaped wrapper, on which it
+ * folds them as simple-protocol text (src/db/drivers/fold.ts), as on any pool it cannot trust with
  * node-postgres's submittable queries.
  */
 export type FoldPath = 'pipelined' | 'text';
@@ -86,7 +86,7 @@ export class CountingPool implements PgPoolLike {
     const record = (text: string) => this.#record(text);
     return {
       query(config) {
-        // A connection's PREPAREs of the folding statements (src/drivers/pg.ts) go once in its
+        // A connection's PREPAREs of the folding statements (src/db/drivers/pg.ts) go once in its
         // life, not per delivery: not counted.
         if (!config.text.startsWith('prepare ')) record(config.text);
         return client.query(config as pg.QueryConfig) as any;

@@ -6,7 +6,7 @@
  * closed when the file ends, after the file's own hooks.
  */
 import { afterAll } from 'vitest';
-import { Inbox } from '../../src/inbox.js';
+import { Inbox } from '../../src/inbox/inbox.js';
 
 /** The inboxes started since the last file ended; shared by every file a worker runs. */
 const run = globalThis as { webhookInboxStarted?: Set<Inbox> };

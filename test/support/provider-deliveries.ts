@@ -9,7 +9,7 @@ import { sign as octokitSign } from '@octokit/webhooks-methods';
 import { Webhook as StandardWebhook } from 'standardwebhooks';
 import Stripe from 'stripe';
 import { Webhook as SvixWebhook } from 'svix';
-import type { providers } from '../../src/providers.js';
+import type { providers } from '../../src/delivery/providers.js';
 
 export const now = () => Math.floor(Date.now() / 1000);
 export const hex = (key: string, text: string) => createHmac('sha256', key).update(text).digest('hex');

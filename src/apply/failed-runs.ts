@@ -1,0 +1,158 @@
+/**
+ * What a failed handler run leaves, inside its transaction and after it (src/apply/apply.ts runs the
+ * handler and calls these): the attempt counted by `fail` with the retry schedule's decision
+ * (src/apply/retry-schedule.ts), its cause (src/apply/cause.ts), a snooze when the handler asked for one
+ * (RetryLater); after COMMIT, a dead letter's metrics, log line and `onDeadLetter`.
+ */
+import type { Transaction } from 'kysely';
+import type { FailRow } from '../db/sql/fail.js';
+import type { TakenEvent } from '../db/sql/taken-event.js';
+import { storableHeaders } from '../delivery/payload.js';
+import { RejectEvent, type RetryLater } from '../errors.js';
+import { notifyDeadLetter } from '../options/dead-letter-hook.js';
+import type { Runtime } from '../runtime/runtime.js';
+import { causeOf } from './cause.js';
+import { retrySchedule } from './retry-schedule.js';
+
+/**
+ * What recording a failed run decided, with its cause (src/apply/cause.ts) and what the handler threw.
+ * `snoozed`: the handler threw RetryLater; the event waits until then, no attempt spent.
+ */
+export type RecordedFailure =
+  | (FailRow & { readonly cause: string; readonly error: unknown })
+  | {
+      readonly decision: 'snoozed';
+      readonly attempts: number;
+      readonly drain: false;
+      readonly reason?: undefined;
+      readonly cause?: undefined;
+      readonly error: RetryLater;
+    };
+
+function errorMessage(err: unknown): string {
+  const message = err instanceof Error ? `${err.name}: ${err.message}` : String(err);
+  return message.slice(0, 2000);
+}
+
+/**
+ * Records a failed run inside its transaction, after the handler threw: back to the savepoint
+ * the take left (the handler's writes undone, the event still locked), the event waiting again,
+ * then `fail` counts the attempt and, when its retry budget is spent (src/apply/retry-schedule.ts; at
+ * once for RejectEvent), dead-letters it and blocks or skips its key (`onPoison`). A stored event the take left unmarked
+ * (`markAtCommit`) is still waiting as it was (its mark was never sent): the revert finds
+ * nothing to undo, and `fail` counts it exactly as before. An event whose row the claim left for COMMIT
+ * (`rowAtCommit`) has none: the revert matches nothing (an ordered one's cursor is rewound
+ * all the same), and `fail` inserts the row as it would have counted it (attempts 1, its key
+ * and seq, its payload and the claim's `received_at`), still under the claim's id lock (and
+ * key row lock), which the savepoint keeps (they were taken before it). None of it is read back before COMMIT, so what
+ * `fail` decides is computed here from the attempts the take read under the same lock.
+ */
+export async function recordFailure(
+  rt: Runtime,
+  tx: Transaction<any>,
+  event: TakenEvent,
+  cause: unknown,
+): Promise<RecordedFailure> {
+  const o = rt.options;
+  const { id, key, seq } = event;
+  const next = retrySchedule(o, event.attempts, event.receivedAt, cause instanceof RejectEvent);
+  // An event's first failure is said; its retries only at debug (a long outage is one line
+  // per event, then its dead letter).
+  (event.attempts === 0 ? o.logger.warn : o.logger.debug)(
+    { err: cause, id, key, seq, source: o.source, attempt: event.attempts + 1 },
+    'webhook-inbox: handler failed',
+  );
+  await rt.statements.fail(tx, {
+    ...(await undoFailedTake(rt, tx, event)),
+    error: errorMessage(cause),
+    // Decided here (src/apply/retry-schedule.ts: the budget is time, which `fail` does not read):
+    // `fail` dead-letters when the attempts reach p_max_attempts, so 1 is "now", and the
+    // largest integer is "not now".
+    maxAttempts: next.dead ? 1 : 2_147_483_647,
+    onPoison: o.onPoison,
+    retryInMs: next.dead ? 0 : next.retryInMs,
+    receivedAt: event.receivedAt,
+    deadReason: next.dead ? next.reason : 'poison',
+  });
+  const fingerprint = causeOf(cause);
+  await rt.statements.recordCause(tx, o.source, id, fingerprint);
+  return {
+    decision: next.dead ? 'dead' : 'failed',
+    attempts: event.attempts + 1,
+    // onPoison 'skip' moved the cursor past it: what waits behind it may run now.
+    drain: next.dead && key !== null && o.onPoison === 'skip',
+    reason: next.dead ? next.reason : undefined,
+    cause: fingerprint,
+    error: cause,
+  };
+}
+
+/**
+ * Back to the savepoint the take left, the event waiting again (src/db/sql/failed-run.ts); then
+ * the row as the statement that records what came of the run writes it (its headers never a
+ * secret one).
+ */
+async function undoFailedTake(rt: Runtime, tx: Transaction<any>, event: TakenEvent) {
+  const o = rt.options;
+  const row = {
+    source: o.source,
+    id: event.id,
+    key: event.key,
+    seq: event.seq,
+    hash: event.hash,
+    payload: event.payload,
+    headers: storableHeaders(event.headers, o.secretHeaders),
+  };
+  await rt.statements.undoTake(tx, { ...row, waiting: event.waiting ?? 'pending' });
+  return row;
+}
+
+/**
+ * The handler threw RetryLater: back to the savepoint as for a failed run, then the event waits
+ * until the time it asked for, its attempts unchanged (src/db/sql/snooze.ts), riding on COMMIT.
+ */
+export async function recordSnooze(
+  rt: Runtime,
+  tx: Transaction<any>,
+  event: TakenEvent,
+  later: RetryLater,
+): Promise<RecordedFailure> {
+  const o = rt.options;
+  const { id, key, seq } = event;
+  o.logger.debug(
+    { id, key, seq, source: o.source, retryAt: later.at.toISOString() },
+    'webhook-inbox: handler asked to retry later',
+  );
+  await rt.statements.snooze(tx, {
+    ...(await undoFailedTake(rt, tx, event)),
+    retryAt: later.at,
+    receivedAt: event.receivedAt,
+  });
+  return { decision: 'snoozed', attempts: event.attempts, drain: false, error: later };
+}
+
+/**
+ * After COMMIT: a dead letter is counted and said, and so is the key it blocks; `onDeadLetter`
+ * is told.
+ */
+export function reportFailure(rt: Runtime, event: TakenEvent, failure: RecordedFailure): void {
+  if (failure.decision !== 'dead') return;
+  const o = rt.options;
+  const { id, key, seq } = event;
+  const reason = failure.reason ?? 'poison';
+  rt.metrics.deadLetter(reason);
+  rt.metrics.deadLetterCause(failure.cause);
+  o.logger.error(
+    { id, key, seq, source: o.source, attempts: failure.attempts, cause: failure.cause },
+    `webhook-inbox: dead-lettered (${reason}); replay it with \`webhook-inbox dead replay ${id}\` once the cause is fixed`,
+  );
+  notifyDeadLetter(
+    o.onDeadLetter,
+    o.logger,
+    { source: o.source, id, key, seq, reason, attempts: failure.attempts, receivedAt: event.receivedAt },
+    { fingerprint: failure.cause, message: errorMessage(failure.error), error: failure.error },
+  );
+  if (key !== null && o.onPoison === 'block') {
+    o.logger.info({ key, blockedSeq: seq, source: o.source }, 'webhook-inbox: key blocked (poison)');
+  }
+}

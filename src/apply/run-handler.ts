@@ -1,0 +1,79 @@
+/**
+ * One taken event's handler run, for every path that applies one (inline, drained, deferred,
+ * replayed; src/apply/apply.ts): the event as the handler sees it (its body parsed and checked again
+ * for a stored event), the handler its type gets (`handlers`; none: the event is ignored), the
+ * run in its span and context (src/apply/handler-context.ts), and its metrics.
+ */
+import type { Context } from '@opentelemetry/api';
+import type { Transaction } from 'kysely';
+import type { TakenEvent } from '../db/sql/taken-event.js';
+import { storedTypeOf } from '../delivery/field-source.js';
+import { parseBody } from '../delivery/payload.js';
+import { HandlerError } from '../errors.js';
+import { inSpan } from '../observability/tracing.js';
+import type { InboxEvent } from '../options/event.js';
+import type { Runtime } from '../runtime/runtime.js';
+import { runWithContext } from './handler-context.js';
+
+/**
+ * Runs the handler in `tx`; its result, as JSON for storing, and how long it ran. Any throw
+ * becomes a HandlerError, counted here as failed; a run that returned is counted as processed
+ * by the caller, after COMMIT.
+ */
+export async function runHandler(
+  rt: Runtime,
+  tx: Transaction<any>,
+  taken: TakenEvent,
+  parent: Context | undefined,
+): Promise<{
+  result: unknown;
+  json: string | undefined;
+  seconds: number;
+  ignored: boolean;
+  type: string | null;
+}> {
+  const o = rt.options;
+  const started = performance.now();
+  let result: unknown;
+  let json: string | undefined;
+  let type: string | null;
+  try {
+    // A stored payload that no longer parses (or no longer passes `bodySchema`) fails like a
+    // handler would: counted, then poison. Checked again here so that `event.body` is the
+    // schema's output for a held or pending event too.
+    const body =
+      'body' in taken ? taken.body : parseBody(taken.payload, taken.headers['content-type'], o.parse);
+    // A stored event's type is read again from what was stored of its delivery: the handler
+    // that exists now decides (a replayed ignored event reaches the one written since).
+    type =
+      'type' in taken
+        ? (taken.type ?? null)
+        : o.fields.type
+          ? storedTypeOf(o.fields.type, taken.headers, taken.payload, body)
+          : null;
+    const handle = o.handlers(type);
+    if (!handle) return { result: undefined, json: undefined, seconds: 0, ignored: true, type };
+    const event: InboxEvent = {
+      id: taken.id,
+      source: o.source,
+      key: taken.key,
+      seq: taken.seq,
+      type,
+      body: o.bodySchema && !('body' in taken) ? await o.bodySchema.check(body) : body,
+      rawBody: taken.payload,
+      headers: taken.headers,
+      attempt: taken.attempts + 1,
+      receivedAt: taken.receivedAt,
+    };
+    // runWithContext gives the handler its context (signal, idempotencyKey) and enforces
+    // handlerTimeoutMs; it throws HandlerError.
+    result = await inSpan(rt.tracer, 'webhook-inbox.handler', parent, () =>
+      runWithContext(handle, event, tx, o.handlerTimeoutMs, rt.database.handlerPlugins),
+    );
+    json = result === undefined ? undefined : JSON.stringify(result);
+  } catch (err) {
+    rt.metrics.handler((performance.now() - started) / 1000, 'failed');
+    throw err instanceof HandlerError ? err : new HandlerError(err);
+  }
+  return { result, json, seconds: (performance.now() - started) / 1000, ignored: false, type };
+}

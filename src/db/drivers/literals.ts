@@ -1,0 +1,73 @@
+/**
+ * Values written as SQL literals, for a statement folded as simple-protocol text (PGlite, a
+ * pg-shaped wrapper: src/db/drivers/fold.ts), where the protocol takes no parameters. Every value
+ * goes through pg's own `escapeLiteral` (bytea as hex, JSON as text), never concatenated by
+ * hand; what cannot be written (or is too large to be worth it) is undefined, and the statement
+ * then travels with its values bound instead.
+ */
+import type { CompiledQuery } from 'kysely';
+import pg from 'pg';
+
+/** Past this many characters of literals, folding costs more CPU than the round trip it saves. */
+const MAX_FOLDED_CHARS = 64 * 1024;
+
+const { escapeLiteral } = pg;
+const NEEDS_ESCAPING = /['\\]/;
+
+/** One value as a SQL literal, or undefined when it cannot (or should not) be folded. */
+export function literal(value: unknown): string | undefined {
+  if (value === null || value === undefined) return 'null';
+  switch (typeof value) {
+    case 'boolean':
+      return value ? 'true' : 'false';
+    case 'number':
+      return Number.isFinite(value) ? String(value) : undefined;
+    case 'bigint':
+      return value.toString();
+    case 'string':
+      // What escapeLiteral returns for text without quotes or backslashes, without its
+      // character-by-character loop (ids, hashes, JSON of most results).
+      return NEEDS_ESCAPING.test(value) ? escapeLiteral(value) : `'${value}'`;
+  }
+  if (value instanceof Uint8Array)
+    return `${escapeLiteral(`\\x${Buffer.from(value).toString('hex')}`)}::bytea`;
+  if (value instanceof Date) return `${escapeLiteral(value.toISOString())}::timestamptz`;
+  return undefined;
+}
+
+/** The literals of a statement's parameters, or undefined when they cannot (or should not) be folded. */
+export function literalsOf(compiled: CompiledQuery): string[] | undefined {
+  let size = 0;
+  const literals: string[] = [];
+  for (const value of compiled.parameters) {
+    const text = literal(value);
+    if (text === undefined) return undefined;
+    size += text.length;
+    if (size > MAX_FOLDED_CHARS) return undefined;
+    literals.push(text);
+  }
+  return literals;
+}
+
+/**
+ * A statement's text with its `$n` placeholders replaced by literals. Registered statements are
+ * ours: their text has no `$` but the placeholders.
+ */
+export function inline(sql: string, literals: string[]): string {
+  const parts = placeholderSplit(sql);
+  let text = parts[0] as string;
+  for (let i = 1; i < parts.length; i += 2) text += literals[(parts[i] as number) - 1] + parts[i + 1];
+  return text;
+}
+
+/** A statement's text split around its `$n` placeholders (text, n, text, …), once per text. */
+const splits = new Map<string, Array<string | number>>();
+function placeholderSplit(sql: string): Array<string | number> {
+  let parts = splits.get(sql);
+  if (!parts) {
+    parts = sql.split(/\$(\d+)/).map((part, i) => (i % 2 === 1 ? Number(part) : part));
+    // Registered statements only (a handful per schema); a bound keeps a misuse from growing it.
+    if (splits.size < 1000) splits.set(sql, parts);
+  }
+  return parts;
+}

@@ -1,0 +1,123 @@
+/**
+ * The inbox's own tables as Kysely table interfaces, for users who query them (a report, a
+ * join with their own tables). The inbox itself goes through its SQL functions (src/db/sql/);
+ * these types describe what the migrations create, and test/types.test.ts compares their
+ * columns with the tables in a migrated database.
+ *
+ * ```ts
+ * import { Kysely } from 'kysely';
+ * import type { InboxDatabase } from 'webhook-inbox';
+ *
+ * const db = new Kysely<MyDatabase & InboxDatabase>({ dialect });
+ * const dead = await db.selectFrom('webhook_inbox.events').select(['id', 'dead_reason'])
+ *   .where('status', '=', 'dead').execute();
+ * ```
+ */
+import type { ColumnType } from 'kysely';
+
+/** A `bigint` column: pg returns a string, PGlite a number or a bigint. */
+export type Int8 = ColumnType<string | number | bigint, string | number | bigint, string | number | bigint>;
+
+/** One row per event (source, id): the dedup record, the reorder buffer and the dead letters. */
+export interface InboxEventsTable {
+  source: string;
+  id: string;
+  /** The ordering key; null for an unordered event. */
+  key: string | null;
+  seq: Int8 | null;
+  /** SHA-256 of the raw body, hex. */
+  body_hash: string;
+  /** `ignored`: no handler takes its type (option `handlers`); final, as `processed` is. */
+  status: 'pending' | 'held' | 'processed' | 'dead' | 'ignored';
+  /** The raw body, kept while the event waits, while it is ignored (and after, with `keepPayload`). */
+  payload: Buffer | null;
+  headers: Record<string, string> | null;
+  /** What the handler returned (JSON), replayed to duplicates. */
+  result: unknown;
+  attempts: number;
+  last_error: string | null;
+  dead_reason: 'poison' | 'late' | 'rejected' | null;
+  run_after: Date | null;
+  received_at: Date;
+  processed_at: Date | null;
+  /**
+   * The event's type (`event.type`), written with its row's final state: when it was applied or
+   * ignored (null without a type, and for an event a claim marked: latest-wins, a waiting event
+   * claimed again by its delivery, or written by 0.1.0).
+   */
+  type: string | null;
+  /** The last failed run's fingerprint (its error's type and normalised message, hashed): migration 0003. */
+  cause: string | null;
+  /** When the last failed run was recorded (a dead letter's: when it died). */
+  failed_at: Date | null;
+}
+
+/** One row per ordering key: its cursor (`next_seq`) and whether it is blocked. */
+export interface InboxKeysTable {
+  source: string;
+  key: string;
+  next_seq: Int8;
+  state: 'open' | 'blocked';
+  blocked_seq: Int8 | null;
+  blocked_reason: 'gap' | 'poison' | null;
+  updated_at: Date;
+  /** `order: { policy: 'latest' }`: the version last applied for this key. */
+  last_version: Int8 | null;
+}
+
+/** Seqs a key skipped (gap timeout, poison skip, operator skip): a late arrival is dead-lettered. */
+export interface InboxGapsTable {
+  source: string;
+  key: string;
+  from_seq: Int8;
+  to_seq: Int8;
+  reason: 'timeout' | 'skip' | 'poison';
+  created_at: Date;
+}
+
+/**
+ * The inbox's tables under their qualified names, for the `schema` and `tablePrefix` options
+ * (defaults: `webhook_inbox` and none): `InboxDatabase` is `webhook_inbox.events`,
+ * `webhook_inbox.keys`, `webhook_inbox.gaps`; `InboxDatabase<'billing', 'wh_'>` is
+ * `billing.wh_events`, ….
+ */
+export type InboxDatabase<Schema extends string = 'webhook_inbox', Prefix extends string = ''> = {
+  [T in `${Schema}.${Prefix}events`]: InboxEventsTable;
+} & { [T in `${Schema}.${Prefix}keys`]: InboxKeysTable } & {
+  [T in `${Schema}.${Prefix}gaps`]: InboxGapsTable;
+};
+
+/** Column names of each table, as the migrations create them (checked by test/types.test.ts). */
+export const INBOX_COLUMNS = {
+  events: [
+    'source',
+    'id',
+    'key',
+    'seq',
+    'body_hash',
+    'status',
+    'payload',
+    'headers',
+    'result',
+    'attempts',
+    'last_error',
+    'dead_reason',
+    'run_after',
+    'received_at',
+    'processed_at',
+    'type',
+    'cause',
+    'failed_at',
+  ] satisfies (keyof InboxEventsTable)[],
+  keys: [
+    'source',
+    'key',
+    'next_seq',
+    'state',
+    'blocked_seq',
+    'blocked_reason',
+    'updated_at',
+    'last_version',
+  ] satisfies (keyof InboxKeysTable)[],
+  gaps: ['source', 'key', 'from_seq', 'to_seq', 'reason', 'created_at'] satisfies (keyof InboxGapsTable)[],
+} as const;

@@ -1,0 +1,367 @@
+import type { Tables } from '../sql/tables.js';
+
+/**
+ * Migration 0006 (issue 41): a claim and an `advance` read one index entry of the key's buffer
+ * and gaps, whatever their size and whatever the planner knows of the table.
+ *
+ * - `claim` (14 parameters) created again: the highest waiting seq of a key (the buffer's bound)
+ *   is read with ORDER BY ... LIMIT 1 rather than max(), and a seq below the cursor finds the
+ *   gap that may hold it as the last gap starting at or below it (a key's gaps never overlap)
+ *   rather than by a range test over every gap below it. On a table ANALYZE had not seen yet,
+ *   max() was planned as an aggregate over every waiting row of the key, read by each claim
+ *   under the key's lock: one stream of 50 senders was answered at 184/s, p95 563 ms.
+ * - `advance` (5 parameters) created again: the first waiting seq after a timed-out gap is read
+ *   the same way.
+ * - `events_applied_seq` covers ignored rows too. A claim below its key's cursor whose id has no
+ *   row asks whether another id was applied at its seq, processed or ignored; the index held
+ *   only processed rows, so that question was answered by reading the whole events table (a
+ *   sequential scan with statistics, every row of the source without), under the key's lock.
+ *   Still one index: an event's insert costs what it did. It is built in the migration's
+ *   transaction, so writes to the events table wait for the build (seconds per million rows).
+ *
+ * The 13-parameter `claim` and the 3-parameter `advance` earlier versions call are unchanged.
+ * The texts are those of src/db/sql/claim.ts and src/db/sql/advance.ts when this migration was
+ * written. Frozen history: never edit it.
+ */
+export function bufferReads(t: Tables): string {
+  return `
+drop index ${t.fn('events_applied_seq')};
+create index ${t.local('events_applied_seq')} on ${t.events} (source, key, seq)
+  where status in ('processed', 'ignored') and key is not null;
+
+create or replace function ${t.fn('claim')}(
+  p_source text, p_id text, p_key text, p_seq bigint, p_hash text,
+  p_payload bytea, p_headers jsonb, p_apply boolean, p_keep_payload boolean,
+  p_first_seen boolean, p_max_held integer, p_max_ahead bigint, p_lock_timeout text,
+  p_row_at_commit boolean
+) returns table (decision text, result jsonb, expected bigint, reason text, attempts integer, drain boolean,
+                 received_at timestamptz, row_at_commit boolean)
+language plpgsql as $fn$
+declare
+  v_prev_lock_timeout text := current_setting('lock_timeout');
+  v_next bigint;
+  v_state text;
+  v_blocked_reason text;
+  v_blocked_seq bigint;
+  v_ev ${t.events}%rowtype;
+  v_found boolean := false;
+  v_created boolean := false;
+  v_turn boolean;
+  v_busy boolean := false;
+  v_held integer;
+  v_top bigint;
+begin
+  -- Bounds the wait for a concurrent delivery of the same id or key (-> 409 in-flight);
+  -- restored below so that the handler's own statements are not affected.
+  perform set_config('lock_timeout', p_lock_timeout, true);
+  drain := false;
+  attempts := 0;
+  received_at := now();
+  row_at_commit := false;
+
+  if p_key is not null then
+    -- The key row is the key's lock: one event of a key is applied at a time, and the cursor
+    -- moves only under it. It is locked before any event row; drains lock in the same order.
+    select k.next_seq, k.state, k.blocked_reason, k.blocked_seq into v_next, v_state, v_blocked_reason, v_blocked_seq
+      from ${t.keys} k where k.source = p_source and k.key = p_key for update;
+    if not found then
+      insert into ${t.keys} as k (source, key, next_seq)
+        values (p_source, p_key, case when p_first_seen then p_seq else 1 end)
+        on conflict (source, key) do nothing;
+      v_created := found;
+      select k.next_seq, k.state, k.blocked_reason, k.blocked_seq into v_next, v_state, v_blocked_reason, v_blocked_seq
+        from ${t.keys} k where k.source = p_source and k.key = p_key for update;
+    end if;
+    expected := v_next;
+    v_turn := p_seq = v_next and (v_state = 'open' or v_blocked_reason = 'gap');
+
+    -- The id's lock, after the key row: a claim of the id under another key, under none, or
+    -- latest-wins waits here until this one commits, and then reads its row (a mismatch),
+    -- instead of running its handler beside this one's. No cycle: whoever holds an id's lock
+    -- never waits for a key row afterwards, nor for an event row whose holder may (ARCHITECTURE.md,
+    -- "Locks"); drains take key then event row and never this lock.
+    perform pg_advisory_xact_lock(hashtextextended(
+      '${t.schema}.${t.prefix}|' || length(p_source) || '|' || p_source || '|' || p_id, 0));
+
+    -- Holding the key, never wait for an event row (ARCHITECTURE.md, "Locks"): the only holder
+    -- of an ordered event row without its key is a worker between take_turn and advance, which
+    -- is applying it and waits for this key in advance. Such a row is answered from its
+    -- committed status and never applied here.
+    -- Deferred mode applies nothing here: the row is only read, as committed, never locked.
+    if p_apply then
+      select * into v_ev from ${t.events} e where e.source = p_source and e.id = p_id for update skip locked;
+      v_found := found;
+    end if;
+    if not v_found then
+      select * into v_ev from ${t.events} e where e.source = p_source and e.id = p_id;
+      v_found := found;
+      v_busy := v_found;
+    end if;
+    if not v_found then
+      if p_seq < v_next then
+        -- A key's gaps never overlap (each is recorded from the cursor, which then moves past
+        -- it), so the last one starting at or below the seq is the only one that can hold it:
+        -- one index read, where a range test (between from_seq and to_seq) read every gap
+        -- below the seq, under the key's lock (a stream's gaps grow by one per timeout).
+        if coalesce((select g.to_seq >= p_seq from ${t.gaps} g
+                      where g.source = p_source and g.key = p_key and g.from_seq <= p_seq
+                      order by g.from_seq desc limit 1), false) then
+          -- Late: its seq was skipped by a gap timeout. Applying it now would break the order.
+          insert into ${t.events} (source, id, key, seq, body_hash, status, payload, headers, dead_reason)
+            values (p_source, p_id, p_key, p_seq, p_hash, 'dead', p_payload, p_headers, 'late');
+          decision := 'dead';
+          reason := 'late';
+        elsif exists (select 1 from ${t.events} e where e.source = p_source and e.key = p_key
+                      and e.seq = p_seq and e.status in ('processed', 'ignored')) then
+          -- Another id was applied at this seq (a sender that restarted its counter): refused
+          -- and counted, never "duplicate" for an id this inbox never saw.
+          decision := 'mismatch';
+          reason := 'seq-applied';
+        else
+          -- Below the cursor, not skipped, and no row at this seq: applied before retention
+          -- pruned its row. The cursor is the permanent dedup record of an ordered key; an id
+          -- never seen cannot be told apart here (docs/ordering.md).
+          decision := 'duplicate';
+        end if;
+      elsif exists (select 1 from ${t.events} e where e.source = p_source and e.key = p_key
+                    and e.seq = p_seq and e.status in ('held', 'pending')) then
+        -- Another id already waits at this seq. Taking this one too would leave one of them
+        -- held below the cursor forever once the other is applied.
+        decision := 'mismatch';
+        reason := 'seq-taken';
+      elsif v_state = 'blocked' and v_blocked_reason = 'poison' and p_seq = v_blocked_seq then
+        -- The dead event that blocks the key holds this seq: a second id here would wait beside
+        -- it, and a replay of the dead one would leave two events at one seq.
+        decision := 'mismatch';
+        reason := 'seq-taken';
+      elsif v_turn then
+        if p_apply and p_row_at_commit then
+          -- Applied now, in its turn: no row until COMMIT, where the apply path inserts it once,
+          -- with its key, seq and result (src/db/sql/record-applied.ts). The key row locked above
+          -- (held until COMMIT) already serialises every claim, drain and operator action of
+          -- this key, and the cursor still moves below, so none of them can see the seq's turn
+          -- without its row. A claim of the id under no key or another key does not take it and
+          -- may apply the id meanwhile: the primary key then fails one of the two INSERTs at
+          -- COMMIT (23505 -> 409), and nothing is applied twice.
+          decision := 'apply';
+          row_at_commit := true;
+        elsif p_apply then
+          insert into ${t.events} (source, id, key, seq, body_hash, status, payload, headers, processed_at)
+            values (p_source, p_id, p_key, p_seq, p_hash, 'processed',
+                    case when p_keep_payload then p_payload end, case when p_keep_payload then p_headers end, now());
+          decision := 'apply';
+        else
+          insert into ${t.events} (source, id, key, seq, body_hash, status, payload, headers)
+            values (p_source, p_id, p_key, p_seq, p_hash, 'pending', p_payload, p_headers);
+          decision := 'pending';
+          if v_state = 'blocked' then
+            -- The missing seq of a gap-blocked key arrived: the key is open again for the worker
+            -- that applies it, as applying it inline reopens it.
+            update ${t.keys} k set state = 'open', blocked_seq = null, blocked_reason = null, updated_at = now()
+              where k.source = p_source and k.key = p_key;
+          end if;
+        end if;
+      elsif p_seq - v_next > p_max_ahead then
+        decision := 'buffer-full';
+        reason := 'seq-ahead';
+      else
+        -- Waiting events of a key have distinct seqs at or above its cursor (the unique
+        -- waiting index; no event stranded below its cursor), so there are at most
+        -- (highest waiting seq - cursor + 1) of them: one index read. They are counted only
+        -- when that bound reaches the limit, as a count under the key's lock grows with the
+        -- buffer and every claim of the key waits behind it. ORDER BY ... LIMIT 1 rather than
+        -- max(): on a table ANALYZE has not seen yet (a new deployment's first minute), the
+        -- planner made max() an aggregate over every waiting row of the key, so each claim read
+        -- the whole buffer under the key's lock (issue 41: the ingest contract's p95 563 ms).
+        select e.seq into v_top from ${t.events} e
+          where e.source = p_source and e.key = p_key and e.status in ('held', 'pending')
+          order by e.seq desc limit 1;
+        v_held := 0;
+        if greatest(v_top, p_seq) - v_next + 1 >= p_max_held then
+          select count(*) into v_held from ${t.events} e
+            where e.source = p_source and e.key = p_key and e.status in ('held', 'pending');
+        end if;
+        if v_held >= p_max_held then
+          decision := 'buffer-full';
+          reason := 'held-per-key';
+        else
+          insert into ${t.events} (source, id, key, seq, body_hash, status, payload, headers)
+            values (p_source, p_id, p_key, p_seq, p_hash, 'held', p_payload, p_headers);
+          decision := 'held';
+        end if;
+      end if;
+    end if;
+  else
+    -- Unordered: the id's lock first, holding nothing else (so a wait for it closes no cycle),
+    -- in every mode: an inline claim and a deferred one (mixed deployments, a switch between
+    -- modes) then never both let a handler run for the id.
+    perform pg_advisory_xact_lock(hashtextextended(
+      '${t.schema}.${t.prefix}|' || length(p_source) || '|' || p_source || '|' || p_id, 0));
+    if p_apply and p_row_at_commit then
+      -- Applied now: the row is inserted only at COMMIT, with its result
+      -- (src/db/sql/record-applied.ts). Every other claim of the id waits for the lock until then
+      -- and reads the committed row: a duplicate (or a mismatch). The primary key stays the
+      -- last guard: a row inserted meanwhile fails this transaction's INSERT at COMMIT
+      -- (23505 -> 409), and nothing is applied twice.
+      select * into v_ev from ${t.events} e where e.source = p_source and e.id = p_id for update skip locked;
+    v_found := found;
+    if not v_found then
+      select * into v_ev from ${t.events} e where e.source = p_source and e.id = p_id;
+      v_found := found;
+      if v_found and v_ev.key is null then
+        select * into v_ev from ${t.events} e where e.source = p_source and e.id = p_id for update;
+        v_found := found;
+      end if;
+    end if;
+      if not v_found then
+        decision := 'apply';
+        row_at_commit := true;
+      end if;
+    elsif not p_apply then
+      -- Deferred mode: the row as committed, never locked. A worker applying it holds its lock
+      -- (and, in a batch, may have updated it already): waiting for that lock, or inserting
+      -- over the row (ON CONFLICT waits for a conflicting row's updater), made the redelivery
+      -- wait for the worker's whole transaction. Under the id's lock, no row means none is
+      -- being inserted either (every transaction that inserts an id's row holds its lock), so
+      -- the INSERT below waits for no one.
+      select * into v_ev from ${t.events} e where e.source = p_source and e.id = p_id;
+      v_found := found;
+      if not v_found then
+        insert into ${t.events} as e (source, id, body_hash, status, payload, headers)
+          values (p_source, p_id, p_hash, 'pending', p_payload, p_headers)
+          on conflict (source, id) do nothing;
+        if not found then
+          -- Written by a transaction that took no id lock (an operator's, an older version's).
+          raise exception 'event row written during claim' using errcode = '55P03';
+        end if;
+        decision := 'pending';
+      end if;
+    else
+      -- An inline claim through the 13-parameter claim of earlier versions: the row is
+      -- inserted now.
+      insert into ${t.events} as e (source, id, body_hash, status, payload, headers, processed_at)
+        values (p_source, p_id, p_hash, 'processed',
+                case when p_keep_payload then p_payload end,
+                case when p_keep_payload then p_headers end,
+                now())
+        on conflict (source, id) do nothing;
+      if found then
+        decision := 'apply';
+      else
+        -- The id exists (committed: every claim that inserts it holds the lock this one took).
+        select * into v_ev from ${t.events} e where e.source = p_source and e.id = p_id for update skip locked;
+    v_found := found;
+    if not v_found then
+      select * into v_ev from ${t.events} e where e.source = p_source and e.id = p_id;
+      v_found := found;
+      if v_found and v_ev.key is null then
+        select * into v_ev from ${t.events} e where e.source = p_source and e.id = p_id for update;
+        v_found := found;
+      end if;
+    end if;
+        if not v_found then
+          raise exception 'event row pruned during claim' using errcode = '55P03';
+        end if;
+      end if;
+    end if;
+  end if;
+
+  if v_found then
+    attempts := v_ev.attempts;
+    received_at := v_ev.received_at;
+    if v_ev.body_hash <> p_hash then
+      decision := 'mismatch';
+      reason := 'body';
+    elsif v_ev.key is distinct from p_key then
+      decision := 'mismatch';
+      reason := 'key';
+    elsif v_ev.seq is distinct from p_seq then
+      decision := 'mismatch';
+      reason := 'seq';
+    elsif v_ev.status in ('processed', 'ignored') then
+      -- Ignored (no handler took its type) is as final as processed: a redelivery is a
+      -- duplicate, told apart by its reason, never applied by this claim.
+      decision := 'duplicate';
+      result := v_ev.result;
+      reason := nullif(v_ev.status, 'processed');
+    elsif v_ev.status = 'dead' then
+      decision := 'dead';
+      reason := v_ev.dead_reason;
+    elsif p_apply and (p_key is null or v_turn) and not v_busy then
+      -- Waiting (an earlier run failed, or a drain has not reached it yet) and its turn has
+      -- come: this delivery applies it.
+      update ${t.events} e set status = 'processed', processed_at = now(), run_after = null,
+             payload = case when p_keep_payload then e.payload end,
+             headers = case when p_keep_payload then e.headers end
+        where e.source = p_source and e.id = p_id;
+      decision := 'apply';
+    else
+      decision := v_ev.status;  -- 'held' or 'pending': it stays buffered (or a worker applies it now)
+    end if;
+  end if;
+
+  if v_created and decision in ('mismatch', 'buffer-full') then
+    -- A refused delivery leaves nothing behind, not even a cursor (it would fix the first seq
+    -- of the key under firstSeq 'first-seen').
+    delete from ${t.keys} k where k.source = p_source and k.key = p_key;
+  end if;
+
+  if decision = 'apply' and p_key is not null then
+    update ${t.keys} k set next_seq = p_seq + 1, state = 'open', blocked_seq = null, blocked_reason = null,
+           updated_at = now()
+      where k.source = p_source and k.key = p_key;
+    -- Tells the caller whether to drain after its response, saving a query when there is nothing.
+    drain := exists (select 1 from ${t.events} e where e.source = p_source and e.key = p_key
+                     and e.seq = p_seq + 1 and e.status in ('held', 'pending'));
+  end if;
+
+  perform set_config('lock_timeout', v_prev_lock_timeout, true);
+  return next;
+end
+$fn$;
+
+create or replace function ${t.fn('advance')}(p_source text, p_key text, p_seq bigint, p_gap_timeout_ms bigint,
+                                               p_on_gap text)
+returns table (more boolean, skipped_from bigint, skipped_to bigint, blocked boolean)
+language plpgsql as $fn$
+declare
+  v_first bigint;
+begin
+  update ${t.keys} k set next_seq = p_seq + 1, updated_at = now()
+   where k.source = p_source and k.key = p_key and k.next_seq = p_seq;
+  if not found then
+    -- The cursor moved under us (an operator skipped this seq): roll back, apply nothing.
+    raise exception 'webhook-inbox: cursor of key moved during apply' using errcode = '40001';
+  end if;
+  more := exists (select 1 from ${t.events} e where e.source = p_source and e.key = p_key
+                  and e.seq = p_seq + 1 and e.status in ('held', 'pending'));
+  blocked := false;
+  if not more and p_gap_timeout_ms is not null
+     and exists (select 1 from ${t.events} e where e.source = p_source and e.key = p_key
+                 and e.seq > p_seq + 1 and e.status in ('held', 'pending')
+                 and e.received_at <= now() - p_gap_timeout_ms * interval '1 millisecond') then
+    -- ORDER BY ... LIMIT 1, not min(): one index read whatever the planner knows of the table
+    -- (src/db/sql/claim.ts says why).
+    select e.seq into v_first from ${t.events} e
+     where e.source = p_source and e.key = p_key and e.seq > p_seq + 1 and e.status in ('held', 'pending')
+     order by e.seq limit 1;
+    if p_on_gap = 'skip' then
+      insert into ${t.gaps} as g (source, key, from_seq, to_seq, reason)
+        values (p_source, p_key, p_seq + 1, v_first - 1, 'timeout')
+        on conflict on constraint ${t.local('gaps_pkey')} do update set to_seq = greatest(g.to_seq, excluded.to_seq);
+      update ${t.keys} k set next_seq = v_first, updated_at = now() where k.source = p_source and k.key = p_key;
+      skipped_from := p_seq + 1;
+      skipped_to := v_first - 1;
+      more := true;
+    else
+      update ${t.keys} k set state = 'blocked', blocked_seq = p_seq + 1, blocked_reason = 'gap', updated_at = now()
+        where k.source = p_source and k.key = p_key;
+      skipped_from := p_seq + 1;
+      blocked := true;
+    end if;
+  end if;
+  return next;
+end
+$fn$;
+`;
+}

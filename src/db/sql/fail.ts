@@ -1,0 +1,135 @@
+import type { Kysely } from 'kysely';
+import type { StatementNames } from '../drivers/common.js';
+import { defineStatement, type Tables } from './tables.js';
+
+/**
+ * `fail`: counts a failed handler run, in a short transaction of its own (the handler's
+ * transaction rolled back, taking the claim with it). Keeps the payload so the event can be
+ * retried without the sender; dead-letters it as poison after p_max_attempts (or at once, as
+ * rejected, when the caller passes p_max_attempts 1 and p_dead_reason 'rejected'). An empty hash
+ * means "the stored event" (drains and workers took the stored row: nothing to compare).
+ * A failed event is always at its key's cursor (only the next seq runs), so the key row, which
+ * the rollback may have taken with it, is re-created at its seq.
+ */
+export function failFunction(t: Tables): string {
+  return `
+create or replace function ${t.fn('fail')}(
+  p_source text, p_id text, p_key text, p_seq bigint, p_hash text, p_payload bytea, p_headers jsonb,
+  p_error text, p_max_attempts integer, p_on_poison text, p_retry_in_ms bigint, p_received_at timestamptz,
+  p_dead_reason text
+) returns table (decision text, attempts integer, drain boolean)
+language plpgsql as $fn$
+declare
+  v_attempts integer;
+begin
+  drain := false;
+  if p_key is not null then
+    -- Lock order (ARCHITECTURE.md, "Locks"): the key row, then the event row, as the claim,
+    -- take_next and the operator actions do. Updating the event first and the key after
+    -- deadlocked against a sender's retry of the same event, whose claim held the key.
+    insert into ${t.keys} as k (source, key, next_seq) values (p_source, p_key, p_seq)
+      on conflict (source, key) do nothing;
+    perform 1 from ${t.keys} k where k.source = p_source and k.key = p_key for update;
+  end if;
+  insert into ${t.events} as e (source, id, key, seq, body_hash, status, payload, headers, attempts, last_error,
+                                run_after, received_at)
+    values (p_source, p_id, p_key, p_seq, p_hash, 'pending', p_payload, p_headers, 1, p_error,
+            now() + p_retry_in_ms * interval '1 millisecond', coalesce(p_received_at, now()))
+    on conflict (source, id) do update
+      set attempts = e.attempts + 1, last_error = excluded.last_error, run_after = excluded.run_after,
+          payload = coalesce(e.payload, excluded.payload), headers = coalesce(e.headers, excluded.headers)
+      where e.status in ('pending', 'held') and (excluded.body_hash = '' or e.body_hash = excluded.body_hash)
+    returning e.attempts into v_attempts;
+  if not found then
+    -- Applied (or dead-lettered) meanwhile by another delivery: this failure no longer counts.
+    decision := 'gone';
+    return next;
+    return;
+  end if;
+  attempts := v_attempts;
+  if v_attempts < p_max_attempts then
+    decision := 'failed';
+    return next;
+    return;
+  end if;
+  -- 'poison' after p_max_attempts; 'rejected' at once (the handler threw RejectEvent). The key
+  -- follows onPoison either way; its block and gap reason stay 'poison' (an event it could not apply).
+  update ${t.events} e set status = 'dead', dead_reason = p_dead_reason, run_after = null
+    where e.source = p_source and e.id = p_id;
+  decision := 'dead';
+  if p_key is not null then
+    if p_on_poison = 'block' then
+      update ${t.keys} k set state = 'blocked', blocked_seq = p_seq, blocked_reason = 'poison', updated_at = now()
+        where k.source = p_source and k.key = p_key and k.next_seq = p_seq;
+    else
+      -- A gap is recorded only when the cursor moves past it: one recorded ahead of the cursor
+      -- would make the key's later gap timeouts collide with it.
+      update ${t.keys} k set next_seq = p_seq + 1, updated_at = now()
+        where k.source = p_source and k.key = p_key and k.next_seq = p_seq;
+      drain := found;
+      if drain then
+        insert into ${t.gaps} (source, key, from_seq, to_seq, reason) values (p_source, p_key, p_seq, p_seq, 'poison')
+          on conflict do nothing;
+      end if;
+    end if;
+  end if;
+  return next;
+end
+$fn$;
+`;
+}
+
+export interface FailArgs {
+  source: string;
+  id: string;
+  key: string | null;
+  seq: number | null;
+  hash: string;
+  payload: Buffer;
+  headers: Record<string, string>;
+  error: string;
+  maxAttempts: number;
+  onPoison: 'block' | 'skip';
+  retryInMs: number;
+  receivedAt: Date | null;
+  /** The dead letter's reason when this failure dead-letters the event. */
+  deadReason: 'poison' | 'rejected';
+}
+
+/** What recording a failed run decided (src/apply/apply.ts computes it; `fail` is never read back). */
+export interface FailRow {
+  /** 'failed': counted, will be retried; 'dead': dead-lettered. */
+  decision: 'failed' | 'dead';
+  attempts: number;
+  drain: boolean;
+  /** Why it was dead-lettered (set by recordFailure when decision is 'dead'). */
+  reason?: 'poison' | 'rejected';
+}
+
+/** In the failed run's own transaction, riding on its COMMIT (see src/db/sql/failed-run.ts). */
+export function createFail(names: StatementNames, t: Tables) {
+  const statement = defineStatement(
+    names,
+    t,
+    'fail',
+    `select * from ${t.fn('fail')}($1, $2, $3, $4::bigint, $5, $6, $7::jsonb, $8, $9, $10, $11::bigint, $12::timestamptz, $13)`,
+    { rides: 'commit' },
+  );
+  return async function fail(db: Kysely<any>, a: FailArgs): Promise<void> {
+    await statement.run(db, [
+      a.source,
+      a.id,
+      a.key,
+      a.seq,
+      a.hash,
+      a.payload,
+      JSON.stringify(a.headers),
+      a.error,
+      a.maxAttempts,
+      a.onPoison,
+      a.retryInMs,
+      a.receivedAt,
+      a.deadReason,
+    ]);
+  };
+}

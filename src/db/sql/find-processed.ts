@@ -1,0 +1,29 @@
+import type { Kysely } from 'kysely';
+import type { CachedEvent } from '../../dedup/processed-cache.js';
+import { fromJsonText, toNumber } from '../column-readers.js';
+import type { StatementNames } from '../drivers/common.js';
+import { defineStatement, type Tables } from './tables.js';
+
+/**
+ * One autocommit primary-key read, before any transaction: the event when it is processed.
+ * A processed row is final, so what this reads answers a duplicate as the claim would, in one
+ * round trip instead of two. The pipeline sends it only while duplicates are likely
+ * (src/dedup/duplicate-odds.ts): for a new event it is a round trip wasted.
+ */
+export function createFindProcessed(names: StatementNames, t: Tables) {
+  const statement = defineStatement(
+    names,
+    t,
+    'find_processed',
+    `select body_hash, key, seq, result::text as result from ${t.events} where source = $1 and id = $2 and status = 'processed'`,
+  );
+  return async function findProcessed(
+    db: Kysely<any>,
+    source: string,
+    id: string,
+  ): Promise<CachedEvent | undefined> {
+    const [row] = await statement.run<any>(db, [source, id]);
+    if (!row) return undefined;
+    return { hash: row.body_hash, key: row.key, seq: toNumber(row.seq), result: fromJsonText(row.result) };
+  };
+}

@@ -1,0 +1,86 @@
+import type { Kysely } from 'kysely';
+import { toNumber } from '../column-readers.js';
+import type { StatementNames } from '../drivers/common.js';
+import { defineStatement, type Tables } from './tables.js';
+
+/**
+ * `latest_check`: latest-wins ordering for a stored event a worker took (deferred mode, and a
+ * retry the sweeper takes), right before its handler, in its transaction: under the object's
+ * key row, an event older than the version last applied is `superseded` (the caller records it
+ * processed with that result, no handler); an equal or newer one moves `last_version` and
+ * `apply`s, the key row held until COMMIT, so two versions of one object are never applied at
+ * once and an older one never after a newer one. What `claim_latest` decides for a delivery
+ * applied inline (src/db/sql/claim-latest.ts), for an event whose claim only stored it.
+ *
+ * `busy`: another transaction holds the key row (a worker applying another version of the
+ * object, an inline claim): this one does not wait for it. Its holder may be an inline claim
+ * waiting for the event row this worker holds (ARCHITECTURE.md, "Locks"), and waiting would
+ * close that cycle; the caller lets the event wait a moment instead (a snooze, no attempt
+ * counted). It runs after the event's savepoint: a handler that throws rolls the version back,
+ * and the key row's lock with it.
+ */
+export function latestCheckFunction(t: Tables): string {
+  return `
+create or replace function ${t.fn('latest_check')}(p_source text, p_key text, p_version bigint)
+returns table (decision text, latest bigint)
+language plpgsql as $fn$
+declare
+  v_last bigint;
+begin
+  select k.last_version into v_last from ${t.keys} k
+   where k.source = p_source and k.key = p_key for update skip locked;
+  if not found then
+    insert into ${t.keys} as k (source, key, next_seq) values (p_source, p_key, 1)
+      on conflict (source, key) do nothing;
+    if not found then
+      select k.last_version into v_last from ${t.keys} k
+       where k.source = p_source and k.key = p_key for update skip locked;
+      if not found then
+        decision := 'busy';
+        return next;
+        return;
+      end if;
+    end if;
+  end if;
+  latest := v_last;
+  if v_last is not null and p_version < v_last then
+    decision := 'superseded';
+  else
+    update ${t.keys} k set last_version = p_version, updated_at = now()
+      where k.source = p_source and k.key = p_key;
+    decision := 'apply';
+  end if;
+  return next;
+end
+$fn$;
+`;
+}
+
+export interface LatestCheck {
+  readonly decision: 'apply' | 'superseded' | 'busy';
+  /** The version last applied for the key before this check, or null. */
+  readonly latest: number | null;
+}
+
+/** One round trip, before a stored latest-wins event's handler. */
+export function createLatestCheck(names: StatementNames, t: Tables) {
+  const statement = defineStatement(
+    names,
+    t,
+    'latest_check',
+    `select decision, latest from ${t.fn('latest_check')}($1, $2, $3::bigint)`,
+  );
+  return async function latestCheck(
+    db: Kysely<any>,
+    source: string,
+    key: string,
+    version: number,
+  ): Promise<LatestCheck> {
+    const [row] = await statement.run<{ decision: LatestCheck['decision']; latest: unknown }>(db, [
+      source,
+      key,
+      version,
+    ]);
+    return { decision: row?.decision ?? 'busy', latest: toNumber(row?.latest) };
+  };
+}

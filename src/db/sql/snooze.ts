@@ -1,0 +1,52 @@
+import type { Kysely } from 'kysely';
+import type { StatementNames } from '../drivers/common.js';
+import { defineStatement, type Tables } from './tables.js';
+
+/**
+ * The handler threw RetryLater: the event waits until `retryAt`, its attempts unchanged, in the
+ * failed run's transaction after the undo of its take (src/db/sql/failed-run.ts), riding on COMMIT.
+ * The row as `fail` writes it (a new event's row inserted waiting, `pending`, with attempts 0;
+ * a stored one keeps its status), but no attempt counted and never dead-lettered: a snooze is
+ * not a failure. The key, for an ordered event, is still locked by the take (the savepoint
+ * kept it) and its cursor rewound at its seq, so the sweeper applies it at `retryAt` in order.
+ */
+export function createSnooze(names: StatementNames, t: Tables) {
+  const statement = defineStatement(
+    names,
+    t,
+    'snooze',
+    `insert into ${t.events} as e (source, id, key, seq, body_hash, status, payload, headers, attempts, run_after, received_at)
+       values ($1, $2, $3, $4::bigint, $5, 'pending', $6, $7::jsonb, 0, $8::timestamptz, coalesce($9::timestamptz, now()))
+     on conflict (source, id) do update
+       set run_after = excluded.run_after,
+           payload = coalesce(e.payload, excluded.payload), headers = coalesce(e.headers, excluded.headers)
+       where e.status in ('pending', 'held') and (excluded.body_hash = '' or e.body_hash = excluded.body_hash)`,
+    { rides: 'commit' },
+  );
+  return async function snooze(
+    db: Kysely<any>,
+    a: {
+      source: string;
+      id: string;
+      key: string | null;
+      seq: number | null;
+      hash: string;
+      payload: Buffer;
+      headers: Record<string, string>;
+      retryAt: Date;
+      receivedAt: Date | null;
+    },
+  ): Promise<void> {
+    await statement.run(db, [
+      a.source,
+      a.id,
+      a.key,
+      a.seq,
+      a.hash,
+      a.payload,
+      JSON.stringify(a.headers),
+      a.retryAt,
+      a.receivedAt,
+    ]);
+  };
+}

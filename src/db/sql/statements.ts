@@ -1,0 +1,67 @@
+import type { StatementNames } from '../drivers/common.js';
+import { createAdvance } from './advance.js';
+import { createClaim } from './claim.js';
+import { createClaimLatest } from './claim-latest.js';
+import { createCountPending } from './count-pending.js';
+import { createFail } from './fail.js';
+import { createApplySavepoint, createUndoTake } from './failed-run.js';
+import { createFindProcessed } from './find-processed.js';
+import { createLatestCheck } from './latest-check.js';
+import { createMarkApplied } from './mark-applied.js';
+import { createNotifyPending } from './notify-pending.js';
+import { createRecordApplied } from './record-applied.js';
+import { createRecordCause } from './record-cause.js';
+import { createSnooze } from './snooze.js';
+import { createStats } from './stats.js';
+import { createStoreResult } from './store-result.js';
+import { createSweep } from './sweep.js';
+import type { Tables } from './tables.js';
+import { createTakeNext } from './take-next.js';
+import { createTakePending } from './take-pending.js';
+import { createTakeTurn } from './take-turn.js';
+import { claimTryingFirst } from './try-claim.js';
+
+/** Every statement the inbox sends on its own behalf, each one round trip, bound to its tables. */
+export function createStatements(
+  names: StatementNames,
+  t: Tables,
+  sendsCompanions: boolean,
+  /** The database is one session (PGlite): the try-claim needs no lock there. */
+  oneSession: boolean,
+) {
+  const applySavepoint = createApplySavepoint(names, t);
+  return {
+    // Our drivers send the try-claim's `first` (its lock) with it: there a new unordered event
+    // is claimed without the claim function (src/db/sql/try-claim.ts).
+    claim: sendsCompanions
+      ? claimTryingFirst(names, t, createClaim(names, t), oneSession)
+      : createClaim(names, t),
+    claimLatest: createClaimLatest(names, t),
+    latestCheck: createLatestCheck(names, t),
+    storeResult: createStoreResult(names, t),
+    recordApplied: createRecordApplied(names, t),
+    markApplied: createMarkApplied(names, t),
+    fail: createFail(names, t),
+    recordCause: createRecordCause(names, t),
+    snooze: createSnooze(names, t),
+    undoTake: createUndoTake(names, t),
+    applySavepoint,
+    /**
+     * The savepoint a take leaves before its event's handler (src/db/sql/failed-run.ts): our
+     * drivers send it with the take (its `after`): undefined there; a Kysely instance of the
+     * user's does not, so it is sent here.
+     */
+    takeSavepoint: sendsCompanions ? undefined : applySavepoint,
+    findProcessed: createFindProcessed(names, t),
+    takeNext: createTakeNext(names, t),
+    takePending: createTakePending(names, t),
+    takeTurn: createTakeTurn(names, t),
+    advance: createAdvance(names, t),
+    sweep: createSweep(names, t),
+    stats: createStats(names, t),
+    countPending: createCountPending(names, t),
+    notifyPending: createNotifyPending(names, t),
+  };
+}
+
+export type Statements = ReturnType<typeof createStatements>;

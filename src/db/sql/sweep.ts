@@ -1,0 +1,303 @@
+import type { Kysely } from 'kysely';
+import { toNumber } from '../column-readers.js';
+import type { StatementNames } from '../drivers/common.js';
+import { defineStatement, type Tables } from './tables.js';
+
+/**
+ * `sweep`: one step of the sweeper's walk over the keys that wait. Returns the keys to drain:
+ * those whose next event is already there and due (a drain was interrupted, or a failed run
+ * waits for its retry), and those whose gap timed out (an event waiting behind the missing seq
+ * has waited past the gap timeout: the gap is recorded and skipped, or the key blocked).
+ *
+ * It walks the keys that have waiting events in key order, one read of `events_waiting` per
+ * key (a loose index scan), from the key after `p_after` (null: the first) round to `p_after`
+ * again, and stops early once `p_limit` keys have something to do or `p_scan` keys were
+ * examined; then a last row, action 'resume', names the last key examined, where the caller's
+ * next step starts. A step that examined every key returns no such row. So a step reads the keys it
+ * examines and one or two index entries of each, not every waiting event of the source: the
+ * earlier choice of keys aggregated them all (125 ms a pass at 100,000 events pending in
+ * deferred mode, on a connection the acknowledgements share) and read a chosen key's whole
+ * buffer under its lock. Keys that merely wait (a retry's backoff, a young gap) are passed
+ * over without a lock, and a key's turn comes round however many others wait.
+ *
+ * A key with something to do is locked (skipped if someone holds it: they are applying it and
+ * drain it) and read again under the lock: the walk's reads are older, and a held event that
+ * arrived since (below the one it saw first) must not be skipped as a gap. Each such key is
+ * handled in a block of its own: an error there is returned as that key's `error` row and the
+ * step goes on. The caller runs it READ COMMITTED: each statement must see claims committed
+ * meanwhile.
+ */
+export function sweepFunction(t: Tables): string {
+  return `
+create or replace function ${t.fn('sweep')}(p_source text, p_gap_timeout_ms bigint, p_on_gap text, p_limit integer,
+                                             p_after text, p_scan integer)
+returns table (key text, action text, from_seq bigint, to_seq bigint, error text)
+language plpgsql as $fn$
+declare
+  v_key text := p_after;
+  v_cutoff timestamptz := now() - p_gap_timeout_ms * interval '1 millisecond';
+  v_second_lap boolean := false;
+  v_scanned integer := 0;
+  v_chosen integer := 0;
+  v_next bigint;
+  v_first bigint;
+  v_due boolean;
+  v_old boolean;
+  v_action text;
+  v_from bigint;
+  v_to bigint;
+begin
+  loop
+    -- The next key with a waiting event: one entry of events_waiting (source, key, seq). Two
+    -- statements, not one with "v_key is null or e.key > v_key": under that OR the index's range is
+    -- not bounded by the previous key, and each read scans from the first.
+    if v_key is null then
+      select e.key into v_key from ${t.events} e
+       where e.source = p_source and e.status in ('held', 'pending') and e.key is not null
+       order by e.key limit 1;
+    else
+      select e.key into v_key from ${t.events} e
+       where e.source = p_source and e.status in ('held', 'pending') and e.key > v_key
+       order by e.key limit 1;
+    end if;
+    if not found then
+      -- Past the last key: round to the first, up to where the step began.
+      exit when p_after is null or v_second_lap;
+      v_second_lap := true;
+      v_key := null;
+      continue;
+    end if;
+    exit when v_second_lap and v_key > p_after;
+    v_scanned := v_scanned + 1;
+    v_action := null;
+    error := null;
+    -- Open keys only (blocked keys wait for an operator); nothing locked yet.
+    select k.next_seq into v_next from ${t.keys} k
+     where k.source = p_source and k.key = v_key and k.state = 'open';
+    if found then
+      -- The first waiting seq at or past the cursor. ORDER BY ... LIMIT 1, not min(): one index
+      -- read whatever the planner knows of the table (src/db/sql/claim.ts says why).
+      select e.seq, (e.run_after is null or e.run_after <= now()), e.received_at <= v_cutoff
+        into v_first, v_due, v_old from ${t.events} e
+       where e.source = p_source and e.key = v_key and e.status in ('held', 'pending') and e.seq >= v_next
+       order by e.seq limit 1;
+      -- A gap is due once an event behind it has waited the gap timeout: the first one, or any
+      -- other (read only when the first is younger, so a young gap reads its key's buffer).
+      if found and ((v_first = v_next and v_due) or (v_first > v_next and (v_old or exists (
+            select 1 from ${t.events} e
+             where e.source = p_source and e.key = v_key and e.status in ('held', 'pending')
+               and e.seq > v_next and e.received_at <= v_cutoff)))) then
+        begin
+          -- Skip keys someone is applying right now: they drain them.
+          select k.next_seq into v_next from ${t.keys} k
+           where k.source = p_source and k.key = v_key and k.state = 'open' for update skip locked;
+          if found then
+            select e.seq, (e.run_after is null or e.run_after <= now()) into v_first, v_due from ${t.events} e
+             where e.source = p_source and e.key = v_key and e.status in ('held', 'pending') and e.seq >= v_next
+             order by e.seq limit 1;
+            if not found then
+              null;
+            elsif v_first = v_next then
+              if v_due then
+                v_action := 'drain';
+                v_from := null;
+                v_to := null;
+              end if;
+            elsif exists (
+                select 1 from ${t.events} e
+                 where e.source = p_source and e.key = v_key and e.status in ('held', 'pending')
+                   and e.seq > v_next and e.received_at <= v_cutoff) then
+              v_from := v_next;
+              v_to := v_first - 1;
+              if p_on_gap = 'skip' then
+                insert into ${t.gaps} as g (source, key, from_seq, to_seq, reason)
+                  values (p_source, v_key, v_next, v_first - 1, 'timeout')
+                  on conflict on constraint ${t.local('gaps_pkey')} do update set to_seq = greatest(g.to_seq, excluded.to_seq);
+                update ${t.keys} k set next_seq = v_first, updated_at = now() where k.source = p_source and k.key = v_key;
+                v_action := 'skipped';
+              else
+                update ${t.keys} k set state = 'blocked', blocked_seq = v_next, blocked_reason = 'gap', updated_at = now()
+                  where k.source = p_source and k.key = v_key;
+                v_action := 'blocked';
+              end if;
+            end if;
+          end if;
+        exception when others then
+          -- One bad key must not stop the step (and so every other key's gap timeout and retry).
+          v_action := 'error';
+          v_from := null;
+          v_to := null;
+          error := sqlstate || ': ' || sqlerrm;
+        end;
+      end if;
+    end if;
+    if v_action is not null then
+      key := v_key;
+      action := v_action;
+      from_seq := v_from;
+      to_seq := v_to;
+      return next;
+      v_chosen := v_chosen + 1;
+    end if;
+    if v_chosen >= p_limit or v_scanned >= p_scan then
+      -- Stopped before the last key: the next step resumes after this one.
+      key := v_key;
+      action := 'resume';
+      from_seq := null;
+      to_seq := null;
+      error := null;
+      return next;
+      return;
+    end if;
+  end loop;
+end
+$fn$;
+`;
+}
+
+/**
+ * The 4-parameter `sweep` earlier versions call (a rolling deploy), as migration 0002 created
+ * it: it chooses its keys by aggregating every waiting ordered event of the source.
+ */
+export function previousSweepFunction(t: Tables): string {
+  return `
+create or replace function ${t.fn('sweep')}(p_source text, p_gap_timeout_ms bigint, p_on_gap text, p_limit integer)
+returns table (key text, action text, from_seq bigint, to_seq bigint, error text)
+language plpgsql as $fn$
+declare
+  r record;
+  v_next bigint;
+  v_first bigint;
+  v_oldest timestamptz;
+  v_action text;
+  v_from bigint;
+  v_to bigint;
+begin
+  for r in
+    -- Open keys only: blocked keys wait for an operator.
+    select e.key as k
+      from ${t.events} e
+      join ${t.keys} k on k.source = e.source and k.key = e.key and k.state = 'open'
+     where e.source = p_source and e.status in ('held', 'pending') and e.key is not null
+       and e.seq >= k.next_seq
+     group by e.key
+    having bool_or(e.seq = k.next_seq and (e.run_after is null or e.run_after <= now()))
+        or (not bool_or(e.seq = k.next_seq)
+            and min(e.received_at) <= now() - p_gap_timeout_ms * interval '1 millisecond')
+     order by min(e.received_at)
+     limit p_limit
+  loop
+    v_action := null;
+    begin
+      -- Skip keys someone is applying right now: they drain them.
+      select k.next_seq into v_next from ${t.keys} k
+        where k.source = p_source and k.key = r.k and k.state = 'open' for update skip locked;
+      if found then
+        -- Read the buffer again under the key lock: the loop's snapshot is older, and a held
+        -- event that arrived since (below the one it saw first) must not be skipped as a gap.
+        select min(e.seq), min(e.received_at) into v_first, v_oldest from ${t.events} e
+          where e.source = p_source and e.key = r.k and e.status in ('held', 'pending') and e.seq >= v_next;
+        if v_first is null then
+          null;
+        elsif v_first = v_next then
+          if exists (
+            select 1 from ${t.events} e where e.source = p_source and e.key = r.k and e.seq = v_next
+               and e.status in ('held', 'pending') and (e.run_after is null or e.run_after <= now())) then
+            v_action := 'drain';
+            v_from := null;
+            v_to := null;
+          end if;
+        elsif v_oldest <= now() - p_gap_timeout_ms * interval '1 millisecond' then
+          v_from := v_next;
+          v_to := v_first - 1;
+          if p_on_gap = 'skip' then
+            insert into ${t.gaps} as g (source, key, from_seq, to_seq, reason)
+              values (p_source, r.k, v_next, v_first - 1, 'timeout')
+              on conflict on constraint ${t.local('gaps_pkey')} do update set to_seq = greatest(g.to_seq, excluded.to_seq);
+            update ${t.keys} k set next_seq = v_first, updated_at = now() where k.source = p_source and k.key = r.k;
+            v_action := 'skipped';
+          else
+            update ${t.keys} k set state = 'blocked', blocked_seq = v_next, blocked_reason = 'gap', updated_at = now()
+              where k.source = p_source and k.key = r.k;
+            v_action := 'blocked';
+          end if;
+        end if;
+      end if;
+    exception when others then
+      -- One bad key must not stop the pass (and so every other key's gap timeout and retry).
+      key := r.k;
+      action := 'error';
+      from_seq := null;
+      to_seq := null;
+      error := sqlstate || ': ' || sqlerrm;
+      return next;
+      continue;
+    end;
+    continue when v_action is null;
+    key := r.k;
+    action := v_action;
+    from_seq := v_from;
+    to_seq := v_to;
+    error := null;
+    return next;
+  end loop;
+end
+$fn$;
+`;
+}
+
+export interface SweepRow {
+  key: string;
+  /** 'error': this key failed (`error` says why); the step went on with the others. */
+  action: 'drain' | 'skipped' | 'blocked' | 'error';
+  fromSeq: number | null;
+  toSeq: number | null;
+  error: string | null;
+}
+
+/** What one step of the walk found, and where the next starts. */
+export interface SweepStep {
+  readonly rows: SweepRow[];
+  /** The last key examined when the step stopped early; undefined: the walk reached the end. */
+  readonly resumeAfter: string | undefined;
+}
+
+/** One round trip per step of the walk (a pass takes one or a few). */
+export function createSweep(names: StatementNames, t: Tables) {
+  const statement = defineStatement(
+    names,
+    t,
+    'sweep',
+    `select * from ${t.fn('sweep')}($1, $2::bigint, $3, $4, $5, $6)`,
+  );
+  return async function sweep(
+    db: Kysely<any>,
+    source: string,
+    gapTimeoutMs: number,
+    onGap: 'skip' | 'block',
+    limits: { readonly keys: number; readonly scan: number; readonly after: string | undefined },
+  ): Promise<SweepStep> {
+    const found = await statement.run<any>(db, [
+      source,
+      gapTimeoutMs,
+      onGap,
+      limits.keys,
+      limits.after ?? null,
+      limits.scan,
+    ]);
+    let resumeAfter: string | undefined;
+    const rows: SweepRow[] = [];
+    for (const r of found) {
+      if (r.action === 'resume') resumeAfter = r.key;
+      else
+        rows.push({
+          key: r.key,
+          action: r.action,
+          fromSeq: toNumber(r.from_seq),
+          toSeq: toNumber(r.to_seq),
+          error: r.error ?? null,
+        });
+    }
+    return { rows, resumeAfter };
+  };
+}

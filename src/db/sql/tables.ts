@@ -1,0 +1,85 @@
+import { CompiledQuery, type Kysely } from 'kysely';
+import type { Rides, StatementNames, StatementResult } from '../drivers/common.js';
+
+/**
+ * Qualified, quoted names of the inbox's tables and functions. The schema and prefix are
+ * validated as plain identifiers when options are resolved, so they are escaped here once
+ * (as Graphile Worker does) and every statement below is otherwise parameterised.
+ */
+export interface Tables {
+  readonly schema: string;
+  readonly prefix: string;
+  readonly events: string;
+  readonly keys: string;
+  readonly gaps: string;
+  /** A function of ours, qualified: `fn('claim')` → `"webhook_inbox"."claim"`. */
+  fn(name: string): string;
+  /** An index or constraint name (unqualified, as CREATE INDEX wants it). */
+  local(name: string): string;
+}
+
+function quote(identifier: string): string {
+  return `"${identifier.replace(/"/g, '""')}"`;
+}
+
+export function createTables(schema: string, prefix: string): Tables {
+  const q = (name: string) => `${quote(schema)}.${quote(prefix + name)}`;
+  return {
+    schema,
+    prefix,
+    events: q('events'),
+    keys: q('keys'),
+    gaps: q('gaps'),
+    fn: q,
+    local: (name: string) => quote(prefix + name),
+  };
+}
+
+/**
+ * A statement with a fixed text, and how it travels (sent as a named prepared statement where
+ * the driver can). The contract is read by our drivers (src/db/drivers/common.ts, `Rides`;
+ * src/db/drivers/fold.ts): from here to the wire, see ARCHITECTURE.md, "One statement to the wire".
+ */
+export interface Statement {
+  readonly text: string;
+  run<R>(db: Kysely<any>, parameters: readonly unknown[]): Promise<R[]>;
+  /** The rows, with the result of the statement's `first` beside them (on our drivers). */
+  result<R>(db: Kysely<any>, parameters: readonly unknown[]): Promise<StatementResult<R>>;
+}
+
+/** How a statement travels with its neighbours (src/db/drivers/common.ts, `Rides`). */
+export interface Travel {
+  readonly rides: Rides;
+  /** A parameterless statement sent right after it, in the same round trip (the SAVEPOINT after a take). */
+  readonly after?: string;
+  /**
+   * A statement sent right before it, with the same parameters, in the same round trip; its
+   * result comes back beside this one's (`result().first`). Two statements, not one: the
+   * second's snapshot is taken after the first ran (READ COMMITTED).
+   */
+  readonly first?: Statement;
+}
+
+export function defineStatement(
+  names: StatementNames,
+  tables: Tables,
+  name: string,
+  text: string,
+  travel: Travel = { rides: 'none' },
+): Statement {
+  // Names are per connection, and one pool may serve inboxes in several schemas.
+  names.register(`wi:${tables.schema}.${tables.prefix}${name}`, text, {
+    rides: travel.rides,
+    after: travel.after,
+    first: travel.first?.text,
+  });
+  const result = <R>(db: Kysely<any>, parameters: readonly unknown[]) =>
+    db.executeQuery<R>(CompiledQuery.raw(text, parameters as unknown[])) as Promise<StatementResult<R>>;
+  return {
+    text,
+    result,
+    async run<R>(db: Kysely<any>, parameters: readonly unknown[]): Promise<R[]> {
+      return (await result<R>(db, parameters)).rows as R[];
+    },
+  };
+}

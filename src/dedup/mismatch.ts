@@ -1,0 +1,18 @@
+/** The identity a delivery of an id must share with its stored event to be a duplicate of it. */
+export interface EventIdentity {
+  readonly hash: string;
+  readonly key: string | null;
+  readonly seq: number | null;
+}
+
+/**
+ * What differs between a stored event and a delivery of its id, checked in the claim's order
+ * (src/db/sql/claim.ts): its body, then its key, then its seq; null when none does. Every answer
+ * given without the claim (the in-process cache, Redis, the row read before BEGIN, the
+ * try-claim) asks this, so that each answers a mismatch as the claim would.
+ */
+export function mismatchOf(stored: EventIdentity, delivery: EventIdentity): 'body' | 'key' | 'seq' | null {
+  if (stored.hash !== delivery.hash) return 'body';
+  if (stored.key !== delivery.key) return 'key';
+  return stored.seq !== delivery.seq ? 'seq' : null;
+}

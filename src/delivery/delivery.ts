@@ -1,0 +1,341 @@
+import { InvalidDeliveryError } from '../errors.js';
+import { type FieldDelivery, jsonOf, type ResolvedSource, readSource, readsBody } from './field-source.js';
+import { bodyHash, type ParseMode, parseBody, readsAsJson } from './payload.js';
+import { type Delivery, normalizeHeaders } from './request.js';
+
+/** A delivery whose headers and body passed validation. */
+export interface ParsedDelivery {
+  readonly id: string;
+  readonly key: string | null;
+  readonly seq: number | null;
+  readonly hash: string;
+  readonly rawBody: Buffer;
+  /**
+   * The parsed body; `undefined` only when {@link KnownBodies} said these bytes parse as JSON
+   * and nothing needed them parsed yet (the pipeline parses them if it needs the body).
+   */
+  readonly body: unknown;
+  readonly headers: Record<string, string>;
+  /** Latest-wins ordering: the object's key and this event's version; null when off or keyless. */
+  readonly latest: { readonly key: string; readonly version: number } | null;
+  /** The event's type (`fields.type` or the provider's), or null when it has none or none is read. */
+  readonly type: string | null;
+}
+
+/** Bodies known to parse as JSON, by event id and body hash (the in-process cache of processed events). */
+export interface KnownBodies {
+  bodyParses(id: string, hash: string): boolean;
+}
+
+const PRINTABLE_ASCII = /^[\x20-\x7e]{1,255}$/;
+// C0, DEL and C1 controls: none of them belongs in a key an operator reads.
+const CONTROL = /[\x00-\x1f\x7f-\x9f]/;
+const MAX_KEY_CHARACTERS = 255;
+const SEQ = /^[1-9][0-9]{0,15}$/;
+const UTF8 = new TextDecoder('utf-8', { fatal: true });
+
+/**
+ * The one value of an identity header (id, key, seq). A header sent twice is refused, never
+ * joined: Node joins repeats (`A, A`), which would make a new id of a retry. Adapters pass the
+ * header lists unjoined (`req.headersDistinct`), so a repeat is seen here whatever its case.
+ */
+function single(raw: Delivery['headers'], headers: Record<string, string>, name: string): string | undefined {
+  let count = 0;
+  for (const given in raw) {
+    // Lower-cased only when it could match: most names differ in length already.
+    if (given.length !== name.length || (given !== name && given.toLowerCase() !== name)) continue;
+    const value = raw[given];
+    if (value === undefined) continue;
+    count += typeof value === 'string' ? 1 : (value as readonly string[]).length;
+  }
+  if (count > 1) throw new InvalidDeliveryError(name, `${name} must appear once, not ${count} times`);
+  return headers[name];
+}
+
+/**
+ * A key as text. Node hands header values over as latin1 strings, one character per byte:
+ * such a value is decoded as the UTF-8 it carries (invalid UTF-8 is refused). A value with a
+ * character past U+00FF was already decoded by whoever built the delivery, and is taken as is.
+ */
+export function decodeKey(value: string, name: string): string {
+  let text = value;
+  if (/^[\x00-\xff]*$/.test(value) && /[\x80-\xff]/.test(value)) {
+    try {
+      text = UTF8.decode(Buffer.from(value, 'latin1'));
+    } catch {
+      throw new InvalidDeliveryError(name, `${name} must be valid UTF-8`);
+    }
+  }
+  return checkKey(text, name);
+}
+
+/** A key's text is 1-255 characters with no control character. */
+function checkKey(text: string, name: string): string {
+  const length = [...text].length;
+  if (length < 1 || length > MAX_KEY_CHARACTERS || CONTROL.test(text)) {
+    throw new InvalidDeliveryError(
+      name,
+      `${name} must be 1-${MAX_KEY_CHARACTERS} characters, no control characters (C0, DEL or C1)`,
+    );
+  }
+  return text;
+}
+
+const ISO_DATE_TIME = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:\d{2})$/;
+
+/**
+ * A version as a number: an integer (Stripe's `created`), or an ISO 8601 date-time (Shopify's
+ * `X-Shopify-Triggered-At`, Paddle's `occurred_at`) as milliseconds since the epoch; finer
+ * fractions are cut, so two versions within one millisecond are equal (both apply).
+ */
+function versionOf(text: string, name: string): number {
+  if (/^-?[0-9]{1,16}$/.test(text) && Number.isSafeInteger(Number(text))) return Number(text);
+  const ms = ISO_DATE_TIME.test(text) ? Date.parse(text) : Number.NaN;
+  if (!Number.isFinite(ms)) {
+    throw new InvalidDeliveryError(name, `${name} must be an integer or an ISO 8601 date-time`);
+  }
+  return ms;
+}
+
+/**
+ * One field's value as text, or undefined when absent. A header must appear once; a body
+ * field, constant or function may hold a string or an integer (written in decimal).
+ */
+function textOf(
+  source: ResolvedSource,
+  raw: Delivery['headers'],
+  headers: Record<string, string>,
+  view: () => FieldDelivery,
+): { text: string; fromHeader: boolean } | undefined {
+  if (source.kind === 'header') {
+    const value = single(raw, headers, source.name);
+    return value === undefined ? undefined : { text: value, fromHeader: true };
+  }
+  const value = readSource(source, view());
+  if (value === undefined) return undefined;
+  if (typeof value === 'string') return { text: value, fromHeader: false };
+  if (typeof value === 'number' && Number.isSafeInteger(value))
+    return { text: String(value), fromHeader: false };
+  throw new InvalidDeliveryError(source.label, `${source.label} must be a string or an integer`);
+}
+
+/**
+ * The event's type as text, or null when the delivery has none: 1-255 characters with no
+ * control character, as a key (a type is what an operator filters by, and a metric's label).
+ * A stored event's type is read again by the apply path from its stored headers and payload
+ * (`storedTypeOf`, src/delivery/field-source.ts).
+ */
+export function typeOf(
+  source: ResolvedSource,
+  raw: Delivery['headers'],
+  headers: Record<string, string>,
+  view: () => FieldDelivery,
+): string | null {
+  const field = textOf(source, raw, headers, view);
+  if (field === undefined) return null;
+  return field.fromHeader ? decodeKey(field.text, source.label) : checkKey(field.text, source.label);
+}
+
+type LatestOrder = { readonly key: ResolvedSource; readonly version: ResolvedSource };
+
+/**
+ * Latest-wins: the object's key and version of a delivery, or null when it has no key (it is
+ * then an unordered event). A key without a version is refused, naming the version's source.
+ */
+function latestOf(
+  order: LatestOrder,
+  raw: Delivery['headers'],
+  headers: Record<string, string>,
+  view: () => FieldDelivery,
+): ParsedDelivery['latest'] {
+  const { key: keySource, version: versionSource } = order;
+  const objectKey = textOf(keySource, raw, headers, view);
+  if (objectKey === undefined) return null;
+  const text = objectKey.fromHeader
+    ? decodeKey(objectKey.text, keySource.label)
+    : checkKey(objectKey.text, keySource.label);
+  const version = textOf(versionSource, raw, headers, view);
+  if (version === undefined) {
+    throw new InvalidDeliveryError(
+      versionSource.label,
+      `${versionSource.label} is required when ${keySource.label} is present`,
+    );
+  }
+  return { key: text, version: versionOf(version.text, versionSource.label) };
+}
+
+/**
+ * Latest-wins: a stored event's key and version, read again from what was stored of its
+ * delivery (its headers and payload), as its type is (`storedTypeOf`): a worker checks them
+ * before the handler of an event whose claim only stored it (src/apply/apply.ts). Null when it has
+ * none, or when they no longer read (the options changed since): applied as unordered.
+ */
+export function storedLatestOf(
+  order: LatestOrder,
+  headers: Readonly<Record<string, string>>,
+  rawBody: Buffer,
+  body: unknown,
+): ParsedDelivery['latest'] {
+  const stored = { ...headers };
+  const view = (): FieldDelivery => ({
+    headers: stored,
+    rawBody,
+    get body() {
+      return body === undefined || Buffer.isBuffer(body) ? jsonOf(rawBody) : body;
+    },
+  });
+  try {
+    return latestOf(order, stored, stored, view);
+  } catch {
+    return null;
+  }
+}
+
+/** The options a delivery is parsed by (resolved: `ResolvedOptions` has them). */
+export interface DeliveryOptions {
+  /** Where id, key and seq are read: `fields`, else the `headers`; the type from `fields` or the provider. */
+  readonly fields: {
+    readonly id: ResolvedSource;
+    readonly key: ResolvedSource;
+    readonly seq: ResolvedSource;
+    readonly type: ResolvedSource | undefined;
+  };
+  /** `seq`, or latest-wins with where its key and version are read. */
+  readonly order:
+    | { readonly policy: 'seq' }
+    | { readonly policy: 'latest'; readonly key: ResolvedSource; readonly version: ResolvedSource };
+  readonly idFromBody: boolean;
+  readonly maxBodyBytes: number;
+  readonly parse: ParseMode;
+  /** The provider preset, if any: without one, a missing id's error says how to name where it is. */
+  readonly provider: object | undefined;
+}
+
+/**
+ * Validates a delivery against the wire contract (docs/outcomes.md) and hashes its body.
+ * Throws InvalidDeliveryError naming the field; never touches the database.
+ */
+export function parseDelivery(
+  delivery: Delivery,
+  options: DeliveryOptions,
+  /**
+   * The id a verified signature covers (Standard Webhooks' `webhook-id`, Stripe's event id):
+   * it is the event's id, and an id header that disagrees is refused. An unsigned header must
+   * not turn a captured, signed delivery into a new event.
+   */
+  signedId?: string,
+  /**
+   * Given when the caller needs no body to answer a duplicate from its cache: a body these say
+   * parses as JSON is not parsed here (every check before it still runs, in the same order).
+   */
+  known?: KnownBodies,
+): ParsedDelivery {
+  const rawBody = Buffer.isBuffer(delivery.rawBody)
+    ? delivery.rawBody
+    : Buffer.from(delivery.rawBody.buffer, delivery.rawBody.byteOffset, delivery.rawBody.byteLength);
+  if (rawBody.length > options.maxBodyBytes) {
+    throw new InvalidDeliveryError('body', `body is larger than ${options.maxBodyBytes} bytes`, 413);
+  }
+  const headers = normalizeHeaders(delivery.headers);
+  const hash = bodyHash(rawBody);
+
+  const fields = options.fields;
+  const latestOrder = options.order.policy === 'latest' ? options.order : undefined;
+  const latestSources = latestOrder ? [latestOrder.key, latestOrder.version] : [];
+  // A body source reads the body before the identity is known: a broken JSON body is then
+  // refused first (naming the body), as it is anyway further down.
+  const body = readsBody([
+    fields.id,
+    fields.key,
+    fields.seq,
+    ...latestSources,
+    ...(fields.type ? [fields.type] : []),
+  ])
+    ? parseBody(rawBody, headers['content-type'], options.parse)
+    : undefined;
+  // What a body, constant or function source reads, made at its first read: the default
+  // sources are all headers, and an object with a getter is costly to make per delivery.
+  let fd: FieldDelivery | undefined;
+  const view = () =>
+    (fd ??= {
+      headers,
+      rawBody,
+      get body() {
+        return body === undefined || Buffer.isBuffer(body) ? jsonOf(rawBody) : body;
+      },
+    });
+
+  const idField = textOf(fields.id, delivery.headers, headers, view);
+  const idName = fields.id.label;
+  if (signedId !== undefined && idField !== undefined && idField.text !== signedId) {
+    throw new InvalidDeliveryError(
+      idName,
+      `${idName} differs from the event id the signature covers; send the signed id or none`,
+    );
+  }
+  let id = signedId ?? idField?.text;
+  if (id === undefined) {
+    if (!options.idFromBody) {
+      throw new InvalidDeliveryError(
+        idName,
+        fields.id.kind === 'header'
+          ? // The usual cause is a provider's webhook sent to an inbox not told which provider:
+            // its id is in its own header or the body, never in Idempotency-Key.
+            `${idName} header is required${options.provider ? '' : ": for a provider's webhooks set the inbox's `provider` (e.g. stripe({ secret })); else say where the id is with `fields.id`, or derive it with `idFromBody`"}`
+          : `${idName} is required`,
+      );
+    }
+    id = `sha256:${hash}`;
+  } else if (!PRINTABLE_ASCII.test(id)) {
+    throw new InvalidDeliveryError(idName, `${idName} must be 1-255 printable ASCII characters`);
+  }
+
+  // Under latest-wins, the seq stream's fields are not read: one key is in one policy.
+  const keyField = latestOrder ? undefined : textOf(fields.key, delivery.headers, headers, view);
+  const seqField = latestOrder ? undefined : textOf(fields.seq, delivery.headers, headers, view);
+  const keyName = fields.key.label;
+  const seqName = fields.seq.label;
+  let key: string | null = null;
+  let seq: number | null = null;
+  if (keyField !== undefined) {
+    key = keyField.fromHeader ? decodeKey(keyField.text, keyName) : checkKey(keyField.text, keyName);
+    if (seqField === undefined)
+      throw new InvalidDeliveryError(seqName, `${seqName} is required when ${keyName} is present`);
+  }
+  if (seqField !== undefined) {
+    if (keyField === undefined) throw new InvalidDeliveryError(keyName, `${seqName} requires ${keyName}`);
+    const n = SEQ.test(seqField.text) ? Number(seqField.text) : Number.NaN;
+    if (!Number.isSafeInteger(n)) {
+      throw new InvalidDeliveryError(
+        seqName,
+        seqField.fromHeader
+          ? `${seqName} must be a decimal integer from 1 to 9007199254740991`
+          : `${seqName} must be an integer ≥ 1 (at most 9007199254740991)`,
+      );
+    }
+    seq = n;
+  }
+
+  const latest = latestOrder ? latestOf(latestOrder, delivery.headers, headers, view) : null;
+
+  const type = fields.type ? typeOf(fields.type, delivery.headers, headers, view) : null;
+
+  return {
+    id,
+    key,
+    seq,
+    latest,
+    type,
+    hash,
+    rawBody,
+    body:
+      body !== undefined
+        ? body
+        : known !== undefined &&
+            readsAsJson(headers['content-type'], options.parse) &&
+            known.bodyParses(id, hash)
+          ? undefined
+          : parseBody(rawBody, headers['content-type'], options.parse),
+    headers,
+  };
+}

@@ -1,0 +1,54 @@
+/**
+ * Which requests an adapter answers, the same way in every framework: deliveries at one path,
+ * `GET <path>/health`, 405 for other methods on the path, and everything else passed on to the
+ * app. Mounted at the root of an app without a `path`, the inbox answers at
+ * {@link DEFAULT_ROOT_PATH}, never at every path: `app.use(inbox(…))` must not take over the app.
+ */
+
+import { InboxOptionsError } from '../errors.js';
+
+/** Where the inbox answers when mounted at the root of an app and given no `path`. */
+export const DEFAULT_ROOT_PATH = '/webhooks';
+
+/** What a request is to the inbox: a delivery, a health probe, the wrong method, or not ours. */
+export type Endpoint = 'delivery' | 'health' | 'method-not-allowed' | 'pass';
+
+/** `/webhooks/` and `/webhooks` are one path; `/` is the empty path (the mount point itself). */
+export function normalizePath(path: string): string {
+  return path.replace(/\/+$/, '');
+}
+
+/** A `path` option: a string that starts with `/`. Returns it normalized. */
+export function checkPath(path: unknown, option = 'path'): string | undefined {
+  if (path === undefined) return undefined;
+  if (typeof path !== 'string' || !path.startsWith('/') || /[?#\s]/.test(path)) {
+    throw new InboxOptionsError(
+      option,
+      `must be a path that starts with "/" (e.g. "/webhooks"); got ${JSON.stringify(path)}`,
+    );
+  }
+  return normalizePath(path);
+}
+
+/**
+ * @param method the request's method
+ * @param here the request's path, relative to where the middleware is mounted
+ * @param base the webhook path, normalized (the `path` option, or the mount point, or the default)
+ */
+export function endpointOf(method: string, here: string, base: string): Endpoint {
+  const path = normalizePath(here);
+  if (path === base) return method === 'POST' ? 'delivery' : 'method-not-allowed';
+  if (path === `${base}/health` && (method === 'GET' || method === 'HEAD')) return 'health';
+  return 'pass';
+}
+
+/**
+ * A route of the app already chose this middleware (`app.post('/webhooks', …)`,
+ * `router.post(…)`): POST is a delivery, a GET whose path ends in `/health` is the probe
+ * (`router.get('/webhooks/health', …)`), any other method is 405.
+ */
+export function routedEndpointOf(method: string, here: string): Endpoint {
+  if (method === 'POST') return 'delivery';
+  if ((method === 'GET' || method === 'HEAD') && normalizePath(here).endsWith('/health')) return 'health';
+  return 'method-not-allowed';
+}

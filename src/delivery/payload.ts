@@ -1,0 +1,93 @@
+/**
+ * An event's payload as stored and read back: its hash (the body's identity for duplicates),
+ * the headers kept with it, and how it is parsed — by the receive pipeline for a delivery, and
+ * by the apply path again for a stored event.
+ */
+import * as crypto from 'node:crypto';
+import { InvalidDeliveryError } from '../errors.js';
+
+/**
+ * Headers that carry a credential, or a signature that stands for one: never stored, never
+ * shown by the console or the CLI, removed from rows stored before by `webhook-inbox
+ * scrub-headers`. GitLab's `X-Gitlab-Token` is the shared secret itself; a stored signature
+ * lets whoever reads the table send the same delivery again as if from the provider (GitHub's
+ * and Shopify's sign no timestamp). None is needed once a delivery was verified: a stored event
+ * is applied without being verified again.
+ */
+export const SECRET_HEADERS: readonly string[] = Object.freeze([
+  'authorization',
+  'proxy-authorization',
+  'cookie',
+  'x-gitlab-token',
+  'stripe-signature',
+  'x-hub-signature',
+  'x-hub-signature-256',
+  'x-shopify-hmac-sha256',
+  'webhook-signature',
+  'svix-signature',
+  'x-slack-signature',
+  'paddle-signature',
+]);
+
+/** How a body is parsed (option `parse`): by its content type, always as JSON, or never. */
+export type ParseMode = 'auto' | 'json' | 'raw';
+
+/** The built-in secret headers and the given ones (lower-case names), as one set. */
+export function secretHeaderSet(...more: ReadonlyArray<readonly string[] | undefined>): ReadonlySet<string> {
+  const set = new Set(SECRET_HEADERS);
+  for (const list of more) for (const name of list ?? []) set.add(name.toLowerCase());
+  return set;
+}
+
+/**
+ * The headers stored with an event that may be applied later (held, pending, dead), or shown
+ * to an operator: every header but the secret ones.
+ */
+export function storableHeaders(
+  headers: Record<string, string>,
+  secret: ReadonlySet<string>,
+): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const name in headers) if (!secret.has(name.toLowerCase())) out[name] = headers[name];
+  return out;
+}
+
+/** `crypto.hash` (Node 20.12+): one call, no Hash object, for what is hashed once per delivery. */
+const oneShot = (crypto as { hash?: (algorithm: string, data: Uint8Array, encoding: 'hex') => string }).hash;
+
+export function bodyHash(rawBody: Uint8Array): string {
+  if (oneShot) return oneShot('sha256', rawBody, 'hex');
+  return crypto.createHash('sha256').update(rawBody).digest('hex');
+}
+
+function isJsonContentType(contentType: string | undefined): boolean {
+  if (!contentType) return false;
+  // What nearly every sender sends, without splitting and lower-casing it.
+  if (contentType === 'application/json') return true;
+  const type = contentType.split(';', 1)[0].trim().toLowerCase();
+  return type === 'application/json' || type.endsWith('+json');
+}
+
+/**
+ * Whether {@link parseBody} parses a body with this content type as JSON (otherwise it returns
+ * the bytes, or refuses the content type).
+ */
+export function readsAsJson(contentType: string | undefined, parse: ParseMode): boolean {
+  if (parse === 'raw') return false;
+  if (contentType === undefined) return parse === 'json';
+  return isJsonContentType(contentType);
+}
+
+/** Parses the body the way option `parse` says; also used again when a held event is applied. */
+export function parseBody(rawBody: Buffer, contentType: string | undefined, parse: ParseMode): unknown {
+  if (parse === 'raw') return rawBody;
+  if (parse === 'auto' && !isJsonContentType(contentType)) return rawBody;
+  if (parse === 'json' && contentType !== undefined && !isJsonContentType(contentType)) {
+    throw new InvalidDeliveryError('content-type', 'content-type must be application/json');
+  }
+  try {
+    return JSON.parse(rawBody.toString('utf8'));
+  } catch {
+    throw new InvalidDeliveryError('body', 'body is not valid JSON');
+  }
+}

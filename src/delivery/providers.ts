@@ -1,0 +1,269 @@
+/**
+ * Provider presets (`webhook-inbox/providers`): for each provider, how its signature is
+ * verified and where its event id (and type, and the object an event is about) come from,
+ * built on the inbox's verifiers and field sources. Every part can be overridden.
+ *
+ * ```ts
+ * import { createInbox } from 'webhook-inbox';
+ * import { stripe } from 'webhook-inbox/providers';
+ *
+ * const inbox = createInbox({ db, provider: stripe({ secret: process.env.STRIPE_WEBHOOK_SECRET }), handle });
+ * ```
+ */
+import { InboxOptionsError } from '../errors.js';
+import type { FieldSource } from './field-source.js';
+import {
+  headerToken,
+  hmacSignature,
+  paddleSignature,
+  type Secrets,
+  slackSignature,
+  standardWebhooks as standardWebhooksSignature,
+  stripeSignature,
+  type Verify,
+} from './verify.js';
+
+/** What a preset bundles; pass it as the inbox's `provider` option. */
+export interface Provider {
+  /** The provider's name (`'stripe'`). */
+  readonly name: string;
+  /** Verifies the provider's signature (401 when it does not match). */
+  readonly verify: Verify;
+  /** Where the event id comes from (the inbox's `fields.id`). */
+  readonly id: FieldSource;
+  /** Where the event type is: `event.type`, what `handlers` route by. */
+  readonly type: FieldSource | undefined;
+  /**
+   * Headers added to a permanent refusal (`RejectEvent`, 422 `rejected`) where the provider has
+   * a way to be told "do not retry this one" (Svix's `webhook-delivery: abort-message`, Slack's
+   * `X-Slack-No-Retry: 1`); empty where it has none (docs/routing.md, "Permanent refusals").
+   */
+  readonly rejectHeaders: Readonly<Record<string, string>>;
+  /**
+   * The object an event is about and its version (for "latest wins": never let an older
+   * event overwrite a newer one), where the provider has them; false when turned off.
+   */
+  readonly order: { readonly key: FieldSource; readonly version: FieldSource } | false;
+  /**
+   * The request headers that carry the provider's secret or signature (GitLab's
+   * `x-gitlab-token`, Stripe's `stripe-signature`): never stored with an event, never shown.
+   */
+  readonly secretHeaders: readonly string[];
+}
+
+/** Options every preset takes: the secret(s), and overrides of what the preset reads. */
+export interface PresetOptions {
+  /** The signing secret; several while rotating (any of them may have signed). */
+  secret: Secrets;
+  /** Where the event id comes from, instead of the preset's. */
+  id?: FieldSource;
+  /** Where the event type is, instead of the preset's. */
+  type?: FieldSource;
+  /** The ordering key and version instead of the preset's, or false for none. */
+  order?: { key: FieldSource; version: FieldSource } | false;
+}
+
+/** Options of presets whose signature carries a timestamp. */
+export interface TimedPresetOptions extends PresetOptions {
+  /** How far the signed timestamp may be from now, either way, in seconds. */
+  toleranceSeconds?: number;
+}
+
+function preset(
+  name: string,
+  options: PresetOptions | undefined,
+  verify: (o: PresetOptions) => Verify,
+  defaults: Omit<Provider, 'name' | 'verify' | 'rejectHeaders' | 'secretHeaders'> & {
+    rejectHeaders?: Record<string, string>;
+  },
+): Provider {
+  if (options === null || typeof options !== 'object') {
+    throw new InboxOptionsError('provider', `${name}() takes { secret }`);
+  }
+  if (options.order !== undefined && options.order !== false && typeof options.order !== 'object') {
+    throw new InboxOptionsError('provider.order', 'must be { key, version } or false');
+  }
+  const verifier = verify(options);
+  return {
+    name,
+    verify: verifier,
+    secretHeaders: verifier.secretHeaders ?? [],
+    id: options.id ?? defaults.id,
+    type: options.type ?? defaults.type,
+    order: options.order ?? defaults.order,
+    rejectHeaders: Object.freeze({ ...defaults.rejectHeaders }),
+  };
+}
+
+/** A member of a parsed JSON body, or undefined when the body is not an object or lacks it. */
+function member(value: unknown, name: string): unknown {
+  return value !== null && typeof value === 'object' && Object.hasOwn(value, name)
+    ? (value as Record<string, unknown>)[name]
+    : undefined;
+}
+
+/**
+ * Stripe: `Stripe-Signature` (5 minutes' tolerance, as Stripe's SDK); id = the body's `id`
+ * (`evt_…`, covered by the signature); type = `type`; the object is `data.object.id`,
+ * versioned by `created`.
+ *
+ * ```ts
+ * provider: stripe({ secret: process.env.STRIPE_WEBHOOK_SECRET })
+ * ```
+ */
+export function stripe(options: TimedPresetOptions): Provider {
+  return preset('stripe', options, (o) => stripeSignature(o as TimedPresetOptions & { secret: string }), {
+    id: '/id',
+    type: '/type',
+    order: { key: '/data/object/id', version: '/created' },
+  });
+}
+
+/**
+ * GitHub: `X-Hub-Signature-256` (`sha256=<hex>` HMAC of the body, no timestamp); id =
+ * `X-GitHub-Delivery` (the same on a redelivery); type = `X-GitHub-Event`, joined with the
+ * body's `action` when it has one, as Octokit names them (`issues.opened`; `push`). No ordering.
+ *
+ * ```ts
+ * provider: github({ secret: process.env.GITHUB_WEBHOOK_SECRET })
+ * ```
+ */
+export function github(options: PresetOptions): Provider {
+  return preset(
+    'github',
+    options,
+    (o) => hmacSignature({ header: 'x-hub-signature-256', prefix: 'sha256=', secret: o.secret }),
+    {
+      id: 'x-github-delivery',
+      type: (d) => {
+        const event = d.headers['x-github-event'];
+        const action = member(d.body, 'action');
+        return event !== undefined && typeof action === 'string' ? `${event}.${action}` : event;
+      },
+      order: false,
+    },
+  );
+}
+
+/**
+ * Shopify: `X-Shopify-Hmac-Sha256` (base64 HMAC of the body, no timestamp); id =
+ * `X-Shopify-Webhook-Id` (`X-Shopify-Event-Id` names the event across subscriptions:
+ * `id: 'x-shopify-event-id'`); type = `X-Shopify-Topic`; the object is the body's `id`,
+ * versioned by `X-Shopify-Triggered-At`.
+ *
+ * ```ts
+ * provider: shopify({ secret: process.env.SHOPIFY_API_SECRET })
+ * ```
+ */
+export function shopify(options: PresetOptions): Provider {
+  return preset(
+    'shopify',
+    options,
+    (o) => hmacSignature({ header: 'x-shopify-hmac-sha256', encoding: 'base64', secret: o.secret }),
+    {
+      id: 'x-shopify-webhook-id',
+      type: 'x-shopify-topic',
+      order: { key: '/id', version: 'x-shopify-triggered-at' },
+    },
+  );
+}
+
+/**
+ * Svix and every Standard Webhooks sender (Clerk, Resend, …): `svix-id/-timestamp/-signature`
+ * or `webhook-id/-timestamp/-signature`, whichever the delivery carries; `v1` (HMAC-SHA256)
+ * signatures; `v1a` (ed25519) is not supported. id = the signed `svix-id` / `webhook-id`;
+ * type = the body's `type`. No ordering. A `RejectEvent` is answered with
+ * `webhook-delivery: abort-message`, which tells Svix to stop retrying that message.
+ *
+ * ```ts
+ * provider: svix({ secret: process.env.CLERK_WEBHOOK_SECRET }) // whsec_…
+ * ```
+ */
+export function svix(options: TimedPresetOptions): Provider {
+  return preset(
+    'svix',
+    options,
+    (o) => standardWebhooksSignature({ ...(o as TimedPresetOptions), headers: 'either' }),
+    {
+      id: (d) => d.headers['svix-id'] ?? d.headers['webhook-id'],
+      type: '/type',
+      order: false,
+      rejectHeaders: { 'webhook-delivery': 'abort-message' },
+    },
+  );
+}
+
+/** The same preset as `svix`: both header families. */
+export function standardWebhooks(options: TimedPresetOptions): Provider {
+  return { ...svix(options), name: 'standardWebhooks' };
+}
+
+/**
+ * Slack (Events API): `X-Slack-Signature` `v0` over `v0:{timestamp}:{body}`, 5 minutes'
+ * tolerance; id = the body's `event_id` (a retry, `X-Slack-Retry-Num: 1`, carries the same);
+ * type = `event.type`, else the envelope's `type` (`url_verification`, `app_rate_limited`). A
+ * `RejectEvent` is answered with `X-Slack-No-Retry: 1`. Slack wants an answer within 3 seconds:
+ * pair it with `mode: 'deferred'`.
+ *
+ * ```ts
+ * provider: slack({ secret: process.env.SLACK_SIGNING_SECRET }), mode: 'deferred'
+ * ```
+ */
+export function slack(options: TimedPresetOptions): Provider {
+  return preset('slack', options, (o) => slackSignature(o as TimedPresetOptions), {
+    id: '/event_id',
+    type: (d) => {
+      const inner = member(member(d.body, 'event'), 'type');
+      return (inner ?? member(d.body, 'type')) as string | undefined;
+    },
+    order: false,
+    rejectHeaders: { 'x-slack-no-retry': '1' },
+  });
+}
+
+/**
+ * Paddle Billing: `Paddle-Signature: ts=…;h1=…` over `${ts}:${body}` (5 seconds' tolerance,
+ * as Paddle's SDK); id = the body's `event_id`; type = `event_type`; the object is `data.id`,
+ * versioned by `occurred_at`.
+ *
+ * ```ts
+ * provider: paddle({ secret: process.env.PADDLE_WEBHOOK_SECRET })
+ * ```
+ */
+export function paddle(options: TimedPresetOptions): Provider {
+  return preset('paddle', options, (o) => paddleSignature(o as TimedPresetOptions), {
+    id: '/event_id',
+    type: '/event_type',
+    order: { key: '/data/id', version: '/occurred_at' },
+  });
+}
+
+/**
+ * GitLab: `X-Gitlab-Token` (the secret token itself, compared in constant time; it signs
+ * nothing); id = `Idempotency-Key` (GitLab 17.4 and later, the same on a retry), else
+ * `X-Gitlab-Event-UUID`; type = the body's `object_kind` (`push`, `merge_request`), else
+ * `X-Gitlab-Event` (`System Hook`). No ordering.
+ *
+ * ```ts
+ * provider: gitlab({ secret: process.env.GITLAB_WEBHOOK_TOKEN })
+ * ```
+ */
+export function gitlab(options: PresetOptions): Provider {
+  return preset('gitlab', options, (o) => headerToken({ header: 'x-gitlab-token', secret: o.secret }), {
+    id: (d) => d.headers['idempotency-key'] ?? d.headers['x-gitlab-event-uuid'],
+    type: (d) => (member(d.body, 'object_kind') ?? d.headers['x-gitlab-event']) as string | undefined,
+    order: false,
+  });
+}
+
+/** Every preset by name: what the ledger example's `PROVIDER` picks from. */
+export const providers = {
+  stripe,
+  github,
+  shopify,
+  svix,
+  standardWebhooks,
+  slack,
+  paddle,
+  gitlab,
+} as const;

@@ -1,0 +1,208 @@
+/**
+ * The `respond` option: a function that shapes what the sender receives for an outcome (a
+ * sender that wants `{"status": "buffered"}`, Slack's `url_verification` challenge echoed as
+ * text). The inbox decides first, exactly as without the hook; the hook only rewrites the
+ * answer's status, headers or body, and what it returns is checked here before anything of it
+ * is written. A hook that throws or returns something unusable is logged and the default
+ * outcome is answered: a bug in the hook never becomes a 500 with its message in it.
+ *
+ * Run once per delivery, in `observe.ts`'s `observed`, and only when the option is given.
+ */
+import { InboxOptionsError } from '../errors.js';
+import type { Logger } from '../observability/logger.js';
+import { type Outcome, OutcomeKind } from '../outcome.js';
+import type { ParsedDelivery } from './delivery.js';
+
+/** The event a `respond` hook sees: what identifies it, its body and its headers. */
+export interface RespondEvent<TBody = any> {
+  readonly id: string;
+  /** The ordering key, or null for an unordered event. */
+  readonly key: string | null;
+  /** Its place in the key's sequence, or null. */
+  readonly seq: number | null;
+  /** The parsed body (the `bodySchema`'s output when one is given), or the bytes when not JSON. */
+  readonly body: TBody;
+  /** Request headers, lower-case names. */
+  readonly headers: Readonly<Record<string, string>>;
+}
+
+/**
+ * What a `respond` hook may change; each member left out keeps the default. A string `body` is
+ * sent as is (`text/plain` unless `headers` says otherwise), any other value as JSON.
+ */
+export interface ResponseShape {
+  /** An integer from 200 to 599. A failure (a default of 400 or more) keeps a failure status. */
+  readonly status?: number;
+  /** Added to the default headers, or replacing them by name (case-insensitive). */
+  readonly headers?: Readonly<Record<string, string>>;
+  /** A string, or a JSON-serialisable value. */
+  readonly body?: unknown;
+}
+
+/**
+ * Shapes the answer to each delivery. `outcome` is what the inbox decided (its `kind`, and the
+ * default `status`, `headers` and `body`); `event` is the delivery's event, or `undefined` when
+ * the delivery was refused before its id could be read (`invalid`, `unauthorized`, `shed`).
+ * Return `undefined` to answer the default.
+ */
+export type RespondHook<TBody = any> = (
+  outcome: Outcome,
+  event: RespondEvent<TBody> | undefined,
+) => ResponseShape | undefined;
+
+// RFC 9110 token.
+const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9a-z-]+$/i;
+// CR, LF, NUL and the other controls but HTAB: a value must not end the header or start another.
+const UNSAFE_VALUE = /[\x00-\x08\x0a-\x1f\x7f]/;
+const MAX_HEADER_VALUE = 8192;
+/** Framing and connection headers are the server's: a hook must not desynchronise the connection. */
+const RESERVED_HEADERS = new Set([
+  'content-length',
+  'transfer-encoding',
+  'connection',
+  'keep-alive',
+  'upgrade',
+  'trailer',
+  'te',
+  'proxy-connection',
+]);
+const SHAPE_MEMBERS = new Set(['status', 'headers', 'body']);
+const JSON_TYPE = 'application/json; charset=utf-8';
+const TEXT_TYPE = 'text/plain; charset=utf-8';
+
+/** Validates the `respond` option; `undefined` when it is not given. */
+export function resolveRespondHook(hook: unknown): RespondHook | undefined {
+  if (hook === undefined) return undefined;
+  if (typeof hook !== 'function') {
+    throw new InboxOptionsError(
+      'respond',
+      'must be a function (outcome, event) => ({ status?, headers?, body? }) | undefined',
+    );
+  }
+  return hook as RespondHook;
+}
+
+class UnusableShape extends Error {}
+
+function isPlainObject(value: unknown): value is Record<string, unknown> {
+  if (typeof value !== 'object' || value === null) return false;
+  const proto = Object.getPrototypeOf(value);
+  return proto === Object.prototype || proto === null;
+}
+
+/**
+ * A delivery refused for a reason that leaves nothing stored must not be acknowledged: a 2xx
+ * makes the sender stop retrying, and the event would be lost. `rejected` is the exception: it
+ * is stored, as a dead letter, so acknowledging it loses nothing.
+ */
+function mustStayFailure(outcome: Outcome): boolean {
+  return outcome.status >= 400 && outcome.kind !== OutcomeKind.rejected;
+}
+
+/** The outcome the hook asked for, checked; throws UnusableShape naming what is wrong. */
+function shapedBy(outcome: Outcome, shape: unknown): Outcome {
+  if (typeof (shape as { then?: unknown } | null)?.then === 'function') {
+    throw new UnusableShape('it returned a promise; the hook must be synchronous');
+  }
+  if (!isPlainObject(shape)) throw new UnusableShape('it must return an object or undefined');
+  for (const member of Object.keys(shape)) {
+    if (!SHAPE_MEMBERS.has(member)) {
+      throw new UnusableShape(`${JSON.stringify(member)} is not status, headers or body`);
+    }
+  }
+  let status = outcome.status;
+  if (shape.status !== undefined) {
+    const s = shape.status;
+    if (typeof s !== 'number' || !Number.isInteger(s) || s < 200 || s > 599) {
+      throw new UnusableShape('status must be an integer from 200 to 599');
+    }
+    if (s < 400 && mustStayFailure(outcome)) {
+      throw new UnusableShape(
+        `status ${s} would acknowledge a ${outcome.kind} delivery that was not stored (the sender would not retry it)`,
+      );
+    }
+    status = s;
+  }
+  const headers: Record<string, string> = { ...outcome.headers };
+  let text: string | undefined;
+  let body = outcome.body;
+  if (shape.body !== undefined) {
+    if (typeof shape.body === 'string') {
+      text = shape.body;
+      headers['content-type'] = TEXT_TYPE;
+    } else {
+      let json: string | undefined;
+      try {
+        json = JSON.stringify(shape.body);
+      } catch {
+        throw new UnusableShape('body is not JSON-serialisable');
+      }
+      if (json === undefined) throw new UnusableShape('body is not JSON-serialisable');
+      text = json;
+      headers['content-type'] = JSON_TYPE;
+      if (isPlainObject(shape.body)) body = shape.body;
+    }
+  }
+  if (shape.headers !== undefined) {
+    if (!isPlainObject(shape.headers)) throw new UnusableShape('headers must be an object');
+    for (const [given, value] of Object.entries(shape.headers)) {
+      const name = given.toLowerCase();
+      if (!HEADER_NAME.test(name))
+        throw new UnusableShape(`header name ${JSON.stringify(given)} is not valid`);
+      if (RESERVED_HEADERS.has(name)) throw new UnusableShape(`header ${name} is set by the server`);
+      if (typeof value !== 'string') throw new UnusableShape(`header ${name} must be a string`);
+      if (UNSAFE_VALUE.test(value) || value.length > MAX_HEADER_VALUE) {
+        throw new UnusableShape(`header ${name} has control characters or is too long`);
+      }
+      headers[name] = value;
+    }
+  }
+  // A problem's `status` member repeats the HTTP status (RFC 9457): kept equal when only the status changed.
+  if (shape.body === undefined && status !== outcome.status && body.status === outcome.status) {
+    body = { ...body, status };
+  }
+  return text === undefined
+    ? { kind: outcome.kind, status, headers, body }
+    : { kind: outcome.kind, status, headers, body, text };
+}
+
+/**
+ * The answer to one delivery: the hook's shape of `outcome`, or `outcome` itself when the hook
+ * returns `undefined`, throws, or returns something unusable (both logged; nothing of the
+ * hook's error reaches the sender).
+ */
+export function shapeOutcome(
+  hook: RespondHook,
+  logger: Logger,
+  outcome: Outcome,
+  d: ParsedDelivery | undefined,
+): Outcome {
+  const event: RespondEvent | undefined = d && {
+    id: d.id,
+    key: d.key,
+    seq: d.seq,
+    body: d.body,
+    headers: d.headers,
+  };
+  let shape: unknown;
+  try {
+    shape = hook(outcome, event);
+  } catch (err) {
+    logger.error(
+      { err, outcome: outcome.kind, id: d?.id },
+      'webhook-inbox: the respond hook threw; the default answer was sent',
+    );
+    return outcome;
+  }
+  if (shape === undefined) return outcome;
+  try {
+    return shapedBy(outcome, shape);
+  } catch (err) {
+    if (!(err instanceof UnusableShape)) throw err;
+    logger.error(
+      { outcome: outcome.kind, id: d?.id, reason: err.message },
+      `webhook-inbox: the respond hook's answer was not used (${err.message}); the default answer was sent`,
+    );
+    return outcome;
+  }
+}

@@ -1,0 +1,383 @@
+/**
+ * The inbox: construction, `ready()`/`close()`, and the operator's methods. A delivery's path
+ * is the receive pipeline (src/receive/pipeline.ts); what outlives a response (drains, the
+ * sweeper, workers) is in src/background/; every apply goes through src/apply/apply.ts. The map,
+ * the round trips per delivery and the invariants are in ARCHITECTURE.md.
+ */
+import type { Kysely } from 'kysely';
+import { Background } from '../background/background.js';
+import type { SweepReport } from '../background/sweeper.js';
+import type { Database } from '../db/database.js';
+import { migrateToLatest } from '../db/migrations.js';
+import { type KeyState, keyState, listEvents, type StoredEvent } from '../db/sql/inspect.js';
+import type { Tables } from '../db/sql/tables.js';
+import type { Delivery } from '../delivery/request.js';
+import { firstTime, recovered } from '../observability/logger.js';
+import {
+  type DeadLetter,
+  type DeadLetterFilter,
+  type IgnoredEvent,
+  type IgnoredFilter,
+  type IgnoredReplayResult,
+  type InboxStatus,
+  type KeySummary,
+  Operations,
+  type PruneOptions,
+  type PruneResult,
+  type ReplayResult,
+  type ReplaySelection,
+  type SkipResult,
+} from '../operations/index.js';
+import type { InboxOptions } from '../options/options.js';
+import type { Outcome } from '../outcome.js';
+import { deliveriesSettled } from '../receive/admission.js';
+import { receive, receiveStream } from '../receive/pipeline.js';
+import type { BodyStream } from '../receive/raw-body.js';
+import { outcomeForError } from '../receive/respond.js';
+import { resolveOptions } from '../runtime/resolve-options.js';
+import type { ResolvedOptions } from '../runtime/resolved-options.js';
+import { Runtime } from '../runtime/runtime.js';
+import { checkHealth, healthOutcome, type InboxHealth } from './health.js';
+import { startHint, warnIfRetentionIsShort } from './start-warnings.js';
+
+export class Inbox {
+  readonly #rt: Runtime;
+  #operations: Operations | undefined;
+  readonly #background: Background;
+  // ---- Eager start ----
+  /** The next attempt to start, after a failed one (cleared by `close()`). */
+  #restart: NodeJS.Timeout | undefined;
+  // ---- end of eager start ----
+
+  constructor(options: InboxOptions) {
+    this.#rt = new Runtime(resolveOptions(options));
+    this.#background = new Background(this.#rt);
+    warnIfRetentionIsShort(this.options);
+    this.#start(0);
+  }
+
+  // ---- Eager start ----
+  /**
+   * Starts at construction: opens the database (and migrates), starts the sweeper and the
+   * workers, without waiting for a first delivery. After a restart, held, pending and retrying
+   * events are applied without new traffic; a wrong `DATABASE_URL` or a failed migration is
+   * said at boot, not as 503s sent to the provider. A failure is logged (the first loudly),
+   * reported by `health()`, and retried with backoff (1 s doubling to 30 s); deliveries are
+   * answered 503 with Retry-After meanwhile, and each one tries to open the database too.
+   */
+  #start(failures: number): void {
+    this.ready().then(
+      () => {
+        if (failures > 0) this.options.logger.warn({ source: this.options.source }, 'webhook-inbox: started');
+        recovered(this.options.logger, 'database');
+      },
+      (err) => {
+        if (this.#rt.closing) return;
+        const { logger, source } = this.options;
+        const delayMs = Math.min(30_000, 1000 * 2 ** Math.min(failures, 5));
+        // One line per outage, shared with the deliveries' own (src/receive/respond.ts).
+        (firstTime(logger, 'database') ? logger.error : logger.debug)(
+          { err, source, retryInMs: delayMs },
+          `webhook-inbox: could not start: ${startHint(err)}; retrying, deliveries are answered 503 meanwhile`,
+        );
+        this.#restart = setTimeout(() => this.#start(failures + 1), delayMs);
+        this.#restart.unref();
+      },
+    );
+  }
+  // ---- end of eager start ----
+
+  /** The options, checked and defaulted. */
+  get options(): ResolvedOptions {
+    return this.#rt.options;
+  }
+
+  /** The inbox's qualified table and function names. */
+  get tables(): Tables {
+    return this.#rt.tables;
+  }
+
+  /**
+   * Resolves once the database is open and migrated (unless `migrate: false`) and the sweeper
+   * and workers run; rejects when that fails (the inbox keeps retrying on its own). The inbox
+   * starts at construction: await this at boot to fail loudly on a wrong database. Idempotent.
+   */
+  async ready(): Promise<Database> {
+    const { database } = await this.#rt.open();
+    // A start that finished after close() began must not start loops close() already stopped.
+    if (!this.#rt.closing) this.#background.start();
+    return database;
+  }
+
+  /**
+   * The Kysely instance the inbox uses (when `db` was a Kysely instance, that one, plugins and
+   * all): create your own tables in the same database with it.
+   */
+  async kysely(): Promise<Kysely<any>> {
+    return (await this.ready()).applicationKysely;
+  }
+
+  /** Runs the shipped migrations now (also done on first use unless `migrate: false`). */
+  async migrate(): Promise<void> {
+    const database = await this.ready();
+    if (!this.options.migrate) await migrateToLatest(database.kysely, this.tables);
+  }
+
+  /** Turns one delivery into its outcome. Never throws for a bad delivery. */
+  receive(delivery: Delivery): Promise<Outcome> {
+    return receive(this.#rt, this.#background, delivery);
+  }
+
+  /**
+   * Reads a request body from a Node stream (bounded by `maxBodyBytes`), then receives it.
+   * This is what the adapters call.
+   */
+  receiveStream(headers: Delivery['headers'], stream: BodyStream): Promise<Outcome> {
+    return receiveStream(this.#rt, this.#background, headers, stream);
+  }
+
+  /**
+   * The outcome for an error an adapter caught (a misconfigured body parser, a bug): 500
+   * problem+json with nothing internal in it.
+   */
+  outcomeForError(err: unknown): Outcome {
+    return outcomeForError(this.#rt, err);
+  }
+
+  /**
+   * Applies the key's waiting events in seq order, each in its own transaction, until the
+   * next one is missing (or the key is blocked, or someone else holds it). Returns how many
+   * it applied.
+   */
+  async drain(key: string, wait = false): Promise<number> {
+    await this.ready();
+    return this.#background.drain(key, wait);
+  }
+
+  /**
+   * One sweeper pass, now: finishes drains a crash interrupted and applies gap timeouts.
+   * Runs every `sweepIntervalMs` on its own; call it directly in tests and scripts.
+   */
+  async sweep(): Promise<SweepReport> {
+    await this.ready();
+    return this.#background.sweep();
+  }
+
+  /** Resolves when no drain, Redis write or worker started by this instance is running. */
+  idle(): Promise<void> {
+    return this.#background.idle();
+  }
+
+  /**
+   * Shuts the inbox down, in order: takes no new delivery (one that arrives now is 503 +
+   * Retry-After, reason `closing`: close the HTTP server first, see docs/operations.md);
+   * waits for the deliveries in flight to be answered (each bounded by `handlerTimeoutMs` and
+   * `lockTimeoutMs`: a handler past its timeout is rolled back); stops the sweeper and the
+   * workers, whose handler runs finish or roll back; waits for drains and Redis writes; then
+   * closes what the inbox opened (its pool, its Redis client). Nothing taken is lost: an event
+   * not yet applied stays pending or held for another instance, or for this one's next start.
+   *
+   * ```ts
+   * process.once('SIGTERM', () => server.close(() => inbox.close().then(() => process.exit(0))));
+   * ```
+   */
+  async close(): Promise<void> {
+    if (this.#rt.closing) return;
+    this.#rt.closing = true;
+    clearTimeout(this.#restart);
+    await deliveriesSettled(this.#rt);
+    await this.#background.close();
+    await this.#rt.close();
+  }
+
+  /**
+   * Can this instance take deliveries? One cheap query and one Redis PING, each bounded by a
+   * short timeout. `ok` is false only when Postgres does not answer.
+   *
+   * ```ts
+   * const { ok, redis, held, deadLetters } = await inbox.health();
+   * ```
+   */
+  health(): Promise<InboxHealth> {
+    return checkHealth(this.#rt);
+  }
+
+  /** `health()` as an outcome for adapters to write: 200 when ok (even degraded), else 503. */
+  async healthOutcome(): Promise<Outcome> {
+    return healthOutcome(await this.health());
+  }
+
+  // ---- inspection -----------------------------------------------------------------------
+
+  /** The key's cursor, state and buffered events. */
+  async keyState(key: string): Promise<KeyState | undefined> {
+    return keyState((await this.ready()).kysely, this.tables, this.options.source, key);
+  }
+
+  /** Events held for `key` (or every key), in seq order. */
+  async held(key?: string): Promise<StoredEvent[]> {
+    return listEvents((await this.ready()).kysely, this.tables, this.options.source, { key, status: 'held' });
+  }
+
+  // ---- operator actions (src/operations/; the CLI runs the same ones) --------------------
+
+  /** The operator actions, on this inbox's source: what the CLI runs, without draining. */
+  async operations(): Promise<Operations> {
+    const database = await this.ready();
+    const o = this.options;
+    // The inbox's lockTimeoutMs: a held key is waited for as a delivery waits for it.
+    this.#operations ??= new Operations(
+      database.kysely,
+      this.tables,
+      o.source,
+      o.lockTimeoutMs,
+      o.secretHeaders,
+    );
+    return this.#operations;
+  }
+
+  /**
+   * Dead-lettered events (poison, late), oldest first, with their payloads and whether each
+   * blocks its key.
+   *
+   * ```ts
+   * const poison = await inbox.deadLetters({ reason: 'poison', olderThan: '1h' });
+   * ```
+   */
+  async deadLetters(filter: Omit<DeadLetterFilter, 'source'> = {}): Promise<DeadLetter[]> {
+    return (await this.operations()).deadLetters(filter);
+  }
+
+  /** One stored event by id, as a dead letter is shown (throws OperationError `not-found`). */
+  async deadLetter(id: string): Promise<DeadLetter> {
+    return (await this.operations()).deadLetter(id);
+  }
+
+  /**
+   * Replays dead letters through the inbox: each is re-queued (attempts reset, its key
+   * unblocked when it was blocked at its seq) and applied now by the normal drain path, in
+   * seq order, in the handler's transaction. Fix the handler first: a replay that fails again
+   * counts attempts and is dead-lettered again when its budget (counted from its arrival) is spent.
+   *
+   * ```ts
+   * const [r] = await inbox.replay('evt_123');   // r.status === 'processed'
+   * await inbox.replay({ all: true, reason: 'poison', key: 'acct-7' });
+   * ```
+   */
+  async replay(selection: ReplaySelection): Promise<ReplayResult[]> {
+    const ops = await this.operations();
+    // A held key is waited for as a delivery waits for it (the operations carry the inbox's
+    // lockTimeoutMs), then OperationError `locked`.
+    const results = await ops.replay(selection);
+    const keys = new Set<string>();
+    let unordered = 0;
+    for (const r of results) {
+      if (r.outcome !== 'requeued') continue;
+      if (r.key === null) unordered++;
+      else keys.add(r.key);
+    }
+    for (const key of keys) await this.drain(key, true);
+    // take_pending takes the due pending events in due order: the re-queued ones, after any
+    // that were already due (those are applied too, as the sweeper would).
+    if (unordered > 0) await this.#background.applyPending(unordered);
+    const now = await ops.statuses(
+      this.options.source,
+      results.filter((r) => r.outcome === 'requeued').map((r) => r.id),
+    );
+    for (const r of results) if (now.has(r.id)) r.status = now.get(r.id)!;
+    return results;
+  }
+
+  /** Events no handler takes (recorded `ignored`), newest first: `{ type }` narrows them. */
+  async ignored(filter: Omit<IgnoredFilter, 'source'> = {}): Promise<IgnoredEvent[]> {
+    return (await this.operations()).ignored(filter);
+  }
+
+  /**
+   * Applies the ignored events of `type` now, with the handler that takes it (written since
+   * they came): each is re-queued and applied by the ordinary apply path, once. Ordered ones
+   * are left (`ordered`): their key moved past them. A second call applies nothing.
+   *
+   * ```ts
+   * const { requeued } = await inbox.replayIgnored('invoice.paid');
+   * ```
+   */
+  async replayIgnored(type: string): Promise<IgnoredReplayResult> {
+    const result = await (await this.operations()).replayIgnored({ type, source: this.options.source });
+    // take_pending takes due pending events in due order: the re-queued ones, after any that
+    // were already due (applied too, as the sweeper would).
+    if (result.requeued > 0) await this.#background.applyPending(result.requeued);
+    return result;
+  }
+
+  /**
+   * Moves a blocked key past its blocked seq (a dead letter's, by `id`; or what blocks `key`),
+   * records the skipped seqs as a gap, and drains what follows.
+   */
+  async skip(
+    target: { id: string; source?: string } | { key: string; source?: string },
+  ): Promise<SkipResult & { drained: number }> {
+    const result = await (await this.operations()).skip(target);
+    return { ...result, drained: await this.drain(result.key, true) };
+  }
+
+  /**
+   * Opens a blocked key without moving its cursor, and drains what waits at it. A `source`
+   * other than the inbox's is OperationError `not-found` (as for `skip`).
+   */
+  async unblock(key: string, source?: string): Promise<KeySummary & { drained: number }> {
+    const summary = await (await this.operations()).unblock(key, source);
+    return { ...summary, drained: await this.drain(key, true) };
+  }
+
+  /** Keys that are blocked or hold events, longest waiting first. */
+  async keys(filter: { blocked?: boolean; limit?: number } = {}): Promise<KeySummary[]> {
+    return (await this.operations()).keys(filter);
+  }
+
+  /**
+   * Deletes processed rows older than `olderThan` now (the sweeper does it by `retention`).
+   *
+   * ```ts
+   * const { pruned } = await inbox.prune({ olderThan: '30d', dryRun: true });
+   * ```
+   */
+  async prune(options: Omit<PruneOptions, 'source'>): Promise<PruneResult> {
+    return (await this.operations()).prune(options);
+  }
+
+  /** Counts by status, blocked keys, oldest waiting ages, dead letters by reason. */
+  async status(): Promise<InboxStatus> {
+    return (await this.operations()).status();
+  }
+
+  /** One stored event by id. */
+  async event(id: string): Promise<StoredEvent | undefined> {
+    const [row] = await listEvents((await this.ready()).kysely, this.tables, this.options.source, {
+      id,
+      limit: 1,
+    });
+    return row;
+  }
+}
+
+/**
+ * Creates an inbox.
+ *
+ * ```ts
+ * const inbox = createInbox({
+ *   db: process.env.DATABASE_URL,
+ *   async handle(event, { tx }) {
+ *     await tx.insertInto('orders').values({ id: event.body.orderId }).execute();
+ *     return { ok: true };
+ *   },
+ * });
+ * const outcome = await inbox.receive({ headers, rawBody });
+ * ```
+ *
+ * Typed: `createInbox<DB, Body>(…)` makes the handler's `tx` a `Transaction<DB>` (your Kysely
+ * database interface, e.g. from `kysely-codegen`) and `event.body` a `Body`.
+ */
+export function createInbox<DB = any, TBody = any>(options: InboxOptions<TBody, DB>): Inbox {
+  return new Inbox(options as InboxOptions);
+}
