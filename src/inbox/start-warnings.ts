@@ -3,6 +3,7 @@
  * the likely fix when the start failed.
  */
 import { missingTables } from '../db/drivers/postgres-error.js';
+import { InboxStartError } from '../errors.js';
 import type { ResolvedOptions } from '../runtime/resolved-options.js';
 
 const SHORT_RETENTION_MS = 3 * 86_400_000;
@@ -25,12 +26,35 @@ export function warnIfRetentionIsShort({ retention, logger, source }: ResolvedOp
   }
 }
 
-/** What to do about a start that failed, by what failed. */
+/** The fix of a start that failed, by what failed: its SQLSTATE or its network error's code. */
+const FIXES: Record<string, string> = {
+  ECONNREFUSED: 'is the database running, and is `db` its address?',
+  ENOTFOUND: 'is the database running, and is `db` its address?',
+  EAI_AGAIN: 'is the database running, and is `db` its address?',
+  ETIMEDOUT: 'is the database running, and is `db` its address?',
+  '28P01': "the password in `db` is not the role's",
+  '28000': 'the server refused the role in `db`: check its name, and pg_hba.conf',
+  '3D000': 'the database `db` names does not exist: create it (createdb), or fix `db`',
+  '42501':
+    "the role in `db` may not create the inbox's schema: grant it CREATE, or run `webhook-inbox migrate` as the owner and set `migrate: false`",
+};
+
+/** What a start that failed is said as: its cause, and the fix by what failed. */
 export function startHint(err: unknown): string {
-  const text = err instanceof Error ? `${err.name}: ${err.message}` : String(err);
+  const text =
+    err instanceof Error
+      ? /^error$/i.test(err.name)
+        ? err.message
+        : `${err.name}: ${err.message}`
+      : String(err);
   if (missingTables(err))
     return `${text} (the inbox's tables are missing: run \`webhook-inbox migrate\`, or leave \`migrate\` on)`;
-  if (/ECONNREFUSED|ENOTFOUND|EAI_AGAIN|ETIMEDOUT/.test(text))
-    return `${text} (is the database running, and is \`db\` its address?)`;
-  return text;
+  const code = (err as { code?: unknown } | null)?.code;
+  const fix = typeof code === 'string' ? FIXES[code] : undefined;
+  return fix ? `${text} (${fix})` : text;
+}
+
+/** A failed start as `ready()` rejects with it: one error of the library's, the original as its cause. */
+export function startError(err: unknown): InboxStartError {
+  return err instanceof InboxStartError ? err : new InboxStartError(startHint(err), { cause: err });
 }
