@@ -54,8 +54,19 @@ const REPLAY_HEADERS = Object.freeze({
   'idempotent-replayed': 'true',
 });
 
+/**
+ * Where the documentation is read: the repository's docs/ (the package ships only dist/, the
+ * README and the CHANGELOG). Every error, log line and problem that names a page links it here.
+ */
+export const DOCS_BASE = 'https://github.com/webhook-inbox/webhook-inbox/blob/main/docs/';
+
+/** A page of the documentation (`configuration.md`, `outcomes.md#failed`), as a URL a user can open. */
+export function docsUrl(page: string): string {
+  return DOCS_BASE + page;
+}
+
 /** Problem `type` URLs: the section of docs/outcomes.md on each outcome kind (`…#in-flight`). */
-export const PROBLEM_TYPE_BASE = 'https://github.com/webhook-inbox/webhook-inbox/blob/main/docs/outcomes.md#';
+export const PROBLEM_TYPE_BASE = docsUrl('outcomes.md#');
 
 export function ok(
   kind: OutcomeKind,

@@ -112,6 +112,10 @@ describe('errors name the fix', () => {
     const err = optionError(() => createInbox({ db: 'memory', handle, maxAtempts: 3 } as never));
     expect(err.option).toBe('maxAtempts');
     expect(err.message).toContain('is not an inbox option; did you mean `maxAttempts`?');
+    // A page the user can open: the installed package holds no docs/.
+    expect(err.message).toContain(
+      '(https://github.com/webhook-inbox/webhook-inbox/blob/main/docs/configuration.md lists them)',
+    );
     expect(
       optionError(() => resolveOptions({ db: 'memory', handle, zzz: 1 } as never)).message,
     ).not.toContain('did you mean');

@@ -5,6 +5,7 @@
  */
 import { InboxOptionsError } from '../errors.js';
 import type { InboxOptions } from '../options/options.js';
+import { docsUrl } from '../outcome.js';
 
 const OPTION_NAMES = [
   'handle',
@@ -75,7 +76,7 @@ export function rejectUnknownOptions(o: Record<string, unknown>): void {
     const near = closest(name, OPTION_NAMES);
     throw new InboxOptionsError(
       name,
-      `is not an inbox option${near ? `; did you mean \`${near}\`?` : ''} (docs/configuration.md lists them)`,
+      `is not an inbox option${near ? `; did you mean \`${near}\`?` : ''} (${docsUrl('configuration.md')} lists them)`,
     );
   }
 }
