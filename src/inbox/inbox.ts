@@ -39,7 +39,7 @@ import { resolveOptions } from '../runtime/resolve-options.js';
 import type { ResolvedOptions } from '../runtime/resolved-options.js';
 import { Runtime } from '../runtime/runtime.js';
 import { checkHealth, healthOutcome, type InboxHealth } from './health.js';
-import { startError, warnIfRetentionIsShort } from './start-warnings.js';
+import { sayReady, startError, warnIfRetentionIsShort } from './start-warnings.js';
 
 export class Inbox {
   readonly #rt: Runtime;
@@ -68,8 +68,9 @@ export class Inbox {
    */
   #start(failures: number): void {
     this.ready().then(
-      () => {
-        if (failures > 0) this.options.logger.warn({ source: this.options.source }, 'webhook-inbox: started');
+      (database) => {
+        if (this.#rt.closing) return;
+        sayReady(this.options, database, failures);
         recovered(this.options.logger, 'database');
       },
       (err: InboxStartError) => {

@@ -2,6 +2,8 @@
  * What an inbox says as it starts (src/inbox/inbox.ts): a retention shorter than providers retry, and
  * the likely fix when the start failed.
  */
+
+import type { Database } from '../db/database.js';
 import { missingTables } from '../db/drivers/postgres-error.js';
 import { InboxStartError } from '../errors.js';
 import type { ResolvedOptions } from '../runtime/resolved-options.js';
@@ -57,4 +59,41 @@ export function startHint(err: unknown): string {
 /** A failed start as `ready()` rejects with it: one error of the library's, the original as its cause. */
 export function startError(err: unknown): InboxStartError {
   return err instanceof InboxStartError ? err : new InboxStartError(startHint(err), { cause: err });
+}
+
+/**
+ * Which database the inbox opened, as its ready line says it: a connection string's scheme,
+ * user, host, port and database, never its password nor its parameters (`?password=`); what
+ * kind of object it was given otherwise.
+ */
+function databaseShown(o: ResolvedOptions, database: Database): string {
+  if (typeof o.db === 'string') {
+    try {
+      const url = new URL(o.db);
+      const user = url.username ? `${url.username}@` : '';
+      return `${url.protocol}//${user}${url.host}${url.pathname}`;
+    } catch {
+      return 'a postgres:// connection string';
+    }
+  }
+  if (o.db === undefined) return o.dataDir === undefined ? 'PGlite in memory' : `PGlite in ${o.dataDir}`;
+  if (database.kind === 'pglite') return 'a PGlite instance';
+  return database.pool ? 'a pg.Pool' : 'a Kysely instance';
+}
+
+/**
+ * The one line a start says, when the inbox is ready (at `notice`: the default console logger
+ * prints it; `logger: false` does not): which database and schema, which source, which mode.
+ * After failed starts, a warning: the outage is over.
+ */
+export function sayReady(o: ResolvedOptions, database: Database, failedStarts: number): void {
+  const fields = {
+    source: o.source,
+    schema: o.schema,
+    tablePrefix: o.tablePrefix || undefined,
+    mode: o.mode,
+    db: databaseShown(o, database),
+    failedStarts: failedStarts || undefined,
+  };
+  (failedStarts > 0 ? o.logger.warn : o.logger.notice)(fields, 'webhook-inbox: ready');
 }

@@ -229,9 +229,8 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
     };
   }
   // ---- Loud by default: no `logger` is the console (warnings and errors); false is silence ----
-  const logger = (
-    o.logger === undefined ? consoleLogger() : o.logger === false ? {} : o.logger
-  ) as Partial<Logger>;
+  const defaultLogger = o.logger === undefined ? consoleLogger() : undefined;
+  const logger = (defaultLogger ?? (o.logger === false ? {} : o.logger)) as Partial<Logger>;
   if (typeof logger !== 'object' || logger === null) {
     throw new InboxOptionsError(
       'logger',
@@ -385,6 +384,7 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
     logger: {
       debug: logger.debug?.bind(logger) ?? silent,
       info: logger.info?.bind(logger) ?? silent,
+      notice: defaultLogger?.notice ?? logger.info?.bind(logger) ?? silent,
       warn: logger.warn?.bind(logger) ?? silent,
       error: logger.error?.bind(logger) ?? silent,
     },
