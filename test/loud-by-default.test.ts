@@ -10,7 +10,7 @@
  */
 import { afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { stripe } from '../src/delivery/providers.js';
-import { createInbox, type Delivery, type Inbox, type InboxOptions } from '../src/index.js';
+import { createInbox, type Delivery, type Inbox, type InboxOptions, RejectEvent } from '../src/index.js';
 import { freshPGlite, postgresTarget, postgresUrl } from './support/databases.js';
 import { whsec } from './support/provider-deliveries.js';
 
@@ -109,6 +109,23 @@ describe('without a logger, trouble is one line on stderr', () => {
     expect(stderr[1]).toMatch(
       / ERROR webhook-inbox: dead-lettered \(poison\).*webhook-inbox dead replay evt_fail.* id=evt_fail key=acct-1/,
     );
+  });
+
+  it('a rejected event: one ERROR line advising to skip and purge it, never to replay it', async () => {
+    const inbox = open({
+      handle: () => {
+        throw new RejectEvent('amount must be an integer');
+      },
+    });
+    await inbox.ready();
+    captureStderr();
+    expect((await inbox.receive(delivery('evt_rejected'))).status).toBe(422);
+    expect(stderr.filter((line) => line.includes(' ERROR '))).toHaveLength(1);
+    const line = stderr.find((l) => l.includes('dead-lettered'))!;
+    expect(line).toMatch(
+      / ERROR webhook-inbox: dead-lettered \(rejected\); the handler refused it for good \(RejectEvent\), so a replay would refuse it again: skip it to unblock its key \(`webhook-inbox dead skip evt_rejected`\), then purge it once read \(`webhook-inbox dead purge --all --reason rejected`\) /,
+    );
+    expect(line).not.toContain('dead replay');
   });
 
   it('a bad signature: one WARN line with the hint about the Stripe CLI secret (in the log only)', async () => {

@@ -132,6 +132,21 @@ export async function recordSnooze(
 }
 
 /**
+ * What the operator does about a dead letter. A poison one failed until its budget was spent:
+ * fixed, a replay applies it. A rejected one was refused for good by its handler (RejectEvent),
+ * and a replay would refuse it again: skip it where it blocks its key, purge it once read.
+ */
+function deadLetterAdvice(reason: string, id: string, blocksKey: boolean): string {
+  if (reason !== 'rejected')
+    return `replay it with \`webhook-inbox dead replay ${id}\` once the cause is fixed`;
+  return (
+    'the handler refused it for good (RejectEvent), so a replay would refuse it again: ' +
+    (blocksKey ? `skip it to unblock its key (\`webhook-inbox dead skip ${id}\`), then ` : '') +
+    'purge it once read (`webhook-inbox dead purge --all --reason rejected`)'
+  );
+}
+
+/**
  * After COMMIT: a dead letter is counted and said, and so is the key it blocks; `onDeadLetter`
  * is told.
  */
@@ -144,7 +159,7 @@ export function reportFailure(rt: Runtime, event: TakenEvent, failure: RecordedF
   rt.metrics.deadLetterCause(failure.cause);
   o.logger.error(
     { id, key, seq, source: o.source, attempts: failure.attempts, cause: failure.cause },
-    `webhook-inbox: dead-lettered (${reason}); replay it with \`webhook-inbox dead replay ${id}\` once the cause is fixed`,
+    `webhook-inbox: dead-lettered (${reason}); ${deadLetterAdvice(reason, id, key !== null && o.onPoison === 'block')}`,
   );
   notifyDeadLetter(
     o.onDeadLetter,
