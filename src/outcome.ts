@@ -13,6 +13,12 @@ export const OutcomeKind = Object.freeze({
   pending: 'pending',
   shed: 'shed',
   unavailable: 'unavailable',
+  /**
+   * The inbox is mounted where it cannot work: a body parser consumed the request before it.
+   * 500, nothing stored: the developer's mistake, permanent until the mount is fixed, and the
+   * sender's retries then deliver the event.
+   */
+  misconfigured: 'misconfigured',
   /** The handler threw RejectEvent: dead-lettered at once, 422. */
   rejected: 'rejected',
   /** Latest-wins: older than its key's last applied version; recorded, not applied, 200. */
@@ -86,6 +92,7 @@ const TITLES: Record<string, string> = {
   failed: 'Handler failed',
   shed: 'Overloaded',
   unavailable: 'Inbox unavailable',
+  misconfigured: 'Inbox misconfigured',
   'method-not-allowed': 'Method not allowed',
   rejected: 'Event rejected',
 };
