@@ -217,8 +217,8 @@ async function claimAndApplyOn(
   // (src/background/drain.ts); `drain` after the response is then what is left.
   let drain: DrainInTransaction | undefined;
   const settled = await claimThenApply<ClaimRow>(rt, d, obs, {
-    claim: (tx) =>
-      rt.statements.claim(tx, {
+    claim: async (tx) => {
+      const args = {
         source: o.source,
         id: d.id,
         key: d.key,
@@ -232,7 +232,11 @@ async function claimAndApplyOn(
         maxHeld: o.maxHeldPerKey,
         maxAhead: o.maxSeqAhead,
         lockTimeout: claimLockTimeout(rt),
-      }),
+      };
+      // An unordered delivery applied inline: the try-claim first (on our drivers).
+      const tried = !ordered && !deferred ? await rt.statements.tryClaim?.(tx, args) : undefined;
+      return tried ?? rt.statements.claim(tx, args);
+    },
     event: (claim) => {
       if (claim.drain && ordered && !deferred) drain = new DrainInTransaction(rt, d.key!, obs.parent);
       return taken(d, claim);
