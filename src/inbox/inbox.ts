@@ -44,6 +44,8 @@ export class Inbox {
   readonly #rt: Runtime;
   #operations: Operations | undefined;
   readonly #background: Background;
+  /** The shutdown, once `close()` started it. */
+  #closed: Promise<void> | undefined;
   // ---- Eager start ----
   /** The next attempt to start, after a failed one (cleared by `close()`). */
   #restart: NodeJS.Timeout | undefined;
@@ -176,13 +178,20 @@ export class Inbox {
    * workers, whose handler runs finish or roll back; waits for drains and Redis writes; then
    * closes what the inbox opened (its pool, its Redis client). Nothing taken is lost: an event
    * not yet applied stays pending or held for another instance, or for this one's next start.
+   * Every call returns the same shutdown, resolved when it is complete. After it, `ready()`,
+   * `kysely()` and the operator methods reject with InboxError `closed`.
    *
    * ```ts
    * process.once('SIGTERM', () => server.close(() => inbox.close().then(() => process.exit(0))));
    * ```
    */
-  async close(): Promise<void> {
-    if (this.#rt.closing) return;
+  close(): Promise<void> {
+    // One shutdown, whoever asks: every call waits for the same one to finish.
+    this.#closed ??= this.#close();
+    return this.#closed;
+  }
+
+  async #close(): Promise<void> {
     this.#rt.closing = true;
     clearTimeout(this.#restart);
     await deliveriesSettled(this.#rt);
