@@ -5,7 +5,7 @@
  * methods built on them reject naming the cause, instead of returning a destroyed connection.
  */
 import { afterEach, describe, expect, it } from 'vitest';
-import { createInbox } from '../src/index.js';
+import { createInbox, InboxError } from '../src/index.js';
 import { freshPGlite } from './support/databases.js';
 
 type PGliteDb = Awaited<ReturnType<typeof freshPGlite>>;
@@ -57,5 +57,25 @@ describe('inbox.close()', () => {
       `select status from ${inbox.tables.events} where id = 'evt-in-flight'`,
     );
     expect(rows).toEqual([{ status: 'processed' }]);
+  });
+
+  it('after close(), ready(), kysely() and migrate() reject: the inbox is closed', async () => {
+    db = await freshPGlite();
+    const inbox = createInbox({ db, sweepIntervalMs: 0, logger: false, handle: () => {} });
+    await inbox.ready();
+    await inbox.close();
+    for (const call of [() => inbox.ready(), () => inbox.kysely(), () => inbox.migrate()]) {
+      const err = await call().then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(err).toBeInstanceOf(InboxError);
+      expect(err).toMatchObject({ code: 'closed', message: expect.stringMatching(/the inbox is closed/) });
+    }
+    // What it reports to an operator says so too, rather than a destroyed driver's message.
+    expect(await inbox.health()).toMatchObject({
+      ok: false,
+      error: expect.stringMatching(/the inbox is closed/),
+    });
   });
 });
