@@ -52,6 +52,8 @@ export interface InboxMetrics {
   sweeperError(): void;
   redisFallback(reason: string): void;
   redisWriteError(): void;
+  /** A look before BEGIN (the primary-key read of a retry storm) that failed: the claim answered. */
+  lookFirstError(): void;
 }
 
 const noop = () => {};
@@ -70,6 +72,7 @@ export const noMetrics: InboxMetrics = {
   sweeperError: noop,
   redisFallback: noop,
   redisWriteError: noop,
+  lookFirstError: noop,
 };
 
 /** Every metric name: the table of docs/observability.md is checked against it (test/docs.test.ts). */
@@ -92,6 +95,7 @@ export const METRIC_NAMES = Object.freeze({
   sweeperErrors: 'webhook_inbox_sweeper_errors_total',
   redisFallbacks: 'webhook_inbox_redis_fallbacks_total',
   redisWriteErrors: 'webhook_inbox_redis_write_errors_total',
+  lookFirstErrors: 'webhook_inbox_look_first_errors_total',
   pendingEvents: 'webhook_inbox_pending_events',
   oldestBlockedKeyAge: 'webhook_inbox_oldest_blocked_key_age_seconds',
   databaseUp: 'webhook_inbox_database_up',
@@ -296,6 +300,12 @@ function define(client: any, registry: RegistryLike): Shared {
         'Redis writes of processed events that failed or timed out',
         ['source'],
       ),
+      lookFirstErrors: metric(
+        'Counter',
+        n.lookFirstErrors,
+        "Reads before BEGIN (a retry storm's primary-key read of a duplicate) that failed; the claim answered the delivery",
+        ['source'],
+      ),
     },
   };
 }
@@ -345,6 +355,7 @@ export async function createMetrics(
   const sweeperRuns = m.sweeperRuns.labels({ source });
   const sweeperErrors = m.sweeperErrors.labels({ source });
   const writeErrors = m.redisWriteErrors.labels({ source });
+  const lookFirstErrors = m.lookFirstErrors.labels({ source });
   // Series that alerts look at exist from the start, at 0, so that rate() sees their first increase.
   for (const outcome of [OutcomeKind.processed, OutcomeKind.duplicate, OutcomeKind.failed])
     deliveries(outcome).inc(0);
@@ -357,6 +368,7 @@ export async function createMetrics(
   seqConflicts('applied').inc(0);
   sweeperErrors.inc(0);
   writeErrors.inc(0);
+  lookFirstErrors.inc(0);
   return {
     metrics: {
       delivery: (outcome) => deliveries(outcome).inc(),
@@ -388,6 +400,7 @@ export async function createMetrics(
       sweeperError: () => sweeperErrors.inc(),
       redisFallback: (reason) => fallbacks(reason).inc(),
       redisWriteError: () => writeErrors.inc(),
+      lookFirstError: () => lookFirstErrors.inc(),
     },
     detach: () => sources.delete(entry),
   };
