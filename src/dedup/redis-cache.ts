@@ -224,10 +224,9 @@ function decode(raw: string): CachedEvent | undefined {
  * fallback is Postgres, not a retry), and reconnects with capped, jittered backoff.
  *
  * Commands issued in the same pass of the event loop go out in one write
- * (`enableAutoPipelining`). Sent one by one, each GET was a socket write of its own: in a retry
- * storm answered from Redis, those writes were the largest share of the server's CPU per
- * duplicate (`npm run bench -- --contenders hello,inbox-redis --workloads replay`, two runs
- * each: 0.81x and 0.91x hello one by one, 1.03x and 0.97x pipelined; BENCHMARKS.md).
+ * (`enableAutoPipelining`). Sent one by one, each GET would be a socket write of its own: in a
+ * retry storm answered from Redis, those writes are the largest share of the server's CPU per
+ * duplicate (BENCHMARKS.md).
  */
 export async function connectRedis(url: string, logger: Logger): Promise<RedisLike> {
   let Redis: any;
