@@ -32,7 +32,7 @@ export class WakeUps {
   #sending = false;
   #lastSentAt = Number.NEGATIVE_INFINITY;
   #closed = false;
-  /** NOTIFYs sent (the bench reads it). */
+  /** NOTIFYs sent. */
   sent = 0;
 
   constructor(rt: Runtime) {

@@ -102,10 +102,9 @@ export class RedisCache {
       let done = false;
       // When the timer fires, Redis's answer may be waiting unread: a busy event loop (a retry
       // storm on a saturated core) runs due timers before it reads its sockets. Giving up there
-      // called a Redis that answered in time slow, three times over paused it, and sent a storm's
-      // duplicates to Postgres (the bench's replay cell, on a slower machine). `setImmediate`
-      // runs after the sockets are read: an answer that had arrived wins; only one that had not
-      // is a timeout.
+      // would call a Redis that answered in time slow, pause it after three such, and send a
+      // storm's duplicates to Postgres. `setImmediate` runs after the sockets are read: an answer
+      // that has arrived wins; only one that has not is a timeout.
       const timer = setTimeout(() => {
         setImmediate(() => {
           if (done) return;
