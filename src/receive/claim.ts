@@ -16,6 +16,7 @@ import { inSpan } from '../observability/tracing.js';
 import { notifyDeadLetter } from '../options/dead-letter-hook.js';
 import type { Outcome } from '../outcome.js';
 import type { Runtime } from '../runtime/runtime.js';
+import { claimBatchesOf } from './claim-batches.js';
 import type { Observation } from './observe.js';
 import * as respond from './respond.js';
 
@@ -106,9 +107,8 @@ export function claimAndApply(
   // worker that takes it decides under the object's key row (src/db/sql/latest-check.ts).
   if (d.latest && rt.options.mode !== 'deferred') return claimLatestAndApply(rt, d, d.latest, obs);
   const key = d.key;
-  if (key === null || rt.options.mode === 'deferred') {
-    return claimAndApplyOn(rt, bg, d, obs, undefined).then((settled) => settled.outcome);
-  }
+  if (rt.options.mode === 'deferred') return claimDeferred(rt, bg, d, obs);
+  if (key === null) return claimAndApplyOn(rt, bg, d, obs, undefined).then((settled) => settled.outcome);
   return new Promise<Outcome>((resolve) => {
     const work = rt.database.kysely.connection().execute(async (conn) => {
       const settled = await claimAndApplyOn(rt, bg, d, obs, conn);
@@ -207,11 +207,10 @@ async function claimAndApplyOn(
 ): Promise<{ outcome: Outcome; drain: boolean }> {
   const o = rt.options;
   const ordered = d.key !== null;
-  const deferred = o.mode === 'deferred';
-  // Only an ordered event can be held (and so need its payload later) in this claim; in
-  // deferred mode every event may be stored as pending. A new unordered event's row is written
-  // at COMMIT (its payload then too, with keepPayload), not by the claim.
-  const store = deferred || ordered;
+  // Only an ordered event can be held (and so need its payload later) in this claim. A new
+  // unordered event's row is written at COMMIT (its payload then too, with keepPayload), not
+  // by the claim.
+  const store = ordered;
   // Inline mode: when the claim says the next seq waits, the held events this delivery's commit
   // would make runnable are applied in its transaction, after its handler, up to a bound
   // (src/background/drain.ts); `drain` after the response is then what is left.
@@ -226,7 +225,7 @@ async function claimAndApplyOn(
         hash: d.hash,
         payload: store ? d.rawBody : null,
         headers: store ? storableHeaders(d.headers, o.secretHeaders) : null,
-        apply: !deferred,
+        apply: true,
         keepPayload: o.keepPayload,
         firstSeen: o.firstSeq === 'first-seen',
         maxHeld: o.maxHeldPerKey,
@@ -234,21 +233,55 @@ async function claimAndApplyOn(
         lockTimeout: claimLockTimeout(rt),
       }),
     event: (claim) => {
-      if (claim.drain && ordered && !deferred) drain = new DrainInTransaction(rt, d.key!, obs.parent);
+      if (claim.drain && ordered) drain = new DrainInTransaction(rt, d.key!, obs.parent);
       return taken(d, claim);
     },
-    next:
-      ordered && !deferred
-        ? (tx: Transaction<any>, last: Run) => drain?.next(tx, last) ?? Promise.resolve(undefined)
-        : undefined,
+    next: ordered
+      ? (tx: Transaction<any>, last: Run) => drain?.next(tx, last) ?? Promise.resolve(undefined)
+      : undefined,
     db,
-    alone: deferred,
     settled: (committed) => drain?.end(committed),
     committed: (claim) => rt.duplicateOdds.note(claim.decision === 'duplicate'),
     drainAfter: (claim) => drain?.rest ?? claim.drain,
   });
   if (settled.outcome) return settled;
-  const claim = settled.claim;
+  return { outcome: answer(rt, bg, d, settled.claim), drain: settled.claim.drain };
+}
+
+/**
+ * Deferred mode: the claim stores the event for a worker and applies nothing, so it needs no
+ * transaction of the handler's: it is sent with the other deliveries' claims waiting for an
+ * acknowledgement connection, one statement and one commit for them all (./claim-batches.ts).
+ */
+async function claimDeferred(
+  rt: Runtime,
+  bg: Background,
+  d: ParsedDelivery,
+  obs: Observation,
+): Promise<Outcome> {
+  const o = rt.options;
+  let claim: ClaimRow;
+  try {
+    claim = await inSpan(rt.tracer, 'webhook-inbox.claim', obs.parent, () =>
+      claimBatchesOf(rt).claim({
+        id: d.id,
+        key: d.key,
+        seq: d.seq,
+        hash: d.hash,
+        payload: d.rawBody,
+        headers: storableHeaders(d.headers, o.secretHeaders),
+      }),
+    );
+  } catch (err) {
+    return respond.infrastructureFailure(o, err);
+  }
+  rt.duplicateOdds.note(claim.decision === 'duplicate');
+  return answer(rt, bg, d, claim);
+}
+
+/** What a claim that applied nothing answers, and what it leaves to do (the caches, the lanes, a dead letter's report). */
+function answer(rt: Runtime, bg: Background, d: ParsedDelivery, claim: ClaimRow): Outcome {
+  const o = rt.options;
   if (claim.decision === 'dead' && claim.reason === 'late') {
     // Counted per late delivery: a redelivery of a late event (rare: it was answered 200) counts again.
     rt.metrics.deadLetter('late');
@@ -281,7 +314,7 @@ async function claimAndApplyOn(
       'webhook-inbox: a new id at a seq its key already applied or holds (422)',
     );
   }
-  return { outcome: respond.decided(o, d, claim), drain: claim.drain };
+  return respond.decided(o, d, claim);
 }
 
 /** The answer to a delivery applied now: processed, or ignored when no handler takes its type. */
