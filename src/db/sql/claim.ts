@@ -344,8 +344,8 @@ export interface ClaimRow {
 
 /**
  * One round trip: the whole decision for a delivery. On our drivers an unordered delivery
- * applied inline tries the try-claim first (src/db/sql/try-claim.ts, `claimTryingFirst`), and
- * comes here only when it cannot decide.
+ * applied inline sends the try-claim first (src/db/sql/try-claim.ts, `tryClaim`), and the
+ * claim only when it cannot decide.
  */
 export function createClaim(names: StatementNames, t: Tables) {
   const statement = defineStatement(

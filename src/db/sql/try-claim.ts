@@ -32,8 +32,9 @@ import { defineStatement, type Statement, type Tables } from './tables.js';
  *   the lock (bounded by lock_timeout) and decides; its own SAVEPOINT follows it, so a failed
  *   run rolls back to a savepoint taken after everything the claim locked.
  *
- * Only on our drivers, which send a statement's `first` (src/db/drivers/fold.ts); through a
- * Kysely instance the user passed, every delivery takes the claim (src/db/sql/statements.ts).
+ * Only on our drivers, which send a statement's `first` (src/db/drivers/fold.ts): there the
+ * unordered inline path sends it before the claim (src/receive/claim.ts); through a Kysely
+ * instance the user passed, every delivery takes the claim (src/db/sql/statements.ts).
  *
  * On PGlite (`oneSession`) the lock is not sent: the database is one session, whose advisory
  * locks never conflict with its own, so step 1 could only answer true, and our driver gives
@@ -42,24 +43,7 @@ import { defineStatement, type Statement, type Tables } from './tables.js';
  * event's first call into the embedded database: about 60-80 µs of 700 per transaction
  * (`npx tsx bench/pglite-cost.ts inbox no-lock`).
  */
-export function claimTryingFirst(
-  names: StatementNames,
-  t: Tables,
-  claim: (db: Kysely<any>, a: ClaimArgs) => Promise<ClaimRow>,
-  oneSession: boolean,
-) {
-  const tryClaim = createTryClaim(names, t, oneSession);
-  return async function claimOrTry(db: Kysely<any>, a: ClaimArgs): Promise<ClaimRow> {
-    if (a.key === null && a.apply) {
-      const decided = await tryClaim(db, a);
-      if (decided) return decided;
-    }
-    return claim(db, a);
-  };
-}
-
-/** The try-claim's statements and its decision; undefined when the claim must decide. */
-function createTryClaim(names: StatementNames, t: Tables, oneSession: boolean) {
+export function createTryClaim(names: StatementNames, t: Tables, oneSession: boolean) {
   // One row whether or not the id has one: the id's row (all null when none), after `locked`
   // where the session's own lock answers (PGlite).
   // When it was received (the row's, else this transaction's start, which the row written at
