@@ -223,7 +223,7 @@ function define(client: any, registry: RegistryLike): Shared {
       claimBatchSize: metric(
         'Histogram',
         n.claimBatchSize,
-        'Deferred mode: claims sent in one statement and one commit',
+        'Deferred mode: claims sent in one statement (one commit when it succeeds)',
         ['source'],
         { buckets: BATCH_BUCKETS },
       ),

@@ -109,6 +109,7 @@ export class ClaimBatches {
     // (the sort is stable), which is the order they are decided in.
     const ordered = [...batch].sort(byLockOrder);
     let rows: ClaimRow[];
+    rt.metrics.claimBatch(batch.length);
     try {
       const elements = ordered.map((w) => w.element);
       const { acks, readCommittedAlone } = rt.database;
@@ -132,7 +133,6 @@ export class ClaimBatches {
       return;
     }
     const committedAt = performance.now();
-    rt.metrics.claimBatch(batch.length);
     ordered.forEach((w, i) => {
       rt.metrics.acknowledgement((committedAt - w.queuedAt) / 1000);
       w.resolve(rows[i] as ClaimRow);
