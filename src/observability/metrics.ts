@@ -39,6 +39,10 @@ export interface InboxMetrics {
   duplicate(answeredBy: 'memory' | 'redis' | 'postgres'): void;
   handler(seconds: number, outcome: 'processed' | 'failed'): void;
   claimToCommit(seconds: number): void;
+  /** Deferred mode: how many claims one statement and one commit carried. */
+  claimBatch(size: number): void;
+  /** Deferred mode: from a delivery's claim queued to its batch committed. */
+  acknowledgement(seconds: number): void;
   gapTimeout(action: 'skipped' | 'blocked'): void;
   deadLetter(reason: string): void;
   /** A dead letter's cause (src/apply/cause.ts): what "a new cause appeared" alerts on. */
@@ -62,6 +66,8 @@ export const noMetrics: InboxMetrics = {
   duplicate: noop,
   handler: noop,
   claimToCommit: noop,
+  claimBatch: noop,
+  acknowledgement: noop,
   gapTimeout: noop,
   deadLetter: noop,
   deadLetterCause: noop,
@@ -80,6 +86,8 @@ export const METRIC_NAMES = Object.freeze({
   deliveries: 'webhook_inbox_deliveries_total',
   handlerDuration: 'webhook_inbox_handler_duration_seconds',
   claimToCommit: 'webhook_inbox_claim_to_commit_seconds',
+  claimBatchSize: 'webhook_inbox_claim_batch_size',
+  acknowledgement: 'webhook_inbox_acknowledgement_seconds',
   duplicates: 'webhook_inbox_duplicates_total',
   heldEvents: 'webhook_inbox_held_events',
   oldestHeldAge: 'webhook_inbox_oldest_held_age_seconds',
@@ -118,6 +126,7 @@ const shared = new WeakMap<RegistryLike, Shared>();
 export const MAX_TYPE_LABELS = 100;
 
 const LATENCY_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
+const BATCH_BUCKETS = [1, 2, 4, 8, 16, 32, 64, 128, 256];
 const DRAIN_BUCKETS = [0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300];
 
 async function loadPromClient(): Promise<any> {
@@ -212,6 +221,20 @@ function define(client: any, registry: RegistryLike): Shared {
         'Histogram',
         n.claimToCommit,
         'Time from the claim to the commit of a delivery (locks are held meanwhile)',
+        ['source'],
+        { buckets: LATENCY_BUCKETS },
+      ),
+      claimBatchSize: metric(
+        'Histogram',
+        n.claimBatchSize,
+        'Deferred mode: claims sent in one statement (one commit when it succeeds)',
+        ['source'],
+        { buckets: BATCH_BUCKETS },
+      ),
+      acknowledgement: metric(
+        'Histogram',
+        n.acknowledgement,
+        "Deferred mode: time from a delivery's claim to its batch's commit",
         ['source'],
         { buckets: LATENCY_BUCKETS },
       ),
@@ -351,6 +374,8 @@ export async function createMetrics(
   const ignoredTypes = bound(m.ignored, 'type');
   const typeLabels = new Set<string>();
   const claimToCommit = m.claimToCommit.labels({ source });
+  const claimBatch = m.claimBatchSize.labels({ source });
+  const acknowledgement = m.acknowledgement.labels({ source });
   const drain = m.drainLatency.labels({ source });
   const sweeperRuns = m.sweeperRuns.labels({ source });
   const sweeperErrors = m.sweeperErrors.labels({ source });
@@ -375,6 +400,8 @@ export async function createMetrics(
       duplicate: (answeredBy) => duplicates(answeredBy).inc(),
       handler: (seconds, outcome) => handler(outcome).observe(seconds),
       claimToCommit: (seconds) => claimToCommit.observe(seconds),
+      claimBatch: (size) => claimBatch.observe(size),
+      acknowledgement: (seconds) => acknowledgement.observe(seconds),
       gapTimeout: (action) => gapTimeouts(action).inc(),
       deadLetter: (reason) => deadLetters(reason).inc(),
       deadLetterCause: (cause) => {

@@ -19,6 +19,7 @@ import { inSpan } from '../observability/tracing.js';
 import { notifyDeadLetter } from '../options/dead-letter-hook.js';
 import type { Outcome } from '../outcome.js';
 import type { Runtime } from '../runtime/runtime.js';
+import { claimBatchesOf } from './claim-batches.js';
 import type { Observation } from './observe.js';
 import * as respond from './respond.js';
 
@@ -206,25 +207,21 @@ async function claimDeferred(
 }
 
 /**
- * [claim] = 1 whatever it decides: it applies nothing, so on our drivers it is sent alone, a
- * READ COMMITTED transaction of its own in one round trip (src/db/drivers/fold.ts), whose locks
- * (the key's, the id's) are released inside PostgreSQL at its end, not after its answer has
- * crossed back to us and COMMIT has come. It goes on the connections no handler holds
+ * [claim_many] = 1 for every claim that waited for a connection with this one
+ * (./claim-batches.ts): it applies nothing, so on our drivers it is sent alone, a READ
+ * COMMITTED transaction of its own in one round trip (src/db/drivers/fold.ts), whose locks (the
+ * keys', the ids') are released inside PostgreSQL at its end, not after its answer has crossed
+ * back to us and COMMIT has come. It goes on the connections no handler holds
  * (`Database.acks`, `ackPoolSize`): an acknowledgement never queues behind the workers'
- * handlers for a connection. On a Kysely instance of the user's: BEGIN, claim, COMMIT.
+ * handlers for a connection.
  */
 async function sendDeferredClaim(rt: Runtime, d: ParsedDelivery, obs: Observation): Promise<Took<ClaimRow>> {
-  const args = claimArgs(rt, d, true);
-  const claimOn = async (db: Kysely<any>) => {
-    const claimedAt = performance.now();
-    return { claimedAt, claim: await inClaimSpan(rt, obs, () => rt.statements.claim(db, args)) };
-  };
-  const took = rt.database.readCommittedAlone
-    ? await claimOn(rt.database.acks)
-    : await inTransaction(rt.database.kysely, claimOn);
-  // Committed already: a handler run now would not be in the claim's transaction.
-  if (took.claim.decision === 'apply') throw new Error('webhook-inbox: a deferred claim took an event');
-  return took;
+  const { id, key, seq, hash, payload, headers } = claimArgs(rt, d, true);
+  const claimedAt = performance.now();
+  const claim = await inClaimSpan(rt, obs, () =>
+    claimBatchesOf(rt).claim({ id, key, seq, hash, payload, headers }),
+  );
+  return { claimedAt, claim };
 }
 
 /** The claim statement in its span (the try-claim's, for an unordered inline delivery). */

@@ -1,3 +1,4 @@
+import { claimManyFunction } from '../sql/claim-many.js';
 import type { Tables } from '../sql/tables.js';
 
 /**
@@ -140,5 +141,6 @@ begin
   end loop;
 end
 $fn$;
+${claimManyFunction(t)}
 `;
 }

@@ -1,6 +1,7 @@
 import { advanceFunction, previousAdvanceFunction } from './advance.js';
 import { claimFunction, previousClaimFunction } from './claim.js';
 import { claimLatestFunction } from './claim-latest.js';
+import { claimManyFunction } from './claim-many.js';
 import { failFunction } from './fail.js';
 import { latestCheckFunction } from './latest-check.js';
 import { previousSweepFunction, sweepFunction } from './sweep.js';
@@ -19,6 +20,7 @@ export const functionDefinitions: ReadonlyArray<readonly [name: string, definiti
     ['claim', claimFunction],
     // The 13-parameter overload earlier versions call (a rolling deploy): see claim.ts.
     ['claim', previousClaimFunction],
+    ['claim_many', claimManyFunction],
     ['claim_latest', claimLatestFunction],
     ['latest_check', latestCheckFunction],
     ['take_next', takeNextFunction],

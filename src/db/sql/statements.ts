@@ -2,6 +2,7 @@ import type { StatementNames } from '../drivers/common.js';
 import { createAdvance } from './advance.js';
 import { createClaim } from './claim.js';
 import { createClaimLatest } from './claim-latest.js';
+import { createClaimMany } from './claim-many.js';
 import { createCountPending } from './count-pending.js';
 import { createFail } from './fail.js';
 import { createApplySavepoint, createUndoTake } from './failed-run.js';
@@ -38,6 +39,7 @@ export function createStatements(
      * as its `first`: on our drivers; undefined on a Kysely instance of the user's.
      */
     tryClaim: sendsCompanions ? createTryClaim(names, t, oneSession) : undefined,
+    claimMany: createClaimMany(names, t),
     claimLatest: createClaimLatest(names, t),
     latestCheck: createLatestCheck(names, t),
     storeResult: createStoreResult(names, t),
