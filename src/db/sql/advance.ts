@@ -1,7 +1,6 @@
-import type { Kysely } from 'kysely';
 import { toBoolean, toNumber } from '../column-readers.js';
 import type { StatementNames } from '../drivers/common.js';
-import { defineStatement, type Tables } from './tables.js';
+import { defineStatement, type Queryable, type Tables } from './tables.js';
 
 /**
  * `advance`: after a worker's handler, in its transaction: moves the cursor past the seq and
@@ -66,6 +65,14 @@ $fn$;
 `;
 }
 
+/** The row `advance` returns. */
+interface AdvanceResult {
+  more: unknown;
+  skipped_from: unknown;
+  skipped_to: unknown;
+  blocked: unknown;
+}
+
 /**
  * The 3-parameter `advance` earlier versions call (a rolling deploy), as migration 0002
  * created it: the cursor moved, no gap settled.
@@ -102,26 +109,21 @@ export interface Advanced {
  * it when it timed out.
  */
 export function createAdvance(names: StatementNames, t: Tables) {
-  const statement = defineStatement(
+  const statement = defineStatement<AdvanceResult>(
     names,
     t,
     'advance',
     `select more, skipped_from, skipped_to, blocked from ${t.fn('advance')}($1, $2, $3::bigint, $4::bigint, $5)`,
   );
   return async function advance(
-    db: Kysely<any>,
+    db: Queryable,
     source: string,
     key: string,
     seq: number,
     gapTimeoutMs: number,
     onGap: 'skip' | 'block',
   ): Promise<Advanced> {
-    const [row] = await statement.run<{
-      more: unknown;
-      skipped_from: unknown;
-      skipped_to: unknown;
-      blocked: unknown;
-    }>(db, [source, key, seq, gapTimeoutMs, onGap]);
+    const [row] = await statement.run(db, [source, key, seq, gapTimeoutMs, onGap]);
     const fromSeq = toNumber(row?.skipped_from);
     return {
       more: toBoolean(row?.more),

@@ -1,9 +1,8 @@
-import type { Kysely } from 'kysely';
 import { fromJsonText, toBoolean, toDate, toNumber } from '../column-readers.js';
 import type { StatementNames } from '../drivers/common.js';
 import { APPLY_SAVEPOINT } from './failed-run.js';
 import { readIdRow, takeIdLock } from './id-lock.js';
-import { defineStatement, type Tables } from './tables.js';
+import { defineStatement, type Queryable, type Tables } from './tables.js';
 
 /**
  * `claim`: everything the inbox decides about a delivery, in one round trip, inside the
@@ -342,13 +341,26 @@ export interface ClaimRow {
   rowAtCommit: boolean;
 }
 
+/** The row `claim` returns, as its statement selects it. */
+interface ClaimResult {
+  decision: ClaimDecision;
+  /** jsonb read back as text (`fromJsonText`). */
+  result: string | null;
+  expected: unknown;
+  reason: string | null;
+  attempts: unknown;
+  drain: unknown;
+  received_at: unknown;
+  row_at_commit: unknown;
+}
+
 /**
  * One round trip: the whole decision for a delivery. On our drivers an unordered delivery
  * applied inline tries the try-claim first (src/db/sql/try-claim.ts, `claimTryingFirst`), and
  * comes here only when it cannot decide.
  */
 export function createClaim(names: StatementNames, t: Tables) {
-  const statement = defineStatement(
+  const statement = defineStatement<ClaimResult>(
     names,
     t,
     'claim',
@@ -356,8 +368,8 @@ export function createClaim(names: StatementNames, t: Tables) {
        from ${t.fn('claim')}($1, $2, $3, $4::bigint, $5, $6, $7::jsonb, $8, $9, $10, $11, $12::bigint, $13, true)`,
     { rides: 'begin', after: APPLY_SAVEPOINT },
   );
-  return async function claim(db: Kysely<any>, a: ClaimArgs): Promise<ClaimRow> {
-    const [row] = await statement.run<any>(db, [
+  return async function claim(db: Queryable, a: ClaimArgs): Promise<ClaimRow> {
+    const [row] = await statement.run(db, [
       a.source,
       a.id,
       a.key,

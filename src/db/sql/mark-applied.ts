@@ -1,6 +1,5 @@
-import type { Kysely } from 'kysely';
 import type { StatementNames } from '../drivers/common.js';
-import { defineStatement, type Tables } from './tables.js';
+import { defineStatement, type Queryable, type Tables } from './tables.js';
 
 /**
  * A stored event applied now (taken by `take_next`, `take_pending` or `take_turn`, which lock
@@ -29,7 +28,7 @@ export function createMarkApplied(names: StatementNames, t: Tables) {
     { rides: 'commit' },
   );
   return async function markApplied(
-    db: Kysely<any>,
+    db: Queryable,
     a: {
       source: string;
       id: string;

@@ -1,7 +1,6 @@
 import { createHash } from 'node:crypto';
-import type { Kysely } from 'kysely';
 import type { StatementNames } from '../drivers/common.js';
-import { defineStatement, type Tables } from './tables.js';
+import { defineStatement, type Queryable, type Tables } from './tables.js';
 
 /**
  * The LISTEN/NOTIFY channel of one inbox (tables + source). Named after the schema, the table
@@ -25,7 +24,7 @@ export function notifyChannel(t: Tables, source: string): string {
  */
 export function createNotifyPending(names: StatementNames, t: Tables) {
   const statement = defineStatement(names, t, 'notify_pending', 'select pg_notify($1, $2)');
-  return async function notifyPending(db: Kysely<any>, channel: string, payload: string): Promise<void> {
+  return async function notifyPending(db: Queryable, channel: string, payload: string): Promise<void> {
     await statement.run(db, [channel, payload]);
   };
 }

@@ -1,6 +1,5 @@
-import type { Kysely } from 'kysely';
 import type { StatementNames } from '../drivers/common.js';
-import { defineStatement, type Tables } from './tables.js';
+import { defineStatement, type Queryable, type Tables } from './tables.js';
 
 /**
  * The row of a new event applied inline, written once, with its result, riding on COMMIT like
@@ -27,7 +26,7 @@ export function createRecordApplied(names: StatementNames, t: Tables) {
     { rides: 'commit' },
   );
   return async function recordApplied(
-    db: Kysely<any>,
+    db: Queryable,
     a: {
       source: string;
       id: string;

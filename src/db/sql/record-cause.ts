@@ -1,6 +1,5 @@
-import type { Kysely } from 'kysely';
 import type { StatementNames } from '../drivers/common.js';
-import { defineStatement, type Tables } from './tables.js';
+import { defineStatement, type Queryable, type Tables } from './tables.js';
 
 /**
  * A failed run's cause (src/apply/cause.ts) and time, on the event's row, after `fail` counted it
@@ -17,12 +16,7 @@ export function createRecordCause(names: StatementNames, t: Tables) {
     `update ${t.events} set cause = $3, failed_at = now() where source = $1 and id = $2`,
     { rides: 'commit' },
   );
-  return async function recordCause(
-    db: Kysely<any>,
-    source: string,
-    id: string,
-    cause: string,
-  ): Promise<void> {
+  return async function recordCause(db: Queryable, source: string, id: string, cause: string): Promise<void> {
     await statement.run(db, [source, id, cause]);
   };
 }

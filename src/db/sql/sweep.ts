@@ -1,7 +1,6 @@
-import type { Kysely } from 'kysely';
 import { toNumber } from '../column-readers.js';
 import type { StatementNames } from '../drivers/common.js';
-import { defineStatement, type Tables } from './tables.js';
+import { defineStatement, type Queryable, type Tables } from './tables.js';
 
 /**
  * `sweep`: one step of the sweeper's walk over the keys that wait. Returns the keys to drain:
@@ -262,22 +261,31 @@ export interface SweepStep {
   readonly resumeAfter: string | undefined;
 }
 
+/** A row `sweep` returns: a key's action, or (`resume`) where the next step goes on. */
+interface SweepResult {
+  key: string;
+  action: SweepRow['action'] | 'resume';
+  from_seq: unknown;
+  to_seq: unknown;
+  error: string | null;
+}
+
 /** One round trip per step of the walk (a pass takes one or a few). */
 export function createSweep(names: StatementNames, t: Tables) {
-  const statement = defineStatement(
+  const statement = defineStatement<SweepResult>(
     names,
     t,
     'sweep',
     `select * from ${t.fn('sweep')}($1, $2::bigint, $3, $4, $5, $6)`,
   );
   return async function sweep(
-    db: Kysely<any>,
+    db: Queryable,
     source: string,
     gapTimeoutMs: number,
     onGap: 'skip' | 'block',
     limits: { readonly keys: number; readonly scan: number; readonly after: string | undefined },
   ): Promise<SweepStep> {
-    const found = await statement.run<any>(db, [
+    const found = await statement.run(db, [
       source,
       gapTimeoutMs,
       onGap,

@@ -1,8 +1,7 @@
-import type { Kysely } from 'kysely';
 import { toBoolean, toNumber } from '../column-readers.js';
 import type { StatementNames } from '../drivers/common.js';
 import { APPLY_SAVEPOINT } from './failed-run.js';
-import { defineStatement, type Tables } from './tables.js';
+import { defineStatement, type Queryable, type Tables } from './tables.js';
 import { markTakenAndReturn, type StoredEventRow, type TakenEvent, toTakenEvent } from './taken-event.js';
 
 /**
@@ -70,7 +69,7 @@ $fn$;
 
 /** One round trip: lock the key, take the event at its cursor, advance the cursor. */
 export function createTakeNext(names: StatementNames, t: Tables) {
-  const statement = defineStatement(
+  const statement = defineStatement<StoredEventRow & { seq: unknown; more: unknown }>(
     names,
     t,
     'take_next',
@@ -79,20 +78,14 @@ export function createTakeNext(names: StatementNames, t: Tables) {
     { rides: 'begin', after: APPLY_SAVEPOINT },
   );
   return async function takeNext(
-    db: Kysely<any>,
+    db: Queryable,
     source: string,
     key: string,
     wait: boolean,
     keepPayload: boolean,
     lockTimeout: string,
   ): Promise<{ event: TakenEvent; more: boolean } | undefined> {
-    const [row] = await statement.run<StoredEventRow & { more: boolean }>(db, [
-      source,
-      key,
-      wait,
-      keepPayload,
-      lockTimeout,
-    ]);
+    const [row] = await statement.run(db, [source, key, wait, keepPayload, lockTimeout]);
     if (!row) return undefined;
     return { event: toTakenEvent(row, key, toNumber(row.seq)), more: toBoolean(row.more) };
   };

@@ -1,7 +1,6 @@
-import type { Kysely } from 'kysely';
 import type { StatementNames } from '../drivers/common.js';
 import { APPLY_SAVEPOINT } from './failed-run.js';
-import { defineStatement, type Tables } from './tables.js';
+import { defineStatement, type Queryable, type Tables } from './tables.js';
 import { markTakenAndReturn, type StoredEventRow, type TakenEvent, toTakenEvent } from './taken-event.js';
 
 /**
@@ -61,7 +60,7 @@ $fn$;
  * oldest due first.
  */
 export function createTakePending(names: StatementNames, t: Tables) {
-  const statement = defineStatement(
+  const statement = defineStatement<StoredEventRow>(
     names,
     t,
     'take_pending',
@@ -70,12 +69,12 @@ export function createTakePending(names: StatementNames, t: Tables) {
     { rides: 'begin', after: APPLY_SAVEPOINT },
   );
   return async function takePending(
-    db: Kysely<any>,
+    db: Queryable,
     source: string,
     keepPayload: boolean,
     limit: number,
   ): Promise<TakenEvent[]> {
-    const rows = await statement.run<StoredEventRow>(db, [source, keepPayload, limit]);
+    const rows = await statement.run(db, [source, keepPayload, limit]);
     return rows.map((row) => toTakenEvent(row, null, null));
   };
 }

@@ -1,8 +1,7 @@
-import type { Kysely } from 'kysely';
 import { toNumber } from '../column-readers.js';
 import type { StatementNames } from '../drivers/common.js';
 import { APPLY_SAVEPOINT } from './failed-run.js';
-import { defineStatement, type Tables } from './tables.js';
+import { defineStatement, type Queryable, type Tables } from './tables.js';
 import { markTakenAndReturn, type StoredEventRow, type TakenEvent, toTakenEvent } from './taken-event.js';
 
 /**
@@ -55,7 +54,7 @@ $fn$;
 
 /** One round trip: take the ordered key's event at its cursor, without locking the key. */
 export function createTakeTurn(names: StatementNames, t: Tables) {
-  const statement = defineStatement(
+  const statement = defineStatement<StoredEventRow & { seq: unknown }>(
     names,
     t,
     'take_turn',
@@ -64,12 +63,12 @@ export function createTakeTurn(names: StatementNames, t: Tables) {
     { rides: 'begin', after: APPLY_SAVEPOINT },
   );
   return async function takeTurn(
-    db: Kysely<any>,
+    db: Queryable,
     source: string,
     key: string,
     keepPayload: boolean,
   ): Promise<TakenEvent | undefined> {
-    const [row] = await statement.run<StoredEventRow>(db, [source, key, keepPayload]);
+    const [row] = await statement.run(db, [source, key, keepPayload]);
     return row ? toTakenEvent(row, key, toNumber(row.seq)) : undefined;
   };
 }
