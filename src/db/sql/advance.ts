@@ -65,43 +65,20 @@ $fn$;
 `;
 }
 
-/** The row `advance` returns. */
-interface AdvanceResult {
-  more: unknown;
-  skipped_from: unknown;
-  skipped_to: unknown;
-  blocked: unknown;
-}
-
-/**
- * The 3-parameter `advance` earlier versions call (a rolling deploy), as migration 0002
- * created it: the cursor moved, no gap settled.
- */
-export function previousAdvanceFunction(t: Tables): string {
-  return `
-create or replace function ${t.fn('advance')}(p_source text, p_key text, p_seq bigint)
-returns boolean
-language plpgsql as $fn$
-begin
-  update ${t.keys} k set next_seq = p_seq + 1, updated_at = now()
-   where k.source = p_source and k.key = p_key and k.next_seq = p_seq;
-  if not found then
-    -- The cursor moved under us (an operator skipped this seq): roll back, apply nothing.
-    raise exception 'webhook-inbox: cursor of key moved during apply' using errcode = '40001';
-  end if;
-  return exists (select 1 from ${t.events} e where e.source = p_source and e.key = p_key
-                 and e.seq = p_seq + 1 and e.status in ('held', 'pending'));
-end
-$fn$;
-`;
-}
-
 /** What `advance` did besides moving the cursor. */
 export interface Advanced {
   /** The next seq waits (or a gap before it was skipped): the key's drain goes on. */
   readonly more: boolean;
   /** A timed-out gap settled here: its first seq, and its last when skipped. */
   readonly gap?: { readonly fromSeq: number; readonly toSeq: number | null; readonly blocked: boolean };
+}
+
+/** The row `advance` returns. */
+interface AdvanceResult {
+  more: unknown;
+  skipped_from: unknown;
+  skipped_to: unknown;
+  blocked: unknown;
 }
 
 /**

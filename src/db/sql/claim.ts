@@ -396,26 +396,3 @@ export function createClaim(names: StatementNames, t: Tables) {
     };
   };
 }
-
-/**
- * The claim as earlier versions call it (13 parameters, no `p_row_at_commit`): every row
- * written by the claim, as they expect. Kept so that an instance of an earlier version keeps
- * claiming correctly beside this one during a rolling deploy; had its call reached the new
- * behaviour, its handler's effects would commit with no event row, and a redelivery would
- * apply the event again. Its OID and result type are those of the function it replaces, so
- * statements such an instance prepared stay valid.
- */
-export function previousClaimFunction(t: Tables): string {
-  return `
-create or replace function ${t.fn('claim')}(
-  p_source text, p_id text, p_key text, p_seq bigint, p_hash text,
-  p_payload bytea, p_headers jsonb, p_apply boolean, p_keep_payload boolean,
-  p_first_seen boolean, p_max_held integer, p_max_ahead bigint, p_lock_timeout text
-) returns table (decision text, result jsonb, expected bigint, reason text, attempts integer, drain boolean, received_at timestamptz)
-language sql as $fn$
-  select c.decision, c.result, c.expected, c.reason, c.attempts, c.drain, c.received_at
-    from ${t.fn('claim')}(p_source, p_id, p_key, p_seq, p_hash, p_payload, p_headers, p_apply, p_keep_payload,
-                          p_first_seen, p_max_held, p_max_ahead, p_lock_timeout, false) c
-$fn$;
-`;
-}

@@ -10,7 +10,7 @@ import { defineStatement, type Queryable, type Tables } from './tables.js';
  * and for an event no handler takes (`ignored`, with its payload for a later replay).
  *
  * No ON CONFLICT: the primary key stays the last guard. Should anything that took no id lock
- * have inserted the id meanwhile (no claim of 0.2.0's functions does), or be inserting it at
+ * have inserted the id meanwhile (no claim does), or be inserting it at
  * its own COMMIT, the primary key
  * fails this INSERT, and with it COMMIT: the handler's writes roll back, the event is
  * applied by the other delivery only, and this one is answered 409 in-flight (23505 is one of

@@ -53,20 +53,6 @@ $fn$;
 `;
 }
 
-/**
- * The 5-parameter `take_next` earlier versions call (a rolling deploy): it marks the event
- * processed in the take, as they expect (they send no mark before COMMIT).
- */
-export function previousTakeNextFunction(t: Tables): string {
-  return `
-create or replace function ${t.fn('take_next')}(p_source text, p_key text, p_wait boolean, p_keep_payload boolean, p_lock_timeout text)
-returns table (id text, seq bigint, body_hash text, payload bytea, headers jsonb, attempts integer, received_at timestamptz, more boolean)
-language sql as $fn$
-  select * from ${t.fn('take_next')}(p_source, p_key, p_wait, p_keep_payload, p_lock_timeout, false)
-$fn$;
-`;
-}
-
 /** One round trip: lock the key, take the event at its cursor, advance the cursor. */
 export function createTakeNext(names: StatementNames, t: Tables) {
   const statement = defineStatement<StoredEventRow & { seq: unknown; more: unknown }>(

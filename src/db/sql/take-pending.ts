@@ -12,8 +12,7 @@ import { markTakenAndReturn, type StoredEventRow, type TakenEvent, toTakenEvent 
  * or on COMMIT). The one SELECT picks every row of the batch before any is marked, so leaving
  * them unmarked changes nothing it sees. One event for the sweeper and `inbox.replay`; a batch for the workers
  * (`workerBatchSize`, src/background/turns.ts). The LIMIT sits above the row locks: it counts
- * the rows locked, not the rows skipped. Calls of the earlier signatures: see
- * previousTakePendingFunction.
+ * the rows locked, not the rows skipped.
  */
 export function takePendingFunction(t: Tables): string {
   return `
@@ -36,21 +35,6 @@ begin
     return next;
   end loop;
 end
-$fn$;
-`;
-}
-
-/**
- * The 3-parameter `take_pending` earlier versions call (a rolling deploy; with two arguments,
- * one event, as 0.1.0's did): it marks the events processed in the take, as they
- * expect (they send no mark before COMMIT).
- */
-export function previousTakePendingFunction(t: Tables): string {
-  return `
-create or replace function ${t.fn('take_pending')}(p_source text, p_keep_payload boolean, p_limit integer default 1)
-returns table (id text, body_hash text, payload bytea, headers jsonb, attempts integer, received_at timestamptz)
-language sql as $fn$
-  select * from ${t.fn('take_pending')}(p_source, p_keep_payload, p_limit, false)
 $fn$;
 `;
 }

@@ -38,20 +38,6 @@ $fn$;
 `;
 }
 
-/**
- * The 3-parameter `take_turn` earlier versions call (a rolling deploy): it marks the event
- * processed in the take, as they expect (they send no mark before COMMIT).
- */
-export function previousTakeTurnFunction(t: Tables): string {
-  return `
-create or replace function ${t.fn('take_turn')}(p_source text, p_key text, p_keep_payload boolean)
-returns table (id text, seq bigint, body_hash text, payload bytea, headers jsonb, attempts integer, received_at timestamptz)
-language sql as $fn$
-  select * from ${t.fn('take_turn')}(p_source, p_key, p_keep_payload, false)
-$fn$;
-`;
-}
-
 /** One round trip: take the ordered key's event at its cursor, without locking the key. */
 export function createTakeTurn(names: StatementNames, t: Tables) {
   const statement = defineStatement<StoredEventRow & { seq: unknown }>(
