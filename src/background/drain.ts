@@ -105,7 +105,7 @@ export class DrainInTransaction {
       return undefined;
     }
     const o = rt.options;
-    const took = await rt.statements.takeNext(tx, o.source, this.#key, true, o.keepPayload, rt.lockTimeout);
+    const took = await rt.statements.takeNext(tx, o.source, this.#key, true, rt.lockTimeout);
     // Not waiting (or not due: a retry's backoff): nothing more now, as for a drain after the response.
     if (!took) return undefined;
     this.#taken++;

@@ -52,8 +52,7 @@ export async function applyNextInline(
   const o = rt.options;
   try {
     const r = await applyOne<{ event?: TakenEvent; more?: boolean }>(rt, {
-      take: async (tx) =>
-        (await rt.statements.takeNext(tx, o.source, key, wait, o.keepPayload, rt.lockTimeout)) ?? {},
+      take: async (tx) => (await rt.statements.takeNext(tx, o.source, key, wait, rt.lockTimeout)) ?? {},
       parent,
       db,
     });
@@ -75,7 +74,7 @@ export async function applyTurn(rt: Runtime, key: string): Promise<Step> {
   const o = rt.options;
   let advanced: Advanced | undefined;
   const r = await applyOne(rt, {
-    take: async (tx) => ({ event: await rt.statements.takeTurn(tx, o.source, key, o.keepPayload) }),
+    take: async (tx) => ({ event: await rt.statements.takeTurn(tx, o.source, key) }),
     // One round trip more than take_next: the price of not locking the key meanwhile.
     finish: async (tx, event) => {
       advanced = await rt.statements.advance(tx, o.source, key, event.seq!, o.gapTimeoutMs, o.onGapTimeout);
@@ -115,7 +114,7 @@ export async function applyDuePending(
 ): Promise<{ taken: number; applied: number }> {
   const o = rt.options;
   const runs = await applyBatch(rt, {
-    take: (tx) => rt.statements.takePending(tx, o.source, o.keepPayload, limit),
+    take: (tx) => rt.statements.takePending(tx, o.source, limit),
     budgetMs,
   });
   let applied = 0;

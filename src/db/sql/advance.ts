@@ -13,9 +13,8 @@ import { defineStatement, type Queryable, type Tables } from './tables.js';
  * of the held events, not from when the cursor reaches the gap). Skipped: recorded in the gaps
  * and the cursor moved to the first waiting seq, which runs next (`more`); blocked: the key
  * blocked at the missing seq. So a stream with ten due gaps moves on after one timeout, its
- * worker settling each gap as it reaches it, where the sweeper used to settle one per pass
- * (issue 41). Holding the key, it reads event rows without locking them (ARCHITECTURE.md,
- * "Locks").
+ * worker settling each gap as it reaches it, rather than after ten sweeper passes. Holding the
+ * key, it reads event rows without locking them (ARCHITECTURE.md, "Locks").
  */
 export function advanceFunction(t: Tables): string {
   return `

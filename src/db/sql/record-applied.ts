@@ -3,8 +3,8 @@ import { defineStatement, type Queryable, type Tables } from './tables.js';
 
 /**
  * The row of a new event applied inline, written once, with its result, riding on COMMIT like
- * `store_result` (one INSERT where the claim used to insert the row and the result cost an
- * UPDATE of it). The claim left it unwritten (src/db/sql/claim.ts, `row_at_commit`) under the
+ * `store_result` (one INSERT, where a row inserted by the claim would cost an UPDATE more for
+ * its result). The claim left it unwritten (src/db/sql/claim.ts, `row_at_commit`) under the
  * id's advisory lock, which every claim of the id takes (src/db/sql/id-lock.ts), and, ordered in
  * its turn, its key row (with its key and seq here); sent even when the handler returned nothing,
  * and for an event no handler takes (`ignored`, with its payload for a later replay).

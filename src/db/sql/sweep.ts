@@ -13,10 +13,10 @@ import { defineStatement, type Queryable, type Tables } from './tables.js';
  * again, and stops early once `p_limit` keys have something to do or `p_scan` keys were
  * examined; then a last row, action 'resume', names the last key examined, where the caller's
  * next step starts. A step that examined every key returns no such row. So a step reads the keys it
- * examines and one or two index entries of each, not every waiting event of the source: the
- * earlier choice of keys aggregated them all (125 ms a pass at 100,000 events pending in
- * deferred mode, on a connection the acknowledgements share) and read a chosen key's whole
- * buffer under its lock. Keys that merely wait (a retry's backoff, a young gap) are passed
+ * examines and one or two index entries of each, not every waiting event of the source (an
+ * aggregate over them all would take a pass as long as the backlog takes to read, on a
+ * connection the acknowledgements share), and never a chosen key's whole buffer under its
+ * lock. Keys that merely wait (a retry's backoff, a young gap) are passed
  * over without a lock, and a key's turn comes round however many others wait.
  *
  * A key with something to do is locked (skipped if someone holds it: they are applying it and

@@ -2,7 +2,7 @@ import { toNumber } from '../column-readers.js';
 import type { StatementNames } from '../drivers/common.js';
 import { APPLY_SAVEPOINT } from './failed-run.js';
 import { defineStatement, type Queryable, type Tables } from './tables.js';
-import { markTakenAndReturn, type StoredEventRow, type TakenEvent, toTakenEvent } from './taken-event.js';
+import { type StoredEventRow, TAKEN_EVENT_OUTPUT, type TakenEvent, toTakenEvent } from './taken-event.js';
 
 /**
  * `take_turn` (then `advance`, after the handler): how workers apply an ordered key's next
@@ -13,7 +13,7 @@ import { markTakenAndReturn, type StoredEventRow, type TakenEvent, toTakenEvent 
  */
 export function takeTurnFunction(t: Tables): string {
   return `
-create or replace function ${t.fn('take_turn')}(p_source text, p_key text, p_keep_payload boolean, p_mark_at_commit boolean)
+create or replace function ${t.fn('take_turn')}(p_source text, p_key text)
 returns table (id text, seq bigint, body_hash text, payload bytea, headers jsonb, attempts integer, received_at timestamptz)
 language plpgsql as $fn$
 declare
@@ -30,7 +30,7 @@ begin
      and (e.run_after is null or e.run_after <= now())
    for update skip locked;
   if not found then return; end if;
-  ${markTakenAndReturn(t)}
+  ${TAKEN_EVENT_OUTPUT}
   seq := v_ev.seq;
   return next;
 end
@@ -45,16 +45,15 @@ export function createTakeTurn(names: StatementNames, t: Tables) {
     t,
     'take_turn',
     `select id, seq, body_hash, payload, headers::text as headers, attempts, received_at
-       from ${t.fn('take_turn')}($1, $2, $3, true)`,
+       from ${t.fn('take_turn')}($1, $2)`,
     { rides: 'begin', after: APPLY_SAVEPOINT },
   );
   return async function takeTurn(
     db: Queryable,
     source: string,
     key: string,
-    keepPayload: boolean,
   ): Promise<TakenEvent | undefined> {
-    const [row] = await statement.run(db, [source, key, keepPayload]);
+    const [row] = await statement.run(db, [source, key]);
     return row ? toTakenEvent(row, key, toNumber(row.seq)) : undefined;
   };
 }
