@@ -63,7 +63,7 @@ export async function prune(ctx: OperationsContext, options: PruneOptions): Prom
   let pruned = 0;
   let behind = false;
   // Source by source (the CLI prunes every source): the indexes on processed_at are keyed by
-  // source first (migration 0005), so each statement reads one source's old rows only.
+  // source first (src/db/migrations/0001-schema.ts), so each statement reads one source's old rows only.
   const sources = await eachSource(ctx, source);
   // Processed rows, then ignored ones (kept as long: a sender's retry of one must still find
   // it), each status by its own statement, so that each uses its own partial index on
