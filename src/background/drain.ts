@@ -98,7 +98,7 @@ export class DrainInTransaction {
         this.rest = more;
         return runs;
       }
-      const took = await rt.statements.takeNext(tx, o.source, this.#key, true, o.keepPayload, rt.lockTimeout);
+      const took = await rt.statements.takeNext(tx, o.source, this.#key, true, rt.lockTimeout);
       // Not waiting (or not due: a retry's backoff): nothing more now, as for a drain after the response.
       if (!took) return runs;
       more = took.more;

@@ -58,7 +58,7 @@ export async function applyNextInline(
   const o = rt.options;
   try {
     const { run, more } = await inTransaction(db ?? rt.database.kysely, async (tx) => {
-      const took = await rt.statements.takeNext(tx, o.source, key, wait, o.keepPayload, rt.lockTimeout);
+      const took = await rt.statements.takeNext(tx, o.source, key, wait, rt.lockTimeout);
       if (!took) return { more: false };
       return { run: await applyTaken(rt, tx, took.event, parent), more: took.more };
     });
@@ -80,7 +80,7 @@ export async function applyNextInline(
 export async function applyTurn(rt: Runtime, key: string): Promise<Step> {
   const o = rt.options;
   const { run, advanced } = await inTransaction(rt.database.kysely, async (tx) => {
-    const event = await rt.statements.takeTurn(tx, o.source, key, o.keepPayload);
+    const event = await rt.statements.takeTurn(tx, o.source, key);
     if (!event) return {};
     await rt.statements.takeSavepoint?.(tx);
     const run = await runTaken(rt, tx, event, undefined);
@@ -137,7 +137,7 @@ export async function applyDuePending(
 ): Promise<{ taken: number; applied: number }> {
   const o = rt.options;
   const runs = await inTransaction(rt.database.kysely, async (tx) => {
-    const events = await rt.statements.takePending(tx, o.source, o.keepPayload, limit);
+    const events = await rt.statements.takePending(tx, o.source, limit);
     const runs: Run[] = [];
     const began = performance.now();
     for (const [i, event] of events.entries()) {

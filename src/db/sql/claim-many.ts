@@ -1,8 +1,7 @@
-import type { Kysely } from 'kysely';
 import { fromJsonText, toBoolean, toDate, toNumber } from '../column-readers.js';
 import type { StatementNames } from '../drivers/common.js';
 import type { ClaimArgs, ClaimDecision, ClaimRow } from './claim.js';
-import { defineStatement, type Tables } from './tables.js';
+import { defineStatement, type Queryable, type Tables } from './tables.js';
 
 /**
  * `claim_many`: deferred mode's claims of several deliveries, one statement and one commit.
@@ -32,7 +31,7 @@ begin
       select v_i, c.decision, c.result, c.expected, c.reason, c.attempts, c.drain, c.received_at
         from ${t.fn('claim')}(p_source, p_ids[v_i], p_keys[v_i], p_seqs[v_i], p_hashes[v_i], p_payloads[v_i],
                               p_headers[v_i], false, p_keep_payload, p_first_seen, p_max_held, p_max_ahead,
-                              p_lock_timeout, false) c;
+                              p_lock_timeout) c;
   end loop;
 end
 $fn$;
@@ -65,7 +64,7 @@ interface ClaimManyResultRow {
  * elements' order.
  */
 export function createClaimMany(names: StatementNames, t: Tables) {
-  const statement = defineStatement(
+  const statement = defineStatement<ClaimManyResultRow>(
     names,
     t,
     'claim_many',
@@ -75,11 +74,11 @@ export function createClaimMany(names: StatementNames, t: Tables) {
     { rides: 'begin' },
   );
   return async function claimMany(
-    db: Kysely<any>,
+    db: Queryable,
     shared: ClaimManyShared,
     elements: readonly ClaimManyElement[],
   ): Promise<ClaimRow[]> {
-    const rows = await statement.run<ClaimManyResultRow>(db, [
+    const rows = await statement.run(db, [
       shared.source,
       elements.map((e) => e.id),
       elements.map((e) => e.key),
