@@ -69,9 +69,9 @@ const WRITTEN_AS_IS = new Set([
  * The answer to a delivery (a POST), written with Node's own API: `res.send` would parse and
  * rewrite the content type and hash the body for an ETag, which means nothing on the answer to
  * a POST (the other adapters send none) and is per-delivery work. `writeHead` merges the
- * headers that earlier middleware set (`X-Powered-By`, CORS, a request id), as `res.set`
- * did. A content type of a `respond` hook's own, a status without a body (204, 205, 304) or a
- * `Transfer-Encoding` set before us are rare: those go through `res.send` as before.
+ * headers that earlier middleware set (`X-Powered-By`, CORS, a request id), as `res.send`
+ * would. A content type of a `respond` hook's own, a status without a body (204, 205, 304) or
+ * a `Transfer-Encoding` set before us are rare: those go through `res.send`.
  */
 function answer(res: Response, outcome: Outcome): void {
   const type = outcome.headers['content-type'];

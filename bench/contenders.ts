@@ -457,6 +457,13 @@ export const CONTENDERS: Record<string, ContenderSpec> = {
     start: (config) => inboxContender(config, 'inbox', {}),
   },
 
+  'inbox-deferred': {
+    description:
+      'webhook-inbox in deferred mode, the acknowledging side alone (workers and sweeper off): claims that wait for a connection go to PostgreSQL as one statement and one commit',
+    start: (config) =>
+      inboxContender(config, 'inboxdef', { inbox: { mode: 'deferred', workers: 0, sweepIntervalMs: 0 } }),
+  },
+
   'inbox-redis': {
     description:
       'webhook-inbox with the Redis fast path, the in-process cache off (`duplicateCacheSize: 0`): while most deliveries are duplicates, each is one Redis GET, as when it lands on another instance; while they are rare, Redis is not asked',

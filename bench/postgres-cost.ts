@@ -19,9 +19,7 @@
  * try-claim's two statements folded in and the SAVEPOINT after them; the handler's two
  * statements; the event's row, with its result, folded into COMMIT), with literals as
  * src/db/drivers/pg.ts writes them, and what it sent before: `inbox`, `inbox-prepared` (the claim
- * function, which takes the id's advisory lock and writes no row: `row_at_commit`) and
- * `inbox-prepared-update` (before migration 0008: the claim inserts the row, the result is an
- * UPDATE at COMMIT). `try-claim` and `ordered` send their folds as simple-protocol text
+ * function, which takes the id's advisory lock and writes no row: `row_at_commit`). `try-claim` and `ordered` send their folds as simple-protocol text
  * (`execute <prepared>(literals)`, what the driver sends on PGlite or through a pg-shaped
  * wrapper); `try-claim-pipelined` and `ordered-pipelined` send the same statements as the driver
  * does on pg's own clients, pipelined (src/db/drivers/extended-protocol.ts).
@@ -99,7 +97,7 @@ function ledgerWrite(id: string, i: number): Query[] {
 
 const BEGIN = 'begin isolation level read committed';
 const claim = (id: string) =>
-  `select * from "${inboxSchema}"."claim"('default', '${id}', null, null::bigint, '${HASH}', null, null::jsonb, true, false, false, 1000, 10000::bigint, '5000ms', true)`;
+  `select * from "${inboxSchema}"."claim"('default', '${id}', null, null::bigint, '${HASH}', null, null::jsonb, true, false, false, 1000, 10000::bigint, '5000ms')`;
 /** src/db/sql/record-applied.ts: the new event's row, with its result (null: none), at COMMIT. */
 const recordApplied = (id: string, result: string | null) =>
   `insert into "${inboxSchema}"."events" (source, id, body_hash, status, processed_at, result, payload, headers) values ('default', '${id}', '${HASH}', 'processed', now(), ${result === null ? 'null' : `'${result}'`}::jsonb, null, null::jsonb)`;
@@ -123,7 +121,7 @@ function roundKey(id: string, i: number): { key: string; seq: number } {
 /** An ordered event in its turn through the claim function, its row with key and seq at COMMIT. */
 function claimInTurn(id: string, i: number, key: string, seq: number): Query[] {
   return [
-    `${BEGIN}; execute wi_claim('default', '${id}', '${key}', ${seq}, '${HASH}', null, null, true, false, false, 1000, 10000, '5000ms', true); savepoint wi_apply`,
+    `${BEGIN}; execute wi_claim('default', '${id}', '${key}', ${seq}, '${HASH}', null, null, true, false, false, 1000, 10000, '5000ms'); savepoint wi_apply`,
     ...ledgerWrite(id, i),
     `execute wi_record_applied_ordered('default', '${id}', '${key}', ${seq}, '${HASH}', '{"balance":10}'); commit`,
   ];
@@ -222,17 +220,9 @@ const VARIANTS: Record<string, { what: string; queries(id: string, i: number): Q
   'inbox-prepared': {
     what: 'the claim function (what the try-claim replaces for a new unordered event; every ordered one still sends it), and the row, as EXECUTE of statements prepared once per connection',
     queries: (id, i) => [
-      `${BEGIN}; execute wi_claim('default', '${id}', null, null, '${HASH}', null, null, true, false, false, 1000, 10000, '5000ms', true); savepoint wi_apply`,
+      `${BEGIN}; execute wi_claim('default', '${id}', null, null, '${HASH}', null, null, true, false, false, 1000, 10000, '5000ms'); savepoint wi_apply`,
       ...ledgerWrite(id, i),
       `execute wi_record_applied('default', '${id}', '${HASH}', '{"balance":10}', null, null); commit`,
-    ],
-  },
-  'inbox-prepared-update': {
-    what: 'before migration 0008, prepared: the claim inserts the row; the result is an UPDATE at COMMIT',
-    queries: (id, i) => [
-      `${BEGIN}; execute wi_claim('default', '${id}', null, null, '${HASH}', null, null, true, false, false, 1000, 10000, '5000ms', false); savepoint wi_apply`,
-      ...ledgerWrite(id, i),
-      `execute wi_store_result('default', '${id}', '{"balance":10}'); commit`,
     ],
   },
   'insert-and-result': {
@@ -348,8 +338,8 @@ const VARIANTS: Record<string, { what: string; queries(id: string, i: number): Q
             step('wi_pipe_begin', BEGIN),
             step(
               'wi_pipe_claim',
-              `select * from "${inboxSchema}"."claim"($1::text, $2::text, $3::text, $4::bigint, $5::text, $6::bytea, $7::jsonb, $8::boolean, $9::boolean, $10::boolean, $11::integer, $12::bigint, $13::text, $14::boolean)`,
-              ['default', id, key, seq, HASH, null, null, true, false, false, 1000, 10000, '5000ms', true],
+              `select * from "${inboxSchema}"."claim"($1::text, $2::text, $3::text, $4::bigint, $5::text, $6::bytea, $7::jsonb, $8::boolean, $9::boolean, $10::boolean, $11::integer, $12::bigint, $13::text)`,
+              ['default', id, key, seq, HASH, null, null, true, false, false, 1000, 10000, '5000ms'],
             ),
             step('wi_pipe_savepoint', 'savepoint wi_apply'),
           ],
@@ -440,7 +430,7 @@ await inbox.close();
 async function prepared(client: pg.Client): Promise<number> {
   const pid = (await client.query<{ pid: number }>('select pg_backend_pid() as pid')).rows[0].pid;
   await client.query(
-    `prepare wi_claim (text, text, text, bigint, text, bytea, jsonb, boolean, boolean, boolean, integer, bigint, text, boolean) as select * from "${inboxSchema}"."claim"($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`,
+    `prepare wi_claim (text, text, text, bigint, text, bytea, jsonb, boolean, boolean, boolean, integer, bigint, text) as select * from "${inboxSchema}"."claim"($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
   );
   await client.query(
     `prepare wi_record_applied (text, text, text, jsonb, bytea, jsonb) as ${RECORD_APPLIED}`,

@@ -182,7 +182,7 @@ export function goals(cells: Cell[]): Goal[] {
     const r = ratio(cells, a, b);
     out.push({ goal, target: `≥ ${target}×`, measured: `${fmt(r, 2)}×`, met: r >= target });
   };
-  // The goals of the hot-path issue: ratios within one run, medians over runs.
+  // Ratios within one run, medians over runs.
   check('unique deliveries: inbox vs bare', 0.9, ['unique', 'inbox'], ['unique', 'bare']);
   check(
     'unique deliveries: inbox vs the fastest peer',
@@ -192,6 +192,12 @@ export function goals(cells: Cell[]): Goal[] {
       ['unique', 'node-idempotency'],
       ['unique', 'express-idempotency'],
     ],
+  );
+  check(
+    'deferred acknowledgements: inbox-deferred vs hello',
+    0.5,
+    ['unique', 'inbox-deferred'],
+    ['unique', 'hello'],
   );
   // Not a goal of the issue: how far the inbox is from the smallest correct inbox one would
   // write by hand (the dedup row in the handler's transaction, nothing else).

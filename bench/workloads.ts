@@ -160,6 +160,7 @@ export const DEFAULT: Record<string, string[]> = {
     'node-idempotency',
     'express-idempotency',
     'inbox',
+    'inbox-deferred',
     'inbox-redis',
     'inbox-pglite',
     'bare-pglite',

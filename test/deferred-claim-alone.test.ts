@@ -54,7 +54,7 @@ describe.runIf(postgresTarget)('deferred mode: the claim alone', () => {
     // claim pending, not held, and the answer would depend on the machine's speed.
     const app = await ledgerInbox({ ...t, db: pool }, { ...DEFERRED, workers: 0, lockTimeoutMs: 3000 });
     try {
-      const answer = pool.holdAnswer(/execute "wi_fold:[^"]+\.claim"\(/);
+      const answer = pool.holdAnswer(/execute "wi_fold:[^"]+\.claim_many"\(/);
       const first = app.inbox.receive(ordered('k', 1));
       await answer.reached; // the claim has run in Postgres; the inbox has not heard back
       // In a transaction of its own, the first claim would still hold the key here (its COMMIT
@@ -174,7 +174,8 @@ describe.runIf(postgresTarget)('deferred mode: the claim alone', () => {
           source,
         ]);
         const claim = app.inbox.receive(ordered('k', 3, 3, 'k:3b'));
-        const claimText = driver === 'pg' ? `"wi_fold:${t.schema}.claim"(` : `"${t.schema}"."claim"(`;
+        const claimText =
+          driver === 'pg' ? `"wi_fold:${t.schema}.claim_many"(` : `"${t.schema}"."claim_many"(`;
         expect(await blockedOnLock(admin, claimText, claim)).toBe(true);
         // Another id takes seq 3 while the claim waits for the key.
         await other.query(

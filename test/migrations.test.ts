@@ -1,10 +1,9 @@
-import { sql } from 'kysely';
+import { type Kysely, sql } from 'kysely';
 import { describe, expect, it } from 'vitest';
-import { runMigrations } from '../src/db/migration-runner.js';
-import { createTables } from '../src/db/sql/tables.js';
+import { createTables, type Tables } from '../src/db/sql/tables.js';
 import { createInbox, migrations } from '../src/index.js';
 import { cli } from './support/cli.js';
-import { postgresTarget } from './support/databases.js';
+import { postgresTarget, targets } from './support/databases.js';
 
 describe.runIf(postgresTarget)('migrations on real Postgres', () => {
   it('five instances starting at once on a new schema migrate it once, and all serve', async () => {
@@ -43,7 +42,7 @@ describe.runIf(postgresTarget)('deploy gates: migrate --sql and migrate --check'
       expect(pending.json).toMatchObject({ current: false, pending: migrations.map(([name]) => name) });
       const script = await cli(['migrate', '--sql', ...S]);
       expect(script.code).toBe(0);
-      expect(script.stdout).toMatch(/^-- webhook-inbox: \d+ pending migrations for schema /);
+      expect(script.stdout).toMatch(/^-- webhook-inbox: 1 pending migration for schema /);
       // Nothing ran: the schema is still missing.
       expect((await cli(['migrate', '--check', ...S])).code).toBe(1);
       // The DBA runs it (one multi-statement query, as psql -f does); the application then finds it current.
@@ -74,146 +73,98 @@ describe.runIf(postgresTarget)('deploy gates: migrate --sql and migrate --check'
   });
 });
 
-describe.runIf(postgresTarget)('a 0.1.0 database upgraded by 0002_release_0_2', () => {
-  // The longest prefix options allow: PostgreSQL truncated the names it gave the old CHECKs.
-  const prefix = `p${'x'.repeat(39)}`;
+/** A schema with a ledger of its own, as some earlier run of the migrations left it. */
+async function ledgerWith(db: Kysely<unknown>, tables: Tables, names: readonly string[], ddl = '') {
+  await sql
+    .raw(
+      `create schema if not exists "${tables.schema}";
+       create table ${tables.fn('migrations')} (name varchar(255) primary key, timestamp varchar(255) not null);
+       ${ddl}
+       insert into ${tables.fn('migrations')} (name, timestamp) values ${names.map((n) => `('${n}', 'x')`).join(', ')};`,
+    )
+    .execute(db);
+}
 
-  it('keeps every row, repairs what 0.1.0 stranded, refuses a status outside the list as before, and drops the trigger', async () => {
-    const t = await postgresTarget!.open();
-    const tables = createTables(t.schema, prefix);
-    const before = createInbox({
-      db: t.db,
-      schema: t.schema,
-      tablePrefix: prefix,
-      migrate: false,
-      handle: () => {},
-    });
-    try {
-      const db = await before.kysely();
-      // The schema as a 0.1.0 instance left it: the baseline alone.
-      await runMigrations(db, {
-        label: 'webhook-inbox',
-        schema: t.schema,
-        ledger: tables.fn('migrations'),
-        lockKey: `webhook-inbox:${t.schema}.${prefix}`,
-        migrations: migrations
-          .filter(([name]) => name === '0001_baseline')
-          .map(([name, up]) => [name, () => up(tables)] as const),
-      });
-      await sql
-        .raw(
-          `insert into ${tables.events} (source, id, key, seq, body_hash, status) values
-             ('default', 'a', null, null, 'h', 'processed'), ('default', 'b', 'k', 2, 'h', 'held'),
-             ('default', 'c', null, null, 'h', 'dead'), ('default', 'd', 'j', 1, 'h', 'held'),
-             ('default', 'e', 'k', 3, 'h', 'held'), ('default', 'f', 'k', 3, 'h', 'pending');
-           insert into ${tables.keys} (source, key, next_seq, state, blocked_seq, blocked_reason)
-             values ('default', 'k', 1, 'blocked', 1, 'gap'), ('default', 'j', 2, 'open', null, null);
-           insert into ${tables.gaps} (source, key, from_seq, to_seq, reason) values ('default', 'j', 2, 2, 'timeout');`,
-        )
-        .execute(db);
-    } finally {
-      await before.close();
-    }
+async function ledger(db: Kysely<unknown>, tables: Tables): Promise<string[]> {
+  const { rows } = await sql<{
+    name: string;
+  }>`select name from ${sql.raw(tables.fn('migrations'))} order by name`.execute(db);
+  return rows.map((r) => r.name);
+}
 
-    const inbox = createInbox({
-      db: t.db,
-      schema: t.schema,
-      tablePrefix: prefix,
-      sweepIntervalMs: 0,
-      handle: () => ({ ok: 1 }),
-    });
+/** What unreleased commits wrote into the ledger before their migrations were folded into one. */
+const UNRELEASED = [
+  '0001_baseline',
+  '0002_release_0_2',
+  '0003_dead_letter_causes',
+  '0004_deferred_acks',
+  '0005_capacity',
+  '0006_buffer_reads',
+  '0007_sweep_walk',
+];
+
+describe.each(targets)('a schema an unreleased version migrated, on $name', (target) => {
+  it('is refused at start with the fix, and nothing runs', async () => {
+    const t = await target.open();
+    const tables = createTables(t.schema, '');
+    const inbox = createInbox({ db: t.db, schema: t.schema, migrate: false, handle: () => {} });
     try {
       const db = await inbox.kysely();
-      await inbox.ready();
-      const { rows } = await sql<{
-        id: string;
-        status: string;
-        dead_reason: string | null;
-      }>`select id, status, dead_reason from ${sql.raw(tables.events)} order by id`.execute(db);
-      // 0.1.0 could leave a row waiting below its cursor (d) and two waiting at one seq (e, f):
-      // dead-lettered, late and seq-taken; its gap ahead of a cursor is gone.
-      expect(rows).toEqual([
-        { id: 'a', status: 'processed', dead_reason: null },
-        { id: 'b', status: 'held', dead_reason: null },
-        { id: 'c', status: 'dead', dead_reason: null },
-        { id: 'd', status: 'dead', dead_reason: 'late' },
-        { id: 'e', status: 'held', dead_reason: null },
-        { id: 'f', status: 'dead', dead_reason: 'seq-taken' },
-      ]);
-      const gaps = await sql<{
-        n: number;
-      }>`select count(*)::int as n from ${sql.raw(tables.gaps)} where key = 'j'`.execute(db);
-      expect(gaps.rows[0].n).toBe(0);
-      // The guards hold: a value outside each list is refused (23514), one inside is taken.
-      const refused = async (text: string) =>
-        expect(sql.raw(text).execute(db)).rejects.toMatchObject({ code: '23514' });
-      await refused(
-        `insert into ${tables.events} (source, id, body_hash, status) values ('default', 'z', 'h', 'done')`,
+      // The tables as such a commit left them, which the shipped migration would meet half-way.
+      await ledgerWith(db, tables, UNRELEASED, `create table ${tables.events} (source text);`);
+      await expect(inbox.migrate()).rejects.toThrow(
+        /lists 0001_baseline, 0002_release_0_2, .*0007_sweep_walk, which this version does not ship, and lacks 0001_schema\..*Fix: drop it \(`drop schema "[^"]+" cascade`\).*another `schema`/,
       );
-      await sql
-        .raw(
-          `insert into ${tables.events} (source, id, body_hash, status) values ('default', 'y', 'h', 'ignored')`,
-        )
-        .execute(db);
-      await refused(`update ${tables.keys} set state = 'closed'`);
-      await refused(`update ${tables.keys} set blocked_reason = 'late'`);
-      await refused(
-        `insert into ${tables.gaps} (source, key, from_seq, to_seq, reason) values ('default', 'k', 1, 1, 'lost')`,
-      );
-      await sql
-        .raw(
-          `insert into ${tables.gaps} (source, key, from_seq, to_seq, reason) values ('default', 'k', 1, 1, 'skip')`,
-        )
-        .execute(db);
-      // Each list is stored folded: a constant text[] and nothing a write has to evaluate.
-      const checks = await sql<{ def: string; folded: boolean }>`
-        select pg_get_constraintdef(c.oid) as def,
-               c.conbin::text like '%{CONST :consttype 1009 %' and c.conbin::text not like '%{ARRAYEXPR%'
-                 and c.conbin::text not like '%{FUNCEXPR%' as folded
-          from pg_constraint c
-         where c.conrelid in (${tables.events}::regclass, ${tables.keys}::regclass, ${tables.gaps}::regclass)
-           and c.contype = 'c' and pg_get_constraintdef(c.oid) like '%ANY%'`.execute(db);
-      expect(checks.rows).toHaveLength(4);
-      expect(checks.rows.filter((r) => !r.folded)).toEqual([]);
-      // No trigger is left on the events table, and a new event is still applied.
-      const triggers = await sql<{ n: number }>`select count(*)::int as n from pg_trigger
-        where tgrelid = ${tables.events}::regclass and not tgisinternal`.execute(db);
-      expect(triggers.rows[0].n).toBe(0);
-      expect(
-        (await inbox.receive({ headers: { 'idempotency-key': 'new' }, rawBody: Buffer.from('x') })).kind,
-      ).toBe('processed');
+      expect(await ledger(db, tables)).toEqual(UNRELEASED);
+      const { rows } = await sql<{ n: number }>`select count(*)::int as n from information_schema.columns
+        where table_schema = ${t.schema} and table_name = 'events'`.execute(db);
+      expect(rows[0].n).toBe(1);
     } finally {
       await inbox.close();
       await t.close();
     }
   });
+
+  it("a later version's ledger (every shipped name, and more) is not: an earlier instance beside it starts", async () => {
+    const t = await target.open();
+    const tables = createTables(t.schema, '');
+    const first = createInbox({ db: t.db, schema: t.schema, sweepIntervalMs: 0, handle: () => ({ ok: 1 }) });
+    try {
+      await first.ready();
+      const db = await first.kysely();
+      await sql
+        .raw(
+          `insert into ${tables.fn('migrations')} (name, timestamp) values ('9999_from_a_later_version', 'x')`,
+        )
+        .execute(db);
+      expect(await first.migrate()).toBeUndefined();
+      expect(
+        (await first.receive({ headers: { 'idempotency-key': 'later' }, rawBody: Buffer.from('x') })).kind,
+      ).toBe('processed');
+      expect(await ledger(db, tables)).toEqual([
+        ...migrations.map(([name]) => name),
+        '9999_from_a_later_version',
+      ]);
+    } finally {
+      await first.close();
+      await t.close();
+    }
+  });
 });
 
-describe.runIf(postgresTarget)('a schema an unreleased commit migrated', () => {
-  it('is refused with the fix, and nothing of 0002 runs', async () => {
+describe.runIf(postgresTarget)('migrate --check and --sql on a schema an unreleased version migrated', () => {
+  it('refuse it with the fix, as the start does, and print no SQL', async () => {
     const t = await postgresTarget!.open();
     const tables = createTables(t.schema, '');
     const inbox = createInbox({ db: t.db, schema: t.schema, migrate: false, handle: () => {} });
     try {
-      const db = await inbox.kysely();
-      await runMigrations(db, {
-        label: 'webhook-inbox',
-        schema: t.schema,
-        ledger: tables.fn('migrations'),
-        lockKey: `webhook-inbox:${t.schema}.`,
-        migrations: migrations
-          .filter(([name]) => name === '0001_baseline')
-          .map(([name, up]) => [name, () => up(tables)] as const),
-      });
-      await sql
-        .raw(`insert into ${tables.fn('migrations')} (name, timestamp) values ('0004_state_machine', 'x')`)
-        .execute(db);
-      const refused = inbox.migrate();
-      await expect(refused).rejects.toThrow(/lists 0004_state_machine.*0002_release_0_2.*Fix:.*drop schema/);
-      const ledger = await sql<{
-        name: string;
-      }>`select name from ${sql.raw(tables.fn('migrations'))} order by name`.execute(db);
-      expect(ledger.rows.map((r) => r.name)).toEqual(['0001_baseline', '0004_state_machine']);
+      await ledgerWith(await inbox.kysely(), tables, UNRELEASED);
+      for (const flag of ['--check', '--sql']) {
+        const run = await cli(['migrate', flag, '--schema', t.schema]);
+        expect(run.code, flag).not.toBe(0);
+        expect(run.stdout, flag).toBe('');
+        expect(run.stderr, flag).toMatch(/lacks 0001_schema.*Fix: drop it/);
+      }
     } finally {
       await inbox.close();
       await t.close();

@@ -194,28 +194,6 @@ describe.each(targets)('a new unordered event, its row written at COMMIT, on $na
     expect(attemptsSeen.get(id)).toEqual([1]);
   });
 
-  it('an instance of an earlier version (the 13-parameter claim) still gets its row from the claim', async () => {
-    // During a rolling deploy: had its call reached the new behaviour, its handler's effects
-    // would commit with no event row, and a redelivery would apply the event again.
-    const id = uid('previous');
-    const db = await app.inbox.kysely();
-    const claimed = await db.transaction().execute(async (tx) => {
-      const { rows } = await sql<Record<string, unknown>>`select * from ${sql.id(t.schema, 'claim')}(
-        'default', ${id}, null, null::bigint, 'h', null::bytea, null::jsonb, true, false, false, 1000, 10000::bigint, '5000ms')`.execute(
-        tx,
-      );
-      const { rows: events } = await sql<{
-        status: string;
-      }>`select status from ${sql.table(`${t.schema}.events`)} where id = ${id}`.execute(tx);
-      return { row: rows[0], events };
-    });
-    expect(Object.keys(claimed.row ?? {}).sort()).toEqual(
-      ['attempts', 'decision', 'drain', 'expected', 'reason', 'received_at', 'result'].sort(),
-    );
-    expect(claimed.row).toMatchObject({ decision: 'apply' });
-    expect(claimed.events).toEqual([{ status: 'processed' }]);
-  });
-
   it('keepPayload keeps the payload and headers on the row written at COMMIT; without it, none', async () => {
     const kept = createInbox({
       db: t.another(),
@@ -698,24 +676,6 @@ describe.each(targets)(
         reason: 'poison',
       });
       expect(await entries(key)).toEqual([]);
-    });
-
-    it('an instance of an earlier version (the 13-parameter claim) still gets the ordered row from the claim', async () => {
-      const key = uid('previous');
-      const id = `${key}-1`;
-      const db = await app.inbox.kysely();
-      const claimed = await db.transaction().execute(async (tx) => {
-        const { rows } = await sql<Record<string, unknown>>`select * from ${sql.id(t.schema, 'claim')}(
-        'default', ${id}, ${key}, 1::bigint, 'h', null::bytea, null::jsonb, true, false, false, 1000, 10000::bigint, '5000ms')`.execute(
-          tx,
-        );
-        const { rows: events } = await sql<{
-          status: string;
-        }>`select status from ${sql.table(`${t.schema}.events`)} where id = ${id}`.execute(tx);
-        return { row: rows[0], events };
-      });
-      expect(claimed.row).toMatchObject({ decision: 'apply' });
-      expect(claimed.events).toEqual([{ status: 'processed' }]);
     });
   },
 );

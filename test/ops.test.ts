@@ -94,6 +94,20 @@ describe('ops/', () => {
     }
   });
 
+  test('the package ships them: npm pack lists the dashboard and the rules', () => {
+    // --dry-run lists what `files` in package.json takes, without building or writing a tarball.
+    const out = execFileSync('npm', ['pack', '--dry-run', '--json', '--ignore-scripts'], {
+      cwd: root,
+      encoding: 'utf8',
+    });
+    const packed: string[] = JSON.parse(out)[0].files.map((f: { path: string }) => f.path);
+    // The rules' unit tests stay in the repository, with the package's other tests.
+    expect(packed.filter((file) => file.startsWith('ops/')).sort()).toEqual([
+      'ops/grafana/webhook-inbox-dashboard.json',
+      'ops/prometheus/webhook-inbox-alerts.yml',
+    ]);
+  });
+
   test.skipIf(!promtool() && !process.env.CI)('promtool check rules passes', () => {
     // In CI promtool must be there (.ci/run installs it): a missing one fails here.
     const out = execFileSync('promtool', ['check', 'rules', RULES], { encoding: 'utf8' });

@@ -265,7 +265,7 @@ beforeAll(async () => {
   const consumer = join(scratch, 'consumer');
   mkdirSync(staging);
   mkdirSync(consumer);
-  // The build, into a staging copy of the package (package.json, README, dist).
+  // The build, into a staging copy of the package (package.json, README, ops/, dist).
   await run(process.execPath, [
     tsc,
     '-p',
@@ -273,8 +273,8 @@ beforeAll(async () => {
     '--outDir',
     join(staging, 'dist'),
   ]);
-  for (const file of ['package.json', 'README.md', 'CHANGELOG.md', 'LICENSE']) {
-    cpSync(join(repo, file), join(staging, file));
+  for (const file of ['package.json', 'README.md', 'CHANGELOG.md', 'LICENSE', 'ops']) {
+    cpSync(join(repo, file), join(staging, file), { recursive: true });
   }
   const { stdout } = await run('npm', ['pack', '--json', '--pack-destination', scratch], { cwd: staging });
   const tarball = join(scratch, JSON.parse(stdout)[0].filename);
@@ -444,10 +444,12 @@ describe('the packed package', () => {
     expect(typesOutput[name]).toBe('');
   });
 
-  test('npm pack ships the build, README, CHANGELOG and LICENSE: no tests, benches, examples or source maps', () => {
+  test('npm pack ships the build, README, CHANGELOG, LICENSE and ops/: no tests, benches, examples or source maps', () => {
     for (const files of [packedFromRepo, packed]) {
       for (const file of files) {
-        expect(file).toMatch(/^(dist\/(src|adapters)\/|package\.json$|README\.md$|CHANGELOG\.md$|LICENSE$)/);
+        expect(file).toMatch(
+          /^(dist\/(src|adapters)\/|ops\/(grafana|prometheus)\/|package\.json$|README\.md$|CHANGELOG\.md$|LICENSE$)/,
+        );
         expect(file).not.toMatch(/(^|\/)(test|tests|bench|examples?)\/|\.test\./);
       }
     }
@@ -455,6 +457,13 @@ describe('the packed package', () => {
     expect(packed.filter((file) => file.endsWith('.map'))).toEqual([]);
     expect(packed).toEqual(expect.arrayContaining(['LICENSE', 'README.md', 'CHANGELOG.md', 'package.json']));
     expect(packed).toContain('dist/src/index.d.ts');
+    // What docs/operations.md tells an operator to import into Grafana and Prometheus.
+    expect(packed).toEqual(
+      expect.arrayContaining([
+        'ops/grafana/webhook-inbox-dashboard.json',
+        'ops/prometheus/webhook-inbox-alerts.yml',
+      ]),
+    );
   });
 
   test('with PGlite installed and no `db`, it serves a delivery in memory and warns once', async () => {

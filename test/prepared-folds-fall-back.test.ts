@@ -158,10 +158,10 @@ describe.runIf(postgresTarget)('prepared folds fall back to text (real Postgres)
     );
     expect(claims).toEqual([
       expect.stringMatching(
-        /^set transaction isolation level read committed; execute "wi_fold:[^"]+\.claim"\(/,
+        /^set transaction isolation level read committed; execute "wi_fold:[^"]+\.claim_many"\(/,
       ),
       expect.stringMatching(
-        /^set transaction isolation level read committed; select decision, result::text as result, .*"claim"\(/s,
+        /^set transaction isolation level read committed; select ord, decision, result::text as result, .*"claim_many"\(/s,
       ),
     ]);
     expect(await inbox.event('d-2')).toMatchObject({ status: 'pending' });

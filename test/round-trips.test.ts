@@ -267,7 +267,7 @@ describe.runIf(postgresTarget)('round trips to Postgres per delivery', () => {
           headers: { 'idempotency-key': id, 'content-type': 'application/json', ...extra },
           rawBody: Buffer.from('{}'),
         });
-      const alone = /^set transaction isolation level; execute "wi_fold:[^"]+\.claim"\([^;]*$/;
+      const alone = /^set transaction isolation level; execute "wi_fold:[^"]+\.claim_many"\([^;]*$/;
       // The workers' count of pending events (`maxPending`), refreshed on a timer whatever the
       // deliveries, and the other instances' wake-up, one NOTIFY after commit per interval
       // whatever the deliveries (src/background/wake-ups.ts): not part of one.
@@ -294,7 +294,7 @@ describe.runIf(postgresTarget)('round trips to Postgres per delivery', () => {
       expect(big.kind).toBe('pending');
       expect(sent()).toEqual([
         'begin isolation level read',
-        expect.stringMatching(/^select decision, result::text as/),
+        expect.stringMatching(/^select ord, decision, result::text/),
         'commit',
       ]);
       expect(await deferred.event('rtd-1')).toMatchObject({ status: 'pending' });
@@ -394,10 +394,35 @@ describe('calls into PGlite per delivery', () => {
         // Without the workers' count of pending events, refreshed on a timer (not per delivery).
         expect(calls.filter((text) => !text.startsWith('select count(*)::int as n'))).toEqual([
           expect.stringMatching(
-            /^set transaction isolation level read committed; execute "wi_fold:[^"]+\.claim"\([^;]*$/,
+            /^set transaction isolation level read committed; execute "wi_fold:[^"]+\.claim_many"\([^;]*$/,
           ),
         ]);
         expect(await deferred.event('pgl-d1')).toMatchObject({ status: 'pending' });
+      },
+    ));
+
+  it('deferred mode: claims that arrive while the claim before them is sent go together, one call per batch', () =>
+    using(
+      createInbox({
+        db: counting as any,
+        source: 'pgl-batch',
+        mode: 'deferred',
+        workers: 0,
+        sweepIntervalMs: 0,
+        handle: () => {},
+      }),
+      async (deferred) => {
+        calls.length = 0;
+        // Ten at once on one session: the first finds it free and goes alone; the nine that
+        // arrive meanwhile wait for it and go as one statement.
+        const ids = Array.from({ length: 10 }, (_, i) => `pgl-batch-${i}`);
+        const answers = await Promise.all(ids.map((id) => receiveOn(deferred, id)));
+        expect(answers.map((a) => a.kind)).toEqual(ids.map(() => 'pending'));
+        const claims = calls.filter((text) => !text.startsWith('select count(*)::int as n'));
+        expect(claims).toHaveLength(2);
+        const idsIn = (text: string) => ids.filter((id) => text.includes(`"${id}"`));
+        expect(claims.map(idsIn)).toEqual([ids.slice(0, 1), ids.slice(1)]);
+        for (const id of ids) expect(await deferred.event(id)).toMatchObject({ status: 'pending' });
       },
     ));
 

@@ -4,10 +4,9 @@ import { CompiledQuery, sql } from 'kysely';
 import { afterEach, describe, expect, it } from 'vitest';
 import { startLedger } from '../examples/ledger/start.js';
 import { StatementNames } from '../src/db/drivers/common.js';
-import { runMigrations } from '../src/db/migration-runner.js';
 import { createSender, InvalidEventError, OutboxStore, type Sender } from '../src/sender/index.js';
 import { outboxStatements } from '../src/sender/outbox.js';
-import { outboxMigrations, outboxTables } from '../src/sender/outbox-schema.js';
+import { outboxTables } from '../src/sender/outbox-schema.js';
 import { createFaultProxy } from '../src/testing/index.js';
 import { childScript } from './support/child-scripts.js';
 import { postgresTarget, postgresUrl, targets, uniqueName } from './support/databases.js';
@@ -282,8 +281,8 @@ describe.each(targets)('6. outbox cost does not grow with a blocked backlog, on 
   });
 });
 
-describe.each(targets)('migration 0002 on an outbox with events in it, on $name', (target) => {
-  it('turns the events behind each head into queued ones, counts them per key, and keeps leases', async () => {
+describe.each(targets)('an outbox an unreleased version migrated, on $name', (target) => {
+  it('is refused with the fix, and nothing runs', async () => {
     const t = await target.open();
     cleanups.push(() => t.close());
     const tables = outboxTables(t.schema);
@@ -296,66 +295,22 @@ describe.each(targets)('migration 0002 on an outbox with events in it, on $name'
     });
     cleanups.push(() => bootstrap.close());
     const db = await bootstrap.kysely();
-    // The outbox as 0001 left it: every undelivered event 'pending', heads found by a scan.
-    await runMigrations(db, {
-      label: 'test',
-      schema: t.schema,
-      ledger: tables.fn('migrations'),
-      lockKey: `webhook-inbox/sender:${t.schema}`,
-      migrations: [[outboxMigrations[0][0], () => outboxMigrations[0][1](tables)]],
-    });
-    for (const [key, n] of [
-      ['A', 3],
-      ['D', 3],
-      ['L', 2],
-    ] as const) {
-      for (let i = 1; i <= n; i++) {
-        await sql`select * from ${sql.raw(tables.fn('enqueue'))}(${`${key}-${i}`}, ${key}, null, ${Buffer.from('{}')}, 'application/json', '{}'::jsonb)`.execute(
-          db,
-        );
-      }
-    }
-    await sql`select * from ${sql.raw(tables.fn('enqueue'))}('U-1', null, null, ${Buffer.from('{}')}, 'application/json', '{}'::jsonb)`.execute(
-      db,
+    // The ledger such a commit left: names no release ships, and not the one it does.
+    await sql
+      .raw(
+        `create schema "${t.schema}";
+         create table ${tables.fn('migrations')} (name varchar(255) primary key, timestamp varchar(255) not null);
+         create table ${tables.events} (id text primary key);
+         insert into ${tables.fn('migrations')} (name, timestamp)
+           values ('0001_outbox', 'x'), ('0002_heads_budget_retention', 'x');`,
+      )
+      .execute(db);
+    await expect(OutboxStore.open(t.db, { schema: t.schema, migrate: true, poolSize: 2 })).rejects.toThrow(
+      /^webhook-inbox\/sender: .*lists 0001_outbox, 0002_heads_budget_retention, .*lacks 0001_schema\..*Fix: drop it/,
     );
-    await sql`update ${sql.raw(tables.events)} set status = 'dead', dead_reason = 'rejected', attempts = 1 where id = 'D-1'`.execute(
-      db,
-    );
-    await sql`update ${sql.raw(tables.events)} set locked_until = now() + interval '1 hour', lock_token = 'old', attempts = 1 where id = 'L-1'`.execute(
-      db,
-    );
-
-    const store = await OutboxStore.open(t.db, { schema: t.schema, migrate: true, poolSize: 2 });
-    cleanups.push(() => store.close());
     const { rows } = await sql<{
-      id: string;
-      status: string;
-    }>`select id, status from ${sql.raw(tables.events)} order by id`.execute(db);
-    expect(Object.fromEntries(rows.map((r) => [r.id, r.status]))).toEqual({
-      'A-1': 'pending',
-      'A-2': 'queued',
-      'A-3': 'queued',
-      'D-1': 'dead',
-      'D-2': 'queued',
-      'D-3': 'queued',
-      'L-1': 'pending',
-      'L-2': 'queued',
-      'U-1': 'pending',
-    });
-    const keys = await sql<{
-      key: string;
-      queued: string;
-      blocked: boolean;
-    }>`select key, queued, blocked from ${sql.raw(tables.keys)} order by key`.execute(db);
-    expect(keys.rows.map((k) => [k.key, Number(k.queued), k.blocked])).toEqual([
-      ['A', 2, false],
-      ['D', 2, true],
-      ['L', 1, false],
-    ]);
-    // A: 3, L: 2 (its head still leased), U: 1; D waits behind its dead letter.
-    expect(await store.outstanding()).toBe(6);
-    expect((await store.claim(10, 60_000)).map((c) => c.id).sort()).toEqual(['A-1', 'U-1']);
-    expect(await store.skip('D')).toBe(1);
-    expect((await store.claim(10, 60_000)).map((c) => c.id)).toEqual(['D-2']);
+      name: string;
+    }>`select name from ${sql.raw(tables.fn('migrations'))} order by name`.execute(db);
+    expect(rows.map((r) => r.name)).toEqual(['0001_outbox', '0002_heads_budget_retention']);
   });
 });

@@ -3,9 +3,8 @@
  * take_turn) is locked by its take but marked processed only at COMMIT, with its result, in
  * one UPDATE (src/db/sql/mark-applied.ts). What an operator sees afterwards must be what the
  * take's own mark left: processed, with its result, without its payload and headers (kept
- * with `keepPayload`); a failed run leaves it waiting with its payload, counted. And the takes'
- * earlier signatures, which an older instance calls during a rolling deploy without sending
- * the mark, still mark the event in the take: left waiting, it would be applied twice.
+ * with `keepPayload`); a failed run leaves it waiting with its payload, counted. The take
+ * itself leaves the row waiting: the caller's mark is what makes it processed.
  */
 import { type Kysely, sql } from 'kysely';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -127,8 +126,8 @@ describe.each(targets)('stored events marked processed at COMMIT, on $name', (ta
     expect(Number(rows[0]?.next_seq)).toBe(1);
   });
 
-  describe('the takes of earlier versions (a rolling deploy) still mark the event', () => {
-    /** Stores events as pending (deferred mode, no worker), then calls a take as an older instance would. */
+  describe('a take', () => {
+    /** Stores events as pending (deferred mode, no worker), then calls a take. */
     async function stored(t: TargetDb) {
       const inbox = createInbox({
         db: t.db,
@@ -145,45 +144,15 @@ describe.each(targets)('stored events marked processed at COMMIT, on $name', (ta
     const takeIn = async (db: Kysely<any>, text: string) =>
       db.transaction().execute(async (tx) => (await sql.raw<{ id: string }>(text).execute(tx)).rows);
 
-    it('take_pending (2 and 3 arguments), take_next (5), take_turn (3): processed, payload dropped', async () => {
-      const t = await open();
-      const inbox = await stored(t);
-      const db = await inbox.kysely();
-      const fn = (name: string) => inbox.tables.fn(name);
-      const [u1, u2, o1, o2, k1, k2] = [uid('u'), uid('u'), uid('o'), uid('o'), uid('k'), uid('k')];
-      for (const [id, key] of [
-        [u1, undefined],
-        [u2, undefined],
-        [o1, k1],
-        [o2, k2],
-      ] as const)
-        expect((await deliver(inbox, id, key, 1)).status).toBe(202);
-
-      expect(await takeIn(db, `select id from ${fn('take_pending')}('default', false)`)).toHaveLength(1);
-      expect(await takeIn(db, `select id from ${fn('take_pending')}('default', false, 5)`)).toHaveLength(1);
-      expect(
-        await takeIn(db, `select id from ${fn('take_next')}('default', '${k1}', true, false, '1s')`),
-      ).toEqual([{ id: o1 }]);
-      expect(await takeIn(db, `select id from ${fn('take_turn')}('default', '${k2}', false)`)).toEqual([
-        { id: o2 },
-      ]);
-      for (const id of [u1, u2, o1, o2]) {
-        const e = await inbox.event(id);
-        expect(e).toMatchObject({ status: 'processed' });
-        expect(e?.processedAt).toBeInstanceOf(Date);
-        expect(e?.payload).toBeNull();
-      }
-    });
-
-    it("today's signatures leave the row waiting: the caller's mark is what makes it processed", async () => {
+    it("leaves the row waiting: the caller's mark is what makes it processed", async () => {
       const t = await open();
       const inbox = await stored(t);
       const db = await inbox.kysely();
       const id = uid('u');
       expect((await deliver(inbox, id)).status).toBe(202);
-      expect(
-        await takeIn(db, `select id from ${inbox.tables.fn('take_pending')}('default', false, 5, true)`),
-      ).toEqual([{ id }]);
+      expect(await takeIn(db, `select id from ${inbox.tables.fn('take_pending')}('default', 5)`)).toEqual([
+        { id },
+      ]);
       const e = await inbox.event(id);
       expect(e).toMatchObject({ status: 'pending', processedAt: null });
       expect(e?.payload).toEqual(body(id));

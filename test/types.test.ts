@@ -2,7 +2,8 @@
  * Typed handlers. `createInbox<DB, Body>()` and the adapters' `inbox<DB, Body>()` type the
  * handler's `tx` as `Transaction<DB>` and `event.body` as `Body`; a wrong column name does not
  * compile (the `@ts-expect-error` lines below fail `npm run typecheck` if it ever does). The
- * inbox's own table types match the tables the migrations create.
+ * inbox's own table types match the tables the migrations create, and its statements read rows
+ * of the types they declare.
  */
 import type { Generated, Transaction } from 'kysely';
 import { sql } from 'kysely';
@@ -12,7 +13,9 @@ import { inbox as expressInbox } from '../adapters/express.js';
 import { handler as fetchHandler } from '../adapters/fetch.js';
 import { inbox as honoInbox } from '../adapters/hono.js';
 import { inbox as koaInbox } from '../adapters/koa.js';
+import { StatementNames } from '../src/db/drivers/common.js';
 import { INBOX_COLUMNS } from '../src/db/inbox-tables.js';
+import { createTables, defineStatement, type Queryable } from '../src/db/sql/tables.js';
 import {
   createInbox,
   type EventMapOf,
@@ -181,6 +184,39 @@ describe("the inbox's own table types", () => {
           where table_schema = ${db.schema} and table_name = ${`wh_${table}`}`.execute(kysely);
         expect(rows.map((r) => r.column_name).sort(), table).toEqual([...INBOX_COLUMNS[table]].sort());
       }
+    } finally {
+      await inbox.close();
+      await db.close();
+    }
+  });
+});
+
+describe("the inbox's statements", () => {
+  test('read the row type each declares beside its text: a misspelt column fails to compile', async () => {
+    const names = new StatementNames();
+    const t = createTables('webhook_inbox', '');
+    const received = defineStatement<{ received_at: unknown }>(
+      names,
+      t,
+      'probe',
+      'select now() as received_at',
+    );
+    const written = defineStatement(names, t, 'probe_write', 'select');
+    const read = async (db: Queryable) => {
+      const [row] = await received.run(db, []);
+      // @ts-expect-error: `recieved_at` is not a column the statement reads
+      const misspelt = row?.recieved_at;
+      const [none] = await written.run(db, []);
+      // @ts-expect-error: a statement that declares no row type has no columns to read
+      const column = none.id;
+      return [row?.received_at, misspelt, column];
+    };
+    expectTypeOf(read).returns.resolves.items.toEqualTypeOf<unknown>();
+    const db = await pgliteTarget.open();
+    const inbox = createInbox({ db: db.db, schema: db.schema, migrate: false, handle: () => {} });
+    try {
+      const [at] = await read(await inbox.kysely());
+      expect(at).toBeInstanceOf(Date);
     } finally {
       await inbox.close();
       await db.close();

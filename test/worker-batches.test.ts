@@ -1,7 +1,7 @@
 /**
  * Deferred mode's workers take unordered pending events in batches (`workerBatchSize`): one
  * transaction takes several, each runs under its own savepoint, and they commit together
- * (src/apply/apply.ts `applyBatch`). What must stay true, on real PostgreSQL: a handler that throws
+ * (src/background/turns.ts `applyDuePending`). What must stay true, on real PostgreSQL: a handler that throws
  * undoes only its own event, which is retried and dead-lettered as ever, while its batch-mates
  * apply once; lanes of several instances apply every event exactly once; a batch whose
  * transaction dies leaves every one of its events pending, and none remembered as processed.

@@ -104,7 +104,7 @@ export class Background {
     this.#sweeper.gapDueAt(receivedAt);
   }
 
-  /** Wake-up NOTIFYs this instance sent (benchmarks). */
+  /** Wake-up NOTIFYs this instance sent. */
   get wakeUpsSent(): number {
     return this.#wakeUps?.sent ?? 0;
   }

@@ -12,8 +12,7 @@
  */
 import type { Context, Span } from '@opentelemetry/api';
 import type { Kysely, Transaction } from 'kysely';
-import type { Run } from '../apply/apply.js';
-import type { TakenEvent } from '../db/sql/taken-event.js';
+import { applyTaken, type Run } from '../apply/apply.js';
 import { parentOf, recordError, SpanAttributes } from '../observability/tracing.js';
 import type { Runtime } from '../runtime/runtime.js';
 import { applyNextInline } from './turns.js';
@@ -60,9 +59,9 @@ export async function drainInline(
 export const DRAIN_IN_TRANSACTION = 8;
 
 /**
- * Inline mode's drain inside the transaction of the delivery that filled a key's gap: the
- * apply path's `next` (src/apply/apply.ts). Each event is taken by `take_next`, which does not wait
- * (the claim locked the key row and moved the cursor in this transaction), and sends the
+ * Inline mode's drain inside the transaction of the delivery that filled a key's gap, once its
+ * own event applied (src/receive/claim.ts). Each event is taken by `take_next`, which does not
+ * wait (the claim locked the key row and moved the cursor in this transaction), and sends the
  * event's savepoint after it, with the previous event's result riding in front: a handler that
  * throws rolls back to its own savepoint and its failure is recorded there, the events before
  * it (the delivery's own included) untouched. It stops at a failed run, at the bound, or when
@@ -79,9 +78,7 @@ export class DrainInTransaction {
   #span: Span | undefined;
   #spanParent: Context | undefined;
   #started = 0;
-  #taken = 0;
   #applied = 0;
-  #more = false;
 
   constructor(rt: Runtime, key: string, parent: Context | undefined) {
     this.#rt = rt;
@@ -89,28 +86,32 @@ export class DrainInTransaction {
     this.#parent = parent;
   }
 
-  /** After a run (the delivery's own first): the key's next event, taken, or nothing. */
-  async next(tx: Transaction<any>, last: Run): Promise<{ event: TakenEvent; parent?: Context } | undefined> {
+  /** The key's held events, each taken and applied in `tx`: their runs, reported after COMMIT. */
+  async applyHeld(tx: Transaction<any>): Promise<Run[]> {
     const rt = this.#rt;
-    if (last.status === 'failed') {
-      // onPoison 'skip' moved the cursor past it: what waits behind it drains after the response.
-      this.rest = last.failure.drain;
-      return undefined;
-    }
-    if (this.#taken > 0) this.#applied++;
-    else this.#start();
-    if (this.#taken > 0 && !this.#more) return undefined;
-    if (this.#taken >= DRAIN_IN_TRANSACTION || rt.closing) {
-      this.rest = this.#more;
-      return undefined;
-    }
     const o = rt.options;
-    const took = await rt.statements.takeNext(tx, o.source, this.#key, true, o.keepPayload, rt.lockTimeout);
-    // Not waiting (or not due: a retry's backoff): nothing more now, as for a drain after the response.
-    if (!took) return undefined;
-    this.#taken++;
-    this.#more = took.more;
-    return { event: took.event, parent: this.#spanParent };
+    this.#start();
+    const runs: Run[] = [];
+    let more = false;
+    for (;;) {
+      if (runs.length >= DRAIN_IN_TRANSACTION || rt.closing) {
+        this.rest = more;
+        return runs;
+      }
+      const took = await rt.statements.takeNext(tx, o.source, this.#key, true, rt.lockTimeout);
+      // Not waiting (or not due: a retry's backoff): nothing more now, as for a drain after the response.
+      if (!took) return runs;
+      more = took.more;
+      const run = await applyTaken(rt, tx, took.event, this.#spanParent);
+      runs.push(run);
+      if (run.status === 'failed') {
+        // onPoison 'skip' moved the cursor past it: what waits behind it drains after the response.
+        this.rest = run.failure.drain;
+        return runs;
+      }
+      this.#applied++;
+      if (!more) return runs;
+    }
   }
 
   #start(): void {

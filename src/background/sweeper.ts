@@ -16,8 +16,8 @@ import { applyDuePending, type Drained } from './turns.js';
  * Retention. While rows past retention are left, each pass prunes for up to PRUNE_PASS_MS, in
  * batches that double from 1,000 while they come back full, up to PRUNE_BATCH (River's cleaner
  * deletes 10,000 at a time): the rate follows the backlog, and the pass's other work (gap
- * timeouts, retries) waits at most that long. One batch of 1,000 a pass, what it did before,
- * pruned ~1,000 rows/s however fast events came in (issue 44). Caught up, it prunes every
+ * timeouts, retries) waits at most that long. A fixed batch a pass would prune at a fixed rate
+ * (1,000 rows a second for 1,000 a pass) however fast events came in. Caught up, it prunes every
  * PRUNE_EVERY_MS: a prune that finds nothing is one index probe.
  */
 const PRUNE_BATCH = 10_000;
@@ -100,7 +100,7 @@ export class Sweeper {
   /**
    * A held event was stored at `receivedAt`: its gap comes due `gapTimeoutMs` later, and a pass
    * runs then rather than up to `sweepIntervalMs` after (gap timeouts run from the arrival of
-   * the held events, issue 41). Deadlines are rounded up to a grid (a tenth of the gap timeout,
+   * the held events). Deadlines are rounded up to a grid (a tenth of the gap timeout,
    * from 50 ms to `sweepIntervalMs`), so a stream of held events adds at most one pass per
    * step, never one per event.
    */

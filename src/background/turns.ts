@@ -1,6 +1,6 @@
 /**
- * The three ways a stored event is taken and applied, each one transaction around the one
- * apply path (src/apply/apply.ts):
+ * The three ways a stored event is taken and applied, each one transaction of the apply
+ * path's steps (src/apply/apply.ts):
  * - `applyNextInline`: an ordered key's next event by `take_next`, which locks the key for the
  *   handler's duration (inline mode's drains and the sweeper);
  * - `applyTurn`: the same event by `take_turn`, then `advance` after the handler, without
@@ -11,11 +11,17 @@
  */
 import type { Context } from '@opentelemetry/api';
 import type { Kysely } from 'kysely';
-import { applyBatch, applyOne } from '../apply/apply.js';
+import {
+  applyTaken,
+  inTransaction,
+  type Run,
+  recordResult,
+  reportCommitted,
+  runTaken,
+  supersededOrBusy,
+} from '../apply/apply.js';
 import { sqlState } from '../db/drivers/postgres-error.js';
-import type { Advanced } from '../db/sql/advance.js';
 import { CONTENDED } from '../db/sql/sql-state.js';
-import type { TakenEvent } from '../db/sql/taken-event.js';
 import type { Runtime } from '../runtime/runtime.js';
 
 /**
@@ -51,14 +57,14 @@ export async function applyNextInline(
 ): Promise<Step> {
   const o = rt.options;
   try {
-    const r = await applyOne<{ event?: TakenEvent; more?: boolean }>(rt, {
-      take: async (tx) =>
-        (await rt.statements.takeNext(tx, o.source, key, wait, o.keepPayload, rt.lockTimeout)) ?? {},
-      parent,
-      db,
+    const { run, more } = await inTransaction(db ?? rt.database.kysely, async (tx) => {
+      const took = await rt.statements.takeNext(tx, o.source, key, wait, rt.lockTimeout);
+      if (!took) return { more: false };
+      return { run: await applyTaken(rt, tx, took.event, parent), more: took.more };
     });
-    if (r.status === 'failed') return { applied: false, more: r.failure?.drain === true };
-    return { applied: r.status === 'applied', more: r.took.more === true };
+    reportCommitted(rt, [run]);
+    if (run?.status === 'failed') return { applied: false, more: run.failure.drain };
+    return { applied: run !== undefined, more };
   } catch (err) {
     // Someone else holds the key: they drain it.
     if (!CONTENDED.has(sqlState(err) ?? '')) o.logger.error({ err, key }, 'webhook-inbox: drain failed');
@@ -73,17 +79,29 @@ export async function applyNextInline(
  */
 export async function applyTurn(rt: Runtime, key: string): Promise<Step> {
   const o = rt.options;
-  let advanced: Advanced | undefined;
-  const r = await applyOne(rt, {
-    take: async (tx) => ({ event: await rt.statements.takeTurn(tx, o.source, key, o.keepPayload) }),
-    // One round trip more than take_next: the price of not locking the key meanwhile.
-    finish: async (tx, event) => {
-      advanced = await rt.statements.advance(tx, o.source, key, event.seq!, o.gapTimeoutMs, o.onGapTimeout);
-    },
+  const { run, advanced } = await inTransaction(rt.database.kysely, async (tx) => {
+    const event = await rt.statements.takeTurn(tx, o.source, key);
+    if (!event) return {};
+    await rt.statements.takeSavepoint?.(tx);
+    const run = await runTaken(rt, tx, event, undefined);
+    if (run.status === 'failed') return { run };
+    // After the handler, before its result: one round trip more than take_next, the price of
+    // not locking the key meanwhile.
+    const advanced = await rt.statements.advance(
+      tx,
+      o.source,
+      key,
+      event.seq!,
+      o.gapTimeoutMs,
+      o.onGapTimeout,
+    );
+    await recordResult(rt, tx, run);
+    return { run, advanced };
   });
-  if (r.status !== 'none') tookPending(rt, r.status === 'applied' || r.failure?.decision === 'dead');
+  reportCommitted(rt, [run]);
+  if (run) tookPending(rt, run.status === 'applied' || run.failure.decision === 'dead');
   // Committed: the gap it settled is counted and said as the sweeper says its own.
-  const gap = r.status === 'applied' ? advanced?.gap : undefined;
+  const gap = advanced?.gap;
   if (gap) {
     rt.metrics.gapTimeout(gap.blocked ? 'blocked' : 'skipped');
     if (gap.blocked)
@@ -97,16 +115,20 @@ export async function applyTurn(rt: Runtime, key: string): Promise<Step> {
         'webhook-inbox: gap timeout, seqs skipped',
       );
   }
-  const more = advanced?.more === true;
   // onPoison 'skip' moved the cursor past a poison event: the next seq may be runnable.
-  if (r.status === 'failed') return { applied: false, more: r.failure?.drain === true };
-  return { applied: r.status === 'applied', more, gap: gap && (gap.blocked ? 'blocked' : 'skipped') };
+  if (run?.status === 'failed') return { applied: false, more: run.failure.drain };
+  const settled = gap && (gap.blocked ? 'blocked' : 'skipped');
+  return { applied: run !== undefined, more: advanced?.more === true, gap: settled };
 }
 
 /**
- * Applies due unordered pending events, up to `limit` in one transaction (`take_pending`, then
- * each handler under its own savepoint: src/apply/apply.ts `applyBatch`), stopping before the next
- * once the handlers ran `budgetMs`. What it ran (applied or failed) and what it applied.
+ * Applies due unordered pending events, up to `limit` in one transaction (`take_pending`). What
+ * it ran (applied or failed) and what it applied. Each runs under a savepoint of its own (the
+ * take's for the first; each next one's sent with the previous result riding in front: n + 1
+ * round trips beside the handlers'), so a failed run undoes only its own writes; they commit
+ * together, or none does. It stops before the next once the handlers ran `budgetMs`: the
+ * events left are released untouched at COMMIT, so that slow handlers' row locks (an account's
+ * balance) are not held through other handlers' runs.
  */
 export async function applyDuePending(
   rt: Runtime,
@@ -114,10 +136,21 @@ export async function applyDuePending(
   budgetMs?: number,
 ): Promise<{ taken: number; applied: number }> {
   const o = rt.options;
-  const runs = await applyBatch(rt, {
-    take: (tx) => rt.statements.takePending(tx, o.source, o.keepPayload, limit),
-    budgetMs,
+  const runs = await inTransaction(rt.database.kysely, async (tx) => {
+    const events = await rt.statements.takePending(tx, o.source, limit);
+    const runs: Run[] = [];
+    const began = performance.now();
+    for (const [i, event] of events.entries()) {
+      if (i > 0 && budgetMs !== undefined && performance.now() - began >= budgetMs) break;
+      await (i === 0 ? rt.statements.takeSavepoint : rt.statements.applySavepoint)?.(tx);
+      const decided = await supersededOrBusy(rt, tx, event);
+      const run = decided ?? (await runTaken(rt, tx, event, undefined));
+      if (!decided && run.status === 'applied') await recordResult(rt, tx, run);
+      runs.push(run);
+    }
+    return runs;
   });
+  reportCommitted(rt, runs);
   let applied = 0;
   for (const run of runs) {
     if (run.status === 'applied') applied++;

@@ -1,12 +1,11 @@
 /**
- * Wake-ups off the commit path (issue 44): the other instances' workers learn of pending events
+ * Wake-ups off the commit path: the other instances' workers learn of pending events
  * this instance stored from one NOTIFY sent after the claims committed, in a statement of its
  * own, at most one per `WAKE_UP_INTERVAL_MS`, however many events were stored meanwhile.
  *
- * Why not in the claim, as 0.2.0 did: PostgreSQL serialises the commits of notifying
- * transactions cluster-wide (a global lock held through the WAL flush at COMMIT), so one
- * NOTIFY per acknowledgement bounded the whole cluster's acknowledgements by one flush at a
- * time. River sends at most one insert notification per queue per 100 ms, pgmq one per 250 ms,
+ * Why not in the claim: PostgreSQL serialises the commits of notifying transactions
+ * cluster-wide (a global lock held through the WAL flush at COMMIT), so one NOTIFY per
+ * acknowledgement would bound the whole cluster's acknowledgements by one flush at a time. River sends at most one insert notification per queue per 100 ms, pgmq one per 250 ms,
  * graphile-worker one per batch. Here: the first event after a quiet spell is announced at once
  * (light load keeps its pickup in milliseconds), later ones ride on the next interval's NOTIFY,
  * which names every key stored meanwhile. This instance's own lanes are woken in-process
@@ -33,7 +32,7 @@ export class WakeUps {
   #sending = false;
   #lastSentAt = Number.NEGATIVE_INFINITY;
   #closed = false;
-  /** NOTIFYs sent (the bench reads it). */
+  /** NOTIFYs sent. */
   sent = 0;
 
   constructor(rt: Runtime) {

@@ -203,7 +203,7 @@ export class Workers {
    * smaller than the lanes is spread across them (each taker wakes the next) rather than
    * queued behind one lane's handlers; at light load a batch is one event either way. And no
    * more than the recent time per event fits in `BATCH_BUDGET_MS`: slow handlers go one per
-   * transaction (the batch stops there anyway, src/apply/apply.ts `budgetMs`, leaving the rest it
+   * transaction (the batch stops there anyway, src/background/turns.ts `budgetMs`, leaving the rest it
    * locked to other lanes at COMMIT).
    */
   #batchSize(): number {

@@ -5,6 +5,7 @@
  * before an `--all` unless `--yes`.
  */
 import { formatDuration } from '../duration.js';
+import { OperationError } from '../errors.js';
 import type { ReplayResult } from '../operations/index.js';
 import { FILTERS, filterOf, LOCK_TIMEOUT, lockTimeout, retentionOf } from './arguments.js';
 import {
@@ -33,8 +34,13 @@ const ageKey = (source: string | null, id: string) => `${source}\u0000${id}`;
 async function agesOf(ops: OpenedOperations, ids: string[]): Promise<Map<string, number>> {
   const ages = new Map<string, number>();
   for (const id of ids) {
-    // Not found and ambiguous ids are reported by the replay itself, with their outcome.
-    const d = await ops.deadLetter(id).catch(() => undefined);
+    // Not found and ambiguous ids are reported by the replay itself, with their outcome. Any
+    // other error fails the command: an id whose age is unknown would skip the retention check.
+    const d = await ops.deadLetter(id).catch((err) => {
+      if (err instanceof OperationError && (err.code === 'not-found' || err.code === 'ambiguous'))
+        return undefined;
+      throw err;
+    });
     if (d) ages.set(ageKey(d.source, d.id), d.ageMs);
   }
   return ages;

@@ -30,8 +30,8 @@ function inboxBackend(inbox: Inbox): ConsoleBackend {
   return {
     appliesHere: true,
     ops,
-    // Each with its own source: the inbox's operations refuse another (not-found), where ids
-    // alone were looked up, and replayed, in the inbox's own source.
+    // Each with its own source: the inbox's operations refuse another (not-found), so that a
+    // target of another source is never looked up, or replayed, in the inbox's own.
     replay: (targets) => inbox.replay(targets.map((t) => ({ id: t.id, source: t.source }))),
     skip: (target) => inbox.skip(target),
     unblock: (key, source) => inbox.unblock(key, source),

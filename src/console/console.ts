@@ -321,7 +321,11 @@ export function createConsole(input: ConsoleOptions): Console {
       const { sources } = await ops.status();
       const links = [];
       for (const s of sources) {
-        const hit = await ops.deadLetter(id, s).catch(() => undefined);
+        // Not in this source: not listed. Any other error is the page's (500, logged).
+        const hit = await ops.deadLetter(id, s).catch((err) => {
+          if (err instanceof OperationError && err.code === 'not-found') return undefined;
+          throw err;
+        });
         if (hit)
           links.push(
             html`<li><a href="${ctx.base}/events/${encodeURIComponent(s)}/${encodeURIComponent(id)}">${s}</a></li>`,

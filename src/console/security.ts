@@ -29,8 +29,8 @@ const MAX_SESSIONS = 10_000;
 /**
  * Login sessions, server-side, in this process: a random id per login (the cookie's value)
  * that expires after `sessionTtl` and that logout deletes, so the old cookie is refused at
- * once. The cookie used to be a value derived from the token: the same for every login, not
- * revocable, valid until the token changed. Kept in memory rather than in the database: the
+ * once: no two logins share a cookie, and none is valid past its logout or its expiry (a value
+ * derived from the token would be all three). Kept in memory rather than in the database: the
  * console needs no table of its own and nothing to migrate; a restart ends every session
  * (operators log in again), and behind a balancer a session is valid only on the instance
  * that made it (use sticky sessions, the bearer token or an `authorize` hook). Ids are kept

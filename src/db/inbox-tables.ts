@@ -43,10 +43,10 @@ export interface InboxEventsTable {
   /**
    * The event's type (`event.type`), written with its row's final state: when it was applied or
    * ignored (null without a type, and for an event a claim marked: latest-wins, a waiting event
-   * claimed again by its delivery, or written by 0.1.0).
+   * claimed again by its delivery).
    */
   type: string | null;
-  /** The last failed run's fingerprint (its error's type and normalised message, hashed): migration 0003. */
+  /** The last failed run's fingerprint (its error's type and normalised message, hashed). */
   cause: string | null;
   /** When the last failed run was recorded (a dead letter's: when it died). */
   failed_at: Date | null;

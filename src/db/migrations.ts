@@ -1,78 +1,83 @@
 import { type Kysely, sql } from 'kysely';
-import { runMigrations } from './migration-runner.js';
-import { baseline } from './migrations/0001-baseline.js';
-import { release0_2 } from './migrations/0002-release-0-2.js';
-import { deadLetterCauses } from './migrations/0003-dead-letter-causes.js';
-import { deferredAcks } from './migrations/0004-deferred-acks.js';
-import { capacity } from './migrations/0005-capacity.js';
-import { bufferReads } from './migrations/0006-buffer-reads.js';
-import { sweepWalk } from './migrations/0007-sweep-walk.js';
-import type { Tables } from './sql/tables.js';
+import {
+  type LedgerRow,
+  type MigrationPlan,
+  refuseForeignLedger,
+  runMigrations,
+} from './migration-runner.js';
+import { schema } from './migrations/0001-schema.js';
+import { type FunctionName, functionDefinitions } from './sql/functions.js';
+import type { Queryable, Tables } from './sql/tables.js';
 
 /**
- * The shipped migrations. Append-only: a released migration is never edited; a change is a
- * new, higher-numbered migration (functions are created again with CREATE OR REPLACE, from
- * their current definition in src/db/sql/, frozen into the migration's own text: the whole new
- * text, never a patch of another migration's).
- * Each is a function of the table names, because schema and prefix are the user's choice.
- * One migration per released version: what was built between two releases is squashed into
- * one before the release (pg-boss and River ship theirs so).
+ * A shipped migration: its own DDL, and the functions it creates from their one definition
+ * (src/db/sql/functions.ts), after the DDL.
  */
-export const migrations: ReadonlyArray<readonly [name: string, up: (t: Tables) => string]> = [
-  ['0001_baseline', baseline], // 0.1.0
-  ['0002_release_0_2', release0_2], // 0.2.0
-  ['0003_dead_letter_causes', deadLetterCauses], // 0.2.0's first after the squash
-  ['0004_deferred_acks', deferredAcks], // 0.2.0
-  ['0005_capacity', capacity], // 0.2.0
-  ['0006_buffer_reads', bufferReads], // 0.2.0
-  ['0007_sweep_walk', sweepWalk], // 0.2.0
-];
-
-/**
- * Names an unreleased commit of `main` wrote into the ledger before they were squashed into
- * 0002_release_0_2. A schema that lists one is in a state no release left it in, and running
- * 0002 over it would fail half-way; it is refused with the fix instead.
- */
-export const retiredMigrations: readonly string[] = [
-  '0003_hostile_senders',
-  '0004_state_machine',
-  '0005_latest_wins',
-  '0006_held_bound',
-  '0007_pending_batches',
-  '0008_row_at_commit',
-  '0009_ordered_row_at_commit',
-  '0010_mark_at_commit',
-  '0011_id_lock',
-  '0012_unchecked_states',
-  '0012_lean_event_writes',
-  '0013_ignored_events',
-];
-
-function refuseRetired(tables: Tables, applied: ReadonlySet<string>): string | undefined {
-  const found = retiredMigrations.find((name) => applied.has(name));
-  if (found === undefined) return undefined;
-  const ledger = tables.fn('migrations');
-  const schema = `"${tables.schema.replace(/"/g, '""')}"`;
-  return (
-    `webhook-inbox: schema ${schema} was migrated by an unreleased development version (its ledger ${ledger} ` +
-    `lists ${found}); migrations 0003 to 0013 were squashed into 0002_release_0_2 for 0.2.0, so it cannot be ` +
-    `upgraded step by step. Fix: if the ledger lists 0013_ignored_events, the schema is already 0.2.0's: ` +
-    `run \`delete from ${ledger} where name > '0001'; insert into ${ledger} (name, timestamp) values ` +
-    `('0002_release_0_2', now()::text)\`. Otherwise drop it (\`drop schema ${schema} cascade\`, or use ` +
-    'another `schema`) and let the inbox create it again.'
-  );
+export interface InboxMigration {
+  readonly name: string;
+  /** Tables, indexes, constraints; and what a function's change needs first (a DROP FUNCTION). */
+  readonly up: (t: Tables) => string;
+  /**
+   * The functions it creates, each with the digest of the text it was written for (the first 16
+   * hex digits of the SHA-256 of the function's text for the default schema, `webhook_inbox`, and
+   * no prefix). A database that ran it runs that text until a later migration creates the
+   * function again, so the last migration that lists a function must carry the digest of its
+   * current text: test/sql-functions-match-migrations.test.ts fails until it does.
+   */
+  readonly functions: { readonly [F in FunctionName]?: string };
 }
+
+/**
+ * The shipped migrations, in order (docs/versioning.md). Until the first release, every schema
+ * change is folded into 0001. From it on, they are append-only: a change is a new,
+ * higher-numbered migration, and a released one's DDL is never edited. A function changed
+ * later is listed again, with its new digest, by the migration that ships the change: a
+ * database that ran the earlier migrations gets its current text there, and a new one, which
+ * got it from the first, gets it again.
+ */
+export const inboxMigrations: readonly InboxMigration[] = [
+  {
+    name: '0001_schema',
+    up: schema,
+    functions: {
+      claim: 'cac05e08e2cfd586',
+      claim_many: '8c5aa0bb5e170188',
+      claim_latest: 'd8e65f0c2669fc99',
+      latest_check: '40ca6e2e2548b0d7',
+      take_next: 'f3ec12f77a738fec',
+      take_pending: '5b2a79b62a454133',
+      take_turn: '32d154ddb2431ee1',
+      advance: '0af02c7ad1603752',
+      fail: '7134798cfe33bf01',
+      sweep: '8a75b2810ae7cded',
+    },
+  },
+];
+
+/** The whole SQL of a migration for one inbox's tables: its DDL, then its functions. */
+export function migrationSql(migration: InboxMigration, t: Tables): string {
+  const functions = (Object.keys(migration.functions) as FunctionName[]).map((name) =>
+    functionDefinitions[name](t),
+  );
+  return [migration.up(t), ...functions].join('');
+}
+
+/**
+ * The shipped migrations as each one's name and SQL for an inbox's tables (`inbox.tables`), for
+ * those who run them with a tool of their own. Each is a function of the table names, because
+ * schema and prefix are the user's choice.
+ */
+export const migrations: ReadonlyArray<readonly [name: string, up: (t: Tables) => string]> =
+  inboxMigrations.map((m) => [m.name, (t: Tables) => migrationSql(m, t)] as const);
 
 /**
  * Runs the shipped migrations up to the latest, in one transaction, under an advisory lock
  * per schema and prefix: any number of instances may start at once. Returns the names it ran.
+ * A schema an unreleased version migrated is refused with the fix (`refuseForeignLedger`).
  */
-export async function migrateToLatest(db: Kysely<any>, tables: Tables): Promise<string[]> {
+export async function migrateToLatest(db: Kysely<unknown>, tables: Tables): Promise<string[]> {
   return runMigrations(db, inboxPlan(tables));
 }
-
-/** What a run of the migrations needs: where the ledger is, the lock, the migrations in order. */
-type MigrationPlan = Parameters<typeof runMigrations>[1];
 
 function inboxPlan(tables: Tables): MigrationPlan {
   return {
@@ -81,24 +86,25 @@ function inboxPlan(tables: Tables): MigrationPlan {
     ledger: tables.fn('migrations'),
     lockKey: `webhook-inbox:${tables.schema}.${tables.prefix}`,
     migrations: migrations.map(([name, up]) => [name, () => up(tables)] as const),
-    refuse: (applied) => refuseRetired(tables, applied),
   };
 }
 
 /**
  * The migrations a database lacks, in order, without running anything (a read of the ledger,
- * none when the schema is new): what `webhook-inbox migrate --check` and `--sql` report.
+ * none when the schema is new): what `webhook-inbox migrate --check` and `--sql` report. Throws
+ * as `migrateToLatest` would for a schema an unreleased version migrated.
  */
-export async function pendingMigrations(db: Kysely<any>, tables: Tables): Promise<string[]> {
+export async function pendingMigrations(db: Queryable, tables: Tables): Promise<string[]> {
   const plan = inboxPlan(tables);
   const { rows } = await sql<{
     ledger: string | null;
   }>`select to_regclass(${plan.ledger})::text as ledger`.execute(db);
   const applied = new Set<string>();
   if (rows[0]?.ledger) {
-    const done = await sql<{ name: string }>`select name from ${sql.raw(plan.ledger)}`.execute(db);
+    const done = await sql<LedgerRow>`select name from ${sql.raw(plan.ledger)}`.execute(db);
     for (const r of done.rows) applied.add(r.name);
   }
+  refuseForeignLedger(plan, applied);
   return plan.migrations.map(([name]) => name).filter((name) => !applied.has(name));
 }
 

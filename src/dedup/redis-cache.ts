@@ -102,10 +102,9 @@ export class RedisCache {
       let done = false;
       // When the timer fires, Redis's answer may be waiting unread: a busy event loop (a retry
       // storm on a saturated core) runs due timers before it reads its sockets. Giving up there
-      // called a Redis that answered in time slow, three times over paused it, and sent a storm's
-      // duplicates to Postgres (the bench's replay cell, on a slower machine). `setImmediate`
-      // runs after the sockets are read: an answer that had arrived wins; only one that had not
-      // is a timeout.
+      // would call a Redis that answered in time slow, pause it after three such, and send a
+      // storm's duplicates to Postgres. `setImmediate` runs after the sockets are read: an answer
+      // that has arrived wins; only one that has not is a timeout.
       const timer = setTimeout(() => {
         setImmediate(() => {
           if (done) return;
@@ -224,10 +223,9 @@ function decode(raw: string): CachedEvent | undefined {
  * fallback is Postgres, not a retry), and reconnects with capped, jittered backoff.
  *
  * Commands issued in the same pass of the event loop go out in one write
- * (`enableAutoPipelining`). Sent one by one, each GET was a socket write of its own: in a retry
- * storm answered from Redis, those writes were the largest share of the server's CPU per
- * duplicate (`npm run bench -- --contenders hello,inbox-redis --workloads replay`, two runs
- * each: 0.81x and 0.91x hello one by one, 1.03x and 0.97x pipelined; BENCHMARKS.md).
+ * (`enableAutoPipelining`). Sent one by one, each GET would be a socket write of its own: in a
+ * retry storm answered from Redis, those writes are the largest share of the server's CPU per
+ * duplicate (BENCHMARKS.md).
  */
 export async function connectRedis(url: string, logger: Logger): Promise<RedisLike> {
   let Redis: any;

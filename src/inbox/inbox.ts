@@ -12,7 +12,7 @@ import { migrateToLatest } from '../db/migrations.js';
 import { type KeyState, keyState, listEvents, type StoredEvent } from '../db/sql/inspect.js';
 import type { Tables } from '../db/sql/tables.js';
 import type { Delivery } from '../delivery/request.js';
-import type { InboxStartError } from '../errors.js';
+import type { InboxError } from '../errors.js';
 import { firstTime, recovered } from '../observability/logger.js';
 import {
   type DeadLetter,
@@ -45,6 +45,8 @@ export class Inbox {
   readonly #rt: Runtime;
   #operations: Operations | undefined;
   readonly #background: Background;
+  /** The shutdown, once `close()` started it. */
+  #closed: Promise<void> | undefined;
   // ---- Eager start ----
   /** The next attempt to start, after a failed one (cleared by `close()`). */
   #restart: NodeJS.Timeout | undefined;
@@ -73,7 +75,7 @@ export class Inbox {
         sayReady(this.options, database, failures);
         recovered(this.options.logger, 'database');
       },
-      (err: InboxStartError) => {
+      (err: InboxError) => {
         if (this.#rt.closing) return;
         const { logger, source } = this.options;
         const delayMs = Math.min(30_000, 1000 * 2 ** Math.min(failures, 5));
@@ -102,7 +104,7 @@ export class Inbox {
 
   /**
    * Resolves once the database is open and migrated (unless `migrate: false`) and the sweeper
-   * and workers run; rejects with {@link InboxStartError} when that fails, naming the cause and
+   * and workers run; rejects with `InboxStartError` when that fails, naming the cause and
    * the fix (the inbox keeps retrying on its own). The inbox starts at construction: await this
    * at boot to fail loudly on a wrong database. Idempotent.
    */
@@ -182,13 +184,20 @@ export class Inbox {
    * workers, whose handler runs finish or roll back; waits for drains and Redis writes; then
    * closes what the inbox opened (its pool, its Redis client). Nothing taken is lost: an event
    * not yet applied stays pending or held for another instance, or for this one's next start.
+   * Every call returns the same shutdown, resolved when it is complete. After it, `ready()`,
+   * `kysely()` and the operator methods reject with InboxError `closed`.
    *
    * ```ts
    * process.once('SIGTERM', () => server.close(() => inbox.close().then(() => process.exit(0))));
    * ```
    */
-  async close(): Promise<void> {
-    if (this.#rt.closing) return;
+  close(): Promise<void> {
+    // One shutdown, whoever asks: every call waits for the same one to finish.
+    this.#closed ??= this.#close();
+    return this.#closed;
+  }
+
+  async #close(): Promise<void> {
     this.#rt.closing = true;
     clearTimeout(this.#restart);
     await deliveriesSettled(this.#rt);

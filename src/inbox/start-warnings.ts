@@ -5,7 +5,7 @@
 
 import type { Database } from '../db/database.js';
 import { missingTables } from '../db/drivers/postgres-error.js';
-import { InboxStartError } from '../errors.js';
+import { InboxError, InboxStartError } from '../errors.js';
 import type { ResolvedOptions } from '../runtime/resolved-options.js';
 
 const SHORT_RETENTION_MS = 3 * 86_400_000;
@@ -56,9 +56,13 @@ export function startHint(err: unknown): string {
   return fix ? `${text} (${fix})` : text;
 }
 
-/** A failed start as `ready()` rejects with it: one error of the library's, the original as its cause. */
-export function startError(err: unknown): InboxStartError {
-  return err instanceof InboxStartError ? err : new InboxStartError(startHint(err), { cause: err });
+/**
+ * A failed start as `ready()` rejects with it: one error of the library's, the original as its
+ * cause. A closed inbox did not fail to start: its own error (`closed`) says so.
+ */
+export function startError(err: unknown): InboxError {
+  if (err instanceof InboxStartError || (err instanceof InboxError && err.code === 'closed')) return err;
+  return new InboxStartError(startHint(err), { cause: err });
 }
 
 /**

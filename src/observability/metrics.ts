@@ -39,6 +39,10 @@ export interface InboxMetrics {
   duplicate(answeredBy: 'memory' | 'redis' | 'postgres'): void;
   handler(seconds: number, outcome: 'processed' | 'failed'): void;
   claimToCommit(seconds: number): void;
+  /** Deferred mode: how many claims one statement and one commit carried. */
+  claimBatch(size: number): void;
+  /** Deferred mode: from a delivery's claim queued to its batch committed. */
+  acknowledgement(seconds: number): void;
   gapTimeout(action: 'skipped' | 'blocked'): void;
   deadLetter(reason: string): void;
   /** A dead letter's cause (src/apply/cause.ts): what "a new cause appeared" alerts on. */
@@ -52,6 +56,8 @@ export interface InboxMetrics {
   sweeperError(): void;
   redisFallback(reason: string): void;
   redisWriteError(): void;
+  /** A look before BEGIN (the primary-key read of a retry storm) that failed: the claim answered. */
+  lookFirstError(): void;
 }
 
 const noop = () => {};
@@ -60,6 +66,8 @@ export const noMetrics: InboxMetrics = {
   duplicate: noop,
   handler: noop,
   claimToCommit: noop,
+  claimBatch: noop,
+  acknowledgement: noop,
   gapTimeout: noop,
   deadLetter: noop,
   deadLetterCause: noop,
@@ -70,6 +78,7 @@ export const noMetrics: InboxMetrics = {
   sweeperError: noop,
   redisFallback: noop,
   redisWriteError: noop,
+  lookFirstError: noop,
 };
 
 /** Every metric name: the table of docs/observability.md is checked against it (test/docs.test.ts). */
@@ -77,6 +86,8 @@ export const METRIC_NAMES = Object.freeze({
   deliveries: 'webhook_inbox_deliveries_total',
   handlerDuration: 'webhook_inbox_handler_duration_seconds',
   claimToCommit: 'webhook_inbox_claim_to_commit_seconds',
+  claimBatchSize: 'webhook_inbox_claim_batch_size',
+  acknowledgement: 'webhook_inbox_acknowledgement_seconds',
   duplicates: 'webhook_inbox_duplicates_total',
   heldEvents: 'webhook_inbox_held_events',
   oldestHeldAge: 'webhook_inbox_oldest_held_age_seconds',
@@ -92,6 +103,7 @@ export const METRIC_NAMES = Object.freeze({
   sweeperErrors: 'webhook_inbox_sweeper_errors_total',
   redisFallbacks: 'webhook_inbox_redis_fallbacks_total',
   redisWriteErrors: 'webhook_inbox_redis_write_errors_total',
+  lookFirstErrors: 'webhook_inbox_look_first_errors_total',
   pendingEvents: 'webhook_inbox_pending_events',
   oldestBlockedKeyAge: 'webhook_inbox_oldest_blocked_key_age_seconds',
   databaseUp: 'webhook_inbox_database_up',
@@ -114,6 +126,7 @@ const shared = new WeakMap<RegistryLike, Shared>();
 export const MAX_TYPE_LABELS = 100;
 
 const LATENCY_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
+const BATCH_BUCKETS = [1, 2, 4, 8, 16, 32, 64, 128, 256];
 const DRAIN_BUCKETS = [0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300];
 
 async function loadPromClient(): Promise<any> {
@@ -211,6 +224,20 @@ function define(client: any, registry: RegistryLike): Shared {
         ['source'],
         { buckets: LATENCY_BUCKETS },
       ),
+      claimBatchSize: metric(
+        'Histogram',
+        n.claimBatchSize,
+        'Deferred mode: claims sent in one statement (one commit when it succeeds)',
+        ['source'],
+        { buckets: BATCH_BUCKETS },
+      ),
+      acknowledgement: metric(
+        'Histogram',
+        n.acknowledgement,
+        "Deferred mode: time from a delivery's claim to its batch's commit",
+        ['source'],
+        { buckets: LATENCY_BUCKETS },
+      ),
       duplicates: metric(
         'Counter',
         n.duplicates,
@@ -296,6 +323,12 @@ function define(client: any, registry: RegistryLike): Shared {
         'Redis writes of processed events that failed or timed out',
         ['source'],
       ),
+      lookFirstErrors: metric(
+        'Counter',
+        n.lookFirstErrors,
+        "Reads before BEGIN (a retry storm's primary-key read of a duplicate) that failed; the claim answered the delivery",
+        ['source'],
+      ),
     },
   };
 }
@@ -341,10 +374,13 @@ export async function createMetrics(
   const ignoredTypes = bound(m.ignored, 'type');
   const typeLabels = new Set<string>();
   const claimToCommit = m.claimToCommit.labels({ source });
+  const claimBatch = m.claimBatchSize.labels({ source });
+  const acknowledgement = m.acknowledgement.labels({ source });
   const drain = m.drainLatency.labels({ source });
   const sweeperRuns = m.sweeperRuns.labels({ source });
   const sweeperErrors = m.sweeperErrors.labels({ source });
   const writeErrors = m.redisWriteErrors.labels({ source });
+  const lookFirstErrors = m.lookFirstErrors.labels({ source });
   // Series that alerts look at exist from the start, at 0, so that rate() sees their first increase.
   for (const outcome of [OutcomeKind.processed, OutcomeKind.duplicate, OutcomeKind.failed])
     deliveries(outcome).inc(0);
@@ -357,12 +393,15 @@ export async function createMetrics(
   seqConflicts('applied').inc(0);
   sweeperErrors.inc(0);
   writeErrors.inc(0);
+  lookFirstErrors.inc(0);
   return {
     metrics: {
       delivery: (outcome) => deliveries(outcome).inc(),
       duplicate: (answeredBy) => duplicates(answeredBy).inc(),
       handler: (seconds, outcome) => handler(outcome).observe(seconds),
       claimToCommit: (seconds) => claimToCommit.observe(seconds),
+      claimBatch: (size) => claimBatch.observe(size),
+      acknowledgement: (seconds) => acknowledgement.observe(seconds),
       gapTimeout: (action) => gapTimeouts(action).inc(),
       deadLetter: (reason) => deadLetters(reason).inc(),
       deadLetterCause: (cause) => {
@@ -388,6 +427,7 @@ export async function createMetrics(
       sweeperError: () => sweeperErrors.inc(),
       redisFallback: (reason) => fallbacks(reason).inc(),
       redisWriteError: () => writeErrors.inc(),
+      lookFirstError: () => lookFirstErrors.inc(),
     },
     detach: () => sources.delete(entry),
   };

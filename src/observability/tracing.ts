@@ -41,7 +41,7 @@ export function createTracer(provider: TracerProvider | undefined): Tracer {
  * the handler starts nest under it. A span with no valid context (no SDK installed and none
  * active to inherit from) is not made active: nothing could nest under it or propagate from
  * it, and making it active costs a context object per delivery. A sampled-out span of an SDK
- * has a valid context, and is made active as before.
+ * has a valid context, and is made active.
  */
 export function inActiveSpan<T>(tracer: Tracer, name: string, fn: (span: Span) => T): T {
   const span = tracer.startSpan(name);

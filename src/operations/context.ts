@@ -94,8 +94,8 @@ export function table(ctx: OperationsContext, name: 'events' | 'keys' | 'gaps'):
  * The source an action runs on: the one asked for, else the operations' own. Operations made
  * for one source (an inbox's, `openOperations({ source })`, the CLI's `--source`, the console
  * over either) never show or change another: asking for another is OperationError
- * `not-found`, as for a row that is not there. (The console read any source from its URL,
- * and an inbox's replay of `other/X` replayed `X` of its own source.)
+ * `not-found`, as for a row that is not there: a console over one inbox neither reads another
+ * source's event from its URL nor replays `X` of its own source when asked for `other/X`.
  */
 export function scoped(ctx: OperationsContext, asked: string | undefined): string | undefined {
   if (asked === undefined || asked === ctx.source) return ctx.source;
@@ -156,7 +156,7 @@ export interface FoundEvent {
 
 /**
  * The sources present in a table, by a walk of its primary key (source first): one index probe
- * per source, where `select distinct source` read every row (issue 44).
+ * per source, where `select distinct source` would read every row.
  */
 export function sourcesIn(ctx: OperationsContext, name: 'events' | 'keys'): RawBuilder<unknown> {
   const t = table(ctx, name);
@@ -172,7 +172,7 @@ export function sourcesIn(ctx: OperationsContext, name: 'events' | 'keys'): RawB
  * The sources an action reads, one statement each: the one it is scoped to, else every source
  * with events. One statement per source rather than one over all of them (a lateral join): the
  * planner costs a join over the sources' walk as if there were a hundred, which on a large table
- * passes `jit_above_cost`, and compiling the query cost 130 ms of a 180 ms `status()`.
+ * passes `jit_above_cost`: compiling the query would take longer than running it.
  */
 export async function eachSource(ctx: OperationsContext, source: string | undefined): Promise<string[]> {
   if (source !== undefined) return [source];

@@ -40,7 +40,7 @@ export interface DeadLetterFilter extends Selection {
 
 /** Dead letters of one cause and reason, as `webhook-inbox dead groups` lists them. */
 export interface DeadLetterGroup {
-  /** The failed runs' fingerprint (null: late events, which never ran, and rows from before it was recorded). */
+  /** The failed runs' fingerprint (null: late events, which never ran, and rows stored without one). */
   readonly cause: string | null;
   readonly reason: string | null;
   readonly count: number;

@@ -118,10 +118,10 @@ async function replayMatching(
  *
  * It waits for the key row (plain FOR UPDATE): it holds nothing yet, so the wait cannot close a
  * cycle, and what it decides (unblock the key, or refuse a seq behind the cursor) is only true
- * of the row it locked. With SKIP LOCKED a delivery holding the key made the row look missing:
- * the replay took the key for one without a cursor, re-queued the event without unblocking
- * the key, and the event waited behind a block no dead letter was left to lift (or, when the
- * cursor had passed its seq, below the cursor); the property test's 'replayed' mode found it.
+ * of the row it locked. With SKIP LOCKED a delivery holding the key would make the row look
+ * missing: the replay would take the key for one without a cursor and re-queue the event
+ * without unblocking the key, leaving it behind a block no dead letter is left to lift (or,
+ * when the cursor passed its seq, below the cursor).
  * The wait is bounded (boundedLockWait): past `lockTimeoutMs` an OperationError `locked` names the
  * key, and this event is left as it was.
  */

@@ -63,7 +63,7 @@ export async function prune(ctx: OperationsContext, options: PruneOptions): Prom
   let pruned = 0;
   let behind = false;
   // Source by source (the CLI prunes every source): the indexes on processed_at are keyed by
-  // source first (migration 0005), so each statement reads one source's old rows only.
+  // source first, so each statement reads one source's old rows only.
   const sources = await eachSource(ctx, source);
   // Processed rows, then ignored ones (kept as long: a sender's retry of one must still find
   // it), each status by its own statement, so that each uses its own partial index on
@@ -84,7 +84,7 @@ export async function prune(ctx: OperationsContext, options: PruneOptions): Prom
         }
         // SKIP LOCKED: every instance's sweeper prunes, and an operator's prune may run beside
         // them; each takes rows no other is deleting, instead of queueing behind its row locks
-        // to find them gone (two instances pruned no faster than one before, issue 44).
+        // to find them gone (with which two instances would prune no faster than one).
         const result = await sql`
           delete from ${events} d
            where (d.source, d.id) in (select e.source, e.id from ${events} e where ${old}

@@ -1,6 +1,6 @@
 /**
  * Scrubbing: removing secret headers from rows stored before they were declared secret (a
- * GitLab token stored by an earlier version with held, pending or dead events).
+ * header added to `secretHeaders` while held, pending or dead events still hold it).
  */
 import { sql } from 'kysely';
 import { secretHeaderSet } from '../delivery/payload.js';

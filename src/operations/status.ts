@@ -1,7 +1,7 @@
 /**
  * The inbox at a glance: counts by status, blocked keys, oldest waiting ages, dead letters by
  * reason. Every count reads one partial index (waiting, dead, ignored, blocked keys), never the
- * whole events table, which holds every processed event of the retention period (issue 44):
+ * whole events table, which holds every processed event of the retention period:
  * processed rows are counted up to PROCESSED_EXACT_UP_TO and estimated past that.
  */
 import { sql } from 'kysely';

@@ -1,13 +1,16 @@
 /**
- * A delivery's claim and, when it says "apply", its handler: one transaction (src/apply/apply.ts).
- * Three claims (ordered or unordered, latest-wins) share one skeleton, `claimThenApply`: the
- * claim in its span, the event it took, the handler, and what a failure answers.
+ * A delivery's claim and, when it says "apply", its handler: one transaction, one function per
+ * kind of claim, each in the order it runs: claim, handler (src/apply/apply.ts `applyTaken`),
+ * record, COMMIT, then what the answer says. Inline mode: `claimUnorderedAndApply` (the
+ * try-claim, else the claim), `claimOrderedAndApply` (the claim, then the held events it made
+ * runnable) and `claimLatestAndApply` (`claim_latest`). Deferred mode: `claimDeferred`, which
+ * only stores.
  */
-import type { Kysely, Transaction } from 'kysely';
-import { type ApplyStep, applyOne, type Run } from '../apply/apply.js';
+import type { Kysely } from 'kysely';
+import { applyTaken, inTransaction, type Run, reportCommitted } from '../apply/apply.js';
 import type { Background } from '../background/background.js';
 import { DrainInTransaction } from '../background/drain.js';
-import type { ClaimRow } from '../db/sql/claim.js';
+import type { ClaimArgs, ClaimRow } from '../db/sql/claim.js';
 import type { ClaimLatestRow } from '../db/sql/claim-latest.js';
 import type { TakenEvent } from '../db/sql/taken-event.js';
 import type { ParsedDelivery } from '../delivery/delivery.js';
@@ -16,107 +19,247 @@ import { inSpan } from '../observability/tracing.js';
 import { notifyDeadLetter } from '../options/dead-letter-hook.js';
 import type { Outcome } from '../outcome.js';
 import type { Runtime } from '../runtime/runtime.js';
+import { claimBatchesOf } from './claim-batches.js';
 import type { Observation } from './observe.js';
 import * as respond from './respond.js';
 
-/** What a claim path settles to: an answer (and whether its key drains after it), or the claim committed without applying. */
-type Settled<C> =
-  | { readonly outcome: Outcome; readonly drain: boolean }
-  | { readonly outcome?: undefined; readonly claim: C };
-
-/** How one kind of claim is sent, and what it needs of the skeleton. */
-interface ClaimPath<C extends { decision: string; attempts: number; receivedAt: Date }> {
-  claim(tx: Kysely<any>): Promise<C>;
-  /** The delivery as the apply path takes it, when the claim said "apply". */
-  event(claim: C): TakenEvent;
-  /** Whether the key drains after the response, once the claim's event was applied. */
-  drainAfter?(claim: C): boolean;
-  /** Right after the transaction committed (the event applied or not, or its failure recorded). */
-  committed?(claim: C): void;
-  /** Once the transaction is over: whether it committed. */
-  settled?(committed: boolean): void;
-  next?: ApplyStep<unknown>['next'];
-  db?: Kysely<any>;
-  alone?: boolean;
+/** What a claim's transaction committed: the claim (sent at `claimedAt`) and its event's run. */
+interface Took<C> {
+  readonly claimedAt: number;
+  readonly claim: C;
+  readonly run?: Run;
 }
 
-async function claimThenApply<C extends { decision: string; attempts: number; receivedAt: Date }>(
-  rt: Runtime,
-  d: ParsedDelivery,
-  obs: Observation,
-  path: ClaimPath<C>,
-): Promise<Settled<C>> {
-  const o = rt.options;
-  let claimedAt = 0;
-  let applied: Awaited<ReturnType<typeof applyOne<{ claim: C; event?: TakenEvent }>>>;
-  let committed = false;
-  try {
-    applied = await applyOne(rt, {
-      take: async (tx) => {
-        claimedAt = performance.now();
-        const claim = await inSpan(rt.tracer, 'webhook-inbox.claim', obs.parent, () => path.claim(tx));
-        return claim.decision === 'apply' ? { claim, event: path.event(claim) } : { claim };
-      },
-      next: path.next,
-      parent: obs.parent,
-      db: path.db,
-      alone: path.alone,
-    });
-    committed = true;
-  } catch (err) {
-    return { outcome: respond.infrastructureFailure(o, err), drain: false };
-  } finally {
-    path.settled?.(committed);
-  }
-  const claim = applied.took.claim;
-  path.committed?.(claim);
-  if (applied.status === 'failed') {
-    const failure = applied.failure;
-    // The handler threw RetryLater: the event waits until then, no attempt spent.
-    if (failure?.decision === 'snoozed')
-      return { outcome: respond.snoozed(d.id, failure.error.at), drain: false };
-    if (failure?.decision !== 'dead') return { outcome: respond.handlerFailed(d.id), drain: false };
-    // onPoison 'skip' moved the cursor past it: what waits behind it may run now.
-    const outcome =
-      failure.reason === 'rejected' ? respond.rejected(o, d.id) : respond.deadLettered(d.id, 'poison');
-    return { outcome, drain: failure.drain };
-  }
-  rt.metrics.claimToCommit((performance.now() - claimedAt) / 1000);
-  if (applied.status === 'applied')
-    return { outcome: appliedOutcome(d, applied), drain: path.drainAfter?.(claim) ?? false };
-  return { claim };
-}
-
-/**
- * The claim and, when it says "apply", the handler.
- *
- * An ordered delivery in inline mode applies the held events its claim made runnable in its
- * own transaction, up to a bound (`claimAndApplyOn`), and keeps its connection after COMMIT:
- * when events are left, it drains them on that connection right after the response, instead
- * of queueing for the pool again behind every delivery that arrived meanwhile (under load that
- * queue was most of a held event's wait).
- */
+/** The claim and, when it says "apply", the handler. */
 export function claimAndApply(
   rt: Runtime,
   bg: Background,
   d: ParsedDelivery,
   obs: Observation,
 ): Promise<Outcome> {
-  // Latest-wins in deferred mode: the claim only stores the event, as an unordered one; the
-  // worker that takes it decides under the object's key row (src/db/sql/latest-check.ts).
-  if (d.latest && rt.options.mode !== 'deferred') return claimLatestAndApply(rt, d, d.latest, obs);
-  const key = d.key;
-  if (key === null || rt.options.mode === 'deferred') {
-    return claimAndApplyOn(rt, bg, d, obs, undefined).then((settled) => settled.outcome);
+  // Latest-wins in deferred mode: the claim only stores the event, as an unordered one (no key);
+  // the worker that takes it decides under the object's key row (src/db/sql/latest-check.ts).
+  if (rt.options.mode === 'deferred') return claimDeferred(rt, bg, d, obs);
+  if (d.latest) return claimLatestAndApply(rt, d, d.latest, obs);
+  if (d.key === null) return claimUnorderedAndApply(rt, bg, d, obs);
+  return claimOrderedAndApply(rt, bg, d, d.key, obs);
+}
+
+/**
+ * An unordered delivery, inline: [BEGIN + try-claim + SAVEPOINT] (on our drivers; the claim
+ * when it cannot decide, and always elsewhere), the handler, [its row with the result + COMMIT].
+ */
+async function claimUnorderedAndApply(
+  rt: Runtime,
+  bg: Background,
+  d: ParsedDelivery,
+  obs: Observation,
+): Promise<Outcome> {
+  const args = claimArgs(rt, d, false);
+  let took: Took<ClaimRow>;
+  try {
+    took = await inTransaction(rt.database.kysely, async (tx) => {
+      const claimedAt = performance.now();
+      const claim = await inClaimSpan(
+        rt,
+        obs,
+        async () => (await rt.statements.tryClaim?.(tx, args)) ?? rt.statements.claim(tx, args),
+      );
+      if (claim.decision !== 'apply') return { claimedAt, claim };
+      return { claimedAt, claim, run: await applyTaken(rt, tx, taken(d, claim), obs.parent) };
+    });
+    reportCommitted(rt, [took.run]);
+  } catch (err) {
+    return respond.infrastructureFailure(rt.options, err);
   }
+  rt.duplicateOdds.note(took.claim.decision === 'duplicate');
+  return took.run ? ranOutcome(rt, d, took.run, took.claimedAt) : claimedOutcome(rt, bg, d, took);
+}
+
+/**
+ * An ordered delivery, inline, on a connection it keeps after COMMIT: when its claim made held
+ * events runnable, it applies them in its own transaction, after its handler, up to a bound
+ * (src/background/drain.ts `DrainInTransaction`), and drains what is left on that connection
+ * right after the response, instead of queueing for the pool again behind every delivery that
+ * arrived meanwhile.
+ */
+function claimOrderedAndApply(
+  rt: Runtime,
+  bg: Background,
+  d: ParsedDelivery,
+  key: string,
+  obs: Observation,
+): Promise<Outcome> {
   return new Promise<Outcome>((resolve) => {
     const work = rt.database.kysely.connection().execute(async (conn) => {
-      const settled = await claimAndApplyOn(rt, bg, d, obs, conn);
+      const settled = await claimOrderedOn(rt, bg, d, key, obs, conn);
       resolve(settled.outcome);
       if (settled.drain) await bg.drainOn(key, conn, obs.parent);
     });
     rt.track(work.catch((err) => resolve(respond.infrastructureFailure(rt.options, err))));
   });
+}
+
+/**
+ * [BEGIN + claim + SAVEPOINT], the handler, then for each held event it made runnable
+ * [the previous result + take_next + SAVEPOINT] and its handler, [the last result + COMMIT].
+ * `drain`: whether the key drains after the response.
+ */
+async function claimOrderedOn(
+  rt: Runtime,
+  bg: Background,
+  d: ParsedDelivery,
+  key: string,
+  obs: Observation,
+  conn: Kysely<any>,
+): Promise<{ outcome: Outcome; drain: boolean }> {
+  const args = claimArgs(rt, d, false);
+  let took: Took<ClaimRow> & { held?: Run[] };
+  let drain: DrainInTransaction | undefined;
+  let committed = false;
+  try {
+    took = await inTransaction(conn, async (tx) => {
+      const claimedAt = performance.now();
+      const claim = await inClaimSpan(rt, obs, () => rt.statements.claim(tx, args));
+      if (claim.decision !== 'apply') return { claimedAt, claim };
+      const run = await applyTaken(rt, tx, taken(d, claim), obs.parent);
+      if (run.status === 'failed' || !claim.drain) return { claimedAt, claim, run };
+      // The claim said the next seq waits: the held events this commit makes runnable.
+      drain = new DrainInTransaction(rt, key, obs.parent);
+      return { claimedAt, claim, run, held: await drain.applyHeld(tx) };
+    });
+    committed = true;
+    reportCommitted(rt, [took.run, ...(took.held ?? [])]);
+  } catch (err) {
+    return { outcome: respond.infrastructureFailure(rt.options, err), drain: false };
+  } finally {
+    drain?.end(committed);
+  }
+  const { claim, run } = took;
+  rt.duplicateOdds.note(claim.decision === 'duplicate');
+  if (!run) return { outcome: claimedOutcome(rt, bg, d, took), drain: claim.drain };
+  // What the drain in the transaction left, or what a poison event skipped made runnable.
+  const rest = drain ? drain.rest : run.status === 'failed' && run.failure.drain;
+  return { outcome: ranOutcome(rt, d, run, took.claimedAt), drain: rest };
+}
+
+/**
+ * Latest-wins, inline: [BEGIN + claim_latest + SAVEPOINT], which decides under the object's key
+ * row (superseded, or apply and move its version), the handler, [its result + COMMIT]. The
+ * event row has no key or seq: to the rest of the inbox it is an unordered event.
+ */
+async function claimLatestAndApply(
+  rt: Runtime,
+  d: ParsedDelivery,
+  latest: NonNullable<ParsedDelivery['latest']>,
+  obs: Observation,
+): Promise<Outcome> {
+  const o = rt.options;
+  const args = { source: o.source, id: d.id, ...latest, hash: d.hash, lockTimeout: claimLockTimeout(rt) };
+  let took: Took<ClaimLatestRow>;
+  try {
+    took = await inTransaction(rt.database.kysely, async (tx) => {
+      const claimedAt = performance.now();
+      const claim = await inClaimSpan(rt, obs, () => rt.statements.claimLatest(tx, args));
+      if (claim.decision !== 'apply') return { claimedAt, claim };
+      return {
+        claimedAt,
+        claim,
+        run: await applyTaken(rt, tx, taken({ ...d, key: null, seq: null }, claim), obs.parent),
+      };
+    });
+    reportCommitted(rt, [took.run]);
+  } catch (err) {
+    return respond.infrastructureFailure(o, err);
+  }
+  if (took.run) return ranOutcome(rt, d, took.run, took.claimedAt);
+  rt.metrics.claimToCommit((performance.now() - took.claimedAt) / 1000);
+  const { claim } = took;
+  if (claim.decision === 'superseded') {
+    o.logger.debug(
+      { id: d.id, key: latest.key, version: latest.version, latest: claim.latest, source: o.source },
+      'webhook-inbox: superseded (a newer version of its key was applied)',
+    );
+    // Remembered as processed: a redelivery is a duplicate, answered with the recorded result.
+    rt.rememberProcessed({ id: d.id, hash: d.hash, key: null, seq: null }, JSON.stringify(claim.result));
+    return respond.superseded(d.id, latest.key, latest.version, claim.latest);
+  }
+  if (claim.decision === 'duplicate' && claim.reason !== 'ignored')
+    rt.rememberDuplicate({ ...d, key: null, seq: null }, claim.result);
+  return respond.decided(o, d, { ...claim, decision: claim.decision, expected: null, drain: false });
+}
+
+/** Deferred mode: the claim stores the event (pending, or held behind its key's gap) and answers. */
+async function claimDeferred(
+  rt: Runtime,
+  bg: Background,
+  d: ParsedDelivery,
+  obs: Observation,
+): Promise<Outcome> {
+  let took: Took<ClaimRow>;
+  try {
+    took = await sendDeferredClaim(rt, d, obs);
+  } catch (err) {
+    return respond.infrastructureFailure(rt.options, err);
+  }
+  rt.duplicateOdds.note(took.claim.decision === 'duplicate');
+  return claimedOutcome(rt, bg, d, took);
+}
+
+/**
+ * [claim_many] = 1 for every claim that waited for a connection with this one
+ * (./claim-batches.ts): it applies nothing, so on our drivers it is sent alone, a READ
+ * COMMITTED transaction of its own in one round trip (src/db/drivers/fold.ts), whose locks (the
+ * keys', the ids') are released inside PostgreSQL at its end, not after its answer has crossed
+ * back to us and COMMIT has come. It goes on the connections no handler holds
+ * (`Database.acks`, `ackPoolSize`): an acknowledgement never queues behind the workers'
+ * handlers for a connection.
+ */
+async function sendDeferredClaim(rt: Runtime, d: ParsedDelivery, obs: Observation): Promise<Took<ClaimRow>> {
+  const { id, key, seq, hash, payload, headers } = claimArgs(rt, d, true);
+  const claimedAt = performance.now();
+  const claim = await inClaimSpan(rt, obs, () =>
+    claimBatchesOf(rt).claim({ id, key, seq, hash, payload, headers }),
+  );
+  return { claimedAt, claim };
+}
+
+/** The claim statement in its span (the try-claim's, for an unordered inline delivery). */
+function inClaimSpan<T>(rt: Runtime, obs: Observation, claim: () => Promise<T>): Promise<T> {
+  return inSpan(rt.tracer, 'webhook-inbox.claim', obs.parent, claim);
+}
+
+/** What `claim` is told of a delivery; `deferred`: store it for a worker, apply nothing. */
+function claimArgs(rt: Runtime, d: ParsedDelivery, deferred: boolean): ClaimArgs {
+  const o = rt.options;
+  // Only an ordered event can be held (and so need its payload later) in an inline claim; in
+  // deferred mode every event may be stored as pending. A new unordered event's row is written
+  // at COMMIT (its payload then too, with keepPayload), not by the claim.
+  const store = deferred || d.key !== null;
+  return {
+    source: o.source,
+    id: d.id,
+    key: d.key,
+    seq: d.seq,
+    hash: d.hash,
+    payload: store ? d.rawBody : null,
+    headers: store ? storableHeaders(d.headers, o.secretHeaders) : null,
+    apply: !deferred,
+    keepPayload: o.keepPayload,
+    firstSeen: o.firstSeq === 'first-seen',
+    maxHeld: o.maxHeldPerKey,
+    maxAhead: o.maxSeqAhead,
+    lockTimeout: claimLockTimeout(rt),
+  };
+}
+
+/**
+ * How long a claim waits for a concurrent delivery of its id or key. With onInFlight 'reject'
+ * it gives up at once (Postgres has no zero lock_timeout; 0 means none), answered 409 like a
+ * timeout.
+ */
+function claimLockTimeout(rt: Runtime): string {
+  return rt.options.onInFlight === 'reject' ? '1ms' : rt.lockTimeout;
 }
 
 /** A delivery the claim said to apply now, as the apply path takes it. */
@@ -141,114 +284,27 @@ function taken(
 }
 
 /**
- * How long a claim waits for a concurrent delivery of its id or key. With onInFlight 'reject'
- * it gives up at once (Postgres has no zero lock_timeout; 0 means none), answered 409 like a
- * timeout.
+ * The answer to a delivery whose event ran in its claim's transaction, committed: what its
+ * handler's failure left, or what it applied (processed; ignored when no handler takes its type).
  */
-function claimLockTimeout(rt: Runtime): string {
-  return rt.options.onInFlight === 'reject' ? '1ms' : rt.lockTimeout;
-}
-
-/**
- * Latest-wins: `claim_latest` decides under the object's key row (superseded, or apply and move
- * its version), and the handler runs in the same transaction, as for any claim. The event row
- * has no key or seq: to the rest of the inbox it is an unordered event.
- */
-async function claimLatestAndApply(
-  rt: Runtime,
-  d: ParsedDelivery,
-  latest: NonNullable<ParsedDelivery['latest']>,
-  obs: Observation,
-): Promise<Outcome> {
+function ranOutcome(rt: Runtime, d: ParsedDelivery, run: Run, claimedAt: number): Outcome {
   const o = rt.options;
-  const settled = await claimThenApply<ClaimLatestRow>(rt, d, obs, {
-    claim: (tx) =>
-      rt.statements.claimLatest(tx, {
-        source: o.source,
-        id: d.id,
-        key: latest.key,
-        version: latest.version,
-        hash: d.hash,
-        lockTimeout: claimLockTimeout(rt),
-      }),
-    // To the rest of the inbox a latest-wins event is unordered: no key, no seq.
-    event: (claim) => taken({ ...d, key: null, seq: null }, claim),
-  });
-  if (settled.outcome) return settled.outcome;
-  const claim = settled.claim;
-  if (claim.decision === 'superseded') {
-    o.logger.debug(
-      { id: d.id, key: latest.key, version: latest.version, latest: claim.latest, source: o.source },
-      'webhook-inbox: superseded (a newer version of its key was applied)',
-    );
-    // Remembered as processed: a redelivery is a duplicate, answered with the recorded result.
-    rt.rememberProcessed({ id: d.id, hash: d.hash, key: null, seq: null }, JSON.stringify(claim.result));
-    return respond.superseded(d.id, latest.key, latest.version, claim.latest);
+  if (run.status === 'failed') {
+    const failure = run.failure;
+    // The handler threw RetryLater: the event waits until then, no attempt spent.
+    if (failure.decision === 'snoozed') return respond.snoozed(d.id, failure.error.at);
+    if (failure.decision !== 'dead') return respond.handlerFailed(d.id);
+    return failure.reason === 'rejected' ? respond.rejected(o, d.id) : respond.deadLettered(d.id, 'poison');
   }
-  if (claim.decision === 'duplicate' && claim.reason !== 'ignored')
-    rt.rememberDuplicate({ ...d, key: null, seq: null }, claim.result);
-  return respond.decided(o, d, {
-    decision: claim.decision,
-    result: claim.result,
-    expected: null,
-    reason: claim.reason,
-    attempts: claim.attempts,
-    drain: false,
-    receivedAt: claim.receivedAt,
-  });
+  rt.metrics.claimToCommit((performance.now() - claimedAt) / 1000);
+  return run.ignored ? respond.ignored(d.id, d.type) : respond.processed(d.id, run.result);
 }
 
-async function claimAndApplyOn(
-  rt: Runtime,
-  bg: Background,
-  d: ParsedDelivery,
-  obs: Observation,
-  db: Kysely<any> | undefined,
-): Promise<{ outcome: Outcome; drain: boolean }> {
+/** The answer to a claim that applied nothing, and what it tells the caches, metrics and loops. */
+function claimedOutcome(rt: Runtime, bg: Background, d: ParsedDelivery, took: Took<ClaimRow>): Outcome {
   const o = rt.options;
-  const ordered = d.key !== null;
-  const deferred = o.mode === 'deferred';
-  // Only an ordered event can be held (and so need its payload later) in this claim; in
-  // deferred mode every event may be stored as pending. A new unordered event's row is written
-  // at COMMIT (its payload then too, with keepPayload), not by the claim.
-  const store = deferred || ordered;
-  // Inline mode: when the claim says the next seq waits, the held events this delivery's commit
-  // would make runnable are applied in its transaction, after its handler, up to a bound
-  // (src/background/drain.ts); `drain` after the response is then what is left.
-  let drain: DrainInTransaction | undefined;
-  const settled = await claimThenApply<ClaimRow>(rt, d, obs, {
-    claim: (tx) =>
-      rt.statements.claim(tx, {
-        source: o.source,
-        id: d.id,
-        key: d.key,
-        seq: d.seq,
-        hash: d.hash,
-        payload: store ? d.rawBody : null,
-        headers: store ? storableHeaders(d.headers, o.secretHeaders) : null,
-        apply: !deferred,
-        keepPayload: o.keepPayload,
-        firstSeen: o.firstSeq === 'first-seen',
-        maxHeld: o.maxHeldPerKey,
-        maxAhead: o.maxSeqAhead,
-        lockTimeout: claimLockTimeout(rt),
-      }),
-    event: (claim) => {
-      if (claim.drain && ordered && !deferred) drain = new DrainInTransaction(rt, d.key!, obs.parent);
-      return taken(d, claim);
-    },
-    next:
-      ordered && !deferred
-        ? (tx: Transaction<any>, last: Run) => drain?.next(tx, last) ?? Promise.resolve(undefined)
-        : undefined,
-    db,
-    alone: deferred,
-    settled: (committed) => drain?.end(committed),
-    committed: (claim) => rt.duplicateOdds.note(claim.decision === 'duplicate'),
-    drainAfter: (claim) => drain?.rest ?? claim.drain,
-  });
-  if (settled.outcome) return settled;
-  const claim = settled.claim;
+  const claim = took.claim;
+  rt.metrics.claimToCommit((performance.now() - took.claimedAt) / 1000);
   if (claim.decision === 'dead' && claim.reason === 'late') {
     // Counted per late delivery: a redelivery of a late event (rare: it was answered 200) counts again.
     rt.metrics.deadLetter('late');
@@ -281,10 +337,5 @@ async function claimAndApplyOn(
       'webhook-inbox: a new id at a seq its key already applied or holds (422)',
     );
   }
-  return { outcome: respond.decided(o, d, claim), drain: claim.drain };
-}
-
-/** The answer to a delivery applied now: processed, or ignored when no handler takes its type. */
-function appliedOutcome(d: ParsedDelivery, run: { ignored: boolean; result: unknown }): Outcome {
-  return run.ignored ? respond.ignored(d.id, d.type) : respond.processed(d.id, run.result);
+  return respond.decided(o, d, claim);
 }

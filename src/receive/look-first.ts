@@ -1,6 +1,7 @@
 import { mismatchOf } from '../dedup/mismatch.js';
 import type { CachedEvent } from '../dedup/processed-cache.js';
 import type { ParsedDelivery } from '../delivery/delivery.js';
+import { firstTime, recovered } from '../observability/logger.js';
 import type { Outcome } from '../outcome.js';
 import type { Runtime } from '../runtime/runtime.js';
 import * as respond from './respond.js';
@@ -8,15 +9,32 @@ import * as respond from './respond.js';
 /**
  * A retry storm's look before any transaction (duplicate-odds.ts says when): with Redis one GET
  * answers a duplicate that any instance processed; without it, one primary-key read. Undefined
- * on a miss, an error or a timeout: the claim decides.
+ * on a miss, an error or a timeout: the claim decides. A failed read is counted
+ * (`webhook_inbox_look_first_errors_total`) and logged once per outage (the redis-cache.ts
+ * lookup counts its own as fallbacks): the delivery is still answered, but the database is failing.
  */
 export async function lookFirst(rt: Runtime, id: string): Promise<CachedEvent | undefined> {
   if (rt.redis) {
     const found = await rt.redis.lookup(id);
     return found.hit ? found.event : undefined;
   }
-  return rt.statements.findProcessed(rt.database.acks, rt.options.source, id).catch(() => undefined);
+  const { logger, source } = rt.options;
+  try {
+    const found = await rt.statements.findProcessed(rt.database.acks, source, id);
+    recovered(logger, LOOK_FIRST_FAILED);
+    return found;
+  } catch (err) {
+    rt.metrics.lookFirstError();
+    (firstTime(logger, LOOK_FIRST_FAILED) ? logger.warn : logger.debug)(
+      { err, source, id },
+      'webhook-inbox: the read before BEGIN failed; the claim answers the delivery',
+    );
+    return undefined;
+  }
 }
+
+/** The kind of trouble a failed look is, for saying it once per outage (logger.ts). */
+const LOOK_FIRST_FAILED = 'look-first';
 
 /**
  * Answers from a processed event (a Redis entry, or the row read before BEGIN) exactly as the

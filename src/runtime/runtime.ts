@@ -12,6 +12,7 @@ import type { TakenEvent } from '../db/sql/taken-event.js';
 import { DuplicateOdds } from '../dedup/duplicate-odds.js';
 import { ProcessedCache } from '../dedup/processed-cache.js';
 import { connectRedis, RedisCache, type RedisLike } from '../dedup/redis-cache.js';
+import { InboxError } from '../errors.js';
 import { createMetrics, type InboxMetrics, type InboxStats, noMetrics } from '../observability/metrics.js';
 import { createTracer } from '../observability/tracing.js';
 import type { ResolvedOptions } from './resolved-options.js';
@@ -21,6 +22,15 @@ import type { ResolvedOptions } from './resolved-options.js';
  * past that, Postgres (which still has the row) answers.
  */
 const REDIS_TTL_WITHOUT_RETENTION_MS = 7 * 86_400_000;
+
+/** What `open()` rejects with after `close()`: the caller holds an inbox that was shut down. */
+function closedError(): InboxError {
+  return new InboxError(
+    'webhook-inbox: the inbox is closed (inbox.close() was called); create a new inbox to use the database again',
+    'closed',
+    503,
+  );
+}
 
 interface Opened {
   readonly database: Database;
@@ -54,6 +64,8 @@ export class Runtime {
   /** Work that outlives a response (drains, Redis writes): `idle()` and `close()` wait for it. */
   readonly background = new Set<Promise<unknown>>();
   #opening: Promise<Opened> | undefined;
+  /** Set by `close()`: what `open()` opened is destroyed, and it opens nothing again. */
+  #closed = false;
   #opened: Opened | undefined;
   #telemetry: Promise<void> | undefined;
   #detachMetrics: (() => void) | undefined;
@@ -66,8 +78,12 @@ export class Runtime {
     this.processed = new ProcessedCache(options.duplicateCacheSize);
   }
 
-  /** Opens the database and runs migrations (unless `migrate: false`). Idempotent. */
+  /**
+   * Opens the database and runs migrations (unless `migrate: false`). Idempotent. Once `close()`
+   * began, it rejects: the database it opened is being destroyed.
+   */
   open(): Promise<Opened> {
+    if (this.#closed) return Promise.reject(closedError());
     // A failed open is not kept: a database that was down at the first delivery must not
     // leave the inbox answering 503 after it is back.
     this.#opening ??= this.#open().catch((err) => {
@@ -199,8 +215,9 @@ export class Runtime {
     this.track(redis.remember(event.id, { hash: event.hash, key: event.key, seq: event.seq }, resultJson));
   }
 
-  /** Closes what `open()` and `setUpTelemetry()` opened. */
+  /** Closes what `open()` and `setUpTelemetry()` opened; `open()` rejects from now on. */
   async close(): Promise<void> {
+    this.#closed = true;
     if (this.#opening) {
       const opened = await this.#opening.catch(() => undefined);
       await opened?.database.destroy();

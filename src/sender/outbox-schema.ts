@@ -1,7 +1,6 @@
 /**
- * The outbox's tables and their history: numbered, append-only migrations (separate from the
- * inbox's), each PL/pgSQL function's current text in the latest migration that defines it.
- * How the store uses them is in `outbox.ts`.
+ * The outbox's tables and functions, and the migrations that create them (separate from the
+ * inbox's). How the store uses them is in `outbox.ts`.
  */
 import type { Kysely } from 'kysely';
 import { runMigrations } from '../db/migration-runner.js';
@@ -23,11 +22,17 @@ export function outboxTables(schema: string): OutboxTables {
   return { schema, events: q('events'), keys: q('keys'), fn: q };
 }
 
-/** The outbox's own migrations (append-only, numbered; separate from the inbox's). */
+/**
+ * The outbox's own migrations (separate from the inbox's, with a ledger of their own), under the
+ * inbox's rule (docs/versioning.md): until the first release every change is folded into 0001;
+ * from it on, a change is a new, higher-numbered migration, and a released one is never edited.
+ */
 export const outboxMigrations: ReadonlyArray<readonly [name: string, up: (t: OutboxTables) => string]> = [
-  [
-    '0001_outbox',
-    (t) => `
+  ['0001_schema', (t) => outboxTablesSql(t) + outboxFunctionsSql(t)],
+];
+
+function outboxTablesSql(t: OutboxTables): string {
+  return `
 create table ${t.events} (
   id           text        primary key,
   key          text,
@@ -35,99 +40,25 @@ create table ${t.events} (
   body         bytea       not null,
   content_type text        not null,
   headers      jsonb       not null default '{}',
+  -- Only the head of a key is 'pending' (or 'dead'); the events behind it are 'queued'.
   status       text        not null default 'pending'
-                           check (status in ('pending', 'delivered', 'dead', 'skipped')),
+                           check (status in ('pending', 'queued', 'delivered', 'dead', 'skipped')),
   attempts     integer     not null default 0,
+  -- When it is due; a leased head is not due until its lease ends.
   run_after    timestamptz not null default now(),
   locked_until timestamptz,
   lock_token   text,
   last_status  integer,
   last_error   text,
-  dead_reason  text        check (dead_reason in ('rejected', 'max-attempts')),
+  dead_reason  text        check (dead_reason in ('rejected', 'max-attempts', 'expired')),
   created_at   timestamptz not null default now(),
   delivered_at timestamptz,
+  -- The retry budget: failed attempts (not "later" answers or probes), and when the first began.
+  failures     integer     not null default 0,
+  first_attempt_at timestamptz,
   unique (key, seq),
   check ((key is null) = (seq is null))
 );
--- Head-of-line: "is there an earlier undelivered (or dead) event of this key?"
-create index ${quote('events_waiting')} on ${t.events} (key, seq) where status in ('pending', 'dead');
--- The dispatcher's scan: pending events by due time.
-create index ${quote('events_due')} on ${t.events} (run_after, created_at) where status = 'pending';
-
--- The next seq to assign, per key. Its row lock also serialises producers of one key, so seqs
--- become visible in order: a producer holding seq n blocks the one that will get n + 1.
-create table ${t.keys} (
-  key      text   primary key,
-  next_seq bigint not null
-);
-
-create function ${t.fn('enqueue')}(
-  p_id text, p_key text, p_seq bigint, p_body bytea, p_content_type text, p_headers jsonb
-) returns table (r_seq bigint, r_key text, r_created boolean)
-language plpgsql as $fn$
-declare
-  v_next bigint;
-  v_key text;
-  v_seq bigint;
-begin
-  if p_key is not null then
-    -- Lock the key row BEFORE looking for the id: a concurrent enqueue of the same id then
-    -- waits here and sees the committed row below, instead of burning a seq.
-    insert into ${t.keys} as k (key, next_seq) values (p_key, 1) on conflict do nothing;
-    select k.next_seq into v_next from ${t.keys} k where k.key = p_key for update;
-  end if;
-  select e.key, e.seq into v_key, v_seq from ${t.events} e where e.id = p_id;
-  if found then
-    r_key := v_key;
-    r_seq := v_seq;
-    r_created := false;
-    return next;
-    return;
-  end if;
-  if p_key is not null then
-    v_seq := coalesce(p_seq, v_next);
-    update ${t.keys} k set next_seq = greatest(k.next_seq, v_seq + 1) where k.key = p_key;
-  end if;
-  insert into ${t.events} (id, key, seq, body, content_type, headers)
-    values (p_id, p_key, v_seq, p_body, p_content_type, p_headers);
-  r_key := p_key;
-  r_seq := v_seq;
-  r_created := true;
-  return next;
-end
-$fn$;
-`,
-  ],
-  [
-    '0002_heads_budget_retention',
-    (t) => `
--- Only the head of a key is 'pending' (or 'dead'); the events behind it are 'queued'.
-alter table ${t.events} drop constraint events_status_check;
-alter table ${t.events} add constraint events_status_check
-  check (status in ('pending', 'queued', 'delivered', 'dead', 'skipped'));
-alter table ${t.events} drop constraint events_dead_reason_check;
-alter table ${t.events} add constraint events_dead_reason_check
-  check (dead_reason in ('rejected', 'max-attempts', 'expired'));
--- The retry budget: failed attempts (not "later" answers or probes), and when the first began.
-alter table ${t.events} add column failures integer not null default 0,
-                        add column first_attempt_at timestamptz;
--- Per key: how many events wait behind the head, and whether a dead letter blocks it.
-alter table ${t.keys} add column queued bigint not null default 0,
-                      add column blocked boolean not null default false;
-
-update ${t.events} e set status = 'queued'
- where e.status = 'pending' and e.key is not null
-   and exists (select 1 from ${t.events} p where p.key = e.key and p.seq < e.seq and p.status in ('pending', 'dead'));
-update ${t.keys} k set queued = q.n
-  from (select key, count(*) as n from ${t.events} where status = 'queued' group by key) q where q.key = k.key;
-update ${t.keys} k set blocked = true
- where exists (select 1 from ${t.events} e where e.key = k.key and e.status = 'dead');
--- A lease is now a due time in the future: a leased head is not due until its lease ends.
-update ${t.events} set run_after = greatest(run_after, locked_until) where status = 'pending' and locked_until is not null;
-update ${t.events} set delivered_at = coalesce(delivered_at, now()) where status = 'skipped';
-
-drop index ${t.fn('events_waiting')};
-drop index ${t.fn('events_due')};
 -- claim: the due heads (and unordered events), by due time.
 create index ${quote('events_due')} on ${t.events} (run_after) where status = 'pending';
 -- promote: the next queued event of a key.
@@ -137,10 +68,23 @@ create index ${quote('events_heads')} on ${t.events} (key) where status in ('pen
 create index ${quote('events_dead')} on ${t.events} (key, seq) where status = 'dead';
 -- prune: delivered and skipped events by age.
 create index ${quote('events_done')} on ${t.events} (delivered_at) where status in ('delivered', 'skipped');
+
+-- The next seq to assign, per key. Its row lock also serialises producers of one key, so seqs
+-- become visible in order: a producer holding seq n blocks the one that will get n + 1.
+create table ${t.keys} (
+  key      text    primary key,
+  next_seq bigint  not null,
+  -- How many events wait behind the head, and whether a dead letter blocks it.
+  queued   bigint  not null default 0,
+  blocked  boolean not null default false
+);
 -- No index on keys (queued, blocked): every enqueue and promotion updates them, and keeping
 -- those updates HOT matters more than \`outstanding\`, which reads one row per key.
+`;
+}
 
-drop function ${t.fn('enqueue')}(text, text, bigint, bytea, text, jsonb);
+function outboxFunctionsSql(t: OutboxTables): string {
+  return `
 create function ${t.fn('enqueue')}(
   p_id text, p_key text, p_seq bigint, p_body bytea, p_content_type text, p_headers jsonb
 ) returns table (r_seq bigint, r_key text, r_created boolean, r_settled boolean, r_last_seq bigint)
@@ -282,15 +226,14 @@ begin
   return v_n;
 end
 $fn$;
-`,
-  ],
-];
+`;
+}
 
 /**
  * Runs the outbox migrations up to the latest; safe from many processes at once (one
  * transaction under an advisory lock per schema; no introspection of other schemas).
  */
-export async function migrateOutbox(db: Kysely<any>, tables: OutboxTables): Promise<void> {
+export async function migrateOutbox(db: Kysely<unknown>, tables: OutboxTables): Promise<void> {
   await runMigrations(db, {
     label: 'webhook-inbox/sender',
     schema: tables.schema,

@@ -46,7 +46,8 @@ export class CountingPool implements PgPoolLike {
     connectionString: string,
     readonly path: FoldPath = 'pipelined',
   ) {
-    this.pool = new pg.Pool({ connectionString, max: 10 });
+    // Idle connections stay open: a connection opened anew mid-test would count its first-use statements.
+    this.pool = new pg.Pool({ connectionString, max: 10, idleTimeoutMillis: 0 });
     this.pool.on('error', () => {});
   }
   readonly #wrapper = onePerClient((client) =>

@@ -13,6 +13,7 @@
  *   pass) with `{ type: 'done', of, report? }`.
  */
 import { startLedger } from '../../examples/ledger/start.js';
+import type { InboxOptions } from '../../src/index.js';
 
 export interface LedgerProcessConfig {
   databaseUrl: string;
@@ -21,6 +22,8 @@ export interface LedgerProcessConfig {
   sweepIntervalMs: number;
   gapTimeoutMs?: number;
   gate?: { key: string; seq: number };
+  /** More options for the inbox (deferred mode, workers). */
+  inbox?: Partial<InboxOptions>;
 }
 
 const config = JSON.parse(process.argv[2]) as LedgerProcessConfig;
@@ -33,6 +36,7 @@ const app = await startLedger({
     schema: config.schema,
     sweepIntervalMs: config.sweepIntervalMs,
     gapTimeoutMs: config.gapTimeoutMs,
+    ...config.inbox,
   },
   wrapHandler: (handle) => async (event, context) => {
     const result = await handle(event, context);

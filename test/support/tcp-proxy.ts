@@ -10,6 +10,12 @@ export interface TcpProxy {
   readonly port: number;
   /** Delays every reply from the server by this long (0: none). */
   setDelay(ms: number): void;
+  /**
+   * The connection over which the client next sends `text` (a statement's text, as the
+   * extended protocol's Parse message carries it) is cut before the server sees it: that one
+   * statement fails as on a dropped connection, and every other connection goes on. Once.
+   */
+  cutWhenSent(text: string): void;
   /** The server "goes away": open connections are cut and new ones refused. */
   stop(): Promise<void>;
   /** The server is back, on the same port. */
@@ -19,6 +25,7 @@ export interface TcpProxy {
 
 export async function startTcpProxy(targetPort: number, targetHost = '127.0.0.1'): Promise<TcpProxy> {
   let delayMs = 0;
+  let cutOn: Buffer | undefined;
   const sockets = new Set<Socket>();
   let server: Server | undefined;
   let port = 0;
@@ -29,7 +36,15 @@ export async function startTcpProxy(targetPort: number, targetHost = '127.0.0.1'
       sockets.add(client);
       sockets.add(upstream);
       let chain = Promise.resolve();
-      client.on('data', (chunk) => upstream.write(chunk));
+      client.on('data', (chunk: Buffer) => {
+        if (cutOn && chunk.includes(cutOn)) {
+          cutOn = undefined;
+          client.destroy();
+          upstream.destroy();
+          return;
+        }
+        upstream.write(chunk);
+      });
       upstream.on('data', (chunk) => {
         if (delayMs === 0) {
           chain = chain.then(() => {
@@ -77,6 +92,9 @@ export async function startTcpProxy(targetPort: number, targetHost = '127.0.0.1'
     },
     setDelay(ms) {
       delayMs = ms;
+    },
+    cutWhenSent(text) {
+      cutOn = Buffer.from(text);
     },
     stop,
     start: listen,

@@ -32,7 +32,32 @@ export function literal(value: unknown): string | undefined {
   if (value instanceof Uint8Array)
     return `${escapeLiteral(`\\x${Buffer.from(value).toString('hex')}`)}::bytea`;
   if (value instanceof Date) return `${escapeLiteral(value.toISOString())}::timestamptz`;
+  if (Array.isArray(value)) {
+    // One array literal, of no type of its own: the statement's text or the prepared
+    // statement's parameter gives it one ($n::text[]).
+    const elements: string[] = [];
+    for (const element of value) {
+      const text = arrayElement(element);
+      if (text === undefined) return undefined;
+      elements.push(text);
+    }
+    return escapeLiteral(`{${elements.join(',')}}`);
+  }
   return undefined;
+}
+
+/** One element of an array literal: NULL, or quoted with its quotes and backslashes escaped. */
+function arrayElement(value: unknown): string | undefined {
+  if (value === null || value === undefined) return 'NULL';
+  let text: string;
+  if (typeof value === 'string') text = value;
+  else if (typeof value === 'number') {
+    if (!Number.isFinite(value)) return undefined;
+    text = String(value);
+  } else if (typeof value === 'boolean') text = value ? 't' : 'f';
+  else if (value instanceof Uint8Array) text = `\\x${Buffer.from(value).toString('hex')}`;
+  else return undefined;
+  return `"${text.replace(/[\\"]/g, '\\$&')}"`;
 }
 
 /** The literals of a statement's parameters, or undefined when they cannot (or should not) be folded. */

@@ -1,7 +1,6 @@
-import type { Kysely } from 'kysely';
 import { toBoolean, toNumber } from '../column-readers.js';
 import type { StatementNames } from '../drivers/common.js';
-import { defineStatement, type Tables } from './tables.js';
+import { defineStatement, type Queryable, type Tables } from './tables.js';
 
 /**
  * `advance`: after a worker's handler, in its transaction: moves the cursor past the seq and
@@ -14,9 +13,8 @@ import { defineStatement, type Tables } from './tables.js';
  * of the held events, not from when the cursor reaches the gap). Skipped: recorded in the gaps
  * and the cursor moved to the first waiting seq, which runs next (`more`); blocked: the key
  * blocked at the missing seq. So a stream with ten due gaps moves on after one timeout, its
- * worker settling each gap as it reaches it, where the sweeper used to settle one per pass
- * (issue 41). Holding the key, it reads event rows without locking them (ARCHITECTURE.md,
- * "Locks").
+ * worker settling each gap as it reaches it, rather than after ten sweeper passes. Holding the
+ * key, it reads event rows without locking them (ARCHITECTURE.md, "Locks").
  */
 export function advanceFunction(t: Tables): string {
   return `
@@ -66,29 +64,6 @@ $fn$;
 `;
 }
 
-/**
- * The 3-parameter `advance` earlier versions call (a rolling deploy), as migration 0002
- * created it: the cursor moved, no gap settled.
- */
-export function previousAdvanceFunction(t: Tables): string {
-  return `
-create or replace function ${t.fn('advance')}(p_source text, p_key text, p_seq bigint)
-returns boolean
-language plpgsql as $fn$
-begin
-  update ${t.keys} k set next_seq = p_seq + 1, updated_at = now()
-   where k.source = p_source and k.key = p_key and k.next_seq = p_seq;
-  if not found then
-    -- The cursor moved under us (an operator skipped this seq): roll back, apply nothing.
-    raise exception 'webhook-inbox: cursor of key moved during apply' using errcode = '40001';
-  end if;
-  return exists (select 1 from ${t.events} e where e.source = p_source and e.key = p_key
-                 and e.seq = p_seq + 1 and e.status in ('held', 'pending'));
-end
-$fn$;
-`;
-}
-
 /** What `advance` did besides moving the cursor. */
 export interface Advanced {
   /** The next seq waits (or a gap before it was skipped): the key's drain goes on. */
@@ -97,31 +72,34 @@ export interface Advanced {
   readonly gap?: { readonly fromSeq: number; readonly toSeq: number | null; readonly blocked: boolean };
 }
 
+/** The row `advance` returns. */
+interface AdvanceResult {
+  more: unknown;
+  skipped_from: unknown;
+  skipped_to: unknown;
+  blocked: unknown;
+}
+
 /**
  * One round trip, after the handler: move the key's cursor past `seq`, settling the gap after
  * it when it timed out.
  */
 export function createAdvance(names: StatementNames, t: Tables) {
-  const statement = defineStatement(
+  const statement = defineStatement<AdvanceResult>(
     names,
     t,
     'advance',
     `select more, skipped_from, skipped_to, blocked from ${t.fn('advance')}($1, $2, $3::bigint, $4::bigint, $5)`,
   );
   return async function advance(
-    db: Kysely<any>,
+    db: Queryable,
     source: string,
     key: string,
     seq: number,
     gapTimeoutMs: number,
     onGap: 'skip' | 'block',
   ): Promise<Advanced> {
-    const [row] = await statement.run<{
-      more: unknown;
-      skipped_from: unknown;
-      skipped_to: unknown;
-      blocked: unknown;
-    }>(db, [source, key, seq, gapTimeoutMs, onGap]);
+    const [row] = await statement.run(db, [source, key, seq, gapTimeoutMs, onGap]);
     const fromSeq = toNumber(row?.skipped_from);
     return {
       more: toBoolean(row?.more),

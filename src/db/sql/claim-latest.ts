@@ -1,9 +1,8 @@
-import type { Kysely } from 'kysely';
 import { fromJsonText, toDate, toNumber } from '../column-readers.js';
 import type { StatementNames } from '../drivers/common.js';
 import { APPLY_SAVEPOINT } from './failed-run.js';
 import { readIdRow, takeIdLock } from './id-lock.js';
-import { defineStatement, type Tables } from './tables.js';
+import { defineStatement, type Queryable, type Tables } from './tables.js';
 
 /**
  * `claim_latest`: the claim of an event under latest-wins ordering (`order: { policy: 'latest' }`).
@@ -110,9 +109,20 @@ export interface ClaimLatestRow {
   receivedAt: Date;
 }
 
+/** The row `claim_latest` returns, as its statement selects it. */
+interface ClaimLatestResult {
+  decision: ClaimLatestDecision;
+  /** jsonb read back as text (`fromJsonText`). */
+  result: string | null;
+  latest: unknown;
+  reason: string | null;
+  attempts: unknown;
+  received_at: unknown;
+}
+
 /** One round trip: the whole latest-wins decision for a delivery. */
 export function createClaimLatest(names: StatementNames, t: Tables) {
-  const statement = defineStatement(
+  const statement = defineStatement<ClaimLatestResult>(
     names,
     t,
     'claim_latest',
@@ -121,10 +131,10 @@ export function createClaimLatest(names: StatementNames, t: Tables) {
     { rides: 'begin', after: APPLY_SAVEPOINT },
   );
   return async function claimLatest(
-    db: Kysely<any>,
+    db: Queryable,
     a: { source: string; id: string; key: string; version: number; hash: string; lockTimeout: string },
   ): Promise<ClaimLatestRow> {
-    const [row] = await statement.run<any>(db, [a.source, a.id, a.key, a.version, a.hash, a.lockTimeout]);
+    const [row] = await statement.run(db, [a.source, a.id, a.key, a.version, a.hash, a.lockTimeout]);
     return {
       decision: row.decision,
       result: fromJsonText(row.result),

@@ -1,43 +1,42 @@
-import type { Kysely } from 'kysely';
 import { fromJsonText, toBoolean, toDate, toNumber } from '../column-readers.js';
 import type { StatementNames } from '../drivers/common.js';
 import { APPLY_SAVEPOINT } from './failed-run.js';
 import { readIdRow, takeIdLock } from './id-lock.js';
-import { defineStatement, type Tables } from './tables.js';
+import { defineStatement, type Queryable, type Tables } from './tables.js';
 
 /**
  * `claim`: everything the inbox decides about a delivery, in one round trip, inside the
  * transaction that will also run the handler. Because that transaction rolls back when the
- * handler throws, the event row is inserted already as `processed` and the cursor already
- * advanced. Lock order: the key row, then the event row (ARCHITECTURE.md, "Locks").
+ * handler throws (to the savepoint after the claim, src/db/sql/failed-run.ts), what the claim
+ * decides for an event applied now is written already: the cursor advanced, a waiting row
+ * marked processed. Lock order: the key row, then the event row (ARCHITECTURE.md, "Locks").
  *
  * Every claim takes the id's advisory lock (src/db/sql/id-lock.ts) before it reads or writes
  * the id's row, so a handler never runs for an id while another claim of that id, under any
  * key, none, or in deferred mode, is in flight. Lock order: the key row (ordered), then the
  * id's lock, then event rows; ARCHITECTURE.md, "Locks", argues why no cycle forms.
  *
- * A new event applied inline (`p_row_at_commit`) is not inserted here and updated with the
- * result at COMMIT (that UPDATE cost Postgres about what the row itself does), but inserted
- * once, with its result, at COMMIT (src/db/sql/record-applied.ts); `row_at_commit` tells the
- * caller so. Until then the id's lock (and, ordered, its key row) keeps every other claim of
- * the id waiting.
+ * A new event applied inline is not inserted here (and updated with its result at COMMIT, a
+ * second write of the row that costs about what the row itself does), but inserted once, with
+ * its result, at COMMIT (src/db/sql/record-applied.ts); `row_at_commit` tells the caller so.
+ * Until then the id's lock (and, ordered, its key row) keeps every other claim of the id
+ * waiting.
  *
  * Deferred mode (`p_apply` false) stores and answers; it never applies, so it never locks the
  * event row: a redelivery of an event a worker is applying is answered at once from the row as
  * committed (202 pending or held; 200 with the stored result once the worker committed),
- * instead of waiting for the worker's transaction (issue 41: 3 s behind a batch of 300 ms
- * handlers). Nor does it NOTIFY: a NOTIFY queued by a transaction serialises its COMMIT with
- * every other notifying commit of the cluster, so the claim's commit carried that global lock
- * once per acknowledgement; the instance sends one coalesced wake-up after commit instead
- * (src/background/wake-ups.ts, issue 44).
+ * instead of waiting for the worker's transaction (seconds, behind a batch of slow handlers).
+ * Nor does it NOTIFY: a NOTIFY queued by a transaction serialises its COMMIT with every other
+ * notifying commit of the cluster, so the claim's commit would carry that global lock once per
+ * acknowledgement; the instance sends one coalesced wake-up after commit instead
+ * (src/background/wake-ups.ts).
  */
 export function claimFunction(t: Tables): string {
   return `
 create or replace function ${t.fn('claim')}(
   p_source text, p_id text, p_key text, p_seq bigint, p_hash text,
   p_payload bytea, p_headers jsonb, p_apply boolean, p_keep_payload boolean,
-  p_first_seen boolean, p_max_held integer, p_max_ahead bigint, p_lock_timeout text,
-  p_row_at_commit boolean
+  p_first_seen boolean, p_max_held integer, p_max_ahead bigint, p_lock_timeout text
 ) returns table (decision text, result jsonb, expected bigint, reason text, attempts integer, drain boolean,
                  received_at timestamptz, row_at_commit boolean)
 language plpgsql as $fn$
@@ -138,7 +137,7 @@ begin
         decision := 'mismatch';
         reason := 'seq-taken';
       elsif v_turn then
-        if p_apply and p_row_at_commit then
+        if p_apply then
           -- Applied now, in its turn: no row until COMMIT, where the apply path inserts it once,
           -- with its key, seq and result (src/db/sql/record-applied.ts). The key row locked above
           -- (held until COMMIT) already serialises every claim, drain and operator action of
@@ -148,11 +147,6 @@ begin
           -- COMMIT (23505 -> 409), and nothing is applied twice.
           decision := 'apply';
           row_at_commit := true;
-        elsif p_apply then
-          insert into ${t.events} (source, id, key, seq, body_hash, status, payload, headers, processed_at)
-            values (p_source, p_id, p_key, p_seq, p_hash, 'processed',
-                    case when p_keep_payload then p_payload end, case when p_keep_payload then p_headers end, now());
-          decision := 'apply';
         else
           insert into ${t.events} (source, id, key, seq, body_hash, status, payload, headers)
             values (p_source, p_id, p_key, p_seq, p_hash, 'pending', p_payload, p_headers);
@@ -174,8 +168,8 @@ begin
         -- when that bound reaches the limit, as a count under the key's lock grows with the
         -- buffer and every claim of the key waits behind it. ORDER BY ... LIMIT 1 rather than
         -- max(): on a table ANALYZE has not seen yet (a new deployment's first minute), the
-        -- planner made max() an aggregate over every waiting row of the key, so each claim read
-        -- the whole buffer under the key's lock (issue 41: the ingest contract's p95 563 ms).
+        -- planner makes max() an aggregate over every waiting row of the key, so each claim would
+        -- read the whole buffer under the key's lock.
         select e.seq into v_top from ${t.events} e
           where e.source = p_source and e.key = p_key and e.status in ('held', 'pending')
           order by e.seq desc limit 1;
@@ -199,7 +193,7 @@ begin
     -- in every mode: an inline claim and a deferred one (mixed deployments, a switch between
     -- modes) then never both let a handler run for the id.
     ${takeIdLock(t)}
-    if p_apply and p_row_at_commit then
+    if p_apply then
       -- Applied now: the row is inserted only at COMMIT, with its result
       -- (src/db/sql/record-applied.ts). Every other claim of the id waits for the lock until then
       -- and reads the committed row: a duplicate (or a mismatch). The primary key stays the
@@ -210,11 +204,11 @@ begin
         decision := 'apply';
         row_at_commit := true;
       end if;
-    elsif not p_apply then
+    else
       -- Deferred mode: the row as committed, never locked. A worker applying it holds its lock
       -- (and, in a batch, may have updated it already): waiting for that lock, or inserting
-      -- over the row (ON CONFLICT waits for a conflicting row's updater), made the redelivery
-      -- wait for the worker's whole transaction. Under the id's lock, no row means none is
+      -- over the row (ON CONFLICT waits for a conflicting row's updater), would make the
+      -- redelivery wait for the worker's whole transaction. Under the id's lock, no row means none is
       -- being inserted either (every transaction that inserts an id's row holds its lock), so
       -- the INSERT below waits for no one.
       select * into v_ev from ${t.events} e where e.source = p_source and e.id = p_id;
@@ -224,28 +218,10 @@ begin
           values (p_source, p_id, p_hash, 'pending', p_payload, p_headers)
           on conflict (source, id) do nothing;
         if not found then
-          -- Written by a transaction that took no id lock (an operator's, an older version's).
+          -- Written by a transaction that took no id lock (an operator's, an application's own).
           raise exception 'event row written during claim' using errcode = '55P03';
         end if;
         decision := 'pending';
-      end if;
-    else
-      -- An inline claim through the 13-parameter claim of earlier versions: the row is
-      -- inserted now.
-      insert into ${t.events} as e (source, id, body_hash, status, payload, headers, processed_at)
-        values (p_source, p_id, p_hash, 'processed',
-                case when p_keep_payload then p_payload end,
-                case when p_keep_payload then p_headers end,
-                now())
-        on conflict (source, id) do nothing;
-      if found then
-        decision := 'apply';
-      else
-        -- The id exists (committed: every claim that inserts it holds the lock this one took).
-        ${readIdRow(t)}
-        if not v_found then
-          raise exception 'event row pruned during claim' using errcode = '55P03';
-        end if;
       end if;
     end if;
   end if;
@@ -342,22 +318,35 @@ export interface ClaimRow {
   rowAtCommit: boolean;
 }
 
+/** The row `claim` returns, as its statement selects it. */
+interface ClaimResult {
+  decision: ClaimDecision;
+  /** jsonb read back as text (`fromJsonText`). */
+  result: string | null;
+  expected: unknown;
+  reason: string | null;
+  attempts: unknown;
+  drain: unknown;
+  received_at: unknown;
+  row_at_commit: unknown;
+}
+
 /**
  * One round trip: the whole decision for a delivery. On our drivers an unordered delivery
- * applied inline tries the try-claim first (src/db/sql/try-claim.ts, `claimTryingFirst`), and
- * comes here only when it cannot decide.
+ * applied inline sends the try-claim first (src/db/sql/try-claim.ts, `tryClaim`), and the
+ * claim only when it cannot decide.
  */
 export function createClaim(names: StatementNames, t: Tables) {
-  const statement = defineStatement(
+  const statement = defineStatement<ClaimResult>(
     names,
     t,
     'claim',
     `select decision, result::text as result, expected, reason, attempts, drain, received_at, row_at_commit
-       from ${t.fn('claim')}($1, $2, $3, $4::bigint, $5, $6, $7::jsonb, $8, $9, $10, $11, $12::bigint, $13, true)`,
+       from ${t.fn('claim')}($1, $2, $3, $4::bigint, $5, $6, $7::jsonb, $8, $9, $10, $11, $12::bigint, $13)`,
     { rides: 'begin', after: APPLY_SAVEPOINT },
   );
-  return async function claim(db: Kysely<any>, a: ClaimArgs): Promise<ClaimRow> {
-    const [row] = await statement.run<any>(db, [
+  return async function claim(db: Queryable, a: ClaimArgs): Promise<ClaimRow> {
+    const [row] = await statement.run(db, [
       a.source,
       a.id,
       a.key,
@@ -383,27 +372,4 @@ export function createClaim(names: StatementNames, t: Tables) {
       rowAtCommit: toBoolean(row.row_at_commit),
     };
   };
-}
-
-/**
- * The claim as earlier versions call it (13 parameters, no `p_row_at_commit`): every row
- * written by the claim, as they expect. Kept so that an instance of an earlier version keeps
- * claiming correctly beside this one during a rolling deploy; had its call reached the new
- * behaviour, its handler's effects would commit with no event row, and a redelivery would
- * apply the event again. Its OID and result type are those of the function it replaces, so
- * statements such an instance prepared stay valid.
- */
-export function previousClaimFunction(t: Tables): string {
-  return `
-create or replace function ${t.fn('claim')}(
-  p_source text, p_id text, p_key text, p_seq bigint, p_hash text,
-  p_payload bytea, p_headers jsonb, p_apply boolean, p_keep_payload boolean,
-  p_first_seen boolean, p_max_held integer, p_max_ahead bigint, p_lock_timeout text
-) returns table (decision text, result jsonb, expected bigint, reason text, attempts integer, drain boolean, received_at timestamptz)
-language sql as $fn$
-  select c.decision, c.result, c.expected, c.reason, c.attempts, c.drain, c.received_at
-    from ${t.fn('claim')}(p_source, p_id, p_key, p_seq, p_hash, p_payload, p_headers, p_apply, p_keep_payload,
-                          p_first_seen, p_max_held, p_max_ahead, p_lock_timeout, false) c
-$fn$;
-`;
 }

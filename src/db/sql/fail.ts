@@ -1,6 +1,5 @@
-import type { Kysely } from 'kysely';
 import type { StatementNames } from '../drivers/common.js';
-import { defineStatement, type Tables } from './tables.js';
+import { defineStatement, type Queryable, type Tables } from './tables.js';
 
 /**
  * `fail`: counts a failed handler run, in a short transaction of its own (the handler's
@@ -115,7 +114,7 @@ export function createFail(names: StatementNames, t: Tables) {
     `select * from ${t.fn('fail')}($1, $2, $3, $4::bigint, $5, $6, $7::jsonb, $8, $9, $10, $11::bigint, $12::timestamptz, $13)`,
     { rides: 'commit' },
   );
-  return async function fail(db: Kysely<any>, a: FailArgs): Promise<void> {
+  return async function fail(db: Queryable, a: FailArgs): Promise<void> {
     await statement.run(db, [
       a.source,
       a.id,

@@ -1,6 +1,5 @@
-import type { Kysely } from 'kysely';
 import type { StatementNames } from '../drivers/common.js';
-import { defineStatement, type Tables } from './tables.js';
+import { defineStatement, type Queryable, type Tables } from './tables.js';
 
 /**
  * Every statement that takes an event to apply (claim, take_next, take_pending, take_turn) is
@@ -22,7 +21,7 @@ export const APPLY_SAVEPOINT = 'savepoint wi_apply';
  */
 export function createApplySavepoint(names: StatementNames, t: Tables) {
   const statement = defineStatement(names, t, 'apply_savepoint', APPLY_SAVEPOINT);
-  return async function applySavepoint(db: Kysely<any>): Promise<void> {
+  return async function applySavepoint(db: Queryable): Promise<void> {
     await statement.run(db, []);
   };
 }
@@ -60,7 +59,7 @@ export function createUndoTake(names: StatementNames, t: Tables) {
     { rides: 'commit' },
   );
   return async function undoTake(
-    db: Kysely<any>,
+    db: Queryable,
     a: {
       source: string;
       id: string;

@@ -9,8 +9,9 @@ import type { Tables } from './tables.js';
  * reads or writes the id's row, so a handler never runs for an id while another claim of that
  * id is in flight: the second claim waits (at most lock_timeout, 55P03 -> 409 in-flight) and
  * then reads what the first committed. Written here once, so that every claim hashes the same
- * text. The text is that of migration 0002 (0.2.0): a later version that changed it would let its
- * claims and this version's miss each other during a rolling deploy.
+ * text. The text is part of the schema's contract, as the functions are: a version that changed
+ * it would let its claims and an earlier version's miss each other while both run (a rolling
+ * deploy).
  *
  * Two ids whose hashes collide only wait for each other: nothing is decided from the lock,
  * only from the row read under it (READ COMMITTED: each statement sees what committed before

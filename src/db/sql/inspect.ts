@@ -1,6 +1,6 @@
-import { type Kysely, sql } from 'kysely';
+import { sql } from 'kysely';
 import { fromJsonText, toBytes, toDate, toNumber } from '../column-readers.js';
-import type { Tables } from './tables.js';
+import type { Queryable, Tables } from './tables.js';
 
 export interface KeyState {
   key: string;
@@ -38,16 +38,35 @@ export interface StoredEvent {
   result: unknown;
 }
 
-function table(t: Tables, name: 'events' | 'keys' | 'gaps') {
-  return `${t.prefix}${name}`;
+/**
+ * A row of the events table (every column) with its result again as text, `result_text`, as
+ * the operator's views read it; each column as whatever a pool's type parsers may make of it.
+ */
+export interface StoredEventColumns {
+  id: string;
+  key: string | null;
+  seq: unknown;
+  status: StoredEvent['status'];
+  type?: string | null;
+  attempts: unknown;
+  last_error: string | null;
+  dead_reason: string | null;
+  cause?: string | null;
+  failed_at?: unknown;
+  run_after: unknown;
+  received_at: unknown;
+  processed_at: unknown;
+  payload: unknown;
+  headers: Record<string, string> | string | null;
+  result_text: string | null;
 }
 
 /**
  * A row of the events table as the operator's views show it. Its query selects the result again
- * as text, `result_text` (src/db/sql/tables.ts, `fromJsonText`), whatever the pool's parsers make
- * of jsonb; headers are always an object, so text is parsed where a parser left it.
+ * as text, `result_text` (src/db/column-readers.ts, `fromJsonText`), whatever the pool's parsers
+ * make of jsonb; headers are always an object, so text is parsed where a parser left it.
  */
-export function toStoredEvent(r: any): StoredEvent {
+export function toStoredEvent(r: StoredEventColumns): StoredEvent {
   // A query that forgot it would show every result as null, silently.
   if (!('result_text' in r))
     throw new Error('webhook-inbox: an events query must select result::text as result_text');
@@ -71,29 +90,32 @@ export function toStoredEvent(r: any): StoredEvent {
   };
 }
 
+/** The columns of a key's row `keyState` reads. */
+interface KeyColumns {
+  next_seq: unknown;
+  state: KeyState['state'];
+  blocked_seq: unknown;
+  blocked_reason: KeyState['blockedReason'];
+  updated_at: unknown;
+}
+
 export async function keyState(
-  db: Kysely<any>,
+  db: Queryable,
   t: Tables,
   source: string,
   key: string,
 ): Promise<KeyState | undefined> {
-  const k = await db
-    .withSchema(t.schema)
-    .selectFrom(table(t, 'keys'))
-    .selectAll()
-    .where('source', '=', source)
-    .where('key', '=', key)
-    .executeTakeFirst();
+  const {
+    rows: [k],
+  } = await sql<KeyColumns>`
+    select next_seq, state, blocked_seq, blocked_reason, updated_at
+      from ${sql.raw(t.keys)} where source = ${source} and key = ${key}`.execute(db);
   if (!k) return undefined;
-  const held = await db
-    .withSchema(t.schema)
-    .selectFrom(table(t, 'events'))
-    .select(['seq', sql<number>`extract(epoch from (now() - received_at)) * 1000`.as('age_ms')])
-    .where('source', '=', source)
-    .where('key', '=', key)
-    .where('status', 'in', ['held', 'pending'])
-    .orderBy('seq')
-    .execute();
+  const { rows: held } = await sql<{ seq: unknown; age_ms: unknown }>`
+    select seq, extract(epoch from (now() - received_at)) * 1000 as age_ms
+      from ${sql.raw(t.events)}
+     where source = ${source} and key = ${key} and status in ('held', 'pending')
+     order by seq`.execute(db);
   return {
     key,
     nextSeq: toNumber(k.next_seq)!,
@@ -102,30 +124,24 @@ export async function keyState(
     blockedReason: k.blocked_reason,
     heldSeqs: held.map((h) => toNumber(h.seq)!),
     oldestHeldAgeMs: held.length ? Math.max(...held.map((h) => Math.round(Number(h.age_ms)))) : null,
-    updatedAt: new Date(k.updated_at),
+    updatedAt: toDate(k.updated_at),
   };
 }
 
 export async function listEvents(
-  db: Kysely<any>,
+  db: Queryable,
   t: Tables,
   source: string,
   filter: { id?: string; key?: string; status?: StoredEvent['status']; limit?: number },
 ): Promise<StoredEvent[]> {
-  let q = db
-    .withSchema(t.schema)
-    .selectFrom(table(t, 'events'))
-    .selectAll()
-    .select(sql<string | null>`result::text`.as('result_text'))
-    .where('source', '=', source);
-  if (filter.id !== undefined) q = q.where('id', '=', filter.id);
-  if (filter.key !== undefined) q = q.where('key', '=', filter.key);
-  if (filter.status !== undefined) q = q.where('status', '=', filter.status);
-  const rows = await q
-    .orderBy('key')
-    .orderBy('seq')
-    .orderBy('received_at')
-    .limit(filter.limit ?? 1000)
-    .execute();
+  const where = [sql`source = ${source}`];
+  if (filter.id !== undefined) where.push(sql`id = ${filter.id}`);
+  if (filter.key !== undefined) where.push(sql`key = ${filter.key}`);
+  if (filter.status !== undefined) where.push(sql`status = ${filter.status}`);
+  const { rows } = await sql<StoredEventColumns>`
+    select *, result::text as result_text from ${sql.raw(t.events)}
+     where ${sql.join(where, sql` and `)}
+     order by key, seq, received_at
+     limit ${filter.limit ?? 1000}`.execute(db);
   return rows.map(toStoredEvent);
 }

@@ -1,7 +1,6 @@
-import type { Kysely } from 'kysely';
 import { toNumber } from '../column-readers.js';
 import type { StatementNames } from '../drivers/common.js';
-import { defineStatement, type Tables } from './tables.js';
+import { defineStatement, type Queryable, type Tables } from './tables.js';
 
 /**
  * `latest_check`: latest-wins ordering for a stored event a worker took (deferred mode, and a
@@ -64,23 +63,19 @@ export interface LatestCheck {
 
 /** One round trip, before a stored latest-wins event's handler. */
 export function createLatestCheck(names: StatementNames, t: Tables) {
-  const statement = defineStatement(
+  const statement = defineStatement<{ decision: LatestCheck['decision']; latest: unknown }>(
     names,
     t,
     'latest_check',
     `select decision, latest from ${t.fn('latest_check')}($1, $2, $3::bigint)`,
   );
   return async function latestCheck(
-    db: Kysely<any>,
+    db: Queryable,
     source: string,
     key: string,
     version: number,
   ): Promise<LatestCheck> {
-    const [row] = await statement.run<{ decision: LatestCheck['decision']; latest: unknown }>(db, [
-      source,
-      key,
-      version,
-    ]);
+    const [row] = await statement.run(db, [source, key, version]);
     return { decision: row?.decision ?? 'busy', latest: toNumber(row?.latest) };
   };
 }

@@ -1,7 +1,6 @@
 import { createHash } from 'node:crypto';
-import type { Kysely } from 'kysely';
 import type { StatementNames } from '../drivers/common.js';
-import { defineStatement, type Tables } from './tables.js';
+import { defineStatement, type Queryable, type Tables } from './tables.js';
 
 /**
  * The LISTEN/NOTIFY channel of one inbox (tables + source). Named after the schema, the table
@@ -19,13 +18,13 @@ export function notifyChannel(t: Tables, source: string): string {
  * per line: an empty line for unordered events, else an ordering key (keys are printable
  * ASCII, never a line break).
  *
- * It was inside the claim until migration 0004 (and an AFTER INSERT trigger in 0.1.0): a NOTIFY
- * queued by a transaction takes a cluster-wide lock at COMMIT, held through its WAL flush, so
- * every acknowledgement's commit was serialised with every other notifying commit (issue 44).
+ * Not in the claim, nor in a trigger: a NOTIFY queued by a transaction takes a cluster-wide lock
+ * at COMMIT, held through its WAL flush, so every acknowledgement's commit would be serialised
+ * with every other notifying commit of the cluster.
  */
 export function createNotifyPending(names: StatementNames, t: Tables) {
   const statement = defineStatement(names, t, 'notify_pending', 'select pg_notify($1, $2)');
-  return async function notifyPending(db: Kysely<any>, channel: string, payload: string): Promise<void> {
+  return async function notifyPending(db: Queryable, channel: string, payload: string): Promise<void> {
     await statement.run(db, [channel, payload]);
   };
 }
@@ -37,7 +36,7 @@ export function wakeUpPayload(unordered: boolean, keys: Iterable<string>): strin
   return lines.join('\n');
 }
 
-/** The keys (null: unordered events) a wake-up names. A payload of 0.2.0's claim is one key, or '' (unordered). */
+/** The keys (null: unordered events) a wake-up names. */
 export function readWakeUp(payload: string | undefined): Array<string | null> {
   if (!payload) return [null];
   return payload.split('\n').map((line) => (line === '' ? null : line));

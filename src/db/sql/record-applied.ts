@@ -1,17 +1,16 @@
-import type { Kysely } from 'kysely';
 import type { StatementNames } from '../drivers/common.js';
-import { defineStatement, type Tables } from './tables.js';
+import { defineStatement, type Queryable, type Tables } from './tables.js';
 
 /**
  * The row of a new event applied inline, written once, with its result, riding on COMMIT like
- * `store_result` (one INSERT where the claim used to insert the row and the result cost an
- * UPDATE of it). The claim left it unwritten (src/db/sql/claim.ts, `row_at_commit`) under the
+ * `store_result` (one INSERT, where a row inserted by the claim would cost an UPDATE more for
+ * its result). The claim left it unwritten (src/db/sql/claim.ts, `row_at_commit`) under the
  * id's advisory lock, which every claim of the id takes (src/db/sql/id-lock.ts), and, ordered in
  * its turn, its key row (with its key and seq here); sent even when the handler returned nothing,
  * and for an event no handler takes (`ignored`, with its payload for a later replay).
  *
  * No ON CONFLICT: the primary key stays the last guard. Should anything that took no id lock
- * have inserted the id meanwhile (no claim of 0.2.0's functions does), or be inserting it at
+ * have inserted the id meanwhile (no claim does), or be inserting it at
  * its own COMMIT, the primary key
  * fails this INSERT, and with it COMMIT: the handler's writes roll back, the event is
  * applied by the other delivery only, and this one is answered 409 in-flight (23505 is one of
@@ -27,7 +26,7 @@ export function createRecordApplied(names: StatementNames, t: Tables) {
     { rides: 'commit' },
   );
   return async function recordApplied(
-    db: Kysely<any>,
+    db: Queryable,
     a: {
       source: string;
       id: string;

@@ -1,6 +1,5 @@
-import type { Kysely } from 'kysely';
 import type { StatementNames } from '../drivers/common.js';
-import { defineStatement, type Tables } from './tables.js';
+import { defineStatement, type Queryable, type Tables } from './tables.js';
 
 /**
  * The handler threw RetryLater: the event waits until `retryAt`, its attempts unchanged, in the
@@ -24,7 +23,7 @@ export function createSnooze(names: StatementNames, t: Tables) {
     { rides: 'commit' },
   );
   return async function snooze(
-    db: Kysely<any>,
+    db: Queryable,
     a: {
       source: string;
       id: string;

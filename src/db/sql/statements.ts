@@ -2,6 +2,7 @@ import type { StatementNames } from '../drivers/common.js';
 import { createAdvance } from './advance.js';
 import { createClaim } from './claim.js';
 import { createClaimLatest } from './claim-latest.js';
+import { createClaimMany } from './claim-many.js';
 import { createCountPending } from './count-pending.js';
 import { createFail } from './fail.js';
 import { createApplySavepoint, createUndoTake } from './failed-run.js';
@@ -19,7 +20,7 @@ import type { Tables } from './tables.js';
 import { createTakeNext } from './take-next.js';
 import { createTakePending } from './take-pending.js';
 import { createTakeTurn } from './take-turn.js';
-import { claimTryingFirst } from './try-claim.js';
+import { createTryClaim } from './try-claim.js';
 
 /** Every statement the inbox sends on its own behalf, each one round trip, bound to its tables. */
 export function createStatements(
@@ -31,11 +32,14 @@ export function createStatements(
 ) {
   const applySavepoint = createApplySavepoint(names, t);
   return {
-    // Our drivers send the try-claim's `first` (its lock) with it: there a new unordered event
-    // is claimed without the claim function (src/db/sql/try-claim.ts).
-    claim: sendsCompanions
-      ? claimTryingFirst(names, t, createClaim(names, t), oneSession)
-      : createClaim(names, t),
+    claim: createClaim(names, t),
+    /**
+     * An unordered inline delivery's claim in plain statements (src/db/sql/try-claim.ts),
+     * undefined when it cannot decide (then `claim`). Only where the try-lock can ride with it
+     * as its `first`: on our drivers; undefined on a Kysely instance of the user's.
+     */
+    tryClaim: sendsCompanions ? createTryClaim(names, t, oneSession) : undefined,
+    claimMany: createClaimMany(names, t),
     claimLatest: createClaimLatest(names, t),
     latestCheck: createLatestCheck(names, t),
     storeResult: createStoreResult(names, t),

@@ -1,8 +1,7 @@
-import type { Kysely } from 'kysely';
 import type { InboxStats } from '../../observability/metrics.js';
 import { toNumber } from '../column-readers.js';
 import type { StatementNames } from '../drivers/common.js';
-import { defineStatement, type Tables } from './tables.js';
+import { defineStatement, type Queryable, type Tables } from './tables.js';
 
 /**
  * One round trip: what waits in the inbox, for `health()` and the metrics gauges (never the
@@ -11,7 +10,14 @@ import { defineStatement, type Tables } from './tables.js';
  * blocked key's age with them.
  */
 export function createStats(names: StatementNames, t: Tables) {
-  const statement = defineStatement(
+  const statement = defineStatement<{
+    held: unknown;
+    oldest_held_age_ms: unknown;
+    blocked_keys: unknown;
+    dead_letters: unknown;
+    pending: unknown;
+    oldest_blocked_age_ms: unknown;
+  }>(
     names,
     t,
     'stats',
@@ -25,8 +31,8 @@ export function createStats(names: StatementNames, t: Tables) {
   (select extract(epoch from now() - min(k.updated_at)) * 1000 from ${t.keys} k
      where k.source = $1 and k.state = 'blocked') as oldest_blocked_age_ms`,
   );
-  return async function stats(db: Kysely<any>, source: string): Promise<InboxStats> {
-    const [row] = await statement.run<any>(db, [source]);
+  return async function stats(db: Queryable, source: string): Promise<InboxStats> {
+    const [row] = await statement.run(db, [source]);
     const age = toNumber(row.oldest_held_age_ms);
     // A blocked key's updated_at is when it was blocked: nothing else writes a blocked key.
     const blockedAge = toNumber(row.oldest_blocked_age_ms);

@@ -1,6 +1,5 @@
-import type { Kysely } from 'kysely';
 import type { StatementNames } from '../drivers/common.js';
-import { defineStatement, type Tables } from './tables.js';
+import { defineStatement, type Queryable, type Tables } from './tables.js';
 
 /**
  * Stores the handler's result, in the handler's transaction, for an event whose row the claim
@@ -16,12 +15,7 @@ export function createStoreResult(names: StatementNames, t: Tables) {
     `update ${t.events} set result = $3::jsonb where source = $1 and id = $2`,
     { rides: 'commit' },
   );
-  return async function storeResult(
-    db: Kysely<any>,
-    source: string,
-    id: string,
-    json: string,
-  ): Promise<void> {
+  return async function storeResult(db: Queryable, source: string, id: string, json: string): Promise<void> {
     await statement.run(db, [source, id, json]);
   };
 }

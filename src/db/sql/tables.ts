@@ -36,15 +36,24 @@ export function createTables(schema: string, prefix: string): Tables {
 }
 
 /**
+ * What the inbox's statements run on: a Kysely instance or transaction, whatever the table
+ * types it was made with (the inbox's, the application's, none). The statements are raw SQL
+ * and read rows of their own types, so nothing of a Kysely's table types applies to them.
+ */
+export type Queryable = Pick<Kysely<unknown>, 'executeQuery' | 'getExecutor'>;
+
+/**
  * A statement with a fixed text, and how it travels (sent as a named prepared statement where
  * the driver can). The contract is read by our drivers (src/db/drivers/common.ts, `Rides`;
  * src/db/drivers/fold.ts): from here to the wire, see ARCHITECTURE.md, "One statement to the wire".
+ * `Row` is the shape of a row it returns, named once beside its text (none: `never`); each
+ * column as whatever a pool's type parsers may make of it (src/db/column-readers.ts).
  */
-export interface Statement {
+export interface Statement<Row = never> {
   readonly text: string;
-  run<R>(db: Kysely<any>, parameters: readonly unknown[]): Promise<R[]>;
+  run(db: Queryable, parameters: readonly unknown[]): Promise<Row[]>;
   /** The rows, with the result of the statement's `first` beside them (on our drivers). */
-  result<R>(db: Kysely<any>, parameters: readonly unknown[]): Promise<StatementResult<R>>;
+  result(db: Queryable, parameters: readonly unknown[]): Promise<StatementResult<Row>>;
 }
 
 /** How a statement travels with its neighbours (src/db/drivers/common.ts, `Rides`). */
@@ -57,29 +66,29 @@ export interface Travel {
    * result comes back beside this one's (`result().first`). Two statements, not one: the
    * second's snapshot is taken after the first ran (READ COMMITTED).
    */
-  readonly first?: Statement;
+  readonly first?: Statement<unknown>;
 }
 
-export function defineStatement(
+export function defineStatement<Row = never>(
   names: StatementNames,
   tables: Tables,
   name: string,
   text: string,
   travel: Travel = { rides: 'none' },
-): Statement {
+): Statement<Row> {
   // Names are per connection, and one pool may serve inboxes in several schemas.
   names.register(`wi:${tables.schema}.${tables.prefix}${name}`, text, {
     rides: travel.rides,
     after: travel.after,
     first: travel.first?.text,
   });
-  const result = <R>(db: Kysely<any>, parameters: readonly unknown[]) =>
-    db.executeQuery<R>(CompiledQuery.raw(text, parameters as unknown[])) as Promise<StatementResult<R>>;
+  const result = (db: Queryable, parameters: readonly unknown[]) =>
+    db.executeQuery<Row>(CompiledQuery.raw(text, parameters as unknown[])) as Promise<StatementResult<Row>>;
   return {
     text,
     result,
-    async run<R>(db: Kysely<any>, parameters: readonly unknown[]): Promise<R[]> {
-      return (await result<R>(db, parameters)).rows as R[];
+    async run(db: Queryable, parameters: readonly unknown[]): Promise<Row[]> {
+      return (await result(db, parameters)).rows;
     },
   };
 }

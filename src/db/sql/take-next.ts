@@ -1,21 +1,19 @@
-import type { Kysely } from 'kysely';
 import { toBoolean, toNumber } from '../column-readers.js';
 import type { StatementNames } from '../drivers/common.js';
 import { APPLY_SAVEPOINT } from './failed-run.js';
-import { defineStatement, type Tables } from './tables.js';
-import { markTakenAndReturn, type StoredEventRow, type TakenEvent, toTakenEvent } from './taken-event.js';
+import { defineStatement, type Queryable, type Tables } from './tables.js';
+import { type StoredEventRow, TAKEN_EVENT_OUTPUT, type TakenEvent, toTakenEvent } from './taken-event.js';
 
 /**
  * `take_next`: the machinery behind inline drains and the sweeper. Locks the key, takes the
  * event at its cursor if it is waiting (held or pending) and due, locks it and advances the
  * cursor; the caller runs the handler in the same transaction and marks the event processed
- * at COMMIT (`p_mark_at_commit`, see markTakenAndReturn). `more` reads the next seq's row,
- * never this one: the mark moving to COMMIT does not change it.
+ * at COMMIT (see TAKEN_EVENT_OUTPUT). `more` reads the next seq's row, never this one, which
+ * the mark at COMMIT does not change.
  */
 export function takeNextFunction(t: Tables): string {
   return `
-create or replace function ${t.fn('take_next')}(p_source text, p_key text, p_wait boolean, p_keep_payload boolean, p_lock_timeout text,
-                                                 p_mark_at_commit boolean)
+create or replace function ${t.fn('take_next')}(p_source text, p_key text, p_wait boolean, p_lock_timeout text)
 returns table (id text, seq bigint, body_hash text, payload bytea, headers jsonb, attempts integer, received_at timestamptz, more boolean)
 language plpgsql as $fn$
 declare
@@ -44,7 +42,7 @@ begin
     for update skip locked;
   if not found then return; end if;
   update ${t.keys} k set next_seq = v_next + 1, updated_at = now() where k.source = p_source and k.key = p_key;
-  ${markTakenAndReturn(t)}
+  ${TAKEN_EVENT_OUTPUT}
   seq := v_ev.seq;
   more := exists (select 1 from ${t.events} e where e.source = p_source and e.key = p_key
                   and e.seq = v_next + 1 and e.status in ('held', 'pending'));
@@ -54,45 +52,24 @@ $fn$;
 `;
 }
 
-/**
- * The 5-parameter `take_next` earlier versions call (a rolling deploy): it marks the event
- * processed in the take, as they expect (they send no mark before COMMIT).
- */
-export function previousTakeNextFunction(t: Tables): string {
-  return `
-create or replace function ${t.fn('take_next')}(p_source text, p_key text, p_wait boolean, p_keep_payload boolean, p_lock_timeout text)
-returns table (id text, seq bigint, body_hash text, payload bytea, headers jsonb, attempts integer, received_at timestamptz, more boolean)
-language sql as $fn$
-  select * from ${t.fn('take_next')}(p_source, p_key, p_wait, p_keep_payload, p_lock_timeout, false)
-$fn$;
-`;
-}
-
 /** One round trip: lock the key, take the event at its cursor, advance the cursor. */
 export function createTakeNext(names: StatementNames, t: Tables) {
-  const statement = defineStatement(
+  const statement = defineStatement<StoredEventRow & { seq: unknown; more: unknown }>(
     names,
     t,
     'take_next',
     `select id, seq, body_hash, payload, headers::text as headers, attempts, received_at, more
-       from ${t.fn('take_next')}($1, $2, $3, $4, $5, true)`,
+       from ${t.fn('take_next')}($1, $2, $3, $4)`,
     { rides: 'begin', after: APPLY_SAVEPOINT },
   );
   return async function takeNext(
-    db: Kysely<any>,
+    db: Queryable,
     source: string,
     key: string,
     wait: boolean,
-    keepPayload: boolean,
     lockTimeout: string,
   ): Promise<{ event: TakenEvent; more: boolean } | undefined> {
-    const [row] = await statement.run<StoredEventRow & { more: boolean }>(db, [
-      source,
-      key,
-      wait,
-      keepPayload,
-      lockTimeout,
-    ]);
+    const [row] = await statement.run(db, [source, key, wait, lockTimeout]);
     if (!row) return undefined;
     return { event: toTakenEvent(row, key, toNumber(row.seq)), more: toBoolean(row.more) };
   };

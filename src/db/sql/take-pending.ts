@@ -1,25 +1,22 @@
-import type { Kysely } from 'kysely';
 import type { StatementNames } from '../drivers/common.js';
 import { APPLY_SAVEPOINT } from './failed-run.js';
-import { defineStatement, type Tables } from './tables.js';
-import { markTakenAndReturn, type StoredEventRow, type TakenEvent, toTakenEvent } from './taken-event.js';
+import { defineStatement, type Queryable, type Tables } from './tables.js';
+import { type StoredEventRow, TAKEN_EVENT_OUTPUT, type TakenEvent, toTakenEvent } from './taken-event.js';
 
 /**
  * `take_pending`: takes up to `p_limit` due, unordered, pending events that no one else holds
  * (SKIP LOCKED, so every instance's workers share the work), oldest due first, locks them and
  * returns them with their payloads, so that the caller runs their handlers in the same
- * transaction and marks each one processed, with its result, as it is applied
- * (`p_mark_at_commit`, see markTakenAndReturn: one UPDATE riding on the next event's SAVEPOINT
- * or on COMMIT). The one SELECT picks every row of the batch before any is marked, so leaving
- * them unmarked changes nothing it sees. One event for the sweeper and `inbox.replay`; a batch for the workers
+ * transaction and marks each one processed, with its result, as it is applied (see
+ * TAKEN_EVENT_OUTPUT: one UPDATE riding on the next event's SAVEPOINT or on COMMIT). The one
+ * SELECT picks every row of the batch before any is marked. One event for the sweeper and
+ * `inbox.replay`; a batch for the workers
  * (`workerBatchSize`, src/background/turns.ts). The LIMIT sits above the row locks: it counts
- * the rows locked, not the rows skipped. Calls of the earlier signatures: see
- * previousTakePendingFunction.
+ * the rows locked, not the rows skipped.
  */
 export function takePendingFunction(t: Tables): string {
   return `
-create or replace function ${t.fn('take_pending')}(p_source text, p_keep_payload boolean, p_limit integer,
-                                                    p_mark_at_commit boolean)
+create or replace function ${t.fn('take_pending')}(p_source text, p_limit integer)
 returns table (id text, body_hash text, payload bytea, headers jsonb, attempts integer, received_at timestamptz)
 language plpgsql as $fn$
 declare
@@ -33,25 +30,10 @@ begin
      limit p_limit
      for update skip locked
   loop
-    ${markTakenAndReturn(t)}
+    ${TAKEN_EVENT_OUTPUT}
     return next;
   end loop;
 end
-$fn$;
-`;
-}
-
-/**
- * The 3-parameter `take_pending` earlier versions call (a rolling deploy; with two arguments,
- * one event, as 0.1.0's did): it marks the events processed in the take, as they
- * expect (they send no mark before COMMIT).
- */
-export function previousTakePendingFunction(t: Tables): string {
-  return `
-create or replace function ${t.fn('take_pending')}(p_source text, p_keep_payload boolean, p_limit integer default 1)
-returns table (id text, body_hash text, payload bytea, headers jsonb, attempts integer, received_at timestamptz)
-language sql as $fn$
-  select * from ${t.fn('take_pending')}(p_source, p_keep_payload, p_limit, false)
 $fn$;
 `;
 }
@@ -61,21 +43,16 @@ $fn$;
  * oldest due first.
  */
 export function createTakePending(names: StatementNames, t: Tables) {
-  const statement = defineStatement(
+  const statement = defineStatement<StoredEventRow>(
     names,
     t,
     'take_pending',
     `select id, body_hash, payload, headers::text as headers, attempts, received_at
-       from ${t.fn('take_pending')}($1, $2, $3, true)`,
+       from ${t.fn('take_pending')}($1, $2)`,
     { rides: 'begin', after: APPLY_SAVEPOINT },
   );
-  return async function takePending(
-    db: Kysely<any>,
-    source: string,
-    keepPayload: boolean,
-    limit: number,
-  ): Promise<TakenEvent[]> {
-    const rows = await statement.run<StoredEventRow>(db, [source, keepPayload, limit]);
+  return async function takePending(db: Queryable, source: string, limit: number): Promise<TakenEvent[]> {
+    const rows = await statement.run(db, [source, limit]);
     return rows.map((row) => toTakenEvent(row, null, null));
   };
 }

@@ -1,9 +1,8 @@
-import type { Kysely } from 'kysely';
 import { toNumber } from '../column-readers.js';
 import type { StatementNames } from '../drivers/common.js';
 import { APPLY_SAVEPOINT } from './failed-run.js';
-import { defineStatement, type Tables } from './tables.js';
-import { markTakenAndReturn, type StoredEventRow, type TakenEvent, toTakenEvent } from './taken-event.js';
+import { defineStatement, type Queryable, type Tables } from './tables.js';
+import { type StoredEventRow, TAKEN_EVENT_OUTPUT, type TakenEvent, toTakenEvent } from './taken-event.js';
 
 /**
  * `take_turn` (then `advance`, after the handler): how workers apply an ordered key's next
@@ -14,7 +13,7 @@ import { markTakenAndReturn, type StoredEventRow, type TakenEvent, toTakenEvent 
  */
 export function takeTurnFunction(t: Tables): string {
   return `
-create or replace function ${t.fn('take_turn')}(p_source text, p_key text, p_keep_payload boolean, p_mark_at_commit boolean)
+create or replace function ${t.fn('take_turn')}(p_source text, p_key text)
 returns table (id text, seq bigint, body_hash text, payload bytea, headers jsonb, attempts integer, received_at timestamptz)
 language plpgsql as $fn$
 declare
@@ -31,7 +30,7 @@ begin
      and (e.run_after is null or e.run_after <= now())
    for update skip locked;
   if not found then return; end if;
-  ${markTakenAndReturn(t)}
+  ${TAKEN_EVENT_OUTPUT}
   seq := v_ev.seq;
   return next;
 end
@@ -39,37 +38,22 @@ $fn$;
 `;
 }
 
-/**
- * The 3-parameter `take_turn` earlier versions call (a rolling deploy): it marks the event
- * processed in the take, as they expect (they send no mark before COMMIT).
- */
-export function previousTakeTurnFunction(t: Tables): string {
-  return `
-create or replace function ${t.fn('take_turn')}(p_source text, p_key text, p_keep_payload boolean)
-returns table (id text, seq bigint, body_hash text, payload bytea, headers jsonb, attempts integer, received_at timestamptz)
-language sql as $fn$
-  select * from ${t.fn('take_turn')}(p_source, p_key, p_keep_payload, false)
-$fn$;
-`;
-}
-
 /** One round trip: take the ordered key's event at its cursor, without locking the key. */
 export function createTakeTurn(names: StatementNames, t: Tables) {
-  const statement = defineStatement(
+  const statement = defineStatement<StoredEventRow & { seq: unknown }>(
     names,
     t,
     'take_turn',
     `select id, seq, body_hash, payload, headers::text as headers, attempts, received_at
-       from ${t.fn('take_turn')}($1, $2, $3, true)`,
+       from ${t.fn('take_turn')}($1, $2)`,
     { rides: 'begin', after: APPLY_SAVEPOINT },
   );
   return async function takeTurn(
-    db: Kysely<any>,
+    db: Queryable,
     source: string,
     key: string,
-    keepPayload: boolean,
   ): Promise<TakenEvent | undefined> {
-    const [row] = await statement.run<StoredEventRow>(db, [source, key, keepPayload]);
+    const [row] = await statement.run(db, [source, key]);
     return row ? toTakenEvent(row, key, toNumber(row.seq)) : undefined;
   };
 }

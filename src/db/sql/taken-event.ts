@@ -1,5 +1,4 @@
 import { fromJsonText, toBytes, toDate, toNumber } from '../column-readers.js';
-import type { Tables } from './tables.js';
 
 /**
  * An event taken to be applied now, whichever step took it: the claim of a delivery applied
@@ -67,27 +66,15 @@ export function toTakenEvent(row: StoredEventRow, key: string | null, seq: numbe
 
 /**
  * PL/pgSQL shared by take_next, take_pending and take_turn: sets the function's output row from
- * the locked row `v_ev`. With `p_mark_at_commit` (today's callers) the row is left as it is,
- * still waiting: the apply path marks it processed, with its result, in one UPDATE riding on
- * COMMIT (src/db/sql/mark-applied.ts), where the take used to mark it here and `store_result`
- * then updated it a second time. Nothing else can tell: other transactions see only committed
- * state, and mark and handler commit together or not at all; the row's lock, which keeps
- * every other taker and claim away, is taken by the take's FOR UPDATE as before. Without it (a
- * call of the earlier signatures, from an older instance during a rolling deploy, which sends
- * no mark but only `store_result` before COMMIT) the row is marked processed here, as before:
- * left waiting, its committed effects would be applied again later.
+ * the locked row `v_ev`. The row itself is left as it is, still waiting: the apply path marks it
+ * processed, with its result, in one UPDATE riding on COMMIT (src/db/sql/mark-applied.ts), so
+ * that the row is written once. Nothing else can tell: other transactions see only committed
+ * state, and mark and handler commit together or not at all; the row's lock, which keeps every
+ * other taker and claim away, is the take's FOR UPDATE.
  */
-export function markTakenAndReturn(t: Tables): string {
-  return `if not p_mark_at_commit then
-    update ${t.events} e set status = 'processed', processed_at = now(), run_after = null,
-           payload = case when p_keep_payload then e.payload end,
-           headers = case when p_keep_payload then e.headers end
-     where e.source = p_source and e.id = v_ev.id;
-  end if;
-  id := v_ev.id;
+export const TAKEN_EVENT_OUTPUT = `id := v_ev.id;
   body_hash := v_ev.body_hash;
   payload := v_ev.payload;
   headers := v_ev.headers;
   attempts := v_ev.attempts;
   received_at := v_ev.received_at;`;
-}

@@ -1,11 +1,10 @@
-import type { Kysely } from 'kysely';
 import { mismatchOf } from '../../dedup/mismatch.js';
 import { fromJsonText, toBoolean, toNumber } from '../column-readers.js';
 import type { StatementNames } from '../drivers/common.js';
 import type { ClaimArgs, ClaimRow } from './claim.js';
 import { APPLY_SAVEPOINT } from './failed-run.js';
 import { idLockKey } from './id-lock.js';
-import { defineStatement, type Statement, type Tables } from './tables.js';
+import { defineStatement, type Queryable, type Statement, type Tables } from './tables.js';
 
 /**
  * The try-claim: an unordered delivery applied inline, claimed without the `claim` function
@@ -32,8 +31,9 @@ import { defineStatement, type Statement, type Tables } from './tables.js';
  *   the lock (bounded by lock_timeout) and decides; its own SAVEPOINT follows it, so a failed
  *   run rolls back to a savepoint taken after everything the claim locked.
  *
- * Only on our drivers, which send a statement's `first` (src/db/drivers/fold.ts); through a
- * Kysely instance the user passed, every delivery takes the claim (src/db/sql/statements.ts).
+ * Only on our drivers, which send a statement's `first` (src/db/drivers/fold.ts): there the
+ * unordered inline path sends it before the claim (src/receive/claim.ts); through a Kysely
+ * instance the user passed, every delivery takes the claim (src/db/sql/statements.ts).
  *
  * On PGlite (`oneSession`) the lock is not sent: the database is one session, whose advisory
  * locks never conflict with its own, so step 1 could only answer true, and our driver gives
@@ -42,24 +42,24 @@ import { defineStatement, type Statement, type Tables } from './tables.js';
  * event's first call into the embedded database: about 60-80 µs of 700 per transaction
  * (`npx tsx bench/pglite-cost.ts inbox no-lock`).
  */
-export function claimTryingFirst(
-  names: StatementNames,
-  t: Tables,
-  claim: (db: Kysely<any>, a: ClaimArgs) => Promise<ClaimRow>,
-  oneSession: boolean,
-) {
-  const tryClaim = createTryClaim(names, t, oneSession);
-  return async function claimOrTry(db: Kysely<any>, a: ClaimArgs): Promise<ClaimRow> {
-    if (a.key === null && a.apply) {
-      const decided = await tryClaim(db, a);
-      if (decided) return decided;
-    }
-    return claim(db, a);
-  };
+/**
+ * The row the try-claim reads: the id's row, every column null when it has none; `locked` only
+ * where the session's own lock answers (PGlite), else the try-lock's answer comes beside it.
+ */
+interface TryClaimResult {
+  locked?: unknown;
+  received_ms: unknown;
+  status: 'pending' | 'held' | 'processed' | 'dead' | 'ignored' | null;
+  body_hash: string;
+  key: string | null;
+  seq: unknown;
+  /** jsonb read back as text (`fromJsonText`). */
+  result: string | null;
+  attempts: unknown;
+  dead_reason: string | null;
 }
 
-/** The try-claim's statements and its decision; undefined when the claim must decide. */
-function createTryClaim(names: StatementNames, t: Tables, oneSession: boolean) {
+export function createTryClaim(names: StatementNames, t: Tables, oneSession: boolean) {
   // One row whether or not the id has one: the id's row (all null when none), after `locked`
   // where the session's own lock answers (PGlite).
   // When it was received (the row's, else this transaction's start, which the row written at
@@ -70,15 +70,15 @@ function createTryClaim(names: StatementNames, t: Tables, oneSession: boolean) {
     `select ${locked}(extract(epoch from coalesce(e.received_at, now())) * 1000)::float8 as received_ms,
             e.status, e.body_hash, e.key, e.seq, e.result::text as result, e.attempts, e.dead_reason
        from (values (1)) as one left join ${t.events} e on e.source = $1 and e.id = $2`;
-  let statement: Statement;
+  let statement: Statement<TryClaimResult>;
   if (oneSession) {
     // The session's own lock: what the try-lock would answer there (above).
-    statement = defineStatement(names, t, 'try_claim_one_session', read('true as locked, '), {
+    statement = defineStatement<TryClaimResult>(names, t, 'try_claim_one_session', read('true as locked, '), {
       rides: 'begin',
       after: APPLY_SAVEPOINT,
     });
   } else {
-    const tryLock = defineStatement(
+    const tryLock = defineStatement<{ locked: unknown }>(
       names,
       t,
       'try_id_lock',
@@ -86,14 +86,14 @@ function createTryClaim(names: StatementNames, t: Tables, oneSession: boolean) {
       { rides: 'begin' },
     );
     // `locked` is the try-lock's answer, which the driver returns beside the read's rows.
-    statement = defineStatement(names, t, 'try_claim', read(''), {
+    statement = defineStatement<TryClaimResult>(names, t, 'try_claim', read(''), {
       rides: 'begin',
       after: APPLY_SAVEPOINT,
       first: tryLock,
     });
   }
-  return async function tryClaim(db: Kysely<any>, a: ClaimArgs): Promise<ClaimRow | undefined> {
-    const { rows, first } = await statement.result<any>(db, [a.source, a.id]);
+  return async function tryClaim(db: Queryable, a: ClaimArgs): Promise<ClaimRow | undefined> {
+    const { rows, first } = await statement.result(db, [a.source, a.id]);
     const row = rows[0];
     if (!row) return undefined;
     if (row.status === null) {

@@ -1,0 +1,87 @@
+import type { Tables } from '../sql/tables.js';
+
+/**
+ * Migration 0001: the inbox's tables, their indexes and constraints. The functions it creates
+ * are not here: each is created from its one definition beside its caller in src/db/sql/
+ * (src/db/migrations.ts lists which, src/db/sql/functions.ts where they are).
+ *
+ * Each CHECK that lists allowed values compares with a constant array, which PostgreSQL stores
+ * folded: written `x in ('a', 'b')`, the list would be built again at every INSERT and UPDATE.
+ * The CHECKs are named by PostgreSQL (`events_status_check`, cut at 63 bytes under a long
+ * prefix). Schema and prefix are validated identifiers (options.ts).
+ */
+export function schema(t: Tables): string {
+  return `
+create table ${t.events} (
+  source       text        not null,
+  id           text        not null,
+  key          text,
+  seq          bigint,
+  body_hash    text        not null,
+  status       text        not null check (status = any ('{pending,held,processed,dead,ignored}'::text[])),
+  payload      bytea,
+  headers      jsonb,
+  result       jsonb,
+  attempts     integer     not null default 0,
+  last_error   text,
+  dead_reason  text,
+  run_after    timestamptz,
+  received_at  timestamptz not null default now(),
+  processed_at timestamptz,
+  -- The event's type, written with its final state: what ignored events are listed and replayed by.
+  type         text,
+  -- The last failed run's fingerprint (src/apply/cause.ts) and when it failed: dead letters are
+  -- grouped and selected by them (webhook-inbox dead groups, --cause, --since, --until).
+  cause        text,
+  failed_at    timestamptz,
+  primary key (source, id)
+);
+-- The reorder buffer and the work queue: events waiting for their turn, by key and seq. Unique:
+-- two events never wait at one key and seq (one of them would be stranded below the cursor).
+create unique index ${t.local('events_waiting')} on ${t.events} (source, key, seq) where status in ('held', 'pending');
+-- The applied row of a key's seq: a new id there is a mismatch. Ignored rows too, so that the
+-- claim of a seq below the cursor is one index read under the key's lock, never a table scan.
+create index ${t.local('events_applied_seq')} on ${t.events} (source, key, seq)
+  where status in ('processed', 'ignored') and key is not null;
+-- Unordered pending events, in the order they become due: a new event is due when received,
+-- a failed one at run_after. Workers take the first due ones with SKIP LOCKED.
+create index ${t.local('events_pending_due')} on ${t.events} (source, (coalesce(run_after, received_at)))
+  where status = 'pending' and key is null;
+-- Ignored events by type, for the operator's lists and replay.
+create index ${t.local('events_ignored')} on ${t.events} (source, type, received_at) where status = 'ignored';
+-- Retention prunes one source's processed and ignored rows by age; status() and the console
+-- read one source's newest. Source first, so a source's prune never steps over another's rows.
+create index ${t.local('events_processed_at')} on ${t.events} (source, processed_at) where status = 'processed';
+create index ${t.local('events_ignored_at')} on ${t.events} (source, processed_at) where status = 'ignored';
+-- Dead letters, for the operator: by arrival, and by failed time (dead groups, the --since and
+-- --until windows, dead purge --older-than).
+create index ${t.local('events_dead')} on ${t.events} (source, received_at) where status = 'dead';
+create index ${t.local('events_dead_failed')} on ${t.events} (source, (coalesce(failed_at, received_at))) where status = 'dead';
+
+create table ${t.keys} (
+  source         text        not null,
+  key            text        not null,
+  next_seq       bigint      not null,
+  state          text        not null default 'open' check (state = any ('{open,blocked}'::text[])),
+  blocked_seq    bigint,
+  blocked_reason text        check (blocked_reason = any ('{gap,poison}'::text[])),
+  updated_at     timestamptz not null default now(),
+  -- Latest-wins ordering: the version last applied for this key.
+  last_version   bigint,
+  primary key (source, key)
+);
+-- Operators list blocked keys (webhook-inbox keys list); the keys table is never pruned.
+create index ${t.local('keys_blocked')} on ${t.keys} (source, key) where state = 'blocked';
+
+create table ${t.gaps} (
+  source     text        not null,
+  key        text        not null,
+  from_seq   bigint      not null,
+  to_seq     bigint      not null,
+  reason     text        not null check (reason = any ('{timeout,skip,poison}'::text[])),
+  created_at timestamptz not null default now(),
+  primary key (source, key, from_seq),
+  check (from_seq <= to_seq)
+);
+`;
+}

@@ -1,0 +1,110 @@
+import { fromJsonText, toBoolean, toDate, toNumber } from '../column-readers.js';
+import type { StatementNames } from '../drivers/common.js';
+import type { ClaimArgs, ClaimDecision, ClaimRow } from './claim.js';
+import { defineStatement, type Queryable, type Tables } from './tables.js';
+
+/**
+ * `claim_many`: deferred mode's claims of several deliveries, one statement and one commit.
+ * Each element is decided by `claim` itself, in the order given, inside the one transaction:
+ * a later element sees what an earlier one wrote (a second copy of an id is its duplicate; a
+ * key's seqs are decided as if sent one after another). The claims only store (`p_apply`
+ * false), so no handler runs between them and the locks they take are held only for the
+ * statement.
+ *
+ * Every element's settings but its own fields are the inbox's (`p_keep_payload` and after),
+ * so they are passed once.
+ */
+export function claimManyFunction(t: Tables): string {
+  return `
+create or replace function ${t.fn('claim_many')}(
+  p_source text, p_ids text[], p_keys text[], p_seqs bigint[], p_hashes text[],
+  p_payloads bytea[], p_headers jsonb[], p_keep_payload boolean,
+  p_first_seen boolean, p_max_held integer, p_max_ahead bigint, p_lock_timeout text
+) returns table (ord integer, decision text, result jsonb, expected bigint, reason text, attempts integer,
+                 drain boolean, received_at timestamptz)
+language plpgsql as $fn$
+declare
+  v_i integer;
+begin
+  for v_i in 1 .. coalesce(array_length(p_ids, 1), 0) loop
+    return query
+      select v_i, c.decision, c.result, c.expected, c.reason, c.attempts, c.drain, c.received_at
+        from ${t.fn('claim')}(p_source, p_ids[v_i], p_keys[v_i], p_seqs[v_i], p_hashes[v_i], p_payloads[v_i],
+                              p_headers[v_i], false, p_keep_payload, p_first_seen, p_max_held, p_max_ahead,
+                              p_lock_timeout) c;
+  end loop;
+end
+$fn$;
+`;
+}
+
+/** What every element of one batch shares: the inbox's settings. */
+export type ClaimManyShared = Pick<
+  ClaimArgs,
+  'source' | 'keepPayload' | 'firstSeen' | 'maxHeld' | 'maxAhead' | 'lockTimeout'
+>;
+
+/** One delivery's own fields in a batch. */
+export type ClaimManyElement = Pick<ClaimArgs, 'id' | 'key' | 'seq' | 'hash' | 'payload' | 'headers'>;
+
+interface ClaimManyResultRow {
+  ord: number | string;
+  decision: ClaimDecision;
+  result: string | null;
+  expected: number | string | null;
+  reason: string | null;
+  attempts: number | string | null;
+  drain: boolean | string;
+  received_at: Date | string;
+}
+
+/**
+ * One round trip: the claims of `elements`, in their order, as one statement sent outside a
+ * transaction (its own, committed by PostgreSQL before it answers). The rows come back in the
+ * elements' order.
+ */
+export function createClaimMany(names: StatementNames, t: Tables) {
+  const statement = defineStatement<ClaimManyResultRow>(
+    names,
+    t,
+    'claim_many',
+    `select ord, decision, result::text as result, expected, reason, attempts, drain, received_at
+       from ${t.fn('claim_many')}($1, $2::text[], $3::text[], $4::bigint[], $5::text[], $6::bytea[], $7::jsonb[],
+                                  $8, $9, $10, $11::bigint, $12)`,
+    { rides: 'begin' },
+  );
+  return async function claimMany(
+    db: Queryable,
+    shared: ClaimManyShared,
+    elements: readonly ClaimManyElement[],
+  ): Promise<ClaimRow[]> {
+    const rows = await statement.run(db, [
+      shared.source,
+      elements.map((e) => e.id),
+      elements.map((e) => e.key),
+      elements.map((e) => (e.seq === null ? null : String(e.seq))),
+      elements.map((e) => e.hash),
+      elements.map((e) => e.payload),
+      elements.map((e) => (e.headers === null ? null : JSON.stringify(e.headers))),
+      shared.keepPayload,
+      shared.firstSeen,
+      shared.maxHeld,
+      shared.maxAhead,
+      shared.lockTimeout,
+    ]);
+    const claims: ClaimRow[] = new Array(elements.length);
+    for (const row of rows) {
+      claims[Number(row.ord) - 1] = {
+        decision: row.decision,
+        result: fromJsonText(row.result),
+        expected: toNumber(row.expected),
+        reason: row.reason,
+        attempts: toNumber(row.attempts) ?? 0,
+        drain: toBoolean(row.drain),
+        receivedAt: toDate(row.received_at),
+        rowAtCommit: false,
+      };
+    }
+    return claims;
+  };
+}
