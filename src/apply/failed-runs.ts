@@ -13,6 +13,7 @@ import { notifyDeadLetter } from '../options/dead-letter-hook.js';
 import type { Runtime } from '../runtime/runtime.js';
 import { causeOf } from './cause.js';
 import { retrySchedule } from './retry-schedule.js';
+import { eventType } from './run-handler.js';
 
 /**
  * What recording a failed run decided, with its cause (src/apply/cause.ts) and what the handler threw.
@@ -73,6 +74,7 @@ export async function recordFailure(
     retryInMs: next.dead ? 0 : next.retryInMs,
     receivedAt: event.receivedAt,
     deadReason: next.dead ? next.reason : 'poison',
+    type: eventType(rt, event),
   });
   const fingerprint = causeOf(cause);
   await rt.statements.recordCause(tx, o.source, id, fingerprint);
@@ -127,6 +129,7 @@ export async function recordSnooze(
     ...(await undoFailedTake(rt, tx, event)),
     retryAt: later.at,
     receivedAt: event.receivedAt,
+    type: eventType(rt, event),
   });
   return { decision: 'snoozed', attempts: event.attempts, drain: false, error: later };
 }

@@ -16,6 +16,17 @@ import type { Runtime } from '../runtime/runtime.js';
 import { runWithContext } from './handler-context.js';
 
 /**
+ * A taken event's type: the delivery's, or a stored event's read again from what was stored of
+ * its delivery (the handler that exists now decides: a replayed ignored event reaches the one
+ * written since). `body`: the parsed body, when the caller has it.
+ */
+export function eventType(rt: Runtime, taken: TakenEvent, body?: unknown): string | null {
+  if ('type' in taken) return taken.type ?? null;
+  const source = rt.options.fields.type;
+  return source ? storedTypeOf(source, taken.headers, taken.payload, body) : null;
+}
+
+/**
  * Runs the handler in `tx`; its result, as JSON for storing, and how long it ran. Any throw
  * becomes a HandlerError, counted here as failed; a run that returned is counted as processed
  * by the caller, after COMMIT.
@@ -43,14 +54,7 @@ export async function runHandler(
     // schema's output for a held or pending event too.
     const body =
       'body' in taken ? taken.body : parseBody(taken.payload, taken.headers['content-type'], o.parse);
-    // A stored event's type is read again from what was stored of its delivery: the handler
-    // that exists now decides (a replayed ignored event reaches the one written since).
-    type =
-      'type' in taken
-        ? (taken.type ?? null)
-        : o.fields.type
-          ? storedTypeOf(o.fields.type, taken.headers, taken.payload, body)
-          : null;
+    type = eventType(rt, taken, body);
     const handle = o.handlers(type);
     if (!handle) return { result: undefined, json: undefined, seconds: 0, ignored: true, type };
     const event: InboxEvent = {

@@ -41,9 +41,9 @@ export interface InboxEventsTable {
   received_at: Date;
   processed_at: Date | null;
   /**
-   * The event's type (`event.type`), written with its row's final state: when it was applied or
-   * ignored (null without a type, and for an event a claim marked: latest-wins, a waiting event
-   * claimed again by its delivery).
+   * The event's type (`event.type`), written on every path that writes or fails its row: stored
+   * by its claim (held, pending, late), failed (counted, rejected, poison, snoozed), applied or
+   * ignored. Null without a type, and for a latest-wins event recorded superseded.
    */
   type: string | null;
   /** The last failed run's fingerprint (its error's type and normalised message, hashed). */

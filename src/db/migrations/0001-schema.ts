@@ -28,7 +28,7 @@ create table ${t.events} (
   run_after    timestamptz,
   received_at  timestamptz not null default now(),
   processed_at timestamptz,
-  -- The event's type, written with its final state: what ignored events are listed and replayed by.
+  -- The event's type, written with every row: what ignored events and dead letters are listed by.
   type         text,
   -- The last failed run's fingerprint (src/apply/cause.ts) and when it failed: dead letters are
   -- grouped and selected by them (webhook-inbox dead groups, --cause, --since, --until).
