@@ -30,7 +30,7 @@ import type { CompiledQuery, DatabaseConnection, QueryResult, TransactionSetting
 import { beginStatement, type StatementEntry, type StatementNames, type StatementResult } from './common.js';
 import { sqlState } from './postgres-error.js';
 import { type FoldState, foldText, prepareFolds, UNDEFINED_PREPARED_STATEMENT } from './prepared-folds.js';
-import { type Session, sessionOf } from './session.js';
+import { type Session, sessionOf, WIRE } from './session.js';
 
 /**
  * The isolation of every transaction the inbox opens (ARCHITECTURE.md, "READ COMMITTED,
@@ -74,6 +74,7 @@ export abstract class FoldingConnection implements DatabaseConnection {
     readonly folds: FoldState = { textOnly: false },
   ) {
     this.session = sessionOf(handle);
+    if (WIRE === 'literals') folds.textOnly = true;
   }
 
   /** Where this connection's session keeps what outlives it (src/db/drivers/session.ts). */
@@ -191,6 +192,7 @@ export abstract class FoldingConnection implements DatabaseConnection {
    * text. Undefined when a value cannot be folded into text (the caller sends each).
    */
   #sendParts<R>(parts: readonly Part[]): Promise<QueryResult<R>[]> | undefined {
+    if (WIRE === 'each') return undefined;
     if (this.pipeline && this.#pipelines(parts[0])) {
       return this.pipeline<R>(
         parts.map((part) =>

@@ -16,6 +16,7 @@ import { forgetParsed, type PipelineResult, runPipeline } from './extended-proto
 import { FoldingConnection, type PipelinePart } from './fold.js';
 import { sqlState } from './postgres-error.js';
 import type { FoldState } from './prepared-folds.js';
+import { WIRE } from './session.js';
 import type { PgClientLike, PgPoolLike } from './shapes.js';
 
 const MUTATING = new Set(['INSERT', 'UPDATE', 'DELETE', 'MERGE']);
@@ -59,7 +60,8 @@ class PgConnection extends FoldingConnection {
     // The pool's client object outlives this connection: its prepared statements are remembered on it.
     super(names, client, folds);
     this.#acceptsArguments = client instanceof pg.Client;
-    if (this.#acceptsArguments) this.pipeline = this.#pipeline;
+    if (this.#acceptsArguments && !['prepared', 'literals', 'each'].includes(WIRE))
+      this.pipeline = this.#pipeline;
     client.on?.('error', this.onError);
     // A pool without a 'connect' event (a pg-shaped wrapper) hands out clients not yet quieted.
     quiet(client);

@@ -5,6 +5,13 @@
  * parsed and described for pipelines, pglite.ts the turns of PGlite's one session.
  */
 
+/**
+ * TEMPORARY (bench/wire-cost.ts): the transport to measure, `WEBHOOK_INBOX_WIRE`: `unnamed`
+ * (pipelines parse every statement), `prepared` (text folds of PREPAREd statements, no
+ * pipelines), `literals` (text folds with literals), `each` (no folds). Deleted with the modes.
+ */
+export const WIRE = process.env.WEBHOOK_INBOX_WIRE ?? '';
+
 /** Per session handle: a pool hands out one client object per connection, for its life. */
 const sessions = new WeakMap<object, Session>();
 
@@ -30,7 +37,7 @@ export class Session {
    * Set once PostgreSQL said a statement of ours does not exist: from then on each statement is
    * parsed as the unnamed statement in every pipeline, which needs nothing to outlive it.
    */
-  unnamed = false;
+  unnamed = WIRE === 'unnamed';
   /** Each described statement's columns; null for one that returns no rows. */
   readonly columns = new Map<string, Columns | null>();
   /** PGlite's one session, handed out in turns (src/db/drivers/pglite.ts). */
