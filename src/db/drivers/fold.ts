@@ -192,7 +192,7 @@ export abstract class FoldingConnection implements DatabaseConnection {
    * text. Undefined when a value cannot be folded into text (the caller sends each).
    */
   #sendParts<R>(parts: readonly Part[]): Promise<QueryResult<R>[]> | undefined {
-    if (WIRE === 'each') return undefined;
+    if (WIRE === 'each' || WIRE === 'bare') return undefined;
     if (this.pipeline && this.#pipelines(parts[0])) {
       return this.pipeline<R>(
         parts.map((part) =>

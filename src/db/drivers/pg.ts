@@ -60,7 +60,7 @@ class PgConnection extends FoldingConnection {
     // The pool's client object outlives this connection: its prepared statements are remembered on it.
     super(names, client, folds);
     this.#acceptsArguments = client instanceof pg.Client;
-    if (this.#acceptsArguments && !['prepared', 'literals', 'each'].includes(WIRE))
+    if (this.#acceptsArguments && !['prepared', 'literals', 'each', 'bare'].includes(WIRE))
       this.pipeline = this.#pipeline;
     client.on?.('error', this.onError);
     // A pool without a 'connect' event (a pg-shaped wrapper) hands out clients not yet quieted.
@@ -70,7 +70,7 @@ class PgConnection extends FoldingConnection {
   /** One statement on the extended protocol: parameters bound, named when registered. */
   protected send<R>(compiled: CompiledQuery, entry: StatementEntry | undefined): Promise<QueryResult<R>> {
     const values = compiled.parameters as unknown[];
-    const name = entry?.name;
+    const name = WIRE === 'bare' ? undefined : entry?.name;
     return this.#query(
       name ? { name, text: compiled.sql, values } : { text: compiled.sql, values },
       firstResult<R>,

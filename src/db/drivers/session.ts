@@ -8,7 +8,7 @@
 /**
  * TEMPORARY (bench/wire-cost.ts): the transport to measure, `WEBHOOK_INBOX_WIRE`: `unnamed`
  * (pipelines parse every statement), `prepared` (text folds of PREPAREd statements, no
- * pipelines), `literals` (text folds with literals), `each` (no folds). Deleted with the modes.
+ * pipelines), `literals` (text folds with literals), `each` (no folds), `bare` (no folds, nothing named). Deleted with the modes.
  */
 export const WIRE = process.env.WEBHOOK_INBOX_WIRE ?? '';
 
