@@ -10,6 +10,12 @@ export interface TcpProxy {
   readonly port: number;
   /** Delays every reply from the server by this long (0: none). */
   setDelay(ms: number): void;
+  /**
+   * The next bytes a client sends are not forwarded: its connection is reset (a TCP RST), as
+   * when a server or a middlebox drops a connection under a query. The client's read fails
+   * with ECONNRESET.
+   */
+  resetNext(): void;
   /** The server "goes away": open connections are cut and new ones refused. */
   stop(): Promise<void>;
   /** The server is back, on the same port. */
@@ -19,6 +25,7 @@ export interface TcpProxy {
 
 export async function startTcpProxy(targetPort: number, targetHost = '127.0.0.1'): Promise<TcpProxy> {
   let delayMs = 0;
+  let resetNext = false;
   const sockets = new Set<Socket>();
   let server: Server | undefined;
   let port = 0;
@@ -29,7 +36,15 @@ export async function startTcpProxy(targetPort: number, targetHost = '127.0.0.1'
       sockets.add(client);
       sockets.add(upstream);
       let chain = Promise.resolve();
-      client.on('data', (chunk) => upstream.write(chunk));
+      client.on('data', (chunk) => {
+        if (!resetNext) {
+          upstream.write(chunk);
+          return;
+        }
+        resetNext = false;
+        client.resetAndDestroy();
+        upstream.destroy();
+      });
       upstream.on('data', (chunk) => {
         if (delayMs === 0) {
           chain = chain.then(() => {
@@ -77,6 +92,9 @@ export async function startTcpProxy(targetPort: number, targetHost = '127.0.0.1'
     },
     setDelay(ms) {
       delayMs = ms;
+    },
+    resetNext() {
+      resetNext = true;
     },
     stop,
     start: listen,
