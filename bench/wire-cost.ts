@@ -10,6 +10,7 @@
  *
  *   npx tsc -p tsconfig.bench.json && node .tmp/bench-build/bench/wire-cost.js pg pglite kysely
  *   N=3000 ROUNDS=3 CONCURRENCY=10 node .tmp/bench-build/bench/wire-cost.js pg kysely
+ *   node .tmp/bench-build/bench/wire-cost.js pg pg@/tmp/before/.tmp/bench-build/bench/wire-cost.js
  *
  * A configuration is `pg` (a pg.Pool), `pglite` (in memory; no backend: the process is all of
  * it) or `kysely` (a Kysely instance of the user's over a pg.Pool: its own driver, no folds).
@@ -125,10 +126,13 @@ async function measure(config: string): Promise<Measured> {
   }
 }
 
-/** Runs one configuration in a child process, with its environment (`WEBHOOK_INBOX_WIRE=…`). */
-function child(config: string, env: Record<string, string>): Promise<Measured> {
+/**
+ * Runs one configuration in a child process, with its environment (`WEBHOOK_INBOX_WIRE=…`), from
+ * `script`: this one, or another build of it (another commit's code, to compare with).
+ */
+function child(config: string, env: Record<string, string>, script: string): Promise<Measured> {
   return new Promise((resolve, reject) => {
-    const proc = fork(fileURLToPath(import.meta.url), [], {
+    const proc = fork(script, [], {
       env: { ...process.env, ...env, WIRE_COST_CONFIG: config },
     });
     proc.on('message', (m) => resolve(m as Measured));
@@ -140,19 +144,21 @@ if (process.env.WIRE_COST_CONFIG) {
   process.send?.(await measure(process.env.WIRE_COST_CONFIG));
   process.exit(0);
 } else {
-  // `pg`, or `pg:WEBHOOK_INBOX_WIRE=unnamed`: a configuration and the environment it runs in.
+  // `pg`, `pg:WEBHOOK_INBOX_WIRE=literals` (the environment it runs in), `pg@<another build of
+  // this script>` (another commit's code).
   const cells = process.argv.slice(2).map((arg) => {
-    const [config = '', ...assignments] = arg.split(':');
+    const [spec = '', script = fileURLToPath(import.meta.url)] = arg.split('@');
+    const [config = '', ...assignments] = spec.split(':');
     if (!CONFIGS.includes(config)) throw new Error(`unknown configuration ${config}; one of ${CONFIGS}`);
     const env = Object.fromEntries(assignments.map((a) => a.split('=') as [string, string]));
-    return { name: arg, config, env, runs: [] as Measured[] };
+    return { name: arg, config, env, script, runs: [] as Measured[] };
   });
   if (cells.length === 0) throw new Error(`name configurations: ${CONFIGS.join(', ')}`);
   const loads: string[] = [];
   for (let round = 0; round < ROUNDS; round++)
     for (const cell of cells) {
       loads.push(loadavg()[0]!.toFixed(2));
-      cell.runs.push(await child(cell.config, cell.env));
+      cell.runs.push(await child(cell.config, cell.env, cell.script));
     }
   loads.push(loadavg()[0]!.toFixed(2));
   console.log(
@@ -160,6 +166,8 @@ if (process.env.WIRE_COST_CONFIG) {
   );
   for (const { name, runs } of cells) {
     const list = (w: keyof Measured) => runs.map((r) => r[w].toFixed(3)).join(' ');
-    console.log(`${name.padEnd(36)} unique ${list('unique')}   duplicate ${list('duplicate')}`);
+    console.log(
+      `${name.replace(/@.*/, '@before').padEnd(36)} unique ${list('unique')}   duplicate ${list('duplicate')}`,
+    );
   }
 }
