@@ -126,14 +126,11 @@ async function measure(config: string): Promise<Measured> {
   }
 }
 
-/**
- * Runs one configuration in a child process, with its environment (`WEBHOOK_INBOX_WIRE=…`), from
- * `script`: this one, or another build of it (another commit's code, to compare with).
- */
-function child(config: string, env: Record<string, string>, script: string): Promise<Measured> {
+/** Runs one configuration in a child process, from `script`: this one, or another commit's build of it. */
+function child(config: string, script: string): Promise<Measured> {
   return new Promise((resolve, reject) => {
     const proc = fork(script, [], {
-      env: { ...process.env, ...env, WIRE_COST_CONFIG: config },
+      env: { ...process.env, WIRE_COST_CONFIG: config },
     });
     proc.on('message', (m) => resolve(m as Measured));
     proc.on('exit', (code) => (code === 0 ? undefined : reject(new Error(`${config} exited ${code}`))));
@@ -144,21 +141,18 @@ if (process.env.WIRE_COST_CONFIG) {
   process.send?.(await measure(process.env.WIRE_COST_CONFIG));
   process.exit(0);
 } else {
-  // `pg`, `pg:WEBHOOK_INBOX_WIRE=literals` (the environment it runs in), `pg@<another build of
-  // this script>` (another commit's code).
+  // `pg`, or `pg@<another build of this script>` (another commit's code).
   const cells = process.argv.slice(2).map((arg) => {
-    const [spec = '', script = fileURLToPath(import.meta.url)] = arg.split('@');
-    const [config = '', ...assignments] = spec.split(':');
+    const [config = '', script = fileURLToPath(import.meta.url)] = arg.split('@');
     if (!CONFIGS.includes(config)) throw new Error(`unknown configuration ${config}; one of ${CONFIGS}`);
-    const env = Object.fromEntries(assignments.map((a) => a.split('=') as [string, string]));
-    return { name: arg, config, env, script, runs: [] as Measured[] };
+    return { name: arg, config, script, runs: [] as Measured[] };
   });
   if (cells.length === 0) throw new Error(`name configurations: ${CONFIGS.join(', ')}`);
   const loads: string[] = [];
   for (let round = 0; round < ROUNDS; round++)
     for (const cell of cells) {
       loads.push(loadavg()[0]!.toFixed(2));
-      cell.runs.push(await child(cell.config, cell.env, cell.script));
+      cell.runs.push(await child(cell.config, cell.script));
     }
   loads.push(loadavg()[0]!.toFixed(2));
   console.log(

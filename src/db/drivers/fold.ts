@@ -33,7 +33,7 @@ import {
   prepareFolds,
   UNDEFINED_PREPARED_STATEMENT,
 } from './prepared-folds.js';
-import { type Session, sessionOf, WIRE } from './session.js';
+import { type Session, sessionOf } from './session.js';
 
 /**
  * The isolation of every transaction the inbox opens (ARCHITECTURE.md, "READ COMMITTED,
@@ -70,7 +70,6 @@ export abstract class FoldingConnection implements DatabaseConnection {
     readonly folds: PoolFolds,
   ) {
     this.session = sessionOf(handle);
-    if (WIRE === 'literals') folds.literals = true;
   }
 
   /** Where this connection's session keeps what outlives it (src/db/drivers/session.ts). */
@@ -156,7 +155,6 @@ export abstract class FoldingConnection implements DatabaseConnection {
 
   /** Parts as one simple query of folded text. Undefined when a value cannot be written (the caller sends each). */
   #sendParts<R>(parts: readonly Part[]): Promise<QueryResult<R>[]> | undefined {
-    if (WIRE === 'each') return undefined;
     const texts: string[] = [];
     for (const part of parts) {
       const text =

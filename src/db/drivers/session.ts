@@ -4,12 +4,6 @@
  * (src/db/drivers/prepared-folds.ts), and PGlite's turns (src/db/drivers/pglite.ts).
  */
 
-/**
- * TEMPORARY (bench/wire-cost.ts): the transport to measure, `WEBHOOK_INBOX_WIRE`: `literals`
- * (folds with their values written in, nothing named), `each` (no folds). Deleted once measured.
- */
-export const WIRE = process.env.WEBHOOK_INBOX_WIRE ?? '';
-
 /** Per session handle: a pool hands out one client object per connection, for its life. */
 const sessions = new WeakMap<object, Session>();
 
