@@ -19,10 +19,10 @@
  * try-claim's two statements folded in and the SAVEPOINT after them; the handler's two
  * statements; the event's row, with its result, folded into COMMIT), with literals as
  * src/db/drivers/pg.ts writes them, and what it sent before: `inbox`, `inbox-prepared` (the claim
- * function, which takes the id's advisory lock and writes no row: `row_at_commit`). `try-claim` and `ordered` send their folds as simple-protocol text
- * (`execute <prepared>(literals)`, what the driver sends on PGlite or through a pg-shaped
- * wrapper); `try-claim-pipelined` and `ordered-pipelined` send the same statements as the driver
- * does on pg's own clients, pipelined (src/db/drivers/extended-protocol.ts).
+ * function, which takes the id's advisory lock and writes no row: `row_at_commit`) and
+ * `inbox-prepared-update` (before migration 0008: the claim inserts the row, the result is an
+ * UPDATE at COMMIT). `try-claim` and `ordered` send their folds as simple-protocol text
+ * (`execute <prepared>(literals)`, what the driver sends).
  * With INSTRUCTIONS=<dir>, the cost is counted in instructions instead of CPU ticks: the same
  * count for the same statements however busy the machine is (this 2-core machine's CPU per
  * request varies up to 2× from one minute to the next). It needs a PostgreSQL started under
@@ -47,7 +47,6 @@ import { existsSync, readFileSync } from 'node:fs';
 import { sql } from 'kysely';
 import pg from 'pg';
 import { Ledger } from '../examples/ledger/ledger.js';
-import { type PipelineStep, runPipeline } from '../src/db/drivers/extended-protocol.js';
 import { createInbox } from '../src/index.js';
 import { newestDumpInstructions } from './callgrind.js';
 
@@ -78,7 +77,7 @@ const INSTRUCTIONS = process.env.INSTRUCTIONS;
 if (INSTRUCTIONS !== undefined && !existsSync(INSTRUCTIONS))
   throw new Error(`INSTRUCTIONS=${INSTRUCTIONS}: no such directory (callgrind's output directory)`);
 
-type Query = string | { text: string; values: unknown[] } | { pipeline: PipelineStep[] };
+type Query = string | { text: string; values: unknown[] };
 
 /** The handler's two statements (examples/ledger/ledger.ts), as Kysely sends them. */
 function ledgerWrite(id: string, i: number): Query[] {
@@ -97,11 +96,11 @@ function ledgerWrite(id: string, i: number): Query[] {
 
 const BEGIN = 'begin isolation level read committed';
 const claim = (id: string) =>
-  `select * from "${inboxSchema}"."claim"('default', '${id}', null, null::bigint, '${HASH}', null, null::jsonb, true, false, false, 1000, 10000::bigint, '5000ms')`;
+  `select * from "${inboxSchema}"."claim"('default', '${id}', null, null::bigint, '${HASH}', null, null::jsonb, true, false, false, 1000, 10000::bigint, '5000ms', true)`;
 /** src/db/sql/record-applied.ts: the new event's row, with its result (null: none), at COMMIT. */
 const recordApplied = (id: string, result: string | null) =>
   `insert into "${inboxSchema}"."events" (source, id, body_hash, status, processed_at, result, payload, headers) values ('default', '${id}', '${HASH}', 'processed', now(), ${result === null ? 'null' : `'${result}'`}::jsonb, null, null::jsonb)`;
-/** The try-claim's statements (src/db/sql/try-claim.ts), PREPAREd (types given) or pipelined (types cast). */
+/** The try-claim's statements (src/db/sql/try-claim.ts), PREPAREd. */
 const TRY_LOCK = (source: string, id: string) =>
   `select pg_try_advisory_xact_lock(hashtextextended('${inboxSchema}.|' || length(${source}) || '|' || ${source} || '|' || ${id}, 0)) as locked`;
 const READ = (source: string, id: string) =>
@@ -121,7 +120,7 @@ function roundKey(id: string, i: number): { key: string; seq: number } {
 /** An ordered event in its turn through the claim function, its row with key and seq at COMMIT. */
 function claimInTurn(id: string, i: number, key: string, seq: number): Query[] {
   return [
-    `${BEGIN}; execute wi_claim('default', '${id}', '${key}', ${seq}, '${HASH}', null, null, true, false, false, 1000, 10000, '5000ms'); savepoint wi_apply`,
+    `${BEGIN}; execute wi_claim('default', '${id}', '${key}', ${seq}, '${HASH}', null, null, true, false, false, 1000, 10000, '5000ms', true); savepoint wi_apply`,
     ...ledgerWrite(id, i),
     `execute wi_record_applied_ordered('default', '${id}', '${key}', ${seq}, '${HASH}', '{"balance":10}'); commit`,
   ];
@@ -160,34 +159,6 @@ function throughTheTurnsTry(read: string, cursor: 'own' | 'cte') {
 /** turn-only: each key's last seq sent, across rounds. */
 const turnSeqs = new Map<string, number>();
 
-/** One statement of a pipeline (src/db/drivers/extended-protocol.ts), parsed once per connection under `name`. */
-const step = (name: string, text: string, values: unknown[] = []): PipelineStep => ({ name, text, values });
-
-/**
- * The try-claim's statements as the driver pipelines them on pg's clients (src/db/drivers/extended-protocol.ts):
- * BEGIN, the try-lock, the read and SAVEPOINT in one round trip, the row and COMMIT in another;
- * each statement parsed once per connection under a name of its own and described once.
- */
-function pipelined(id: string, i: number): Query[] {
-  return [
-    {
-      pipeline: [
-        step('wi_pipe_begin', BEGIN),
-        step('wi_pipe_try_lock', TRY_LOCK('$1::text', '$2::text'), ['default', id]),
-        step('wi_pipe_read', READ('$1::text', '$2::text'), ['default', id]),
-        step('wi_pipe_savepoint', 'savepoint wi_apply'),
-      ],
-    },
-    ...ledgerWrite(id, i),
-    {
-      pipeline: [
-        step('wi_pipe_record_applied', RECORD_APPLIED, ['default', id, HASH, '{"balance":10}', null, null]),
-        step('wi_pipe_commit', 'commit'),
-      ],
-    },
-  ];
-}
-
 const VARIANTS: Record<string, { what: string; queries(id: string, i: number): Query[] }> = {
   bare: {
     what: 'BEGIN, the two ledger statements, COMMIT (the bench contender `bare`)',
@@ -220,9 +191,17 @@ const VARIANTS: Record<string, { what: string; queries(id: string, i: number): Q
   'inbox-prepared': {
     what: 'the claim function (what the try-claim replaces for a new unordered event; every ordered one still sends it), and the row, as EXECUTE of statements prepared once per connection',
     queries: (id, i) => [
-      `${BEGIN}; execute wi_claim('default', '${id}', null, null, '${HASH}', null, null, true, false, false, 1000, 10000, '5000ms'); savepoint wi_apply`,
+      `${BEGIN}; execute wi_claim('default', '${id}', null, null, '${HASH}', null, null, true, false, false, 1000, 10000, '5000ms', true); savepoint wi_apply`,
       ...ledgerWrite(id, i),
       `execute wi_record_applied('default', '${id}', '${HASH}', '{"balance":10}', null, null); commit`,
+    ],
+  },
+  'inbox-prepared-update': {
+    what: 'before migration 0008, prepared: the claim inserts the row; the result is an UPDATE at COMMIT',
+    queries: (id, i) => [
+      `${BEGIN}; execute wi_claim('default', '${id}', null, null, '${HASH}', null, null, true, false, false, 1000, 10000, '5000ms', false); savepoint wi_apply`,
+      ...ledgerWrite(id, i),
+      `execute wi_store_result('default', '${id}', '{"balance":10}'); commit`,
     ],
   },
   'insert-and-result': {
@@ -268,10 +247,6 @@ const VARIANTS: Record<string, { what: string; queries(id: string, i: number): Q
       ...ledgerWrite(id, i),
       'commit',
     ],
-  },
-  'try-claim-pipelined': {
-    what: 'try-claim as the driver pipelines it on pg: a Bind and an Execute of each statement, one Sync, at BEGIN and at COMMIT (values bound, each statement parsed and described once per connection)',
-    queries: (id, i) => pipelined(id, i),
   },
   'try-claim': {
     what: "what the inbox sends for a new unordered event: the try-claim (src/db/sql/try-claim.ts), two prepared statements (the id's try-lock, then the read, its snapshot taken after the lock); SAVEPOINT; the row at COMMIT",
@@ -326,39 +301,6 @@ const VARIANTS: Record<string, { what: string; queries(id: string, i: number): Q
     queries: (id, i) => {
       const { key, seq } = roundKey(id, i);
       return claimInTurn(id, i, key, seq);
-    },
-  },
-  'ordered-pipelined': {
-    what: 'ordered, as the driver pipelines it on pg: BEGIN, the claim function and SAVEPOINT in one round trip, the row and COMMIT in another',
-    queries: (id, i) => {
-      const { key, seq } = roundKey(id, i);
-      return [
-        {
-          pipeline: [
-            step('wi_pipe_begin', BEGIN),
-            step(
-              'wi_pipe_claim',
-              `select * from "${inboxSchema}"."claim"($1::text, $2::text, $3::text, $4::bigint, $5::text, $6::bytea, $7::jsonb, $8::boolean, $9::boolean, $10::boolean, $11::integer, $12::bigint, $13::text)`,
-              ['default', id, key, seq, HASH, null, null, true, false, false, 1000, 10000, '5000ms'],
-            ),
-            step('wi_pipe_savepoint', 'savepoint wi_apply'),
-          ],
-        },
-        ...ledgerWrite(id, i),
-        {
-          pipeline: [
-            step('wi_pipe_record_applied_ordered', RECORD_APPLIED_ORDERED, [
-              'default',
-              id,
-              key,
-              seq,
-              HASH,
-              '{"balance":10}',
-            ]),
-            step('wi_pipe_commit', 'commit'),
-          ],
-        },
-      ];
     },
   },
   'ordered-try-exists': {
@@ -430,7 +372,7 @@ await inbox.close();
 async function prepared(client: pg.Client): Promise<number> {
   const pid = (await client.query<{ pid: number }>('select pg_backend_pid() as pid')).rows[0].pid;
   await client.query(
-    `prepare wi_claim (text, text, text, bigint, text, bytea, jsonb, boolean, boolean, boolean, integer, bigint, text) as select * from "${inboxSchema}"."claim"($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
+    `prepare wi_claim (text, text, text, bigint, text, bytea, jsonb, boolean, boolean, boolean, integer, bigint, text, boolean) as select * from "${inboxSchema}"."claim"($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`,
   );
   await client.query(
     `prepare wi_record_applied (text, text, text, jsonb, bytea, jsonb) as ${RECORD_APPLIED}`,
@@ -512,9 +454,7 @@ try {
     await Promise.all(
       clients.map(async (c, k) => {
         for (let i = k; i < count; i += clients.length)
-          for (const q of VARIANTS[name].queries(`${prefix}-${i}`, i))
-            if (typeof q === 'object' && 'pipeline' in q) await runPipeline(c, q.pipeline);
-            else await c.query(q as pg.QueryConfig);
+          for (const q of VARIANTS[name].queries(`${prefix}-${i}`, i)) await c.query(q as pg.QueryConfig);
       }),
     );
   };
