@@ -6,7 +6,7 @@ import { defineStatement, type Queryable, type Tables } from './tables.js';
  * its row but leave it waiting): marked processed with its result in one UPDATE, riding on
  * COMMIT, or on the next event's SAVEPOINT in a batch (src/db/drivers/fold.ts): the row is written
  * once, where a mark in the take and its result after the handler would write it twice, and a
- * second write of the row costs about as much as the row itself (bench/postgres-cost.ts). Sent
+ * second write of the row costs about as much as the row itself (BENCHMARKS.md). Sent
  * even when the handler returned nothing (the result is then null, as the waiting row's is).
  *
  * Sent only after the handler (and `advance`) succeeded, so a handler that throws leaves the

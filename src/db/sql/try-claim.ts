@@ -11,7 +11,7 @@ import { defineStatement, type Queryable, type Statement, type Tables } from './
  * when plain statements can decide. It is what almost every such delivery is: a new event
  * (or a processed duplicate that missed the caches). Two prepared statements riding on BEGIN,
  * before the SAVEPOINT, where the claim is one call of a PL/pgSQL function that sets and
- * restores `lock_timeout` and returns a table: bench/postgres-cost.ts measured PostgreSQL's
+ * restores `lock_timeout` and returns a table: BENCHMARKS.md has PostgreSQL's
  * CPU per new event at 310 µs this way against 350 µs through `claim` (bare transaction: 220).
  *
  * 1. `pg_try_advisory_xact_lock` on the id's lock key (src/db/sql/id-lock.ts), the lock every
