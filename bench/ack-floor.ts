@@ -29,7 +29,7 @@ if (process.argv[2] === 'floor-server') {
   // The floor: nothing between the socket and the claim but what any server must do.
   const claim = createTables(process.argv[3]!, '').fn('claim');
   const pool = new pg.Pool({ connectionString: url, max: 2 });
-  const text = `select decision from ${claim}('default', $1, null, null, 'h', $2::bytea, null, false, false, true, 1000, 10000, '1s')`;
+  const text = `select decision from ${claim}('default', $1, null, null, 'h', $2::bytea, null, false, false, true, 1000, 10000, '1s', null)`;
   const server = createServer((req, res) => {
     const chunks: Buffer[] = [];
     req.on('data', (c: Buffer) => chunks.push(c));
