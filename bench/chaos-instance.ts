@@ -27,6 +27,8 @@ const app = await startLedger({
     sweepIntervalMs: Number(env.SWEEP_INTERVAL_MS ?? 250),
     maxAttempts: Number(env.MAX_ATTEMPTS ?? 3),
     lockTimeoutMs: 2000,
+    // Deferred beside inline on the same tables: acknowledgements in batches, workers apply.
+    ...(env.MODE === 'deferred' ? { mode: 'deferred' as const, workers: 2 } : {}),
     retryBaseMs: 50,
     retryCapMs: 500,
     // The chaos suite's private Redis, stopped and restarted among the faults.

@@ -120,6 +120,8 @@ const log = (msg: string) => console.log(`chaos ${new Date().toISOString().slice
 interface Instance {
   name: string;
   framework: Framework;
+  /** The last instance runs in deferred mode: its claims go in batches, its workers apply. */
+  mode: 'inline' | 'deferred';
   port: number;
   child?: ChildProcess;
   alive: boolean;
@@ -196,6 +198,7 @@ function spawnInstance(instance: Instance): Promise<void> {
       HANDLER_DELAY_MS: '3',
       REDIS_URL: privateRedis?.url ?? '',
       FRAMEWORK: instance.framework,
+      MODE: instance.mode,
       RETENTION_MS: retentionS === undefined ? '' : String(retentionS * 1000),
     },
   });
@@ -347,8 +350,16 @@ try {
   await new Ledger(ledgerSchema).setup(await setup.kysely());
   await setup.close();
 
-  for (const framework of FRAMEWORKS) {
-    instances.push({ name: framework, framework, port: await freePort(), alive: false, calls: new Map() });
+  for (const [i, framework] of FRAMEWORKS.entries()) {
+    const mode = i === FRAMEWORKS.length - 1 ? 'deferred' : 'inline';
+    instances.push({
+      name: mode === 'deferred' ? `${framework} (deferred)` : framework,
+      framework,
+      mode,
+      port: await freePort(),
+      alive: false,
+      calls: new Map(),
+    });
   }
   await Promise.all(instances.map(spawnInstance));
   balancer = await startBalancer(() => instances.filter((i) => i.alive).map((i) => i.port));
