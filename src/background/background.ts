@@ -104,11 +104,6 @@ export class Background {
     this.#sweeper.gapDueAt(receivedAt);
   }
 
-  /** Wake-up NOTIFYs this instance sent. */
-  get wakeUpsSent(): number {
-    return this.#wakeUps?.sent ?? 0;
-  }
-
   sweep(): Promise<SweepReport> {
     return this.#sweeper.sweep();
   }

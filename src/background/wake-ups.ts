@@ -32,8 +32,6 @@ export class WakeUps {
   #sending = false;
   #lastSentAt = Number.NEGATIVE_INFINITY;
   #closed = false;
-  /** NOTIFYs sent. */
-  sent = 0;
 
   constructor(rt: Runtime) {
     this.#rt = rt;
@@ -82,7 +80,6 @@ export class WakeUps {
     const rt = this.#rt;
     try {
       await rt.statements.notifyPending(rt.database.acks, this.#channel, payload);
-      this.sent++;
     } catch (err) {
       // The other instances' poll finds the events: a wake-up is a hint, never needed for safety.
       rt.options.logger.debug({ err }, 'webhook-inbox: could not send a wake-up');
