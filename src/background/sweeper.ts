@@ -8,7 +8,7 @@ import type { SweepStep } from '../db/sql/sweep.js';
 import { firstTime, recovered } from '../observability/logger.js';
 import { prune, purgeDead } from '../operations/retention.js';
 import type { Runtime } from '../runtime/runtime.js';
-import { applyDuePending, type Drained } from './turns.js';
+import { applyDuePending, type Drained, gapSettled } from './turns.js';
 
 /**
  * While rows past retention are left, a pass prunes for up to PRUNE_PASS_MS in batches doubling from
@@ -212,22 +212,13 @@ export class Sweeper {
         );
         continue;
       }
-      if (row.action === 'blocked') {
-        report.keysBlocked++;
-        rt.metrics.gapTimeout('blocked');
-        o.logger.info(
-          { key: row.key, fromSeq: row.fromSeq, source: o.source },
-          'webhook-inbox: gap timeout, key blocked',
-        );
-        continue;
-      }
-      if (row.action === 'skipped') {
+      if (row.action === 'blocked' || row.action === 'skipped') {
+        gapSettled(rt, row.key, row.action === 'blocked', row.fromSeq, row.toSeq);
+        if (row.action === 'blocked') {
+          report.keysBlocked++;
+          continue;
+        }
         report.gapsSkipped++;
-        rt.metrics.gapTimeout('skipped');
-        o.logger.info(
-          { key: row.key, fromSeq: row.fromSeq, toSeq: row.toSeq, source: o.source },
-          'webhook-inbox: gap timeout, seqs skipped',
-        );
       }
       toDrain.push(row.key);
     }

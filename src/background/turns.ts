@@ -84,23 +84,25 @@ export async function applyTurn(rt: Runtime, key: string): Promise<Step> {
   reportCommitted(rt, [run]);
   if (run) tookPending(rt, run.status === 'applied' || run.failure.decision === 'dead');
   const gap = advanced?.gap;
-  if (gap) {
-    rt.metrics.gapTimeout(gap.blocked ? 'blocked' : 'skipped');
-    if (gap.blocked)
-      o.logger.info(
-        { key, fromSeq: gap.fromSeq, source: o.source },
-        'webhook-inbox: gap timeout, key blocked',
-      );
-    else
-      o.logger.info(
-        { key, fromSeq: gap.fromSeq, toSeq: gap.toSeq, source: o.source },
-        'webhook-inbox: gap timeout, seqs skipped',
-      );
-  }
+  if (gap) gapSettled(rt, key, gap.blocked, gap.fromSeq, gap.toSeq);
   // onPoison 'skip' moved the cursor past a poison event: the next seq may be runnable.
   if (run?.status === 'failed') return { applied: false, more: run.failure.drain };
   const settled = gap && (gap.blocked ? 'blocked' : 'skipped');
   return { applied: run !== undefined, more: advanced?.more === true, gap: settled };
+}
+
+/** A timed-out gap was settled and committed (by a sweeper pass, or by `advance`): counted and logged. */
+export function gapSettled(
+  rt: Runtime,
+  key: string,
+  blocked: boolean,
+  fromSeq: number | null,
+  toSeq: number | null,
+): void {
+  const o = rt.options;
+  rt.metrics.gapTimeout(blocked ? 'blocked' : 'skipped');
+  if (blocked) o.logger.info({ key, fromSeq, source: o.source }, 'webhook-inbox: gap timeout, key blocked');
+  else o.logger.info({ key, fromSeq, toSeq, source: o.source }, 'webhook-inbox: gap timeout, seqs skipped');
 }
 
 /**
