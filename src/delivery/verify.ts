@@ -1,11 +1,6 @@
 /**
- * Signature verification, run by the core on the raw bytes before anything is parsed or
- * stored: a delivery that fails it is answered 401 and never claimed, so a forger can neither
- * apply an event nor fill the inbox.
- *
- * Every comparison of a signature is constant-time (`crypto.timingSafeEqual` on equal-length
- * digests), and timestamps are checked both ways (too old is a replay, too far ahead is a
- * forged or badly skewed clock).
+ * Signature verification, on the raw bytes before anything is parsed or stored: a delivery that fails
+ * is answered 401 and never claimed. Comparisons are constant-time; timestamps are checked both ways.
  */
 import { createHash } from 'node:crypto';
 import { InboxOptionsError, UnauthorizedDeliveryError } from '../errors.js';
