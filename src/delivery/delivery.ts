@@ -1,5 +1,11 @@
 import { InvalidDeliveryError } from '../errors.js';
-import { type FieldDelivery, jsonOf, type ResolvedSource, readSource, readsBody } from './field-source.js';
+import {
+  type FieldDelivery,
+  fieldDelivery,
+  type ResolvedSource,
+  readSource,
+  readsBody,
+} from './field-source.js';
 import { bodyHash, type ParseMode, parseBody, readsAsJson } from './payload.js';
 import { type Delivery, normalizeHeaders } from './request.js';
 
@@ -159,13 +165,7 @@ export function storedLatestOf(
   body: unknown,
 ): ParsedDelivery['latest'] {
   const stored = { ...headers };
-  const view = (): FieldDelivery => ({
-    headers: stored,
-    rawBody,
-    get body() {
-      return body === undefined || Buffer.isBuffer(body) ? jsonOf(rawBody) : body;
-    },
-  });
+  const view = () => fieldDelivery(stored, rawBody, body);
   try {
     return latestOf(order, stored, stored, view);
   } catch {
@@ -224,14 +224,7 @@ export function parseDelivery(
     : undefined;
   // Made at the first read: the default sources are headers, and an object with a getter is costly.
   let fd: FieldDelivery | undefined;
-  const view = () =>
-    (fd ??= {
-      headers,
-      rawBody,
-      get body() {
-        return body === undefined || Buffer.isBuffer(body) ? jsonOf(rawBody) : body;
-      },
-    });
+  const view = () => (fd ??= fieldDelivery(headers, rawBody, body));
 
   const idField = textOf(fields.id, delivery.headers, headers, view);
   const idName = fields.id.label;

@@ -58,7 +58,8 @@ export type ResolvedSource =
       readonly label: string;
     };
 
-const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9a-z-]+$/i;
+/** An HTTP header name (an RFC 9110 token). */
+export const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9a-z-]+$/i;
 
 /** RFC 6901: `''` is the whole document; `/a~1b/0` is `["a/b", "0"]`. */
 function pointer(text: string, option: string): string[] {
@@ -163,6 +164,21 @@ export function jsonOf(rawBody: Buffer): unknown {
   }
 }
 
+/** What the sources read of a delivery: `body` as parsed, else (not parsed, or not JSON) its JSON, if any. */
+export function fieldDelivery(
+  headers: Readonly<Record<string, string>>,
+  rawBody: Buffer,
+  body: unknown,
+): FieldDelivery {
+  return {
+    headers,
+    rawBody,
+    get body() {
+      return body === undefined || Buffer.isBuffer(body) ? jsonOf(rawBody) : body;
+    },
+  };
+}
+
 /** A stored event's type, read again from what was stored; a stored one that no longer reads has none. */
 export function storedTypeOf(
   source: ResolvedSource,
@@ -170,12 +186,6 @@ export function storedTypeOf(
   rawBody: Buffer,
   body: unknown,
 ): string | null {
-  const value = readSource(source, {
-    headers,
-    rawBody,
-    get body() {
-      return body === undefined || Buffer.isBuffer(body) ? jsonOf(rawBody) : body;
-    },
-  });
+  const value = readSource(source, fieldDelivery(headers, rawBody, body));
   return typeof value === 'string' || typeof value === 'number' ? String(value) : null;
 }

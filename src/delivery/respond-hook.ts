@@ -7,6 +7,7 @@ import { InboxOptionsError } from '../errors.js';
 import type { Logger } from '../observability/logger.js';
 import { type Outcome, OutcomeKind } from '../outcome.js';
 import type { ParsedDelivery } from './delivery.js';
+import { HEADER_NAME } from './field-source.js';
 
 /** The event a `respond` hook sees: what identifies it, its body and its headers. */
 export interface RespondEvent<TBody = any> {
@@ -45,7 +46,6 @@ export type RespondHook<TBody = any> = (
   event: RespondEvent<TBody> | undefined,
 ) => ResponseShape | undefined;
 
-const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9a-z-]+$/i;
 // CR, LF, NUL and the other controls but HTAB: a value must not end the header or start another.
 const UNSAFE_VALUE = /[\x00-\x08\x0a-\x1f\x7f]/;
 const MAX_HEADER_VALUE = 8192;
