@@ -107,6 +107,15 @@ export function durationMs(name: string, value: number | string): number {
   return ms;
 }
 
+/** A `batchSize` option: an integer from 1 to 100000, else `fallback`. */
+export function batchSizeOf(value: number | undefined, fallback: number): number {
+  const batch = value ?? fallback;
+  if (!Number.isInteger(batch) || batch < 1 || batch > 100_000) {
+    throw new TypeError(`webhook-inbox: \`batchSize\` must be an integer from 1 to 100000; got ${batch}`);
+  }
+  return batch;
+}
+
 export function limitOf(value: number | undefined, fallback: number): number {
   if (value === undefined) return fallback;
   if (!Number.isInteger(value) || value < 1 || value > MAX_LIST) {

@@ -1,6 +1,6 @@
 /** Retention: processed and ignored rows past their age (`retention`), and selected dead letters. */
 import { sql } from 'kysely';
-import { durationMs, eachSource, type OperationsContext, scoped, table } from './context.js';
+import { batchSizeOf, durationMs, eachSource, type OperationsContext, scoped, table } from './context.js';
 import { deadWhere, pinSelection, type Selection } from './selection.js';
 
 export interface PruneOptions {
@@ -38,10 +38,7 @@ const FIRST_BATCH = 1000;
 export async function prune(ctx: OperationsContext, options: PruneOptions): Promise<PruneResult> {
   const ms = durationMs('olderThan', options.olderThan);
   const source = scoped(ctx, options.source);
-  const largest = options.batchSize ?? 10_000;
-  if (!Number.isInteger(largest) || largest < 1 || largest > 100_000) {
-    throw new TypeError(`webhook-inbox: \`batchSize\` must be an integer from 1 to 100000; got ${largest}`);
-  }
+  const largest = batchSizeOf(options.batchSize, 10_000);
   if (options.maxMs !== undefined && !(Number.isFinite(options.maxMs) && options.maxMs >= 0)) {
     throw new TypeError(`webhook-inbox: \`maxMs\` must be a number of ms, 0 or more; got ${options.maxMs}`);
   }
@@ -115,10 +112,7 @@ export async function purgeDead(
   selection: Selection,
   options: PurgeOptions = {},
 ): Promise<PurgeResult> {
-  const batch = options.batchSize ?? 1000;
-  if (!Number.isInteger(batch) || batch < 1 || batch > 100_000) {
-    throw new TypeError(`webhook-inbox: \`batchSize\` must be an integer from 1 to 100000; got ${batch}`);
-  }
+  const batch = batchSizeOf(options.batchSize, 1000);
   const events = table(ctx, 'events');
   const matches = deadWhere(ctx, pinSelection(selection));
   const blocks = sql`exists (select 1 from ${table(ctx, 'keys')} k where k.source = e.source and k.key = e.key

@@ -1,7 +1,7 @@
 /** Scrubbing: removing secret headers from rows stored before they were declared secret. */
 import { sql } from 'kysely';
 import { secretHeaderSet } from '../delivery/payload.js';
-import { type OperationsContext, sourceIs, table } from './context.js';
+import { batchSizeOf, type OperationsContext, sourceIs, table } from './context.js';
 
 export interface ScrubOptions {
   /** Count the rows that hold one; change nothing. @defaultValue false */
@@ -29,10 +29,7 @@ export interface ScrubResult {
  */
 export async function scrubHeaders(ctx: OperationsContext, options: ScrubOptions = {}): Promise<ScrubResult> {
   const names = [...(ctx.secretHeaders ?? secretHeaderSet())].sort();
-  const batch = options.batchSize ?? 1000;
-  if (!Number.isInteger(batch) || batch < 1 || batch > 100_000) {
-    throw new TypeError(`webhook-inbox: \`batchSize\` must be an integer from 1 to 100000; got ${batch}`);
-  }
+  const batch = batchSizeOf(options.batchSize, 1000);
   const events = table(ctx, 'events');
   const holding = sql`e.headers ?| ${names}::text[] and ${sourceIs('e.source', ctx.source)}`;
   const count = async () =>
