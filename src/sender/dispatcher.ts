@@ -7,7 +7,7 @@ import type { EventEmitter } from 'node:events';
 import { type Attempt, attempt } from './attempt.js';
 import type { Breaker } from './breaker.js';
 import type { ResolvedSenderOptions } from './options.js';
-import type { AttemptReport, SenderEvents, SendResult } from './reports.js';
+import type { AttemptReport, SenderEvents, SenderStats, SendResult } from './reports.js';
 import { decide } from './retry-policy.js';
 import type { SendWaiters } from './send-waiters.js';
 import type { ClaimedEvent, SenderStore } from './store.js';
@@ -15,14 +15,7 @@ import type { ClaimedEvent, SenderStore } from './store.js';
 /** The longest the loop waits between two prunes of delivered events. */
 const PRUNE_EVERY_MS = 60_000;
 
-export interface DispatcherCounters {
-  attempts: number;
-  delivered: number;
-  retried: number;
-  deadLettered: number;
-  pruned: number;
-  looks: number;
-}
+export type DispatcherCounters = Omit<SenderStats, 'enqueued' | 'inFlight' | 'breaker'>;
 
 export class Dispatcher {
   readonly inFlight = new Set<Promise<void>>();
