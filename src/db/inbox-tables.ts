@@ -1,8 +1,6 @@
 /**
- * The inbox's own tables as Kysely table interfaces, for users who query them (a report, a
- * join with their own tables). The inbox itself goes through its SQL functions (src/db/sql/);
- * these types describe what the migrations create, and test/types.test.ts compares their
- * columns with the tables in a migrated database.
+ * The inbox's tables as Kysely table interfaces, for users who query them; test/types.test.ts
+ * compares their columns with a migrated database.
  *
  * ```ts
  * import { Kysely } from 'kysely';
@@ -40,11 +38,7 @@ export interface InboxEventsTable {
   run_after: Date | null;
   received_at: Date;
   processed_at: Date | null;
-  /**
-   * The event's type (`event.type`), written with its row's final state: when it was applied or
-   * ignored (null without a type, and for an event a claim marked: latest-wins, a waiting event
-   * claimed again by its delivery).
-   */
+  /** The event's type, written with its row's final state (applied or ignored). */
   type: string | null;
   /** The last failed run's fingerprint (its error's type and normalised message, hashed). */
   cause: string | null;
@@ -76,10 +70,8 @@ export interface InboxGapsTable {
 }
 
 /**
- * The inbox's tables under their qualified names, for the `schema` and `tablePrefix` options
- * (defaults: `webhook_inbox` and none): `InboxDatabase` is `webhook_inbox.events`,
- * `webhook_inbox.keys`, `webhook_inbox.gaps`; `InboxDatabase<'billing', 'wh_'>` is
- * `billing.wh_events`, ….
+ * The inbox's tables under their qualified names for `schema` and `tablePrefix`:
+ * `InboxDatabase<'billing', 'wh_'>` is `billing.wh_events`, ….
  */
 export type InboxDatabase<Schema extends string = 'webhook_inbox', Prefix extends string = ''> = {
   [T in `${Schema}.${Prefix}events`]: InboxEventsTable;
@@ -87,7 +79,6 @@ export type InboxDatabase<Schema extends string = 'webhook_inbox', Prefix extend
   [T in `${Schema}.${Prefix}gaps`]: InboxGapsTable;
 };
 
-/** Column names of each table, as the migrations create them (checked by test/types.test.ts). */
 export const INBOX_COLUMNS = {
   events: [
     'source',
