@@ -10,9 +10,8 @@ export interface Logger {
 export const silent = (): void => {};
 
 /**
- * The logger without a `logger` option: warnings and errors to stderr, one line each, so that a
- * first deploy sees a failing handler, a wrong secret or an unreachable database (the sender
- * only sees a status). `debug` and `info` (each delivery, gap timeouts) stay quiet.
+ * The logger without a `logger` option: warnings and errors to stderr, one line each, so that a first
+ * deploy sees a failing handler, a wrong secret or an unreachable database; `debug` and `info` quiet.
  */
 export function consoleLogger(write: (line: string) => void = (line) => process.stderr.write(line)): Logger {
   const line = (level: string) => (obj: object, msg?: string) => write(formatLine(level, obj, msg));
@@ -27,7 +26,6 @@ export function formatLine(level: string, obj: object, msg = ''): string {
     fields.push(`${name}=${fieldText(value)}`);
   }
   const text = [new Date().toISOString(), level, msg, ...fields].filter((part) => part !== '').join(' ');
-  // One line, whatever the values hold (an error's message may span several).
   return `${text.replace(/[\r\n]+/g, ' ')}\n`;
 }
 
@@ -44,10 +42,7 @@ function fieldText(value: unknown): string {
   return String(value);
 }
 
-/**
- * Said once: a kind of trouble reported at warn or error the first time it happens to this
- * logger, then at debug until `recovered` (a flood of one failure must not bury the rest).
- */
+/** Trouble of a kind is said at warn or error once per logger, then at debug until `recovered`. */
 const said = new WeakMap<Logger, Set<string>>();
 
 export function firstTime(logger: Logger, kind: string): boolean {
@@ -61,7 +56,6 @@ export function firstTime(logger: Logger, kind: string): boolean {
   return true;
 }
 
-/** The trouble of `kind` is over: its next occurrence is said loudly again. */
 export function recovered(logger: Logger, kind: string): void {
   said.get(logger)?.delete(kind);
 }
