@@ -67,8 +67,4 @@ export class ProcessedCache {
   noteBodyParses(event: CachedEvent): void {
     (event as Entry).bodyParses = true;
   }
-
-  get size(): number {
-    return this.#entries.size;
-  }
 }
