@@ -317,6 +317,14 @@ function define(client: any, registry: RegistryLike): Shared {
 }
 
 /** Registers the inbox's metrics in `registry` (or reuses another inbox's) bound to `source`. */
+/** `label`, or `other` once `seen` holds MAX_TYPE_LABELS others. */
+function capped(seen: Set<string>, label: string): string {
+  if (seen.has(label)) return label;
+  if (seen.size >= MAX_TYPE_LABELS) return 'other';
+  seen.add(label);
+  return label;
+}
+
 export async function createMetrics(
   registry: RegistryLike,
   source: string,
@@ -384,23 +392,9 @@ export async function createMetrics(
       acknowledgement: (seconds) => acknowledgement.observe(seconds),
       gapTimeout: (action) => gapTimeouts(action).inc(),
       deadLetter: (reason) => deadLetters(reason).inc(),
-      deadLetterCause: (cause) => {
-        let label = cause;
-        if (!causeLabels.has(label)) {
-          if (causeLabels.size >= MAX_TYPE_LABELS) label = 'other';
-          else causeLabels.add(label);
-        }
-        deadLetterCauses(label).inc();
-      },
+      deadLetterCause: (cause) => deadLetterCauses(capped(causeLabels, cause)).inc(),
       seqConflict: (reason) => seqConflicts(reason).inc(),
-      ignored: (type) => {
-        let label = type ?? 'none';
-        if (!typeLabels.has(label)) {
-          if (typeLabels.size >= MAX_TYPE_LABELS) label = 'other';
-          else typeLabels.add(label);
-        }
-        ignoredTypes(label).inc();
-      },
+      ignored: (type) => ignoredTypes(capped(typeLabels, type ?? 'none')).inc(),
       drain: (seconds) => drain.observe(seconds),
       sweeperRun: () => sweeperRuns.inc(),
       sweeperError: () => sweeperErrors.inc(),

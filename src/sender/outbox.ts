@@ -8,7 +8,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { CompiledQuery, type Kysely } from 'kysely';
-import { toBytes } from '../db/column-readers.js';
+import { toBytes, toNumber } from '../db/column-readers.js';
 import { type Database, type DatabaseInput, openDatabase } from '../db/database.js';
 import type { StatementNames } from '../db/drivers/common.js';
 import { seqNotAfterError } from './event.js';
@@ -78,15 +78,11 @@ function toHeaders(value: unknown): Record<string, string> {
   return (value ?? {}) as Record<string, string>;
 }
 
-function nullableNumber(value: unknown): number | null {
-  return value === null || value === undefined ? null : Number(value);
-}
-
 function stored(row: any): StoredEvent {
   return {
     id: row.id,
     key: row.key,
-    seq: nullableNumber(row.seq),
+    seq: toNumber(row.seq),
     body: toBytes(row.body),
     contentType: row.content_type,
     headers: toHeaders(row.headers),
@@ -117,7 +113,7 @@ export async function enqueueOutbox(db: Kysely<any>, text: string, event: NewEve
   return {
     id: event.id,
     key: row.r_key,
-    seq: nullableNumber(row.r_seq),
+    seq: toNumber(row.r_seq),
     created: row.r_created,
     settled: row.r_settled,
   };
