@@ -78,37 +78,3 @@ export type InboxDatabase<Schema extends string = 'webhook_inbox', Prefix extend
 } & { [T in `${Schema}.${Prefix}keys`]: InboxKeysTable } & {
   [T in `${Schema}.${Prefix}gaps`]: InboxGapsTable;
 };
-
-export const INBOX_COLUMNS = {
-  events: [
-    'source',
-    'id',
-    'key',
-    'seq',
-    'body_hash',
-    'status',
-    'payload',
-    'headers',
-    'result',
-    'attempts',
-    'last_error',
-    'dead_reason',
-    'run_after',
-    'received_at',
-    'processed_at',
-    'type',
-    'cause',
-    'failed_at',
-  ] satisfies (keyof InboxEventsTable)[],
-  keys: [
-    'source',
-    'key',
-    'next_seq',
-    'state',
-    'blocked_seq',
-    'blocked_reason',
-    'updated_at',
-    'last_version',
-  ] satisfies (keyof InboxKeysTable)[],
-  gaps: ['source', 'key', 'from_seq', 'to_seq', 'reason', 'created_at'] satisfies (keyof InboxGapsTable)[],
-} as const;
