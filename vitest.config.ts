@@ -43,6 +43,8 @@ const OWN_PROCESS = [
 ];
 
 export default defineConfig({
+  // `webhook-inbox/…` in examples/ (what a user's code imports) is the sources, by tsconfig.json's paths.
+  resolve: { tsconfigPaths: true },
   test: {
     globalSetup: ['test/support/global-setup.ts'],
     setupFiles: ['test/support/file-cpu.ts', 'test/support/inboxes-closed.ts'],

@@ -1,7 +1,7 @@
 /**
  * What a benchmark's contender servers leave behind, dropped at its end: the PostgreSQL
  * schemas named after its schema base (each contender's, and the ledger's) and the peers'
- * Redis keys (their prefix is the schema base). Used by bench/run.ts and bench/server-cost.ts.
+ * Redis keys (their prefix is the schema base). Used by bench/run.ts.
  */
 import { execFileSync } from 'node:child_process';
 import pg from 'pg';

@@ -1,6 +1,6 @@
 /**
  * Processes and their CPU time, read from /proc, for the benches that split a delivery's cost
- * between the Node process and PostgreSQL (bench/run.ts, bench/receive-cost.ts): CPU per
+ * between the Node process and PostgreSQL (bench/run.ts, bench/wire-cost.ts): CPU per
  * delivery moves far less than throughput when the machine is busy.
  */
 import { readdirSync, readFileSync } from 'node:fs';

@@ -1,5 +1,5 @@
 /**
- * A contender's server process (bench/server.ts), as bench/run.ts and bench/server-cost.ts
+ * A contender's server process (bench/server.ts), as bench/run.ts
  * start and talk to it.
  *
  * The servers run compiled by tsc (tsconfig.bench.json), as the package ships, not through

@@ -166,9 +166,34 @@ export class HandlerTimeoutError extends InboxError {
 }
 
 /**
+ * The inbox could not start: its database did not open, or its migrations failed. `inbox.ready()`
+ * rejects with it (and so does what waits for the start: `kysely()`, `migrate()`, the operator
+ * methods), its message naming the cause and, where one is known, the fix, as the log line of
+ * the failed start does; `cause` is the error the database or the migration threw. The inbox
+ * keeps retrying on its own (1 s doubling to 30 s) and answers deliveries 503 with
+ * `Retry-After` meanwhile, until `close()`: to stop at boot instead, catch it and exit.
+ *
+ * ```ts
+ * await inbox.ready().catch((err) => {
+ *   console.error(err.message); // webhook-inbox: could not start: connect ECONNREFUSED … (is the database running, …?)
+ *   process.exit(1);
+ * });
+ * ```
+ */
+export class InboxStartError extends InboxError {
+  override name = 'InboxStartError';
+  constructor(reason: string, options: { cause: unknown; code?: string }) {
+    super(`webhook-inbox: could not start: ${reason}`, options.code ?? 'start-failed', 503, {
+      cause: options.cause,
+    });
+  }
+}
+
+/**
  * The embedded database is needed (no `db`, `db: 'memory'` or `dataDir`) and
- * `@electric-sql/pglite`, an optional peer dependency, is not installed. Thrown by
- * `inbox.ready()` (deliveries meanwhile answer 503); install the package, or pass `db`.
+ * `@electric-sql/pglite`, an optional peer dependency, is not installed: a start that failed
+ * (`inbox.ready()` rejects with it; deliveries meanwhile answer 503); install the package, or
+ * pass `db`.
  *
  * ```ts
  * await inbox.ready().catch((err) => {
@@ -177,16 +202,14 @@ export class HandlerTimeoutError extends InboxError {
  * });
  * ```
  */
-export class EmbeddedDatabaseUnavailableError extends InboxError {
+export class EmbeddedDatabaseUnavailableError extends InboxStartError {
   override name = 'EmbeddedDatabaseUnavailableError';
   constructor(cause: unknown) {
     super(
-      "webhook-inbox: no `db` was given (or db: 'memory' / dataDir), so the embedded PGlite database is needed, " +
+      "no `db` was given (or db: 'memory' / dataDir), so the embedded PGlite database is needed, " +
         'but @electric-sql/pglite is not installed. Install it (npm install @electric-sql/pglite), ' +
         'or pass db: a PostgreSQL connection string or pg.Pool.',
-      'embedded-database-unavailable',
-      503,
-      { cause },
+      { cause, code: 'embedded-database-unavailable' },
     );
   }
 }

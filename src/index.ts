@@ -31,6 +31,7 @@ export {
   HandlerError,
   InboxError,
   InboxOptionsError,
+  InboxStartError,
   InvalidDeliveryError,
   OperationError,
   RawBodyUnavailableError,

@@ -13,6 +13,12 @@ export const OutcomeKind = Object.freeze({
   pending: 'pending',
   shed: 'shed',
   unavailable: 'unavailable',
+  /**
+   * The inbox is mounted where it cannot work: a body parser consumed the request before it.
+   * 500, nothing stored: the developer's mistake, permanent until the mount is fixed, and the
+   * sender's retries then deliver the event.
+   */
+  misconfigured: 'misconfigured',
   /** The handler threw RejectEvent: dead-lettered at once, 422. */
   rejected: 'rejected',
   /** Latest-wins: older than its key's last applied version; recorded, not applied, 200. */
@@ -54,8 +60,19 @@ const REPLAY_HEADERS = Object.freeze({
   'idempotent-replayed': 'true',
 });
 
+/**
+ * Where the documentation is read: the repository's docs/ (the package ships only dist/, the
+ * README and the CHANGELOG). Every error, log line and problem that names a page links it here.
+ */
+export const DOCS_BASE = 'https://github.com/webhook-inbox/webhook-inbox/blob/main/docs/';
+
+/** A page of the documentation (`configuration.md`, `outcomes.md#failed`), as a URL a user can open. */
+export function docsUrl(page: string): string {
+  return DOCS_BASE + page;
+}
+
 /** Problem `type` URLs: the section of docs/outcomes.md on each outcome kind (`…#in-flight`). */
-export const PROBLEM_TYPE_BASE = 'https://github.com/webhook-inbox/webhook-inbox/blob/main/docs/outcomes.md#';
+export const PROBLEM_TYPE_BASE = docsUrl('outcomes.md#');
 
 export function ok(
   kind: OutcomeKind,
@@ -75,6 +92,7 @@ const TITLES: Record<string, string> = {
   failed: 'Handler failed',
   shed: 'Overloaded',
   unavailable: 'Inbox unavailable',
+  misconfigured: 'Inbox misconfigured',
   'method-not-allowed': 'Method not allowed',
   rejected: 'Event rejected',
 };

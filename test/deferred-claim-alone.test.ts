@@ -54,7 +54,7 @@ describe.runIf(postgresTarget)('deferred mode: the claim alone', () => {
     // claim pending, not held, and the answer would depend on the machine's speed.
     const app = await ledgerInbox({ ...t, db: pool }, { ...DEFERRED, workers: 0, lockTimeoutMs: 3000 });
     try {
-      const answer = pool.holdAnswer(/execute "wi_fold:[^"]+\.claim_many"\(/);
+      const answer = pool.holdAnswer(/execute "wi:[^"]+\.claim_many"\(/);
       const first = app.inbox.receive(ordered('k', 1));
       await answer.reached; // the claim has run in Postgres; the inbox has not heard back
       // In a transaction of its own, the first claim would still hold the key here (its COMMIT
@@ -111,7 +111,7 @@ describe.runIf(postgresTarget)('deferred mode: the claim alone', () => {
     pools.push(pool);
     // Acknowledges only: the one connection is the deliveries'.
     const app = await ledgerInbox({ ...t, db: pool }, { ...DEFERRED, workers: 0, lockTimeoutMs: 200 });
-    // Over 64 KiB, the claim's values travel as parameters: BEGIN, the claim, COMMIT.
+    // A big body's claim folds as any other: its values written in, megabytes of them.
     const big = (seq: number, id = `k:${seq}`) => {
       const d = ordered('k', seq, seq, id);
       return { ...d, rawBody: Buffer.from(JSON.stringify({ amount: seq, pad: 'x'.repeat(70_000) })) };
@@ -174,8 +174,7 @@ describe.runIf(postgresTarget)('deferred mode: the claim alone', () => {
           source,
         ]);
         const claim = app.inbox.receive(ordered('k', 3, 3, 'k:3b'));
-        const claimText =
-          driver === 'pg' ? `"wi_fold:${t.schema}.claim_many"(` : `"${t.schema}"."claim_many"(`;
+        const claimText = driver === 'pg' ? `"wi:${t.schema}.claim_many"(` : `"${t.schema}"."claim_many"(`;
         expect(await blockedOnLock(admin, claimText, claim)).toBe(true);
         // Another id takes seq 3 while the claim waits for the key.
         await other.query(

@@ -5,13 +5,14 @@
  * kind (where problem `type` URLs point), the metrics table against `METRIC_NAMES`, no broken relative link in the README or docs/, and
  * the README's promises to a new user (install line, the two first commands, its length).
  */
-import { readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
+import ts from 'typescript';
 import { describe, expect, test } from 'vitest';
 import { anchorsOf, brokenLinks } from '../scripts/check-doc-links.js';
 import { parseDuration } from '../src/duration.js';
 import { METRIC_NAMES, OutcomeKind } from '../src/index.js';
-import { methodNotAllowed, PROBLEM_TYPE_BASE, problem } from '../src/outcome.js';
+import { DOCS_BASE, docsUrl, methodNotAllowed, PROBLEM_TYPE_BASE, problem } from '../src/outcome.js';
 import { resolveOptions } from '../src/runtime/resolve-options.js';
 import { resolveSenderOptions } from '../src/sender/options.js';
 
@@ -151,7 +152,47 @@ describe('docs/observability.md, against METRIC_NAMES', () => {
   });
 });
 
+/**
+ * The text of every string literal and template part of the files under `dirs`, with where it is:
+ * what an error, a log line or a page may say to a user.
+ */
+function stringsOf(dirs: string[]): Array<{ where: string; text: string }> {
+  const found: Array<{ where: string; text: string }> = [];
+  const walk = (dir: string): string[] =>
+    readdirSync(join(root, dir), { withFileTypes: true }).flatMap((entry) =>
+      entry.isDirectory()
+        ? walk(join(dir, entry.name))
+        : entry.name.endsWith('.ts')
+          ? [join(dir, entry.name)]
+          : [],
+    );
+  for (const file of dirs.flatMap(walk)) {
+    const source = ts.createSourceFile(file, read(file), ts.ScriptTarget.Latest, true);
+    const visit = (node: ts.Node) => {
+      if (ts.isStringLiteralLike(node) || ts.isTemplateLiteralToken(node)) {
+        const { line } = source.getLineAndCharacterOfPosition(node.getStart());
+        found.push({ where: `${file}:${line + 1}`, text: (node as ts.LiteralLikeNode).text });
+      }
+      ts.forEachChild(node, visit);
+    };
+    visit(source);
+  }
+  return found;
+}
+
 describe('links and the README', () => {
+  test('what the package says names a doc by its URL, never by a path the package does not ship', () => {
+    // The SQL texts' comments (src/db/) are read by whoever reads the schema's functions, beside the repository.
+    const pathsNamed = stringsOf(['src', 'adapters'])
+      .filter(({ where }) => !where.startsWith('src/db/'))
+      .filter(({ text }) => /(^|[^/\w])docs\/[\w-]+\.md/.test(text))
+      .map(({ where, text }) => `${where}: ${text}`);
+    expect(pathsNamed).toEqual([]);
+    // And the URLs lead to pages that exist.
+    expect(existsSync(join(root, 'docs', docsUrl('configuration.md').slice(DOCS_BASE.length)))).toBe(true);
+    expect(PROBLEM_TYPE_BASE.startsWith(DOCS_BASE)).toBe(true);
+  });
+
   test('no relative link of the README, the CHANGELOG or docs/ is broken', () => {
     expect(brokenLinks(root)).toEqual([]);
   });

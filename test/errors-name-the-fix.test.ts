@@ -42,16 +42,38 @@ describe('errors name the fix', () => {
     expect(optionError(() => standardWebhooks({ secret: '' })).message).toContain('got an empty string');
   });
 
-  it("db: '' is a missing db: refused in production, naming DATABASE_URL", () => {
+  it("db: '' (an unset DATABASE_URL) is refused at construction, in production and outside it", () => {
     const before = process.env.NODE_ENV;
-    process.env.NODE_ENV = 'production';
     try {
-      const err = optionError(() => resolveOptions({ db: '', handle }));
-      expect(err.option).toBe('db');
-      expect(err.message).toContain('is an empty string (is DATABASE_URL set?)');
+      for (const env of ['production', 'development']) {
+        process.env.NODE_ENV = env;
+        const err = optionError(() => createInbox({ db: '', handle }));
+        expect(err.option, env).toBe('db');
+        expect(err.message, env).toContain('is an empty string (is DATABASE_URL set?)');
+      }
     } finally {
       process.env.NODE_ENV = before;
     }
+  });
+
+  it("db: 'postgress://…' (a misspelt scheme) is refused at construction, naming the accepted forms", () => {
+    const err = optionError(() =>
+      createInbox({ db: 'postgress://app:hunter2@db.internal:5432/app', handle }),
+    );
+    expect(err.option).toBe('db');
+    expect(err.message).toContain('must be a postgres:// or postgresql:// URL');
+    expect(err.message).toContain("'memory', a pg.Pool, a Kysely instance or a PGlite instance");
+    expect(err.message).toContain(
+      'got "postgress://app:***@db.internal:5432/app" ("postgress://" is not a PostgreSQL scheme)',
+    );
+    expect(err.message).not.toContain('hunter2');
+  });
+
+  it("db: '127.0.0.1:5432/x' (a URL without its scheme) is refused at construction, suggesting postgres://", () => {
+    const err = optionError(() => createInbox({ db: '127.0.0.1:5432/x', handle }));
+    expect(err.option).toBe('db');
+    expect(err.message).toContain('must be a postgres:// or postgresql:// URL');
+    expect(err.message).toContain('(did you mean "postgres://127.0.0.1:5432/x"?)');
   });
 
   it('tables nobody migrated: 503, and the log and health() say to run `webhook-inbox migrate`', async () => {
@@ -90,6 +112,10 @@ describe('errors name the fix', () => {
     const err = optionError(() => createInbox({ db: 'memory', handle, maxAtempts: 3 } as never));
     expect(err.option).toBe('maxAtempts');
     expect(err.message).toContain('is not an inbox option; did you mean `maxAttempts`?');
+    // A page the user can open: the installed package holds no docs/.
+    expect(err.message).toContain(
+      '(https://github.com/webhook-inbox/webhook-inbox/blob/main/docs/configuration.md lists them)',
+    );
     expect(
       optionError(() => resolveOptions({ db: 'memory', handle, zzz: 1 } as never)).message,
     ).not.toContain('did you mean');

@@ -300,7 +300,7 @@ describe('options are checked at construction', () => {
 });
 
 describe('the Express adapter needs the raw body', () => {
-  it('answers a clear 500 problem when express.json() ran first, and applies nothing', async () => {
+  it('answers a clear 500 problem when express.json() ran first, and applies nothing: misconfigured, not unavailable', async () => {
     let runs = 0;
     const mw = expressInbox({
       sweepIntervalMs: 0,
@@ -317,6 +317,13 @@ describe('the Express adapter needs the raw body', () => {
       expect(reply.status).toBe(500);
       expect(reply.headers.get('content-type')).toMatch(problemJson);
       expect(reply.body.detail).toMatch(/consumed/);
+      // The developer's mistake, until the mount is fixed: not the 503 of an unreachable database.
+      expect(reply.body).toMatchObject({
+        type: 'https://github.com/webhook-inbox/webhook-inbox/blob/main/docs/outcomes.md#misconfigured',
+        title: 'Inbox misconfigured',
+        status: 500,
+      });
+      expect(reply.headers.get('retry-after')).toBeNull();
       expect(runs).toBe(0);
     } finally {
       server.close();

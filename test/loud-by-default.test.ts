@@ -10,8 +10,8 @@
  */
 import { afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { stripe } from '../src/delivery/providers.js';
-import { createInbox, type Delivery, type Inbox, type InboxOptions } from '../src/index.js';
-import { freshPGlite } from './support/databases.js';
+import { createInbox, type Delivery, type Inbox, type InboxOptions, RejectEvent } from '../src/index.js';
+import { freshPGlite, postgresTarget, postgresUrl } from './support/databases.js';
 import { whsec } from './support/provider-deliveries.js';
 
 let db: Awaited<ReturnType<typeof freshPGlite>>;
@@ -111,6 +111,23 @@ describe('without a logger, trouble is one line on stderr', () => {
     );
   });
 
+  it('a rejected event: one ERROR line advising to skip and purge it, never to replay it', async () => {
+    const inbox = open({
+      handle: () => {
+        throw new RejectEvent('amount must be an integer');
+      },
+    });
+    await inbox.ready();
+    captureStderr();
+    expect((await inbox.receive(delivery('evt_rejected'))).status).toBe(422);
+    expect(stderr.filter((line) => line.includes(' ERROR '))).toHaveLength(1);
+    const line = stderr.find((l) => l.includes('dead-lettered'))!;
+    expect(line).toMatch(
+      / ERROR webhook-inbox: dead-lettered \(rejected\); the handler refused it for good \(RejectEvent\), so a replay would refuse it again: skip it to unblock its key \(`webhook-inbox dead skip evt_rejected`\), then purge it once read \(`webhook-inbox dead purge --all --reason rejected`\) /,
+    );
+    expect(line).not.toContain('dead replay');
+  });
+
   it('a bad signature: one WARN line with the hint about the Stripe CLI secret (in the log only)', async () => {
     await badSignature({});
     expect(stderr).toHaveLength(1);
@@ -128,11 +145,52 @@ describe('without a logger, trouble is one line on stderr', () => {
   });
 });
 
+describe('a start that worked is one line too', () => {
+  /** Constructs an inbox and waits for its start's line. */
+  async function started(options: Partial<InboxOptions>): Promise<void> {
+    captureStderr();
+    await open(options).ready();
+    await vi.waitFor(() => expect(stderr.some((line) => line.includes('ready'))).toBe(true));
+  }
+
+  it('one INFO line when the inbox is ready: its database, schema, source and mode', async () => {
+    await started({ schema: 'loud_ready', source: 'stripe' });
+    expect(stderr).toHaveLength(1);
+    expect(stderr[0]).toMatch(
+      / INFO webhook-inbox: ready source=stripe schema=loud_ready mode=inline db="a PGlite instance"$/,
+    );
+  });
+
+  it.runIf(postgresUrl)("never the db URL's password nor its parameters", async () => {
+    const t = await postgresTarget!.open();
+    try {
+      const url = new URL(postgresUrl!);
+      url.username = 'postgres';
+      url.password = 'hunter2-secret'; // trust authentication takes any password
+      url.search = '?application_name=loud&password=hunter3';
+      await started({ db: url.toString(), schema: t.schema });
+      expect(stderr).toHaveLength(1);
+      expect(stderr[0]).toContain(` db=postgres://postgres@${url.host}${url.pathname}`);
+      expect(stderr[0]).not.toMatch(/hunter|application_name/);
+    } finally {
+      await Promise.all(inboxes.splice(0).map((inbox) => inbox.close()));
+      await t.close();
+    }
+  });
+});
+
 describe('logger: false says nothing', () => {
   it('not for a failing handler, a bad signature, nor an unreachable database', async () => {
     await failingHandler({ logger: false });
     await badSignature({ logger: false });
     await unreachableDatabase({ logger: false });
+    expect(stderr).toEqual([]);
+  });
+
+  it('nor that the inbox is ready', async () => {
+    captureStderr();
+    await open({ logger: false, schema: 'loud_ready_silent' }).ready();
+    await new Promise((resolve) => setTimeout(resolve, 100));
     expect(stderr).toEqual([]);
   });
 });

@@ -68,6 +68,24 @@ async function whileKeyHeld(schema: string, key: string, commands: string[][]): 
 }
 
 describe('CLI argument checks (no database is opened)', { timeout: 120_000 }, () => {
+  it('a misspelt command or option: exit 2, naming the nearest one', async () => {
+    const [command, top, option, far] = await Promise.all([
+      cli(['dead', 'lsit']),
+      cli(['stauts']),
+      cli(['dead', 'list', '--reson', 'poison']),
+      cli(['dead', 'list', '--zzz']),
+    ]);
+    expect([command.code, top.code, option.code, far.code]).toEqual([2, 2, 2, 2]);
+    expect(command.stderr).toContain(
+      'webhook-inbox: unknown command "dead lsit"; did you mean `webhook-inbox dead list`?',
+    );
+    expect(top.stderr).toContain('unknown command "stauts"; did you mean `webhook-inbox status`?');
+    expect(option.stderr).toContain('webhook-inbox: unknown option --reson; did you mean --reason?');
+    // Node's own advice about `--` and positional arguments is not for a misspelt option.
+    expect(option.stderr).not.toContain('positional');
+    expect(far.stderr).toContain('unknown option --zzz\nusage: webhook-inbox dead list');
+  });
+
   it('--version, --db, DATABASE_URL, --data-dir, --reason, --retention, --raw with --json: exit 2 naming the option', async () => {
     const empty = resolve('.tmp', uniqueName('cli-not-a-database'));
     mkdirSync(empty, { recursive: true });

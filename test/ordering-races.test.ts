@@ -52,10 +52,9 @@ describe.runIf(postgresTarget)('ordering races on real Postgres', () => {
     pools.push(pool);
     return pool;
   };
-  // A claim as pg_stat_activity shows it: pipelined on a pg.Pool, the prepared statement's own
-  // text (`… "<schema>"."claim"($1, …)`, src/db/drivers/extended-protocol.ts); folded as text through a
-  // GatedPool's wrapper, `execute "wi_fold:<schema>.claim"(…)` (src/db/drivers/fold.ts).
-  const claimOf = (t: TargetDb) => [`"wi_fold:${t.schema}.claim"(`, `"${t.schema}"."claim"(`];
+  // A claim as pg_stat_activity shows it: folded by our driver, `execute "wi:<schema>.claim"(…)`
+  // (src/db/drivers/fold.ts); sent alone, its own text (`… "<schema>"."claim"($1, …)`).
+  const claimOf = (t: TargetDb) => [`"wi:${t.schema}.claim"(`, `"${t.schema}"."claim"(`];
   // A replay's read of its key's row, FOR UPDATE (src/operations/replay.ts).
   const replayKeyRead = (t: TargetDb) => `blocked_seq from "${t.schema}"."keys"`;
 

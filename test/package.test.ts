@@ -9,12 +9,16 @@
  *
  * Nothing here touches the repository's own dist/: the build goes to a staging copy.
  */
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { once } from 'node:events';
 import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { promisify } from 'node:util';
 import pg from 'pg';
+import Stripe from 'stripe';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { postgresUrl, uniqueName } from './support/databases.js';
 
@@ -216,6 +220,31 @@ server.close();
 await core.close();
 `;
 
+/**
+ * The README's quick start as printed: the SQL of its `payments` table (from its shell block)
+ * and its server, the section's first TypeScript snippet.
+ */
+function quickStart(): { sql: string; server: string } {
+  const readme = readFileSync(join(repo, 'README.md'), 'utf8');
+  const start = readme.indexOf('\n## Quick start\n');
+  const section = readme.slice(start, readme.indexOf('\n## ', start + 1));
+  const server = /^```ts\n([\s\S]*?)^```$/m.exec(section)?.[1];
+  const sql = /'(create table payments [^']*)'/.exec(section)?.[1];
+  if (!server || !sql)
+    throw new Error("README.md's quick start has no TypeScript snippet, or no `create table payments`");
+  return { sql, server };
+}
+
+/** A port nothing listens on now. */
+async function freePort(): Promise<number> {
+  const server = createServer().listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  const { port } = server.address() as { port: number };
+  server.close();
+  await once(server, 'close');
+  return port;
+}
+
 let scratch: string;
 /** The file list of `npm pack --dry-run` in the repository (the `files` of package.json). */
 let packedFromRepo: string[] = [];
@@ -271,6 +300,28 @@ beforeAll(async () => {
       `express@${version('express')}`,
     ],
     { cwd: lean, timeout: 480_000 },
+  );
+
+  // The README's quick start: a new ESM project with what it says to install, and its server.
+  const quickstart = join(scratch, 'quickstart');
+  mkdirSync(quickstart);
+  writeFileSync(
+    join(quickstart, 'package.json'),
+    JSON.stringify({ name: 'quickstart', private: true, type: 'module' }),
+  );
+  writeFileSync(join(quickstart, 'server.ts'), quickStart().server);
+  const quickstartInstall = run(
+    'npm',
+    [
+      'install',
+      '--no-audit',
+      '--no-fund',
+      '--prefer-offline',
+      '--loglevel=error',
+      tarball,
+      ...['express', 'stripe', 'tsx'].map((d) => `${d}@${version(d)}`),
+    ],
+    { cwd: quickstart, timeout: 480_000 },
   );
 
   writeFileSync(
@@ -343,7 +394,12 @@ console.log(JSON.stringify({
   const checks = Object.keys(RESOLUTIONS).map(async (name) => {
     typesOutput[name] = await tscIn(join(consumer, 'resolution'), ['-p', `tsconfig.${name}.json`]);
   });
-  [tscOutput] = await Promise.all([tscIn(consumer, ['-p', 'tsconfig.json']), leanInstall, ...checks]);
+  [tscOutput] = await Promise.all([
+    tscIn(consumer, ['-p', 'tsconfig.json']),
+    leanInstall,
+    quickstartInstall,
+    ...checks,
+  ]);
 }, 600_000);
 
 afterAll(async () => {
@@ -496,4 +552,87 @@ describe('a project with only the package, pg and Express (no PGlite)', () => {
       });
     }, 60_000);
   });
+});
+
+describe("the README's quick start, in a new ESM project with the package, express, stripe and tsx", () => {
+  test.runIf(postgresUrl)(
+    'run as printed against a fresh database: a Stripe-signed payment_intent.succeeded is answered 200 and writes its payments row',
+    async () => {
+      const database = uniqueName('quickstart');
+      const admin = new pg.Client(postgresUrl!);
+      await admin.connect();
+      await admin.query(`create database "${database}"`);
+      const url = new URL(postgresUrl!);
+      url.pathname = `/${database}`;
+      const app = new pg.Client(url.toString());
+      const secret = `whsec_${randomBytes(24).toString('base64')}`;
+      const port = await freePort();
+      const env: Record<string, string | undefined> = {
+        ...process.env,
+        DATABASE_URL: url.toString(),
+        STRIPE_WEBHOOK_SECRET: secret,
+        PORT: String(port),
+      };
+      delete env.NODE_ENV; // a developer's shell, not vitest's `test`
+      let server: ReturnType<typeof spawn> | undefined;
+      let output = '';
+      try {
+        await app.connect();
+        await app.query(quickStart().sql);
+        // `npx tsx server.ts`, as the snippet's first line says.
+        server = spawn(process.execPath, [join('node_modules', 'tsx', 'dist', 'cli.mjs'), 'server.ts'], {
+          cwd: join(scratch, 'quickstart'),
+          env,
+          stdio: ['ignore', 'pipe', 'pipe'],
+        });
+        server.stdout!.on('data', (chunk) => (output += chunk));
+        server.stderr!.on('data', (chunk) => (output += chunk));
+        const exited = once(server, 'exit').then(([code]) => {
+          throw new Error(`the quick start exited (${code}) before it answered:\n${output}`);
+        });
+        exited.catch(() => {});
+        const base = `http://127.0.0.1:${port}/webhooks`;
+        const answered = async () => {
+          for (const deadline = Date.now() + 90_000; Date.now() < deadline; ) {
+            const health = await fetch(`${base}/health`).catch(() => undefined);
+            if (health?.status === 200) return;
+            await new Promise((r) => setTimeout(r, 250));
+          }
+          throw new Error(`the quick start did not answer its health route within 90 s:\n${output}`);
+        };
+        await Promise.race([answered(), exited]);
+
+        const payload = JSON.stringify({
+          id: 'evt_quickstart_1',
+          object: 'event',
+          type: 'payment_intent.succeeded',
+          created: Math.floor(Date.now() / 1000),
+          data: {
+            object: { id: 'pi_quickstart_1', object: 'payment_intent', amount: 2000, currency: 'eur' },
+          },
+        });
+        const res = await fetch(base, {
+          method: 'POST',
+          headers: {
+            'content-type': 'application/json',
+            'stripe-signature': Stripe.webhooks.generateTestHeaderString({ payload, secret }),
+          },
+          body: payload,
+        });
+        expect({ status: res.status, body: await res.json() }, output).toMatchObject({
+          status: 200,
+          body: { status: 'processed', id: 'evt_quickstart_1' },
+        });
+        const { rows } = await app.query('select id, amount::int as amount from payments');
+        expect(rows).toEqual([{ id: 'pi_quickstart_1', amount: 2000 }]);
+      } finally {
+        server?.kill();
+        if (server && server.exitCode === null) await once(server, 'exit');
+        await app.end().catch(() => {});
+        await admin.query(`drop database if exists "${database}" with (force)`);
+        await admin.end();
+      }
+    },
+    150_000,
+  );
 });

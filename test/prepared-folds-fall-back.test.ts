@@ -1,10 +1,9 @@
 /**
- * Folded statements are prepared once per connection: parsed under names of their own in a
- * pipeline on node-postgres's clients (src/db/drivers/extended-protocol.ts), PREPAREd and EXECUTEd as text on
- * a pg-shaped wrapper (src/db/drivers/fold.ts). A connection that lost them (DISCARD ALL or
- * DEALLOCATE ALL by someone else, a pooler that swapped backends) must not fail a delivery: its
- * pipelines parse each statement anew from then on; a wrapper folds text from then on. Nor must a pool that wraps one
- * connection in a new client object at every checkout (its PREPAREs find their names taken).
+ * Folded statements are PREPAREd once per connection and EXECUTEd (src/db/drivers/prepared-folds.ts).
+ * A connection that lost them (DISCARD ALL or DEALLOCATE ALL by someone else, a pooler that
+ * swapped backends) must not fail a delivery: its pool folds each statement's text with the
+ * values written in from then on, and names nothing. Nor must a pool that wraps one connection
+ * in a new client object at every checkout (its PREPAREs find their names taken).
  */
 import pg from 'pg';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -80,7 +79,7 @@ describe.runIf(postgresTarget)('prepared folds fall back to text (real Postgres)
   it('statements deallocated behind its back: the next delivery is processed, folded as text', async () => {
     const { inbox, pool } = await start(false);
     expect((await inbox.receive(delivery('p-1'))).kind).toBe('processed');
-    expect(pool.sent.some((text) => /execute "wi_fold:[^"]+\.try_claim"/.test(text))).toBe(true);
+    expect(pool.sent.some((text) => /execute "wi:[^"]+\.try_claim"/.test(text))).toBe(true);
 
     await pool.pool.query('deallocate all'); // the one connection the inbox uses
     pool.sent.length = 0;
@@ -99,9 +98,8 @@ describe.runIf(postgresTarget)('prepared folds fall back to text (real Postgres)
     expect(pool.sent.some((text) => text.startsWith('prepare '))).toBe(false);
   });
 
-  it('a pipelining connection whose statements were deallocated: the next delivery is processed, and its pipelines parse each statement anew from then on', async () => {
+  it("node-postgres's own pool, its statements deallocated: the next delivery is processed, and nothing is PREPAREd again", async () => {
     t = await postgresTarget!.open();
-    // node-postgres's own pool, one connection: the driver pipelines its folds on it.
     const one = new pg.Pool({ connectionString: postgresUrl!, max: 1 });
     one.on('error', () => {});
     const ours = createInbox({
@@ -111,34 +109,33 @@ describe.runIf(postgresTarget)('prepared folds fall back to text (real Postgres)
       duplicateCacheSize: 0,
       handle: (event) => ({ id: event.id }),
     });
-    const named = async () =>
+    const prepared = async () =>
       (
-        await one.query<{ name: string; from_sql: boolean }>(
-          `select name, from_sql from pg_prepared_statements where name like 'wi_pipe%' order by name`,
+        await one.query<{ name: string }>(
+          `select name from pg_prepared_statements where name like 'wi:%' order by name`,
         )
-      ).rows;
+      ).rows.map((row) => row.name);
     try {
       expect((await ours.receive(delivery('q-1'))).kind).toBe('processed');
-      // Parsed on the protocol under their own names, not PREPAREd in SQL.
-      const parsed = await named();
-      expect(parsed.map((row) => row.name)).toEqual(
-        expect.arrayContaining([`wi_pipe:${t.schema}.try_id_lock`, `wi_pipe:${t.schema}.record_applied`]),
+      expect(await prepared()).toEqual(
+        expect.arrayContaining([`wi:${t.schema}.try_id_lock`, `wi:${t.schema}.record_applied`]),
       );
-      expect(parsed.every((row) => !row.from_sql)).toBe(true);
 
       await one.query('deallocate all');
       const outcome = await ours.receive(delivery('q-2'));
       expect(outcome).toMatchObject({ kind: 'processed', status: 200, body: { result: { id: 'q-2' } } });
       expect(await ours.event('q-2')).toMatchObject({ status: 'processed', result: { id: 'q-2' } });
-      // Parsed anew in each pipeline (the unnamed statement), not kept under their names: a
-      // pooler that lost them once would lose them again, and a COMMIT could find out.
-      expect(await named()).toEqual([]);
+      // Not PREPAREd again: a pooler that lost them once would lose them again, and a COMMIT
+      // could be the one to find out.
+      expect(await prepared()).toEqual([]);
       for (const id of ['q-3', 'q-4']) {
         await one.query('deallocate all');
         expect((await ours.receive(delivery(id))).kind).toBe('processed');
         expect(await ours.event(id)).toMatchObject({ status: 'processed', result: { id } });
       }
-      expect(await named()).toEqual([]);
+      // A duplicate's read alone (the look before BEGIN, or the try-claim's) is not named either.
+      expect((await ours.receive(delivery('q-4'))).kind).toBe('duplicate');
+      expect(await prepared()).toEqual([]);
     } finally {
       await ours.close();
       await one.end();
@@ -158,10 +155,10 @@ describe.runIf(postgresTarget)('prepared folds fall back to text (real Postgres)
     );
     expect(claims).toEqual([
       expect.stringMatching(
-        /^set transaction isolation level read committed; execute "wi_fold:[^"]+\.claim"\(/,
+        /^set transaction isolation level read committed; execute "wi:[^"]+\.claim_many"\(/,
       ),
       expect.stringMatching(
-        /^set transaction isolation level read committed; select decision, result::text as result, .*"claim"\(/s,
+        /^set transaction isolation level read committed; select ord, decision, result::text as result, .*"claim_many"\(/s,
       ),
     ]);
     expect(await inbox.event('d-2')).toMatchObject({ status: 'pending' });

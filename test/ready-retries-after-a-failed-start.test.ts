@@ -2,7 +2,7 @@ import Fastify from 'fastify';
 import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { inbox as fastifyInbox } from '../adapters/fastify.js';
-import { createInbox, type Inbox, type PgPoolLike } from '../src/index.js';
+import { createInbox, type Inbox, InboxStartError, type PgPoolLike } from '../src/index.js';
 import { postgresTarget, type TargetDb } from './support/databases.js';
 
 // Real PostgreSQL: a pool whose first connection attempt fails (the server was restarting),
@@ -142,5 +142,32 @@ describe('an inbox starts at construction', () => {
     });
     await expect(app.ready()).rejects.toThrow(/ECONNREFUSED/);
     await app.close();
+  });
+
+  it("ready() after a failed start rejects with the library's InboxStartError naming the fix, the log line saying the same", async () => {
+    const lines: string[] = [];
+    const inbox = createInbox({
+      db: 'postgres://postgres@127.0.0.1:1/nowhere',
+      logger: { error: (_obj: object, msg?: string) => lines.push(msg ?? '') },
+      handle: () => {},
+    });
+    try {
+      const err = await inbox.ready().then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(err).toBeInstanceOf(InboxStartError);
+      const { name, message, code, cause } = err as InboxStartError;
+      expect({ name, code }).toEqual({ name: 'InboxStartError', code: 'start-failed' });
+      expect(message).toBe(
+        'webhook-inbox: could not start: connect ECONNREFUSED 127.0.0.1:1 (is the database running, and is `db` its address?)',
+      );
+      // The pool's own error, stack and all, is the cause; the message carries none of it.
+      expect((cause as { code?: string }).code).toBe('ECONNREFUSED');
+      expect(message).not.toMatch(/\n\s+at /);
+      expect(lines[0]).toBe(`${message}; retrying, deliveries are answered 503 meanwhile`);
+    } finally {
+      await inbox.close();
+    }
   });
 });

@@ -75,15 +75,14 @@ describe.runIf(postgresTarget)('round trips to Postgres per delivery', () => {
     expect((await deliver('rt-1')).kind).toBe('processed');
     const sent = pool.reset();
     expect(sent).toHaveLength(3);
-    // A fold is a pipeline on pg's clients (src/drivers/pipeline.ts), recorded here as the text
-    // fold would read: `execute wi_pipe:<schema>.<statement>(<its values>)`, each statement parsed
-    // in the first pipeline that needs it (not per delivery). The try-claim (src/db/sql/try-claim.ts)
-    // took the id's advisory lock and read no row, so the claim function is not called; the
-    // row is inserted once, with its result, on COMMIT.
+    // A fold is one simple query: `execute "wi:<schema>.<statement>"(<its values>)` of statements
+    // PREPAREd once per connection (src/db/drivers/prepared-folds.ts), not per delivery. The
+    // try-claim (src/db/sql/try-claim.ts) took the id's advisory lock and read no row, so the
+    // claim function is not called; the row is inserted once, with its result, on COMMIT.
     expect(sent[0]).toMatch(
-      /^begin isolation level read; execute wi_pipe:[^(]+\.try_id_lock\('default', 'rt-1'\); execute wi_pipe:[^(]+\.try_claim\('default', 'rt-1'\); savepoint wi_apply$/,
+      /^begin isolation level read; execute "wi:[^"]+\.try_id_lock"\('default', 'rt-1'\); execute "wi:[^"]+\.try_claim"\('default', 'rt-1'\); savepoint wi_apply$/,
     );
-    expect(sent[2]).toMatch(/^execute wi_pipe:[^(]+\.record_applied\('default', 'rt-1', .*; commit$/);
+    expect(sent[2]).toMatch(/^execute "wi:[^"]+\.record_applied"\('default', 'rt-1', .*; commit$/);
     expect(await inbox.event('rt-1')).toMatchObject({ status: 'processed', result: { ok: true } });
   });
 
@@ -93,7 +92,7 @@ describe.runIf(postgresTarget)('round trips to Postgres per delivery', () => {
       expect((await deliver('rt-2')).kind).toBe('processed');
       const sent = pool.reset();
       expect(sent).toHaveLength(3);
-      expect(sent[2]).toMatch(/^execute wi_pipe:[^(]+\.record_applied\('default', 'rt-2', .*; commit$/);
+      expect(sent[2]).toMatch(/^execute "wi:[^"]+\.record_applied"\('default', 'rt-2', .*; commit$/);
       expect(await inbox.event('rt-2')).toMatchObject({ status: 'processed', result: null });
     }));
 
@@ -103,7 +102,7 @@ describe.runIf(postgresTarget)('round trips to Postgres per delivery', () => {
       expect((await deliver('rt-o0', { 'x-key': 'k0', 'x-seq': '1' })).kind).toBe('processed');
       const sent = pool.reset();
       expect(sent).toHaveLength(3);
-      expect(sent[2]).toMatch(/^execute wi_pipe:[^(]+\.record_applied\('default', 'rt-o0', 'k0',.*; commit$/);
+      expect(sent[2]).toMatch(/^execute "wi:[^"]+\.record_applied"\('default', 'rt-o0', 'k0',.*; commit$/);
       expect(await inbox.event('rt-o0')).toMatchObject({
         status: 'processed',
         key: 'k0',
@@ -129,7 +128,7 @@ describe.runIf(postgresTarget)('round trips to Postgres per delivery', () => {
       const outcome = await duplicateOf('rt-dup');
       expect(outcome).toMatchObject({ kind: 'duplicate', body: { result: { ok: true } } });
       expect(pool.reset()).toEqual([
-        expect.stringMatching(/^begin .*; execute wi_pipe:[^(]+\.try_claim/),
+        expect.stringMatching(/^begin .*; execute "wi:[^"]+\.try_claim"/),
         'commit',
       ]);
       // Duplicates of events the other processed keep coming (none is in this one's memory):
@@ -163,8 +162,8 @@ describe.runIf(postgresTarget)('round trips to Postgres per delivery', () => {
     expect(sent).toHaveLength(3);
     // The claim moved the cursor and wrote no row (the key row's lock holds the seq); the row
     // is inserted once, with its key, seq and result, on COMMIT.
-    expect(sent[0]).toMatch(/^begin isolation level read; execute wi_pipe:[^(]+\.claim\(/);
-    expect(sent[2]).toMatch(/^execute wi_pipe:[^(]+\.record_applied\('default', 'rt-o1', 'k',.*; commit$/);
+    expect(sent[0]).toMatch(/^begin isolation level read; execute "wi:[^"]+\.claim"\(/);
+    expect(sent[2]).toMatch(/^execute "wi:[^"]+\.record_applied"\('default', 'rt-o1', 'k',.*; commit$/);
     expect(await inbox.event('rt-o1')).toMatchObject({
       status: 'processed',
       key: 'k',
@@ -181,9 +180,9 @@ describe.runIf(postgresTarget)('round trips to Postgres per delivery', () => {
       expect(outcome.status).toBe(500);
       const sent = pool.reset();
       expect(sent).toHaveLength(3);
-      expect(sent[0]).toMatch(/^begin .*; execute wi_pipe:[^(]+\.try_claim.*; savepoint wi_apply$/);
+      expect(sent[0]).toMatch(/^begin .*; execute "wi:[^"]+\.try_claim".*; savepoint wi_apply$/);
       expect(sent[2]).toMatch(
-        /^rollback to savepoint wi_apply; execute wi_pipe:[^(]+\(.*; execute wi_pipe:[^(]+\.fail\(.*; commit$/,
+        /^rollback to savepoint wi_apply; execute "wi:[^"]+"\(.*; execute "wi:[^"]+\.fail"\(.*; commit$/,
       );
       expect(await failing.event('rt-fail')).toMatchObject({ status: 'pending', attempts: 1 });
     }));
@@ -196,10 +195,10 @@ describe.runIf(postgresTarget)('round trips to Postgres per delivery', () => {
     expect((await deliver('rt-retry')).kind).toBe('processed');
     const sent = pool.reset();
     expect(sent).toHaveLength(4);
-    expect(sent[0]).toMatch(/^begin .*; execute wi_pipe:[^(]+\.try_claim.*; savepoint wi_apply$/);
+    expect(sent[0]).toMatch(/^begin .*; execute "wi:[^"]+\.try_claim".*; savepoint wi_apply$/);
     // The claim decides (it applies the waiting row), and a savepoint taken after it is what a
     // failed run would roll back to: the claim's locks stay.
-    expect(sent[1]).toMatch(/^execute wi_pipe:[^(]+\.claim\('default', 'rt-retry', .*; savepoint wi_apply$/);
+    expect(sent[1]).toMatch(/^execute "wi:[^"]+\.claim"\('default', 'rt-retry', .*; savepoint wi_apply$/);
     expect(sent[3]).toMatch(/; commit$/);
     expect(await inbox.event('rt-retry')).toMatchObject({
       status: 'processed',
@@ -226,23 +225,23 @@ describe.runIf(postgresTarget)('round trips to Postgres per delivery', () => {
     // The three handlers' statements + 2 + k (2 drained) = 7, in one transaction.
     expect(sent).toEqual([
       expect.stringMatching(
-        /^begin isolation level read; execute wi_pipe:[^(]+\.claim\('default', 'rt-d1', .*; savepoint wi_apply$/,
+        /^begin isolation level read; execute "wi:[^"]+\.claim"\('default', 'rt-d1', .*; savepoint wi_apply$/,
       ),
       'select 1 as "one"',
       // The gap-filler's row with its result rides on the take of the next seq (which does not
       // wait: the claim holds the key row), and that event's savepoint follows it.
       expect.stringMatching(
-        /^execute wi_pipe:[^(]+\.record_applied\('default', 'rt-d1', .*; execute wi_pipe:[^(]+\.take_next\('default', 'kd', .*; savepoint wi_apply$/,
+        /^execute "wi:[^"]+\.record_applied"\('default', 'rt-d1', .*; execute "wi:[^"]+\.take_next"\('default', 'kd', .*; savepoint wi_apply$/,
       ),
       'select 1 as "one"',
       // The take locked the row and left it held; one UPDATE marks it processed with its
       // result (src/db/sql/mark-applied.ts).
       expect.stringMatching(
-        /^execute wi_pipe:[^(]+\.mark_applied\('default', 'rt-d2', .*; execute wi_pipe:[^(]+\.take_next\('default', 'kd', .*; savepoint wi_apply$/,
+        /^execute "wi:[^"]+\.mark_applied"\('default', 'rt-d2', .*; execute "wi:[^"]+\.take_next"\('default', 'kd', .*; savepoint wi_apply$/,
       ),
       'select 1 as "one"',
       // take_next said no seq 4 waits: COMMIT, and no drain after the response.
-      expect.stringMatching(/^execute wi_pipe:[^(]+\.mark_applied\('default', 'rt-d3', .*; commit$/),
+      expect.stringMatching(/^execute "wi:[^"]+\.mark_applied"\('default', 'rt-d3', .*; commit$/),
     ]);
     await inbox.idle();
     expect(pool.reset()).toEqual([]);
@@ -267,7 +266,7 @@ describe.runIf(postgresTarget)('round trips to Postgres per delivery', () => {
           headers: { 'idempotency-key': id, 'content-type': 'application/json', ...extra },
           rawBody: Buffer.from('{}'),
         });
-      const alone = /^set transaction isolation level; execute "wi_fold:[^"]+\.claim_many"\([^;]*$/;
+      const alone = /^set transaction isolation level; execute "wi:[^"]+\.claim_many"\([^;]*$/;
       // The workers' count of pending events (`maxPending`), refreshed on a timer whatever the
       // deliveries, and the other instances' wake-up, one NOTIFY after commit per interval
       // whatever the deliveries (src/background/wake-ups.ts): not part of one.
@@ -285,18 +284,14 @@ describe.runIf(postgresTarget)('round trips to Postgres per delivery', () => {
         expect((await receive(id, extra)).kind).toBe(kind);
         expect(sent()).toEqual([expect.stringMatching(alone)]);
       }
-      // Values over 64 KiB travel as parameters: BEGIN, the claim, COMMIT.
+      // Values of any size fold, as literals: the claim alone, one round trip.
       pool.reset();
       const big = await deferred.receive({
         headers: { 'idempotency-key': 'rtd-big', 'content-type': 'application/json' },
         rawBody: Buffer.from(JSON.stringify({ pad: 'x'.repeat(70_000) })),
       });
       expect(big.kind).toBe('pending');
-      expect(sent()).toEqual([
-        'begin isolation level read',
-        expect.stringMatching(/^select ord, decision, result::text/),
-        'commit',
-      ]);
+      expect(sent()).toEqual([expect.stringMatching(alone)]);
       expect(await deferred.event('rtd-1')).toMatchObject({ status: 'pending' });
       expect(await deferred.event('rtd-o3')).toMatchObject({ status: 'held' });
     }));
@@ -357,11 +352,11 @@ describe('calls into PGlite per delivery', () => {
     expect(calls).toHaveLength(3);
     // One session: no try-lock, which could only answer true there (src/db/sql/try-claim.ts).
     expect(calls[0]).toMatch(
-      /^begin isolation level read committed; execute "wi_fold:[^"]+\.try_claim_one_session"\('default', 'pgl-2'\); savepoint wi_apply$/,
+      /^begin isolation level read committed; execute "wi:[^"]+\.try_claim_one_session"\('default', 'pgl-2'\); savepoint wi_apply$/,
     );
     // The event's row, inserted with its result (src/db/sql/record-applied.ts), rides on COMMIT.
     expect(calls[2]).toMatch(
-      /^execute "wi_fold:[^"]+\.record_applied"\('default', 'pgl-2', .*'\{"ok":true\}'.*; commit$/,
+      /^execute "wi:[^"]+\.record_applied"\('default', 'pgl-2', .*'\{"ok":true\}'.*; commit$/,
     );
     expect(await inbox.event('pgl-1')).toMatchObject({ status: 'processed', result: { ok: true } });
   });
@@ -394,7 +389,7 @@ describe('calls into PGlite per delivery', () => {
         // Without the workers' count of pending events, refreshed on a timer (not per delivery).
         expect(calls.filter((text) => !text.startsWith('select count(*)::int as n'))).toEqual([
           expect.stringMatching(
-            /^set transaction isolation level read committed; execute "wi_fold:[^"]+\.claim_many"\([^;]*$/,
+            /^set transaction isolation level read committed; execute "wi:[^"]+\.claim_many"\([^;]*$/,
           ),
         ]);
         expect(await deferred.event('pgl-d1')).toMatchObject({ status: 'pending' });
@@ -432,7 +427,7 @@ describe('calls into PGlite per delivery', () => {
     expect((await deliver('pgl-dealloc')).kind).toBe('processed');
     // The EXECUTE failed and was rolled back; the same fold went again as text.
     expect(calls).toEqual([
-      expect.stringMatching(/^begin .*; execute "wi_fold:[^"]+\.try_claim_one_session"/),
+      expect.stringMatching(/^begin .*; execute "wi:[^"]+\.try_claim_one_session"/),
       'rollback',
       expect.stringMatching(
         /^begin .*; select true as locked, \(extract\(epoch from coalesce\(e.received_at, now\(\)\)\) \* 1000\)::float8 as received_ms,/s,
@@ -527,7 +522,7 @@ describe.runIf(postgresTarget)('round trips of a worker applying a batch of pend
     // that found nothing (for a NOTIFY that came late).
     expect(sent.slice(0, 2)).toEqual([
       'select 1 as "one"',
-      expect.stringMatching(/^execute wi_pipe:[^(]+\.mark_applied\('default', 'gate-.*; commit$/),
+      expect.stringMatching(/^execute "wi:[^"]+\.mark_applied"\('default', 'gate-.*; commit$/),
     ]);
     return sent.slice(2, 9);
   }
@@ -546,10 +541,10 @@ describe.runIf(postgresTarget)('round trips of a worker applying a batch of pend
     expect(start).toBeLessThanOrEqual(3);
     expect(sent.slice(start, start + 3)).toEqual([
       expect.stringMatching(
-        /^begin isolation level read; execute wi_pipe:[^(]+\.take_pending\(.*; savepoint wi_apply$/,
+        /^begin isolation level read; execute "wi:[^"]+\.take_pending"\(.*; savepoint wi_apply$/,
       ),
       'select 1 as "one"',
-      expect.stringMatching(/^execute wi_pipe:[^(]+\.mark_applied\('default', 'gate-single', .*; commit$/),
+      expect.stringMatching(/^execute "wi:[^"]+\.mark_applied"\('default', 'gate-single', .*; commit$/),
     ]);
     expect(sent.length).toBeLessThanOrEqual(start + 5); // + that take and its COMMIT
     expect(await worker.event('gate-single')).toMatchObject({
@@ -564,14 +559,14 @@ describe.runIf(postgresTarget)('round trips of a worker applying a batch of pend
     // 3 × (the handler's 1 + 1) + 1 = 7: per event the handler's + 1 + 1/3.
     expect(batch).toEqual([
       expect.stringMatching(
-        /^begin isolation level read; execute wi_pipe:[^(]+\.take_pending\(.*; savepoint wi_apply$/,
+        /^begin isolation level read; execute "wi:[^"]+\.take_pending"\(.*; savepoint wi_apply$/,
       ),
       'select 1 as "one"',
-      expect.stringMatching(/^execute wi_pipe:[^(]+\.mark_applied\(.*; savepoint wi_apply$/),
+      expect.stringMatching(/^execute "wi:[^"]+\.mark_applied"\(.*; savepoint wi_apply$/),
       'select 1 as "one"',
-      expect.stringMatching(/^execute wi_pipe:[^(]+\.mark_applied\(.*; savepoint wi_apply$/),
+      expect.stringMatching(/^execute "wi:[^"]+\.mark_applied"\(.*; savepoint wi_apply$/),
       'select 1 as "one"',
-      expect.stringMatching(/^execute wi_pipe:[^(]+\.mark_applied\(.*; commit$/),
+      expect.stringMatching(/^execute "wi:[^"]+\.mark_applied"\(.*; commit$/),
     ]);
     for (const id of ['rtb-1', 'rtb-2', 'rtb-3'])
       expect(await worker.event(id)).toMatchObject({ status: 'processed', result: { ok: true } });
@@ -586,15 +581,15 @@ describe.runIf(postgresTarget)('round trips of a worker applying a batch of pend
       failing.delete('rtf-2');
     }
     expect(batch).toEqual([
-      expect.stringMatching(/^begin .*; execute wi_pipe:[^(]+\.take_pending\(.*; savepoint wi_apply$/),
+      expect.stringMatching(/^begin .*; execute "wi:[^"]+\.take_pending"\(.*; savepoint wi_apply$/),
       'select 1 as "one"',
-      expect.stringMatching(/^execute wi_pipe:[^(]+\.mark_applied\(.*; savepoint wi_apply$/),
+      expect.stringMatching(/^execute "wi:[^"]+\.mark_applied"\(.*; savepoint wi_apply$/),
       'select 1 as "one"',
       expect.stringMatching(
-        /^rollback to savepoint wi_apply; execute wi_pipe:[^(]+\(.*; execute wi_pipe:[^(]+\.fail\(.*; savepoint wi_apply$/,
+        /^rollback to savepoint wi_apply; execute "wi:[^"]+"\(.*; execute "wi:[^"]+\.fail"\(.*; savepoint wi_apply$/,
       ),
       'select 1 as "one"',
-      expect.stringMatching(/^execute wi_pipe:[^(]+\.mark_applied\(.*; commit$/),
+      expect.stringMatching(/^execute "wi:[^"]+\.mark_applied"\(.*; commit$/),
     ]);
     expect(await worker.event('rtf-1')).toMatchObject({ status: 'processed' });
     expect(await worker.event('rtf-2')).toMatchObject({ status: 'pending', attempts: 1 });

@@ -2,20 +2,20 @@
  * The Stripe quick start, whole: payments recorded exactly once from Stripe's webhooks.
  * `DATABASE_URL=postgres://… STRIPE_WEBHOOK_SECRET=whsec_… npx tsx examples/stripe/server.ts`,
  * then `stripe listen --forward-to localhost:3000/webhooks` and `stripe trigger
- * payment_intent.succeeded` (examples/stripe/README.md). In your app, import from
- * 'webhook-inbox', 'webhook-inbox/express' and 'webhook-inbox/providers'.
+ * payment_intent.succeeded` (examples/stripe/README.md). It imports what your app imports: copy
+ * it into a project with `"type": "module"` that installed webhook-inbox, express and stripe.
  */
 import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import express from 'express';
 import type Stripe from 'stripe';
-import { inbox as mountInbox } from '../../adapters/express.js';
-import { stripe } from '../../src/delivery/providers.js';
-import { createInbox, type DatabaseInput, type Handler, type Inbox, type Logger } from '../../src/index.js';
+import { createInbox, type DatabaseInput, type Handler, type Inbox, type Logger } from 'webhook-inbox';
+import { inbox as mountInbox } from 'webhook-inbox/express';
+import { stripe } from 'webhook-inbox/providers';
 
-/** The application's own table, in the same database as the inbox. */
+/** The application's own table, in the same database as the inbox: the README's quick start's. */
 export interface DB {
-  payments: { id: string; event_id: string; amount: number; currency: string };
+  payments: { id: string; amount: number };
 }
 
 /**
@@ -26,10 +26,7 @@ export const handle: Handler<Stripe.Event, unknown, DB> = async (event, { tx }) 
   const stripeEvent = event.body;
   if (stripeEvent.type !== 'payment_intent.succeeded') return { skipped: stripeEvent.type };
   const intent = stripeEvent.data.object; // a Stripe.PaymentIntent
-  await tx
-    .insertInto('payments')
-    .values({ id: intent.id, event_id: stripeEvent.id, amount: intent.amount, currency: intent.currency })
-    .execute();
+  await tx.insertInto('payments').values({ id: intent.id, amount: intent.amount }).execute();
   return { payment: intent.id }; // stored, and replayed to Stripe's redeliveries
 };
 
@@ -51,14 +48,13 @@ export async function startStripeExample(options: {
     logger: options.logger ?? console,
     handle,
   });
-  // The table next to the inbox's, through the inbox's own Kysely instance.
+  // The table next to the inbox's, through the inbox's own Kysely instance (the README's
+  // `create table payments (id text primary key, amount bigint not null)`).
   await (await inbox.kysely()).schema
     .createTable('payments')
     .ifNotExists()
     .addColumn('id', 'text', (c) => c.primaryKey())
-    .addColumn('event_id', 'text', (c) => c.notNull())
     .addColumn('amount', 'bigint', (c) => c.notNull())
-    .addColumn('currency', 'text', (c) => c.notNull())
     .execute();
   // Fails here, at boot, on a wrong DATABASE_URL or a failed migration.
   await inbox.ready();

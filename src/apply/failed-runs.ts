@@ -8,6 +8,7 @@ import { notifyDeadLetter } from '../options/dead-letter-hook.js';
 import type { Runtime } from '../runtime/runtime.js';
 import { causeOf } from './cause.js';
 import { retrySchedule } from './retry-schedule.js';
+import { eventType } from './run-handler.js';
 
 /** What recording a failed run decided. `snoozed`: the handler threw RetryLater, no attempt spent. */
 export type RecordedFailure =
@@ -57,6 +58,7 @@ export async function recordFailure(
     retryInMs: next.dead ? 0 : next.retryInMs,
     receivedAt: event.receivedAt,
     deadReason: next.dead ? next.reason : 'poison',
+    type: eventType(rt, event),
   });
   const fingerprint = causeOf(cause);
   await rt.statements.recordCause(tx, o.source, id, fingerprint);
@@ -104,8 +106,24 @@ export async function recordSnooze(
     ...(await undoFailedTake(rt, tx, event)),
     retryAt: later.at,
     receivedAt: event.receivedAt,
+    type: eventType(rt, event),
   });
   return { decision: 'snoozed', attempts: event.attempts, drain: false, error: later };
+}
+
+/**
+ * What the operator does about a dead letter. A poison one failed until its budget was spent:
+ * fixed, a replay applies it. A rejected one was refused for good by its handler (RejectEvent),
+ * and a replay would refuse it again: skip it where it blocks its key, purge it once read.
+ */
+function deadLetterAdvice(reason: string, id: string, blocksKey: boolean): string {
+  if (reason !== 'rejected')
+    return `replay it with \`webhook-inbox dead replay ${id}\` once the cause is fixed`;
+  return (
+    'the handler refused it for good (RejectEvent), so a replay would refuse it again: ' +
+    (blocksKey ? `skip it to unblock its key (\`webhook-inbox dead skip ${id}\`), then ` : '') +
+    'purge it once read (`webhook-inbox dead purge --all --reason rejected`)'
+  );
 }
 
 /** After COMMIT: a dead letter is counted and said, and so is the key it blocks; `onDeadLetter` is told. */
@@ -118,7 +136,7 @@ export function reportFailure(rt: Runtime, event: TakenEvent, failure: RecordedF
   rt.metrics.deadLetterCause(failure.cause);
   o.logger.error(
     { id, key, seq, source: o.source, attempts: failure.attempts, cause: failure.cause },
-    `webhook-inbox: dead-lettered (${reason}); replay it with \`webhook-inbox dead replay ${id}\` once the cause is fixed`,
+    `webhook-inbox: dead-lettered (${reason}); ${deadLetterAdvice(reason, id, key !== null && o.onPoison === 'block')}`,
   );
   notifyDeadLetter(
     o.onDeadLetter,

@@ -10,6 +10,16 @@ import type { Runtime } from '../runtime/runtime.js';
 import { runWithContext } from './handler-context.js';
 
 /**
+ * A taken event's type: the delivery's, or a stored event's read again (the handler that exists now
+ * decides). `body`: the parsed body, when the caller has it.
+ */
+export function eventType(rt: Runtime, taken: TakenEvent, body?: unknown): string | null {
+  if ('type' in taken) return taken.type ?? null;
+  const source = rt.options.fields.type;
+  return source ? storedTypeOf(source, taken.headers, taken.payload, body) : null;
+}
+
+/**
  * Runs the handler in `tx` (none for its type: ignored); its result, as JSON for storing, and how
  * long it ran. A throw becomes a HandlerError, counted here as failed.
  */
@@ -34,13 +44,7 @@ export async function runHandler(
     // A stored payload that no longer parses or passes `bodySchema` fails like a handler would.
     const body =
       'body' in taken ? taken.body : parseBody(taken.payload, taken.headers['content-type'], o.parse);
-    // A stored event's type is read again: the handler that exists now decides.
-    type =
-      'type' in taken
-        ? (taken.type ?? null)
-        : o.fields.type
-          ? storedTypeOf(o.fields.type, taken.headers, taken.payload, body)
-          : null;
+    type = eventType(rt, taken, body);
     const handle = o.handlers(type);
     if (!handle) return { result: undefined, json: undefined, seconds: 0, ignored: true, type };
     const event: InboxEvent = {

@@ -73,6 +73,7 @@ export function deadLetterText(d: DeadLetter): string {
     line('id', d.id),
     line('source', d.source),
     line('status', `${d.status}${d.deadReason ? ` (${d.deadReason})` : ''}`),
+    line('type', d.type),
     line('key / seq', `${d.key ?? '-'} / ${d.seq ?? '-'}`) +
       (d.blocking ? '   (its key is blocked at this seq)' : ''),
     line('attempts', d.attempts),

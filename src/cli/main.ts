@@ -9,6 +9,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { OperationError } from '../errors.js';
 import { openOperations } from '../operations/index.js';
+import { closest } from '../runtime/unknown-options.js';
 import { connectionOptions, GLOBAL_OPTIONS } from './arguments.js';
 import {
   type CliIo,
@@ -99,8 +100,29 @@ function parse(command: Command, rest: string[]): { values: Values; positionals:
       positionals: string[];
     };
   } catch (err) {
+    // Node's own text advises `--` for a positional argument, which a misspelt option is not.
+    const unknown = /^Unknown option '(-{1,2})([^'=]+)/.exec((err as Error).message);
+    if ((err as { code?: string }).code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION' && unknown) {
+      const near = unknown[1] === '--' ? closest(unknown[2], Object.keys(options)) : undefined;
+      throw new UsageError(
+        `unknown option ${unknown[1]}${unknown[2]}${near ? `; did you mean --${near}?` : ''}`,
+      );
+    }
     throw new UsageError((err as Error).message);
   }
+}
+
+/** The command nearest a misspelt one: a subcommand of its group, else a command or a group. */
+function nearestCommand(group: string | undefined, typed: string): string | undefined {
+  const names = Object.keys(COMMANDS);
+  if (group) {
+    const sub = closest(
+      typed,
+      names.filter((n) => n.startsWith(`${group} `)).map((n) => n.slice(group.length + 1)),
+    );
+    return sub && `${group} ${sub}`;
+  }
+  return closest(typed, [...names.filter((n) => !n.includes(' ')), ...GROUPS]);
 }
 
 function checkPositionals(name: string, command: Command, positionals: string[]): void {
@@ -142,10 +164,11 @@ export async function main(
       return argv[1] === undefined ? EXIT.usage : EXIT.ok;
     }
     const typed = argv.slice(0, group ? 2 : 1).join(' ');
+    const near = nearestCommand(group, group ? (argv[1] ?? '') : argv[0]);
     return fail(
       EXIT.usage,
       'usage',
-      `unknown command ${JSON.stringify(typed)}; run \`webhook-inbox --help\``,
+      `unknown command ${JSON.stringify(typed)}; ${near ? `did you mean \`webhook-inbox ${near}\`?` : 'run `webhook-inbox --help`'}`,
     );
   }
 

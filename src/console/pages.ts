@@ -120,12 +120,12 @@ export function deadLettersPage(ctx: PageContext, filter: DeadLetterQuery, list:
 <label>newer than <input name="newerThan" value="${filter.newerThan ?? ''}" placeholder="1d" size="6"></label>
 <button>Filter</button></form>
 ${actions ? html`<form method="post" action="${ctx.base}/actions/replay">${csrfField(ctx)}` : ''}
-<table><tr>${actions ? html`<th><input type="checkbox" data-select-all aria-label="select all"></th>` : ''}<th>id</th><th>source</th><th>key</th><th>seq</th><th>reason</th><th>cause</th><th>failed</th><th>attempts</th><th>age</th><th>blocks key</th><th>last error</th></tr>
+<table><tr>${actions ? html`<th><input type="checkbox" data-select-all aria-label="select all"></th>` : ''}<th>id</th><th>source</th><th>key</th><th>seq</th><th>type</th><th>reason</th><th>cause</th><th>failed</th><th>attempts</th><th>age</th><th>blocks key</th><th>last error</th></tr>
 ${list.map(
   (
     d,
   ) => html`<tr>${actions ? html`<td><input type="checkbox" name="target" value="${`${encodeURIComponent(d.source)}/${encodeURIComponent(d.id)}`}" aria-label="select ${d.id}"></td>` : ''}
-<td>${eventLink(ctx, d)}</td><td>${d.source}</td><td>${keyLink(ctx, d.source, d.key)}</td><td>${d.seq ?? '—'}</td><td>${d.deadReason}</td><td>${d.cause ?? '—'}</td><td>${d.failedAt?.toISOString() ?? '—'}</td><td>${d.attempts}</td><td>${age(d.ageMs)}</td><td>${d.blocking ? 'yes' : ''}</td><td>${oneLine(d.lastError)}</td></tr>`,
+<td>${eventLink(ctx, d)}</td><td>${d.source}</td><td>${keyLink(ctx, d.source, d.key)}</td><td>${d.seq ?? '—'}</td><td>${d.type ?? '—'}</td><td>${d.deadReason}</td><td>${d.cause ?? '—'}</td><td>${d.failedAt?.toISOString() ?? '—'}</td><td>${d.attempts}</td><td>${age(d.ageMs)}</td><td>${d.blocking ? 'yes' : ''}</td><td>${oneLine(d.lastError)}</td></tr>`,
 )}
 </table>
 ${list.length === 0 ? html`<p>No dead letters${Object.values(filter).some(Boolean) ? ' match' : ''}.</p>` : ''}
@@ -219,6 +219,7 @@ ${actions}
 <tr><th>source</th><td>${d.source}</td></tr>
 <tr><th>key</th><td>${keyLink(ctx, d.source, d.key)}${d.blocking ? ' (blocks its key)' : ''}</td></tr>
 <tr><th>seq</th><td>${d.seq ?? '—'}</td></tr>
+<tr><th>type</th><td>${d.type ?? '—'}</td></tr>
 <tr><th>attempts</th><td>${d.attempts}</td></tr>
 <tr><th>received</th><td>${d.receivedAt.toISOString()} (${age(d.ageMs)} ago)</td></tr>
 ${d.retryAt ? html`<tr><th>retry_at</th><td>${d.retryAt.toISOString()}</td></tr>` : ''}
@@ -279,9 +280,9 @@ ${
 ${
   k.deadLetters.length === 0
     ? html`<p>None.</p>`
-    : html`<table><tr><th>id</th><th>seq</th><th>reason</th><th>last error</th></tr>${k.deadLetters.map(
+    : html`<table><tr><th>id</th><th>seq</th><th>type</th><th>reason</th><th>last error</th></tr>${k.deadLetters.map(
         (d) =>
-          html`<tr><td>${eventLink(ctx, d)}</td><td>${d.seq}</td><td>${d.deadReason}</td><td>${oneLine(d.lastError)}</td></tr>`,
+          html`<tr><td>${eventLink(ctx, d)}</td><td>${d.seq}</td><td>${d.type ?? '—'}</td><td>${d.deadReason}</td><td>${oneLine(d.lastError)}</td></tr>`,
       )}</table>`
 }`;
   return layout(ctx, `Key ${k.key}`, body);

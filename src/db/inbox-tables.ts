@@ -38,7 +38,7 @@ export interface InboxEventsTable {
   run_after: Date | null;
   received_at: Date;
   processed_at: Date | null;
-  /** The event's type, written with its row's final state (applied or ignored). */
+  /** The event's type, written on every path that writes or fails its row (null: none, or superseded). */
   type: string | null;
   /** The last failed run's fingerprint (its error's type and normalised message, hashed). */
   cause: string | null;

@@ -7,6 +7,7 @@ import { migrateToLatest } from '../db/migrations.js';
 import { type KeyState, keyState, listEvents, type StoredEvent } from '../db/sql/inspect.js';
 import type { Tables } from '../db/sql/tables.js';
 import type { Delivery } from '../delivery/request.js';
+import type { InboxError } from '../errors.js';
 import { firstTime, recovered } from '../observability/logger.js';
 import {
   type DeadLetter,
@@ -33,7 +34,7 @@ import { resolveOptions } from '../runtime/resolve-options.js';
 import type { ResolvedOptions } from '../runtime/resolved-options.js';
 import { Runtime } from '../runtime/runtime.js';
 import { checkHealth, healthOutcome, type InboxHealth } from './health.js';
-import { startHint, warnIfRetentionIsShort } from './start-warnings.js';
+import { sayReady, startError, warnIfRetentionIsShort } from './start-warnings.js';
 
 export class Inbox {
   readonly #rt: Runtime;
@@ -64,18 +65,20 @@ export class Inbox {
    */
   #start(failures: number): void {
     this.ready().then(
-      () => {
-        if (failures > 0) this.options.logger.warn({ source: this.options.source }, 'webhook-inbox: started');
+      (database) => {
+        if (this.#rt.closing) return;
+        sayReady(this.options, database, failures);
         recovered(this.options.logger, 'database');
       },
-      (err) => {
+      (err: InboxError) => {
         if (this.#rt.closing) return;
         const { logger, source } = this.options;
         const delayMs = Math.min(30_000, 1000 * 2 ** Math.min(failures, 5));
-        // One line per outage, shared with the deliveries' own (src/receive/respond.ts).
+        // One line per outage, shared with the deliveries' own (src/receive/respond.ts); the
+        // message is the one ready() rejects with.
         (firstTime(logger, 'database') ? logger.error : logger.debug)(
-          { err, source, retryInMs: delayMs },
-          `webhook-inbox: could not start: ${startHint(err)}; retrying, deliveries are answered 503 meanwhile`,
+          { err: err.cause, source, retryInMs: delayMs },
+          `${err.message}; retrying, deliveries are answered 503 meanwhile`,
         );
         this.#restart = setTimeout(() => this.#start(failures + 1), delayMs);
         this.#restart.unref();
@@ -96,11 +99,14 @@ export class Inbox {
 
   /**
    * Resolves once the database is open and migrated (unless `migrate: false`) and the sweeper
-   * and workers run; rejects when that fails (the inbox keeps retrying on its own). The inbox
-   * starts at construction: await this at boot to fail loudly on a wrong database. Idempotent.
+   * and workers run; rejects with `InboxStartError` when that fails, naming the cause and
+   * the fix (the inbox keeps retrying on its own). The inbox starts at construction: await this
+   * at boot to fail loudly on a wrong database. Idempotent.
    */
   async ready(): Promise<Database> {
-    const { database } = await this.#rt.open();
+    const { database } = await this.#rt.open().catch((err) => {
+      throw startError(err);
+    });
     // A start that finished after close() began must not start loops close() already stopped.
     if (!this.#rt.closing) this.#background.start();
     return database;

@@ -2,7 +2,10 @@
  * What an inbox says as it starts (src/inbox/inbox.ts): a retention shorter than providers retry, and
  * the likely fix when the start failed.
  */
+
+import type { Database } from '../db/database.js';
 import { missingTables } from '../db/drivers/postgres-error.js';
+import { InboxError, InboxStartError } from '../errors.js';
 import type { ResolvedOptions } from '../runtime/resolved-options.js';
 
 const SHORT_RETENTION_MS = 3 * 86_400_000;
@@ -25,12 +28,76 @@ export function warnIfRetentionIsShort({ retention, logger, source }: ResolvedOp
   }
 }
 
-/** What to do about a start that failed, by what failed. */
+/** The fix of a start that failed, by what failed: its SQLSTATE or its network error's code. */
+const FIXES: Record<string, string> = {
+  ECONNREFUSED: 'is the database running, and is `db` its address?',
+  ENOTFOUND: 'is the database running, and is `db` its address?',
+  EAI_AGAIN: 'is the database running, and is `db` its address?',
+  ETIMEDOUT: 'is the database running, and is `db` its address?',
+  '28P01': "the password in `db` is not the role's",
+  '28000': 'the server refused the role in `db`: check its name, and pg_hba.conf',
+  '3D000': 'the database `db` names does not exist: create it (createdb), or fix `db`',
+  '42501':
+    "the role in `db` may not create the inbox's schema: grant it CREATE, or run `webhook-inbox migrate` as the owner and set `migrate: false`",
+};
+
+/** What a start that failed is said as: its cause, and the fix by what failed. */
 export function startHint(err: unknown): string {
-  const text = err instanceof Error ? `${err.name}: ${err.message}` : String(err);
+  const text =
+    err instanceof Error
+      ? /^error$/i.test(err.name)
+        ? err.message
+        : `${err.name}: ${err.message}`
+      : String(err);
   if (missingTables(err))
     return `${text} (the inbox's tables are missing: run \`webhook-inbox migrate\`, or leave \`migrate\` on)`;
-  if (/ECONNREFUSED|ENOTFOUND|EAI_AGAIN|ETIMEDOUT/.test(text))
-    return `${text} (is the database running, and is \`db\` its address?)`;
-  return text;
+  const code = (err as { code?: unknown } | null)?.code;
+  const fix = typeof code === 'string' ? FIXES[code] : undefined;
+  return fix ? `${text} (${fix})` : text;
+}
+
+/**
+ * A failed start as `ready()` rejects with it: one error of the library's, the original as its
+ * cause. A closed inbox did not fail to start: its own error (`closed`) says so.
+ */
+export function startError(err: unknown): InboxError {
+  if (err instanceof InboxStartError || (err instanceof InboxError && err.code === 'closed')) return err;
+  return new InboxStartError(startHint(err), { cause: err });
+}
+
+/**
+ * Which database the inbox opened, as its ready line says it: a connection string's scheme,
+ * user, host, port and database, never its password nor its parameters (`?password=`); what
+ * kind of object it was given otherwise.
+ */
+function databaseShown(o: ResolvedOptions, database: Database): string {
+  if (typeof o.db === 'string') {
+    try {
+      const url = new URL(o.db);
+      const user = url.username ? `${url.username}@` : '';
+      return `${url.protocol}//${user}${url.host}${url.pathname}`;
+    } catch {
+      return 'a postgres:// connection string';
+    }
+  }
+  if (o.db === undefined) return o.dataDir === undefined ? 'PGlite in memory' : `PGlite in ${o.dataDir}`;
+  if (database.kind === 'pglite') return 'a PGlite instance';
+  return database.pool ? 'a pg.Pool' : 'a Kysely instance';
+}
+
+/**
+ * The one line a start says, when the inbox is ready (at `notice`: the default console logger
+ * prints it; `logger: false` does not): which database and schema, which source, which mode.
+ * After failed starts, a warning: the outage is over.
+ */
+export function sayReady(o: ResolvedOptions, database: Database, failedStarts: number): void {
+  const fields = {
+    source: o.source,
+    schema: o.schema,
+    tablePrefix: o.tablePrefix || undefined,
+    mode: o.mode,
+    db: databaseShown(o, database),
+    failedStarts: failedStarts || undefined,
+  };
+  (failedStarts > 0 ? o.logger.warn : o.logger.notice)(fields, 'webhook-inbox: ready');
 }

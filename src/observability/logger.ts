@@ -6,16 +6,28 @@ export interface Logger {
   error(obj: object, msg?: string): void;
 }
 
+/**
+ * The logger an inbox writes to: the given one's four methods, and `notice`, an `info` line that
+ * the default console logger prints too (the one line that says the inbox is ready, so that a
+ * working start and a broken one do not look the same). `logger: false` silences it too.
+ */
+export interface InboxLogger extends Logger {
+  notice(obj: object, msg?: string): void;
+}
+
 /** What a method the given logger lacks (or every method, with `logger: false`) becomes. */
 export const silent = (): void => {};
 
 /**
- * The logger without a `logger` option: warnings and errors to stderr, one line each, so that a first
- * deploy sees a failing handler, a wrong secret or an unreachable database; `debug` and `info` quiet.
+ * The logger without a `logger` option: warnings, errors and the inbox's `notice` (ready) to stderr,
+ * one line each, so that a first deploy sees a failing handler, a wrong secret or an unreachable
+ * database; `debug` and `info` stay quiet.
  */
-export function consoleLogger(write: (line: string) => void = (line) => process.stderr.write(line)): Logger {
+export function consoleLogger(
+  write: (line: string) => void = (line) => process.stderr.write(line),
+): InboxLogger {
   const line = (level: string) => (obj: object, msg?: string) => write(formatLine(level, obj, msg));
-  return { debug: silent, info: silent, warn: line('WARN'), error: line('ERROR') };
+  return { debug: silent, info: silent, notice: line('INFO'), warn: line('WARN'), error: line('ERROR') };
 }
 
 /** `2026-11-28T09:30:00.000Z WARN webhook-inbox: handler failed id=evt_1 key=acct-1 err="Error: boom"`. */

@@ -239,9 +239,10 @@ export interface InboxOptions<TBody = any, DB = any> {
   onDeadLetter?: OnDeadLetter;
   /**
    * A pino-shaped logger: `debug` for each delivery's outcome and a failure's retries, `info`
-   * for gap timeouts and blocked keys, `warn` for an event's first handler failure and the first
+   * for the one line that says the inbox is ready (its source, schema, mode and database,
+   * never a password), gap timeouts and blocked keys, `warn` for an event's first handler failure and the first
    * signature mismatch, `error` for dead letters and infrastructure failures. `false`: nothing.
-   * @defaultValue the console: warnings and errors to stderr, one line each
+   * @defaultValue the console: warnings, errors and the ready line to stderr, one line each
    */
   logger?: Partial<Logger> | false;
   /**

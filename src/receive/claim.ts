@@ -196,10 +196,10 @@ async function claimDeferred(
  * acknowledgement never queues behind the workers' handlers for a connection.
  */
 async function sendDeferredClaim(rt: Runtime, d: ParsedDelivery, obs: Observation): Promise<Took<ClaimRow>> {
-  const { id, key, seq, hash, payload, headers } = claimArgs(rt, d, true);
+  const { id, key, seq, hash, payload, headers, type } = claimArgs(rt, d, true);
   const claimedAt = performance.now();
   const claim = await inClaimSpan(rt, obs, () =>
-    claimBatchesOf(rt).claim({ id, key, seq, hash, payload, headers }),
+    claimBatchesOf(rt).claim({ id, key, seq, hash, payload, headers, type }),
   );
   return { claimedAt, claim };
 }
@@ -227,6 +227,7 @@ function claimArgs(rt: Runtime, d: ParsedDelivery, deferred: boolean): ClaimArgs
     maxHeld: o.maxHeldPerKey,
     maxAhead: o.maxSeqAhead,
     lockTimeout: claimLockTimeout(rt),
+    type: d.type,
   };
 }
 

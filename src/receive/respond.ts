@@ -237,7 +237,7 @@ export function outcomeForError(rt: Runtime, err: unknown): Outcome {
     }
     o.logger.error({ err }, err.message);
     return problem(
-      OutcomeKind.unavailable,
+      OutcomeKind.misconfigured,
       500,
       'The inbox is misconfigured: the request body was consumed before it',
       {},

@@ -48,12 +48,11 @@ let warnedInMemory = false;
  * failure this library exists to prevent: refuse. Elsewhere (tests, a first try) run in memory,
  * and say so once per process, and to each inbox's logger.
  */
-function noDatabaseGiven(logger: Partial<Logger> | undefined, empty: boolean): void {
+function noDatabaseGiven(logger: Partial<Logger> | undefined): void {
   if (process.env.NODE_ENV === 'production') {
     throw new InboxOptionsError(
       'db',
-      `${empty ? 'is an empty string (is DATABASE_URL set?), and it ' : ''}is required when NODE_ENV=production:` +
-        " without it, events and the handler's writes would be kept in memory and lost on restart. " +
+      "is required when NODE_ENV=production: without it, events and the handler's writes would be kept in memory and lost on restart. " +
         "Pass a PostgreSQL connection string or pool (e.g. db: process.env.DATABASE_URL, and check that it is set), or opt in to the embedded database with db: 'memory' or dataDir",
     );
   }
@@ -66,6 +65,40 @@ function noDatabaseGiven(logger: Partial<Logger> | undefined, empty: boolean): v
   }
 }
 
+/** A connection string as an error may echo it: without its password, nor its parameters (`?password=`). */
+function redactedUrl(url: string): string {
+  return url.replace(/^((?:[a-z][a-z0-9+.-]*:\/\/)?[^:/@]*):.*@/i, '$1:***@').replace(/\?.*$/, '?…');
+}
+
+/**
+ * A `db` string, in every environment. Empty is an unset variable (`db: process.env.DATABASE_URL`):
+ * pg would fall back to its own defaults (localhost, the OS user), and outside production the
+ * inbox would run in memory instead. Anything but a postgres:// or postgresql:// URL (or
+ * 'memory') fails later and far from its cause: pg reads `127.0.0.1:5432/db` as a socket path
+ * and `postgress://…` as a host named after its path (`getaddrinfo ENOTFOUND …`).
+ */
+function checkDatabaseString(db: string): void {
+  if (db === '') {
+    throw new InboxOptionsError(
+      'db',
+      "is an empty string (is DATABASE_URL set?): pass a PostgreSQL connection string (postgres://user:password@host:5432/db), or db: 'memory' for the embedded database, chosen knowingly",
+    );
+  }
+  if (db === MEMORY || /^postgres(ql)?:\/\//i.test(db)) return;
+  const shown = redactedUrl(db);
+  const scheme = /^([a-z][a-z0-9+.-]*):\/\//i.exec(db)?.[1];
+  // `host:5432/db`, `user@host/db`: the URL without its scheme.
+  const hint = scheme
+    ? ` (${JSON.stringify(`${scheme}://`)} is not a PostgreSQL scheme)`
+    : /^([^\s/@]+@)?[\w.-]+(:\d+)?(\/[^\s]*)?$/.test(db)
+      ? ` (did you mean ${JSON.stringify(`postgres://${shown}`)}?)`
+      : '';
+  throw new InboxOptionsError(
+    'db',
+    `must be a postgres:// or postgresql:// URL (postgres://user:password@host:5432/db), 'memory', a pg.Pool, a Kysely instance or a PGlite instance; got ${JSON.stringify(shown)}${hint}`,
+  );
+}
+
 /** The largest `workerBatchSize`: well below the 64 subtransactions a backend caches (see below). */
 const MAX_WORKER_BATCH = 32;
 
@@ -74,10 +107,7 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
   if (!input || typeof input !== 'object') throw new InboxOptionsError('options', 'must be an object');
   const o = { ...(input as unknown as Record<string, unknown>) };
   rejectUnknownOptions(o);
-  // An empty `db` is an unset variable (`db: process.env.DATABASE_URL`), not a connection
-  // string: pg would fall back to its own defaults (localhost, the OS user). Treated as missing.
-  const emptyDb = o.db === '';
-  if (emptyDb) o.db = undefined;
+  if (typeof o.db === 'string') checkDatabaseString(o.db);
   if (o.handle !== undefined && o.handlers !== undefined) {
     throw new InboxOptionsError('handlers', 'is an alternative to `handle`; give one of them, not both');
   }
@@ -123,7 +153,7 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
     throw new InboxOptionsError('dataDir', 'applies to the embedded database only; remove it or remove `db`');
   }
   if (o.db === undefined && o.dataDir === undefined) {
-    noDatabaseGiven(o.logger as Partial<Logger> | undefined, emptyDb);
+    noDatabaseGiven(o.logger as Partial<Logger> | undefined);
   }
   const h = (o.headers ?? {}) as Record<string, unknown>;
   if (typeof h !== 'object') throw new InboxOptionsError('headers', 'must be an object');
@@ -199,9 +229,8 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
     };
   }
   // ---- Loud by default: no `logger` is the console (warnings and errors); false is silence ----
-  const logger = (
-    o.logger === undefined ? consoleLogger() : o.logger === false ? {} : o.logger
-  ) as Partial<Logger>;
+  const defaultLogger = o.logger === undefined ? consoleLogger() : undefined;
+  const logger = (defaultLogger ?? (o.logger === false ? {} : o.logger)) as Partial<Logger>;
   if (typeof logger !== 'object' || logger === null) {
     throw new InboxOptionsError(
       'logger',
@@ -355,6 +384,7 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
     logger: {
       debug: logger.debug?.bind(logger) ?? silent,
       info: logger.info?.bind(logger) ?? silent,
+      notice: defaultLogger?.notice ?? logger.info?.bind(logger) ?? silent,
       warn: logger.warn?.bind(logger) ?? silent,
       error: logger.error?.bind(logger) ?? silent,
     },

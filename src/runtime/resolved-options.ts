@@ -6,7 +6,7 @@ import type { DeliveryOptions } from '../delivery/delivery.js';
 import type { Provider } from '../delivery/providers.js';
 import type { RespondHook } from '../delivery/respond-hook.js';
 import type { Verify } from '../delivery/verify.js';
-import type { Logger } from '../observability/logger.js';
+import type { InboxLogger } from '../observability/logger.js';
 import type { RegistryLike } from '../observability/metrics.js';
 import type { BodySchema } from '../options/body-schema.js';
 import type { OnDeadLetter } from '../options/dead-letter-hook.js';
@@ -61,7 +61,7 @@ export interface ResolvedOptions {
   /** Milliseconds, or false: dead letters are kept. */
   readonly deadRetention: number | false;
   readonly onDeadLetter: OnDeadLetter | undefined;
-  readonly logger: Logger;
+  readonly logger: InboxLogger;
   readonly redis: RedisInput | undefined;
   readonly redisPrefix: string;
   readonly redisTimeoutMs: number;

@@ -5,6 +5,7 @@
  */
 import { InboxOptionsError } from '../errors.js';
 import type { InboxOptions } from '../options/options.js';
+import { docsUrl } from '../outcome.js';
 
 const OPTION_NAMES = [
   'handle',
@@ -75,12 +76,15 @@ export function rejectUnknownOptions(o: Record<string, unknown>): void {
     const near = closest(name, OPTION_NAMES);
     throw new InboxOptionsError(
       name,
-      `is not an inbox option${near ? `; did you mean \`${near}\`?` : ''} (docs/configuration.md lists them)`,
+      `is not an inbox option${near ? `; did you mean \`${near}\`?` : ''} (${docsUrl('configuration.md')} lists them)`,
     );
   }
 }
 
-/** The known name nearest to `name` (case ignored; at most one edit in three letters), if any. */
+/**
+ * The known name nearest to `name` (case ignored; at most one edit in three letters, a swap of
+ * two neighbours one edit: `lsit` is `list`), if any. The CLI's commands and options use it too.
+ */
 export function closest(name: string, names: readonly string[]): string | undefined {
   let best: string | undefined;
   let bestDistance = Number.POSITIVE_INFINITY;
@@ -94,7 +98,9 @@ export function closest(name: string, names: readonly string[]): string | undefi
   return best;
 }
 
+/** Edits (insert, delete, replace, swap of neighbours) from `a` to `b`: optimal string alignment. */
 function editDistance(a: string, b: string): number {
+  let beforePrevious: number[] = [];
   let previous = Array.from({ length: b.length + 1 }, (_, i) => i);
   for (let i = 1; i <= a.length; i++) {
     const current = [i];
@@ -104,7 +110,11 @@ function editDistance(a: string, b: string): number {
         current[j - 1] + 1,
         previous[j - 1] + (a[i - 1] === b[j - 1] ? 0 : 1),
       );
+      if (i > 1 && j > 1 && a[i - 1] === b[j - 2] && a[i - 2] === b[j - 1]) {
+        current[j] = Math.min(current[j], beforePrevious[j - 2] + 1);
+      }
     }
+    beforePrevious = previous;
     previous = current;
   }
   return previous[b.length];

@@ -1,5 +1,4 @@
 import pg from 'pg';
-import { literal } from '../../src/db/drivers/literals.js';
 import type { PgClientLike, PgPoolLike } from '../../src/index.js';
 
 /**
@@ -21,22 +20,12 @@ export function onePerClient(
 }
 
 /**
- * A pipeline's step as text, its values written as the text fold writes them:
- * `execute wi_pipe:<schema>.<statement>('value', …)`, or its text.
+ * How a CountingPool hands out its connections. `client`: node-postgres's own client (its
+ * `query` counted in place), as any pg.Pool hands out. `wrapper`: a pg-shaped wrapper around it,
+ * as a pool of the user's might be, by which the driver keeps what it PREPAREd on the session
+ * (src/db/drivers/prepared-folds.ts).
  */
-function stepText(step: { name: string; text: string; values: readonly unknown[] }): string {
-  if (step.values.length === 0) return step.text;
-  return `execute ${step.name}(${step.values.map((value) => literal(value) ?? '?').join(', ')})`;
-}
-
-/**
- * How a CountingPool hands out its connections. `pipelined`: node-postgres's own client (its
- * `query` counted in place), on which the driver sends folds as pipelines
- * (src/db/drivers/extended-protocol.ts), as it does on any pg.Pool. `text`: a pg-shaped wrapper, on which it
- * folds them as simple-protocol text (src/db/drivers/fold.ts), as on any pool it cannot trust with
- * node-postgres's submittable queries.
- */
-export type FoldPath = 'pipelined' | 'text';
+export type FoldPath = 'client' | 'wrapper';
 
 /** A pg.Pool that counts the statements sent to Postgres: round trips, as the inbox pays them. */
 export class CountingPool implements PgPoolLike {
@@ -44,13 +33,14 @@ export class CountingPool implements PgPoolLike {
   readonly statements: string[] = [];
   constructor(
     connectionString: string,
-    readonly path: FoldPath = 'pipelined',
+    readonly path: FoldPath = 'client',
   ) {
-    this.pool = new pg.Pool({ connectionString, max: 10 });
+    // Idle connections stay open: a connection opened anew mid-test would count its first-use statements.
+    this.pool = new pg.Pool({ connectionString, max: 10, idleTimeoutMillis: 0 });
     this.pool.on('error', () => {});
   }
   readonly #wrapper = onePerClient((client) =>
-    this.path === 'text' ? this.#wrap(client) : this.#count(client),
+    this.path === 'wrapper' ? this.#wrap(client) : this.#count(client),
   );
   async connect(): Promise<PgClientLike> {
     return this.#wrapper(await this.pool.connect());
@@ -65,19 +55,14 @@ export class CountingPool implements PgPoolLike {
         .join('; '),
     );
   }
-  /** The client itself, its `query` counting each call: a pipeline as its statements' names and texts. */
+  /** The client itself, its `query` counting each call. */
   #count(client: pg.PoolClient): PgClientLike {
     const query = client.query.bind(client) as (...args: unknown[]) => unknown;
     const record = (text: string) => this.#record(text);
-    (client as { query: unknown }).query = (config: any, ...rest: unknown[]) => {
-      // A connection's PREPAREs (folds as text of a statement alone) go once in its life: not counted.
-      if (typeof config === 'string') {
-        if (!config.startsWith('prepare ')) record(config);
-      } else if (Array.isArray(config?.steps))
-        // A pipeline: written as the text fold would be, each registered statement as
-        // `execute <its name>(<its values>)`, the rest (BEGIN, SAVEPOINT, COMMIT) as text.
-        record(config.steps.map(stepText).join('; '));
-      else if (!config.text.startsWith('prepare ')) record(config.text);
+    (client as { query: unknown }).query = (config: string | { text: string }, ...rest: unknown[]) => {
+      const text = typeof config === 'string' ? config : config.text;
+      // A connection's PREPAREs of the folding statements go once in its life: not counted.
+      if (!text.startsWith('prepare ')) record(text);
       return query(config, ...rest);
     };
     return client as PgClientLike;
@@ -86,8 +71,8 @@ export class CountingPool implements PgPoolLike {
     const record = (text: string) => this.#record(text);
     return {
       query(config) {
-        // A connection's PREPAREs of the folding statements (src/db/drivers/pg.ts) go once in its
-        // life, not per delivery: not counted.
+        // A connection's PREPAREs of the folding statements (src/db/drivers/prepared-folds.ts) go
+        // once in its life, not per delivery: not counted.
         if (!config.text.startsWith('prepare ')) record(config.text);
         return client.query(config as pg.QueryConfig) as any;
       },

@@ -12,10 +12,16 @@ export interface TcpProxy {
   setDelay(ms: number): void;
   /**
    * The connection over which the client next sends `text` (a statement's text, as the
-   * extended protocol's Parse message carries it) is cut before the server sees it: that one
+   * query message carries it) is cut before the server sees it: that one
    * statement fails as on a dropped connection, and every other connection goes on. Once.
    */
   cutWhenSent(text: string): void;
+  /**
+   * The next bytes a client sends are not forwarded: its connection is reset (a TCP RST), as
+   * when a server or a middlebox drops a connection under a query. The client's read fails
+   * with ECONNRESET.
+   */
+  resetNext(): void;
   /** The server "goes away": open connections are cut and new ones refused. */
   stop(): Promise<void>;
   /** The server is back, on the same port. */
@@ -26,6 +32,7 @@ export interface TcpProxy {
 export async function startTcpProxy(targetPort: number, targetHost = '127.0.0.1'): Promise<TcpProxy> {
   let delayMs = 0;
   let cutOn: Buffer | undefined;
+  let resetNext = false;
   const sockets = new Set<Socket>();
   let server: Server | undefined;
   let port = 0;
@@ -40,6 +47,12 @@ export async function startTcpProxy(targetPort: number, targetHost = '127.0.0.1'
         if (cutOn && chunk.includes(cutOn)) {
           cutOn = undefined;
           client.destroy();
+          upstream.destroy();
+          return;
+        }
+        if (resetNext) {
+          resetNext = false;
+          client.resetAndDestroy();
           upstream.destroy();
           return;
         }
@@ -95,6 +108,9 @@ export async function startTcpProxy(targetPort: number, targetHost = '127.0.0.1'
     },
     cutWhenSent(text) {
       cutOn = Buffer.from(text);
+    },
+    resetNext() {
+      resetNext = true;
     },
     stop,
     start: listen,

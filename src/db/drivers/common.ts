@@ -20,6 +20,12 @@ export interface StatementResult<R> extends QueryResult<R> {
 }
 
 export interface StatementEntry {
+  /**
+   * Its one name on a session, from src/db/sql/ to the wire: a statement that folds is
+   * PREPAREd under it (`execute "<name>"(…)`, src/db/drivers/prepared-folds.ts), a statement
+   * alone is parsed under it by node-postgres (its `name:`). Never both: what folds is not sent
+   * alone under its name, so the two never meet on one session.
+   */
   readonly name: string;
   readonly rides: Rides;
   /** A parameterless statement every driver sends right after this one (a SAVEPOINT). */
@@ -33,60 +39,24 @@ export interface StatementEntry {
    * src/db/sql/try-claim.ts).
    */
   readonly first: string | undefined;
-  /**
-   * The name it is PREPAREd under for folding (`execute <prepared>(…)`, src/db/drivers/prepared-folds.ts):
-   * short (identifiers stop at 63 bytes, and schema-qualified names would be cut, then
-   * collide) and distinct from `name`, which pg's own Parse messages use. Undefined for what
-   * PREPARE does not take (ROLLBACK TO SAVEPOINT): it folds as text.
-   */
-  readonly prepared: string | undefined;
-  /**
-   * The name it is parsed under on the extended protocol when folds are pipelined
-   * (src/db/drivers/extended-protocol.ts): distinct from `prepared` and from `name`, so that a session
-   * never meets one of ours under another's name.
-   */
-  readonly pipelined: string;
+  /** It folds and PREPARE takes it (not ROLLBACK TO SAVEPOINT, a utility command: that folds as its text). */
+  readonly prepared: boolean;
 }
 
-/**
- * Hot-path statements are sent as named prepared statements (pg's `name:`): Postgres parses
- * and plans them once per connection instead of once per delivery. Graphile Worker does the
- * same. Only statements registered here are named; the handler's own queries are not, so the
- * number of prepared statements per connection stays bounded.
- */
 /** The statements PREPARE takes (the rest, such as ROLLBACK TO SAVEPOINT, are utility commands). */
 const PREPARABLE = /^\s*(select|insert|update|delete|with|values)\b/i;
 
 /**
- * `"wi_fold:<schema>.<statement>"`: readable in pg_stat_activity and in logs, and distinct
- * from pg's own name for the statement (`wi:…`, its Parse messages). Identifiers stop at 63
- * bytes (a longer one would be cut, and two cut names could collide): past that, the
- * statement's name and a hash of its text.
+ * `wi:<schema>.<prefix><statement>`: readable in pg_stat_activity, pg_prepared_statements and
+ * logs. Names stop at 63 bytes (PostgreSQL keys prepared statements by NAMEDATALEN: a longer
+ * one would be cut, and two cut names could collide): past that, the statement's name and a
+ * hash of its text.
  */
-function preparedName(name: string, text: string): string {
-  const readable = shortName('wi_fold', name, text);
-  return readable.startsWith('wi_fold:') ? `"${readable.replace(/"/g, '""')}"` : readable;
-}
-
-/** `<prefix>:<schema>.<statement>`, or past 63 bytes, `<prefix>_<statement>_<hash of its text>`. */
-function shortName(prefix: string, name: string, text: string): string {
-  const readable = `${prefix}:${name.replace(/^wi:/, '')}`;
-  if (Buffer.byteLength(readable) <= 63) return readable;
+function statementName(name: string, text: string): string {
+  if (Buffer.byteLength(name) <= 63) return name;
   const short = (name.split('.').pop() ?? name).replace(/[^a-z0-9_]/gi, '_').slice(-24);
-  return `${prefix}_${short}_${createHash('sha256').update(text).digest('hex').slice(0, 16)}`;
+  return `wi_${short}_${createHash('sha256').update(text).digest('hex').slice(0, 16)}`;
 }
-
-/** The protocol name of a fold's text that is not a registered statement (BEGIN, SAVEPOINT, COMMIT). */
-export function pipelinedTextName(text: string): string {
-  let name = textNames.get(text);
-  if (name === undefined) {
-    name = `wi_pipe_${createHash('sha256').update(text).digest('hex').slice(0, 24)}`;
-    // A handful of texts (BEGIN's variants, SAVEPOINT, COMMIT); a bound keeps a misuse from growing it.
-    if (textNames.size < 100) textNames.set(text, name);
-  }
-  return name;
-}
-const textNames = new Map<string, string>();
 
 export class StatementNames {
   readonly #entries = new Map<string, StatementEntry>();
@@ -96,12 +66,11 @@ export class StatementNames {
     travel: { rides: Rides; after?: string; first?: string } = { rides: 'none' },
   ): string {
     this.#entries.set(text, {
-      name,
+      name: statementName(name, text),
       rides: travel.rides,
       after: travel.after,
       first: travel.first,
-      prepared: PREPARABLE.test(text) ? preparedName(name, text) : undefined,
-      pipelined: shortName('wi_pipe', name, text),
+      prepared: travel.rides !== 'none' && PREPARABLE.test(text),
     });
     return text;
   }
@@ -109,10 +78,8 @@ export class StatementNames {
     return this.#entries.get(text);
   }
   /** Every statement that folds and can be PREPAREd, with its text. */
-  *preparable(): IterableIterator<[string, StatementEntry & { prepared: string }]> {
-    for (const [text, entry] of this.#entries)
-      if (entry.rides !== 'none' && entry.prepared)
-        yield [text, entry as StatementEntry & { prepared: string }];
+  *preparable(): IterableIterator<[string, StatementEntry]> {
+    for (const [text, entry] of this.#entries) if (entry.prepared) yield [text, entry];
   }
 }
 

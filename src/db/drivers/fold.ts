@@ -1,26 +1,23 @@
 /**
  * Folding, shared by our two drivers (src/db/drivers/pg.ts, src/db/drivers/pglite.ts): BEGIN is not
  * sent on its own. It waits for the transaction's first statement and, when that is one
- * that rides on `begin` (the claim, the take statements), both go in one round trip: as a
- * pipeline on node-postgres's own clients (src/db/drivers/extended-protocol.ts: a Bind and an Execute of
- * each, one Sync, the values bound as parameters), elsewhere as one simple-protocol query of
- * text (`begin; execute <prepared>('…', …)`). A statement that rides on `commit` (the
- * stored result) is held back and sent with COMMIT. A new event then costs what a bare
- * transaction costs: BEGIN+claim, the handler's statements, result+COMMIT. A statement may
+ * that rides on `begin` (the claim, the take statements), both go in one round trip, as one
+ * simple-protocol query of text (`begin; execute "<name>"('…', …)`). A statement that rides on
+ * `commit` (the stored result) is held back and sent with COMMIT. A new event then costs what a
+ * bare transaction costs: BEGIN+claim, the handler's statements, result+COMMIT. A statement may
  * name one to send right after it (`after`: the SAVEPOINT after a take). Held-back statements
  * ride likewise on the next registered statement, when one comes before COMMIT (a batch of
  * events: the next event's SAVEPOINT carries the last result).
  *
  * What a fold saves differs by driver: a network round trip on pg; on PGlite, a call into the
  * embedded database, whose fixed cost (the protocol written and read in JavaScript, the step
- * into WebAssembly) measured 50–90 µs, more than most of our statements' own work.
+ * into WebAssembly) is more than most of our statements' own work.
  *
- * Folded as text (PGlite; a pg-shaped wrapper, which node-postgres's query objects cannot be
- * trusted to pass through), the simple protocol takes no parameters, so the values are written
- * as literals by pg's own `escapeLiteral` (bytea as hex, JSON as text), never concatenated by
- * hand; a value too large to be worth it (over `MAX_FOLDED_CHARS`) travels as a parameter
- * instead, with BEGIN sent first. A pipeline binds every value as a parameter, whatever its
- * size. A transaction that sends nothing sends neither BEGIN nor COMMIT.
+ * The simple protocol takes no parameters, so the values are written as literals
+ * (src/db/drivers/literals.ts), as the arguments of statements PREPAREd on the session
+ * (src/db/drivers/prepared-folds.ts). A value that cannot be written makes its statement
+ * travel alone with its values bound, BEGIN sent first. A transaction that sends nothing sends
+ * neither BEGIN nor COMMIT.
  *
  * A statement that rides on `begin`, sent outside a transaction is a transaction of its own (deferred
  * mode's claim): `SET TRANSACTION` rides on it, and PostgreSQL runs the two as one implicit
@@ -29,7 +26,13 @@
 import type { CompiledQuery, DatabaseConnection, QueryResult, TransactionSettings } from 'kysely';
 import { beginStatement, type StatementEntry, type StatementNames, type StatementResult } from './common.js';
 import { sqlState } from './postgres-error.js';
-import { type FoldState, foldText, prepareFolds, UNDEFINED_PREPARED_STATEMENT } from './prepared-folds.js';
+import {
+  foldText,
+  lostStatements,
+  type PoolFolds,
+  prepareFolds,
+  UNDEFINED_PREPARED_STATEMENT,
+} from './prepared-folds.js';
 import { type Session, sessionOf } from './session.js';
 
 /**
@@ -38,13 +41,6 @@ import { type Session, sessionOf } from './session.js';
  * implicit transaction's, whatever the server's `default_transaction_isolation`.
  */
 const ALONE_READ_COMMITTED = 'set transaction isolation level read committed';
-
-/** A statement of a pipeline as a driver gets it: its protocol name (registered ones), text and values. */
-export interface PipelinePart {
-  readonly name: string | undefined;
-  readonly text: string;
-  readonly values: readonly unknown[];
-}
 
 /**
  * A part of a fold: a registered statement with its parameters, or text without parameters
@@ -56,8 +52,7 @@ type Part = string | { compiled: CompiledQuery; entry: StatementEntry | undefine
  * A connection that folds. A driver gives it the two ways it has of sending: `simpleAll` (text
  * on the simple protocol, several statements, the result of each) and `send` (one statement
  * with its parameters), and the object its session lives on (`session`), where the folded
- * statements are PREPAREd once and then EXECUTEd; it may change how BEGIN's fold is sent
- * (`foldOnBegin`: pg recovers from statements deallocated behind its back).
+ * statements are PREPAREd once and then EXECUTEd.
  */
 export abstract class FoldingConnection implements DatabaseConnection {
   /** A BEGIN not sent yet: it rides on the transaction's first statement. */
@@ -71,7 +66,8 @@ export abstract class FoldingConnection implements DatabaseConnection {
     readonly names: StatementNames,
     /** The object the session lives on (it outlives this object): pg's pooled client, the PGlite instance. */
     handle: object,
-    readonly folds: FoldState = { textOnly: false },
+    /** What the pool learnt of its sessions (src/db/drivers/prepared-folds.ts): shared by its connections. */
+    readonly folds: PoolFolds,
   ) {
     this.session = sessionOf(handle);
   }
@@ -87,13 +83,6 @@ export abstract class FoldingConnection implements DatabaseConnection {
   /** Text on the simple protocol (no values): several statements; the result of each, in order. */
   protected abstract simpleAll<R>(text: string): Promise<QueryResult<R>[]>;
 
-  /**
-   * Several statements on the extended protocol in one round trip (src/db/drivers/extended-protocol.ts),
-   * where the driver can: then folds bind their values instead of writing them as literals.
-   * Undefined where it cannot (PGlite, a pg-shaped wrapper): folds are text.
-   */
-  protected pipeline: (<R>(parts: ReadonlyArray<PipelinePart>) => Promise<QueryResult<R>[]>) | undefined;
-
   /** Text on the simple protocol: the result of its `fromEnd`th last statement. */
   protected async simple<R>(text: string, fromEnd = 1): Promise<QueryResult<R>> {
     return (await this.simpleAll<R>(text)).at(-fromEnd) ?? { rows: [] };
@@ -104,19 +93,14 @@ export abstract class FoldingConnection implements DatabaseConnection {
     entry: StatementEntry | undefined,
   ): Promise<QueryResult<R>>;
 
-  /** A registered statement as folded text (src/db/drivers/prepared-folds.ts); undefined when it cannot be folded. */
-  protected foldText(compiled: CompiledQuery, entry: StatementEntry | undefined): string | undefined {
-    return foldText(this.session, this.folds, compiled, entry);
-  }
-
   /**
    * Folded text on the simple protocol. When a prepared statement in it is gone (deallocated
-   * behind our back: DISCARD ALL, a pooler that swapped backends), the session folds text from
+   * behind our back: DISCARD ALL, a pooler that swapped backends), the pool folds literals from
    * now on.
    */
   #simpleFolded<R>(text: string): Promise<QueryResult<R>[]> {
     return this.simpleAll<R>(text).then(undefined, (err) => {
-      if (sqlState(err) === UNDEFINED_PREPARED_STATEMENT) this.session.prepared = 'inline';
+      lostStatements(this.folds, err);
       throw err;
     });
   }
@@ -126,27 +110,20 @@ export abstract class FoldingConnection implements DatabaseConnection {
    * `after`) in one query. Undefined when the values cannot be folded (the caller sends BEGIN
    * alone, then the statement).
    */
-  protected async foldOnBegin<R>(
+  async #foldOnBegin<R>(
     begin: string,
     compiled: CompiledQuery,
     entry: StatementEntry,
     then: string | undefined,
   ): Promise<QueryResult<R> | undefined> {
-    const prepared = this.session.prepared;
-    if (
-      !this.#pipelines(begin) &&
-      entry.prepared &&
-      !this.folds.textOnly &&
-      prepared !== 'inline' &&
-      !prepared?.has(entry.prepared)
-    )
+    if (entry.prepared && !this.folds.literals && !this.session.prepared?.has(entry.name))
       await prepareFolds(this.session, this.names, this.folds, (text) => this.simple(text));
     try {
       return await this.#fold<R>([begin], compiled, entry, then);
     } catch (err) {
       // Its prepared statement was deallocated behind our back. Nothing but BEGIN ran in this
       // transaction: roll it back (a statement alone had its implicit one rolled back already)
-      // and send the same as text, rather than fail a delivery.
+      // and send the same with its literals, rather than fail a delivery.
       if (sqlState(err) !== UNDEFINED_PREPARED_STATEMENT) throw err;
       if (this.inTransaction) await this.simple('rollback');
       return await this.#fold<R>([begin], compiled, entry, then);
@@ -176,33 +153,12 @@ export abstract class FoldingConnection implements DatabaseConnection {
     });
   }
 
-  /**
-   * Whether a fold that starts with `first` is pipelined: wherever the driver can, but for a
-   * statement alone (#alone). That is its own transaction, the implicit transaction block of a
-   * simple query, which SET TRANSACTION sets; statements pipelined without BEGIN are not such a
-   * block (PostgreSQL warns that SET TRANSACTION is outside one), so it travels as text.
-   */
-  #pipelines(first: Part | undefined): boolean {
-    return this.pipeline !== undefined && first !== ALONE_READ_COMMITTED;
-  }
-
-  /**
-   * Parts in one round trip: pipelined where the driver can, else as one simple query of folded
-   * text. Undefined when a value cannot be folded into text (the caller sends each).
-   */
+  /** Parts as one simple query of folded text. Undefined when a value cannot be written (the caller sends each). */
   #sendParts<R>(parts: readonly Part[]): Promise<QueryResult<R>[]> | undefined {
-    if (this.pipeline && this.#pipelines(parts[0])) {
-      return this.pipeline<R>(
-        parts.map((part) =>
-          typeof part === 'string'
-            ? { text: part, name: undefined, values: [] }
-            : { text: part.compiled.sql, name: part.entry?.pipelined, values: part.compiled.parameters },
-        ),
-      );
-    }
     const texts: string[] = [];
     for (const part of parts) {
-      const text = typeof part === 'string' ? part : this.foldText(part.compiled, part.entry);
+      const text =
+        typeof part === 'string' ? part : foldText(this.session, this.folds, part.compiled, part.entry);
       if (text === undefined) return undefined;
       texts.push(text);
     }
@@ -303,7 +259,7 @@ export abstract class FoldingConnection implements DatabaseConnection {
       const begin = this.#begin;
       this.#begin = undefined;
       if (entry?.rides === 'begin') {
-        const folded = await this.foldOnBegin<R>(begin, compiled, entry, entry.after);
+        const folded = await this.#foldOnBegin<R>(begin, compiled, entry, entry.after);
         if (folded) return folded;
       }
       await this.simple(begin);
@@ -325,7 +281,7 @@ export abstract class FoldingConnection implements DatabaseConnection {
    * the statement, COMMIT.
    */
   async #alone<R>(compiled: CompiledQuery, entry: StatementEntry): Promise<QueryResult<R>> {
-    const folded = await this.foldOnBegin<R>(ALONE_READ_COMMITTED, compiled, entry, undefined);
+    const folded = await this.#foldOnBegin<R>(ALONE_READ_COMMITTED, compiled, entry, undefined);
     if (folded) return folded;
     await this.simple(beginStatement({ isolationLevel: 'read committed' }));
     try {

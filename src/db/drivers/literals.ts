@@ -1,20 +1,18 @@
 /**
- * Values written as SQL literals, for a statement folded as simple-protocol text (PGlite, a
- * pg-shaped wrapper: src/db/drivers/fold.ts), where the protocol takes no parameters. Every value
- * goes through pg's own `escapeLiteral` (bytea as hex, JSON as text), never concatenated by
- * hand; what cannot be written (or is too large to be worth it) is undefined, and the statement
- * then travels with its values bound instead.
+ * Values written as SQL literals, for statements folded as simple-protocol text
+ * (src/db/drivers/fold.ts), where the protocol takes no parameters: the arguments of `execute
+ * "<name>"(…)`, or a statement's text with its values written in. Strings go through pg's own
+ * `escapeLiteral`, never concatenated by hand; bytea is written as hex, which needs no escaping;
+ * what cannot be written is undefined, and the statement then travels alone with its values
+ * bound.
  */
 import type { CompiledQuery } from 'kysely';
 import pg from 'pg';
 
-/** Past this many characters of literals, folding costs more CPU than the round trip it saves. */
-const MAX_FOLDED_CHARS = 64 * 1024;
-
 const { escapeLiteral } = pg;
 const NEEDS_ESCAPING = /['\\]/;
 
-/** One value as a SQL literal, or undefined when it cannot (or should not) be folded. */
+/** One value as a SQL literal, or undefined when it cannot be written as one. */
 export function literal(value: unknown): string | undefined {
   if (value === null || value === undefined) return 'null';
   switch (typeof value) {
@@ -29,9 +27,11 @@ export function literal(value: unknown): string | undefined {
       // character-by-character loop (ids, hashes, JSON of most results).
       return NEEDS_ESCAPING.test(value) ? escapeLiteral(value) : `'${value}'`;
   }
-  if (value instanceof Uint8Array)
-    return `${escapeLiteral(`\\x${Buffer.from(value).toString('hex')}`)}::bytea`;
-  if (value instanceof Date) return `${escapeLiteral(value.toISOString())}::timestamptz`;
+  // An escape string (E''), so that its one backslash means the same whatever the server's
+  // standard_conforming_strings; the hex digits after it need no escaping, however many.
+  if (value instanceof Uint8Array) return `E'\\\\x${Buffer.from(value).toString('hex')}'::bytea`;
+  if (value instanceof Date)
+    return Number.isNaN(value.getTime()) ? undefined : `'${value.toISOString()}'::timestamptz`;
   if (Array.isArray(value)) {
     // One array literal, of no type of its own: the statement's text or the prepared
     // statement's parameter gives it one ($n::text[]).
@@ -60,15 +60,12 @@ function arrayElement(value: unknown): string | undefined {
   return `"${text.replace(/[\\"]/g, '\\$&')}"`;
 }
 
-/** The literals of a statement's parameters, or undefined when they cannot (or should not) be folded. */
+/** The literals of a statement's parameters, or undefined when one cannot be written. */
 export function literalsOf(compiled: CompiledQuery): string[] | undefined {
-  let size = 0;
   const literals: string[] = [];
   for (const value of compiled.parameters) {
     const text = literal(value);
     if (text === undefined) return undefined;
-    size += text.length;
-    if (size > MAX_FOLDED_CHARS) return undefined;
     literals.push(text);
   }
   return literals;

@@ -1,21 +1,22 @@
 /**
- * Our Kysely driver over a pg-shaped pool. Two things set it apart from a plain one:
+ * Our Kysely driver over a pg-shaped pool (node-postgres's, or anything shaped like it). Two
+ * things set it apart from a plain one:
  *
- * - Hot-path statements are named prepared statements (see `StatementNames`).
+ * - A registered statement sent alone is named (its `name:`, src/db/drivers/common.ts):
+ *   PostgreSQL parses and plans it once per connection instead of once per delivery.
  * - Folding (src/db/drivers/fold.ts): BEGIN rides on the claim, the stored result on COMMIT, so
- *   that a new event costs the round trips of a bare transaction. On node-postgres's own
- *   clients a fold is a pipeline (src/db/drivers/extended-protocol.ts), its values bound as parameters; on a
- *   pg-shaped wrapper it is simple-protocol text, an `EXECUTE` of a statement PREPAREd once per
- *   connection.
+ *   that a new event costs the round trips of a bare transaction: simple-protocol text, an
+ *   `execute` of statements PREPAREd once per connection (src/db/drivers/prepared-folds.ts).
+ *
+ * A pool whose sessions lose what is prepared on them (src/db/drivers/prepared-folds.ts) folds
+ * literals and names nothing from then on.
  */
 
 import type { CompiledQuery, DatabaseConnection, Driver, QueryResult, TransactionSettings } from 'kysely';
-import pg from 'pg';
-import { boundedWait, pipelinedTextName, type StatementEntry, type StatementNames } from './common.js';
-import { forgetParsed, type PipelineResult, runPipeline } from './extended-protocol.js';
-import { FoldingConnection, type PipelinePart } from './fold.js';
+import { boundedWait, type StatementEntry, type StatementNames } from './common.js';
+import { FoldingConnection } from './fold.js';
 import { sqlState } from './postgres-error.js';
-import type { FoldState } from './prepared-folds.js';
+import { lostStatements, type PoolFolds } from './prepared-folds.js';
 import type { PgClientLike, PgPoolLike } from './shapes.js';
 
 const MUTATING = new Set(['INSERT', 'UPDATE', 'DELETE', 'MERGE']);
@@ -54,62 +55,37 @@ class PgConnection extends FoldingConnection {
   constructor(
     readonly client: PgClientLike,
     names: StatementNames,
-    folds: FoldState,
+    folds: PoolFolds,
   ) {
     // The pool's client object outlives this connection: its prepared statements are remembered on it.
     super(names, client, folds);
-    this.#acceptsArguments = client instanceof pg.Client;
-    if (this.#acceptsArguments) this.pipeline = this.#pipeline;
     client.on?.('error', this.onError);
     // A pool without a 'connect' event (a pg-shaped wrapper) hands out clients not yet quieted.
     quiet(client);
   }
 
-  /** One statement on the extended protocol: parameters bound, named when registered. */
+  /**
+   * One statement on the extended protocol, its parameters bound: named when it is registered
+   * and never folds (what folds is PREPAREd under its name), while the pool keeps what is
+   * prepared on its sessions.
+   */
   protected send<R>(compiled: CompiledQuery, entry: StatementEntry | undefined): Promise<QueryResult<R>> {
     const values = compiled.parameters as unknown[];
-    const name = entry?.name;
-    return this.#query(
-      name ? { name, text: compiled.sql, values } : { text: compiled.sql, values },
-      firstResult<R>,
-    );
-  }
-
-  readonly #pipeline = <R>(parts: ReadonlyArray<PipelinePart>): Promise<QueryResult<R>[]> => {
-    const steps = parts.map((part) => ({
-      name: part.name ?? pipelinedTextName(part.text),
-      text: part.text,
-      values: part.values,
-    }));
-    let sent: Promise<PipelineResult[]>;
-    try {
-      sent = runPipeline(this.client as unknown as pg.ClientBase, steps);
-    } catch (err) {
-      return Promise.reject(this.#failed(err));
-    }
-    return sent.then(
-      (results) => results.map((result) => resultOf(result as PgResult<R>)),
+    const named = entry !== undefined && entry.rides === 'none' && !this.folds.literals;
+    if (!named) return this.#query({ text: compiled.sql, values }, firstResult<R>);
+    return this.#query({ name: entry.name, text: compiled.sql, values }, firstResult<R>).then(
+      undefined,
       (err) => {
-        // A statement of ours is gone (DISCARD ALL, a pooler that swapped backends): this
-        // session's pipelines parse every statement anew from now on.
-        if (sqlState(err) === '26000') forgetParsed(this.client);
-        throw this.#failed(err);
+        // Its name gone (26000) or taken by another's (42P05): the pool's sessions do not keep ours.
+        lostStatements(this.folds, err);
+        throw err;
       },
     );
-  };
+  }
 
   protected simpleAll<R>(text: string): Promise<QueryResult<R>[]> {
     return this.#query({ text }, allResults<R>);
   }
-
-  /**
-   * node-postgres copies a query given as an object, property descriptor by descriptor, before
-   * it sends it, four statements per new event; text and values given as arguments are not
-   * copied. Only a named statement needs the object. A
-   * pg-shaped client that is not node-postgres's own (a wrapper, a proxy) gets the object, the
-   * shape `PgClientLike` promises.
-   */
-  readonly #acceptsArguments: boolean;
 
   /**
    * Sends one query and reads its answer with `read`. A chain of `then`, not an async
@@ -123,10 +99,7 @@ class PgConnection extends FoldingConnection {
   ): Promise<T> {
     let sent: Promise<unknown>;
     try {
-      sent =
-        config.name === undefined && this.#acceptsArguments
-          ? (this.client as unknown as pg.ClientBase).query(config.text, config.values)
-          : this.client.query(config);
+      sent = this.client.query(config);
     } catch (err) {
       return Promise.reject(this.#failed(err));
     }
@@ -137,7 +110,8 @@ class PgConnection extends FoldingConnection {
 
   /**
    * A Postgres error (it has a SQLSTATE `code`) leaves the connection healthy; anything else
-   * (socket closed, backend terminated) means the pool must not hand it out again.
+   * (socket closed or reset, client no longer queryable) means the pool must not hand it out
+   * again.
    */
   #failed(err: unknown): unknown {
     if (sqlState(err) === undefined) this.broken = err as Error;
@@ -170,7 +144,7 @@ interface PgResult<R> {
 }
 
 export class PgPoolDriver implements Driver {
-  readonly #folds: FoldState = { textOnly: false };
+  readonly #folds: PoolFolds = { literals: false };
   constructor(
     readonly pool: PgPoolLike,
     readonly names: StatementNames,

@@ -14,7 +14,7 @@ import type { PGliteLike } from './shapes.js';
  * The one session's connection. It folds like the pg driver's (src/db/drivers/fold.ts): here a
  * fold saves calls into the embedded database rather than network round trips, and each call
  * has a fixed cost of its own (the protocol written and read in JavaScript, the step into
- * WebAssembly) that measured more than most of our statements' own work. Folded statements are
+ * WebAssembly) that is more than most of our statements' own work. Folded statements are
  * PREPAREd on the one session before its first fold and EXECUTEd, as on pg: the parse and
  * plan of their text, in WebAssembly, is not paid per delivery.
  */
@@ -24,7 +24,7 @@ class PGliteConnection extends FoldingConnection {
     names: StatementNames,
   ) {
     // The one session lives as long as the PGlite instance: its prepared statements too.
-    super(names, pglite);
+    super(names, pglite, { literals: false });
   }
 
   protected async simpleAll<R>(text: string): Promise<QueryResult<R>[]> {

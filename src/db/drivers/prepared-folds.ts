@@ -5,76 +5,79 @@ import { sqlState } from './postgres-error.js';
 import type { Session } from './session.js';
 
 /**
- * Which folding statements are PREPAREd on a session (`Session.prepared`, src/db/drivers/session.ts),
- * or 'inline' when folds on it carry the statement's text.
+ * Folded as text, a statement travels on the simple protocol, where PostgreSQL parses, analyses
+ * and plans its text every time; `execute "<name>"(literals)` of a statement PREPAREd on the
+ * session skips all of that. The folding statements are PREPAREd in one round trip before a
+ * session's first fold: once per connection, never per delivery.
  *
- * Folded as text, a statement travels on the simple protocol, where Postgres parses, analyses
- * and plans its text every time; `execute <prepared>(literals)` skips all of that
- * (bench/postgres-cost.ts measures the difference; on PGlite, where the parse runs in
- * WebAssembly, it is larger). The
- * statements are prepared in one round trip before the session's first fold: once per
- * connection, never per delivery. A session whose PREPARE failed, or whose statements were
- * deallocated behind our back (DISCARD ALL; a pooler that swaps backends), folds text from then
- * on: slower, never wrong. A pool that hands out a new client object for the same connection
- * costs one failed PREPARE per object.
+ * A pool whose sessions do not keep them (a pooler in transaction mode, which hands each
+ * transaction another backend; DISCARD ALL or DEALLOCATE ALL by someone else; a pool that wraps
+ * one connection in a new client object at every checkout, so that its PREPAREs find their
+ * names taken) says so once, by 26000 or 42P05: from then on its folds carry each statement's
+ * text with the values written in, and nothing is named (`PoolFolds.literals`). Slower, never
+ * wrong, and nothing depends on what a backend kept.
  */
 export const DUPLICATE_PREPARED_STATEMENT = '42P05';
 export const UNDEFINED_PREPARED_STATEMENT = '26000';
 
-/**
- * Per pool: set when a PREPARE found its statement already there, i.e. the pool hands out a
- * new client object for a connection it handed out before (a wrapping pool). Such a pool's
- * connections cannot be told apart, so all of them fold text, and none pays a PREPARE again.
- */
-export interface FoldState {
-  textOnly: boolean;
+/** Per pool (per PGlite driver): whether its sessions were found not to keep our statements. */
+export interface PoolFolds {
+  literals: boolean;
+}
+
+/** Whether `err` says the pool's sessions do not keep our statements; if so, the pool stops naming any. */
+export function lostStatements(folds: PoolFolds, err: unknown): boolean {
+  const code = sqlState(err);
+  if (code !== UNDEFINED_PREPARED_STATEMENT && code !== DUPLICATE_PREPARED_STATEMENT) return false;
+  folds.literals = true;
+  return true;
 }
 
 /**
- * A registered statement as folded text: `execute <prepared>(literals)` on a session where it
- * is prepared, else its text with the literals in; undefined when it cannot be folded.
+ * A registered statement as folded text: `execute "<name>"(literals)` on a session where it is
+ * prepared, else its text with the literals in; undefined when a value cannot be written.
  */
 export function foldText(
   session: Session,
-  folds: FoldState,
+  folds: PoolFolds,
   compiled: CompiledQuery,
   entry: StatementEntry | undefined,
 ): string | undefined {
   const literals = literalsOf(compiled);
   if (literals === undefined) return undefined;
-  const prepared = session.prepared;
-  if (entry?.prepared && !folds.textOnly && prepared instanceof Set && prepared.has(entry.prepared)) {
-    return literals.length
-      ? `execute ${entry.prepared}(${literals.join(', ')})`
-      : `execute ${entry.prepared}`;
+  if (entry?.prepared && !folds.literals && session.prepared?.has(entry.name)) {
+    const name = quoted(entry.name);
+    return literals.length ? `execute ${name}(${literals.join(', ')})` : `execute ${name}`;
   }
-  return inline(compiled.sql, literals);
+  return literals.length ? inline(compiled.sql, literals) : compiled.sql;
 }
 
 /**
  * PREPAREs the folding statements this session lacks (one pool may serve inboxes in several
  * schemas): one round trip, once per session and schema, before a fold's BEGIN, so that a
- * failure aborts nothing. A failure (a statement of that name already there: a pool that
- * wraps one connection in several client objects) leaves it folding text.
+ * failure aborts nothing. A name already taken means the pool's sessions cannot be told apart:
+ * it folds literals from then on. Any other failure is the caller's (the inbox's tables are
+ * missing, the connection failed): nothing is recorded, and the next fold tries again.
  */
 export async function prepareFolds(
   session: Session,
   names: StatementNames,
-  folds: FoldState,
+  folds: PoolFolds,
   simple: (text: string) => Promise<unknown>,
 ): Promise<void> {
-  const prepared = session.prepared;
-  const have = prepared instanceof Set ? prepared : new Set<string>();
-  const missing = [...names.preparable()].filter(([, e]) => !have.has(e.prepared));
+  const have = session.prepared ?? new Set<string>();
+  const missing = [...names.preparable()].filter(([, e]) => !have.has(e.name));
   try {
-    await simple(missing.map(([text, e]) => `prepare ${e.prepared} as ${text}`).join('; '));
-    for (const [, e] of missing) have.add(e.prepared);
-    session.prepared = have;
+    await simple(missing.map(([text, e]) => `prepare ${quoted(e.name)} as ${text}`).join('; '));
   } catch (err) {
-    // Without a SQLSTATE the connection itself failed: nothing to fall back to.
-    const code = sqlState(err);
-    if (code === undefined) throw err;
-    session.prepared = 'inline';
-    if (code === DUPLICATE_PREPARED_STATEMENT) folds.textOnly = true;
+    if (!lostStatements(folds, err)) throw err;
+    return;
   }
+  for (const [, e] of missing) have.add(e.name);
+  session.prepared = have;
+}
+
+/** A statement's name as an SQL identifier. */
+function quoted(name: string): string {
+  return `"${name.replace(/"/g, '""')}"`;
 }

@@ -1,8 +1,7 @@
 /**
  * What we keep per database session: on the object that outlives our connection objects (pg's
- * pooled client, a PGlite instance), in one place. Each driver module reads and writes its own
- * part: fold.ts which statements are PREPAREd for text folds, extended-protocol.ts which are
- * parsed and described for pipelines, pglite.ts the turns of PGlite's one session.
+ * pooled client, a PGlite instance), in one place: which folding statements are PREPAREd on it
+ * (src/db/drivers/prepared-folds.ts), and PGlite's turns (src/db/drivers/pglite.ts).
  */
 
 /** Per session handle: a pool hands out one client object per connection, for its life. */
@@ -19,28 +18,10 @@ export function sessionOf(handle: object): Session {
 }
 
 export class Session {
-  /**
-   * Text folds (src/db/drivers/fold.ts): the folding statements PREPAREd on this session, or
-   * 'inline' when its folds carry the statement's text; undefined before the first fold.
-   */
-  prepared: Set<string> | 'inline' | undefined;
-  /** Pipelines (src/db/drivers/extended-protocol.ts): statement names parsed on this session (or sent to be, in a pipeline on the wire). */
-  readonly parsed = new Set<string>();
-  /**
-   * Set once PostgreSQL said a statement of ours does not exist: from then on each statement is
-   * parsed as the unnamed statement in every pipeline, which needs nothing to outlive it.
-   */
-  unnamed = false;
-  /** Each described statement's columns; null for one that returns no rows. */
-  readonly columns = new Map<string, Columns | null>();
+  /** The folding statements PREPAREd on this session, by name; undefined before its first fold. */
+  prepared: Set<string> | undefined;
   /** PGlite's one session, handed out in turns (src/db/drivers/pglite.ts). */
   readonly turns = new SessionTurns();
-}
-
-/** A statement's columns as the session's first run described them: names and parsers. */
-export interface Columns {
-  readonly names: readonly string[];
-  readonly parsers: ReadonlyArray<(text: string) => unknown>;
 }
 
 /**

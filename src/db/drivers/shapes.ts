@@ -15,7 +15,7 @@ export interface PgPoolLike {
 /** The subset of a pooled `pg.PoolClient` that webhook-inbox needs. */
 export interface PgClientLike {
   query(config: { text: string; values?: readonly unknown[]; name?: string }): Promise<{
-    rows: any[];
+    rows: unknown[];
     rowCount: number | null;
     command?: string;
   }>;
@@ -28,7 +28,7 @@ export interface PgClientLike {
 /** The subset of a PGlite instance that webhook-inbox needs. */
 export interface PGliteLike {
   query<T>(query: string, params?: unknown[]): Promise<{ rows: T[]; affectedRows?: number }>;
-  exec(query: string): Promise<Array<{ rows: any[]; affectedRows?: number }>>;
+  exec(query: string): Promise<Array<{ rows: unknown[]; affectedRows?: number }>>;
   close(): Promise<void>;
   readonly closed?: boolean;
 }

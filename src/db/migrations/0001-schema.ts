@@ -28,7 +28,7 @@ create table ${t.events} (
   run_after    timestamptz,
   received_at  timestamptz not null default now(),
   processed_at timestamptz,
-  -- The event's type, written with its final state: what ignored events are listed and replayed by.
+  -- The event's type, written with every row: what ignored events and dead letters are listed by.
   type         text,
   -- The last failed run's fingerprint (src/apply/cause.ts) and when it failed: dead letters are
   -- grouped and selected by them (webhook-inbox dead groups, --cause, --since, --until).
@@ -47,12 +47,12 @@ create index ${t.local('events_applied_seq')} on ${t.events} (source, key, seq)
 -- a failed one at run_after. Workers take the first due ones with SKIP LOCKED.
 create index ${t.local('events_pending_due')} on ${t.events} (source, (coalesce(run_after, received_at)))
   where status = 'pending' and key is null;
+-- Ignored events by type, for the operator's lists and replay.
+create index ${t.local('events_ignored')} on ${t.events} (source, type, received_at) where status = 'ignored';
 -- Retention prunes one source's processed and ignored rows by age; status() and the console
 -- read one source's newest. Source first, so a source's prune never steps over another's rows.
 create index ${t.local('events_processed_at')} on ${t.events} (source, processed_at) where status = 'processed';
 create index ${t.local('events_ignored_at')} on ${t.events} (source, processed_at) where status = 'ignored';
--- Ignored events by type, for the operator's lists and replay.
-create index ${t.local('events_ignored')} on ${t.events} (source, type, received_at) where status = 'ignored';
 -- Dead letters, for the operator: by arrival, and by failed time (dead groups, the --since and
 -- --until windows, dead purge --older-than).
 create index ${t.local('events_dead')} on ${t.events} (source, received_at) where status = 'dead';

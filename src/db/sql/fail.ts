@@ -12,7 +12,7 @@ export function failFunction(t: Tables): string {
 create or replace function ${t.fn('fail')}(
   p_source text, p_id text, p_key text, p_seq bigint, p_hash text, p_payload bytea, p_headers jsonb,
   p_error text, p_max_attempts integer, p_on_poison text, p_retry_in_ms bigint, p_received_at timestamptz,
-  p_dead_reason text
+  p_dead_reason text, p_type text
 ) returns table (decision text, attempts integer, drain boolean)
 language plpgsql as $fn$
 declare
@@ -27,13 +27,15 @@ begin
       on conflict (source, key) do nothing;
     perform 1 from ${t.keys} k where k.source = p_source and k.key = p_key for update;
   end if;
+  -- The type goes on the row whatever the run's end: a dead letter is listed and selected by it.
   insert into ${t.events} as e (source, id, key, seq, body_hash, status, payload, headers, attempts, last_error,
-                                run_after, received_at)
+                                run_after, received_at, type)
     values (p_source, p_id, p_key, p_seq, p_hash, 'pending', p_payload, p_headers, 1, p_error,
-            now() + p_retry_in_ms * interval '1 millisecond', coalesce(p_received_at, now()))
+            now() + p_retry_in_ms * interval '1 millisecond', coalesce(p_received_at, now()), p_type)
     on conflict (source, id) do update
       set attempts = e.attempts + 1, last_error = excluded.last_error, run_after = excluded.run_after,
-          payload = coalesce(e.payload, excluded.payload), headers = coalesce(e.headers, excluded.headers)
+          payload = coalesce(e.payload, excluded.payload), headers = coalesce(e.headers, excluded.headers),
+          type = coalesce(excluded.type, e.type)
       where e.status in ('pending', 'held') and (excluded.body_hash = '' or e.body_hash = excluded.body_hash)
     returning e.attempts into v_attempts;
   if not found then
@@ -90,6 +92,8 @@ export interface FailArgs {
   receivedAt: Date | null;
   /** The dead letter's reason when this failure dead-letters the event. */
   deadReason: 'poison' | 'rejected';
+  /** The event's type (null without one): kept on its row, failed or dead. */
+  type: string | null;
 }
 
 /** What recording a failed run decided (src/apply/apply.ts computes it; `fail` is never read back). */
@@ -108,7 +112,7 @@ export function createFail(names: StatementNames, t: Tables) {
     names,
     t,
     'fail',
-    `select * from ${t.fn('fail')}($1, $2, $3, $4::bigint, $5, $6, $7::jsonb, $8, $9, $10, $11::bigint, $12::timestamptz, $13)`,
+    `select * from ${t.fn('fail')}($1, $2, $3, $4::bigint, $5, $6, $7::jsonb, $8, $9, $10, $11::bigint, $12::timestamptz, $13, $14)`,
     { rides: 'commit' },
   );
   return async function fail(db: Queryable, a: FailArgs): Promise<void> {
@@ -126,6 +130,7 @@ export function createFail(names: StatementNames, t: Tables) {
       a.retryInMs,
       a.receivedAt,
       a.deadReason,
+      a.type,
     ]);
   };
 }

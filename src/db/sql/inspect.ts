@@ -21,7 +21,7 @@ export interface StoredEvent {
   key: string | null;
   seq: number | null;
   status: 'pending' | 'held' | 'processed' | 'dead' | 'ignored';
-  /** The event's type, as recorded when it was applied or ignored (null before, or without one). */
+  /** The event's type (null without one), recorded on every row that is stored, failed or applied. */
   type: string | null;
   attempts: number;
   lastError: string | null;

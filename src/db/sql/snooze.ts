@@ -11,11 +11,12 @@ export function createSnooze(names: StatementNames, t: Tables) {
     names,
     t,
     'snooze',
-    `insert into ${t.events} as e (source, id, key, seq, body_hash, status, payload, headers, attempts, run_after, received_at)
-       values ($1, $2, $3, $4::bigint, $5, 'pending', $6, $7::jsonb, 0, $8::timestamptz, coalesce($9::timestamptz, now()))
+    `insert into ${t.events} as e (source, id, key, seq, body_hash, status, payload, headers, attempts, run_after, received_at, type)
+       values ($1, $2, $3, $4::bigint, $5, 'pending', $6, $7::jsonb, 0, $8::timestamptz, coalesce($9::timestamptz, now()), $10)
      on conflict (source, id) do update
        set run_after = excluded.run_after,
-           payload = coalesce(e.payload, excluded.payload), headers = coalesce(e.headers, excluded.headers)
+           payload = coalesce(e.payload, excluded.payload), headers = coalesce(e.headers, excluded.headers),
+           type = coalesce(excluded.type, e.type)
        where e.status in ('pending', 'held') and (excluded.body_hash = '' or e.body_hash = excluded.body_hash)`,
     { rides: 'commit' },
   );
@@ -31,6 +32,8 @@ export function createSnooze(names: StatementNames, t: Tables) {
       headers: Record<string, string>;
       retryAt: Date;
       receivedAt: Date | null;
+      /** The event's type (null without one). */
+      type: string | null;
     },
   ): Promise<void> {
     await statement.run(db, [
@@ -43,6 +46,7 @@ export function createSnooze(names: StatementNames, t: Tables) {
       JSON.stringify(a.headers),
       a.retryAt,
       a.receivedAt,
+      a.type,
     ]);
   };
 }
