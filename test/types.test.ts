@@ -14,7 +14,6 @@ import { handler as fetchHandler } from '../adapters/fetch.js';
 import { inbox as honoInbox } from '../adapters/hono.js';
 import { inbox as koaInbox } from '../adapters/koa.js';
 import { StatementNames } from '../src/db/drivers/common.js';
-import { INBOX_COLUMNS } from '../src/db/inbox-tables.js';
 import { createTables, defineStatement, type Queryable } from '../src/db/sql/tables.js';
 import {
   createInbox,
@@ -26,6 +25,41 @@ import {
   type InboxKeysTable,
 } from '../src/index.js';
 import { filePGlite, pgliteTarget } from './support/databases.js';
+
+/** Column names of each table, as the migrations create them. */
+const INBOX_COLUMNS = {
+  events: [
+    'source',
+    'id',
+    'key',
+    'seq',
+    'body_hash',
+    'status',
+    'payload',
+    'headers',
+    'result',
+    'attempts',
+    'last_error',
+    'dead_reason',
+    'run_after',
+    'received_at',
+    'processed_at',
+    'type',
+    'cause',
+    'failed_at',
+  ] satisfies (keyof InboxEventsTable)[],
+  keys: [
+    'source',
+    'key',
+    'next_seq',
+    'state',
+    'blocked_seq',
+    'blocked_reason',
+    'updated_at',
+    'last_version',
+  ] satisfies (keyof InboxKeysTable)[],
+  gaps: ['source', 'key', 'from_seq', 'to_seq', 'reason', 'created_at'] satisfies (keyof InboxGapsTable)[],
+} as const;
 
 /** The database of this file's inboxes that need one only to exist (see filePGlite). */
 const memory = filePGlite();

@@ -1,15 +1,10 @@
 /**
- * A failed run's cause: a short fingerprint of its error, so that the dead letters of one
- * incident group together (`webhook-inbox dead groups`) and can be replayed as one (`--cause`).
- * Wolverine groups dead letters by exception type the same way; Hookdeck opens one "issue" per
- * failure cause. Two errors share a cause when their type (name and `code`) is the same and
- * their messages are the same once what varies per event is taken out: quoted values, numbers,
- * UUIDs, hex strings, e-mail addresses and URLs. The fingerprint is a hash, so it carries no
- * payload data; the message itself stays in `last_error`, as before.
+ * A failed run's cause: a hash of its error's type and of its message with what varies per event
+ * (quoted values, numbers, ids, URLs) taken out, so that one incident's dead letters group together
+ * (`webhook-inbox dead groups`) and replay as one (`--cause`). It carries no payload data.
  */
 import { createHash } from 'node:crypto';
 
-/** The message with what varies per event replaced by a placeholder. */
 export function normalisedMessage(message: string): string {
   return message
     .slice(0, 2000)
@@ -24,7 +19,6 @@ export function normalisedMessage(message: string): string {
     .trim();
 }
 
-/** The error's type: its name, and its `code` when it has one (ECONNREFUSED, 23505). */
 function typeOf(err: unknown): string {
   if (!(err instanceof Error)) return typeof err;
   const code = (err as { code?: unknown }).code;

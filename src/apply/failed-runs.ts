@@ -1,9 +1,4 @@
-/**
- * What a failed handler run leaves, inside its transaction and after it (src/apply/apply.ts runs the
- * handler and calls these): the attempt counted by `fail` with the retry schedule's decision
- * (src/apply/retry-schedule.ts), its cause (src/apply/cause.ts), a snooze when the handler asked for one
- * (RetryLater); after COMMIT, a dead letter's metrics, log line and `onDeadLetter`.
- */
+/** What a failed handler run leaves: in its transaction the attempt, its cause or a snooze; then the report. */
 import type { Transaction } from 'kysely';
 import type { FailRow } from '../db/sql/fail.js';
 import type { TakenEvent } from '../db/sql/taken-event.js';
@@ -15,10 +10,7 @@ import { causeOf } from './cause.js';
 import { retrySchedule } from './retry-schedule.js';
 import { eventType } from './run-handler.js';
 
-/**
- * What recording a failed run decided, with its cause (src/apply/cause.ts) and what the handler threw.
- * `snoozed`: the handler threw RetryLater; the event waits until then, no attempt spent.
- */
+/** What recording a failed run decided. `snoozed`: the handler threw RetryLater, no attempt spent. */
 export type RecordedFailure =
   | (FailRow & { readonly cause: string; readonly error: unknown })
   | {
@@ -36,17 +28,12 @@ function errorMessage(err: unknown): string {
 }
 
 /**
- * Records a failed run inside its transaction, after the handler threw: back to the savepoint
- * the take left (the handler's writes undone, the event still locked), the event waiting again,
- * then `fail` counts the attempt and, when its retry budget is spent (src/apply/retry-schedule.ts; at
- * once for RejectEvent), dead-letters it and blocks or skips its key (`onPoison`). A stored event the take left unmarked
- * (`markAtCommit`) is still waiting as it was (its mark was never sent): the revert finds
- * nothing to undo, and `fail` counts it exactly as before. An event whose row the claim left for COMMIT
- * (`rowAtCommit`) has none: the revert matches nothing (an ordered one's cursor is rewound
- * all the same), and `fail` inserts the row as it would have counted it (attempts 1, its key
- * and seq, its payload and the claim's `received_at`), still under the claim's id lock (and
- * key row lock), which the savepoint keeps (they were taken before it). None of it is read back before COMMIT, so what
- * `fail` decides is computed here from the attempts the take read under the same lock.
+ * Records a failed run in its transaction: back to the savepoint the take left (the handler's writes
+ * undone, the event still locked and waiting again), then `fail` counts the attempt and, once the
+ * retry budget is spent, dead-letters it and blocks or skips its key (`onPoison`). An event whose
+ * row the claim left for COMMIT (`rowAtCommit`) has none: `fail` inserts it, still under the claim's
+ * id and key locks, which the savepoint keeps. Nothing is read back before COMMIT, so `fail`'s
+ * decision is computed here from the attempts the take read under the same lock.
  */
 export async function recordFailure(
   rt: Runtime,
@@ -57,8 +44,7 @@ export async function recordFailure(
   const o = rt.options;
   const { id, key, seq } = event;
   const next = retrySchedule(o, event.attempts, event.receivedAt, cause instanceof RejectEvent);
-  // An event's first failure is said; its retries only at debug (a long outage is one line
-  // per event, then its dead letter).
+  // A first failure is said; retries only at debug (a long outage is one line per event).
   (event.attempts === 0 ? o.logger.warn : o.logger.debug)(
     { err: cause, id, key, seq, source: o.source, attempt: event.attempts + 1 },
     'webhook-inbox: handler failed',
@@ -66,9 +52,7 @@ export async function recordFailure(
   await rt.statements.fail(tx, {
     ...(await undoFailedTake(rt, tx, event)),
     error: errorMessage(cause),
-    // Decided here (src/apply/retry-schedule.ts: the budget is time, which `fail` does not read):
-    // `fail` dead-letters when the attempts reach p_max_attempts, so 1 is "now", and the
-    // largest integer is "not now".
+    // Decided here (the budget is time, which `fail` does not read): 1 is "now", the largest int "not now".
     maxAttempts: next.dead ? 1 : 2_147_483_647,
     onPoison: o.onPoison,
     retryInMs: next.dead ? 0 : next.retryInMs,
@@ -89,11 +73,7 @@ export async function recordFailure(
   };
 }
 
-/**
- * Back to the savepoint the take left, the event waiting again (src/db/sql/failed-run.ts); then
- * the row as the statement that records what came of the run writes it (its headers never a
- * secret one).
- */
+/** Back to the savepoint the take left, the event waiting again (src/db/sql/failed-run.ts). */
 async function undoFailedTake(rt: Runtime, tx: Transaction<any>, event: TakenEvent) {
   const o = rt.options;
   const row = {
@@ -109,10 +89,7 @@ async function undoFailedTake(rt: Runtime, tx: Transaction<any>, event: TakenEve
   return row;
 }
 
-/**
- * The handler threw RetryLater: back to the savepoint as for a failed run, then the event waits
- * until the time it asked for, its attempts unchanged (src/db/sql/snooze.ts), riding on COMMIT.
- */
+/** RetryLater: undone as a failed run, then the event waits until then, its attempts unchanged. */
 export async function recordSnooze(
   rt: Runtime,
   tx: Transaction<any>,
@@ -149,10 +126,7 @@ function deadLetterAdvice(reason: string, id: string, blocksKey: boolean): strin
   );
 }
 
-/**
- * After COMMIT: a dead letter is counted and said, and so is the key it blocks; `onDeadLetter`
- * is told.
- */
+/** After COMMIT: a dead letter is counted and said, and so is the key it blocks; `onDeadLetter` is told. */
 export function reportFailure(rt: Runtime, event: TakenEvent, failure: RecordedFailure): void {
   if (failure.decision !== 'dead') return;
   const o = rt.options;

@@ -4,10 +4,9 @@ import { HandlerError, HandlerTimeoutError } from '../errors.js';
 import type { Handler, HandlerContext, InboxEvent } from '../options/event.js';
 
 /**
- * A stable key for one outbound call of one event, for APIs that accept `Idempotency-Key`:
- * the same source, event id and name give the same key on every run, in every process, so a
- * handler re-run after a crash or a rollback repeats the call safely. UUID-shaped (version 8,
- * RFC 9562) from SHA-256, so it fits wherever a UUID or an opaque string up to 255 fits.
+ * A stable key for one outbound call of one event (`Idempotency-Key`): the same source, id and name
+ * give the same key on every run, so a handler re-run after a crash repeats the call safely. UUID
+ * version 8 (RFC 9562) from SHA-256.
  */
 export function idempotencyKey(source: string, id: string, name: string): string {
   const hex = createHash('sha256')
@@ -17,14 +16,9 @@ export function idempotencyKey(source: string, id: string, name: string): string
   return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-8${hex.slice(13, 16)}-${variant}${hex.slice(17, 20)}-${hex.slice(20, 32)}`;
 }
 
-/**
- * The abort side of one handler run. Its AbortController is made only when the handler reads
- * `ctx.signal` (most never do): one read after the deadline gets a signal already aborted with
- * the timeout, as if it had been made at the start.
- */
+/** The abort side of one handler run; its AbortController is made only if the handler reads `ctx.signal`. */
 class RunAbort {
   #controller: AbortController | undefined;
-  /** The timeout, once the run went past it. */
   reason: HandlerTimeoutError | undefined;
 
   get signal(): AbortSignal {
@@ -57,10 +51,8 @@ class RefuseAfterAbort implements KyselyPlugin {
 }
 
 /**
- * Runs the handler with its context. A throw becomes a HandlerError (the caller rolls back and
- * counts the attempt); so does running past `timeoutMs`, after aborting `ctx.signal`. `plugins`
- * are those of the Kysely instance the user passed as `db`, which the inbox's own statements
- * run without (src/db/database.ts): the handler's `tx` has them, as the user's instance would.
+ * Runs the handler with its context; a throw, or running past `timeoutMs`, becomes a HandlerError.
+ * `plugins` are those of the user's Kysely instance, which the inbox's own statements run without.
  */
 export async function runWithContext(
   handle: Handler,

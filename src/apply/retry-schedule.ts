@@ -1,17 +1,9 @@
 /**
- * What follows a failed handler run: another run after a wait, or the dead letter. The one
- * place the inbox decides it, for every path that applies an event (src/apply/apply.ts
- * `recordFailure`: a delivery, a drain, the sweeper, a worker).
- *
- * The budget is time, as providers budget theirs (Stripe retries for three days, Svix for about
- * a day, this project's sender for `retryForMs`): an outage of a deploy, a migration or a
- * downstream API costs retries, not dead letters. Counting attempts alone dead-lettered a
- * twenty-second blip (5 attempts from 1 s with full jitter spend about 15 s). `maxAttempts`,
- * when given, still bounds it. The budget runs from the event's arrival (`received_at`): a
- * failure after it ends the retries (a wait is never cut short to fit it).
+ * What follows a failed handler run: another run after a wait, or the dead letter, for every path
+ * that applies an event. The budget is time from the event's arrival (`retryFor`), as providers
+ * budget theirs, so an outage costs retries, not dead letters; `maxAttempts`, when given, still bounds it.
  */
 
-/** The options the schedule reads (ResolvedOptions has them). */
 export interface RetryScheduleOptions {
   /** Milliseconds. */
   readonly retryFor: number;
@@ -24,19 +16,13 @@ export type RetryDecision =
   | { readonly dead: false; readonly retryInMs: number }
   | { readonly dead: true; readonly reason: 'poison' | 'rejected' };
 
-/**
- * Capped exponential backoff with full jitter (the AWS architecture blog's "full jitter"): the
- * wait before an event whose handler failed `previousAttempts` times is run again.
- */
+/** Capped exponential backoff with full jitter: the wait after `previousAttempts` failed runs. */
 export function backoffMs(previousAttempts: number, baseMs: number, capMs: number): number {
   const ceiling = Math.min(capMs, baseMs * 2 ** Math.min(previousAttempts, 30));
   return Math.floor(Math.random() * ceiling);
 }
 
-/**
- * After a run that failed: `failedBefore` earlier failed runs, the event received at
- * `receivedAt`. `rejected`: the handler threw RejectEvent, dead at once.
- */
+/** After a failed run with `failedBefore` earlier ones. `rejected`: RejectEvent, dead at once. */
 export function retrySchedule(
   o: RetryScheduleOptions,
   failedBefore: number,

@@ -1,9 +1,3 @@
-/**
- * One taken event's handler run, for every path that applies one (inline, drained, deferred,
- * replayed; src/apply/apply.ts): the event as the handler sees it (its body parsed and checked again
- * for a stored event), the handler its type gets (`handlers`; none: the event is ignored), the
- * run in its span and context (src/apply/handler-context.ts), and its metrics.
- */
 import type { Context } from '@opentelemetry/api';
 import type { Transaction } from 'kysely';
 import type { TakenEvent } from '../db/sql/taken-event.js';
@@ -16,9 +10,8 @@ import type { Runtime } from '../runtime/runtime.js';
 import { runWithContext } from './handler-context.js';
 
 /**
- * A taken event's type: the delivery's, or a stored event's read again from what was stored of
- * its delivery (the handler that exists now decides: a replayed ignored event reaches the one
- * written since). `body`: the parsed body, when the caller has it.
+ * A taken event's type: the delivery's, or a stored event's read again (the handler that exists now
+ * decides). `body`: the parsed body, when the caller has it.
  */
 export function eventType(rt: Runtime, taken: TakenEvent, body?: unknown): string | null {
   if ('type' in taken) return taken.type ?? null;
@@ -27,9 +20,8 @@ export function eventType(rt: Runtime, taken: TakenEvent, body?: unknown): strin
 }
 
 /**
- * Runs the handler in `tx`; its result, as JSON for storing, and how long it ran. Any throw
- * becomes a HandlerError, counted here as failed; a run that returned is counted as processed
- * by the caller, after COMMIT.
+ * Runs the handler in `tx` (none for its type: ignored); its result, as JSON for storing, and how
+ * long it ran. A throw becomes a HandlerError, counted here as failed.
  */
 export async function runHandler(
   rt: Runtime,
@@ -49,9 +41,7 @@ export async function runHandler(
   let json: string | undefined;
   let type: string | null;
   try {
-    // A stored payload that no longer parses (or no longer passes `bodySchema`) fails like a
-    // handler would: counted, then poison. Checked again here so that `event.body` is the
-    // schema's output for a held or pending event too.
+    // A stored payload that no longer parses or passes `bodySchema` fails like a handler would.
     const body =
       'body' in taken ? taken.body : parseBody(taken.payload, taken.headers['content-type'], o.parse);
     type = eventType(rt, taken, body);
@@ -69,8 +59,6 @@ export async function runHandler(
       attempt: taken.attempts + 1,
       receivedAt: taken.receivedAt,
     };
-    // runWithContext gives the handler its context (signal, idempotencyKey) and enforces
-    // handlerTimeoutMs; it throws HandlerError.
     result = await inSpan(rt.tracer, 'webhook-inbox.handler', parent, () =>
       runWithContext(handle, event, tx, o.handlerTimeoutMs, rt.database.handlerPlugins),
     );

@@ -1,8 +1,4 @@
-/**
- * Everything an inbox does besides answering a delivery, started by `ready()` and stopped by
- * `close()`: drains after a response, the sweeper, the workers (deferred mode, or `workers`
- * set) and their listener. Each is a loop around the one apply path (src/apply/apply.ts).
- */
+/** Everything an inbox does besides answering a delivery, started by `ready()`, stopped by `close()`. */
 import type { Context } from '@opentelemetry/api';
 import type { Kysely } from 'kysely';
 import type { Runtime } from '../runtime/runtime.js';
@@ -22,9 +18,8 @@ export class Background {
   constructor(rt: Runtime) {
     this.#rt = rt;
     this.#sweeper = new Sweeper(rt, {
-      // The sweeper's timed passes hand their work to this instance's lanes when it has some
-      // (deferred mode): only the lanes hold pool connections while handlers run, so every
-      // pool connection can be a lane's and the pass is not a handler of its own.
+      // Deferred mode hands the timed passes' work to the lanes: only the lanes hold pool connections
+      // while handlers run.
       drain: async (key, handOff) => {
         if (handOff && this.#lanes) {
           this.#workers!.wake(key);
@@ -47,7 +42,6 @@ export class Background {
     return this.sheddingPending && this.#rt.options.workers > 0;
   }
 
-  /** Starts the sweeper and the workers once the runtime is open (idempotent). */
   start(): void {
     const rt = this.#rt;
     if (this.#started || rt.closing) return;
@@ -58,8 +52,7 @@ export class Background {
       this.#workers = new Workers(rt);
       this.#workers.start();
     }
-    // Other instances' workers hear of this one's pending events from a coalesced NOTIFY sent
-    // after commit (src/background/wake-ups.ts); PGlite has no LISTEN between processes.
+    // PGlite has no LISTEN between processes.
     if (o.mode === 'deferred' && rt.database.kind === 'pg') this.#wakeUps = new WakeUps(rt);
   }
 
@@ -68,18 +61,12 @@ export class Background {
     return this.#workers !== undefined && this.#rt.options.mode === 'deferred';
   }
 
-  /**
-   * Applies the key's waiting events in seq order, each in its own transaction. Deferred mode
-   * drains the workers' way (`take_turn`), which leaves the key unlocked during the handler.
-   */
+  /** Applies the key's waiting events in seq order, each in its own transaction. */
   async drain(key: string, wait: boolean, parent?: Context): Promise<number> {
     return (await this.#drained(key, wait, parent)).applied;
   }
 
-  /**
-   * A drain, and the timed-out gaps it settled: deferred mode's drain settles each due gap it
-   * reaches (`advance`); inline mode's settles none (the sweeper's pass settles them itself).
-   */
+  /** A drain, and the timed-out gaps it settled (deferred mode's `advance`; inline mode's settle none). */
   async #drained(key: string, wait: boolean, parent?: Context): Promise<Drained> {
     if (this.sheddingPending) return this.#workers!.drainKey(key);
     return { applied: await drainInline(this.#rt, key, wait, parent), gapsSkipped: 0, keysBlocked: 0 };
@@ -102,11 +89,6 @@ export class Background {
   /** A delivery was held behind a gap at `receivedAt` (ms): the sweeper passes when it comes due. */
   heldStored(receivedAt: number): void {
     this.#sweeper.gapDueAt(receivedAt);
-  }
-
-  /** Wake-up NOTIFYs this instance sent. */
-  get wakeUpsSent(): number {
-    return this.#wakeUps?.sent ?? 0;
   }
 
   sweep(): Promise<SweepReport> {

@@ -1,14 +1,8 @@
 /**
- * Drains: an ordered key's waiting events applied in seq order, until the next one is missing
- * (or the key is blocked, or someone else holds it).
- *
- * In inline mode the delivery whose claim made held events runnable applies the first of them
- * in its own transaction, after its handler and before COMMIT (`DrainInTransaction`, at most
- * `DRAIN_IN_TRANSACTION`): it holds the key's row lock already, and a transaction of their own
- * would queue behind every other delivery for the database. What is left, it drains right after
- * its response on the same connection, each event in its own transaction (`drainInline`), as
- * the sweeper and operator actions do. A drain is a span of its own: a child of the delivery
- * that unblocked it, or a root for the sweeper.
+ * Drains: an ordered key's waiting events applied in seq order, until the next one is missing, the
+ * key is blocked, or someone else holds it. In inline mode the delivery that filled a gap applies the
+ * first few in its own transaction (`DrainInTransaction`: it holds the key's row lock already) and
+ * the rest right after its response on the same connection (`drainInline`).
  */
 import type { Context, Span } from '@opentelemetry/api';
 import type { Kysely, Transaction } from 'kysely';
@@ -17,10 +11,7 @@ import { parentOf, recordError, SpanAttributes } from '../observability/tracing.
 import type { Runtime } from '../runtime/runtime.js';
 import { applyNextInline } from './turns.js';
 
-/**
- * Inline mode's drain (`take_next`). `wait`: wait (bounded) for the key's lock. `db`: a
- * connection the caller holds, else the pool. Returns how many it applied.
- */
+/** Inline mode's drain (`take_next`). `wait`: wait (bounded) for the key's lock; `db`: a held connection. */
 export async function drainInline(
   rt: Runtime,
   key: string,
@@ -48,26 +39,18 @@ export async function drainInline(
 }
 
 /**
- * Held events a delivery applies in its own transaction, at most. Its sender waits for their
- * handlers (the response comes after COMMIT, and is its own event's), and the transaction
- * holds the key and every taken event's row lock meanwhile, with one savepoint per event (a
- * subtransaction each; past 64 PostgreSQL slows every session's snapshots): 8 keeps that to a
- * few handlers' time, while the short runs a reordering sender leaves behind a gap are applied
- * whole, with no transaction of their own to queue for. A longer backlog drains after the
- * response, where its handlers keep nobody waiting.
+ * Held events a delivery applies in its own transaction, at most. Its sender waits for their handlers
+ * while the transaction holds the key and their row locks, one savepoint each (past 64 subtransactions
+ * PostgreSQL slows every session's snapshots); 8 still applies the short runs a reordering sender
+ * leaves behind a gap whole. A longer backlog drains after the response.
  */
 export const DRAIN_IN_TRANSACTION = 8;
 
 /**
- * Inline mode's drain inside the transaction of the delivery that filled a key's gap, once its
- * own event applied (src/receive/claim.ts). Each event is taken by `take_next`, which does not
- * wait (the claim locked the key row and moved the cursor in this transaction), and sends the
- * event's savepoint after it, with the previous event's result riding in front: a handler that
- * throws rolls back to its own savepoint and its failure is recorded there, the events before
- * it (the delivery's own included) untouched. It stops at a failed run, at the bound, or when
- * the next seq is not waiting; `rest` then says whether a drain after the response is due.
- * Any other error (the database's) rolls the whole transaction back: the delivery is answered
- * as any infrastructure failure and retried, with nothing applied.
+ * Inline mode's drain inside the transaction of the delivery that filled a key's gap (src/receive/claim.ts).
+ * `take_next` does not wait: the claim locked the key row and moved the cursor in this transaction.
+ * Each event has its own savepoint, so a handler that throws rolls back only its own writes; any
+ * other error rolls the whole transaction back and the delivery is retried with nothing applied.
  */
 export class DrainInTransaction {
   /** After COMMIT: events may still wait behind the last one (the bound, or a skipped poison event). */
@@ -86,7 +69,6 @@ export class DrainInTransaction {
     this.#parent = parent;
   }
 
-  /** The key's held events, each taken and applied in `tx`: their runs, reported after COMMIT. */
   async applyHeld(tx: Transaction<any>): Promise<Run[]> {
     const rt = this.#rt;
     const o = rt.options;
@@ -99,7 +81,7 @@ export class DrainInTransaction {
         return runs;
       }
       const took = await rt.statements.takeNext(tx, o.source, this.#key, true, rt.lockTimeout);
-      // Not waiting (or not due: a retry's backoff): nothing more now, as for a drain after the response.
+      // Not waiting, or not due (a retry's backoff): nothing more now.
       if (!took) return runs;
       more = took.more;
       const run = await applyTaken(rt, tx, took.event, this.#spanParent);
@@ -122,7 +104,6 @@ export class DrainInTransaction {
     this.#spanParent = parentOf(this.#span);
   }
 
-  /** After the transaction: counted as a drain when it committed held events, its span ended. */
   end(committed: boolean): void {
     const applied = committed ? this.#applied : 0;
     if (applied > 0) this.#rt.metrics.drain((performance.now() - this.#started) / 1000);

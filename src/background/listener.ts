@@ -1,8 +1,6 @@
 /**
- * LISTEN/NOTIFY (pg only): wakes this instance's workers when any instance stores a runnable
- * pending event. The instance that stored it sends the keys after COMMIT, coalesced
- * (src/background/wake-ups.ts); a dedicated connection listens here. Lost notifications are
- * caught by the workers' poll.
+ * LISTEN/NOTIFY (pg only): a dedicated connection hears the coalesced wake-ups instances send after
+ * COMMIT (src/background/wake-ups.ts); the workers' poll catches lost notifications.
  */
 import type { Database } from '../db/database.js';
 import { notifyChannel, readWakeUp } from '../db/sql/notify-pending.js';
@@ -34,11 +32,7 @@ export class Listener {
     this.#wake = wake;
   }
 
-  /**
-   * A dedicated connection LISTENs on the inbox's channel. With a pg.Pool it is a client of
-   * its own, built from the pool's settings, so no pool connection is taken for good; with
-   * another pool-shaped object, one of its connections is held.
-   */
+  /** With a pg.Pool, a client of its own from the pool's settings; else one pool connection, held. */
   async start(): Promise<void> {
     const rt = this.#rt;
     const pool = rt.database.pool as

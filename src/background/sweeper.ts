@@ -1,8 +1,6 @@
 /**
- * The sweeper: a pass every `sweepIntervalMs` in every instance. It finishes drains a crash
- * interrupted, retries failed events whose backoff ended, applies gap timeouts (skip or
- * block), applies due unordered pending events, prunes processed rows past `retention` and
- * purges dead letters past `deadRetention`.
+ * The sweeper: a pass every `sweepIntervalMs` in every instance finishes interrupted drains, retries
+ * due failed events, settles gap timeouts, applies due unordered pending events and runs retention.
  */
 
 import { missingTables } from '../db/drivers/postgres-error.js';
@@ -10,15 +8,11 @@ import type { SweepStep } from '../db/sql/sweep.js';
 import { firstTime, recovered } from '../observability/logger.js';
 import { prune, purgeDead } from '../operations/retention.js';
 import type { Runtime } from '../runtime/runtime.js';
-import { applyDuePending, type Drained } from './turns.js';
+import { applyDuePending, type Drained, gapSettled } from './turns.js';
 
 /**
- * Retention. While rows past retention are left, each pass prunes for up to PRUNE_PASS_MS, in
- * batches that double from 1,000 while they come back full, up to PRUNE_BATCH (River's cleaner
- * deletes 10,000 at a time): the rate follows the backlog, and the pass's other work (gap
- * timeouts, retries) waits at most that long. A fixed batch a pass would prune at a fixed rate
- * (1,000 rows a second for 1,000 a pass) however fast events came in. Caught up, it prunes every
- * PRUNE_EVERY_MS: a prune that finds nothing is one index probe.
+ * While rows past retention are left, a pass prunes for up to PRUNE_PASS_MS in batches doubling from
+ * 1,000 to PRUNE_BATCH, so the rate follows the backlog; caught up, every PRUNE_EVERY_MS.
  */
 const PRUNE_BATCH = 10_000;
 const PRUNE_PASS_MS = 1000;
@@ -29,26 +23,16 @@ const PURGE_BATCH = 1000;
 export const PENDING_PER_SWEEP = 100;
 /** Keys one pass chooses to drain or settle at most. */
 const KEYS_PER_SWEEP = 500;
-/**
- * Keys with waiting events one pass examines at most (a few index reads each); the next pass
- * goes on from the last one, so every key's turn comes round (src/db/sql/sweep.ts).
- */
+/** Keys with waiting events one pass examines; the next pass goes on from the last (src/db/sql/sweep.ts). */
 const KEYS_EXAMINED_PER_SWEEP = 1000;
-/**
- * Inline mode: how many times one pass settles a key's next due gap after draining to it (its
- * drains run in the pass). Deferred mode's drains settle each due gap as they reach it
- * (src/db/sql/advance.ts).
- */
+/** Inline mode: how many times one pass settles a key's next due gap after draining to it. */
 const GAP_ROUNDS = 100;
 /** Gap deadlines remembered for an early pass; past it, the pass every `sweepIntervalMs` finds them. */
 const MAX_DEADLINES = 1000;
 
 /** How the sweeper applies what it finds, in this inbox's mode (src/background/background.ts). */
 export interface SweepWork {
-  /**
-   * Applies a key's runnable events, and says which timed-out gaps it settled on the way;
-   * `handOff`: the workers may take it instead (nothing done here).
-   */
+  /** Applies a key's runnable events; `handOff`: the workers may take it instead (nothing done here). */
   drain(key: string, handOff: boolean): Promise<Drained>;
   /** Applies due unordered pending events, at most `limit`; `handOff` as for `drain`. */
   applyPending(limit: number, handOff: boolean): Promise<number>;
@@ -86,7 +70,6 @@ export class Sweeper {
   /** The key the next pass's walk starts after (undefined: the first). */
   #resumeAfter: string | undefined;
 
-  /** `work` applies what a pass finds the way this inbox's mode does. */
   constructor(rt: Runtime, work: SweepWork) {
     this.#rt = rt;
     this.#work = work;
@@ -98,11 +81,9 @@ export class Sweeper {
   }
 
   /**
-   * A held event was stored at `receivedAt`: its gap comes due `gapTimeoutMs` later, and a pass
-   * runs then rather than up to `sweepIntervalMs` after (gap timeouts run from the arrival of
-   * the held events). Deadlines are rounded up to a grid (a tenth of the gap timeout,
-   * from 50 ms to `sweepIntervalMs`), so a stream of held events adds at most one pass per
-   * step, never one per event.
+   * A held event was stored at `receivedAt`: a pass runs when its gap comes due rather than up to
+   * `sweepIntervalMs` later. Deadlines are rounded up to a grid (a tenth of the gap timeout, from 50 ms
+   * to `sweepIntervalMs`), so a stream of held events adds at most one pass per step.
    */
   gapDueAt(receivedAt: number): void {
     const o = this.#rt.options;
@@ -159,9 +140,8 @@ export class Sweeper {
   }
 
   /**
-   * One pass, now. `handOff`: drains and due pending events may be handed to this instance's
-   * worker lanes (deferred mode), so the pass holds no connection while a handler runs; the
-   * report then counts only what the pass applied itself.
+   * One pass, now. `handOff`: drains and due pending events may go to this instance's worker lanes,
+   * so the pass holds no connection while a handler runs; the report counts only its own.
    */
   async sweep(options: { handOff?: boolean } = {}): Promise<SweepReport> {
     const rt = this.#rt;
@@ -175,11 +155,10 @@ export class Sweeper {
       purged: 0,
       keyErrors: 0,
     };
-    // Inline mode: after the drains, the keys whose gap was skipped may have another gap due
-    // behind the events just applied; a round more settles it (ten due gaps of a key: one pass).
     rt.metrics.sweeperRun();
     const failed = new Set<string>();
-    // Every round walks from where the pass began: a key whose gap a round skipped is looked at again.
+    // Inline mode: a key whose gap was skipped may have another due behind the events just applied;
+    // every round walks from where the pass began, so it is looked at again.
     const after = this.#resumeAfter;
     for (let round = 0; round < GAP_ROUNDS && !rt.closing; round++) {
       const skipped = report.gapsSkipped;
@@ -191,9 +170,8 @@ export class Sweeper {
   }
 
   /**
-   * The sweep statement (gap timeouts, keys to drain), walking the keys from the one after
-   * `after`, and the drains it calls for; returns where the next walk starts. A key that failed
-   * in an earlier round of the pass (`failed`) is not counted or logged again.
+   * The sweep statement and the drains it calls for, from the key after `after`; returns where the
+   * next walk starts. A key that failed in an earlier round (`failed`) is not counted again.
    */
   async #settle(
     report: SweepReport,
@@ -205,10 +183,8 @@ export class Sweeper {
     const o = rt.options;
     let step: SweepStep;
     try {
-      // READ COMMITTED whatever the server's default: under a snapshot older than a claim, the
-      // pass would skip a gap that a held event has filled meanwhile.
-      // On the connections no handler holds (deferred mode's `ackPoolSize`): a pass is not held
-      // up by busy lanes.
+      // READ COMMITTED: under a snapshot older than a claim, the pass would skip a gap a held event
+      // has filled meanwhile. On the connections no handler holds, so busy lanes do not hold it up.
       step = await rt.database.acks
         .transaction()
         .setIsolationLevel('read committed')
@@ -236,22 +212,13 @@ export class Sweeper {
         );
         continue;
       }
-      if (row.action === 'blocked') {
-        report.keysBlocked++;
-        rt.metrics.gapTimeout('blocked');
-        o.logger.info(
-          { key: row.key, fromSeq: row.fromSeq, source: o.source },
-          'webhook-inbox: gap timeout, key blocked',
-        );
-        continue;
-      }
-      if (row.action === 'skipped') {
+      if (row.action === 'blocked' || row.action === 'skipped') {
+        gapSettled(rt, row.key, row.action === 'blocked', row.fromSeq, row.toSeq);
+        if (row.action === 'blocked') {
+          report.keysBlocked++;
+          continue;
+        }
         report.gapsSkipped++;
-        rt.metrics.gapTimeout('skipped');
-        o.logger.info(
-          { key: row.key, fromSeq: row.fromSeq, toSeq: row.toSeq, source: o.source },
-          'webhook-inbox: gap timeout, seqs skipped',
-        );
       }
       toDrain.push(row.key);
     }
@@ -280,11 +247,9 @@ export class Sweeper {
     return step.resumeAfter;
   }
 
-  /** Retention's step of a pass. */
   async #prune(report: SweepReport): Promise<SweepReport> {
     const rt = this.#rt;
     const o = rt.options;
-    // Retention: every pass while behind, bounded in time; every PRUNE_EVERY_MS while caught up.
     if (
       (o.retention !== false || o.deadRetention !== false) &&
       Date.now() >= this.#nextPruneAt &&
@@ -309,7 +274,6 @@ export class Sweeper {
         if (pruned > 0)
           o.logger.debug({ pruned, source: o.source }, 'webhook-inbox: pruned processed events');
       }
-      // Dead letters past `deadRetention` (counted from their arrival), independently.
       if (o.deadRetention !== false) {
         const { purged } = await purgeDead(
           scope,

@@ -1,13 +1,7 @@
 /**
- * The three ways a stored event is taken and applied, each one transaction of the apply
- * path's steps (src/apply/apply.ts):
- * - `applyNextInline`: an ordered key's next event by `take_next`, which locks the key for the
- *   handler's duration (inline mode's drains and the sweeper);
- * - `applyTurn`: the same event by `take_turn`, then `advance` after the handler, without
- *   holding the key's lock meanwhile (deferred mode's workers and drains);
- * - `applyDuePending`: due unordered pending events by `take_pending`, several in one
- *   transaction for workers (`workerBatchSize`), one at a time for the sweeper and
- *   `inbox.replay`.
+ * The three ways a stored event is taken and applied, each one transaction (src/apply/apply.ts):
+ * `applyNextInline` (`take_next`, the key locked during the handler), `applyTurn` (`take_turn`, then
+ * `advance`, the key unlocked meanwhile; deferred mode) and `applyDuePending` (unordered, `take_pending`).
  */
 import type { Context } from '@opentelemetry/api';
 import type { Kysely } from 'kysely';
@@ -24,30 +18,21 @@ import { sqlState } from '../db/drivers/postgres-error.js';
 import { CONTENDED } from '../db/sql/sql-state.js';
 import type { Runtime } from '../runtime/runtime.js';
 
-/**
- * What one step of a drain did: applied an event or not, whether the key's next seq waits, and
- * the timed-out gap after the event it settled (deferred mode's `advance`), once committed.
- */
+/** One step of a drain: applied or not, whether the next seq waits, the timed-out gap it settled. */
 export interface Step {
   readonly applied: boolean;
   readonly more: boolean;
   readonly gap?: 'skipped' | 'blocked';
 }
 
-/**
- * What a drain of a key did: the events it applied, and the gaps its steps settled (a sweeper
- * pass reports them beside its own).
- */
+/** What a drain of a key did: the events it applied, and the gaps its steps settled. */
 export interface Drained {
   readonly applied: number;
   readonly gapsSkipped: number;
   readonly keysBlocked: number;
 }
 
-/**
- * Applies the key's next event by `take_next`. `wait`: wait (bounded) for the key's lock.
- * `db`: a connection the caller holds (a drain right after its delivery), else the pool.
- */
+/** Applies the key's next event by `take_next`. `wait`, `db`: as for `drainInline`. */
 export async function applyNextInline(
   rt: Runtime,
   key: string,
@@ -73,9 +58,8 @@ export async function applyNextInline(
 }
 
 /**
- * Applies the key's next event by `take_turn`, moving the cursor by `advance` before COMMIT.
- * `advance` also settles the gap after the event when it timed out (src/db/sql/advance.ts): the
- * drain then goes on past it, so every due gap of a key is settled as the drain reaches it.
+ * Applies the key's next event by `take_turn`, moving the cursor by `advance` before COMMIT. `advance`
+ * also settles a timed-out gap after the event (src/db/sql/advance.ts), so the drain goes on past it.
  */
 export async function applyTurn(rt: Runtime, key: string): Promise<Step> {
   const o = rt.options;
@@ -85,8 +69,7 @@ export async function applyTurn(rt: Runtime, key: string): Promise<Step> {
     await rt.statements.takeSavepoint?.(tx);
     const run = await runTaken(rt, tx, event, undefined);
     if (run.status === 'failed') return { run };
-    // After the handler, before its result: one round trip more than take_next, the price of
-    // not locking the key meanwhile.
+    // One round trip more than take_next, the price of not locking the key during the handler.
     const advanced = await rt.statements.advance(
       tx,
       o.source,
@@ -100,35 +83,32 @@ export async function applyTurn(rt: Runtime, key: string): Promise<Step> {
   });
   reportCommitted(rt, [run]);
   if (run) tookPending(rt, run.status === 'applied' || run.failure.decision === 'dead');
-  // Committed: the gap it settled is counted and said as the sweeper says its own.
   const gap = advanced?.gap;
-  if (gap) {
-    rt.metrics.gapTimeout(gap.blocked ? 'blocked' : 'skipped');
-    if (gap.blocked)
-      o.logger.info(
-        { key, fromSeq: gap.fromSeq, source: o.source },
-        'webhook-inbox: gap timeout, key blocked',
-      );
-    else
-      o.logger.info(
-        { key, fromSeq: gap.fromSeq, toSeq: gap.toSeq, source: o.source },
-        'webhook-inbox: gap timeout, seqs skipped',
-      );
-  }
+  if (gap) gapSettled(rt, key, gap.blocked, gap.fromSeq, gap.toSeq);
   // onPoison 'skip' moved the cursor past a poison event: the next seq may be runnable.
   if (run?.status === 'failed') return { applied: false, more: run.failure.drain };
   const settled = gap && (gap.blocked ? 'blocked' : 'skipped');
   return { applied: run !== undefined, more: advanced?.more === true, gap: settled };
 }
 
+/** A timed-out gap was settled and committed (by a sweeper pass, or by `advance`): counted and logged. */
+export function gapSettled(
+  rt: Runtime,
+  key: string,
+  blocked: boolean,
+  fromSeq: number | null,
+  toSeq: number | null,
+): void {
+  const o = rt.options;
+  rt.metrics.gapTimeout(blocked ? 'blocked' : 'skipped');
+  if (blocked) o.logger.info({ key, fromSeq, source: o.source }, 'webhook-inbox: gap timeout, key blocked');
+  else o.logger.info({ key, fromSeq, toSeq, source: o.source }, 'webhook-inbox: gap timeout, seqs skipped');
+}
+
 /**
- * Applies due unordered pending events, up to `limit` in one transaction (`take_pending`). What
- * it ran (applied or failed) and what it applied. Each runs under a savepoint of its own (the
- * take's for the first; each next one's sent with the previous result riding in front: n + 1
- * round trips beside the handlers'), so a failed run undoes only its own writes; they commit
- * together, or none does. It stops before the next once the handlers ran `budgetMs`: the
- * events left are released untouched at COMMIT, so that slow handlers' row locks (an account's
- * balance) are not held through other handlers' runs.
+ * Applies due unordered pending events, up to `limit` in one transaction, each under its own
+ * savepoint so a failed run undoes only its own writes. It stops once the handlers ran `budgetMs`:
+ * the rest are released untouched at COMMIT, so slow handlers' row locks are not held through others'.
  */
 export async function applyDuePending(
   rt: Runtime,

@@ -1,16 +1,9 @@
 /**
- * Wake-ups off the commit path: the other instances' workers learn of pending events
- * this instance stored from one NOTIFY sent after the claims committed, in a statement of its
- * own, at most one per `WAKE_UP_INTERVAL_MS`, however many events were stored meanwhile.
- *
- * Why not in the claim: PostgreSQL serialises the commits of notifying transactions
- * cluster-wide (a global lock held through the WAL flush at COMMIT), so one NOTIFY per
- * acknowledgement would bound the whole cluster's acknowledgements by one flush at a time. River sends at most one insert notification per queue per 100 ms, pgmq one per 250 ms,
- * graphile-worker one per batch. Here: the first event after a quiet spell is announced at once
- * (light load keeps its pickup in milliseconds), later ones ride on the next interval's NOTIFY,
- * which names every key stored meanwhile. This instance's own lanes are woken in-process
- * (Background.pendingStored), and the workers' poll stays the safety net for a NOTIFY lost with
- * its connection.
+ * Wake-ups off the commit path: other instances' workers learn of the pending events this instance
+ * stored from one NOTIFY sent after the claims committed, at most one per `WAKE_UP_INTERVAL_MS`,
+ * naming every key stored meanwhile. Not in the claim: PostgreSQL serialises the commits of
+ * notifying transactions cluster-wide (a global lock held through the WAL flush), which would bound
+ * every acknowledgement by one flush at a time. A lost NOTIFY is caught by the workers' poll.
  */
 
 import { notifyChannel, wakeUpPayload } from '../db/sql/notify-pending.js';
@@ -32,8 +25,6 @@ export class WakeUps {
   #sending = false;
   #lastSentAt = Number.NEGATIVE_INFINITY;
   #closed = false;
-  /** NOTIFYs sent. */
-  sent = 0;
 
   constructor(rt: Runtime) {
     this.#rt = rt;
@@ -82,7 +73,6 @@ export class WakeUps {
     const rt = this.#rt;
     try {
       await rt.statements.notifyPending(rt.database.acks, this.#channel, payload);
-      this.sent++;
     } catch (err) {
       // The other instances' poll finds the events: a wake-up is a hint, never needed for safety.
       rt.options.logger.debug({ err }, 'webhook-inbox: could not send a wake-up');

@@ -1,23 +1,10 @@
 /**
- * Workers: apply runnable events in the background, in every instance (deferred mode, and
- * inline mode when `workers` is set). There is no second queue: the events table is the queue.
- * - an ordered key's next event (held or pending) is taken at the key's cursor by `take_turn`,
- *   and the cursor moved by `advance` after the handler: `take_next`'s rule without holding the
- *   key's lock during the handler (src/db/sql/take-turn.ts); the sweeper's drains go the same way;
- * - unordered pending events are taken by `take_pending` (FOR UPDATE SKIP LOCKED), up to
- *   `workerBatchSize` at once while every lane is busy, each under its own savepoint.
- * Each runs in the transaction that took it, with its handler, so it is applied exactly once;
- * SKIP LOCKED lets every instance's workers share the work without waiting on each other.
- *
- * Wake-ups, so that pickup takes milliseconds rather than a poll interval:
- * - in this process, a delivery stored as pending wakes a lane right after its commit;
- * - across instances, the instance that stored pending events sends one coalesced NOTIFY after
- *   their commits, at most one per interval (src/background/wake-ups.ts), and a dedicated
- *   connection LISTENs for it (pg only);
- * - a poll every `pollIntervalMs` catches the rest: retries whose backoff ended, notifications
- *   missed while the listener reconnected, and other instances on PGlite (no LISTEN there).
- * Ordered keys are also swept by the sweeper every `sweepIntervalMs` (it finishes interrupted
- * drains and takes due retries).
+ * Workers: apply runnable events in the background (deferred mode, or `workers` set); the events
+ * table is the queue. An ordered key's next event is taken by `take_turn` and the cursor moved by
+ * `advance` after the handler, so the key is not locked during it (src/db/sql/take-turn.ts);
+ * unordered ones by `take_pending` (SKIP LOCKED, so instances share the work without waiting). Each
+ * runs in the transaction that took it, so it is applied exactly once. Lanes are woken in-process
+ * after a commit, by other instances' NOTIFY (src/background/wake-ups.ts), and by a poll.
  */
 import { firstTime, recovered } from '../observability/logger.js';
 import type { Runtime } from '../runtime/runtime.js';
@@ -29,9 +16,7 @@ const MAX_KEY_HINTS = 10_000;
 /** How often the pending count behind `maxPending` is read again. */
 const PENDING_REFRESH_MS = 500;
 /**
- * How long the handlers of one batch run before it commits: a batch takes as many events as
- * fit by the handlers' recent time, and stops before the next once they ran this long. Fast
- * handlers still share one COMMIT by the batch (a few ms each: the whole `workerBatchSize`); a slow
+ * How long one batch's handlers run before it commits: fast handlers still share one COMMIT, a slow
  * one commits alone, so its row locks are not held through the next handlers' runs.
  */
 export const BATCH_BUDGET_MS = 200;
@@ -60,7 +45,6 @@ export class Workers {
     this.#rt = rt;
   }
 
-  /** Starts the lanes, the poll and (pg) the listener. */
   start(): void {
     const o = this.#rt.options;
     if (o.mode === 'deferred') {
@@ -98,7 +82,6 @@ export class Workers {
     }
   }
 
-  /** Stops taking work, waits for the handlers in flight, stops the listener. */
   async close(): Promise<void> {
     if (this.#closing) return;
     this.#closing = true;
@@ -197,14 +180,8 @@ export class Workers {
   }
 
   /**
-   * How many unordered events this lane takes in one transaction: `workerBatchSize` while every
-   * other lane is busy (a backlog: one COMMIT and one round trip fewer per event), one while a
-   * lane sleeps. A batch runs its handlers one after another on one connection, so a burst
-   * smaller than the lanes is spread across them (each taker wakes the next) rather than
-   * queued behind one lane's handlers; at light load a batch is one event either way. And no
-   * more than the recent time per event fits in `BATCH_BUDGET_MS`: slow handlers go one per
-   * transaction (the batch stops there anyway, src/background/turns.ts `budgetMs`, leaving the rest it
-   * locked to other lanes at COMMIT).
+   * `workerBatchSize` while every other lane is busy (a backlog), one while a lane sleeps, so a small
+   * burst spreads across lanes; and no more than the recent time per event fits in `BATCH_BUDGET_MS`.
    */
   #batchSize(): number {
     if (this.#sleepers.length > 0) return 1;
@@ -213,11 +190,7 @@ export class Workers {
     return Math.max(1, Math.min(most, Math.floor(BATCH_BUDGET_MS / this.#perEventMs)));
   }
 
-  /**
-   * Applies the key's runnable events in seq order, each in its own transaction, until the
-   * next one is missing, not due, or held by someone else. Returns how many it applied and the
-   * timed-out gaps it settled on the way.
-   */
+  /** Applies the key's runnable events in seq order, each in its own transaction, until none is. */
   async drainKey(key: string): Promise<Drained> {
     let applied = 0;
     let gapsSkipped = 0;

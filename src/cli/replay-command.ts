@@ -1,8 +1,6 @@
 /**
- * `dead replay`: re-queues dead letters for the application's sweeper. Before it changes
- * anything it works out what the replay would do (the same checks, in a dry run), so that it
- * can show that (`--dry-run`), refuse events older than the retention unless `--force`, and ask
- * before an `--all` unless `--yes`.
+ * `dead replay`: re-queues dead letters for the application's sweeper, after a dry run of the same
+ * checks, so it can show it (`--dry-run`), refuse events past retention (`--force`) and ask (`--yes`).
  */
 import { formatDuration } from '../duration.js';
 import { OperationError } from '../errors.js';
@@ -50,11 +48,9 @@ async function agesOf(ops: OpenedOperations, ids: string[]): Promise<Map<string,
 const SAMPLE = 20;
 
 /**
- * `--all`: the count and a sample first (what `--dry-run` prints, and what is confirmed), then
- * the replay in key-ordered batches (src/operations/selection.ts). The filters' times are pinned
- * once, here: a re-run after an interruption should repeat them as printed (ISO), so that it
- * selects the same window; what the interrupted run re-queued is no longer dead, so nothing is
- * replayed twice.
+ * `--all`: the count and a sample first, then the replay in key-ordered batches. The times are pinned
+ * once and printed (ISO), so a re-run after an interruption selects the same window; what it
+ * re-queued is no longer dead, so nothing is replayed twice.
  */
 async function replayAll(
   ops: OpenedOperations,

@@ -1,11 +1,8 @@
 /**
- * What the CLI prints comes from senders (payloads, headers, ids, keys) and from handlers (error
- * texts). Written raw, an escape sequence in it drives the operator's terminal: it can recolour
- * or hide lines, rewrite the window title, plant OSC 52 clipboard writes or hyperlinks. So every
- * byte that is not plain text is shown as an escape instead: C0 controls, DEL, C1 controls (a
- * lone U+009B is CSI to some terminals), and the invisible characters that reorder or hide
- * text (bidi overrides and isolates, zero-width characters, line separators).
- * `dead show --raw` is the one way to get the bytes as they are.
+ * What the CLI prints comes from senders and handlers: written raw, an escape sequence in it drives
+ * the operator's terminal (recolours, hides lines, writes the clipboard). So every byte that is not
+ * plain text is shown escaped: C0, DEL, C1 (a lone U+009B is CSI to some terminals) and invisible
+ * characters that reorder or hide text. `dead show --raw` is the one way to get the bytes.
  */
 
 const UNSAFE = /[\u0000-\u001f\u007f-\u009f\u200b-\u200f\u2028\u2029\u202a-\u202e\u2060-\u2069\ufeff]/g;

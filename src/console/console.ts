@@ -1,8 +1,6 @@
 /**
- * The console's core: `(request) => response`, framework-free. It authenticates every request
- * before routing it (so an unknown path without credentials is 401 too, revealing nothing),
- * checks origin and CSRF token on every POST, and renders pages whose every value from an
- * event is escaped. Adapters (mount.ts) map Node, Express, Koa and Fastify onto it.
+ * The console's core, framework-free: it authenticates every request before routing it (an unknown
+ * path is 401 too), checks origin and CSRF token on every POST, and escapes every value from an event.
  */
 import { randomBytes } from 'node:crypto';
 import { OperationError } from '../errors.js';

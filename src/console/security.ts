@@ -1,8 +1,4 @@
-/**
- * Who is asking, and whether a POST really comes from the console's own page: authentication
- * (the `authorize` hook, a bearer token, or the session cookie the login form sets), CSRF
- * (a same-origin check AND a token bound to the user), and the headers every page carries.
- */
+/** Who is asking, and whether a POST comes from the console's own page (same origin AND a CSRF token). */
 import { createHash, createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import { isLoopback, type ResolvedConsoleOptions } from './options.js';
 import { type ConsoleRequest, header } from './request.js';
@@ -27,14 +23,10 @@ function sameSecret(a: string, b: string): boolean {
 const MAX_SESSIONS = 10_000;
 
 /**
- * Login sessions, server-side, in this process: a random id per login (the cookie's value)
- * that expires after `sessionTtl` and that logout deletes, so the old cookie is refused at
- * once: no two logins share a cookie, and none is valid past its logout or its expiry (a value
- * derived from the token would be all three). Kept in memory rather than in the database: the
- * console needs no table of its own and nothing to migrate; a restart ends every session
- * (operators log in again), and behind a balancer a session is valid only on the instance
- * that made it (use sticky sessions, the bearer token or an `authorize` hook). Ids are kept
- * as their SHA-256: this map holds nothing a cookie could be made from.
+ * Login sessions, server-side, in this process: a random id per login that expires after
+ * `sessionTtl` and that logout deletes, so an old cookie is refused at once. In memory: no table to
+ * migrate; a restart ends every session, and behind a balancer a session is valid only on the
+ * instance that made it. Ids are kept as their SHA-256.
  */
 export class Sessions {
   readonly #expires = new Map<string, number>();
@@ -108,10 +100,8 @@ const LOGIN_WINDOW_MS = 60_000;
 const MAX_THROTTLED_ADDRESSES = 10_000;
 
 /**
- * Failed logins per client address: after five within a minute of the first, a login is
- * refused (429 with Retry-After) without looking at the token, until that minute is over. A
- * 16-character token is not guessed at five tries a minute; unbounded, it could be tried as
- * fast as the server answers.
+ * Failed logins per client address: after five within a minute a login is refused (429) without
+ * looking at the token, so a 16-character token cannot be tried as fast as the server answers.
  */
 export class LoginThrottle {
   readonly #failures = new Map<string, { since: number; count: number }>();
@@ -216,10 +206,9 @@ export async function authenticate(
 }
 
 /**
- * CSRF tokens: an HMAC of the user's name under a key: the console's `secret`, else one made
- * when the console starts. A page embeds the token in each of its forms; a POST must carry it
- * back. Stateless, so any number of tabs work. With a random key a restart invalidates open
- * forms (the operator reloads), and another replica refuses them: replicas share a `secret`.
+ * CSRF tokens: an HMAC of the user's name under the console's `secret` (else a key made at start),
+ * embedded in each form. Stateless, so any number of tabs work; without a shared `secret` a restart
+ * or another replica refuses open forms.
  */
 export class CsrfTokens {
   readonly #key: Buffer;

@@ -28,10 +28,7 @@ function postgresDialect(driver: Driver): Dialect {
  */
 export type DatabaseInput = string | PgPoolLike | Kysely<any> | PGliteLike;
 
-/**
- * PGlite is an optional peer dependency (about 27 MB): production installs on PostgreSQL do not
- * carry it. Only a missing package becomes the clear error; any other failure is itself.
- */
+/** PGlite is an optional peer dependency: only a missing package becomes the clear error. */
 let warnedMissingPGlite = false;
 
 async function importPGlite(): Promise<typeof import('@electric-sql/pglite')> {
@@ -57,38 +54,33 @@ async function importPGlite(): Promise<typeof import('@electric-sql/pglite')> {
 
 export interface Database {
   /**
-   * What the inbox runs its own statements on: without plugins, so that what it reads back is
-   * what its SQL names (a CamelCasePlugin on a Kysely instance the user passed would rename
-   * `row_at_commit` and `received_at`, and a new event's row would never be written).
+   * What the inbox runs its own statements on: without plugins, so that what it reads back is what its
+   * SQL names (a CamelCasePlugin would rename `row_at_commit`, and a new event's row never be written).
    */
   readonly kysely: Kysely<any>;
-  /** What `inbox.kysely()` hands the application: the Kysely instance the user passed, plugins and all; else `kysely`. */
+  /** What `inbox.kysely()` hands the application: the Kysely instance the user passed, else `kysely`. */
   readonly applicationKysely: Kysely<any>;
-  /** The plugins of a Kysely instance the user passed: the handler's `tx` gets them back (src/apply/handler-context.ts). */
+  /** The plugins of a Kysely instance the user passed: the handler's `tx` gets them back. */
   readonly handlerPlugins: readonly KyselyPlugin[];
-  /** `pg` (a server we reach over the network) or `pglite` (embedded, one session). */
+  /** `pg` (a server over the network) or `pglite` (embedded, one session). */
   readonly kind: 'pg' | 'pglite';
   /** The pool, when we have one (for pool-wait bounds and LISTEN/NOTIFY). */
   readonly pool: PgPoolLike | undefined;
   /**
-   * What must never queue behind a handler runs on: deferred acknowledgements, wake-ups, the
-   * sweeper's pass, the pending count. Connections of their own (`ackPoolSize`) when the inbox
-   * can open them; else `kysely` itself.
+   * What must never queue behind a handler runs on (deferred acknowledgements, wake-ups, the sweeper,
+   * the pending count): connections of their own (`ackPoolSize`) when the inbox can open them.
    */
   readonly acks: Kysely<any>;
   readonly names: StatementNames;
   /**
-   * The driver is ours, so it sends a registered statement's companions itself: its `after`
-   * (the savepoint after a take) and its `first` (the try-claim's lock before its read). A
-   * Kysely instance the user passed has its own driver: the apply path sends the savepoint as
-   * a statement of its own, and every unordered delivery takes the claim.
+   * The driver is ours, so it sends a statement's companions itself (its `after` savepoint, its
+   * `first`); through a user's Kysely instance the savepoint is a statement of its own.
    */
   readonly sendsCompanions: boolean;
   /**
-   * The driver is ours, so a claim sent outside a transaction is a READ COMMITTED transaction
-   * of its own, in one round trip (src/db/drivers/fold.ts). A Kysely instance the user passed would
-   * run it at the server's default isolation, which the claim's SQL cannot rely on: there it
-   * keeps a transaction of its own.
+   * The driver is ours, so a claim sent outside a transaction is a READ COMMITTED transaction of its
+   * own in one round trip (src/db/drivers/fold.ts); a user's Kysely instance would run it at the
+   * server's default isolation, which the claim's SQL cannot rely on.
    */
   readonly readCommittedAlone: boolean;
   destroy(): Promise<void>;
@@ -109,11 +101,7 @@ function isPGlite(value: unknown): value is PGliteLike {
   );
 }
 
-/**
- * Builds the database seam from whatever the user gave. Connection strings and pools go
- * through our own pg driver (named statements); a Kysely instance is used as it is (its
- * driver decides); nothing at all means an embedded PGlite database.
- */
+/** The database seam from whatever the user gave (nothing: an embedded PGlite database). */
 export async function openDatabase(
   input: DatabaseInput | undefined,
   options: { dataDir?: string; poolSize?: number; poolWaitTimeoutMs?: number; ackPoolSize?: number },
@@ -132,8 +120,7 @@ export async function openDatabase(
     const pool = new Pool({ connectionString: input, max: options.poolSize ?? 10 }) as PgPoolLike & {
       on(event: 'error', listener: (err: Error) => void): void;
     };
-    // An idle client's connection can drop (server restart, pg_terminate_backend); pg emits
-    // that on the pool, and an unhandled 'error' event would crash the process.
+    // An idle client's connection can drop; pg emits that on the pool, and an unhandled 'error' crashes.
     pool.on('error', () => {});
     const acks = options.ackPoolSize
       ? ackPool(Pool, { connectionString: input }, options.ackPoolSize)
@@ -226,11 +213,7 @@ function fromPGlite(pglite: PGliteLike, owns: boolean, names: StatementNames, wa
   };
 }
 
-/**
- * Whether the inbox can open connections beside the pool from `db` (deferred mode's
- * acknowledgements, `ackPoolSize`): from a connection string, or from a pg.Pool (its
- * constructor and settings); not from a Kysely instance, a PGlite database, or nothing.
- */
+/** Whether the inbox can open connections beside the pool from `db`: a connection string or a pg.Pool. */
 export function opensConnections(db: unknown): boolean {
   if (typeof db === 'string') return db !== '' && db !== 'memory';
   const pool = db as { connect?: unknown; options?: unknown; totalCount?: unknown } | null | undefined;

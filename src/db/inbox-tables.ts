@@ -1,8 +1,6 @@
 /**
- * The inbox's own tables as Kysely table interfaces, for users who query them (a report, a
- * join with their own tables). The inbox itself goes through its SQL functions (src/db/sql/);
- * these types describe what the migrations create, and test/types.test.ts compares their
- * columns with the tables in a migrated database.
+ * The inbox's tables as Kysely table interfaces, for users who query them; test/types.test.ts
+ * compares their columns with a migrated database.
  *
  * ```ts
  * import { Kysely } from 'kysely';
@@ -40,11 +38,7 @@ export interface InboxEventsTable {
   run_after: Date | null;
   received_at: Date;
   processed_at: Date | null;
-  /**
-   * The event's type (`event.type`), written on every path that writes or fails its row: stored
-   * by its claim (held, pending, late), failed (counted, rejected, poison, snoozed), applied or
-   * ignored. Null without a type, and for a latest-wins event recorded superseded.
-   */
+  /** The event's type, written on every path that writes or fails its row (null: none, or superseded). */
   type: string | null;
   /** The last failed run's fingerprint (its error's type and normalised message, hashed). */
   cause: string | null;
@@ -76,48 +70,11 @@ export interface InboxGapsTable {
 }
 
 /**
- * The inbox's tables under their qualified names, for the `schema` and `tablePrefix` options
- * (defaults: `webhook_inbox` and none): `InboxDatabase` is `webhook_inbox.events`,
- * `webhook_inbox.keys`, `webhook_inbox.gaps`; `InboxDatabase<'billing', 'wh_'>` is
- * `billing.wh_events`, ….
+ * The inbox's tables under their qualified names for `schema` and `tablePrefix`:
+ * `InboxDatabase<'billing', 'wh_'>` is `billing.wh_events`, ….
  */
 export type InboxDatabase<Schema extends string = 'webhook_inbox', Prefix extends string = ''> = {
   [T in `${Schema}.${Prefix}events`]: InboxEventsTable;
 } & { [T in `${Schema}.${Prefix}keys`]: InboxKeysTable } & {
   [T in `${Schema}.${Prefix}gaps`]: InboxGapsTable;
 };
-
-/** Column names of each table, as the migrations create them (checked by test/types.test.ts). */
-export const INBOX_COLUMNS = {
-  events: [
-    'source',
-    'id',
-    'key',
-    'seq',
-    'body_hash',
-    'status',
-    'payload',
-    'headers',
-    'result',
-    'attempts',
-    'last_error',
-    'dead_reason',
-    'run_after',
-    'received_at',
-    'processed_at',
-    'type',
-    'cause',
-    'failed_at',
-  ] satisfies (keyof InboxEventsTable)[],
-  keys: [
-    'source',
-    'key',
-    'next_seq',
-    'state',
-    'blocked_seq',
-    'blocked_reason',
-    'updated_at',
-    'last_version',
-  ] satisfies (keyof InboxKeysTable)[],
-  gaps: ['source', 'key', 'from_seq', 'to_seq', 'reason', 'created_at'] satisfies (keyof InboxGapsTable)[],
-} as const;

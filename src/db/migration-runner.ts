@@ -1,6 +1,5 @@
 import { type Kysely, sql } from 'kysely';
 
-/** What a run of the migrations needs: where the ledger is, the lock, the migrations in order. */
 export interface MigrationPlan {
   /** What errors start with: `webhook-inbox`, `webhook-inbox/sender`. */
   readonly label: string;
@@ -12,14 +11,9 @@ export interface MigrationPlan {
 }
 
 /**
- * The migration runner behind the inbox's `migrateToLatest` (src/db/migrations.ts) and the sender's
- * outbox: creates the schema and the ledger table if needed and runs what the ledger lacks, in
- * order, in one transaction under a transaction-scoped advisory lock on `lockKey`.
- *
- * Why not Kysely's Migrator: its existence checks introspect every table of every schema in
- * the database, and fail ("schema … does not exist") when another schema is dropped at that
- * moment — seen when test files, or tenants, come and go in parallel. This needs nothing but
- * its own table, which keeps Kysely's shape (`name`, `timestamp`).
+ * The migration runner of the inbox and the sender's outbox: creates the schema and ledger and runs
+ * what the ledger lacks, in one transaction under an advisory lock on `lockKey`. Not Kysely's
+ * Migrator: its existence checks introspect every schema, and fail when another is dropped meanwhile.
  */
 export async function runMigrations(db: Kysely<unknown>, plan: MigrationPlan): Promise<string[]> {
   const { ledger } = plan;
@@ -50,19 +44,14 @@ export async function runMigrations(db: Kysely<unknown>, plan: MigrationPlan): P
   });
 }
 
-/** A row of the ledger, as the runner reads it. */
 export interface LedgerRow {
   readonly name: string;
 }
 
 /**
- * Throws when the ledger says the schema was migrated along another line than the shipped
- * migrations: it lists a migration this version does not ship while it lacks one this version
- * does. Migrations are append-only, so a later version's ledger holds every name an earlier one
- * ships (an earlier version beside a later one, as in a rolling deploy, finds nothing to run);
- * a schema left by an unreleased commit, whose migrations were folded into one before a release,
- * lists names no release has. Running the shipped migrations over it would fail half-way, or
- * worse, succeed on a schema that is not the one they were written for.
+ * Throws when the ledger lists a migration this version does not ship while it lacks one it does:
+ * a schema left by an unreleased version (migrations are append-only, so a later release's ledger
+ * holds every earlier name). Running the shipped migrations over it could fail half-way, or worse.
  */
 export function refuseForeignLedger(plan: MigrationPlan, applied: ReadonlySet<string>): void {
   const shipped = new Set(plan.migrations.map(([name]) => name));

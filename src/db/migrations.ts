@@ -9,31 +9,21 @@ import { schema } from './migrations/0001-schema.js';
 import { type FunctionName, functionDefinitions } from './sql/functions.js';
 import type { Queryable, Tables } from './sql/tables.js';
 
-/**
- * A shipped migration: its own DDL, and the functions it creates from their one definition
- * (src/db/sql/functions.ts), after the DDL.
- */
+/** A shipped migration: its own DDL, and the functions it creates (src/db/sql/functions.ts). */
 export interface InboxMigration {
   readonly name: string;
   /** Tables, indexes, constraints; and what a function's change needs first (a DROP FUNCTION). */
   readonly up: (t: Tables) => string;
   /**
-   * The functions it creates, each with the digest of the text it was written for (the first 16
-   * hex digits of the SHA-256 of the function's text for the default schema, `webhook_inbox`, and
-   * no prefix). A database that ran it runs that text until a later migration creates the
-   * function again, so the last migration that lists a function must carry the digest of its
-   * current text: test/sql-functions-match-migrations.test.ts fails until it does.
+   * The functions it creates, each with the digest of its text (the first 16 hex digits of SHA-256,
+   * default schema, no prefix); test/sql-functions-match-migrations.test.ts checks the last listing.
    */
   readonly functions: { readonly [F in FunctionName]?: string };
 }
 
 /**
- * The shipped migrations, in order (docs/versioning.md). Until the first release, every schema
- * change is folded into 0001. From it on, they are append-only: a change is a new,
- * higher-numbered migration, and a released one's DDL is never edited. A function changed
- * later is listed again, with its new digest, by the migration that ships the change: a
- * database that ran the earlier migrations gets its current text there, and a new one, which
- * got it from the first, gets it again.
+ * The shipped migrations, in order (docs/versioning.md): until the first release every change is
+ * folded into 0001; from it on, append-only, and a changed function is listed again with its digest.
  */
 export const inboxMigrations: readonly InboxMigration[] = [
   {
@@ -54,7 +44,6 @@ export const inboxMigrations: readonly InboxMigration[] = [
   },
 ];
 
-/** The whole SQL of a migration for one inbox's tables: its DDL, then its functions. */
 export function migrationSql(migration: InboxMigration, t: Tables): string {
   const functions = (Object.keys(migration.functions) as FunctionName[]).map((name) =>
     functionDefinitions[name](t),
@@ -62,19 +51,11 @@ export function migrationSql(migration: InboxMigration, t: Tables): string {
   return [migration.up(t), ...functions].join('');
 }
 
-/**
- * The shipped migrations as each one's name and SQL for an inbox's tables (`inbox.tables`), for
- * those who run them with a tool of their own. Each is a function of the table names, because
- * schema and prefix are the user's choice.
- */
+/** The shipped migrations' names and SQL, as functions of the table names, for users' own tools. */
 export const migrations: ReadonlyArray<readonly [name: string, up: (t: Tables) => string]> =
   inboxMigrations.map((m) => [m.name, (t: Tables) => migrationSql(m, t)] as const);
 
-/**
- * Runs the shipped migrations up to the latest, in one transaction, under an advisory lock
- * per schema and prefix: any number of instances may start at once. Returns the names it ran.
- * A schema an unreleased version migrated is refused with the fix (`refuseForeignLedger`).
- */
+/** Runs the shipped migrations up to the latest, in one transaction under a per-schema advisory lock. */
 export async function migrateToLatest(db: Kysely<unknown>, tables: Tables): Promise<string[]> {
   return runMigrations(db, inboxPlan(tables));
 }
@@ -89,11 +70,7 @@ function inboxPlan(tables: Tables): MigrationPlan {
   };
 }
 
-/**
- * The migrations a database lacks, in order, without running anything (a read of the ledger,
- * none when the schema is new): what `webhook-inbox migrate --check` and `--sql` report. Throws
- * as `migrateToLatest` would for a schema an unreleased version migrated.
- */
+/** The migrations a database lacks, without running anything (`webhook-inbox migrate --check`, `--sql`). */
 export async function pendingMigrations(db: Queryable, tables: Tables): Promise<string[]> {
   const plan = inboxPlan(tables);
   const { rows } = await sql<{
@@ -109,10 +86,8 @@ export async function pendingMigrations(db: Queryable, tables: Tables): Promise<
 }
 
 /**
- * The SQL `migrateToLatest` would run for the migrations named (`pendingMigrations`), as one
- * script a DBA can review and run with psql: one transaction, the same advisory lock, the
- * schema and ledger created if missing, each migration followed by its ledger row, so that the
- * application finds them applied. Empty when nothing is pending.
+ * The SQL `migrateToLatest` would run for `pending`, as one psql script: one transaction, the same
+ * lock, each migration followed by its ledger row. Empty when nothing is pending.
  */
 export function migrationScript(tables: Tables, pending: readonly string[]): string {
   if (pending.length === 0) return '';

@@ -6,10 +6,8 @@ export interface EventIdentity {
 }
 
 /**
- * What differs between a stored event and a delivery of its id, checked in the claim's order
- * (src/db/sql/claim.ts): its body, then its key, then its seq; null when none does. Every answer
- * given without the claim (the in-process cache, Redis, the row read before BEGIN, the
- * try-claim) asks this, so that each answers a mismatch as the claim would.
+ * What differs between a stored event and a delivery of its id, in the claim's order (body, key,
+ * seq); every answer given without the claim asks this, so each answers as the claim would.
  */
 export function mismatchOf(stored: EventIdentity, delivery: EventIdentity): 'body' | 'key' | 'seq' | null {
   if (stored.hash !== delivery.hash) return 'body';

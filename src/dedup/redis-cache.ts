@@ -1,23 +1,12 @@
 /**
- * The Redis fast path for duplicates (docs/redis.md). Redis is a cache,
- * never the truth: an entry is written only after a delivery COMMITTED as processed, and
- * anything short of a clean, fast hit (a miss, an error, a timeout, a client that is not
- * connected) falls through to Postgres, which decides exactly as it would without Redis.
- *
- * Why a stale entry cannot turn a new event into a duplicate: entries exist only for events
- * Postgres already holds as processed under the same (source, id) — the source is part of the
- * Redis key — and a processed event never becomes anything else. The entry also carries the
- * body hash, key and seq, so a delivery that reuses the id with another body, key or seq gets
- * the same 422 the claim would give.
+ * The Redis fast path for duplicates (docs/redis.md). Redis is a cache, never the truth: an entry is
+ * written only after a delivery committed as processed (final), carries hash, key and seq, and anything
+ * short of a clean, fast hit falls through to Postgres, which decides as it would without Redis.
  */
 import type { Logger } from '../observability/logger.js';
 import type { CachedEvent } from './processed-cache.js';
 
-/**
- * The subset of an ioredis client the fast path uses. Anything shaped like it works; when
- * `status` is present (ioredis), commands are only sent while it is `'ready'` (or `'wait'`,
- * not connected yet), so a disconnected client costs a delivery nothing.
- */
+/** The subset of an ioredis client used; with `status`, commands go only while `'ready'` or `'wait'`. */
 export interface RedisLike {
   get(key: string): Promise<string | null>;
   set(key: string, value: string, expiryMode: 'PX', milliseconds: number): Promise<unknown>;
@@ -25,7 +14,6 @@ export interface RedisLike {
   readonly status?: string;
 }
 
-/** A Redis client the inbox created from a URL, and so closes. */
 interface OwnedRedis extends RedisLike {
   connect(): Promise<void>;
   quit(): Promise<unknown>;
@@ -36,7 +24,6 @@ interface OwnedRedis extends RedisLike {
 /** What option `redis` accepts: a `redis://` / `rediss://` URL, or an ioredis-shaped client. */
 export type RedisInput = string | RedisLike;
 
-/** Why a lookup went to Postgres instead (a label of `webhook_inbox_redis_fallbacks_total`). */
 export type FallbackReason = 'miss' | 'timeout' | 'error' | 'unavailable' | 'busy';
 
 export type Lookup = { hit: true; event: CachedEvent } | { hit: false; reason: FallbackReason };
@@ -46,10 +33,7 @@ export interface CacheHooks {
   writeError(): void;
 }
 
-/**
- * Commands sent but not yet answered. A slow or paused Redis must not turn every delivery
- * into a command queued in this process: past this many, deliveries skip Redis altogether.
- */
+/** Commands unanswered past which deliveries skip Redis: a slow Redis must not queue every delivery. */
 const MAX_OUTSTANDING = 1000;
 /** Consecutive failures (errors or timeouts) after which GETs pause, and for how long. */
 const FAILURES_TO_PAUSE = 3;
@@ -81,18 +65,15 @@ export class RedisCache {
     this.#hooks = hooks;
   }
 
-  /** The Redis key of an event: `${prefix}${source}:${id}`. */
   keyOf(id: string): string {
     return this.#prefix + id;
   }
 
   #available(): boolean {
-    // 'wait': a lazyConnect client nobody used yet; its first command connects it.
     const status = this.#client.status;
     return status === undefined || status === 'ready' || status === 'wait';
   }
 
-  /** Runs one command, bounded by `timeoutMs`; settles `undefined` plus a reason on any failure. */
   #bounded<T>(run: () => Promise<T>, timeoutMs: number): Promise<{ value: T } | { reason: FallbackReason }> {
     if (!this.#available() || Date.now() < this.#pausedUntil)
       return Promise.resolve({ reason: 'unavailable' });
@@ -100,11 +81,8 @@ export class RedisCache {
     this.#outstanding++;
     return new Promise((resolve) => {
       let done = false;
-      // When the timer fires, Redis's answer may be waiting unread: a busy event loop (a retry
-      // storm on a saturated core) runs due timers before it reads its sockets. Giving up there
-      // would call a Redis that answered in time slow, pause it after three such, and send a
-      // storm's duplicates to Postgres. `setImmediate` runs after the sockets are read: an answer
-      // that has arrived wins; only one that has not is a timeout.
+      // A busy event loop runs due timers before it reads its sockets: `setImmediate` lets an answer
+      // that has arrived win, so only one that has not is a timeout.
       const timer = setTimeout(() => {
         setImmediate(() => {
           if (done) return;
@@ -146,7 +124,6 @@ export class RedisCache {
     if (++this.#failures >= FAILURES_TO_PAUSE) this.#pausedUntil = Date.now() + PAUSE_MS;
   }
 
-  /** One GET. Never rejects: anything but a well-formed hit is a fallback to Postgres. */
   async lookup(id: string): Promise<Lookup> {
     const answer = await this.#bounded(() => this.#client.get(this.keyOf(id)), this.#timeoutMs);
     let reason: FallbackReason;
@@ -162,11 +139,7 @@ export class RedisCache {
     return { hit: false, reason };
   }
 
-  /**
-   * One SET, after the event's transaction committed as processed. `resultJson` is the JSON
-   * text Postgres stored (or undefined: no result). Never rejects; failures are counted.
-   * Callers do not await it before answering: it must not delay the response.
-   */
+  /** One SET, after the event committed as processed; not awaited before answering. Never rejects. */
   async remember(
     id: string,
     event: Omit<CachedEvent, 'result'>,
@@ -181,7 +154,6 @@ export class RedisCache {
     if (!('value' in answer)) this.#hooks.writeError();
   }
 
-  /** `'up'` when a PING answers within `timeoutMs`. */
   async ping(timeoutMs: number): Promise<'up' | 'down'> {
     if (!this.#available()) return 'down';
     const client = this.#client;
@@ -194,7 +166,6 @@ export class RedisCache {
     return 'value' in answer ? 'up' : 'down';
   }
 
-  /** Closes the client if the inbox created it; a client the application passed stays open. */
   async close(): Promise<void> {
     if (!this.#owned) return;
     await this.#owned.quit().catch(() => this.#owned!.disconnect());
@@ -217,15 +188,9 @@ function decode(raw: string): CachedEvent | undefined {
 }
 
 /**
- * Creates the ioredis client for a URL: connects in the background (the inbox does not wait
- * for Redis to start), refuses commands while disconnected instead of buffering them
- * (`enableOfflineQueue: false`), never retries a command (`maxRetriesPerRequest: 0`: the
- * fallback is Postgres, not a retry), and reconnects with capped, jittered backoff.
- *
- * Commands issued in the same pass of the event loop go out in one write
- * (`enableAutoPipelining`). Sent one by one, each GET would be a socket write of its own: in a
- * retry storm answered from Redis, those writes are the largest share of the server's CPU per
- * duplicate (BENCHMARKS.md).
+ * The ioredis client for a URL: connects in the background, refuses commands while disconnected,
+ * never retries one (the fallback is Postgres), and pipelines a pass's commands in one write (one
+ * write per GET was the largest share of a Redis-answered storm's CPU, BENCHMARKS.md).
  */
 export async function connectRedis(url: string, logger: Logger): Promise<RedisLike> {
   let Redis: any;
@@ -244,13 +209,11 @@ export async function connectRedis(url: string, logger: Logger): Promise<RedisLi
     maxRetriesPerRequest: 0,
     autoResendUnfulfilledCommands: false,
     connectTimeout: 2000,
-    // Capped exponential backoff with jitter, so that instances do not reconnect in lockstep.
     retryStrategy: (times: number) =>
       50 + Math.floor(Math.random() * Math.min(5000, 100 * 2 ** Math.min(times, 6))),
   });
   let warned = false;
   client.on('error', (err) => {
-    // ioredis emits one error per failed reconnect; say it once per outage.
     if (!warned) logger.warn({ err }, 'webhook-inbox: Redis unavailable; duplicates go to Postgres');
     warned = true;
   });

@@ -1,5 +1,11 @@
 import { InvalidDeliveryError } from '../errors.js';
-import { type FieldDelivery, jsonOf, type ResolvedSource, readSource, readsBody } from './field-source.js';
+import {
+  type FieldDelivery,
+  fieldDelivery,
+  type ResolvedSource,
+  readSource,
+  readsBody,
+} from './field-source.js';
 import { bodyHash, type ParseMode, parseBody, readsAsJson } from './payload.js';
 import { type Delivery, normalizeHeaders } from './request.js';
 
@@ -10,10 +16,7 @@ export interface ParsedDelivery {
   readonly seq: number | null;
   readonly hash: string;
   readonly rawBody: Buffer;
-  /**
-   * The parsed body; `undefined` only when {@link KnownBodies} said these bytes parse as JSON
-   * and nothing needed them parsed yet (the pipeline parses them if it needs the body).
-   */
+  /** Undefined only when {@link KnownBodies} said these bytes parse and nothing needed them yet. */
   readonly body: unknown;
   readonly headers: Record<string, string>;
   /** Latest-wins ordering: the object's key and this event's version; null when off or keyless. */
@@ -22,7 +25,7 @@ export interface ParsedDelivery {
   readonly type: string | null;
 }
 
-/** Bodies known to parse as JSON, by event id and body hash (the in-process cache of processed events). */
+/** Bodies known to parse as JSON, by event id and body hash (the in-process cache). */
 export interface KnownBodies {
   bodyParses(id: string, hash: string): boolean;
 }
@@ -35,14 +38,12 @@ const SEQ = /^[1-9][0-9]{0,15}$/;
 const UTF8 = new TextDecoder('utf-8', { fatal: true });
 
 /**
- * The one value of an identity header (id, key, seq). A header sent twice is refused, never
- * joined: Node joins repeats (`A, A`), which would make a new id of a retry. Adapters pass the
- * header lists unjoined (`req.headersDistinct`), so a repeat is seen here whatever its case.
+ * The one value of an identity header. A repeat is refused, never joined: Node joins repeats
+ * (`A, A`), which would make a new id of a retry; adapters pass the lists unjoined.
  */
 function single(raw: Delivery['headers'], headers: Record<string, string>, name: string): string | undefined {
   let count = 0;
   for (const given in raw) {
-    // Lower-cased only when it could match: most names differ in length already.
     if (given.length !== name.length || (given !== name && given.toLowerCase() !== name)) continue;
     const value = raw[given];
     if (value === undefined) continue;
@@ -53,9 +54,8 @@ function single(raw: Delivery['headers'], headers: Record<string, string>, name:
 }
 
 /**
- * A key as text. Node hands header values over as latin1 strings, one character per byte:
- * such a value is decoded as the UTF-8 it carries (invalid UTF-8 is refused). A value with a
- * character past U+00FF was already decoded by whoever built the delivery, and is taken as is.
+ * A key as text. Node hands header values over as latin1, one character per byte: decoded as the
+ * UTF-8 they carry (invalid is refused); a value past U+00FF was decoded already and is taken as is.
  */
 export function decodeKey(value: string, name: string): string {
   let text = value;
@@ -69,7 +69,6 @@ export function decodeKey(value: string, name: string): string {
   return checkKey(text, name);
 }
 
-/** A key's text is 1-255 characters with no control character. */
 function checkKey(text: string, name: string): string {
   const length = [...text].length;
   if (length < 1 || length > MAX_KEY_CHARACTERS || CONTROL.test(text)) {
@@ -84,9 +83,8 @@ function checkKey(text: string, name: string): string {
 const ISO_DATE_TIME = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:\d{2})$/;
 
 /**
- * A version as a number: an integer (Stripe's `created`), or an ISO 8601 date-time (Shopify's
- * `X-Shopify-Triggered-At`, Paddle's `occurred_at`) as milliseconds since the epoch; finer
- * fractions are cut, so two versions within one millisecond are equal (both apply).
+ * A version as a number: an integer, or an ISO 8601 date-time as epoch milliseconds (finer fractions
+ * are cut, so two versions within one millisecond are equal and both apply).
  */
 function versionOf(text: string, name: string): number {
   if (/^-?[0-9]{1,16}$/.test(text) && Number.isSafeInteger(Number(text))) return Number(text);
@@ -97,10 +95,7 @@ function versionOf(text: string, name: string): number {
   return ms;
 }
 
-/**
- * One field's value as text, or undefined when absent. A header must appear once; a body
- * field, constant or function may hold a string or an integer (written in decimal).
- */
+/** One field's value as text, or undefined. A header must appear once; others hold a string or an integer. */
 function textOf(
   source: ResolvedSource,
   raw: Delivery['headers'],
@@ -120,10 +115,8 @@ function textOf(
 }
 
 /**
- * The event's type as text, or null when the delivery has none: 1-255 characters with no
- * control character, as a key (a type is what an operator filters by, and a metric's label).
- * A stored event's type is read again by the apply path from its stored headers and payload
- * (`storedTypeOf`, src/delivery/field-source.ts).
+ * The event's type, or null: checked as a key is (an operator filters by it; a metric's label). A
+ * stored event's is read again by the apply path (`storedTypeOf`).
  */
 export function typeOf(
   source: ResolvedSource,
@@ -138,10 +131,7 @@ export function typeOf(
 
 type LatestOrder = { readonly key: ResolvedSource; readonly version: ResolvedSource };
 
-/**
- * Latest-wins: the object's key and version of a delivery, or null when it has no key (it is
- * then an unordered event). A key without a version is refused, naming the version's source.
- */
+/** Latest-wins: the object's key and version, or null without a key; a key without a version is refused. */
 function latestOf(
   order: LatestOrder,
   raw: Delivery['headers'],
@@ -165,10 +155,8 @@ function latestOf(
 }
 
 /**
- * Latest-wins: a stored event's key and version, read again from what was stored of its
- * delivery (its headers and payload), as its type is (`storedTypeOf`): a worker checks them
- * before the handler of an event whose claim only stored it (src/apply/apply.ts). Null when it has
- * none, or when they no longer read (the options changed since): applied as unordered.
+ * Latest-wins: a stored event's key and version, read again from its stored headers and payload for
+ * a worker's check (src/apply/apply.ts). Null when they no longer read (options changed): unordered.
  */
 export function storedLatestOf(
   order: LatestOrder,
@@ -177,13 +165,7 @@ export function storedLatestOf(
   body: unknown,
 ): ParsedDelivery['latest'] {
   const stored = { ...headers };
-  const view = (): FieldDelivery => ({
-    headers: stored,
-    rawBody,
-    get body() {
-      return body === undefined || Buffer.isBuffer(body) ? jsonOf(rawBody) : body;
-    },
-  });
+  const view = () => fieldDelivery(stored, rawBody, body);
   try {
     return latestOf(order, stored, stored, view);
   } catch {
@@ -191,7 +173,6 @@ export function storedLatestOf(
   }
 }
 
-/** The options a delivery is parsed by (resolved: `ResolvedOptions` has them). */
 export interface DeliveryOptions {
   /** Where id, key and seq are read: `fields`, else the `headers`; the type from `fields` or the provider. */
   readonly fields: {
@@ -207,27 +188,16 @@ export interface DeliveryOptions {
   readonly idFromBody: boolean;
   readonly maxBodyBytes: number;
   readonly parse: ParseMode;
-  /** The provider preset, if any: without one, a missing id's error says how to name where it is. */
   readonly provider: object | undefined;
 }
 
-/**
- * Validates a delivery against the wire contract (docs/outcomes.md) and hashes its body.
- * Throws InvalidDeliveryError naming the field; never touches the database.
- */
+/** Validates a delivery against the wire contract (docs/outcomes.md); errors name the field. */
 export function parseDelivery(
   delivery: Delivery,
   options: DeliveryOptions,
-  /**
-   * The id a verified signature covers (Standard Webhooks' `webhook-id`, Stripe's event id):
-   * it is the event's id, and an id header that disagrees is refused. An unsigned header must
-   * not turn a captured, signed delivery into a new event.
-   */
+  /** The id a verified signature covers: it is the event's id, and an id header that disagrees is refused. */
   signedId?: string,
-  /**
-   * Given when the caller needs no body to answer a duplicate from its cache: a body these say
-   * parses as JSON is not parsed here (every check before it still runs, in the same order).
-   */
+  /** Given when a duplicate can be answered from the cache: a body these say parses is not parsed here. */
   known?: KnownBodies,
 ): ParsedDelivery {
   const rawBody = Buffer.isBuffer(delivery.rawBody)
@@ -242,8 +212,7 @@ export function parseDelivery(
   const fields = options.fields;
   const latestOrder = options.order.policy === 'latest' ? options.order : undefined;
   const latestSources = latestOrder ? [latestOrder.key, latestOrder.version] : [];
-  // A body source reads the body before the identity is known: a broken JSON body is then
-  // refused first (naming the body), as it is anyway further down.
+  // A body source reads the body first: a broken JSON body is refused naming the body.
   const body = readsBody([
     fields.id,
     fields.key,
@@ -253,17 +222,9 @@ export function parseDelivery(
   ])
     ? parseBody(rawBody, headers['content-type'], options.parse)
     : undefined;
-  // What a body, constant or function source reads, made at its first read: the default
-  // sources are all headers, and an object with a getter is costly to make per delivery.
+  // Made at the first read: the default sources are headers, and an object with a getter is costly.
   let fd: FieldDelivery | undefined;
-  const view = () =>
-    (fd ??= {
-      headers,
-      rawBody,
-      get body() {
-        return body === undefined || Buffer.isBuffer(body) ? jsonOf(rawBody) : body;
-      },
-    });
+  const view = () => (fd ??= fieldDelivery(headers, rawBody, body));
 
   const idField = textOf(fields.id, delivery.headers, headers, view);
   const idName = fields.id.label;
@@ -279,8 +240,7 @@ export function parseDelivery(
       throw new InvalidDeliveryError(
         idName,
         fields.id.kind === 'header'
-          ? // The usual cause is a provider's webhook sent to an inbox not told which provider:
-            // its id is in its own header or the body, never in Idempotency-Key.
+          ? // Usually a provider's webhook sent to an inbox not told which provider.
             `${idName} header is required${options.provider ? '' : ": for a provider's webhooks set the inbox's `provider` (e.g. stripe({ secret })); else say where the id is with `fields.id`, or derive it with `idFromBody`"}`
           : `${idName} is required`,
       );

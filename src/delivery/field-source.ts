@@ -1,12 +1,7 @@
 /**
- * Field sources: where an event's id, ordering key, sequence and version come from. A header
- * (the default: `Idempotency-Key`, `X-Key`, `X-Seq`), a JSON pointer into the parsed body
- * (`'/sequence_id'`), a constant (one stream for every event), or a function of the delivery.
- * Provider presets (`webhook-inbox/providers`) are built on the same sources.
- *
- * Resolved once, in `options.ts`; read per delivery by `delivery.ts`. Every error names the
- * source it read (`body /sequence_id must be an integer ≥ 1`), so the sender learns which
- * field to fix.
+ * Field sources: where an event's id, ordering key, sequence, version and type come from (a header,
+ * a JSON pointer into the body, a constant, or a function). Resolved once with the options; every
+ * error names the source it read (`body /sequence_id must be an integer ≥ 1`).
  */
 import { InboxOptionsError, InvalidDeliveryError } from '../errors.js';
 
@@ -63,7 +58,8 @@ export type ResolvedSource =
       readonly label: string;
     };
 
-const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9a-z-]+$/i;
+/** An HTTP header name (an RFC 9110 token). */
+export const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9a-z-]+$/i;
 
 /** RFC 6901: `''` is the whole document; `/a~1b/0` is `["a/b", "0"]`. */
 function pointer(text: string, option: string): string[] {
@@ -84,10 +80,7 @@ function pointer(text: string, option: string): string[] {
         .map((p) => p.replace(/~1/g, '/').replace(/~0/g, '~'));
 }
 
-/**
- * Checks a field source given in options. `option` is its name in errors (`fields.seq`).
- * Throws InboxOptionsError naming the option.
- */
+/** Checks a field source given in options; `option` is its name in errors (`fields.seq`). */
 export function resolveSource(given: unknown, option: string): ResolvedSource {
   if (typeof given === 'function') {
     return {
@@ -122,7 +115,7 @@ export function resolveSource(given: unknown, option: string): ResolvedSource {
   );
 }
 
-/** The value at `path` in `body`, or undefined. Arrays are indexed by decimal strings. */
+/** Arrays are indexed by decimal strings. */
 function at(body: unknown, path: readonly string[]): unknown {
   let node = body;
   for (const part of path) {
@@ -138,10 +131,7 @@ function at(body: unknown, path: readonly string[]): unknown {
   return node;
 }
 
-/**
- * Reads one source. A header source returns the header's text as sent (the caller checks it
- * appears once); the others return whatever they hold, `undefined` when absent.
- */
+/** A header's text as sent (the caller checks it appears once); the others' values, undefined when absent. */
 export function readSource(source: ResolvedSource, d: FieldDelivery): unknown {
   switch (source.kind) {
     case 'header':
@@ -160,12 +150,12 @@ export function readSource(source: ResolvedSource, d: FieldDelivery): unknown {
   }
 }
 
-/** True when any of the sources reads the body: then the body is parsed as JSON whatever its content type. */
+/** Then the body is parsed as JSON whatever its content type. */
 export function readsBody(sources: readonly ResolvedSource[]): boolean {
   return sources.some((s) => s.kind === 'body' || s.kind === 'function');
 }
 
-/** A body's JSON when a field source needs it, whatever the content type; undefined when it is not JSON. */
+/** Undefined when the body is not JSON. */
 export function jsonOf(rawBody: Buffer): unknown {
   try {
     return JSON.parse(rawBody.toString('utf8'));
@@ -174,23 +164,28 @@ export function jsonOf(rawBody: Buffer): unknown {
   }
 }
 
-/**
- * The type of a stored event (held, pending, replayed), read again from what was stored of its
- * delivery by the apply path. Its delivery's type was checked when it arrived (src/receive/
- * delivery.ts, `typeOf`); a stored one that no longer reads as text has none.
- */
+/** What the sources read of a delivery: `body` as parsed, else (not parsed, or not JSON) its JSON, if any. */
+export function fieldDelivery(
+  headers: Readonly<Record<string, string>>,
+  rawBody: Buffer,
+  body: unknown,
+): FieldDelivery {
+  return {
+    headers,
+    rawBody,
+    get body() {
+      return body === undefined || Buffer.isBuffer(body) ? jsonOf(rawBody) : body;
+    },
+  };
+}
+
+/** A stored event's type, read again from what was stored; a stored one that no longer reads has none. */
 export function storedTypeOf(
   source: ResolvedSource,
   headers: Readonly<Record<string, string>>,
   rawBody: Buffer,
   body: unknown,
 ): string | null {
-  const value = readSource(source, {
-    headers,
-    rawBody,
-    get body() {
-      return body === undefined || Buffer.isBuffer(body) ? jsonOf(rawBody) : body;
-    },
-  });
+  const value = readSource(source, fieldDelivery(headers, rawBody, body));
   return typeof value === 'string' || typeof value === 'number' ? String(value) : null;
 }

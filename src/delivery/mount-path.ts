@@ -1,8 +1,6 @@
 /**
- * Which requests an adapter answers, the same way in every framework: deliveries at one path,
- * `GET <path>/health`, 405 for other methods on the path, and everything else passed on to the
- * app. Mounted at the root of an app without a `path`, the inbox answers at
- * {@link DEFAULT_ROOT_PATH}, never at every path: `app.use(inbox(…))` must not take over the app.
+ * Which requests an adapter answers, alike in every framework. Mounted at an app's root without a
+ * `path`, the inbox answers at {@link DEFAULT_ROOT_PATH}: `app.use(inbox(…))` must not take over the app.
  */
 
 import { InboxOptionsError } from '../errors.js';
@@ -10,7 +8,6 @@ import { InboxOptionsError } from '../errors.js';
 /** Where the inbox answers when mounted at the root of an app and given no `path`. */
 export const DEFAULT_ROOT_PATH = '/webhooks';
 
-/** What a request is to the inbox: a delivery, a health probe, the wrong method, or not ours. */
 export type Endpoint = 'delivery' | 'health' | 'method-not-allowed' | 'pass';
 
 /** `/webhooks/` and `/webhooks` are one path; `/` is the empty path (the mount point itself). */
@@ -18,7 +15,6 @@ export function normalizePath(path: string): string {
   return path.replace(/\/+$/, '');
 }
 
-/** A `path` option: a string that starts with `/`. Returns it normalized. */
 export function checkPath(path: unknown, option = 'path'): string | undefined {
   if (path === undefined) return undefined;
   if (typeof path !== 'string' || !path.startsWith('/') || /[?#\s]/.test(path)) {
@@ -42,11 +38,7 @@ export function endpointOf(method: string, here: string, base: string): Endpoint
   return 'pass';
 }
 
-/**
- * A route of the app already chose this middleware (`app.post('/webhooks', …)`,
- * `router.post(…)`): POST is a delivery, a GET whose path ends in `/health` is the probe
- * (`router.get('/webhooks/health', …)`), any other method is 405.
- */
+/** A route of the app chose this middleware: POST is a delivery, a GET at `…/health` the probe, else 405. */
 export function routedEndpointOf(method: string, here: string): Endpoint {
   if (method === 'POST') return 'delivery';
   if ((method === 'GET' || method === 'HEAD') && normalizePath(here).endsWith('/health')) return 'health';

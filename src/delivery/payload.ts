@@ -1,18 +1,11 @@
-/**
- * An event's payload as stored and read back: its hash (the body's identity for duplicates),
- * the headers kept with it, and how it is parsed — by the receive pipeline for a delivery, and
- * by the apply path again for a stored event.
- */
+/** An event's payload: its hash (the body's identity for duplicates), the headers kept, its parsing. */
 import * as crypto from 'node:crypto';
 import { InvalidDeliveryError } from '../errors.js';
 
 /**
- * Headers that carry a credential, or a signature that stands for one: never stored, never
- * shown by the console or the CLI, removed from rows stored before by `webhook-inbox
- * scrub-headers`. GitLab's `X-Gitlab-Token` is the shared secret itself; a stored signature
- * lets whoever reads the table send the same delivery again as if from the provider (GitHub's
- * and Shopify's sign no timestamp). None is needed once a delivery was verified: a stored event
- * is applied without being verified again.
+ * Headers that carry a credential, or a signature that stands for one: never stored or shown. A
+ * stored signature lets whoever reads the table replay the delivery as if from the provider (GitHub's
+ * and Shopify's sign no timestamp), and a stored event is never verified again.
  */
 export const SECRET_HEADERS: readonly string[] = Object.freeze([
   'authorization',
@@ -29,20 +22,15 @@ export const SECRET_HEADERS: readonly string[] = Object.freeze([
   'paddle-signature',
 ]);
 
-/** How a body is parsed (option `parse`): by its content type, always as JSON, or never. */
 export type ParseMode = 'auto' | 'json' | 'raw';
 
-/** The built-in secret headers and the given ones (lower-case names), as one set. */
 export function secretHeaderSet(...more: ReadonlyArray<readonly string[] | undefined>): ReadonlySet<string> {
   const set = new Set(SECRET_HEADERS);
   for (const list of more) for (const name of list ?? []) set.add(name.toLowerCase());
   return set;
 }
 
-/**
- * The headers stored with an event that may be applied later (held, pending, dead), or shown
- * to an operator: every header but the secret ones.
- */
+/** The headers stored with an event that may be applied later or shown: all but the secret ones. */
 export function storableHeaders(
   headers: Record<string, string>,
   secret: ReadonlySet<string>,
@@ -62,16 +50,12 @@ export function bodyHash(rawBody: Uint8Array): string {
 
 function isJsonContentType(contentType: string | undefined): boolean {
   if (!contentType) return false;
-  // What nearly every sender sends, without splitting and lower-casing it.
   if (contentType === 'application/json') return true;
   const type = contentType.split(';', 1)[0].trim().toLowerCase();
   return type === 'application/json' || type.endsWith('+json');
 }
 
-/**
- * Whether {@link parseBody} parses a body with this content type as JSON (otherwise it returns
- * the bytes, or refuses the content type).
- */
+/** Whether {@link parseBody} parses a body with this content type as JSON. */
 export function readsAsJson(contentType: string | undefined, parse: ParseMode): boolean {
   if (parse === 'raw') return false;
   if (contentType === undefined) return parse === 'json';

@@ -1,7 +1,4 @@
-/**
- * One HTTP request as the core sees it: header names in any case, the raw body bytes.
- * Adapters build it; `Inbox.receive` turns it into an outcome.
- */
+/** One HTTP request as the core sees it: header names in any case, the raw body bytes. */
 export interface Delivery {
   readonly headers: Readonly<Record<string, string | readonly string[] | undefined>>;
   readonly rawBody: Uint8Array;

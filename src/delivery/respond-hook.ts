@@ -1,17 +1,13 @@
 /**
- * The `respond` option: a function that shapes what the sender receives for an outcome (a
- * sender that wants `{"status": "buffered"}`, Slack's `url_verification` challenge echoed as
- * text). The inbox decides first, exactly as without the hook; the hook only rewrites the
- * answer's status, headers or body, and what it returns is checked here before anything of it
- * is written. A hook that throws or returns something unusable is logged and the default
- * outcome is answered: a bug in the hook never becomes a 500 with its message in it.
- *
- * Run once per delivery, in `observe.ts`'s `observed`, and only when the option is given.
+ * The `respond` option shapes what the sender receives; the inbox decides first, exactly as without
+ * it. What the hook returns is checked before anything is written; a hook that throws or returns
+ * something unusable is logged and the default answered, so a bug in it never becomes a 500.
  */
 import { InboxOptionsError } from '../errors.js';
 import type { Logger } from '../observability/logger.js';
 import { type Outcome, OutcomeKind } from '../outcome.js';
 import type { ParsedDelivery } from './delivery.js';
+import { HEADER_NAME } from './field-source.js';
 
 /** The event a `respond` hook sees: what identifies it, its body and its headers. */
 export interface RespondEvent<TBody = any> {
@@ -50,8 +46,6 @@ export type RespondHook<TBody = any> = (
   event: RespondEvent<TBody> | undefined,
 ) => ResponseShape | undefined;
 
-// RFC 9110 token.
-const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9a-z-]+$/i;
 // CR, LF, NUL and the other controls but HTAB: a value must not end the header or start another.
 const UNSAFE_VALUE = /[\x00-\x08\x0a-\x1f\x7f]/;
 const MAX_HEADER_VALUE = 8192;
@@ -70,7 +64,6 @@ const SHAPE_MEMBERS = new Set(['status', 'headers', 'body']);
 const JSON_TYPE = 'application/json; charset=utf-8';
 const TEXT_TYPE = 'text/plain; charset=utf-8';
 
-/** Validates the `respond` option; `undefined` when it is not given. */
 export function resolveRespondHook(hook: unknown): RespondHook | undefined {
   if (hook === undefined) return undefined;
   if (typeof hook !== 'function') {
@@ -91,15 +84,13 @@ function isPlainObject(value: unknown): value is Record<string, unknown> {
 }
 
 /**
- * A delivery refused for a reason that leaves nothing stored must not be acknowledged: a 2xx
- * makes the sender stop retrying, and the event would be lost. `rejected` is the exception: it
- * is stored, as a dead letter, so acknowledging it loses nothing.
+ * A refusal that leaves nothing stored must not be acknowledged: the sender would stop retrying and
+ * the event be lost. `rejected` is stored, as a dead letter, so acknowledging it loses nothing.
  */
 function mustStayFailure(outcome: Outcome): boolean {
   return outcome.status >= 400 && outcome.kind !== OutcomeKind.rejected;
 }
 
-/** The outcome the hook asked for, checked; throws UnusableShape naming what is wrong. */
 function shapedBy(outcome: Outcome, shape: unknown): Outcome {
   if (typeof (shape as { then?: unknown } | null)?.then === 'function') {
     throw new UnusableShape('it returned a promise; the hook must be synchronous');
@@ -166,11 +157,7 @@ function shapedBy(outcome: Outcome, shape: unknown): Outcome {
     : { kind: outcome.kind, status, headers, body, text };
 }
 
-/**
- * The answer to one delivery: the hook's shape of `outcome`, or `outcome` itself when the hook
- * returns `undefined`, throws, or returns something unusable (both logged; nothing of the
- * hook's error reaches the sender).
- */
+/** The hook's shape of `outcome`, or `outcome` when it returns undefined, throws or is unusable. */
 export function shapeOutcome(
   hook: RespondHook,
   logger: Logger,

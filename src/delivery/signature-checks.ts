@@ -1,8 +1,4 @@
-/**
- * The checks every built-in verifier (src/delivery/verify.ts) is made of: secrets and tolerances
- * as options, required headers, timestamps checked both ways, signatures decoded only in their
- * canonical encoding and compared in constant time.
- */
+/** The checks every built-in verifier is made of. */
 import { createHmac, timingSafeEqual } from 'node:crypto';
 import { InboxOptionsError, UnauthorizedDeliveryError } from '../errors.js';
 
@@ -55,7 +51,6 @@ export function checkTimestamp(raw: string, name: string, tolerance: number): nu
   return seconds;
 }
 
-/** True when `given` equals one of `expected`, comparing in constant time. */
 export function anyEqual(given: readonly Buffer[], expected: readonly Buffer[]): boolean {
   let found = false;
   for (const g of given) {
@@ -68,9 +63,8 @@ export function anyEqual(given: readonly Buffer[], expected: readonly Buffer[]):
 }
 
 /**
- * Decodes canonical base64 only. Node's decoder skips characters it does not know and accepts
- * missing padding, so `sig!!`, `s i g` and `sig` could all match one signature; a signature
- * is compared as sent, or not at all.
+ * Canonical base64 only: Node's decoder skips unknown characters and accepts missing padding, so
+ * `sig!!` and `sig` could match one signature. A signature is compared as sent, or not at all.
  */
 export function strictBase64(text: string): Buffer | undefined {
   if (!/^[A-Za-z0-9+/]+={0,2}$/.test(text) || text.length % 4 !== 0) return undefined;
@@ -78,19 +72,12 @@ export function strictBase64(text: string): Buffer | undefined {
   return bytes.toString('base64') === text ? bytes : undefined;
 }
 
-/**
- * Decodes a hex HMAC-SHA256 (64 digits, either case) only. `Buffer.from(hex, 'hex')` stops at
- * the first pair it cannot read and drops an odd last digit, so `<signature>0` decoded to the
- * signature itself and verified: a signature is compared as sent, or not at all.
- */
+/** A hex HMAC-SHA256 (64 digits) only: `Buffer.from(hex, 'hex')` drops an odd last digit, so `<sig>0` passed. */
 export function strictHex(text: string): Buffer | undefined {
   return /^[0-9a-f]{64}$/i.test(text) ? Buffer.from(text, 'hex') : undefined;
 }
 
-/**
- * A signature entry that is not in its canonical encoding refuses the whole header, even when
- * another entry would match: what is not what the sender wrote was not written by the sender.
- */
+/** A non-canonical entry refuses the whole header: what the sender did not write was not written by it. */
 export function malformed(name: string, form: string): never {
   throw new UnauthorizedDeliveryError(
     name,

@@ -1,14 +1,10 @@
 /**
- * Signature verification, run by the core on the raw bytes before anything is parsed or
- * stored: a delivery that fails it is answered 401 and never claimed, so a forger can neither
- * apply an event nor fill the inbox.
- *
- * Every comparison of a signature is constant-time (`crypto.timingSafeEqual` on equal-length
- * digests), and timestamps are checked both ways (too old is a replay, too far ahead is a
- * forged or badly skewed clock).
+ * Signature verification, on the raw bytes before anything is parsed or stored: a delivery that fails
+ * is answered 401 and never claimed. Comparisons are constant-time; timestamps are checked both ways.
  */
 import { createHash } from 'node:crypto';
 import { InboxOptionsError, UnauthorizedDeliveryError } from '../errors.js';
+import { HEADER_NAME } from './field-source.js';
 import { type Delivery, normalizeHeaders } from './request.js';
 import {
   anyEqual,
@@ -126,6 +122,14 @@ export function standardWebhooks(options: {
   });
 }
 
+/** The `header` option of a verifier, lower-cased. */
+function headerName(header: unknown): string {
+  if (typeof header !== 'string' || !HEADER_NAME.test(header)) {
+    throw new InboxOptionsError('verify.header', 'must be an HTTP header name');
+  }
+  return header.toLowerCase();
+}
+
 function plainSecrets(secret: unknown): (string | Buffer)[] {
   return secretList(secret, 'verify.secret').map((s) => {
     if ((typeof s !== 'string' && !Buffer.isBuffer(s)) || s.length === 0) {
@@ -165,6 +169,26 @@ export function slackSignature(options: { secret: Secrets; toleranceSeconds?: nu
   });
 }
 
+/** A `name=value` list's timestamp (`tsName`) and hex digests (`sigName`), as Stripe and Paddle sign. */
+function signedItems(
+  header: string,
+  separator: string,
+  tsName: string,
+  sigName: string,
+  field: string,
+): { ts: string | undefined; given: Buffer[] } {
+  let ts: string | undefined;
+  const given: Buffer[] = [];
+  for (const item of header.split(separator)) {
+    const eq = item.indexOf('=');
+    const name = item.slice(0, eq).trim();
+    const value = item.slice(eq + 1).trim();
+    if (name === tsName) ts = value;
+    else if (name === sigName) given.push(strictHex(value) ?? malformed(field, `${sigName}=<hex>`));
+  }
+  return { ts, given };
+}
+
 /**
  * Paddle Billing: `Paddle-Signature: ts=<unix seconds>;h1=<hex>[;h1=<hex>…]`, an HMAC-SHA256
  * of `${ts}:${body}` keyed by the notification destination's secret key. Paddle's SDK allows
@@ -181,16 +205,7 @@ export function paddleSignature(options: { secret: Secrets; toleranceSeconds?: n
       ? 5
       : toleranceOf(options.toleranceSeconds, 'verify.toleranceSeconds');
   return declaring(['paddle-signature'], (d) => {
-    const header = required(d, 'paddle-signature');
-    let ts: string | undefined;
-    const given: Buffer[] = [];
-    for (const item of header.split(';')) {
-      const eq = item.indexOf('=');
-      const name = item.slice(0, eq).trim();
-      const value = item.slice(eq + 1).trim();
-      if (name === 'ts') ts = value;
-      else if (name === 'h1') given.push(strictHex(value) ?? malformed('paddle-signature', 'h1=<hex>'));
-    }
+    const { ts, given } = signedItems(required(d, 'paddle-signature'), ';', 'ts', 'h1', 'paddle-signature');
     if (ts === undefined || given.length === 0) {
       throw new UnauthorizedDeliveryError('paddle-signature', 'paddle-signature must carry ts= and h1=');
     }
@@ -212,11 +227,7 @@ export function paddleSignature(options: { secret: Secrets; toleranceSeconds?: n
  * ```
  */
 export function headerToken(options: { header: string; secret: Secrets }): Verify {
-  const header = options?.header;
-  if (typeof header !== 'string' || !/^[!#$%&'*+.^_`|~0-9a-z-]+$/i.test(header)) {
-    throw new InboxOptionsError('verify.header', 'must be an HTTP header name');
-  }
-  const name = header.toLowerCase();
+  const name = headerName(options?.header);
   // Digests of equal length: the comparison leaks neither the token nor its length.
   const digest = (v: string | Buffer) => createHash('sha256').update(v).digest();
   const expected = plainSecrets(options.secret).map(digest);
@@ -261,16 +272,7 @@ export function stripeSignature(options: {
   });
   const tolerance = toleranceOf(options.toleranceSeconds, 'verify.toleranceSeconds');
   return declaring(['stripe-signature'], (d) => {
-    const header = required(d, 'stripe-signature');
-    let t: string | undefined;
-    const given: Buffer[] = [];
-    for (const item of header.split(',')) {
-      const eq = item.indexOf('=');
-      const name = item.slice(0, eq).trim();
-      const value = item.slice(eq + 1).trim();
-      if (name === 't') t = value;
-      else if (name === 'v1') given.push(strictHex(value) ?? malformed('stripe-signature', 'v1=<hex>'));
-    }
+    const { ts: t, given } = signedItems(required(d, 'stripe-signature'), ',', 't', 'v1', 'stripe-signature');
     if (t === undefined || given.length === 0) {
       throw new UnauthorizedDeliveryError('stripe-signature', 'stripe-signature must carry t= and v1=');
     }
@@ -305,17 +307,8 @@ export function hmacSignature(options: {
   /** Text before the digest, e.g. `sha256=`. @defaultValue '' */
   prefix?: string;
 }): Verify {
-  const header = options?.header;
-  if (typeof header !== 'string' || !/^[!#$%&'*+.^_`|~0-9a-z-]+$/i.test(header)) {
-    throw new InboxOptionsError('verify.header', 'must be an HTTP header name');
-  }
-  const name = header.toLowerCase();
-  const keys = secretList(options.secret, 'verify.secret').map((s) => {
-    if ((typeof s !== 'string' && !Buffer.isBuffer(s)) || s.length === 0) {
-      throw new InboxOptionsError('verify.secret', 'must be a non-empty string or Buffer');
-    }
-    return s as string | Buffer;
-  });
+  const name = headerName(options?.header);
+  const keys = plainSecrets(options.secret);
   const encoding = options.encoding ?? 'hex';
   if (encoding !== 'hex' && encoding !== 'base64') {
     throw new InboxOptionsError('verify.encoding', 'must be "hex" or "base64"');

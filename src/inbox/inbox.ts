@@ -1,9 +1,4 @@
-/**
- * The inbox: construction, `ready()`/`close()`, and the operator's methods. A delivery's path
- * is the receive pipeline (src/receive/pipeline.ts); what outlives a response (drains, the
- * sweeper, workers) is in src/background/; every apply goes through src/apply/apply.ts. The map,
- * the round trips per delivery and the invariants are in ARCHITECTURE.md.
- */
+/** The inbox: construction, `ready()`/`close()`, and the operator's methods (map: ARCHITECTURE.md). */
 import type { Kysely } from 'kysely';
 import { Background } from '../background/background.js';
 import type { SweepReport } from '../background/sweeper.js';
@@ -192,7 +187,6 @@ export class Inbox {
    * ```
    */
   close(): Promise<void> {
-    // One shutdown, whoever asks: every call waits for the same one to finish.
     this.#closed ??= this.#close();
     return this.#closed;
   }
@@ -281,8 +275,6 @@ export class Inbox {
    */
   async replay(selection: ReplaySelection): Promise<ReplayResult[]> {
     const ops = await this.operations();
-    // A held key is waited for as a delivery waits for it (the operations carry the inbox's
-    // lockTimeoutMs), then OperationError `locked`.
     const results = await ops.replay(selection);
     const keys = new Set<string>();
     let unordered = 0;
@@ -292,8 +284,7 @@ export class Inbox {
       else keys.add(r.key);
     }
     for (const key of keys) await this.drain(key, true);
-    // take_pending takes the due pending events in due order: the re-queued ones, after any
-    // that were already due (those are applied too, as the sweeper would).
+    // take_pending takes due pending events in due order: the re-queued ones after those already due.
     if (unordered > 0) await this.#background.applyPending(unordered);
     const now = await ops.statuses(
       this.options.source,
@@ -319,8 +310,7 @@ export class Inbox {
    */
   async replayIgnored(type: string): Promise<IgnoredReplayResult> {
     const result = await (await this.operations()).replayIgnored({ type, source: this.options.source });
-    // take_pending takes due pending events in due order: the re-queued ones, after any that
-    // were already due (applied too, as the sweeper would).
+    // As for `replay`: the re-queued ones after those already due.
     if (result.requeued > 0) await this.#background.applyPending(result.requeued);
     return result;
   }

@@ -19,10 +19,9 @@ export interface InboxLogger extends Logger {
 export const silent = (): void => {};
 
 /**
- * The logger without a `logger` option: warnings and errors to stderr, one line each, so that a
- * first deploy sees a failing handler, a wrong secret or an unreachable database (the sender
- * only sees a status), and the inbox's `notice` (ready). `debug` and `info` (each delivery, gap
- * timeouts) stay quiet.
+ * The logger without a `logger` option: warnings, errors and the inbox's `notice` (ready) to stderr,
+ * one line each, so that a first deploy sees a failing handler, a wrong secret or an unreachable
+ * database; `debug` and `info` stay quiet.
  */
 export function consoleLogger(
   write: (line: string) => void = (line) => process.stderr.write(line),
@@ -39,7 +38,6 @@ export function formatLine(level: string, obj: object, msg = ''): string {
     fields.push(`${name}=${fieldText(value)}`);
   }
   const text = [new Date().toISOString(), level, msg, ...fields].filter((part) => part !== '').join(' ');
-  // One line, whatever the values hold (an error's message may span several).
   return `${text.replace(/[\r\n]+/g, ' ')}\n`;
 }
 
@@ -56,10 +54,7 @@ function fieldText(value: unknown): string {
   return String(value);
 }
 
-/**
- * Said once: a kind of trouble reported at warn or error the first time it happens to this
- * logger, then at debug until `recovered` (a flood of one failure must not bury the rest).
- */
+/** Trouble of a kind is said at warn or error once per logger, then at debug until `recovered`. */
 const said = new WeakMap<Logger, Set<string>>();
 
 export function firstTime(logger: Logger, kind: string): boolean {
@@ -73,7 +68,6 @@ export function firstTime(logger: Logger, kind: string): boolean {
   return true;
 }
 
-/** The trouble of `kind` is over: its next occurrence is said loudly again. */
 export function recovered(logger: Logger, kind: string): void {
   said.get(logger)?.delete(kind);
 }

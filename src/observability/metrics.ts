@@ -1,16 +1,10 @@
 /**
- * Prometheus metrics, through a prom-client `Registry` the application passes in (option
- * `metrics: { registry }`). prom-client is an optional peer: it is imported only when the
- * option is given, and the core's types only describe the registry structurally.
- *
- * Labels stay low-cardinality: source, outcome, reason, answered_by, action, and an ignored
- * event's type (at most MAX_TYPE_LABELS per inbox: a sender could invent types). Never ids,
- * keys or seqs. Gauges that need a query (held events, oldest held age, blocked keys, dead
- * letters) are computed when the registry is scraped, never on the delivery path.
+ * Prometheus metrics through the application's prom-client `Registry` (imported only when given).
+ * Labels stay low-cardinality, never ids, keys or seqs; gauges that need a query are computed at
+ * scrape time, never on the delivery path.
  */
 import { OutcomeKind } from '../outcome.js';
 
-/** The subset of a prom-client `Registry` webhook-inbox needs. */
 export interface RegistryLike {
   registerMetric(metric: any): void;
   getSingleMetric(name: string): unknown;
@@ -21,7 +15,6 @@ export interface MetricsOptions {
   registry: RegistryLike;
 }
 
-/** Counts of what waits in the inbox, from one cheap query (also what `health()` reports). */
 export interface InboxStats {
   held: number;
   oldestHeldAgeMs: number | null;
@@ -33,7 +26,6 @@ export interface InboxStats {
   oldestBlockedAgeMs: number | null;
 }
 
-/** What the inbox reports; every method is cheap and synchronous. */
 export interface InboxMetrics {
   delivery(outcome: OutcomeKind): void;
   duplicate(answeredBy: 'memory' | 'redis' | 'postgres'): void;
@@ -56,7 +48,6 @@ export interface InboxMetrics {
   sweeperError(): void;
   redisFallback(reason: string): void;
   redisWriteError(): void;
-  /** A look before BEGIN (the primary-key read of a retry storm) that failed: the claim answered. */
   lookFirstError(): void;
 }
 
@@ -81,7 +72,7 @@ export const noMetrics: InboxMetrics = {
   lookFirstError: noop,
 };
 
-/** Every metric name: the table of docs/observability.md is checked against it (test/docs.test.ts). */
+/** Every metric name (docs/observability.md's table is checked against it). */
 export const METRIC_NAMES = Object.freeze({
   deliveries: 'webhook_inbox_deliveries_total',
   handlerDuration: 'webhook_inbox_handler_duration_seconds',
@@ -111,18 +102,13 @@ export const METRIC_NAMES = Object.freeze({
 
 type StatsSource = { source: string; stats: () => Promise<InboxStats> };
 
-/** One set of metric objects per registry, shared by every inbox registered in it. */
 interface Shared {
   m: Record<keyof typeof METRIC_NAMES, any>;
   sources: Set<StatsSource>;
 }
 const shared = new WeakMap<RegistryLike, Shared>();
 
-/**
- * Distinct `type` labels of webhook_inbox_ignored_total per inbox; later types are counted as
- * `other`. Providers send tens of types, but the type is the sender's text: unbounded labels
- * would let a sender grow the scrape without end.
- */
+/** Distinct `type` (and `cause`) labels per inbox, then `other`: the type is the sender's text. */
 export const MAX_TYPE_LABELS = 100;
 
 const LATENCY_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
@@ -142,10 +128,8 @@ async function loadPromClient(): Promise<any> {
 
 function define(client: any, registry: RegistryLike): Shared {
   const sources = new Set<StatsSource>();
-  // Gauges from a query: the gauges of one scrape share one query per inbox (they are
-  // collected concurrently); the next scrape queries again.
+  // The gauges of one scrape share one query per inbox; the next scrape queries again.
   let inFlight: Promise<Map<string, InboxStats>> | undefined;
-  // Whether each source's last stats query answered: webhook_inbox_database_up.
   const answered = new Map<string, boolean>();
   const read = (): Promise<Map<string, InboxStats>> => {
     if (inFlight) return inFlight;
@@ -156,8 +140,7 @@ function define(client: any, registry: RegistryLike): Shared {
       answered.clear();
       for (const [source, stats] of rows) answered.set(source, (answered.get(source) ?? true) && !!stats);
       for (const [source, stats] of rows) {
-        // A failed query leaves the source out (its gauges keep their last value): a scrape
-        // must not fail because the database is down.
+        // A failed query leaves the source out: a scrape must not fail because the database is down.
         if (!stats) continue;
         const seen = bySource.get(source);
         bySource.set(
@@ -333,10 +316,15 @@ function define(client: any, registry: RegistryLike): Shared {
   };
 }
 
-/**
- * Registers the inbox's metrics in `registry` (or reuses them when another inbox already did)
- * and returns the recorder bound to `source`, plus `detach()` for `inbox.close()`.
- */
+/** Registers the inbox's metrics in `registry` (or reuses another inbox's) bound to `source`. */
+/** `label`, or `other` once `seen` holds MAX_TYPE_LABELS others. */
+function capped(seen: Set<string>, label: string): string {
+  if (seen.has(label)) return label;
+  if (seen.size >= MAX_TYPE_LABELS) return 'other';
+  seen.add(label);
+  return label;
+}
+
 export async function createMetrics(
   registry: RegistryLike,
   source: string,
@@ -350,7 +338,7 @@ export async function createMetrics(
   const { m, sources } = s;
   const entry: StatsSource = { source, stats };
   sources.add(entry);
-  // Children bound once per label set: the delivery path does a Map lookup, not label hashing.
+  // Children bound once per label set: a Map lookup on the delivery path, not label hashing.
   const bound = (metric: any, label: string) => {
     const children = new Map<string, any>();
     return (value: string) => {
@@ -404,24 +392,9 @@ export async function createMetrics(
       acknowledgement: (seconds) => acknowledgement.observe(seconds),
       gapTimeout: (action) => gapTimeouts(action).inc(),
       deadLetter: (reason) => deadLetters(reason).inc(),
-      deadLetterCause: (cause) => {
-        // Bounded as the types are: a bug that makes a new message per event must not make a series each.
-        let label = cause;
-        if (!causeLabels.has(label)) {
-          if (causeLabels.size >= MAX_TYPE_LABELS) label = 'other';
-          else causeLabels.add(label);
-        }
-        deadLetterCauses(label).inc();
-      },
+      deadLetterCause: (cause) => deadLetterCauses(capped(causeLabels, cause)).inc(),
       seqConflict: (reason) => seqConflicts(reason).inc(),
-      ignored: (type) => {
-        let label = type ?? 'none';
-        if (!typeLabels.has(label)) {
-          if (typeLabels.size >= MAX_TYPE_LABELS) label = 'other';
-          else typeLabels.add(label);
-        }
-        ignoredTypes(label).inc();
-      },
+      ignored: (type) => ignoredTypes(capped(typeLabels, type ?? 'none')).inc(),
       drain: (seconds) => drain.observe(seconds),
       sweeperRun: () => sweeperRuns.inc(),
       sweeperError: () => sweeperErrors.inc(),

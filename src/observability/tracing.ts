@@ -1,10 +1,6 @@
 /**
- * OpenTelemetry spans through `@opentelemetry/api`: a no-op until the application installs
- * an SDK (or passes option `tracerProvider`). One span per delivery, `webhook-inbox.receive`,
- * with children `webhook-inbox.claim`, `webhook-inbox.handler` and `webhook-inbox.drain`.
- *
- * Child spans are only started when the delivery's span is recording (sampled, SDK present),
- * so an app without tracing pays for one no-op span per delivery and nothing more.
+ * OpenTelemetry spans: one per delivery, `webhook-inbox.receive`, with children `claim`, `handler`
+ * and `drain` started only when it records, so an app without tracing pays for one no-op span.
  */
 import {
   type Context,
@@ -20,7 +16,6 @@ import {
 
 export const TRACER_NAME = 'webhook-inbox';
 
-/** Span attribute names. */
 export const SpanAttributes = Object.freeze({
   outcome: 'webhook_inbox.outcome',
   source: 'webhook_inbox.source',
@@ -37,21 +32,16 @@ export function createTracer(provider: TracerProvider | undefined): Tracer {
 }
 
 /**
- * Runs `fn` in a new span `name`, made active as `tracer.startActiveSpan` does, so that spans
- * the handler starts nest under it. A span with no valid context (no SDK installed and none
- * active to inherit from) is not made active: nothing could nest under it or propagate from
- * it, and making it active costs a context object per delivery. A sampled-out span of an SDK
- * has a valid context, and is made active.
+ * Runs `fn` in a new span made active, so spans the handler starts nest under it; a span with no
+ * valid context (no SDK) is not made active: nothing could nest under it, and it costs a context.
  */
 export function inActiveSpan<T>(tracer: Tracer, name: string, fn: (span: Span) => T): T {
   const span = tracer.startSpan(name);
   const spanContext = span.spanContext();
-  // The no-op tracer's own constant first: no hex check of its ids per delivery.
   if (spanContext === INVALID_SPAN_CONTEXT || !isSpanContextValid(spanContext)) return fn(span);
   return context.with(trace.setSpan(context.active(), span), fn, undefined, span);
 }
 
-/** The context to parent child spans on, or undefined when the span records nothing. */
 export function parentOf(span: Span): Context | undefined {
   return span.isRecording() ? trace.setSpan(context.active(), span) : undefined;
 }
@@ -62,10 +52,8 @@ export function recordError(span: Span, err: unknown): void {
 }
 
 /**
- * Runs `fn` in a child span of `parent` (made active, so spans the handler starts nest under
- * it). Without a recording parent, just runs `fn`: its own promise, not one more that adopts
- * it (microtask turns and a promise fewer per claim and per handler run). Every caller awaits it inside
- * an async function, so a synchronous throw of `fn` still arrives as a rejection.
+ * Runs `fn` in an active child span of `parent`; without one, just runs `fn` (its own promise, not
+ * one more that adopts it). Every caller awaits it in an async function, so a throw still rejects.
  */
 export function inSpan<T>(
   tracer: Tracer,

@@ -1,7 +1,4 @@
-/**
- * What every operator action shares: the tables it acts on, the source it is narrowed to, and
- * the look-ups that turn an operator's id or key into one (source, row) or refuse it.
- */
+/** What every operator action shares: its tables and source, and the look-ups of an id or key. */
 import { type Kysely, type RawBuilder, sql, type Transaction } from 'kysely';
 import { toNumber } from '../db/column-readers.js';
 import { sqlState } from '../db/drivers/postgres-error.js';
@@ -13,10 +10,7 @@ import { DEFAULT_LOCK_TIMEOUT_MS } from '../options/options.js';
 /** The most rows one list or `--all` action handles. */
 export const MAX_LIST = 10_000;
 
-/**
- * The database, the tables and the source an action runs on. Without `source` (the CLI's
- * default) it acts on every source, and an id or key found in several is refused as ambiguous.
- */
+/** The database, the tables and the source an action runs on (none: every source). */
 export interface OperationsContext {
   readonly db: Kysely<any>;
   readonly tables: Tables;
@@ -53,11 +47,9 @@ export interface LockedWhat {
 }
 
 /**
- * Runs `fn` in one read-committed transaction whose waits for row locks are bounded, as a
- * delivery's are: a key a slow handler (or a stuck session) holds would otherwise keep the
- * operator waiting with no word of why. Past the bound Postgres aborts the statement (55P03),
- * the transaction rolls back, so nothing was changed, and an OperationError `locked` names the
- * row. The bound is `options.lockTimeoutMs`, else the operations', else the inbox's default.
+ * Runs `fn` in one read-committed transaction whose lock waits are bounded, as a delivery's: a key a
+ * slow handler holds would otherwise keep the operator waiting with no word of why. Past the bound
+ * (55P03) nothing was changed, and an OperationError `locked` names the row.
  */
 export async function boundedLockWait<T>(
   ctx: OperationsContext,
@@ -71,7 +63,6 @@ export async function boundedLockWait<T>(
       .transaction()
       .setIsolationLevel('read committed')
       .execute(async (tx) => {
-        // Local to this transaction: the pooled session keeps its own setting afterwards.
         await sql`select set_config('lock_timeout', ${`${ms}ms`}, true)`.execute(tx);
         return fn(tx);
       });
@@ -85,17 +76,13 @@ export async function boundedLockWait<T>(
   }
 }
 
-/** One of the inbox's tables, for splicing into a statement (its name is validated at start). */
 export function table(ctx: OperationsContext, name: 'events' | 'keys' | 'gaps'): RawBuilder<unknown> {
   return sql.raw(ctx.tables[name]);
 }
 
 /**
- * The source an action runs on: the one asked for, else the operations' own. Operations made
- * for one source (an inbox's, `openOperations({ source })`, the CLI's `--source`, the console
- * over either) never show or change another: asking for another is OperationError
- * `not-found`, as for a row that is not there: a console over one inbox neither reads another
- * source's event from its URL nor replays `X` of its own source when asked for `other/X`.
+ * The source an action runs on. Operations made for one source never show or change another: asking
+ * for another is `not-found`, as for a missing row (a console over one inbox cannot reach another's).
  */
 export function scoped(ctx: OperationsContext, asked: string | undefined): string | undefined {
   if (asked === undefined || asked === ctx.source) return ctx.source;
@@ -106,7 +93,6 @@ export function scoped(ctx: OperationsContext, asked: string | undefined): strin
   );
 }
 
-/** `column = source`, or `true` when the action covers every source. */
 export function sourceIs(column: string, source: string | undefined): RawBuilder<unknown> {
   return source === undefined ? sql`true` : sql`${sql.ref(column)} = ${source}`;
 }
@@ -121,6 +107,15 @@ export function durationMs(name: string, value: number | string): number {
   return ms;
 }
 
+/** A `batchSize` option: an integer from 1 to 100000, else `fallback`. */
+export function batchSizeOf(value: number | undefined, fallback: number): number {
+  const batch = value ?? fallback;
+  if (!Number.isInteger(batch) || batch < 1 || batch > 100_000) {
+    throw new TypeError(`webhook-inbox: \`batchSize\` must be an integer from 1 to 100000; got ${batch}`);
+  }
+  return batch;
+}
+
 export function limitOf(value: number | undefined, fallback: number): number {
   if (value === undefined) return fallback;
   if (!Number.isInteger(value) || value < 1 || value > MAX_LIST) {
@@ -129,7 +124,6 @@ export function limitOf(value: number | undefined, fallback: number): number {
   return value;
 }
 
-/** An age Postgres computed in ms (numeric, as text), as a whole non-negative number. */
 export function ageMs(value: unknown): number | null {
   return value === null || value === undefined ? null : Math.max(0, Math.round(Number(value)));
 }
@@ -154,10 +148,7 @@ export interface FoundEvent {
   readonly status: string;
 }
 
-/**
- * The sources present in a table, by a walk of its primary key (source first): one index probe
- * per source, where `select distinct source` would read every row.
- */
+/** The sources in a table, by a walk of its primary key: one index probe per source, not a full scan. */
 export function sourcesIn(ctx: OperationsContext, name: 'events' | 'keys'): RawBuilder<unknown> {
   const t = table(ctx, name);
   return sql`(with recursive s(source) as (
@@ -169,10 +160,8 @@ export function sourcesIn(ctx: OperationsContext, name: 'events' | 'keys'): RawB
 }
 
 /**
- * The sources an action reads, one statement each: the one it is scoped to, else every source
- * with events. One statement per source rather than one over all of them (a lateral join): the
- * planner costs a join over the sources' walk as if there were a hundred, which on a large table
- * passes `jit_above_cost`: compiling the query would take longer than running it.
+ * The sources an action reads, one statement each: the planner costs a join over the sources' walk as
+ * if there were a hundred, which on a large table passes `jit_above_cost`.
  */
 export async function eachSource(ctx: OperationsContext, source: string | undefined): Promise<string[]> {
   if (source !== undefined) return [source];
@@ -183,9 +172,8 @@ export async function eachSource(ctx: OperationsContext, source: string | undefi
 }
 
 /**
- * The (source, key, seq, status) of an event id, or an OperationError (not found, ambiguous).
- * Without a source the id is looked up in each source present, through the primary key
- * (source, id): the sources are few, and an index on `id` alone would cost every event's insert.
+ * The (source, key, seq, status) of an event id. Without a source, it is looked up in each source
+ * through the primary key (source, id): an index on `id` alone would cost every event's insert.
  */
 export async function findEvent(
   ctx: OperationsContext,
@@ -209,7 +197,6 @@ export async function findEvent(
   return { source: rows[0].source, key: rows[0].key, seq: toNumber(rows[0].seq), status: rows[0].status };
 }
 
-/** The source of a key, or an OperationError (not found, ambiguous). */
 export async function findKey(
   ctx: OperationsContext,
   key: string,

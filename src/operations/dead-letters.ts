@@ -1,4 +1,3 @@
-/** The dead-letter queue as an operator reads it: lists with filters, and one event in full. */
 import { type RawBuilder, sql } from 'kysely';
 import { toBoolean, toDate } from '../db/column-readers.js';
 import { type StoredEvent, toStoredEvent } from '../db/sql/inspect.js';
@@ -6,11 +5,7 @@ import { secretHeaderSet, storableHeaders } from '../delivery/payload.js';
 import { ageMs, findEvent, limitOf, MAX_LIST, type OperationsContext, table } from './context.js';
 import { deadWhere, FAILED_AT, KEY_ORDER, pinSelection, type Selection } from './selection.js';
 
-/**
- * Why an event is dead: `poison` (the handler failed `maxAttempts` times), `late` (its seq
- * arrived after its key moved past it) or `rejected` (the handler threw RejectEvent). What
- * `deadReason` holds, and what `--reason` accepts.
- */
+/** Why an event is dead: what `deadReason` holds and `--reason` accepts. */
 export const DEAD_REASONS = Object.freeze(['poison', 'late', 'rejected'] as const);
 
 /** A dead-lettered event, as an operator sees it. */
@@ -24,10 +19,7 @@ export interface DeadLetter extends StoredEvent {
   readonly ageMs: number;
 }
 
-/**
- * Narrows a list of dead letters: a selection (src/operations/selection.ts: reason, cause, key
- * or key prefix, type, failed window, received age, ids) and how many.
- */
+/** Narrows a list of dead letters: a selection (src/operations/selection.ts) and how many. */
 export interface DeadLetterFilter extends Selection {
   /** At most this many. @defaultValue 100 */
   limit?: number;
@@ -53,7 +45,6 @@ export interface DeadLetterGroup {
   readonly sample: { readonly source: string; readonly id: string; readonly error: string | null };
 }
 
-/** Events with what an operator sees beside them: whether each blocks its key, and its age. */
 function selectDead(ctx: OperationsContext, where: RawBuilder<unknown>) {
   return sql<any>`
     select e.*, e.result::text as result_text, (k.state = 'blocked' and k.blocked_seq = e.seq) as blocking,
@@ -63,7 +54,7 @@ function selectDead(ctx: OperationsContext, where: RawBuilder<unknown>) {
      where ${where}`;
 }
 
-/** A row as an operator sees it: a secret header a row stored before still holds is not shown. */
+/** A secret header a row stored before still holds is not shown. */
 function toDeadLetter(ctx: OperationsContext, r: any): DeadLetter {
   const event = toStoredEvent(r);
   const headers = event.headers && storableHeaders(event.headers, ctx.secretHeaders ?? secretHeaderSet());
@@ -81,7 +72,6 @@ export async function deadLetters(
   return rows.map((r) => toDeadLetter(ctx, r));
 }
 
-/** The dead letters a selection matches, grouped by cause and reason, the largest group first. */
 export async function deadGroups(
   ctx: OperationsContext,
   selection: Selection = {},

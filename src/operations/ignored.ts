@@ -1,9 +1,6 @@
 /**
- * Ignored events: what the provider sends that no handler takes (option `handlers`), by type,
- * so that an operator sees it; and their replay once a handler exists. A replay is a re-queue,
- * as a dead letter's is: the event becomes pending, and the application's sweeper (or
- * `inbox.replayIgnored`, at once) applies it through the ordinary apply path, where the type is
- * routed again: to the handler written since, or ignored again.
+ * Ignored events (no handler takes their type), and their replay once a handler exists: a re-queue,
+ * as a dead letter's, applied through the ordinary apply path where the type is routed again.
  */
 import { sql } from 'kysely';
 import { type StoredEvent, toStoredEvent } from '../db/sql/inspect.js';
@@ -62,7 +59,6 @@ export async function ignoredEvents(
   return rows.map((r) => ({ ...toStoredEvent(r), source: r.source, ageMs: ageMs(r.age_ms)! }));
 }
 
-/** Ignored events counted by source and type, the most frequent first. */
 export async function ignoredTypes(ctx: OperationsContext, source = ctx.source): Promise<IgnoredType[]> {
   const { rows } = await sql<any>`
     select e.source, e.type, count(*)::int as count, max(e.received_at) as last_received_at
@@ -79,11 +75,9 @@ export async function ignoredTypes(ctx: OperationsContext, source = ctx.source):
 }
 
 /**
- * Re-queues the unordered ignored events of `type` (at most 10000 per call), oldest first, in
- * one statement. An ignored row is final, so nothing else writes it meanwhile but a retention
- * prune (a row it deleted is not re-queued) or another replay (each row goes to one of them:
- * the UPDATE re-checks its status under the row lock). Run twice, the second finds nothing
- * ignored of that type (unless the events came back ignored: still no handler for it).
+ * Re-queues the unordered ignored events of `type`, oldest first, in one statement. An ignored row is
+ * final: only a prune or another replay writes it meanwhile, and the UPDATE re-checks its status under
+ * the row lock, so each row goes to one of them.
  */
 export async function replayIgnored(
   ctx: OperationsContext,

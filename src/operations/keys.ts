@@ -1,8 +1,6 @@
 /**
- * Ordering keys as an operator sees and moves them: which are blocked or hold events, one in
- * full, reopening a blocked key, and skipping what blocks it. Each action that changes a key
- * is one short transaction that locks the key row first, the order the claim uses, and waits
- * for it at most `lockTimeoutMs` (boundedLockWait).
+ * Ordering keys as an operator sees and moves them. Each change is one short transaction that locks
+ * the key row first, the order the claim uses, waiting at most `lockTimeoutMs` (boundedLockWait).
  */
 import { sql } from 'kysely';
 import { toNumber } from '../db/column-readers.js';
@@ -84,8 +82,7 @@ export async function keys(
   filter: { source?: string; blocked?: boolean; limit?: number } = {},
 ): Promise<KeySummary[]> {
   const source = scoped(ctx, filter.source);
-  // Starts from the two small sets (blocked keys: a partial index; waiting events: the
-  // waiting index), never from the whole keys table, which is never pruned.
+  // From the two small sets (blocked keys, waiting events), never the keys table, which is never pruned.
   const { rows } = await sql<any>`
     with waiting as (
       select e.source, e.key, count(*) as held_count, min(e.seq) as first_held_seq, min(e.received_at) as oldest
@@ -145,7 +142,6 @@ export async function key(
   };
 }
 
-/** How a `locked` failure names a key. */
 function keyIn(name: string, source: string): string {
   return `key ${JSON.stringify(name)} (source ${JSON.stringify(source)})`;
 }
@@ -171,7 +167,6 @@ export async function unblock(
   return (await key(ctx, name, found.source)) as KeySummary;
 }
 
-/** Where a skip starts: the dead letter's (source, key, seq), or a key's source and no seq. */
 async function skipTarget(
   ctx: OperationsContext,
   target: { id: string; source?: string } | { key: string; source?: string },
@@ -187,8 +182,7 @@ async function skipTarget(
       `event ${JSON.stringify(target.id)} is unordered: it blocks nothing, so there is no seq to skip (replay it, or leave it dead)`,
     );
   }
-  // Its status is checked again inside the skip's transaction, under the key's lock: a replay
-  // may make it waiting in between.
+  // Its status is checked again in the skip's transaction, under the key's lock.
   if (found.status !== 'dead') {
     throw new OperationError('refused', `event ${JSON.stringify(target.id)} is ${found.status}, not dead`);
   }
@@ -221,8 +215,8 @@ export async function skip(
       );
     const next = toNumber(k.next_seq)!;
     if (id !== undefined) {
-      // Read under the key's lock, the order every replay takes: a replay that made it waiting
-      // meanwhile has committed, and skipping its seq now would strand it below the cursor.
+      // Under the key's lock, the order every replay takes: skipping the seq of an event a replay
+      // made waiting meanwhile would strand it below the cursor.
       const { rows: now } = await sql<any>`
         select status from ${table(ctx, 'events')} where source = ${source} and id = ${id}`.execute(tx);
       if (now[0]?.status !== 'dead') {
@@ -234,8 +228,7 @@ export async function skip(
     }
     let to: number;
     if (seq !== null) {
-      // A dead letter's seq can be skipped while the key waits at it (blocked by it, or
-      // unblocked by an operator since); once the cursor moved past it there is nothing to skip.
+      // A dead letter's seq can be skipped only while the key waits at it.
       if (seq !== next) {
         throw new OperationError(
           'refused',

@@ -1,13 +1,8 @@
 /**
- * Operator actions on an inbox's tables: the dead-letter queue as an operator's inbox, keys
- * that are blocked or hold events, retention, and a status summary. Handler-free, so the CLI
- * can run them against every source without the application's code; `Inbox` methods delegate
- * here and then drain in-process. Each resource's statements live in its own module; this
- * class is the one object the inbox, scripts and the CLI hold.
- *
- * None of this is on the hot path: clarity over round trips. Each action on one event or key
- * is one short transaction that locks the key row before the event row, the order the claim
- * uses, so an operator action and a delivery of the same key serialise instead of deadlocking.
+ * Operator actions on an inbox's tables, handler-free so the CLI can run them without the
+ * application's code; `Inbox` methods delegate here and then drain in-process. Not the hot path:
+ * each action on one event or key is one short transaction that locks the key row before the event
+ * row, the order the claim uses, so an action and a delivery of the same key serialise, never deadlock.
  */
 import type { Kysely } from 'kysely';
 import { type Database, type DatabaseInput, openDatabase } from '../db/database.js';
@@ -47,13 +42,11 @@ import { type ScrubOptions, type ScrubResult, scrubHeaders } from './scrub.js';
 import { type BatchRef, countDead, eachBatch, pinSelection, type Selection } from './selection.js';
 import { type InboxStatus, status } from './status.js';
 
-/** As options.ts checks `schema` and `tablePrefix`: they are spliced into SQL as identifiers. */
 const IDENTIFIER = /^[a-z_][a-z0-9_]{0,39}$/;
 
 /**
- * Operator actions over the tables in `tables`. With `source` they act on that source only;
- * without it (the CLI's default), on every source, and an id or key found in several sources
- * is refused as ambiguous rather than guessed.
+ * Operator actions over `tables`, on `source` only, or without it on every source (an id or key
+ * found in several is refused as ambiguous rather than guessed).
  */
 export class Operations implements OperationsContext {
   constructor(
@@ -272,7 +265,6 @@ export async function openOperations(
   if (options.db !== undefined && options.dataDir !== undefined) {
     throw new TypeError('webhook-inbox: give openOperations `db` or `dataDir`, not both');
   }
-  // Checked before the database is opened, as every other option (InboxOptionsError naming it).
   const secretHeaders = secretHeaderSet(headerNames(options.secretHeaders, 'secretHeaders'));
   const database = await openDatabase(options.db, { poolSize: 2, dataDir: options.dataDir });
   const ops = new Operations(

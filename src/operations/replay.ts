@@ -1,9 +1,7 @@
 /**
- * Replay: a re-queue, never a bypass. The dead event becomes waiting again (unordered:
- * pending; ordered: held at its key's cursor, the key unblocked when it was blocked at that
- * seq), and the same take_next / take_pending path that drains and sweeps use applies it, in
- * the handler's transaction, in seq order. A CLI replay is applied by the application's
- * sweeper; `inbox.replay()` also drains at once.
+ * Replay: a re-queue, never a bypass. The dead event becomes waiting again (unordered: pending;
+ * ordered: held at its key's cursor, the key unblocked when blocked at that seq), and the path drains
+ * and sweeps use applies it, in seq order.
  */
 import { sql } from 'kysely';
 import { toNumber } from '../db/column-readers.js';
@@ -86,10 +84,9 @@ export async function replay(
 }
 
 /**
- * Every dead letter a selection matches, in key order (each key's in seq order, so that an
- * ordered key is unblocked at its first), in batches: an action cut short is finished by running
- * it again, since what it re-queued is no longer dead and is not selected twice. Relative times
- * are pinned once, at the start. `limit` bounds the total. A dry run decides each outcome.
+ * Every dead letter a selection matches, in key order (so an ordered key is unblocked at its first),
+ * in batches: an action cut short is finished by running it again, as what it re-queued is no longer
+ * dead. Relative times are pinned once, at the start.
  */
 async function replayMatching(
   ctx: OperationsContext,
@@ -113,17 +110,11 @@ async function replayMatching(
 }
 
 /**
- * One short transaction that locks the key row before the event row, the order the claim
- * uses, so a replay and a delivery of the same key serialise instead of deadlocking.
- *
- * It waits for the key row (plain FOR UPDATE): it holds nothing yet, so the wait cannot close a
- * cycle, and what it decides (unblock the key, or refuse a seq behind the cursor) is only true
- * of the row it locked. With SKIP LOCKED a delivery holding the key would make the row look
- * missing: the replay would take the key for one without a cursor and re-queue the event
- * without unblocking the key, leaving it behind a block no dead letter is left to lift (or,
- * when the cursor passed its seq, below the cursor).
- * The wait is bounded (boundedLockWait): past `lockTimeoutMs` an OperationError `locked` names the
- * key, and this event is left as it was.
+ * One short transaction that locks the key row before the event row, the order the claim uses. It
+ * waits for the key row (plain FOR UPDATE): it holds nothing yet, so the wait cannot close a cycle,
+ * and what it decides is only true of the row it locked. With SKIP LOCKED a delivery holding the key
+ * would make the row look missing, and the event be re-queued without unblocking its key. The wait
+ * is bounded (boundedLockWait).
  */
 async function replayOne(
   ctx: OperationsContext,
@@ -159,9 +150,8 @@ async function replayOne(
          where source = ${found.source} and key = ${key} ${keyLock}`.execute(tx);
       let { rows } = await cursor();
       if (!rows[0] && !dryRun) {
-        // No cursor yet (the key's only event died before one was stored): start it at this
-        // seq. A claim may be creating it meanwhile: the insert then waits for it and does
-        // nothing, and the row that claim committed is read (and locked) instead.
+        // No cursor yet (the key's only event died before one was stored): start it at this seq. A
+        // claim creating it meanwhile makes the insert wait and do nothing; its row is read instead.
         await sql`insert into ${table(ctx, 'keys')} (source, key, next_seq) values (${found.source}, ${key}, ${seq})
                   on conflict do nothing`.execute(tx);
         ({ rows } = await cursor());
@@ -169,8 +159,8 @@ async function replayOne(
       next = rows[0] ? toNumber(rows[0].next_seq) : seq;
       blockedHere = rows[0]?.state === 'blocked' && toNumber(rows[0].blocked_seq) === seq;
     }
-    // Holding the key, never wait for an event row (ARCHITECTURE.md, "Locks"): one that is
-    // locked is being applied by a worker, so it is not dead; its committed status says so.
+    // Holding the key, never wait for an event row (ARCHITECTURE.md, "Locks"): a locked one is being
+    // applied by a worker, so it is not dead; its committed status says so.
     const { rows: events } = await sql<any>`
       select status from ${table(ctx, 'events')} where source = ${found.source} and id = ${id} ${eventLock}`.execute(
       tx,
@@ -203,7 +193,6 @@ async function replayOne(
   });
 }
 
-/** The current status of events by id, in one source (for reporting after a replay). */
 export async function statuses(
   ctx: OperationsContext,
   source: string,

@@ -1,9 +1,6 @@
-/**
- * Retention: deleting processed (and ignored) rows past their age, as the sweeper does by
- * `retention`; and dead letters an operator selects, as it does by `deadRetention`.
- */
+/** Retention: processed and ignored rows past their age (`retention`), and selected dead letters. */
 import { sql } from 'kysely';
-import { durationMs, eachSource, type OperationsContext, scoped, table } from './context.js';
+import { batchSizeOf, durationMs, eachSource, type OperationsContext, scoped, table } from './context.js';
 import { deadWhere, pinSelection, type Selection } from './selection.js';
 
 export interface PruneOptions {
@@ -35,21 +32,13 @@ export interface PruneResult {
   readonly behind: boolean;
 }
 
-/** The first batch of a prune: small, so that a prune that finds little costs little. */
 const FIRST_BATCH = 1000;
 
-/**
- * Deletes processed and ignored rows older than `olderThan`, in batches (each its own short statement,
- * so pruning never holds many locks). Held and dead rows, keys and gaps are never touched:
- * a key's cursor stays the dedup record of its ordered events after their rows are gone.
- */
+/** Deletes processed and ignored rows older than `olderThan`, in batches (see Operations.prune). */
 export async function prune(ctx: OperationsContext, options: PruneOptions): Promise<PruneResult> {
   const ms = durationMs('olderThan', options.olderThan);
   const source = scoped(ctx, options.source);
-  const largest = options.batchSize ?? 10_000;
-  if (!Number.isInteger(largest) || largest < 1 || largest > 100_000) {
-    throw new TypeError(`webhook-inbox: \`batchSize\` must be an integer from 1 to 100000; got ${largest}`);
-  }
+  const largest = batchSizeOf(options.batchSize, 10_000);
   if (options.maxMs !== undefined && !(Number.isFinite(options.maxMs) && options.maxMs >= 0)) {
     throw new TypeError(`webhook-inbox: \`maxMs\` must be a number of ms, 0 or more; got ${options.maxMs}`);
   }
@@ -62,12 +51,10 @@ export async function prune(ctx: OperationsContext, options: PruneOptions): Prom
   const cutoff = new Date(now[0].cutoff);
   let pruned = 0;
   let behind = false;
-  // Source by source (the CLI prunes every source): the indexes on processed_at are keyed by
-  // source first, so each statement reads one source's old rows only.
+  // Source by source: the indexes on processed_at are keyed by source first.
   const sources = await eachSource(ctx, source);
-  // Processed rows, then ignored ones (kept as long: a sender's retry of one must still find
-  // it), each status by its own statement, so that each uses its own partial index on
-  // (source, processed_at).
+  // Processed rows, then ignored ones (kept as long: a sender's retry must still find one), each by
+  // its own statement, so that each uses its own partial index.
   for (const from of sources) {
     for (const status of ['processed', 'ignored']) {
       const old = sql`e.status = ${sql.lit(status)} and e.source = ${from} and e.processed_at < ${cutoff}`;
@@ -82,9 +69,8 @@ export async function prune(ctx: OperationsContext, options: PruneOptions): Prom
           behind = true;
           break;
         }
-        // SKIP LOCKED: every instance's sweeper prunes, and an operator's prune may run beside
-        // them; each takes rows no other is deleting, instead of queueing behind its row locks
-        // to find them gone (with which two instances would prune no faster than one).
+        // SKIP LOCKED: every instance's sweeper prunes, and an operator may too; each takes rows no
+        // other is deleting instead of queueing behind its row locks.
         const result = await sql`
           delete from ${events} d
            where (d.source, d.id) in (select e.source, e.id from ${events} e where ${old}
@@ -117,21 +103,16 @@ export interface PurgeResult {
 }
 
 /**
- * Deletes the dead letters a selection matches (their payloads with them: the privacy reason to
- * purge), in batches, each its own statement: an interrupted purge is finished by running it
- * again. A dead letter that blocks its key is never deleted (the key would stay blocked with
- * nothing left to replay): `dead skip` it first. Gaps and keys are kept, so a late copy of a
- * purged event is still refused as late.
+ * Deletes the dead letters a selection matches (their payloads with them), in batches. One that
+ * blocks its key is never deleted (the key would stay blocked with nothing to replay). Gaps and keys
+ * are kept, so a late copy of a purged event is still refused as late.
  */
 export async function purgeDead(
   ctx: OperationsContext,
   selection: Selection,
   options: PurgeOptions = {},
 ): Promise<PurgeResult> {
-  const batch = options.batchSize ?? 1000;
-  if (!Number.isInteger(batch) || batch < 1 || batch > 100_000) {
-    throw new TypeError(`webhook-inbox: \`batchSize\` must be an integer from 1 to 100000; got ${batch}`);
-  }
+  const batch = batchSizeOf(options.batchSize, 1000);
   const events = table(ctx, 'events');
   const matches = deadWhere(ctx, pinSelection(selection));
   const blocks = sql`exists (select 1 from ${table(ctx, 'keys')} k where k.source = e.source and k.key = e.key

@@ -1,10 +1,7 @@
-/**
- * Scrubbing: removing secret headers from rows stored before they were declared secret (a
- * header added to `secretHeaders` while held, pending or dead events still hold it).
- */
+/** Scrubbing: removing secret headers from rows stored before they were declared secret. */
 import { sql } from 'kysely';
 import { secretHeaderSet } from '../delivery/payload.js';
-import { type OperationsContext, sourceIs, table } from './context.js';
+import { batchSizeOf, type OperationsContext, sourceIs, table } from './context.js';
 
 export interface ScrubOptions {
   /** Count the rows that hold one; change nothing. @defaultValue false */
@@ -27,17 +24,12 @@ export interface ScrubResult {
 }
 
 /**
- * Removes every secret header (the built-in ones and the operations' `secretHeaders`) from the
- * headers stored with events, in batches. Only the `headers` column changes: an event's status,
- * payload and result stay, and a waiting event is applied as before (its handler no longer sees
- * the removed headers).
+ * Removes every secret header from the headers stored with events, in batches; only the `headers`
+ * column changes (a waiting event is applied as before, without them).
  */
 export async function scrubHeaders(ctx: OperationsContext, options: ScrubOptions = {}): Promise<ScrubResult> {
   const names = [...(ctx.secretHeaders ?? secretHeaderSet())].sort();
-  const batch = options.batchSize ?? 1000;
-  if (!Number.isInteger(batch) || batch < 1 || batch > 100_000) {
-    throw new TypeError(`webhook-inbox: \`batchSize\` must be an integer from 1 to 100000; got ${batch}`);
-  }
+  const batch = batchSizeOf(options.batchSize, 1000);
   const events = table(ctx, 'events');
   const holding = sql`e.headers ?| ${names}::text[] and ${sourceIs('e.source', ctx.source)}`;
   const count = async () =>
@@ -47,8 +39,8 @@ export async function scrubHeaders(ctx: OperationsContext, options: ScrubOptions
   if (options.dryRun) return { scrubbed: await count(), remaining: 0, dryRun: true, headers: names };
   let scrubbed = 0;
   for (;;) {
-    // A row a delivery or a drain holds is skipped, never waited for: waiting in a batch that
-    // already holds other rows could deadlock with a worker's batch; it is counted below.
+    // A row a delivery or a drain holds is skipped, never waited for: waiting in a batch that holds
+    // other rows could deadlock with a worker's batch.
     const result = await sql`
       update ${events} u set headers = u.headers - ${names}::text[]
        where (u.source, u.id) in (

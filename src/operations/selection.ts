@@ -1,12 +1,8 @@
 /**
- * One selection language for every operator surface (the CLI's flags, the console's filter
- * form, `Operations`): which dead letters an operator means, by reason, cause, key (or key
- * prefix), event type, when they failed (`since`/`until`), how long ago they arrived
- * (`olderThan`/`newerThan`) and ids. Turned into one SQL condition here, so that what a dry run
- * counts is what the action then acts on; and walked in batches (`eachBatch`), each its own
- * short transactions, so that an action cut short (a crash, a kill) is finished by running it
- * again: what it already did no longer matches (a replayed event is not dead any more; a
- * purged one is gone), and nothing is done twice.
+ * One selection language for every operator surface (CLI flags, the console's filter form,
+ * `Operations`), turned into one SQL condition, so what a dry run counts is what the action acts on;
+ * walked in batches, so an action cut short is finished by running it again: what it did no longer
+ * matches.
  */
 import { type RawBuilder, sql } from 'kysely';
 import { parseDuration } from '../duration.js';
@@ -105,7 +101,6 @@ export function pinSelection(selection: Selection, now: Date = new Date()): Pinn
 /** When a dead letter failed: its last failed run, or (late: it never ran) its arrival. */
 export const FAILED_AT = sql`coalesce(e.failed_at, e.received_at)`;
 
-/** The condition on `e` (the events table) that a selection of dead letters means. */
 export function deadWhere(ctx: OperationsContext, s: PinnedSelection): RawBuilder<unknown> {
   const conditions: RawBuilder<unknown>[] = [
     sql`e.status = 'dead'`,
@@ -140,7 +135,6 @@ export function deadWhere(ctx: OperationsContext, s: PinnedSelection): RawBuilde
   return sql.join(conditions, sql` and `);
 }
 
-/** How many dead letters a selection matches. */
 export async function countDead(ctx: OperationsContext, s: PinnedSelection): Promise<number> {
   const { rows } = await sql<{ n: string | number }>`
     select count(*) as n from ${table(ctx, 'events')} e where ${deadWhere(ctx, s)}`.execute(ctx.db);
@@ -186,8 +180,7 @@ export async function* eachBatch(
     yield batch;
     if (rows.length < size) return;
     const last = rows[rows.length - 1];
-    // The timestamp as text: a Date would lose its microseconds, and the last row of a batch
-    // would then sort after its own bound and be met again.
+    // The timestamp as text: a Date would lose its microseconds, and the last row be met again.
     after = sql`(${KEY_ORDER}) > (${last.key ?? ''}, ${last.seq ?? 0}::bigint, ${last.received_at}::timestamptz, ${last.source}, ${last.id})`;
   }
 }

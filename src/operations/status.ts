@@ -1,13 +1,10 @@
 /**
- * The inbox at a glance: counts by status, blocked keys, oldest waiting ages, dead letters by
- * reason. Every count reads one partial index (waiting, dead, ignored, blocked keys), never the
- * whole events table, which holds every processed event of the retention period:
+ * The inbox at a glance. Every count reads one partial index, never the whole events table:
  * processed rows are counted up to PROCESSED_EXACT_UP_TO and estimated past that.
  */
 import { sql } from 'kysely';
 import { ageMs, eachSource, type OperationsContext, scoped, sourceIs, sourcesIn, table } from './context.js';
 
-/** Processed rows counted one by one up to this many (a few ms of index reads), estimated above. */
 export const PROCESSED_EXACT_UP_TO = 100_000;
 
 export interface InboxStatus {
@@ -44,9 +41,8 @@ export async function status(ctx: OperationsContext, asked?: string): Promise<In
   const { rows: ignored } = await sql<any>`
     select e.type, count(*) as n from ${events} e
      where e.status = 'ignored' and ${sourceIs('e.source', source)} group by e.type`.execute(ctx.db);
-  // Each source's newest processed rows, through their index on (source, processed_at), up to
-  // the bound: ordered so, the planner reads the index rather than the table (a LIMIT alone
-  // lets it scan the table). Source by source: see eachSource.
+  // Each source's newest processed rows, ordered by their index on (source, processed_at) so the
+  // planner reads the index (a LIMIT alone lets it scan the table). Source by source: see eachSource.
   let processedCount = 0;
   let processedIsEstimate = false;
   for (const from of await eachSource(ctx, source)) {
@@ -100,9 +96,8 @@ export async function status(ctx: OperationsContext, asked?: string): Promise<In
 }
 
 /**
- * PostgreSQL's estimate of the processed rows (of one source, or of all): the table's row count
- * (`reltuples`) times the share of `processed` among statuses, and of the source among sources,
- * in ANALYZE's most common values. 0 when the table was never analyzed.
+ * PostgreSQL's estimate of the processed rows: `reltuples` times the share of `processed` (and of the
+ * source) in ANALYZE's most common values; 0 when the table was never analyzed.
  */
 async function processedEstimate(ctx: OperationsContext, source: string | undefined): Promise<number> {
   const share = (column: string, value: string) => sql`coalesce((

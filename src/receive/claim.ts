@@ -1,10 +1,6 @@
 /**
- * A delivery's claim and, when it says "apply", its handler: one transaction, one function per
- * kind of claim, each in the order it runs: claim, handler (src/apply/apply.ts `applyTaken`),
- * record, COMMIT, then what the answer says. Inline mode: `claimUnorderedAndApply` (the
- * try-claim, else the claim), `claimOrderedAndApply` (the claim, then the held events it made
- * runnable) and `claimLatestAndApply` (`claim_latest`). Deferred mode: `claimDeferred`, which
- * only stores.
+ * A delivery's claim and, when it says "apply", its handler: one transaction per kind of claim
+ * (unordered, ordered, latest-wins; deferred mode only stores), then what the answer says.
  */
 import type { Kysely } from 'kysely';
 import { applyTaken, inTransaction, type Run, reportCommitted } from '../apply/apply.js';
@@ -23,32 +19,27 @@ import { claimBatchesOf } from './claim-batches.js';
 import type { Observation } from './observe.js';
 import * as respond from './respond.js';
 
-/** What a claim's transaction committed: the claim (sent at `claimedAt`) and its event's run. */
 interface Took<C> {
   readonly claimedAt: number;
   readonly claim: C;
   readonly run?: Run;
 }
 
-/** The claim and, when it says "apply", the handler. */
 export function claimAndApply(
   rt: Runtime,
   bg: Background,
   d: ParsedDelivery,
   obs: Observation,
 ): Promise<Outcome> {
-  // Latest-wins in deferred mode: the claim only stores the event, as an unordered one (no key);
-  // the worker that takes it decides under the object's key row (src/db/sql/latest-check.ts).
+  // Latest-wins in deferred mode: stored as an unordered event; the worker decides under the
+  // object's key row (src/db/sql/latest-check.ts).
   if (rt.options.mode === 'deferred') return claimDeferred(rt, bg, d, obs);
   if (d.latest) return claimLatestAndApply(rt, d, d.latest, obs);
   if (d.key === null) return claimUnorderedAndApply(rt, bg, d, obs);
   return claimOrderedAndApply(rt, bg, d, d.key, obs);
 }
 
-/**
- * An unordered delivery, inline: [BEGIN + try-claim + SAVEPOINT] (on our drivers; the claim
- * when it cannot decide, and always elsewhere), the handler, [its row with the result + COMMIT].
- */
+/** Unordered, inline: [BEGIN + try-claim (else the claim) + SAVEPOINT], the handler, [its row + COMMIT]. */
 async function claimUnorderedAndApply(
   rt: Runtime,
   bg: Background,
@@ -77,11 +68,9 @@ async function claimUnorderedAndApply(
 }
 
 /**
- * An ordered delivery, inline, on a connection it keeps after COMMIT: when its claim made held
- * events runnable, it applies them in its own transaction, after its handler, up to a bound
- * (src/background/drain.ts `DrainInTransaction`), and drains what is left on that connection
- * right after the response, instead of queueing for the pool again behind every delivery that
- * arrived meanwhile.
+ * An ordered delivery, inline, on a connection it keeps after COMMIT: the held events its claim made
+ * runnable are applied in its transaction up to a bound, and the rest drained on that connection right
+ * after the response rather than queueing for the pool again.
  */
 function claimOrderedAndApply(
   rt: Runtime,
@@ -101,9 +90,8 @@ function claimOrderedAndApply(
 }
 
 /**
- * [BEGIN + claim + SAVEPOINT], the handler, then for each held event it made runnable
- * [the previous result + take_next + SAVEPOINT] and its handler, [the last result + COMMIT].
- * `drain`: whether the key drains after the response.
+ * [BEGIN + claim + SAVEPOINT], the handler, then per held event made runnable [the previous result +
+ * take_next + SAVEPOINT] and its handler, [the last result + COMMIT]. `drain`: the key drains after.
  */
 async function claimOrderedOn(
   rt: Runtime,
@@ -124,7 +112,6 @@ async function claimOrderedOn(
       if (claim.decision !== 'apply') return { claimedAt, claim };
       const run = await applyTaken(rt, tx, taken(d, claim), obs.parent);
       if (run.status === 'failed' || !claim.drain) return { claimedAt, claim, run };
-      // The claim said the next seq waits: the held events this commit makes runnable.
       drain = new DrainInTransaction(rt, key, obs.parent);
       return { claimedAt, claim, run, held: await drain.applyHeld(tx) };
     });
@@ -138,15 +125,13 @@ async function claimOrderedOn(
   const { claim, run } = took;
   rt.duplicateOdds.note(claim.decision === 'duplicate');
   if (!run) return { outcome: claimedOutcome(rt, bg, d, took), drain: claim.drain };
-  // What the drain in the transaction left, or what a poison event skipped made runnable.
   const rest = drain ? drain.rest : run.status === 'failed' && run.failure.drain;
   return { outcome: ranOutcome(rt, d, run, took.claimedAt), drain: rest };
 }
 
 /**
- * Latest-wins, inline: [BEGIN + claim_latest + SAVEPOINT], which decides under the object's key
- * row (superseded, or apply and move its version), the handler, [its result + COMMIT]. The
- * event row has no key or seq: to the rest of the inbox it is an unordered event.
+ * Latest-wins, inline: [BEGIN + claim_latest + SAVEPOINT] decides under the object's key row, the
+ * handler, [its result + COMMIT]. The event row has no key or seq: to the rest it is unordered.
  */
 async function claimLatestAndApply(
   rt: Runtime,
@@ -180,7 +165,6 @@ async function claimLatestAndApply(
       { id: d.id, key: latest.key, version: latest.version, latest: claim.latest, source: o.source },
       'webhook-inbox: superseded (a newer version of its key was applied)',
     );
-    // Remembered as processed: a redelivery is a duplicate, answered with the recorded result.
     rt.rememberProcessed({ id: d.id, hash: d.hash, key: null, seq: null }, JSON.stringify(claim.result));
     return respond.superseded(d.id, latest.key, latest.version, claim.latest);
   }
@@ -189,7 +173,6 @@ async function claimLatestAndApply(
   return respond.decided(o, d, { ...claim, decision: claim.decision, expected: null, drain: false });
 }
 
-/** Deferred mode: the claim stores the event (pending, or held behind its key's gap) and answers. */
 async function claimDeferred(
   rt: Runtime,
   bg: Background,
@@ -207,13 +190,10 @@ async function claimDeferred(
 }
 
 /**
- * [claim_many] = 1 for every claim that waited for a connection with this one
- * (./claim-batches.ts): it applies nothing, so on our drivers it is sent alone, a READ
- * COMMITTED transaction of its own in one round trip (src/db/drivers/fold.ts), whose locks (the
- * keys', the ids') are released inside PostgreSQL at its end, not after its answer has crossed
- * back to us and COMMIT has come. It goes on the connections no handler holds
- * (`Database.acks`, `ackPoolSize`): an acknowledgement never queues behind the workers'
- * handlers for a connection.
+ * One claim of a `claim_many` batch (./claim-batches.ts): it applies nothing, so on our drivers it is
+ * a READ COMMITTED transaction of its own in one round trip, whose locks are released inside
+ * PostgreSQL rather than after the answer has crossed back. On `Database.acks`, so an
+ * acknowledgement never queues behind the workers' handlers for a connection.
  */
 async function sendDeferredClaim(rt: Runtime, d: ParsedDelivery, obs: Observation): Promise<Took<ClaimRow>> {
   const { id, key, seq, hash, payload, headers, type } = claimArgs(rt, d, true);
@@ -224,17 +204,14 @@ async function sendDeferredClaim(rt: Runtime, d: ParsedDelivery, obs: Observatio
   return { claimedAt, claim };
 }
 
-/** The claim statement in its span (the try-claim's, for an unordered inline delivery). */
 function inClaimSpan<T>(rt: Runtime, obs: Observation, claim: () => Promise<T>): Promise<T> {
   return inSpan(rt.tracer, 'webhook-inbox.claim', obs.parent, claim);
 }
 
-/** What `claim` is told of a delivery; `deferred`: store it for a worker, apply nothing. */
 function claimArgs(rt: Runtime, d: ParsedDelivery, deferred: boolean): ClaimArgs {
   const o = rt.options;
-  // Only an ordered event can be held (and so need its payload later) in an inline claim; in
-  // deferred mode every event may be stored as pending. A new unordered event's row is written
-  // at COMMIT (its payload then too, with keepPayload), not by the claim.
+  // Only an ordered event can be held (and need its payload later) in an inline claim; in deferred
+  // mode every event may be stored. A new unordered event's row is written at COMMIT.
   const store = deferred || d.key !== null;
   return {
     source: o.source,
@@ -254,16 +231,11 @@ function claimArgs(rt: Runtime, d: ParsedDelivery, deferred: boolean): ClaimArgs
   };
 }
 
-/**
- * How long a claim waits for a concurrent delivery of its id or key. With onInFlight 'reject'
- * it gives up at once (Postgres has no zero lock_timeout; 0 means none), answered 409 like a
- * timeout.
- */
+/** How long a claim waits for a concurrent delivery of its id or key ('reject': 1ms; 0 means none). */
 function claimLockTimeout(rt: Runtime): string {
   return rt.options.onInFlight === 'reject' ? '1ms' : rt.lockTimeout;
 }
 
-/** A delivery the claim said to apply now, as the apply path takes it. */
 function taken(
   d: Pick<ParsedDelivery, 'id' | 'key' | 'seq' | 'hash' | 'rawBody' | 'headers' | 'body' | 'type'>,
   claim: { attempts: number; receivedAt: Date; rowAtCommit?: boolean },
@@ -279,20 +251,15 @@ function taken(
     receivedAt: claim.receivedAt,
     body: d.body,
     type: d.type,
-    // The claim left the row unwritten: the apply path inserts it at COMMIT, with the result.
     rowAtCommit: claim.rowAtCommit,
   };
 }
 
-/**
- * The answer to a delivery whose event ran in its claim's transaction, committed: what its
- * handler's failure left, or what it applied (processed; ignored when no handler takes its type).
- */
+/** The answer to a delivery whose event ran in its claim's transaction, committed. */
 function ranOutcome(rt: Runtime, d: ParsedDelivery, run: Run, claimedAt: number): Outcome {
   const o = rt.options;
   if (run.status === 'failed') {
     const failure = run.failure;
-    // The handler threw RetryLater: the event waits until then, no attempt spent.
     if (failure.decision === 'snoozed') return respond.snoozed(d.id, failure.error.at);
     if (failure.decision !== 'dead') return respond.handlerFailed(d.id);
     return failure.reason === 'rejected' ? respond.rejected(o, d.id) : respond.deadLettered(d.id, 'poison');
@@ -301,13 +268,11 @@ function ranOutcome(rt: Runtime, d: ParsedDelivery, run: Run, claimedAt: number)
   return run.ignored ? respond.ignored(d.id, d.type) : respond.processed(d.id, run.result);
 }
 
-/** The answer to a claim that applied nothing, and what it tells the caches, metrics and loops. */
 function claimedOutcome(rt: Runtime, bg: Background, d: ParsedDelivery, took: Took<ClaimRow>): Outcome {
   const o = rt.options;
   const claim = took.claim;
   rt.metrics.claimToCommit((performance.now() - took.claimedAt) / 1000);
   if (claim.decision === 'dead' && claim.reason === 'late') {
-    // Counted per late delivery: a redelivery of a late event (rare: it was answered 200) counts again.
     rt.metrics.deadLetter('late');
     o.logger.error(
       { id: d.id, key: d.key, seq: d.seq, source: o.source },
@@ -320,12 +285,10 @@ function claimedOutcome(rt: Runtime, bg: Background, d: ParsedDelivery, took: To
       { fingerprint: null, message: null, error: undefined },
     );
   } else if (claim.decision === 'duplicate' && claim.reason !== 'ignored') {
-    // The caches hold processed events only: an ignored one's redelivery asks the claim again.
     rt.rememberDuplicate(d, claim.result);
   } else if (claim.decision === 'pending') {
     bg.pendingStored(d.key);
   } else if (claim.decision === 'held') {
-    // Its gap times out from its arrival: the sweeper passes then (src/background/sweeper.ts).
     bg.heldStored(claim.receivedAt.getTime());
   } else if (
     claim.decision === 'mismatch' &&

@@ -7,11 +7,8 @@ import type { Runtime } from '../runtime/runtime.js';
 import * as respond from './respond.js';
 
 /**
- * A retry storm's look before any transaction (duplicate-odds.ts says when): with Redis one GET
- * answers a duplicate that any instance processed; without it, one primary-key read. Undefined
- * on a miss, an error or a timeout: the claim decides. A failed read is counted
- * (`webhook_inbox_look_first_errors_total`) and logged once per outage (the redis-cache.ts
- * lookup counts its own as fallbacks): the delivery is still answered, but the database is failing.
+ * A retry storm's look before any transaction: one Redis GET, else one primary-key read. Undefined on
+ * a miss or an error (the claim decides); a failed read is counted and logged once per outage.
  */
 export async function lookFirst(rt: Runtime, id: string): Promise<CachedEvent | undefined> {
   if (rt.redis) {
@@ -33,14 +30,9 @@ export async function lookFirst(rt: Runtime, id: string): Promise<CachedEvent | 
   }
 }
 
-/** The kind of trouble a failed look is, for saying it once per outage (logger.ts). */
 const LOOK_FIRST_FAILED = 'look-first';
 
-/**
- * Answers from a processed event (a Redis entry, or the row read before BEGIN) exactly as the
- * claim would: the same comparisons in the same order (body, then key, then seq), the same
- * responses.
- */
+/** Answers from a processed event exactly as the claim would: the same comparisons, the same responses. */
 export function fromProcessed(rt: Runtime, d: ParsedDelivery, e: CachedEvent): Outcome {
   const reason = mismatchOf(e, d);
   if (!reason) {

@@ -6,7 +6,6 @@ import { recordError, SpanAttributes } from '../observability/tracing.js';
 import { type Outcome, OutcomeKind } from '../outcome.js';
 import type { Runtime } from '../runtime/runtime.js';
 
-/** What one delivery's telemetry needs to know besides its outcome. */
 export interface Observation {
   /** Parent of the child spans, when the delivery's span records. */
   readonly parent: Context | undefined;
@@ -14,12 +13,11 @@ export interface Observation {
   answeredBy?: 'memory' | 'redis' | 'postgres';
 }
 
-/** The `respond` hook's shape of one delivery's outcome; its metrics, span attributes and debug log line. */
+/** The `respond` hook's shape of the outcome; its metrics, span attributes and debug line. */
 export function observed(rt: Runtime, span: Span | undefined, obs: Observation, decided: Outcome): Outcome {
   const o = rt.options;
   const d = obs.parsed;
-  // The `respond` hook shapes the answer last, after every decision; what is observed is what
-  // the sender receives (the kind stays the inbox's).
+  // The hook shapes the answer last: what is observed is what the sender receives.
   const outcome = o.respond ? shapeOutcome(o.respond, o.logger, decided, d) : decided;
   rt.metrics.delivery(outcome.kind);
   const answeredBy = outcome.kind === OutcomeKind.duplicate ? (obs.answeredBy ?? 'postgres') : undefined;
@@ -36,7 +34,6 @@ export function observed(rt: Runtime, span: Span | undefined, obs: Observation, 
     if (answeredBy) span.setAttribute(SpanAttributes.answeredBy, answeredBy);
     if (outcome.status >= 500) recordError(span, undefined);
   }
-  // Without a logger (or one without `debug`), no line object is built for nobody.
   if (o.logger.debug === silent) return outcome;
   o.logger.debug(
     {

@@ -1,12 +1,7 @@
 /**
- * The receive pipeline, one delivery's path: shed → read → verify → parse → memory → look
- * first → claim → apply → respond. Plain functions over the runtime; every outcome is built in
- * respond.ts. The stages live beside it: admission.ts (shed, and what `close()` waits for),
- * look-first.ts (a retry storm's look before BEGIN), claim.ts (the claim and the handler, one
- * transaction), observe.ts (the `respond` hook, metrics, span, log line).
- *
- * Round trips to Postgres per delivery are the hot path: they are stated in ARCHITECTURE.md,
- * "Round trips", and pinned by test/round-trips.test.ts; a change that adds one says why.
+ * The receive pipeline, one delivery's path: shed → read → verify → parse → memory → look first →
+ * claim → apply → respond; every outcome is built in respond.ts. Round trips per delivery are the
+ * hot path: ARCHITECTURE.md, "Round trips", pinned by test/round-trips.test.ts.
  */
 import type { Background } from '../background/background.js';
 import { type ParsedDelivery, parseDelivery } from '../delivery/delivery.js';
@@ -25,10 +20,8 @@ import { type BodyStream, startBodyRead } from './raw-body.js';
 import * as respond from './respond.js';
 
 /**
- * A delivery whose body is still a stream (what the adapters have): read it, bounded by
- * `maxBodyBytes` and `bodyTimeoutMs`. The first bytes are awaited before the delivery counts
- * as in flight: a sender that opens a request and sends nothing holds no slot (its wait is
- * bounded by `bodyTimeoutMs`, then 408).
+ * A delivery whose body is still a stream: read it, bounded. The first bytes are awaited before it
+ * counts as in flight: a sender that opens a request and sends nothing holds no slot.
  */
 export async function receiveStream(
   rt: Runtime,
@@ -56,7 +49,7 @@ export async function receiveStream(
   });
 }
 
-/** Turns one delivery into its outcome. Never throws for a bad delivery. */
+/** Never throws for a bad delivery. */
 export function receive(rt: Runtime, bg: Background, delivery: Delivery): Promise<Outcome> {
   return admitted(rt, () => traced(rt, bg, delivery));
 }
@@ -79,21 +72,18 @@ async function decide(rt: Runtime, bg: Background, delivery: Delivery, obs: Obse
   const o = rt.options;
   let verified: VerifiedDelivery | undefined;
   if (o.verify) {
-    // Before anything is parsed, looked up (the duplicate cache included) or stored: a
-    // delivery that fails costs no round trip and learns nothing about stored events.
+    // Before anything is parsed, looked up or stored: a delivery that fails costs no round trip.
     try {
       verified = await verifyDelivery(o.verify, delivery);
     } catch (err) {
       return respond.unverified(o, err);
     }
   }
-  // Without a `respond` hook or `bodySchema`, an answer from the in-process cache needs no body:
-  // a copy whose bytes are known to parse as JSON is not parsed again (processed-cache.ts).
+  // Without a `respond` hook or `bodySchema`, a cached answer needs no body (processed-cache.ts).
   const bodyLater = !o.bodySchema && !o.respond;
   let d: ParsedDelivery;
   try {
     d = parseDelivery(delivery, o, verified?.id, bodyLater ? rt.processed : undefined);
-    // At the door: a body that fails the schema is 422 before anything is looked up or stored.
     if (o.bodySchema) d = { ...d, body: await o.bodySchema.check(d.body) };
   } catch (err) {
     if (err instanceof InvalidDeliveryError) return respond.invalid(err);
@@ -102,13 +92,11 @@ async function decide(rt: Runtime, bg: Background, delivery: Delivery, obs: Obse
   obs.parsed = d;
   const cached = rt.processed.duplicateOf(d.id, d.hash, d.key, d.seq);
   if (cached) {
-    // This copy parsed as JSON, and so will the next ones (same bytes): they are not parsed.
     if (bodyLater && d.body !== undefined && !Buffer.isBuffer(d.body)) rt.processed.noteBodyParses(cached);
     obs.answeredBy = 'memory';
     return respond.duplicate(d.id, cached.result); // zero round trips: see processed-cache.ts
   }
   if (d.body === undefined) {
-    // Known to parse, but the cache did not answer (another key or seq): the rest needs the body.
     d = { ...d, body: parseBody(d.rawBody, d.headers['content-type'], o.parse) };
     obs.parsed = d;
   }
@@ -120,8 +108,7 @@ async function decide(rt: Runtime, bg: Background, delivery: Delivery, obs: Obse
     return respond.unavailable();
   }
   if (rt.duplicateOdds.likely) {
-    // A retry storm (most recent deliveries were duplicates): look before any transaction.
-    // While duplicates are rare nothing is looked up (duplicate-odds.ts).
+    // A retry storm: look before any transaction (duplicate-odds.ts).
     const found = await lookFirst(rt, d.id);
     if (found) {
       obs.answeredBy = rt.redis ? 'redis' : 'postgres';
@@ -129,7 +116,6 @@ async function decide(rt: Runtime, bg: Background, delivery: Delivery, obs: Obse
       return fromProcessed(rt, d, found);
     }
   }
-  // Deferred mode: a bound on pending events, against the workers' estimate (no query).
   if (bg.sheddingPending && rt.pendingEstimate >= o.maxPending) return respond.shed('pending');
   obs.answeredBy = 'postgres';
   const outcome = await claimAndApply(rt, bg, d, obs);

@@ -1,9 +1,7 @@
 import { InvalidDeliveryError } from '../errors.js';
 
-/** What the adapters hand over: a Node readable (IncomingMessage) or anything async-iterable of bytes. */
 export type BodyStream = AsyncIterable<Uint8Array | string>;
 
-/** A body being read: `started` settles at its first bytes (or its end, or its failure). */
 export interface BodyRead {
   /** Settles (never rejects) when the first bytes arrive, the body ends, or reading fails. */
   readonly started: Promise<void>;
@@ -21,21 +19,16 @@ export interface BodyLimits {
 }
 
 /**
- * How much of an oversized body is still read, and dropped, after its 413 is decided, so that a
- * sender still writing reads the answer: a socket closed with unread bytes in it is reset by
- * the kernel, and the reset discards the 413 from the sender's buffer before it reads it (the
- * Koa ledger's 2 MiB posts failed with EPIPE 3 times in 20). Past this bound (or past
- * `bodyTimeoutMs`), the connection is closed.
+ * How much of an oversized body is still read and dropped after its 413, so that a sender still
+ * writing reads the answer: a socket closed with unread bytes is reset by the kernel, and the reset
+ * discards the 413 before the sender reads it. Past this (or `bodyTimeoutMs`), the connection is closed.
  */
 export const DRAIN_LIMIT_BYTES = 16 * 1024 * 1024;
 
 /**
- * Starts reading a request body, bounded in size and in time. Past `maxBytes` it stops keeping
- * bytes (memory stays bounded) and fails with 413, and drops the rest as it arrives, up to
- * {@link DRAIN_LIMIT_BYTES} (the 413 keeps the connection open: `draining`); a body declared
- * bigger than that is answered with `Connection: close` and not read. Past `timeoutMs` it stops
- * waiting and fails with 408 (`Connection: close`, outcome.ts): the stream is left for the
- * server to close after the response, since destroying it here would reset the connection
+ * Starts reading a request body, bounded in size and time. Past `maxBytes` it keeps no more bytes and
+ * fails with 413, dropping the rest up to {@link DRAIN_LIMIT_BYTES}; past `timeoutMs`, 408. The stream
+ * is left for the server to close after the response: destroying it here would reset the connection
  * before the answer is written.
  */
 export function startBodyRead(stream: BodyStream, limits: BodyLimits): BodyRead {
@@ -52,7 +45,6 @@ export function startBodyRead(stream: BodyStream, limits: BodyLimits): BodyRead 
   return { started, body };
 }
 
-/** The part of a Node readable (IncomingMessage, a fastify raw stream) that {@link readNode} uses. */
 interface NodeReadable {
   on(event: string, listener: (...args: any[]) => void): unknown;
   removeListener(event: string, listener: (...args: any[]) => void): unknown;
@@ -75,11 +67,7 @@ function tooLarge(maxBytes: number, draining = false): InvalidDeliveryError {
   return err;
 }
 
-/**
- * Drops the rest of an oversized body as it arrives (`read` bytes of it seen so far), so that
- * the connection can be answered and kept; past {@link DRAIN_LIMIT_BYTES} or `timeoutMs`, it
- * is destroyed (the sender gets a reset: bounded work beats reading without end).
- */
+/** Drops the rest of an oversized body; past {@link DRAIN_LIMIT_BYTES} or `timeoutMs`, destroys it. */
 function drainNode(stream: NodeReadable, read: number, timeoutMs: number): void {
   let dropped = read;
   const stop = (destroy: boolean) => {
@@ -103,10 +91,8 @@ function drainNode(stream: NodeReadable, read: number, timeoutMs: number): void 
 }
 
 /**
- * {@link read} for a Node readable, with its own events: the async iterator costs a promise,
- * an iterator result and a `Promise.race` per chunk, which the profile of a small delivery
- * showed as a tenth of the adapter's work. Same limits, same errors; on 413 or 408 the stream
- * is paused and left to the server, as there.
+ * {@link read} for a Node readable, on its own events: the async iterator's promises per chunk were a
+ * tenth of a small delivery's adapter work. Same limits, same errors.
  */
 function readNode(stream: NodeReadable, limits: BodyLimits, onFirstBytes: () => void): Promise<Buffer> {
   const { maxBytes, timeoutMs, declaredLength } = limits;
@@ -116,7 +102,6 @@ function readNode(stream: NodeReadable, limits: BodyLimits, onFirstBytes: () => 
     drainNode(stream, 0, timeoutMs);
     return Promise.reject(tooLarge(maxBytes, true));
   }
-  // Read to the end already (by what came before the inbox): no 'end' will come.
   if (stream.readableEnded) return Promise.resolve(Buffer.alloc(0));
   return new Promise<Buffer>((resolve, reject) => {
     const chunks: Buffer[] = [];
@@ -146,7 +131,6 @@ function readNode(stream: NodeReadable, limits: BodyLimits, onFirstBytes: () => 
     };
     const onEnd = () => done(undefined);
     const onFail = (err: Error) => done(err);
-    // A client that goes away mid-body: the iterator's ERR_STREAM_PREMATURE_CLOSE, kept.
     const onClose = () => {
       if (stream.readableEnded) return;
       done(Object.assign(new Error('Premature close'), { code: 'ERR_STREAM_PREMATURE_CLOSE' }));

@@ -1,7 +1,6 @@
 /**
- * From a decision to what the sender receives: every HTTP outcome of a delivery is built here
- * (status, headers, problem+json body). Nothing internal (SQL, stacks, handler messages) is
- * ever put in a response; the logger gets the details.
+ * Every HTTP outcome of a delivery is built here. Nothing internal (SQL, stacks, handler messages)
+ * is ever put in a response; the logger gets the details.
  */
 
 import { missingTables, sqlState } from '../db/drivers/postgres-error.js';
@@ -27,23 +26,16 @@ export function duplicate(id: string, result: unknown): Outcome {
   return ok(OutcomeKind.duplicate, 200, { status: 'duplicate', id, result }, true);
 }
 
-/**
- * No handler takes the event's type (`handlers`): recorded `ignored`, nothing applied. 200, so
- * that the provider stops sending it; `replayed` for a redelivery of one recorded before.
- */
+/** No handler takes its type: recorded `ignored`. 200, so the provider stops sending it. */
 export function ignored(id: string, type: string | null, replayed = false): Outcome {
   return ok(OutcomeKind.ignored, 200, { status: 'ignored', id, type }, replayed);
 }
 
-/** Latest-wins: a newer version of the object was applied already; this one is recorded, not applied. */
 export function superseded(id: string, key: string, version: number, latest: number | null): Outcome {
   return ok(OutcomeKind.superseded, 200, { status: 'superseded', id, key, version, latest });
 }
 
-/**
- * The handler threw RetryLater: stored `pending` until `retryAt`, when the sweeper applies it.
- * 202, as a deferred event is, so that the sender does not deliver it again meanwhile.
- */
+/** RetryLater: stored `pending` until `retryAt`; 202, so that the sender does not deliver it meanwhile. */
 export function snoozed(id: string, retryAt: Date): Outcome {
   return ok(OutcomeKind.pending, 202, { status: 'pending', id, retryAt: retryAt.toISOString() });
 }
@@ -55,8 +47,7 @@ export function deadLettered(id: string, reason: string | null): Outcome {
 export function invalid(err: InvalidDeliveryError): Outcome {
   const outcome = problem(OutcomeKind.invalid, err.status, err.message, { field: err.field });
   if (!err.draining) return outcome;
-  // The rest of the body is being read and dropped: the connection stays (outcome.ts closes it
-  // for a 413 that is not drained).
+  // The rest of the body is being drained: the connection stays (outcome.ts closes it otherwise).
   const { connection: _closed, ...headers } = outcome.headers;
   return { ...outcome, headers };
 }
@@ -94,11 +85,8 @@ export function handlerFailed(id: string): Outcome {
 }
 
 /**
- * The handler threw RejectEvent: the event is dead-lettered (reason `rejected`) and will not be
- * retried. A 4xx, so that senders stop; the handler's message stays in the logs and the dead letter.
- * Where the provider has its own way to be told not to retry (Svix's `webhook-delivery:
- * abort-message`, Slack's `X-Slack-No-Retry: 1`), its preset's headers say it too: most
- * providers retry any status but a 2xx.
+ * RejectEvent: dead-lettered, never retried. A 4xx so that senders stop, with the preset's own
+ * do-not-retry headers (Svix, Slack): most providers retry any status but a 2xx.
  */
 export function rejected(o: ResolvedOptions, id: string): Outcome {
   const outcome = problem(
@@ -113,9 +101,7 @@ export function rejected(o: ResolvedOptions, id: string): Outcome {
     : outcome;
 }
 
-/** What the claim decided when it did not apply the event now. */
 export function decided(o: ResolvedOptions, d: ParsedDelivery, c: Omit<ClaimRow, 'rowAtCommit'>): Outcome {
-  // How errors name each field: its header, or its body pointer (`body /sequence_id`).
   const h = { id: o.fields.id.label, key: o.fields.key.label, seq: o.fields.seq.label };
   switch (c.decision) {
     case 'duplicate':
@@ -131,7 +117,6 @@ export function decided(o: ResolvedOptions, d: ParsedDelivery, c: Omit<ClaimRow,
     case 'pending':
       return ok(OutcomeKind.pending, 202, { status: 'pending', id: d.id });
     case 'dead':
-      // A redelivery of a rejected event gets the same 4xx as the first delivery did.
       return c.reason === 'rejected' ? rejected(o, d.id) : deadLettered(d.id, c.reason);
     case 'mismatch': {
       if (c.reason === 'seq-applied') {
@@ -181,8 +166,7 @@ export function decided(o: ResolvedOptions, d: ParsedDelivery, c: Omit<ClaimRow,
 /** Signature verification refused the delivery (401), or could not run (503: not the sender's fault). */
 export function unverified(o: ResolvedOptions, err: unknown): Outcome {
   if (err instanceof UnauthorizedDeliveryError) {
-    // The first mismatch is said with what usually causes it; the hint stays in the log, never
-    // in the answer (it would help whoever forges signatures).
+    // The hint stays in the log, never in the answer (it would help whoever forges signatures).
     if (firstTime(o.logger, 'unverified')) {
       o.logger.warn(
         { field: err.field, reason: err.message, source: o.source },
@@ -191,18 +175,14 @@ export function unverified(o: ResolvedOptions, err: unknown): Outcome {
     } else o.logger.info({ field: err.field, reason: err.message }, 'webhook-inbox: unverified delivery');
     return problem(OutcomeKind.unauthorized, 401, err.message, { field: err.field });
   }
-  // The verifier itself failed (a custom hook fetching keys, say): ask for a retry instead of
-  // a 401 that could get the endpoint disabled.
+  // The verifier itself failed: a retry, not a 401 that could get the endpoint disabled.
   o.logger.error({ err }, 'webhook-inbox: signature verification failed to run');
   return problem(OutcomeKind.unavailable, 503, 'The delivery could not be verified; deliver it again later', {
     retryAfterSeconds: 1,
   });
 }
 
-/**
- * Where a wrong secret usually comes from. The Stripe CLI (`stripe listen`) signs with a
- * `whsec_` secret of its own, printed when it starts, not the dashboard endpoint's.
- */
+/** Where a wrong secret usually comes from (`stripe listen` signs with its own whsec_ secret). */
 function secretHint(o: ResolvedOptions): string {
   if (o.provider?.name === 'stripe') {
     return "Check the signing secret: `stripe listen` signs with its own whsec_ secret (printed when it starts), which differs from the dashboard endpoint's; a body changed before the inbox read it (a JSON parser, a proxy) fails too.";
@@ -210,10 +190,7 @@ function secretHint(o: ResolvedOptions): string {
   return "Check the signing secret (each endpoint has its own; a provider's CLI signs with one of its own), and that nothing changes the body before the inbox reads it.";
 }
 
-/**
- * The database failed under a delivery: said at error once, then at debug until a delivery
- * reaches it again (`databaseAnswered`), so an outage is one line, not one per delivery.
- */
+/** Said at error once, then at debug until a delivery reaches the database again (`databaseAnswered`). */
 export function databaseFailed(o: ResolvedOptions, err: unknown): void {
   const hint = missingTables(err)
     ? "; the inbox's tables are missing: run `webhook-inbox migrate` (or leave `migrate` on)"
@@ -226,12 +203,11 @@ export function databaseFailed(o: ResolvedOptions, err: unknown): void {
   } else o.logger.debug({ err }, 'webhook-inbox: delivery failed in the inbox');
 }
 
-/** A delivery reached the database: its next failure is said again. */
 export function databaseAnswered(o: ResolvedOptions): void {
   recovered(o.logger, 'database');
 }
 
-/** The database failed under a delivery: contention is 409 (retry soon), the rest 503. */
+/** Contention is 409 (retry soon), the rest 503. */
 export function infrastructureFailure(o: ResolvedOptions, err: unknown): Outcome {
   if (err instanceof PoolWaitTimeoutError) return shed('pool');
   if (CONTENDED.has(sqlState(err) ?? '')) {
@@ -249,9 +225,8 @@ export function infrastructureFailure(o: ResolvedOptions, err: unknown): Outcome
 }
 
 /**
- * The outcome for an error an adapter caught (a misconfigured body parser, a bug): 500
- * problem+json with nothing internal in it. The error itself goes to the logger, and a
- * misconfiguration also to a process warning, once, so it is seen without a logger.
+ * An error an adapter caught (a misconfigured body parser, a bug): 500 with nothing internal in it;
+ * a misconfiguration also goes to a process warning, once, so it is seen without a logger.
  */
 export function outcomeForError(rt: Runtime, err: unknown): Outcome {
   const o = rt.options;

@@ -395,10 +395,8 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
     tracerProvider,
     mode,
     workers,
-    // Each event of a batch is a savepoint, i.e. a subtransaction with an xid of its own once it
-    // writes; a backend caches 64 of them (PGPROC_MAX_CACHED_SUBXIDS), and past that every
-    // other session's snapshot overflows to pg_subtrans lookups, slowing the whole database.
-    // 32 leaves room for savepoints of the handlers' own.
+    // Each event of a batch is a savepoint, a subtransaction; past the 64 a backend caches, every
+    // other session's snapshot overflows to pg_subtrans. 32 leaves room for the handlers' own.
     workerBatchSize: integer(o, 'workerBatchSize', 10, 1, MAX_WORKER_BATCH),
     pollIntervalMs: duration(o, 'pollIntervalMs', 1000, 1, 3_600_000),
     maxInFlight: integer(o, 'maxInFlight', 1000, 1, 1_000_000),

@@ -1,7 +1,6 @@
 /**
- * The runtime of one inbox: everything the receive pipeline, the apply path and the background
- * loops work with, in one object passed as their first argument. Built at construction; the
- * database, its statements and the telemetry are attached by `open()` (first use, or `ready()`).
+ * The runtime of one inbox: what the pipeline, the apply path and the background loops work with.
+ * The database, its statements and the telemetry are attached by `open()`.
  */
 import type { Tracer } from '@opentelemetry/api';
 import { type Database, openDatabase } from '../db/database.js';
@@ -17,10 +16,7 @@ import { createMetrics, type InboxMetrics, type InboxStats, noMetrics } from '..
 import { createTracer } from '../observability/tracing.js';
 import type { ResolvedOptions } from './resolved-options.js';
 
-/**
- * Redis entries live as long as processed rows do (`retention`); with pruning off, 7 days:
- * past that, Postgres (which still has the row) answers.
- */
+/** Redis entries live as long as processed rows (`retention`); without it, 7 days (then Postgres answers). */
 const REDIS_TTL_WITHOUT_RETENTION_MS = 7 * 86_400_000;
 
 /** What `open()` rejects with after `close()`: the caller holds an inbox that was shut down. */
@@ -45,14 +41,13 @@ export class Runtime {
   readonly tracer: Tracer;
   /** Events this instance saw processed: duplicates answered with no round trip. */
   readonly processed: ProcessedCache;
-  /** Whether looking before BEGIN (Redis, or a primary-key read) pays, from the recent share of duplicates. */
+  /** Whether looking before BEGIN pays, from the recent share of duplicates. */
   readonly duplicateOdds = new DuplicateOdds();
   metrics: InboxMetrics = noMetrics;
   redis: RedisCache | undefined;
   /**
-   * Pending events of this source, all instances, for `maxPending`: a count the workers read
-   * every 500 ms, plus what this instance stored since, minus what it applied. A count(*) per
-   * delivery would cost a round trip and scan a growing index exactly when overloaded.
+   * Pending events of this source, all instances, for `maxPending`: the workers' count every 500 ms,
+   * adjusted by this instance; a count(*) per delivery would scan a growing index when overloaded.
    */
   pendingEstimate = 0;
   /** Deliveries being received now, for `maxInFlight`. */
@@ -78,14 +73,10 @@ export class Runtime {
     this.processed = new ProcessedCache(options.duplicateCacheSize);
   }
 
-  /**
-   * Opens the database and runs migrations (unless `migrate: false`). Idempotent. Once `close()`
-   * began, it rejects: the database it opened is being destroyed.
-   */
+  /** Opens the database and migrates (unless `migrate: false`). Idempotent; rejects once `close()` began. */
   open(): Promise<Opened> {
     if (this.#closed) return Promise.reject(closedError());
-    // A failed open is not kept: a database that was down at the first delivery must not
-    // leave the inbox answering 503 after it is back.
+    // A failed open is not kept: a database down at the first delivery must not leave the inbox 503.
     this.#opening ??= this.#open().catch((err) => {
       this.#opening = undefined;
       throw err;
@@ -182,11 +173,8 @@ export class Runtime {
   }
 
   /**
-   * An event committed as processed: remember it in this process (duplicates then cost no round
-   * trip) and, while duplicates are likely, in Redis for the other instances (one SET the
-   * response does not wait for). While they are rare the SET would cost every new event a
-   * command for copies that seldom come: the first copy, answered by Postgres, writes it then
-   * (`rememberDuplicate`).
+   * An event committed as processed: remembered here and, while duplicates are likely, in Redis (one
+   * SET the response does not wait for); while they are rare, the first copy writes it (`rememberDuplicate`).
    */
   rememberProcessed(
     event: Pick<TakenEvent, 'id' | 'hash' | 'key' | 'seq'>,
@@ -196,11 +184,7 @@ export class Runtime {
     if (this.redis && this.duplicateOdds.likely) this.#writeToRedis(this.redis, event, resultJson);
   }
 
-  /**
-   * A duplicate Postgres answered (the event is processed, and final): remember it here and
-   * write it to Redis whatever the odds, so that the copies after it, on any instance, find it
-   * there once duplicates are likely.
-   */
+  /** A duplicate Postgres answered: remembered here and in Redis whatever the odds, for the next copies. */
   rememberDuplicate(event: Pick<TakenEvent, 'id' | 'hash' | 'key' | 'seq'>, result: unknown): void {
     const resultJson = result === null ? undefined : JSON.stringify(result);
     this.processed.remember(event.id, event.hash, event.key, event.seq, resultJson);

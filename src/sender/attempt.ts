@@ -1,12 +1,8 @@
 /**
- * One HTTP attempt of one event, and what its answer means for the event:
- * - `ack`: a 2xx;
- * - `later`: the consumer is alive and asks to come back (409 "in flight", 425, or 429/503
- *   with `Retry-After`, which is what an inbox shedding load answers). Not the endpoint's
- *   failure: it neither trips the breaker nor counts toward `maxAttempts`;
- * - `failure`: no answer, a timeout, a 5xx, 408, or 429 without `Retry-After`;
- * - `permanent`: any other 4xx (or a redirect that cannot be followed): about the event itself.
- * 307 and 308 are followed (same method and body, RFC 9110 §15.4.8/9), up to five hops.
+ * One HTTP attempt of one event, and what its answer means: `ack` (2xx); `later` (409, 425, or
+ * 429/503 with `Retry-After`: the consumer is alive and paces us, so it neither trips the breaker
+ * nor counts as a failure); `failure` (no answer, a timeout, a 5xx, 408, 429 without `Retry-After`);
+ * `permanent` (any other 4xx: about the event itself). 307 and 308 are followed, up to five hops.
  */
 import { parseRetryAfter } from './backoff.js';
 import type { ResolvedSenderOptions } from './options.js';
@@ -27,7 +23,6 @@ export interface Attempt {
 
 const MAX_REDIRECTS = 5;
 
-/** What a status (and whether it came with a readable `Retry-After`) means for the event. */
 export function classify(status: number, hasRetryAfter: boolean): AttemptKind {
   if (status >= 200 && status < 300) return 'ack';
   if (status === 409 || status === 425) return 'later';
@@ -36,7 +31,6 @@ export function classify(status: number, hasRetryAfter: boolean): AttemptKind {
   return 'permanent';
 }
 
-/** The request headers of one attempt: the event's own, the protocol's, and a fresh signature. */
 function requestHeaders(o: ResolvedSenderOptions, event: ClaimedEvent): Record<string, string> {
   const headers: Record<string, string> = {
     ...event.headers,
@@ -63,7 +57,6 @@ export async function attempt(o: ResolvedSenderOptions, event: ClaimedEvent): Pr
   let url: URL = o.endpoint;
   try {
     for (let hop = 0; ; hop++) {
-      // The global fetch (undici) keeps connections alive between attempts by default.
       const response = await fetch(url, {
         method: 'POST',
         headers,
@@ -71,7 +64,7 @@ export async function attempt(o: ResolvedSenderOptions, event: ClaimedEvent): Pr
         signal,
         redirect: 'manual',
       });
-      // Read the body to its end, so the connection goes back to the pool for the next attempt.
+      // Read to its end, so the connection goes back to the pool.
       const text = await response.text();
       const status = response.status;
       if (status === 307 || status === 308) {

@@ -7,16 +7,9 @@ export const BreakerState = Object.freeze({
 export type BreakerState = (typeof BreakerState)[keyof typeof BreakerState];
 
 /**
- * One breaker per endpoint. Closed: deliveries flow. After `failureThreshold` consecutive
- * failures (network error, timeout, 5xx, 408, 429 without `Retry-After`) it opens: nothing is
- * sent for `cooldownMs`, so a consumer that is down is not hammered by every key's retries at
- * once. Then it is half-open: exactly one delivery goes as a probe; any answer that shows the
- * endpoint alive closes the breaker, a failure opens it again for another cool-down.
- *
- * "Later" answers (409, 425, 429/503 with `Retry-After`) are neither: the consumer is up and
- * paces that one event, so they do not move the failure count (`answered`). The probe is a
- * real event, but its failure is not counted toward that event's `maxAttempts` (the
- * dispatcher's choice): an outage costs events wall-clock time (`retryForMs`), not attempts.
+ * One breaker per endpoint: after `failureThreshold` consecutive failures it opens and nothing is
+ * sent for `cooldownMs`, so a consumer that is down is not hammered by every key's retries; then one
+ * probe goes. "Later" answers do not move the count: the consumer is up and paces that one event.
  */
 export class Breaker {
   #state: BreakerState = BreakerState.closed;

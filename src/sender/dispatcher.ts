@@ -1,16 +1,13 @@
 /**
- * The dispatcher: one loop that claims up to the free room from the store (heads of keys
- * only), starts a delivery for each, and sleeps until something changes: a delivery settles,
- * an event is enqueued, a retry or a lease falls due, the breaker's cool-down ends, the outbox
- * poll interval passes, or it is time to prune. With no room (all deliveries in flight, or the
- * breaker open or probing) it does not look at the store at all: only a settle or the end of
- * the cool-down can give it room.
+ * The dispatcher: one loop that claims up to the free room (heads of keys only), starts a delivery
+ * for each, and sleeps until something changes. With no room (all in flight, or the breaker open)
+ * it does not look at the store: only a settle or the end of the cool-down can give it room.
  */
 import type { EventEmitter } from 'node:events';
 import { type Attempt, attempt } from './attempt.js';
 import type { Breaker } from './breaker.js';
 import type { ResolvedSenderOptions } from './options.js';
-import type { AttemptReport, SenderEvents, SendResult } from './reports.js';
+import type { AttemptReport, SenderEvents, SenderStats, SendResult } from './reports.js';
 import { decide } from './retry-policy.js';
 import type { SendWaiters } from './send-waiters.js';
 import type { ClaimedEvent, SenderStore } from './store.js';
@@ -18,14 +15,7 @@ import type { ClaimedEvent, SenderStore } from './store.js';
 /** The longest the loop waits between two prunes of delivered events. */
 const PRUNE_EVERY_MS = 60_000;
 
-export interface DispatcherCounters {
-  attempts: number;
-  delivered: number;
-  retried: number;
-  deadLettered: number;
-  pruned: number;
-  looks: number;
-}
+export type DispatcherCounters = Omit<SenderStats, 'enqueued' | 'inFlight' | 'breaker'>;
 
 export class Dispatcher {
   readonly inFlight = new Set<Promise<void>>();
@@ -126,7 +116,7 @@ export class Dispatcher {
           this.#warn(err);
         }
         if (this.#closing) {
-          // Claimed as we closed: leave them leased; memory dies with us, the outbox lease expires.
+          // Claimed as we closed: left leased; memory dies with us, the outbox lease expires.
           break;
         }
         for (const event of claimed) this.#start(store, event);
@@ -136,7 +126,6 @@ export class Dispatcher {
       const at = (ms: number | undefined) => {
         if (ms !== undefined) wait = Math.min(wait, ms);
       };
-      // With no room, a due event changes nothing until a delivery settles (which wakes us).
       if (room > 0) {
         if (store.kind !== 'postgres') this.counters.looks++;
         at(store.kind === 'postgres' ? o.pollIntervalMs : store.nextDueInMs());
@@ -146,12 +135,11 @@ export class Dispatcher {
     }
   }
 
-  /** Forgets delivered events past the retention window, at most once a minute, off the loop. */
   #maybePrune(store: SenderStore): void {
     const now = Date.now();
     if (this.#pruning || now < this.#nextPruneAt) return;
-    // A short retention prunes more often, but never more than once a second (the loop's wait
-    // includes the next prune: a retention of 0 must not turn it into a spin).
+    // Never more than once a second: the loop's wait includes the next prune, and a retention of 0
+    // must not turn it into a spin.
     this.#nextPruneAt = now + Math.min(PRUNE_EVERY_MS, Math.max(1000, this.#o.retentionMs));
     this.#pruning = true;
     store
@@ -165,7 +153,6 @@ export class Dispatcher {
       });
   }
 
-  /** Sleeps until woken, or `ms`. Returns at once if woken meanwhile. */
   #sleep(ms: number): Promise<void> {
     if (this.#dirty || this.#closing) return Promise.resolve();
     return new Promise<void>((resolve) => {
@@ -233,8 +220,7 @@ export class Dispatcher {
     const report: AttemptReport = { ...base, outcome: 'retry', delayMs, retryAfter, counted };
     this.#events.emit('attempt', report);
     this.#events.emit('retry', report);
-    // The memory store reports its next due time itself; the outbox is polled, so only a retry
-    // due before the next poll needs a wake-up of its own.
+    // The outbox is polled: only a retry due before the next poll needs a wake-up of its own.
     if (store.kind === 'postgres' && delayMs < this.#o.pollIntervalMs && !this.#closing) {
       const timer = setTimeout(() => {
         this.#timers.delete(timer);

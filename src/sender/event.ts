@@ -1,7 +1,4 @@
-/**
- * An event as the caller gives it, checked and turned into the bytes and headers that every
- * attempt sends. Everything is validated here, before anything is stored.
- */
+/** An event as the caller gives it, validated and turned into the bytes and headers every attempt sends. */
 import { randomUUID } from 'node:crypto';
 import { InboxError } from '../errors.js';
 import type { NewEvent } from './store.js';
@@ -45,10 +42,7 @@ export function seqNotAfterError(seq: number, last: number): InvalidEventError {
 
 const ID = /^[\x21-\x7e](?:[\x20-\x7e]{0,253}[\x21-\x7e])?$/;
 const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9a-z-]+$/;
-/**
- * Headers the HTTP client manages itself (fetch refuses them, or they describe the connection,
- * not the message): accepted at enqueue, they would fail locally on every attempt.
- */
+/** Headers the HTTP client manages itself: accepted at enqueue, they would fail on every attempt. */
 const HOP_BY_HOP = new Set([
   'connection',
   'keep-alive',
@@ -84,7 +78,7 @@ export function prepareEvent(event: SenderEvent | undefined, protocolHeaders: Re
   }
   let body: Uint8Array;
   if (event.rawBody !== undefined) {
-    // A copy: the caller may reuse its buffer, and every retry must send the same bytes.
+    // A copy: the caller may reuse its buffer, and every retry sends the same bytes.
     if (typeof event.rawBody === 'string') body = Buffer.from(event.rawBody);
     else if (event.rawBody instanceof Uint8Array) body = Buffer.from(event.rawBody);
     else throw new InvalidEventError('rawBody', 'must be a string or a Uint8Array');

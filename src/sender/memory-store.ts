@@ -1,19 +1,9 @@
 /**
- * The default store: events live in this process and are lost if it exits. Use the Postgres
- * outbox (`db`) when that matters.
- *
- * Every lane (a key's events, or one unordered event) is in exactly one place: the ready set
- * (its head may be claimed now, in the order lanes became ready), the timer heap (its head waits
- * for a retry or for its lease to expire), or nowhere (its head is dead-lettered). So `claim`
- * and `nextDueInMs` cost what they return, not the number of lanes, and a dispatcher with
- * 200,000 blocked keys sleeps instead of scanning them.
- *
- * Ids are remembered so an id enqueued twice is stored once: while the event is in line, and
- * after delivery for `retentionMs` and at most `rememberIds` of them (the oldest are forgotten
- * first). That bounds the memory a long-running sender keeps; an id enqueued again after it was
- * forgotten is sent again (the consumer's inbox answers it as a duplicate). What stays for good
- * is one number per key, its next seq: forgetting it would restart the key at seq 1, which the
- * consumer has already seen.
+ * The default store: events live in this process. Every lane (a key's events, or one unordered
+ * event) is in exactly one place: the ready set, the timer heap, or nowhere (its head is dead), so
+ * `claim` costs what it returns, not the number of lanes. Delivered ids are remembered for
+ * `retentionMs`, at most `rememberIds`; each key's next seq for good (forgetting it would restart
+ * the key at seq 1, which the consumer has seen).
  */
 import { randomUUID } from 'node:crypto';
 import { seqNotAfterError } from './event.js';
@@ -59,14 +49,12 @@ interface Timer {
 }
 
 /**
- * A binary min-heap of timers by due time. Entries are not removed when their lane is
- * rescheduled (most leases end with a completion long before they expire): they go stale, and
- * the heap is rebuilt without them once they outnumber the live ones.
+ * A binary min-heap of timers by due time. A rescheduled lane's entry goes stale rather than being
+ * removed; the heap is rebuilt once stale entries outnumber the live ones.
  */
 class TimerHeap {
   #items: Timer[] = [];
 
-  /** Keeps only the entries `live` accepts, in heap order. */
   compact(live: (t: Timer) => boolean): void {
     const kept = this.#items.filter(live);
     this.#items = [];
@@ -177,7 +165,6 @@ export class MemoryStore implements SenderStore {
     return { id: event.id, key: event.key, seq, created: true, settled: false };
   }
 
-  /** Puts the lane where its head says: ready, on a timer, or nowhere. */
   #schedule(lane: Lane): void {
     lane.version++;
     if (lane.timed) {
@@ -208,7 +195,6 @@ export class MemoryStore implements SenderStore {
     }
   }
 
-  /** Moves lanes whose timer has fallen due to the ready set; an expired lease frees its head. */
   #fire(now: number): void {
     for (let t = this.#timers.peek(); t && t.at <= now; t = this.#timers.peek()) {
       this.#timers.pop();
@@ -243,7 +229,6 @@ export class MemoryStore implements SenderStore {
     return out;
   }
 
-  /** The lane and head this claim completes, if its lease still holds. */
   #claimed(event: ClaimedEvent): { lane: Lane; entry: Entry } | undefined {
     const lane = this.#lanes.get(laneOf(event.key, event.id));
     const entry = lane?.queue[0];
@@ -282,8 +267,7 @@ export class MemoryStore implements SenderStore {
   async deadLetter(event: ClaimedEvent, reason: DeadReason, error: string): Promise<void> {
     const found = this.#claimed(event);
     if (!found) return;
-    // It stays at the head of its lane, so the key's later events wait behind it (an
-    // unordered event has a lane of its own and blocks nothing).
+    // It stays at the head of its lane, so the key's later events wait behind it.
     const { entry } = found;
     entry.token = null;
     entry.status = 'dead';
@@ -292,7 +276,6 @@ export class MemoryStore implements SenderStore {
     this.#schedule(found.lane);
   }
 
-  /** The lane whose head is the targeted dead letter. Only a head can be dead. */
   #deadLane(target: DeadTarget): Lane | undefined {
     let lane: Lane | undefined;
     if (typeof target === 'string') lane = this.#lanes.get(target);
@@ -342,7 +325,6 @@ export class MemoryStore implements SenderStore {
 
   nextDueInMs(): number | undefined {
     if (this.#ready.size > 0) return 0;
-    // Stale timers (rescheduled lanes) are dropped on the way.
     for (let t = this.#timers.peek(); t; t = this.#timers.peek()) {
       if (t.version === t.lane.version) return Math.max(0, t.at - this.#now());
       this.#timers.pop();

@@ -1,7 +1,4 @@
-/**
- * The outbox's tables and functions, and the migrations that create them (separate from the
- * inbox's). How the store uses them is in `outbox.ts`.
- */
+/** The outbox's tables, functions and migrations (separate from the inbox's). */
 import type { Kysely } from 'kysely';
 import { runMigrations } from '../db/migration-runner.js';
 
@@ -22,11 +19,7 @@ export function outboxTables(schema: string): OutboxTables {
   return { schema, events: q('events'), keys: q('keys'), fn: q };
 }
 
-/**
- * The outbox's own migrations (separate from the inbox's, with a ledger of their own), under the
- * inbox's rule (docs/versioning.md): until the first release every change is folded into 0001;
- * from it on, a change is a new, higher-numbered migration, and a released one is never edited.
- */
+/** The outbox's own migrations, under the inbox's rule (docs/versioning.md). */
 export const outboxMigrations: ReadonlyArray<readonly [name: string, up: (t: OutboxTables) => string]> = [
   ['0001_schema', (t) => outboxTablesSql(t) + outboxFunctionsSql(t)],
 ];

@@ -1,30 +1,14 @@
 /**
- * The Postgres outbox: the sender's events in a table, so nothing is lost when the sender
- * restarts, and a producer can enqueue an event in the same transaction as the change that
- * caused it (`sender.enqueue(tx, event)`: both commit, or neither).
- *
- * Round trips: enqueue 1 (a function: lock the key row, assign seq, insert); claim 1 (a CTE
- * under FOR UPDATE SKIP LOCKED that leases up to N due heads); each completion 1.
- *
- * Only the head of a key is `pending` (or `dead`); the events behind it are `queued`, and the
- * completion that ends a head promotes the next one. So `claim` reads the due heads from one
- * partial index, and `outstanding` counts pending rows plus a per-key counter of queued ones
- * (`keys.queued`, left out while the key is `blocked` by a dead letter): neither grows with the
- * backlog behind a dead letter or a head that keeps being retried. Every function that
- * changes a key's line locks the key row first, then the event (one order, no deadlock); a
- * completion therefore waits for a producer transaction that is enqueueing on the same key,
- * and then sees its event.
- *
- * Leases, not open transactions, protect a delivery in flight: the claim commits at once with
- * `locked_until = now() + leaseMs` and a fresh token, the HTTP request runs outside any
- * transaction (no connection held while the consumer thinks), and the completion only counts
- * if the token still matches. A sender that dies mid-delivery leaves a lease that expires;
- * another (or the restarted) sender then claims the event again. The consumer sees that
- * delivery twice, which is what its inbox is for.
+ * The Postgres outbox: events in a table, so nothing is lost on a restart, and a producer can enqueue
+ * in the transaction of the change that caused it. Only a key's head is `pending` (or `dead`), the rest
+ * `queued`: `claim` reads due heads from one partial index. Every function that changes a key's line
+ * locks the key row first, then the event (one order, no deadlock). Leases, not open transactions,
+ * protect a delivery in flight: the claim commits at once with a lease and a token, the HTTP request
+ * holds no connection, and a completion counts only if its token still matches.
  */
 import { randomUUID } from 'node:crypto';
 import { CompiledQuery, type Kysely } from 'kysely';
-import { toBytes } from '../db/column-readers.js';
+import { toBytes, toNumber } from '../db/column-readers.js';
 import { type Database, type DatabaseInput, openDatabase } from '../db/database.js';
 import type { StatementNames } from '../db/drivers/common.js';
 import { seqNotAfterError } from './event.js';
@@ -49,9 +33,8 @@ export function outboxStatements(t: OutboxTables, names: StatementNames) {
       'enqueue',
       `select r_seq, r_key, r_created, r_settled, r_last_seq from ${t.fn('enqueue')}($1, $2, $3, $4, $5, $6::jsonb)`,
     ),
-    // Only heads (and unordered events) are 'pending', so this reads due heads off one partial
-    // index. The lease is a due time: a leased head is not due again until its lease ends.
-    // SKIP LOCKED lets several dispatchers claim at once without waiting on each other.
+    // Only heads are 'pending', read off one partial index; a lease is a due time. SKIP LOCKED lets
+    // several dispatchers claim at once.
     claim: named(
       'claim',
       `with c as (
@@ -88,7 +71,6 @@ export function outboxStatements(t: OutboxTables, names: StatementNames) {
   };
 }
 
-/** Rows deleted per prune statement: short transactions, like the inbox's retention. */
 const PRUNE_BATCH = 1000;
 
 function toHeaders(value: unknown): Record<string, string> {
@@ -96,15 +78,11 @@ function toHeaders(value: unknown): Record<string, string> {
   return (value ?? {}) as Record<string, string>;
 }
 
-function nullableNumber(value: unknown): number | null {
-  return value === null || value === undefined ? null : Number(value);
-}
-
 function stored(row: any): StoredEvent {
   return {
     id: row.id,
     key: row.key,
-    seq: nullableNumber(row.seq),
+    seq: toNumber(row.seq),
     body: toBytes(row.body),
     contentType: row.content_type,
     headers: toHeaders(row.headers),
@@ -113,8 +91,7 @@ function stored(row: any): StoredEvent {
 
 /** Enqueues through any Kysely handle: the outbox's own, or a producer's transaction. */
 export async function enqueueOutbox(db: Kysely<any>, text: string, event: NewEvent): Promise<Enqueued> {
-  // The producer's transaction may carry plugins (a CamelCasePlugin would rename `r_seq`): the
-  // outbox's statement runs without them, on the same connection.
+  // A producer's transaction may carry plugins (a CamelCasePlugin would rename `r_seq`).
   const { rows } = await db.withoutPlugins().executeQuery<{
     r_seq: unknown;
     r_key: string | null;
@@ -136,7 +113,7 @@ export async function enqueueOutbox(db: Kysely<any>, text: string, event: NewEve
   return {
     id: event.id,
     key: row.r_key,
-    seq: nullableNumber(row.r_seq),
+    seq: toNumber(row.r_seq),
     created: row.r_created,
     settled: row.r_settled,
   };
@@ -169,7 +146,7 @@ export class OutboxStore implements SenderStore {
     return new OutboxStore(database, tables);
   }
 
-  /** The application's instance (the one passed as `db`, plugins and all); the outbox's own statements run on a copy without plugins. */
+  /** The application's instance (`db`, plugins and all); the outbox's own statements run without them. */
   get kysely(): Kysely<any> {
     return this.#database.applicationKysely;
   }

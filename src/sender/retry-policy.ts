@@ -1,8 +1,6 @@
 /**
- * What happens to an event after an attempt: delivered, dead-lettered, or back in line after a
- * wait. The budget is time first (`retryForMs` from the first attempt, as providers do: Svix
- * about a day, Stripe three days), attempts only if `maxAttempts` is set, and only attempts that
- * failed count: a "later" answer (the consumer asks for time) and a breaker probe cost none.
+ * After an attempt: delivered, dead-lettered, or back in line. The budget is time first (`retryForMs`
+ * from the first attempt), attempts only with `maxAttempts`, and only failures count.
  */
 
 import type { Attempt } from './attempt.js';
@@ -36,8 +34,8 @@ export function decide(
   if (counted && o.maxAttempts !== undefined && failures >= o.maxAttempts) {
     return { action: 'dead', reason: 'max-attempts' };
   }
-  // The first answer that is not an acknowledgement after the budget ran out ends it: a wait
-  // is never cut short to fit the budget (that would disobey `Retry-After`).
+  // The first non-acknowledgement after the budget ran out ends it: a wait is never cut short to fit
+  // the budget (that would disobey `Retry-After`).
   if (now - event.firstAttemptAt >= o.retryForMs) return { action: 'dead', reason: 'expired' };
   // A "later" answer keeps the event's backoff where it is (at least the first window).
   const n = Math.max(1, failures);

@@ -1,7 +1,4 @@
-/**
- * The callers of `send` waiting for an event's outcome, by id. Several callers may wait for one
- * id (a `send` repeated while the first is still in line): all of them get the outcome.
- */
+/** The callers of `send` waiting for an event's outcome, by id (a repeated `send` waits too). */
 import type { SendResult } from './reports.js';
 
 export interface Waiter {
@@ -43,7 +40,6 @@ export class SendWaiters {
     return waiter;
   }
 
-  /** The event's outcome, to every caller waiting for it. */
   settle(id: string, result: SendResult): void {
     for (const w of [...(this.#byId.get(id) ?? [])]) w.resolve(result);
   }

@@ -1,13 +1,7 @@
 /**
- * The sender: the other half of the protocol. Per key, one delivery in flight (seq n + 1 is
- * not sent until seq n is acknowledged); keys in parallel up to `concurrency`; retries for
- * `retryForMs` with capped exponential backoff and full jitter, `Retry-After` honoured as a
- * floor; a dead letter keeps its key blocked until an operator retries or skips it; a circuit
- * breaker per endpoint.
- *
- * This file is the facade: construction, the store, events in (`enqueue`, `send`) and operator
- * actions. The loop that delivers lives in `dispatcher.ts`, one attempt and its meaning in
- * `attempt.ts`, what follows an attempt in `retry-policy.ts`.
+ * The sender, the other half of the protocol: per key one delivery in flight, in seq order; keys in
+ * parallel; retries with backoff, `Retry-After` as a floor; dead letters block their key; a circuit
+ * breaker per endpoint. This is the facade; the loop is in `dispatcher.ts`.
  */
 import { EventEmitter } from 'node:events';
 import type { Kysely } from 'kysely';
@@ -104,7 +98,7 @@ export class Sender extends EventEmitter<SenderEvents> {
       const store = (await this.ready()) as OutboxStore;
       const enqueued = await enqueueOutbox(a, store.enqueueText, event);
       if (enqueued.created) this.#enqueued++;
-      // Not woken here: the producer's transaction has not committed yet. The poll finds it.
+      // Not woken: the producer's transaction has not committed yet. The poll finds it.
       return enqueued;
     }
     const event = this.#prepare(a);
@@ -128,7 +122,6 @@ export class Sender extends EventEmitter<SenderEvents> {
       );
     }
     const prepared = this.#prepare(event);
-    // Waiting before the event is stored: a fast delivery cannot settle before we listen.
     const waiter = this.#waiters.add(prepared.id);
     let enqueued: Enqueued;
     try {

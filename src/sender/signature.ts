@@ -1,10 +1,8 @@
 import { createHmac } from 'node:crypto';
 
 /**
- * Standard Webhooks signing (https://www.standardwebhooks.com): the secret is `whsec_` and the
- * base64 of the key; the signature is `v1,` and the base64 HMAC-SHA256 of
- * `${webhook-id}.${webhook-timestamp}.${body}`. The sender signs every attempt afresh, because
- * receivers reject timestamps older than a few minutes and a retry may come much later.
+ * Standard Webhooks signing: `v1,` and the base64 HMAC-SHA256 of `${id}.${timestamp}.${body}`. Every
+ * attempt is signed afresh: receivers reject timestamps older than a few minutes.
  */
 export function decodeSecret(secret: string): Buffer {
   if (!secret.startsWith('whsec_')) throw new Error('must start with "whsec_"');
@@ -23,11 +21,7 @@ export function sign(key: Buffer, id: string, timestampSeconds: number, body: Ui
   return `v1,${mac.digest('base64')}`;
 }
 
-/**
- * The three Standard Webhooks headers for one attempt. With several keys (a secret being
- * rotated) the signature header carries one `v1,…` per key, space-separated: a receiver that
- * knows either secret accepts the delivery, so old and new can overlap.
- */
+/** The three Standard Webhooks headers; several keys (a rotation) give one `v1,…` each. */
 export function signatureHeaders(
   keys: Buffer | readonly Buffer[],
   id: string,

@@ -1,14 +1,8 @@
 /**
- * Where the sender keeps events until they are acknowledged: the seam between the dispatcher
- * and persistence. `memory-store.ts` keeps them in the process; `outbox.ts` in a Postgres
- * table that survives a restart. Both give the same guarantees the dispatcher relies on (and
- * `test/sender-store-contract.test.ts` runs one suite against both):
- * - `claim` only returns the lowest undelivered seq of a key, never while another claim of that
- *   key is out (head-of-line), nor while an earlier seq of the key is dead-lettered;
- * - a claim is a lease: if it is not completed within `leaseMs`, the event can be claimed again;
- * - an explicit seq must be above every seq the key already has (a late, lower seq would be
- *   sent out of order), refused with `InvalidEventError('seq')`;
- * - delivered events are forgotten after the retention window (`prune`).
+ * Where the sender keeps events until acknowledged (memory-store.ts, outbox.ts; one contract suite,
+ * test/sender-store-contract.test.ts, runs against both): `claim` returns only a key's lowest
+ * undelivered seq, never while another claim of the key is out nor behind a dead letter; a claim is
+ * a lease (`leaseMs`); an explicit seq must be above the key's last.
  */
 
 /** An event as stored, ready to go on the wire. */

@@ -84,8 +84,8 @@ export async function checkInvariants(
   const keys = q('keys');
   const gaps = q('gaps');
   const found: InvariantViolation[] = [];
-  const add = (rule: InvariantViolation['rule'], rows: any[]) => {
-    for (const r of rows) {
+  const add = async (rule: InvariantViolation['rule'], text: string) => {
+    for (const r of await rowsOf(db, text)) {
       found.push({
         rule,
         source: r.source,
@@ -95,64 +95,46 @@ export async function checkInvariants(
       });
     }
   };
-  add(
+  await add(
     'waiting-below-cursor',
-    await rowsOf(
-      db,
-      `select e.source, e.key, e.seq, array[e.id] as ids from ${events} e
+    `select e.source, e.key, e.seq, array[e.id] as ids from ${events} e
          join ${keys} k on k.source = e.source and k.key = e.key
         where e.status in ('held', 'pending') and e.key is not null and e.seq < k.next_seq
         order by e.source, e.key, e.seq`,
-    ),
   );
-  add(
+  await add(
     'waiting-without-cursor',
-    await rowsOf(
-      db,
-      `select e.source, e.key, e.seq, array[e.id] as ids from ${events} e
+    `select e.source, e.key, e.seq, array[e.id] as ids from ${events} e
         where e.status in ('held', 'pending') and e.key is not null
           and not exists (select 1 from ${keys} k where k.source = e.source and k.key = e.key)
         order by e.source, e.key, e.seq`,
-    ),
   );
-  add(
+  await add(
     'two-waiting-at-one-seq',
-    await rowsOf(
-      db,
-      `select e.source, e.key, e.seq, array_agg(e.id order by e.id) as ids from ${events} e
+    `select e.source, e.key, e.seq, array_agg(e.id order by e.id) as ids from ${events} e
         where e.status in ('held', 'pending') and e.key is not null
         group by e.source, e.key, e.seq having count(*) > 1
         order by e.source, e.key, e.seq`,
-    ),
   );
-  add(
+  await add(
     'dead-without-reason',
-    await rowsOf(
-      db,
-      `select e.source, e.key, e.seq, array[e.id] as ids from ${events} e
+    `select e.source, e.key, e.seq, array[e.id] as ids from ${events} e
         where e.status = 'dead' and coalesce(e.dead_reason, '') = ''
         order by e.source, e.id`,
-    ),
   );
-  add(
+  await add(
     'processed-at-or-above-cursor',
-    await rowsOf(
-      db,
-      `select e.source, e.key, e.seq, array[e.id] as ids from ${events} e
+    `select e.source, e.key, e.seq, array[e.id] as ids from ${events} e
          join ${keys} k on k.source = e.source and k.key = e.key
         where e.status in ('processed', 'ignored') and e.seq >= k.next_seq
         order by e.source, e.key, e.seq`,
-    ),
   );
-  add(
+  await add(
     'gap-reaches-cursor',
-    await rowsOf(
-      db,
-      `select g.source, g.key, g.from_seq as seq from ${gaps} g
+    `select g.source, g.key, g.from_seq as seq from ${gaps} g
          join ${keys} k on k.source = g.source and k.key = g.key
         where g.to_seq >= k.next_seq
         order by g.source, g.key, g.from_seq`,
-    ),
   );
   return found;
 }

@@ -3,18 +3,11 @@ import type { StatementNames } from '../drivers/common.js';
 import { defineStatement, type Queryable, type Tables } from './tables.js';
 
 /**
- * `advance`: after a worker's handler, in its transaction: moves the cursor past the seq and
- * tells whether the next seq already waits. It takes the key's lock, so every claim that
- * decided "held" against the old cursor has committed and is seen here: no wake-up is lost.
- *
- * When the next seq is missing but events wait behind it, the gap is settled here if it timed
- * out, as the sweeper settles the gap at a cursor (src/db/sql/sweep.ts): a gap is due once an
- * event waiting behind it has waited `p_gap_timeout_ms` (the gap timeout runs from the arrival
- * of the held events, not from when the cursor reaches the gap). Skipped: recorded in the gaps
- * and the cursor moved to the first waiting seq, which runs next (`more`); blocked: the key
- * blocked at the missing seq. So a stream with ten due gaps moves on after one timeout, its
- * worker settling each gap as it reaches it, rather than after ten sweeper passes. Holding the
- * key, it reads event rows without locking them (ARCHITECTURE.md, "Locks").
+ * `advance`: after a worker's handler, in its transaction: moves the cursor past the seq and says
+ * whether the next waits. It takes the key's lock, so every claim that decided "held" against the old
+ * cursor has committed and is seen: no wake-up is lost. A timed-out gap after it is settled here as
+ * the sweeper would (skipped: `more`; or the key blocked), so a stream with ten due gaps moves on
+ * after one timeout. Holding the key, it reads event rows without locking them.
  */
 export function advanceFunction(t: Tables): string {
   return `
@@ -72,7 +65,6 @@ export interface Advanced {
   readonly gap?: { readonly fromSeq: number; readonly toSeq: number | null; readonly blocked: boolean };
 }
 
-/** The row `advance` returns. */
 interface AdvanceResult {
   more: unknown;
   skipped_from: unknown;
@@ -80,10 +72,7 @@ interface AdvanceResult {
   blocked: unknown;
 }
 
-/**
- * One round trip, after the handler: move the key's cursor past `seq`, settling the gap after
- * it when it timed out.
- */
+/** One round trip, after the handler. */
 export function createAdvance(names: StatementNames, t: Tables) {
   const statement = defineStatement<AdvanceResult>(
     names,

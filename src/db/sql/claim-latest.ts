@@ -5,14 +5,10 @@ import { readIdRow, takeIdLock } from './id-lock.js';
 import { defineStatement, type Queryable, type Tables } from './tables.js';
 
 /**
- * `claim_latest`: the claim of an event under latest-wins ordering (`order: { policy: 'latest' }`).
- * The key row is the object's lock and `last_version` its cursor: an event older than the
- * version last applied for its object is recorded as processed with a `superseded` result
- * (a redelivery is a duplicate of it) and not applied; an equal or newer one is applied and
- * moves the cursor. Equal versions apply both, in the order their claims take the key row.
- * The event row has no key or seq (it is not part of a seq stream). Lock order: the key row,
- * then the id's advisory lock (src/db/sql/id-lock.ts, taken by every claim of an id before its
- * row), then the event row (ARCHITECTURE.md, "Locks").
+ * `claim_latest`: the claim under latest-wins ordering. The key row is the object's lock and
+ * `last_version` its cursor: an older event is recorded processed with a `superseded` result and
+ * not applied; an equal or newer one is applied and moves the cursor. The event row has no key or
+ * seq. Lock order: the key row, the id's lock, the event row (ARCHITECTURE.md, "Locks").
  */
 export function claimLatestFunction(t: Tables): string {
   return `
@@ -109,7 +105,6 @@ export interface ClaimLatestRow {
   receivedAt: Date;
 }
 
-/** The row `claim_latest` returns, as its statement selects it. */
 interface ClaimLatestResult {
   decision: ClaimLatestDecision;
   /** jsonb read back as text (`fromJsonText`). */
@@ -120,7 +115,6 @@ interface ClaimLatestResult {
   received_at: unknown;
 }
 
-/** One round trip: the whole latest-wins decision for a delivery. */
 export function createClaimLatest(names: StatementNames, t: Tables) {
   const statement = defineStatement<ClaimLatestResult>(
     names,

@@ -5,31 +5,14 @@ import { readIdRow, takeIdLock } from './id-lock.js';
 import { defineStatement, type Queryable, type Tables } from './tables.js';
 
 /**
- * `claim`: everything the inbox decides about a delivery, in one round trip, inside the
- * transaction that will also run the handler. Because that transaction rolls back when the
- * handler throws (to the savepoint after the claim, src/db/sql/failed-run.ts), what the claim
- * decides for an event applied now is written already: the cursor advanced, a waiting row
- * marked processed. Lock order: the key row, then the event row (ARCHITECTURE.md, "Locks").
- *
- * Every claim takes the id's advisory lock (src/db/sql/id-lock.ts) before it reads or writes
- * the id's row, so a handler never runs for an id while another claim of that id, under any
- * key, none, or in deferred mode, is in flight. Lock order: the key row (ordered), then the
- * id's lock, then event rows; ARCHITECTURE.md, "Locks", argues why no cycle forms.
- *
- * A new event applied inline is not inserted here (and updated with its result at COMMIT, a
- * second write of the row that costs about what the row itself does), but inserted once, with
- * its result, at COMMIT (src/db/sql/record-applied.ts); `row_at_commit` tells the caller so.
- * Until then the id's lock (and, ordered, its key row) keeps every other claim of the id
- * waiting.
- *
- * Deferred mode (`p_apply` false) stores and answers; it never applies, so it never locks the
- * event row: a redelivery of an event a worker is applying is answered at once from the row as
- * committed (202 pending or held; 200 with the stored result once the worker committed),
- * instead of waiting for the worker's transaction (seconds, behind a batch of slow handlers).
- * Nor does it NOTIFY: a NOTIFY queued by a transaction serialises its COMMIT with every other
- * notifying commit of the cluster, so the claim's commit would carry that global lock once per
- * acknowledgement; the instance sends one coalesced wake-up after commit instead
- * (src/background/wake-ups.ts).
+ * `claim`: everything the inbox decides about a delivery, in one round trip, inside the transaction
+ * that will also run the handler; what it decides for an event applied now (the cursor advanced, a
+ * waiting row marked processed) survives the handler's rollback to the savepoint after it. It takes
+ * the id's lock (src/db/sql/id-lock.ts) before the id's row; lock order: the key row, the id's lock,
+ * event rows (ARCHITECTURE.md, "Locks"). A new event applied inline is inserted once, with its result,
+ * at COMMIT (`row_at_commit`, src/db/sql/record-applied.ts). Deferred mode (`p_apply` false) stores and
+ * answers, never locking the event row, so a redelivery of an event a worker is applying is answered
+ * at once; nor does it NOTIFY (src/background/wake-ups.ts says why).
  */
 export function claimFunction(t: Tables): string {
   return `

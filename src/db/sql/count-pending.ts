@@ -1,10 +1,7 @@
 import type { StatementNames } from '../drivers/common.js';
 import { defineStatement, type Queryable, type Tables } from './tables.js';
 
-/**
- * How many events of the source wait as pending (for `maxPending`). Reads the partial index of
- * waiting events; run by the workers every 500 ms, never per delivery.
- */
+/** Pending events of the source (for `maxPending`), from the waiting index; read every 500 ms. */
 export function createCountPending(names: StatementNames, t: Tables) {
   const statement = defineStatement<{ n: unknown }>(
     names,

@@ -2,13 +2,10 @@ import type { StatementNames } from '../drivers/common.js';
 import { defineStatement, type Queryable, type Tables } from './tables.js';
 
 /**
- * `fail`: counts a failed handler run, in a short transaction of its own (the handler's
- * transaction rolled back, taking the claim with it). Keeps the payload so the event can be
- * retried without the sender; dead-letters it as poison after p_max_attempts (or at once, as
- * rejected, when the caller passes p_max_attempts 1 and p_dead_reason 'rejected'). An empty hash
- * means "the stored event" (drains and workers took the stored row: nothing to compare).
- * A failed event is always at its key's cursor (only the next seq runs), so the key row, which
- * the rollback may have taken with it, is re-created at its seq.
+ * `fail`: counts a failed handler run in its transaction, after the rollback to the take's savepoint,
+ * keeping the payload for the retry; dead-letters it after p_max_attempts (1 with p_dead_reason
+ * 'rejected': at once). An empty hash means "the stored event". A failed event is at its key's cursor,
+ * so the key row is re-created at its seq if the rollback took it.
  */
 export function failFunction(t: Tables): string {
   return `

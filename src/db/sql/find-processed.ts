@@ -4,10 +4,8 @@ import type { StatementNames } from '../drivers/common.js';
 import { defineStatement, type Queryable, type Tables } from './tables.js';
 
 /**
- * One autocommit primary-key read, before any transaction: the event when it is processed.
- * A processed row is final, so what this reads answers a duplicate as the claim would, in one
- * round trip instead of two. The pipeline sends it only while duplicates are likely
- * (src/dedup/duplicate-odds.ts): for a new event it is a round trip wasted.
+ * One autocommit primary-key read: the event when processed (final, so it answers a duplicate as
+ * the claim would). Sent only while duplicates are likely (src/dedup/duplicate-odds.ts).
  */
 export function createFindProcessed(names: StatementNames, t: Tables) {
   const statement = defineStatement<{

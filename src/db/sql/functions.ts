@@ -10,11 +10,7 @@ import { takeNextFunction } from './take-next.js';
 import { takePendingFunction } from './take-pending.js';
 import { takeTurnFunction } from './take-turn.js';
 
-/**
- * Every PL/pgSQL function the inbox ships, by name: its one definition, kept beside its typed
- * caller. The migrations create them from these texts (src/db/migrations.ts), so a migrated
- * database runs exactly what its callers were written against.
- */
+/** Every PL/pgSQL function the inbox ships, by name, from its one definition; the migrations create them. */
 export const functionDefinitions = {
   claim: claimFunction,
   claim_many: claimManyFunction,

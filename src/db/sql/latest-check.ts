@@ -3,20 +3,11 @@ import type { StatementNames } from '../drivers/common.js';
 import { defineStatement, type Queryable, type Tables } from './tables.js';
 
 /**
- * `latest_check`: latest-wins ordering for a stored event a worker took (deferred mode, and a
- * retry the sweeper takes), right before its handler, in its transaction: under the object's
- * key row, an event older than the version last applied is `superseded` (the caller records it
- * processed with that result, no handler); an equal or newer one moves `last_version` and
- * `apply`s, the key row held until COMMIT, so two versions of one object are never applied at
- * once and an older one never after a newer one. What `claim_latest` decides for a delivery
- * applied inline (src/db/sql/claim-latest.ts), for an event whose claim only stored it.
- *
- * `busy`: another transaction holds the key row (a worker applying another version of the
- * object, an inline claim): this one does not wait for it. Its holder may be an inline claim
- * waiting for the event row this worker holds (ARCHITECTURE.md, "Locks"), and waiting would
- * close that cycle; the caller lets the event wait a moment instead (a snooze, no attempt
- * counted). It runs after the event's savepoint: a handler that throws rolls the version back,
- * and the key row's lock with it.
+ * `latest_check`: latest-wins for a stored event a worker took, before its handler: under the
+ * object's key row, held until COMMIT, an older event is `superseded`; an equal or newer one moves
+ * `last_version`. `busy`: another transaction holds the key row, and this one does not wait: its
+ * holder may be an inline claim waiting for the event row this worker holds (ARCHITECTURE.md,
+ * "Locks"). It runs after the event's savepoint: a throw rolls the version back.
  */
 export function latestCheckFunction(t: Tables): string {
   return `
@@ -61,7 +52,6 @@ export interface LatestCheck {
   readonly latest: number | null;
 }
 
-/** One round trip, before a stored latest-wins event's handler. */
 export function createLatestCheck(names: StatementNames, t: Tables) {
   const statement = defineStatement<{ decision: LatestCheck['decision']; latest: unknown }>(
     names,

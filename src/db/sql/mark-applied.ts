@@ -2,19 +2,10 @@ import type { StatementNames } from '../drivers/common.js';
 import { defineStatement, type Queryable, type Tables } from './tables.js';
 
 /**
- * A stored event applied now (taken by `take_next`, `take_pending` or `take_turn`, which lock
- * its row but leave it waiting): marked processed with its result in one UPDATE, riding on
- * COMMIT, or on the next event's SAVEPOINT in a batch (src/db/drivers/fold.ts): the row is written
- * once, where a mark in the take and its result after the handler would write it twice, and a
- * second write of the row costs about as much as the row itself (BENCHMARKS.md). Sent
- * even when the handler returned nothing (the result is then null, as the waiting row's is).
- *
- * Sent only after the handler (and `advance`) succeeded, so a handler that throws leaves the
- * row exactly as it was waiting: `fail` counts the attempt on it (src/db/sql/failed-run.ts).
- * Payload and headers are dropped here unless `keepPayload`; an
- * event no handler takes is marked `ignored` instead, its payload and headers kept (given again
- * when a claim had marked the row and dropped them: latest-wins, a waiting row claimed again),
- * for a replay once a handler exists.
+ * A stored event applied now (a take locked it, left waiting): marked processed with its result in
+ * one UPDATE riding on COMMIT or the next SAVEPOINT, so the row is written once (a second write costs
+ * about as much as the row). Sent only after the handler succeeded. An event no handler takes is
+ * marked `ignored`, its payload and headers kept for a replay.
  */
 export function createMarkApplied(names: StatementNames, t: Tables) {
   const statement = defineStatement(

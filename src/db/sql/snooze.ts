@@ -2,12 +2,9 @@ import type { StatementNames } from '../drivers/common.js';
 import { defineStatement, type Queryable, type Tables } from './tables.js';
 
 /**
- * The handler threw RetryLater: the event waits until `retryAt`, its attempts unchanged, in the
- * failed run's transaction after the undo of its take (src/db/sql/failed-run.ts), riding on COMMIT.
- * The row as `fail` writes it (a new event's row inserted waiting, `pending`, with attempts 0;
- * a stored one keeps its status), but no attempt counted and never dead-lettered: a snooze is
- * not a failure. The key, for an ordered event, is still locked by the take (the savepoint
- * kept it) and its cursor rewound at its seq, so the sweeper applies it at `retryAt` in order.
+ * RetryLater: the event waits until `retryAt`, its attempts unchanged, after the undo of its take,
+ * riding on COMMIT: the row as `fail` writes it, but no attempt counted. An ordered event's key is
+ * still locked (the savepoint kept it) and its cursor rewound, so it applies at `retryAt` in order.
  */
 export function createSnooze(names: StatementNames, t: Tables) {
   const statement = defineStatement(

@@ -33,11 +33,7 @@ export function createStatements(
   const applySavepoint = createApplySavepoint(names, t);
   return {
     claim: createClaim(names, t),
-    /**
-     * An unordered inline delivery's claim in plain statements (src/db/sql/try-claim.ts),
-     * undefined when it cannot decide (then `claim`). Only where the try-lock can ride with it
-     * as its `first`: on our drivers; undefined on a Kysely instance of the user's.
-     */
+    /** Unordered inline claims in plain statements; only where the try-lock rides as `first`. */
     tryClaim: sendsCompanions ? createTryClaim(names, t, oneSession) : undefined,
     claimMany: createClaimMany(names, t),
     claimLatest: createClaimLatest(names, t),
@@ -50,11 +46,7 @@ export function createStatements(
     snooze: createSnooze(names, t),
     undoTake: createUndoTake(names, t),
     applySavepoint,
-    /**
-     * The savepoint a take leaves before its event's handler (src/db/sql/failed-run.ts): our
-     * drivers send it with the take (its `after`): undefined there; a Kysely instance of the
-     * user's does not, so it is sent here.
-     */
+    /** The take's savepoint, for a user's Kysely instance (our drivers send it with the take). */
     takeSavepoint: sendsCompanions ? undefined : applySavepoint,
     findProcessed: createFindProcessed(names, t),
     takeNext: createTakeNext(names, t),

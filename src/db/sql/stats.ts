@@ -3,12 +3,7 @@ import { toNumber } from '../column-readers.js';
 import type { StatementNames } from '../drivers/common.js';
 import { defineStatement, type Queryable, type Tables } from './tables.js';
 
-/**
- * One round trip: what waits in the inbox, for `health()` and the metrics gauges (never the
- * delivery path). Held and dead counts use the partial indexes on events; blocked keys are
- * counted over the source's keys (the keys table has no index on `state`), and the oldest
- * blocked key's age with them.
- */
+/** What waits in the inbox, for `health()` and the gauges, in one round trip over the partial indexes. */
 export function createStats(names: StatementNames, t: Tables) {
   const statement = defineStatement<{
     held: unknown;

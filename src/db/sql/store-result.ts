@@ -1,12 +1,7 @@
 import type { StatementNames } from '../drivers/common.js';
 import { defineStatement, type Queryable, type Tables } from './tables.js';
 
-/**
- * Stores the handler's result, in the handler's transaction, for an event whose row the claim
- * marked processed already (a waiting event claimed again by a delivery, a latest-wins claim).
- * Only sent when there is one. Stored events taken by take_next, take_pending and take_turn
- * are marked with their result in one UPDATE instead (src/db/sql/mark-applied.ts).
- */
+/** The handler's result, for an event whose row the claim marked processed already (when there is one). */
 export function createStoreResult(names: StatementNames, t: Tables) {
   const statement = defineStatement(
     names,

@@ -3,28 +3,14 @@ import type { StatementNames } from '../drivers/common.js';
 import { defineStatement, type Queryable, type Tables } from './tables.js';
 
 /**
- * `sweep`: one step of the sweeper's walk over the keys that wait. Returns the keys to drain:
- * those whose next event is already there and due (a drain was interrupted, or a failed run
- * waits for its retry), and those whose gap timed out (an event waiting behind the missing seq
- * has waited past the gap timeout: the gap is recorded and skipped, or the key blocked).
- *
- * It walks the keys that have waiting events in key order, one read of `events_waiting` per
- * key (a loose index scan), from the key after `p_after` (null: the first) round to `p_after`
- * again, and stops early once `p_limit` keys have something to do or `p_scan` keys were
- * examined; then a last row, action 'resume', names the last key examined, where the caller's
- * next step starts. A step that examined every key returns no such row. So a step reads the keys it
- * examines and one or two index entries of each, not every waiting event of the source (an
- * aggregate over them all would take a pass as long as the backlog takes to read, on a
- * connection the acknowledgements share), and never a chosen key's whole buffer under its
- * lock. Keys that merely wait (a retry's backoff, a young gap) are passed
- * over without a lock, and a key's turn comes round however many others wait.
- *
- * A key with something to do is locked (skipped if someone holds it: they are applying it and
- * drain it) and read again under the lock: the walk's reads are older, and a held event that
- * arrived since (below the one it saw first) must not be skipped as a gap. Each such key is
- * handled in a block of its own: an error there is returned as that key's `error` row and the
- * step goes on. The caller runs it READ COMMITTED: each statement must see claims committed
- * meanwhile.
+ * `sweep`: one step of the sweeper's walk over the keys that wait, returning the keys to drain (the
+ * next event there and due) and those whose gap timed out (skipped, or the key blocked). It walks
+ * keys with waiting events in key order, one index read each (a loose index scan), from the key
+ * after `p_after`, and stops once `p_limit` keys have work or `p_scan` were examined; a last row,
+ * action 'resume', says where the next step starts. So a step never reads every waiting event, nor a
+ * key's whole buffer under its lock. A key with work is locked (skipped if held: its holder drains
+ * it) and read again under the lock, so a held event that arrived since is not skipped as a gap;
+ * each in a block of its own, an error returned as that key's `error` row. Run READ COMMITTED.
  */
 export function sweepFunction(t: Tables): string {
   return `
@@ -170,7 +156,6 @@ export interface SweepStep {
   readonly resumeAfter: string | undefined;
 }
 
-/** A row `sweep` returns: a key's action, or (`resume`) where the next step goes on. */
 interface SweepResult {
   key: string;
   action: SweepRow['action'] | 'resume';
@@ -179,7 +164,6 @@ interface SweepResult {
   error: string | null;
 }
 
-/** One round trip per step of the walk (a pass takes one or a few). */
 export function createSweep(names: StatementNames, t: Tables) {
   const statement = defineStatement<SweepResult>(
     names,

@@ -2,9 +2,8 @@ import { CompiledQuery, type Kysely } from 'kysely';
 import type { Rides, StatementNames, StatementResult } from '../drivers/common.js';
 
 /**
- * Qualified, quoted names of the inbox's tables and functions. The schema and prefix are
- * validated as plain identifiers when options are resolved, so they are escaped here once
- * (as Graphile Worker does) and every statement below is otherwise parameterised.
+ * Qualified, quoted names of the inbox's tables and functions; schema and prefix are validated
+ * identifiers, so every statement is otherwise parameterised.
  */
 export interface Tables {
   readonly schema: string;
@@ -35,19 +34,12 @@ export function createTables(schema: string, prefix: string): Tables {
   };
 }
 
-/**
- * What the inbox's statements run on: a Kysely instance or transaction, whatever the table
- * types it was made with (the inbox's, the application's, none). The statements are raw SQL
- * and read rows of their own types, so nothing of a Kysely's table types applies to them.
- */
+/** What the statements run on: any Kysely instance or transaction (they are raw SQL of their own types). */
 export type Queryable = Pick<Kysely<unknown>, 'executeQuery' | 'getExecutor'>;
 
 /**
- * A statement with a fixed text, and how it travels (sent as a named prepared statement where
- * the driver can). The contract is read by our drivers (src/db/drivers/common.ts, `Rides`;
- * src/db/drivers/fold.ts): from here to the wire, see ARCHITECTURE.md, "One statement to the wire".
- * `Row` is the shape of a row it returns, named once beside its text (none: `never`); each
- * column as whatever a pool's type parsers may make of it (src/db/column-readers.ts).
+ * A statement with a fixed text, and how it travels (ARCHITECTURE.md, "One statement to the wire").
+ * `Row` is the shape of its rows, each column as a pool's parsers may make it (src/db/column-readers.ts).
  */
 export interface Statement<Row = never> {
   readonly text: string;
@@ -56,15 +48,13 @@ export interface Statement<Row = never> {
   result(db: Queryable, parameters: readonly unknown[]): Promise<StatementResult<Row>>;
 }
 
-/** How a statement travels with its neighbours (src/db/drivers/common.ts, `Rides`). */
 export interface Travel {
   readonly rides: Rides;
   /** A parameterless statement sent right after it, in the same round trip (the SAVEPOINT after a take). */
   readonly after?: string;
   /**
-   * A statement sent right before it, with the same parameters, in the same round trip; its
-   * result comes back beside this one's (`result().first`). Two statements, not one: the
-   * second's snapshot is taken after the first ran (READ COMMITTED).
+   * Sent right before it, with the same parameters, in one round trip; its result comes back beside
+   * (`result().first`). Two statements: the second's snapshot is taken after the first ran.
    */
   readonly first?: Statement<unknown>;
 }

@@ -5,11 +5,9 @@ import { defineStatement, type Queryable, type Tables } from './tables.js';
 import { type StoredEventRow, TAKEN_EVENT_OUTPUT, type TakenEvent, toTakenEvent } from './taken-event.js';
 
 /**
- * `take_next`: the machinery behind inline drains and the sweeper. Locks the key, takes the
- * event at its cursor if it is waiting (held or pending) and due, locks it and advances the
- * cursor; the caller runs the handler in the same transaction and marks the event processed
- * at COMMIT (see TAKEN_EVENT_OUTPUT). `more` reads the next seq's row, never this one, which
- * the mark at COMMIT does not change.
+ * `take_next`, behind inline drains and the sweeper: locks the key, takes the due waiting event at its
+ * cursor, locks it and advances the cursor; the handler runs in the same transaction. `more` reads
+ * the next seq's row, never this one.
  */
 export function takeNextFunction(t: Tables): string {
   return `
@@ -52,7 +50,6 @@ $fn$;
 `;
 }
 
-/** One round trip: lock the key, take the event at its cursor, advance the cursor. */
 export function createTakeNext(names: StatementNames, t: Tables) {
   const statement = defineStatement<StoredEventRow & { seq: unknown; more: unknown }>(
     names,

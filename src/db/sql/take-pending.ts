@@ -4,15 +4,9 @@ import { defineStatement, type Queryable, type Tables } from './tables.js';
 import { type StoredEventRow, TAKEN_EVENT_OUTPUT, type TakenEvent, toTakenEvent } from './taken-event.js';
 
 /**
- * `take_pending`: takes up to `p_limit` due, unordered, pending events that no one else holds
- * (SKIP LOCKED, so every instance's workers share the work), oldest due first, locks them and
- * returns them with their payloads, so that the caller runs their handlers in the same
- * transaction and marks each one processed, with its result, as it is applied (see
- * TAKEN_EVENT_OUTPUT: one UPDATE riding on the next event's SAVEPOINT or on COMMIT). The one
- * SELECT picks every row of the batch before any is marked. One event for the sweeper and
- * `inbox.replay`; a batch for the workers
- * (`workerBatchSize`, src/background/turns.ts). The LIMIT sits above the row locks: it counts
- * the rows locked, not the rows skipped.
+ * `take_pending`: up to `p_limit` due unordered pending events no one else holds (SKIP LOCKED, so
+ * instances share the work), oldest due first, locked; one SELECT picks the batch before any is
+ * marked. The LIMIT sits above the row locks: it counts the rows locked, not those skipped.
  */
 export function takePendingFunction(t: Tables): string {
   return `
@@ -38,10 +32,6 @@ $fn$;
 `;
 }
 
-/**
- * One round trip, inside the transaction that then runs the handlers: up to `limit` events,
- * oldest due first.
- */
 export function createTakePending(names: StatementNames, t: Tables) {
   const statement = defineStatement<StoredEventRow>(
     names,

@@ -5,11 +5,9 @@ import { defineStatement, type Queryable, type Tables } from './tables.js';
 import { type StoredEventRow, TAKEN_EVENT_OUTPUT, type TakenEvent, toTakenEvent } from './taken-event.js';
 
 /**
- * `take_turn` (then `advance`, after the handler): how workers apply an ordered key's next
- * event. The same cursor and rule as `take_next` (only the event at next_seq runs), but the key
- * row is not locked for the handler's duration: the event row's lock (SKIP LOCKED) keeps two
- * workers apart and the cursor moves at the end, so a slow handler does not delay the claims
- * (and so the acknowledgements) of the key's other seqs.
+ * `take_turn` (then `advance`, after the handler): how workers apply an ordered key's next event, by
+ * `take_next`'s rule, but the key row is not locked during the handler: the event row's lock keeps
+ * workers apart, so a slow handler does not delay the claims of the key's other seqs.
  */
 export function takeTurnFunction(t: Tables): string {
   return `
@@ -38,7 +36,6 @@ $fn$;
 `;
 }
 
-/** One round trip: take the ordered key's event at its cursor, without locking the key. */
 export function createTakeTurn(names: StatementNames, t: Tables) {
   const statement = defineStatement<StoredEventRow & { seq: unknown }>(
     names,

@@ -7,45 +7,21 @@ import { idLockKey } from './id-lock.js';
 import { defineStatement, type Queryable, type Statement, type Tables } from './tables.js';
 
 /**
- * The try-claim: an unordered delivery applied inline, claimed without the `claim` function
- * when plain statements can decide. It is what almost every such delivery is: a new event
- * (or a processed duplicate that missed the caches). Two prepared statements riding on BEGIN,
- * before the SAVEPOINT, where the claim is one call of a PL/pgSQL function that sets and
- * restores `lock_timeout` and returns a table: BENCHMARKS.md has PostgreSQL's
- * CPU per new event at 310 µs this way against 350 µs through `claim` (bare transaction: 220).
+ * The try-claim: an unordered inline delivery claimed without the `claim` function when plain
+ * statements can decide (a new event, or a processed duplicate that missed the caches): cheaper for
+ * PostgreSQL than a PL/pgSQL call that sets and restores `lock_timeout`.
  *
- * 1. `pg_try_advisory_xact_lock` on the id's lock key (src/db/sql/id-lock.ts), the lock every
- *    claim of the id takes: it never waits, so it needs no lock_timeout.
- * 2. The id's row, read by a statement of its own: under READ COMMITTED its snapshot is taken
- *    after the lock was, so it sees every claim of the id that committed before (a read in the
- *    lock's own statement would use a snapshot taken before the lock, and miss a row committed
- *    in between, when that claim let go of the lock).
+ * 1. `pg_try_advisory_xact_lock` on the id's lock key, which never waits.
+ * 2. The id's row, by a statement of its own: under READ COMMITTED its snapshot is taken after the
+ *    lock, so it sees every claim of the id that committed before.
  *
- * Then, as the claim would decide (src/db/sql/claim.ts, the unordered branch and `v_found`):
- * - no row and the lock held: apply, the row written at COMMIT with its result;
- * - a row whose body, key or seq differs: mismatch; processed: duplicate, with its result;
- *   ignored: duplicate, reason `ignored`; dead: dead. A committed row's hash, key and seq never change, and processed is final, so
- *   these need no lock: they are answered even while another claim holds it.
- * - anything else (the lock is held by another claim and there is no row yet; a waiting row
- *   that this delivery may apply): undefined, and the caller sends the claim, which waits for
- *   the lock (bounded by lock_timeout) and decides; its own SAVEPOINT follows it, so a failed
- *   run rolls back to a savepoint taken after everything the claim locked.
- *
- * Only on our drivers, which send a statement's `first` (src/db/drivers/fold.ts): there the
- * unordered inline path sends it before the claim (src/receive/claim.ts); through a Kysely
- * instance the user passed, every delivery takes the claim (src/db/sql/statements.ts).
- *
- * On PGlite (`oneSession`) the lock is not sent: the database is one session, whose advisory
- * locks never conflict with its own, so step 1 could only answer true, and our driver gives
- * that session to one transaction at a time (src/db/drivers/pglite.ts), so no other claim of the
- * id is ever in flight beside this one. The read alone decides. It was a statement of each new
- * event's first call into the embedded database: about 60-80 µs of 700 per transaction
- * (`npx tsx bench/pglite-cost.ts inbox no-lock`).
+ * No row and the lock held: apply. A mismatch, processed, ignored or dead row: answered without the
+ * lock (a committed row's hash, key and seq never change). Anything else: undefined, and the caller
+ * sends the claim, which waits for the lock and decides. Only on our drivers, which send a `first`.
+ * On PGlite (`oneSession`) no lock is sent: one session's advisory locks never conflict with its own,
+ * and our driver gives the session to one transaction at a time.
  */
-/**
- * The row the try-claim reads: the id's row, every column null when it has none; `locked` only
- * where the session's own lock answers (PGlite), else the try-lock's answer comes beside it.
- */
+/** The row the try-claim reads (all null without one); `locked` where the session's own lock answers. */
 interface TryClaimResult {
   locked?: unknown;
   received_ms: unknown;
@@ -60,12 +36,8 @@ interface TryClaimResult {
 }
 
 export function createTryClaim(names: StatementNames, t: Tables, oneSession: boolean) {
-  // One row whether or not the id has one: the id's row (all null when none), after `locked`
-  // where the session's own lock answers (PGlite).
-  // When it was received (the row's, else this transaction's start, which the row written at
-  // COMMIT gets by default) as milliseconds in a float8, which node-postgres reads with
-  // parseFloat: a timestamptz is parsed by a regular expression into a Date, and a Date is
-  // made from it anyway.
+  // One row whether or not the id has one. received_ms as a float8, which node-postgres reads with
+  // parseFloat rather than parsing a timestamptz into a Date.
   const read = (locked: string) =>
     `select ${locked}(extract(epoch from coalesce(e.received_at, now())) * 1000)::float8 as received_ms,
             e.status, e.body_hash, e.key, e.seq, e.result::text as result, e.attempts, e.dead_reason
@@ -85,7 +57,6 @@ export function createTryClaim(names: StatementNames, t: Tables, oneSession: boo
       `select pg_try_advisory_xact_lock(${idLockKey(t, '$1::text', '$2::text')}) as locked`,
       { rides: 'begin' },
     );
-    // `locked` is the try-lock's answer, which the driver returns beside the read's rows.
     statement = defineStatement<TryClaimResult>(names, t, 'try_claim', read(''), {
       rides: 'begin',
       after: APPLY_SAVEPOINT,
@@ -110,7 +81,6 @@ export function createTryClaim(names: StatementNames, t: Tables, oneSession: boo
   };
 }
 
-/** What the try-claim decided, as the claim would have answered it. */
 function decided(
   row: { attempts: unknown; received_ms: unknown },
   decision: ClaimRow['decision'],
