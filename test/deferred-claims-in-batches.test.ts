@@ -76,6 +76,24 @@ describe.runIf(postgresTarget)('deferred claims in batches', () => {
   afterEach(() => killAll());
   afterAll(() => admin?.end());
 
+  /** Waits until `count` events are processed, then checks the ledger applied each exactly once. */
+  async function appliedOnceEach(t: { schema: string; appSchema: string }, count: number): Promise<void> {
+    await vi.waitFor(
+      async () => {
+        const { rows } = await admin.query(
+          `select count(*)::int as n from "${t.schema}".events where status = 'processed'`,
+        );
+        expect(rows[0].n).toBe(count);
+      },
+      { timeout: 120_000, interval: 100 },
+    );
+    const { rows } = await admin.query(
+      `select event_id, count(*)::int as n from "${t.appSchema}".entries group by event_id`,
+    );
+    expect(rows).toHaveLength(count);
+    expect(rows.filter((r) => r.n !== 1)).toEqual([]);
+  }
+
   it("one delivery PostgreSQL refuses (its key locked past lockTimeoutMs) does not cost its batch's others their 202", async () => {
     const t = schemas();
     const registry = new Registry();
@@ -170,20 +188,7 @@ describe.runIf(postgresTarget)('deferred claims in batches', () => {
       );
       try {
         await worker.inbox.sweep();
-        await vi.waitFor(
-          async () => {
-            const { rows } = await admin.query(
-              `select count(*)::int as n from "${t.schema}".events where status = 'processed'`,
-            );
-            expect(rows[0].n).toBe(ids.length);
-          },
-          { timeout: 120_000, interval: 100 },
-        );
-        const { rows } = await admin.query(
-          `select event_id, count(*)::int as n from "${t.appSchema}".entries group by event_id`,
-        );
-        expect(rows).toHaveLength(ids.length);
-        expect(rows.filter((r) => r.n !== 1)).toEqual([]);
+        await appliedOnceEach(t, ids.length);
       } finally {
         await worker.inbox.close();
       }
@@ -233,20 +238,7 @@ describe.runIf(postgresTarget)('deferred claims in batches', () => {
     try {
       await sendAll(() => rescuer.url, unanswered, 40);
       await rescuer.inbox.sweep();
-      await vi.waitFor(
-        async () => {
-          const { rows } = await admin.query(
-            `select count(*)::int as n from "${t.schema}".events where status = 'processed'`,
-          );
-          expect(rows[0].n).toBe(ids.length);
-        },
-        { timeout: 120_000, interval: 100 },
-      );
-      const { rows } = await admin.query(
-        `select event_id, count(*)::int as n from "${t.appSchema}".entries group by event_id`,
-      );
-      expect(rows).toHaveLength(ids.length);
-      expect(rows.filter((r) => r.n !== 1)).toEqual([]);
+      await appliedOnceEach(t, ids.length);
     } finally {
       await rescuer.close();
     }

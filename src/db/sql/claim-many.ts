@@ -1,6 +1,5 @@
-import { fromJsonText, toBoolean, toDate, toNumber } from '../column-readers.js';
 import type { StatementNames } from '../drivers/common.js';
-import type { ClaimArgs, ClaimDecision, ClaimRow } from './claim.js';
+import { type ClaimArgs, type ClaimResult, type ClaimRow, toClaimRow } from './claim.js';
 import { defineStatement, type Queryable, type Tables } from './tables.js';
 
 /**
@@ -50,15 +49,9 @@ export type ClaimManyElement = Pick<
   'id' | 'key' | 'seq' | 'hash' | 'payload' | 'headers' | 'type'
 >;
 
-interface ClaimManyResultRow {
+/** A claim's row, with its element's place in the batch (1 for the first). */
+interface ClaimManyResultRow extends ClaimResult {
   ord: number | string;
-  decision: ClaimDecision;
-  result: string | null;
-  expected: number | string | null;
-  reason: string | null;
-  attempts: number | string | null;
-  drain: boolean | string;
-  received_at: Date | string;
 }
 
 /**
@@ -98,16 +91,7 @@ export function createClaimMany(names: StatementNames, t: Tables) {
     ]);
     const claims: ClaimRow[] = new Array(elements.length);
     for (const row of rows) {
-      claims[Number(row.ord) - 1] = {
-        decision: row.decision,
-        result: fromJsonText(row.result),
-        expected: toNumber(row.expected),
-        reason: row.reason,
-        attempts: toNumber(row.attempts) ?? 0,
-        drain: toBoolean(row.drain),
-        receivedAt: toDate(row.received_at),
-        rowAtCommit: false,
-      };
+      claims[Number(row.ord) - 1] = toClaimRow(row);
     }
     return claims;
   };

@@ -304,7 +304,7 @@ export interface ClaimRow {
 }
 
 /** The row `claim` returns, as its statement selects it. */
-interface ClaimResult {
+export interface ClaimResult {
   decision: ClaimDecision;
   /** jsonb read back as text (`fromJsonText`). */
   result: string | null;
@@ -313,7 +313,21 @@ interface ClaimResult {
   attempts: unknown;
   drain: unknown;
   received_at: unknown;
-  row_at_commit: unknown;
+  row_at_commit?: unknown;
+}
+
+/** A claim's row as the callers read it. */
+export function toClaimRow(row: ClaimResult): ClaimRow {
+  return {
+    decision: row.decision,
+    result: fromJsonText(row.result),
+    expected: toNumber(row.expected),
+    reason: row.reason,
+    attempts: toNumber(row.attempts) ?? 0,
+    drain: toBoolean(row.drain),
+    receivedAt: toDate(row.received_at),
+    rowAtCommit: toBoolean(row.row_at_commit ?? false),
+  };
 }
 
 /**
@@ -347,15 +361,6 @@ export function createClaim(names: StatementNames, t: Tables) {
       a.lockTimeout,
       a.type,
     ]);
-    return {
-      decision: row.decision,
-      result: fromJsonText(row.result),
-      expected: toNumber(row.expected),
-      reason: row.reason,
-      attempts: toNumber(row.attempts) ?? 0,
-      drain: toBoolean(row.drain),
-      receivedAt: toDate(row.received_at),
-      rowAtCommit: toBoolean(row.row_at_commit),
-    };
+    return toClaimRow(row);
   };
 }
