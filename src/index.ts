@@ -41,7 +41,7 @@ export {
 } from './errors.js';
 export type { InboxHealth } from './inbox/health.js';
 export { createInbox, Inbox } from './inbox/inbox.js';
-export type { Logger } from './observability/logger.js';
+export type { InboxLogger, Logger } from './observability/logger.js';
 export type { InboxStats, MetricsOptions, RegistryLike } from './observability/metrics.js';
 export { METRIC_NAMES } from './observability/metrics.js';
 export { SpanAttributes } from './observability/tracing.js';
