@@ -134,7 +134,7 @@ describe.skipIf(!postgresTarget || !redisUrl)('the Redis fast path (real Postgre
     pool.reset();
     const copy = await post(url, { amount: 4 }, { 'Idempotency-Key': id });
     expect(copy.body).toEqual({ status: 'duplicate', id, result: first.body.result });
-    expect(pool.statements.length).toBe(2);
+    expect(pool.statements).toHaveLength(2);
     await app.inbox.idle();
     expect(JSON.parse((await redis.get(`${prefix}default:${id}`))!)).toMatchObject({ r: first.body.result });
 
@@ -151,7 +151,7 @@ describe.skipIf(!postgresTarget || !redisUrl)('the Redis fast path (real Postgre
     const reused = await post(url, { amount: 5 }, { 'Idempotency-Key': id });
     expect(reused.status).toBe(422);
     expect(reused.body.field).toBe('body');
-    expect(pool.statements.length).toBe(0);
+    expect(pool.statements).toHaveLength(0);
     expect(await metricValue(registry, 'webhook_inbox_duplicates_total', { answered_by: 'redis' })).toBe(
       byRedis + 5,
     );
@@ -159,7 +159,7 @@ describe.skipIf(!postgresTarget || !redisUrl)('the Redis fast path (real Postgre
     // Without Redis the same duplicate costs BEGIN with the claim, then COMMIT.
     pool.reset();
     expect((await plain.receive(delivery(id, { amount: 4 }))).kind).toBe('duplicate');
-    expect(pool.statements.length).toBe(2);
+    expect(pool.statements).toHaveLength(2);
 
     // A new event in the storm pays the GET (a miss) and the SET after its COMMIT, and the same
     // Postgres round trips as a bare transaction of the ledger's two statements: BEGIN with the
@@ -168,7 +168,7 @@ describe.skipIf(!postgresTarget || !redisUrl)('the Redis fast path (real Postgre
     const fresh = uid('new');
     const missesInStorm = await misses();
     expect((await app.inbox.receive(delivery(fresh, { amount: 1 }))).kind).toBe('processed');
-    expect(pool.statements.length).toBe(4);
+    expect(pool.statements).toHaveLength(4);
     expect(await misses()).toBe(missesInStorm + 1);
     await app.inbox.idle();
     expect(await redis.get(`${prefix}default:${fresh}`)).not.toBeNull();
@@ -199,7 +199,7 @@ describe.skipIf(!postgresTarget || !redisUrl)('the Redis fast path (real Postgre
     for (const probe of probes) {
       pool.reset();
       const fromRedis = await app.inbox.receive(probe);
-      expect(pool.statements.length).toBe(0);
+      expect(pool.statements).toHaveLength(0);
       const fromPostgres = await plain.receive(probe);
       expect(seen(fromRedis)).toEqual(seen(fromPostgres));
     }
