@@ -1,17 +1,15 @@
 /**
- * The load balancer of the chaos suite: spreads requests over the instances alive right now
- * (a killed one answers nothing: the sender sees a 502 and retries). The faults themselves are
- * injected in front of it by the project's fault proxy (src/testing/fault-proxy.ts). It notes
- * which events were answered `held`, to count how many were drained later.
+ * The load balancer of the chaos suite: spreads requests over the instances alive right now (a
+ * 502 when none is, and the sender retries), behind the fault proxy. It notes which events were
+ * answered `held`, to count how many were drained later.
  */
 import { Agent, createServer, request as httpRequest, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 
 export interface Balancer {
   readonly url: string;
-  /** Requests that found their instance gone (killed, restarting). */
+  /** Requests that found no instance, and the ids answered `held` at least once. */
   readonly upstreamDown: number;
-  /** Ids answered `held` at least once. */
   readonly heldIds: Set<string>;
   close(): Promise<void>;
 }
@@ -31,24 +29,16 @@ export async function startBalancer(upstreams: () => number[]): Promise<Balancer
       };
       if (ports.length === 0) return fail();
       const port = ports[Math.floor(Math.random() * ports.length)];
+      const { method, url: path, headers } = req;
       const up = httpRequest(
-        {
-          host: '127.0.0.1',
-          port,
-          method: req.method,
-          path: req.url,
-          headers: req.headers,
-          agent,
-          timeout: 15_000,
-        },
+        { host: '127.0.0.1', port, method, path, headers, agent, timeout: 15_000 },
         (answer) => {
           const body: Buffer[] = [];
           answer.on('data', (c) => body.push(c));
           answer.on('end', () => {
             const payload = Buffer.concat(body);
-            if (answer.statusCode === 202 && payload.includes('"held"')) {
-              heldIds.add(String(req.headers['idempotency-key']));
-            }
+            if (answer.statusCode === 202 && payload.includes('"held"'))
+              heldIds.add(String(headers['idempotency-key']));
             res.writeHead(answer.statusCode ?? 502, answer.headers).end(payload);
           });
           answer.on('error', fail);

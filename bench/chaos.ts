@@ -1,35 +1,23 @@
 /**
- * `npm run chaos`: proves that nothing is lost, applied twice or applied out of order while
- * instances die, connections are cut, the database and Redis restart, and the network
- * misbehaves.
+ * `npm run chaos`: nothing lost, applied twice or out of order while instances die, connections
+ * are cut, the database and Redis restart, and the network misbehaves.
  *
  *   npm run chaos -- --ci                      a few thousand deliveries, under 3 minutes (.ci/run)
  *   npm run chaos                              full: ≥ 100,000 deliveries
  *   npm run chaos -- --deliveries 100000       about that many events (sized plan and deadline)
- *   npm run chaos -- --shared-postgres         on DATABASE_URL instead of a private cluster
- *                                              (then PostgreSQL is never restarted)
+ *   npm run chaos -- --shared-postgres         on DATABASE_URL (never restarted), not a cluster of its own
  *   npm run chaos -- --deliveries 1000000 --retention-s 300
- *                                              the soak: retention short enough to prune during
- *                                              the run (longer than any acknowledgement takes, or
- *                                              a retry of a pruned unordered event is applied
- *                                              again); the events table's size is sampled
+ *                                              the soak, retention pruning during the run
  *
- * By default the suite starts servers of its own (test/support/private-servers.ts): a
- * throwaway PostgreSQL cluster and a redis-server on free ports, never the shared ones, and
- * restarts them among its faults. Three instances of the ledger app (child processes) share
- * that PostgreSQL (schemas of their own) and Redis (the duplicates fast path); the project's
- * fault proxy (src/testing) sits in front of a small balancer over them; a sender pushes
- * ordered events over hundreds of keys and unordered events, retrying each until it gets a
- * 2xx. Meanwhile: SIGKILL of a random instance (aimed mid-handler or mid-drain, restarted
- * after a moment), pg_terminate_backend on the instances' own connections (found by
- * application_name), PostgreSQL restarts (`pg_ctl restart -m fast`), Redis killed and started
- * again, and at the proxy 500s, lost acks, duplicates and delays. Events the handler rejects
- * (RejectEvent: a non-integer amount) are sent on purpose. Then the ledger and the inbox are
- * read back and every guarantee is checked; any violation exits non-zero.
+ * Three instances of the ledger app (child processes) on a throwaway PostgreSQL and Redis of
+ * its own, behind a balancer and the fault proxy (src/testing), take ordered and unordered
+ * events from a retrying sender while instances are SIGKILLed mid-handler or mid-drain, their
+ * connections terminated, PostgreSQL and Redis restarted. Then every guarantee is checked
+ * against the ledger and the inbox; any violation exits non-zero.
  */
 import { type ChildProcess, fork } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -39,7 +27,6 @@ import { FRAMEWORKS, type Framework } from '../examples/ledger/start.js';
 import { createInbox } from '../src/index.js';
 import { checkInvariants, createFaultProxy, type FaultProxy } from '../src/testing/index.js';
 import {
-  type PrivatePostgres,
   type PrivateRedis,
   postgresBinariesAvailable,
   redisServerAvailable,
@@ -57,55 +44,39 @@ function value(name: string): number | undefined {
   const i = argv.indexOf(`--${name}`);
   if (i < 0) return undefined;
   const n = Number(argv[i + 1]);
-  if (!Number.isSafeInteger(n) || n < 1) {
-    console.error(`chaos: --${name} must be a positive integer; got ${JSON.stringify(argv[i + 1])}`);
-    process.exit(2);
-  }
-  return n;
+  if (Number.isSafeInteger(n) && n >= 1) return n;
+  console.error(`chaos: --${name} must be a positive integer; got ${JSON.stringify(argv[i + 1])}`);
+  process.exit(2);
 }
 
-// Servers of the suite's own, to restart; the shared PostgreSQL only with --shared-postgres.
-const privatePostgres: PrivatePostgres | undefined = sharedPostgres
-  ? undefined
-  : await startPrivatePostgres();
-const privateRedis: PrivateRedis | undefined = redisServerAvailable() ? await startPrivateRedis() : undefined;
+const privatePostgres = sharedPostgres ? undefined : await startPrivatePostgres();
+const privateRedis = redisServerAvailable() ? await startPrivateRedis() : undefined;
 const postgresUrl =
   privatePostgres?.url ?? process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 const run = `chaos_${randomBytes(3).toString('hex')}`;
 const applicationName = `webhook-inbox-${run}`;
 const inboxSchema = `${run}_inbox`;
 const ledgerSchema = `${run}_ledger`;
-// The instances' `retention` (--retention-s), else the inbox's default (7 days: nothing pruned).
 const retentionS = value('retention-s');
-// Longer than any retry chain the faults below cause on a busy machine: a gap that times out
-// is the inbox giving up on an event (by design, dead-lettered as late when it comes), and
-// this suite must see none.
+// Longer than any retry chain the faults cause: a gap that times out is the inbox giving up on
+// an event, and this suite must see none.
 const gapTimeoutMs = 60_000;
 
 const plan = ci
-  ? // A few thousand deliveries; on an idle 2-core machine well under 3 minutes. The sender's
-    // deadline is looser so that a busy CI machine is slow rather than red.
+  ? // The sender's deadline is loose, so that a busy CI machine is slow rather than red.
     { keys: 120, seqs: 10, unordered: 900, poison: 8, concurrency: 48, window: 3, minutes: 4 }
   : { keys: 500, seqs: 120, unordered: 30_000, poison: 40, concurrency: 48, window: 4, minutes: 40 };
 const targetEvents = value('deliveries');
 if (targetEvents !== undefined) {
-  // About `deliveries` events: 70 % ordered over `keys` keys, the rest unordered; the deadline
-  // grows with the size (some 40 minutes per 100,000 on a quiet 2-core machine).
+  // 70 % ordered over `keys` keys, the rest unordered; 40 minutes of deadline per 100,000.
   plan.seqs = Math.max(1, Math.round((targetEvents * 0.7) / plan.keys));
   plan.unordered = Math.max(0, targetEvents - plan.keys * plan.seqs);
   plan.minutes = Math.max(plan.minutes, Math.ceil((targetEvents / 100_000) * 40) + 5);
 }
-plan.keys = value('keys') ?? plan.keys;
-plan.seqs = value('seqs') ?? plan.seqs;
-plan.unordered = value('unordered') ?? plan.unordered;
-const faultEveryMs = {
-  kill: ci ? 4000 : 6000,
-  terminate: ci ? 3000 : 4000,
-  postgresRestart: ci ? 10_000 : 60_000,
-  redisRestart: ci ? 6_000 : 20_000,
-};
-// At the fault proxy, per request: never forwarded (connection reset or 502), applied but the
-// answer lost, forwarded twice, delayed, overtaken by a later request, answered 500.
+const faultEveryMs = ci
+  ? { kill: 4000, terminate: 3000, postgresRestart: 10_000, redisRestart: 6_000 }
+  : { kill: 6000, terminate: 4000, postgresRestart: 60_000, redisRestart: 20_000 };
+// At the fault proxy, per request.
 const rates = { drop: 0.02, dropResponse: 0.03, duplicate: 0.05, delay: 0.1, reorder: 0.05, error: 0.03 };
 
 const faults: Record<string, number> = {};
@@ -116,7 +87,6 @@ const bump = (kind: string) => {
 };
 const log = (msg: string) => console.log(`chaos ${new Date().toISOString().slice(11, 19)} ${msg}`);
 
-// ---- instances -------------------------------------------------------------------------------
 interface Instance {
   name: string;
   framework: Framework;
@@ -125,25 +95,28 @@ interface Instance {
   port: number;
   child?: ChildProcess;
   alive: boolean;
-  calls: Map<number, (v: any) => void>;
+  /** Asks the running process (`inflight`); undefined if it does not answer within 500 ms. */
+  call?: (cmd: string) => Promise<any>;
 }
 
-/** RSS samples (MiB) of each instance process, by pid: the first taken, the last, the most. */
-const rssByProcess = new Map<
-  number,
-  { instance: string; first: number; last: number; most: number; samples: number }
->();
+/** RSS samples (MiB) of one process: the first taken, the last, the most. */
+interface Rss {
+  first: number;
+  last: number;
+  most: number;
+  samples: number;
+}
+const rssByProcess = new Map<number, Rss & { instance: string }>();
 function sampleRss(instance: Instance): void {
   const pid = instance.child?.pid;
   if (!instance.alive || pid === undefined) return;
-  let kb: number;
+  let mib: number;
   try {
-    kb = Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1]);
+    mib = Math.round(Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1]) / 1024);
   } catch {
-    return; // gone between the check and the read (killed), or no /proc on this system
+    return; // killed since the check, or no /proc
   }
-  if (!Number.isFinite(kb)) return;
-  const mib = Math.round(kb / 1024);
+  if (!Number.isFinite(mib)) return;
   const seen = rssByProcess.get(pid) ?? {
     instance: instance.name,
     first: mib,
@@ -157,18 +130,14 @@ function sampleRss(instance: Instance): void {
   rssByProcess.set(pid, seen);
 }
 
-/** Each instance's longest-sampled process: its RSS at the first sample, the last and the most. */
+/** Each instance's longest-sampled process. */
 function rssSummary(): Record<string, string> {
-  const longest = new Map<string, { first: number; last: number; most: number; samples: number }>();
-  for (const r of rssByProcess.values()) {
+  const longest = new Map<string, Rss>();
+  for (const r of rssByProcess.values())
     if ((longest.get(r.instance)?.samples ?? 0) < r.samples) longest.set(r.instance, r);
-  }
-  return Object.fromEntries(
-    [...longest].map(([name, r]) => [
-      name,
-      `${r.first} -> ${r.last} MiB (most ${r.most}) over ${r.samples} samples, 10 s apart`,
-    ]),
-  );
+  const line = (r: Rss) =>
+    `${r.first} -> ${r.last} MiB (most ${r.most}) over ${r.samples} samples, 10 s apart`;
+  return Object.fromEntries([...longest].map(([name, r]) => [name, line(r)]));
 }
 
 function freePort(): Promise<number> {
@@ -203,57 +172,46 @@ function spawnInstance(instance: Instance): Promise<void> {
     },
   });
   instance.child = child;
-  // Keep the tail of its stderr, to show when it crashes (a SIGKILLed instance says nothing).
+  // The tail of its stderr, shown if it crashes.
   let stderr = '';
   child.stderr?.on('data', (chunk: Buffer) => {
     stderr = (stderr + chunk.toString()).slice(-4000);
   });
-  instance.calls = new Map();
+  const calls = new Map<number, (v: any) => void>();
   let nextId = 0;
   child.on('message', (m: any) => {
-    if (m.id !== undefined) {
-      instance.calls.get(m.id)?.(m);
-      instance.calls.delete(m.id);
-    }
+    calls.get(m.id)?.(m);
+    calls.delete(m.id);
   });
-  (instance as any).call = (cmd: string) =>
+  instance.call = (cmd: string) =>
     new Promise((resolve) => {
       const id = nextId++;
-      instance.calls.set(id, resolve);
+      calls.set(id, resolve);
       child.send({ cmd, id }, (err) => err && resolve(undefined));
       setTimeout(() => resolve(undefined), 500);
     });
+  let ready = false;
   return new Promise((resolve, reject) => {
     child.once('message', () => {
-      instance.alive = true;
+      instance.alive = ready = true;
       resolve();
-    });
-    let ready = false;
-    child.once('message', () => {
-      ready = true;
     });
     child.once('exit', (code, signal) => {
       instance.alive = false;
       if (signal === 'SIGKILL' || stopping) return;
       if (!ready) {
-        // Its start failed (say, a terminated connection during its migrations check): a
-        // supervisor restarts it, as one would in production.
+        // Its start failed (a terminated connection, say): restarted, as a supervisor would.
         bump('restart-retried');
         reject(new Error(`${instance.name} exited with ${code ?? signal} while starting`));
-        setTimeout(() => void spawnInstance(instance).catch(() => {}), 300);
-        return;
+      } else {
+        // A running instance died without our SIGKILL: that is a finding. Restarted, and on.
+        bump('unexpected-exit');
+        crashes.push(`${instance.name} exited with ${code ?? signal}`);
+        log(`${instance.name} CRASHED (exit ${code ?? signal}); restarting. Its stderr:\n${stderr}`);
       }
-      // A running instance died without our SIGKILL: that is a finding. Restart it and go on.
-      bump('unexpected-exit');
-      crashes.push(`${instance.name} exited with ${code ?? signal}`);
-      log(`${instance.name} CRASHED (exit ${code ?? signal}); restarting. Its stderr:\n${stderr}`);
       setTimeout(() => void spawnInstance(instance).catch(() => {}), 300);
     });
   });
-}
-
-async function inflight(instance: Instance): Promise<{ handlers: number; drains: number } | undefined> {
-  return (instance as any).call?.('inflight');
 }
 
 async function kill(instances: Instance[]): Promise<void> {
@@ -265,7 +223,7 @@ async function kill(instances: Instance[]): Promise<void> {
   let state: { handlers: number; drains: number } | undefined;
   const until = Date.now() + 1000;
   do {
-    state = await inflight(victim);
+    state = await victim.call?.('inflight');
     if (state && (wantDrain ? state.drains > 0 : state.handlers > 0)) break;
     await new Promise((r) => setTimeout(r, 5));
   } while (Date.now() < until);
@@ -274,18 +232,16 @@ async function kill(instances: Instance[]): Promise<void> {
   bump('sigkill');
   if (state?.drains) bump('kill-mid-drain');
   if (state?.handlers) bump('kill-mid-handler');
-  log(
-    `SIGKILL ${victim.name} (handlers in flight ${state?.handlers ?? '?'}, drains ${state?.drains ?? '?'})`,
-  );
-  // Restarted after a moment, in the background: the kills go on meanwhile.
+  const seen = `handlers in flight ${state?.handlers ?? '?'}, drains ${state?.drains ?? '?'}`;
+  log(`SIGKILL ${victim.name} (${seen})`);
   setTimeout(
     () => void spawnInstance(victim).catch((err) => log(`restart of ${victim.name} failed: ${err.message}`)),
     500 + Math.random() * 1000,
   );
 }
 
+/** Up to three of our instances' connections (by this run's application_name). */
 async function terminateBackends(admin: pg.Pool): Promise<void> {
-  // Only our instances' connections: they carry this run's application_name.
   const { rows } = await admin.query(
     `select pg_terminate_backend(pid) as ok from (
        select pid from pg_stat_activity where application_name = $1 order by random() limit 3) x`,
@@ -298,45 +254,30 @@ async function restartRedis(redis: PrivateRedis): Promise<void> {
   await redis.stop();
   bump('redis-stop');
   log('Redis stopped');
-  // Down for a moment, then back, empty: the instances reconnect by themselves.
   await new Promise((r) => setTimeout(r, 500 + Math.random() * 1500));
   await redis.start();
   log('Redis started again');
 }
 
-// ---- events ----------------------------------------------------------------------------------
 function events() {
   const ordered = new Map<string, ChaosEvent[]>();
   for (let k = 0; k < plan.keys; k++) {
     const key = `${run}-k${k}`;
-    ordered.set(
-      key,
-      Array.from({ length: plan.seqs }, (_, i) => ({
-        id: `${key}-${i + 1}`,
-        key,
-        seq: i + 1,
-        body: JSON.stringify({ amount: i + 1 }),
-      })),
-    );
+    const event = (seq: number) => ({ id: `${key}-${seq}`, key, seq, body: JSON.stringify({ amount: seq }) });
+    const seqs = Array.from({ length: plan.seqs }, (_, i) => event(i + 1));
+    ordered.set(key, seqs);
   }
-  const unordered: ChaosEvent[] = [];
-  for (let i = 0; i < plan.unordered; i++) {
-    unordered.push({
-      id: `${run}-u${i}`,
-      body: JSON.stringify({ account: `${run}-a${i % 100}`, amount: 1 }),
-    });
-  }
-  const poison = new Set<string>();
-  for (let i = 0; i < plan.poison; i++) {
-    const id = `${run}-p${i}`;
-    poison.add(id);
-    // The ledger rejects a non-integer amount (RejectEvent): dead-lettered at once, as rejected.
+  const unordered: ChaosEvent[] = Array.from({ length: plan.unordered }, (_, i) => ({
+    id: `${run}-u${i}`,
+    body: JSON.stringify({ account: `${run}-a${i % 100}`, amount: 1 }),
+  }));
+  // Poison: a non-integer amount, which the ledger rejects (dead-lettered as rejected).
+  const poison = new Set(Array.from({ length: plan.poison }, (_, i) => `${run}-p${i}`));
+  for (const id of poison)
     unordered.push({ id, body: JSON.stringify({ account: `${run}-a0`, amount: 'poison' }) });
-  }
   return { ordered, unordered, poison };
 }
 
-// ---- main ------------------------------------------------------------------------------------
 const admin = new pg.Pool({ connectionString: postgresUrl, max: 2 });
 admin.on('error', () => {});
 const instances: Instance[] = [];
@@ -352,14 +293,8 @@ try {
 
   for (const [i, framework] of FRAMEWORKS.entries()) {
     const mode = i === FRAMEWORKS.length - 1 ? 'deferred' : 'inline';
-    instances.push({
-      name: mode === 'deferred' ? `${framework} (deferred)` : framework,
-      framework,
-      mode,
-      port: await freePort(),
-      alive: false,
-      calls: new Map(),
-    });
+    const name = mode === 'deferred' ? `${framework} (deferred)` : framework;
+    instances.push({ name, framework, mode, port: await freePort(), alive: false });
   }
   await Promise.all(instances.map(spawnInstance));
   balancer = await startBalancer(() => instances.filter((i) => i.alive).map((i) => i.port));
@@ -392,63 +327,48 @@ try {
   }).finally(() => {
     sending = false;
   });
+  /** Runs `fault` until the sender is done, `delay(n)` ms before its nth run. */
+  const repeat = async (delay: (n: number) => number, fault: () => Promise<unknown>) => {
+    for (let n = 0; sending; n++) {
+      await new Promise((r) => setTimeout(r, delay(n)));
+      if (sending) await fault();
+    }
+  };
+  const jittered = (every: number) => () => every * (0.5 + Math.random());
   const loops = [
-    (async () => {
-      while (sending) {
-        await new Promise((r) => setTimeout(r, faultEveryMs.kill * (0.5 + Math.random())));
-        if (sending) await kill(instances);
-      }
-    })(),
-    (async () => {
-      while (sending) {
-        await new Promise((r) => setTimeout(r, faultEveryMs.terminate * (0.5 + Math.random())));
-        if (sending) await terminateBackends(admin).catch(() => {});
-      }
-    })(),
+    repeat(jittered(faultEveryMs.kill), () => kill(instances)),
+    repeat(jittered(faultEveryMs.terminate), () => terminateBackends(admin).catch(() => {})),
   ];
   if (privatePostgres) {
-    loops.push(
-      (async () => {
-        // The first one early, so that even a short run has one.
-        for (let n = 0; sending; n++) {
-          const every = faultEveryMs.postgresRestart;
-          await new Promise((r) => setTimeout(r, n === 0 ? every * 0.4 : every * (0.5 + Math.random())));
-          if (!sending) break;
-          log('restarting PostgreSQL');
-          await privatePostgres.restart().then(
-            () => bump('postgres-restart'),
-            (err) => log(`PostgreSQL restart failed: ${err.message}`),
-          );
-        }
-      })(),
-    );
+    // The first restart early, so that even a short run has one.
+    const every = faultEveryMs.postgresRestart;
+    const restart = () => {
+      log('restarting PostgreSQL');
+      return privatePostgres.restart().then(
+        () => bump('postgres-restart'),
+        (err) => log(`PostgreSQL restart failed: ${err.message}`),
+      );
+    };
+    loops.push(repeat((n) => (n === 0 ? every * 0.4 : every * (0.5 + Math.random())), restart));
   }
-  // The events table's size, every 10 s: bounded by retention when --retention-s prunes it.
-  // And each instance process's RSS beside it: a soak shows a leak as a process whose RSS
-  // climbs sample after sample (a SIGKILLed instance starts a new process, with its own line).
+  // Every 10 s, the events table's size and each instance process's RSS.
   let eventsRowsMost = 0;
+  const sample = async () => {
+    for (const instance of instances) sampleRss(instance);
+    const r = await admin
+      .query(`select count(*)::int as n from "${inboxSchema}".events`)
+      .catch(() => undefined); // PostgreSQL restarting
+    if (r) eventsRowsMost = Math.max(eventsRowsMost, r.rows[0].n);
+  };
   loops.push(
     (async () => {
-      while (sending) {
-        await new Promise((r) => setTimeout(r, 10_000));
-        for (const instance of instances) sampleRss(instance);
-        const r = await admin
-          .query(`select count(*)::int as n from "${inboxSchema}".events`)
-          .catch(() => undefined); // PostgreSQL restarting
-        if (r) eventsRowsMost = Math.max(eventsRowsMost, r.rows[0].n);
-      }
+      while (sending) await new Promise((r) => setTimeout(r, 10_000)).then(sample);
     })(),
   );
   if (privateRedis) {
-    loops.push(
-      (async () => {
-        while (sending) {
-          await new Promise((r) => setTimeout(r, faultEveryMs.redisRestart * (0.5 + Math.random())));
-          if (sending)
-            await restartRedis(privateRedis).catch((err) => log(`Redis restart failed: ${err.message}`));
-        }
-      })(),
-    );
+    const restart = () =>
+      restartRedis(privateRedis).catch((err) => log(`Redis restart failed: ${err.message}`));
+    loops.push(repeat(jittered(faultEveryMs.redisRestart), restart));
   }
   const stats = await sent;
   await Promise.all(loops);
@@ -456,32 +376,33 @@ try {
     `sender done in ${Math.round((Date.now() - started) / 1000)} s: ${stats.attempts} attempts, ${stats.acknowledged} acknowledged`,
   );
 
+  /** This run's ids, and the first row of a query over them (`$1`). */
+  const mine = `${run}-%`;
+  const first = async (text: string, ...params: unknown[]) =>
+    (await admin.query(text, [mine, ...params])).rows[0];
+  const inboxEvents = `"${inboxSchema}".events`;
+
   // Let the sweepers finish what kills interrupted, then wait for the buffer to empty.
   const quietUntil = Date.now() + gapTimeoutMs + 10_000;
   let held = -1;
   while (Date.now() < quietUntil) {
-    const r = await admin.query(
-      `select count(*)::int as n from "${inboxSchema}".events where status in ('held', 'pending')`,
-    );
-    held = r.rows[0].n;
+    const waiting = `select count(*)::int as n from ${inboxEvents} where status in ('held', 'pending')`;
+    held = (await admin.query(waiting)).rows[0].n;
     if (held === 0) break;
     await new Promise((r) => setTimeout(r, 250));
   }
 
-  // ---- read back -----------------------------------------------------------------------------
   const entries = await admin.query(
     `select key, event_id, seq, amount from "${ledgerSchema}".entries where event_id like $1 order by n`,
-    [`${run}-%`],
+    [mine],
   );
   const appliedCount = new Map<string, number>();
   const seqsByKey = new Map<string, number[]>();
   for (const e of entries.rows) {
     appliedCount.set(e.event_id, (appliedCount.get(e.event_id) ?? 0) + 1);
-    if (e.seq !== null) {
-      const list = seqsByKey.get(e.key) ?? [];
-      list.push(Number(e.seq));
-      seqsByKey.set(e.key, list);
-    }
+    if (e.seq === null) continue;
+    if (!seqsByKey.has(e.key)) seqsByKey.set(e.key, []);
+    seqsByKey.get(e.key)!.push(Number(e.seq));
   }
   const expected = [...[...ordered.values()].flat(), ...unordered].filter((e) => !poison.has(e.id));
   let lost = 0;
@@ -491,8 +412,7 @@ try {
     if (n === 0) lost++;
     if (n > 1) doubleApplied += n - 1;
   }
-  // Out of order: an entry whose seq is not above the one applied before it on its key.
-  // (A missing seq is counted as lost, and as a key with too few seqs, not here.)
+  // Out of order: an entry whose seq is not above the one before it on its key (a missing one is lost).
   let outOfOrder = 0;
   for (const [key, seqs] of seqsByKey) {
     seqs.forEach((s, i) => {
@@ -510,27 +430,25 @@ try {
   const wrongBalances = balances.rows.filter((r) => Number(r.balance) !== wantBalance).length;
 
   const status = await admin.query(
-    `select status, coalesce(dead_reason, '') as reason, count(*)::int as n from "${inboxSchema}".events
+    `select status, coalesce(dead_reason, '') as reason, count(*)::int as n from ${inboxEvents}
       where id like $1 group by 1, 2`,
-    [`${run}-%`],
+    [mine],
   );
   const byStatus = Object.fromEntries(
     status.rows.map((r) => [`${r.status}${r.reason ? `:${r.reason}` : ''}`, r.n]),
   );
   const dead = await admin.query(
-    `select id, dead_reason from "${inboxSchema}".events where id like $1 and status = 'dead'`,
-    [`${run}-%`],
+    `select id, dead_reason from ${inboxEvents} where id like $1 and status = 'dead'`,
+    [mine],
   );
   const unexplained = dead.rows.filter((r) => !(poison.has(r.id) && r.dead_reason === 'rejected'));
   const missingPoison = [...poison].filter((id) => !dead.rows.some((r) => r.id === id));
-  const stillHeld = await admin.query(
-    `select count(*)::int as n from "${inboxSchema}".events where id like $1 and status in ('held', 'pending')
+  const stillHeld = await first(
+    `select count(*)::int as n from ${inboxEvents} where id like $1 and status in ('held', 'pending')
         and received_at < now() - $2 * interval '1 millisecond'`,
-    [`${run}-%`, gapTimeoutMs],
+    gapTimeoutMs,
   );
-  const gaps = await admin.query(`select count(*)::int as n from "${inboxSchema}".gaps where key like $1`, [
-    `${run}-%`,
-  ]);
+  const gaps = await first(`select count(*)::int as n from "${inboxSchema}".gaps where key like $1`);
 
   if (lost) violations.push(`${lost} events lost (acknowledged, never applied)`);
   if (doubleApplied) violations.push(`${doubleApplied} events applied more than once`);
@@ -538,23 +456,17 @@ try {
   if (appliedPoison) violations.push(`${appliedPoison} poison events applied`);
   if (wrongBalances) violations.push(`${wrongBalances} ordered accounts with a wrong balance`);
   if (held !== 0) violations.push(`${held} events still held/pending at the end`);
-  if (stillHeld.rows[0].n) violations.push(`${stillHeld.rows[0].n} events held past the gap timeout`);
+  if (stillHeld.n) violations.push(`${stillHeld.n} events held past the gap timeout`);
+  const some = unexplained.slice(0, 3).map((r) => `${r.id}:${r.dead_reason}`);
   if (unexplained.length)
-    violations.push(
-      `${unexplained.length} unexplained dead letters (${unexplained
-        .slice(0, 3)
-        .map((r) => `${r.id}:${r.dead_reason}`)
-        .join(', ')})`,
-    );
+    violations.push(`${unexplained.length} unexplained dead letters (${some.join(', ')})`);
   if (missingPoison.length) violations.push(`${missingPoison.length} rejected events not dead-lettered`);
-  // The state invariants of the inbox's tables (ARCHITECTURE.md, "Invariants" 4): nothing
-  // waiting below its cursor, no two events waiting at one seq, every dead letter explained.
+  // The state invariants of the inbox's tables (ARCHITECTURE.md, "Invariants").
   const broken = await checkInvariants(admin, { schema: inboxSchema });
-  for (const v of broken.slice(0, 10)) {
+  for (const v of broken.slice(0, 10))
     violations.push(`invariant ${v.rule}: key ${v.key}, seq ${v.seq}, ids ${v.ids.join(',')}`);
-  }
   if (broken.length > 10) violations.push(`${broken.length - 10} more invariant violations`);
-  if (gaps.rows[0].n) violations.push(`${gaps.rows[0].n} gaps skipped (an event was given up on)`);
+  if (gaps.n) violations.push(`${gaps.n} gaps skipped (an event was given up on)`);
   if (crashes.length)
     violations.push(`${crashes.length} instance crashes: ${crashes.slice(0, 3).join('; ')}`);
   if (stats.acknowledged + stats.refused.length !== total)
@@ -599,7 +511,6 @@ try {
   };
   console.log(JSON.stringify(summary, null, 2));
   if (!ci) {
-    const { writeFileSync, mkdirSync } = await import('node:fs');
     mkdirSync(join(here, 'results'), { recursive: true });
     writeFileSync(
       join(here, 'results', 'chaos-latest.json'),

@@ -1,11 +1,8 @@
 /**
  * The contenders of the benchmark: the same Express app shape, the same PostgreSQL, the same
- * handler (the ledger's write: upsert the account's balance, append an entry) behind different
- * ways of deduplicating. Each runs in its own child process (bench/server.ts).
- *
- * Unordered events carry their account in the body (`{"account": "a17", "amount": 1}`), so the
- * write spreads over 1000 account rows instead of serialising on one; ordered events use the
- * ordering key as the account, exactly as the ledger example does.
+ * handler (the ledger's write) behind different ways of deduplicating, each in its own child
+ * process (bench/server.ts). Unordered events carry their account in the body, so that the
+ * writes spread over 1000 accounts; ordered events use the ordering key, as the ledger does.
  */
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -27,24 +24,20 @@ export interface ContenderConfig {
   contender: string;
   postgresUrl: string;
   redisUrl: string;
-  /** Schema prefix owned by this benchmark invocation (dropped at the end). */
   schemaBase: string;
   poolSize: number;
 }
 
 export interface Stats {
-  /** Ledger entries written for the measured ids. */
+  /** Ledger entries written for the measured ids, the distinct events among them, the extra entries. */
   applied: number;
-  /** Distinct events among them. */
   distinct: number;
-  /** Events applied more than once (extra entries). */
   doubleApplied: number;
   /** Entries of an ordered key whose seq is not the previous entry's seq + 1. */
   outOfOrder: number;
-  /** Inbox only: events still held, dead-lettered. */
+  /** Inbox only: events still held, dead-lettered, and the drain latencies (ms) of the held ones. */
   held: number;
   dead: number;
-  /** Inbox only: drain latencies of the held events applied by a drain, ms. */
   drainMs: number[];
 }
 
@@ -58,13 +51,10 @@ export interface RunningContender {
 interface ContenderSpec {
   /** One line for BENCHMARKS.md. */
   description: string;
-  needsRedis?: boolean;
-  /** Which adapter/framework serves it. */
-  framework?: 'express' | 'koa' | 'fastify';
   start(config: ContenderConfig): Promise<RunningContender>;
 }
 
-/** The ledger's write for one event, with the account taken from the body for unordered events. */
+/** The ledger's write, the account taken from the body for unordered events. */
 function ledgerHandler(ledger: Ledger) {
   return (event: InboxEvent<{ amount: number; account?: string }>, context: HandlerContext) =>
     ledger.handle({ ...event, key: event.key ?? event.body?.account ?? 'none' }, context);
@@ -98,6 +88,8 @@ async function closeServer(server: Server): Promise<void> {
   await new Promise<void>((resolve) => server.close(() => resolve()));
 }
 
+const NONE = { applied: 0, distinct: 0, doubleApplied: 0, outOfOrder: 0, held: 0, dead: 0, drainMs: [] };
+
 /** Reads the ledger back for the ids of one measurement (they all start with `prefix`). */
 async function ledgerStats(db: Kysely<any>, schema: string, prefix: string): Promise<Stats> {
   const like = `${prefix}%`;
@@ -109,15 +101,14 @@ async function ledgerStats(db: Kysely<any>, schema: string, prefix: string): Pro
       select seq, lag(seq) over (partition by key order by n) as prev
         from ${sql.table(`${schema}.entries`)} where event_id like ${like} and seq is not null) x
      where (prev is null and seq <> 1) or (prev is not null and seq <> prev + 1)`.execute(db);
-  const { applied, distinct } = counts.rows[0];
+  const applied = Number(counts.rows[0].applied);
+  const distinct = Number(counts.rows[0].distinct);
   return {
-    applied: Number(applied),
-    distinct: Number(distinct),
-    doubleApplied: Number(applied) - Number(distinct),
+    ...NONE,
+    applied,
+    distinct,
+    doubleApplied: applied - distinct,
     outOfOrder: Number(order.rows[0].bad),
-    held: 0,
-    dead: 0,
-    drainMs: [],
   };
 }
 
@@ -130,7 +121,13 @@ async function analyzeSchema(db: Kysely<any>, schema: string): Promise<void> {
 async function plainContender(
   config: ContenderConfig,
   name: string,
-  mount: (app: express.Express, db: Database, ledger: Ledger, schema: string) => Promise<() => Promise<void>>,
+  /** Its routes on `app`; resolves to what closing it takes beyond the server and the pool. */
+  mount: (
+    app: express.Express,
+    db: Database,
+    ledger: Ledger,
+    schema: string,
+  ) => Promise<(() => Promise<void>) | void>,
   embedded = false,
 ): Promise<RunningContender> {
   const schema = `${config.schemaBase}_${name}`;
@@ -147,7 +144,7 @@ async function plainContender(
     analyze: () => analyzeSchema(db.kysely, schema),
     async close() {
       await closeServer(server);
-      await cleanup();
+      await cleanup?.();
       await db.destroy();
     },
   };
@@ -168,6 +165,25 @@ function applyInTransaction(db: Database, ledger: Ledger, event: InboxEvent<any>
   return db.kysely.transaction().execute((tx) => handle(event, contextFor(tx, event)));
 }
 
+/** Answers what `apply` resolves to, or 500 if it throws. */
+async function answer(res: express.Response, apply: () => Promise<unknown>): Promise<void> {
+  try {
+    res.json(await apply());
+  } catch {
+    res.status(500).json({ error: 'failed' });
+  }
+}
+
+/** The ledger write in a plain transaction, nothing else (`bare`, `bare-pglite`). */
+function bareContender(config: ContenderConfig, name: string, embedded = false): Promise<RunningContender> {
+  const mount = async (app: express.Express, db: Database, ledger: Ledger) => {
+    app.post('/webhooks', express.json(), (req, res) =>
+      answer(res, () => applyInTransaction(db, ledger, eventOf(req))),
+    );
+  };
+  return plainContender(config, name, mount, embedded);
+}
+
 /** The inbox on the ledger, with the schemas of this benchmark. */
 async function inboxContender(
   config: ContenderConfig,
@@ -175,7 +191,8 @@ async function inboxContender(
   options: {
     embedded?: boolean;
     inbox?: Partial<InboxOptions>;
-    serve?: (inbox: Inbox, ledger: Ledger) => Promise<{ port: number; close(): Promise<void> }>;
+    /** Its HTTP server (by default the Express adapter's). */
+    serve?: (inbox: Inbox, ledger: Ledger) => Promise<Server>;
   },
 ): Promise<RunningContender> {
   const schema = `${config.schemaBase}_${name}`;
@@ -190,17 +207,12 @@ async function inboxContender(
   const kysely = await inbox.kysely();
   await ledger.setup(kysely);
   const serve =
-    options.serve ??
-    (async (core: Inbox) => {
-      const app = express();
-      app.use('/webhooks', expressInbox(core));
-      const server = createServer(app);
-      return { port: await listen(server), close: () => closeServer(server) };
-    });
-  const served = await serve(inbox, ledger);
+    options.serve ?? (async (core: Inbox) => createServer(express().use('/webhooks', expressInbox(core))));
+  const server = await serve(inbox, ledger);
+  const port = await listen(server);
   const events = sql.table(`${schema}_inbox.events`);
   return {
-    port: served.port,
+    port,
     async stats(prefix) {
       await inbox.idle();
       const stats = await ledgerStats(kysely, `${schema}_ledger`, prefix);
@@ -211,9 +223,8 @@ async function inboxContender(
         if (row.status === 'held') stats.held = Number(row.n);
         if (row.status === 'dead') stats.dead = Number(row.n);
       }
-      // Drain latency: from the gap-filling event's transaction to the held event's transaction
-      // (both `processed_at = now()`, the transaction's start), for every event that arrived
-      // before its predecessor was applied, so was held and then drained.
+      // Drain latency: from the gap-filling event's transaction start to the held event's, for
+      // every event that arrived before its predecessor was applied.
       const drains = await sql<{ ms: number }>`
         select extract(epoch from (e.processed_at - p.processed_at)) * 1000 as ms
           from ${events} e join ${events} p
@@ -229,7 +240,7 @@ async function inboxContender(
       await sql`analyze ${sql.table(`${schema}_inbox.keys`)}`.execute(kysely);
     },
     async close() {
-      await served.close();
+      await closeServer(server);
       await inbox.close();
     },
   };
@@ -240,39 +251,16 @@ export const CONTENDERS: Record<string, ContenderSpec> = {
     description: 'a hello-world POST handler: reads the JSON body, answers 200; no database',
     async start() {
       const app = express();
-      app.post('/webhooks', express.json(), (_req, res) => {
-        res.json({ ok: true });
-      });
+      app.post('/webhooks', express.json(), (_req, res) => void res.json({ ok: true }));
       const server = createServer(app);
       const port = await listen(server);
-      const none: Stats = {
-        applied: 0,
-        distinct: 0,
-        doubleApplied: 0,
-        outOfOrder: 0,
-        held: 0,
-        dead: 0,
-        drainMs: [],
-      };
-      return { port, stats: async () => none, analyze: async () => {}, close: () => closeServer(server) };
+      return { port, stats: async () => NONE, analyze: async () => {}, close: () => closeServer(server) };
     },
   },
-
   bare: {
     description: 'the ledger write in a plain transaction, no deduplication (the ceiling)',
-    start: (config) =>
-      plainContender(config, 'bare', async (app, db, ledger) => {
-        app.post('/webhooks', express.json(), async (req, res) => {
-          try {
-            res.json(await applyInTransaction(db, ledger, eventOf(req)));
-          } catch {
-            res.status(500).json({ error: 'failed' });
-          }
-        });
-        return async () => {};
-      }),
+    start: (config) => bareContender(config, 'bare'),
   },
-
   handmade: {
     description:
       'the smallest correct inbox by hand: in one transaction, INSERT the id into a `processed` table (ON CONFLICT DO NOTHING; nothing inserted = a duplicate, rolled back, 200), the ledger write, COMMIT; no stored result, no ordering, no body check',
@@ -284,11 +272,10 @@ export const CONTENDERS: Record<string, ContenderSpec> = {
         const processed = `${schema}.processed`;
         const handle = ledgerHandler(ledger);
         const duplicate = Symbol('duplicate');
-        app.post('/webhooks', express.json(), async (req, res) => {
-          const event = eventOf(req);
-          try {
-            // The dedup row first: a concurrent delivery of the id waits on it (the unique
-            // index), then finds it and answers duplicate. One statement more than bare.
+        app.post('/webhooks', express.json(), (req, res) =>
+          answer(res, async () => {
+            const event = eventOf(req);
+            // The dedup row first: a concurrent delivery of the id waits on its unique index.
             const result = await db.kysely.transaction().execute(async (tx) => {
               const claimed = await tx
                 .insertInto(processed)
@@ -299,35 +286,15 @@ export const CONTENDERS: Record<string, ContenderSpec> = {
               if (!claimed) return duplicate;
               return handle(event, contextFor(tx, event));
             });
-            res.json(result === duplicate ? { status: 'duplicate' } : result);
-          } catch {
-            res.status(500).json({ error: 'failed' });
-          }
-        });
-        return async () => {};
+            return result === duplicate ? { status: 'duplicate' } : result;
+          }),
+        );
       }),
   },
-
   'bare-pglite': {
     description: 'the ledger write in a plain transaction on embedded PGlite (the ceiling for inbox-pglite)',
-    start: (config) =>
-      plainContender(
-        config,
-        'barepgl',
-        async (app, db, ledger) => {
-          app.post('/webhooks', express.json(), async (req, res) => {
-            try {
-              res.json(await applyInTransaction(db, ledger, eventOf(req)));
-            } catch {
-              res.status(500).json({ error: 'failed' });
-            }
-          });
-          return async () => {};
-        },
-        true,
-      ),
+    start: (config) => bareContender(config, 'barepgl', true),
   },
-
   naive: {
     description:
       'SELECT the id in a `processed` table; if absent, the ledger write and `INSERT … ON CONFLICT DO NOTHING` of the id in one transaction',
@@ -338,9 +305,9 @@ export const CONTENDERS: Record<string, ContenderSpec> = {
         );
         const processed = `${schema}.processed`;
         const handle = ledgerHandler(ledger);
-        app.post('/webhooks', express.json(), async (req, res) => {
-          const event = eventOf(req);
-          try {
+        app.post('/webhooks', express.json(), (req, res) =>
+          answer(res, async () => {
+            const event = eventOf(req);
             // The check and the insert are two statements: two concurrent deliveries of one id
             // both see "not processed" and both apply. This is the race.
             const seen = await db.kysely
@@ -348,11 +315,8 @@ export const CONTENDERS: Record<string, ContenderSpec> = {
               .select('result')
               .where('id', '=', event.id)
               .executeTakeFirst();
-            if (seen) {
-              res.json(seen.result);
-              return;
-            }
-            const result = await db.kysely.transaction().execute(async (tx) => {
+            if (seen) return seen.result;
+            return db.kysely.transaction().execute(async (tx) => {
               const r = await handle(event, contextFor(tx, event));
               await tx
                 .insertInto(processed)
@@ -361,19 +325,13 @@ export const CONTENDERS: Record<string, ContenderSpec> = {
                 .execute();
               return r;
             });
-            res.json(result);
-          } catch {
-            res.status(500).json({ error: 'failed' });
-          }
-        });
-        return async () => {};
+          }),
+        );
       }),
   },
-
   'node-idempotency': {
     description:
       '@node-idempotency/core 1.0 with its Redis storage (SET NX lock, then the cached response), in the Express wrapper its README describes',
-    needsRedis: true,
     start: (config) =>
       plainContender(config, 'nodeidem', async (app, db, ledger) => {
         const { Idempotency } = await import('@node-idempotency/core');
@@ -416,18 +374,15 @@ export const CONTENDERS: Record<string, ContenderSpec> = {
         return () => storage.disconnect();
       }),
   },
-
   'express-idempotency': {
     description:
       'express-idempotency 1.0 with express-idempotency-redis-adapter (find by key, then create: two round trips)',
-    needsRedis: true,
     start: (config) =>
       plainContender(config, 'expidem', async (app, db, ledger) => {
         const { idempotency, getSharedIdempotencyService } = await import('express-idempotency');
         const module: any = await import('express-idempotency-redis-adapter');
         const RedisAdapter = module.default?.default ?? module.default;
-        // The library reports its own failures with console.log (e.g. an update racing the
-        // shutdown at the end of a measurement); keep the bench output readable.
+        // The library reports its own failures with console.log: keep the bench output readable.
         console.log = () => {};
         const adapter = new RedisAdapter({ connectionConfig: { url: config.redisUrl }, ttl: 600 });
         await adapter.connect();
@@ -450,62 +405,46 @@ export const CONTENDERS: Record<string, ContenderSpec> = {
         return () => adapter.disconnect?.() ?? Promise.resolve();
       }),
   },
-
   inbox: {
     description:
       'webhook-inbox as shipped (defaults: no Redis; duplicates this instance processed answered from its in-process cache), Express adapter, real PostgreSQL',
     start: (config) => inboxContender(config, 'inbox', {}),
   },
-
   'inbox-deferred': {
     description:
       'webhook-inbox in deferred mode, the acknowledging side alone (workers and sweeper off): claims that wait for a connection go to PostgreSQL as one statement and one commit',
     start: (config) =>
       inboxContender(config, 'inboxdef', { inbox: { mode: 'deferred', workers: 0, sweepIntervalMs: 0 } }),
   },
-
   'inbox-redis': {
     description:
       'webhook-inbox with the Redis fast path, the in-process cache off (`duplicateCacheSize: 0`): while most deliveries are duplicates, each is one Redis GET, as when it lands on another instance; while they are rare, Redis is not asked',
-    needsRedis: true,
     start: (config) =>
       inboxContender(config, 'inboxrds', {
         inbox: { redis: config.redisUrl, redisPrefix: `${config.schemaBase}:`, duplicateCacheSize: 0 },
       }),
   },
-
   'inbox-pg': {
     description:
       'webhook-inbox without Redis and with the in-process cache off (`duplicateCacheSize: 0`): every duplicate goes to PostgreSQL',
     start: (config) => inboxContender(config, 'inboxpg', { inbox: { duplicateCacheSize: 0 } }),
   },
-
   'inbox-koa': {
     description: 'webhook-inbox, Koa adapter (the ledger example on Koa), real PostgreSQL',
-    framework: 'koa',
     start: (config) =>
       inboxContender(config, 'inboxkoa', {
-        serve: async (core, ledger) => {
-          const { koaServer } = await import('../examples/ledger/app-koa.js');
-          const server = await koaServer(core, ledger);
-          return { port: await listen(server), close: () => closeServer(server) };
-        },
+        serve: async (core, ledger) =>
+          (await import('../examples/ledger/app-koa.js')).koaServer(core, ledger),
       }),
   },
-
   'inbox-fastify': {
     description: 'webhook-inbox, Fastify plugin (the ledger example on Fastify), real PostgreSQL',
-    framework: 'fastify',
     start: (config) =>
       inboxContender(config, 'inboxfst', {
-        serve: async (core, ledger) => {
-          const { fastifyServer } = await import('../examples/ledger/app-fastify.js');
-          const server = await fastifyServer(core, ledger);
-          return { port: await listen(server), close: () => closeServer(server) };
-        },
+        serve: async (core, ledger) =>
+          (await import('../examples/ledger/app-fastify.js')).fastifyServer(core, ledger),
       }),
   },
-
   'inbox-pglite': {
     description: 'webhook-inbox, Express adapter, embedded PGlite (in memory, one session)',
     start: (config) => inboxContender(config, 'inboxpgl', { embedded: true }),

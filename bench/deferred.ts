@@ -1,35 +1,20 @@
 /**
- * Deferred mode, measured against real PostgreSQL. Two scenarios (SCENARIO):
- *
- * `slow` (the default; issue 41): the ledger example as a user runs it in deferred mode
- * (default pool and workers; its own process, bench/ledger-process.ts) with a slow handler
- * (HANDLER_DELAY_MS, 300). Every ROUND_MS (1000) for ROUNDS (20), IN_FLIGHT (40) deliveries
- * go at once, while the workers are busy with the rounds before. It reports the
- * acknowledgement latency, p50/p99, of each class of delivery, mixed in every round:
- *   - `new`: a new unordered event (202 pending);
- *   - `duplicate`: a redelivery of an event a worker is applying at that moment (202 pending,
- *     or 200 with the stored result once applied);
- *   - `ordered`: the next seqs of KEYS (8) ordered keys (202 pending or held), several seqs of
- *     a key at once (40%);
- * beside the workers' throughput (INLINE_EVENTS new unordered events IN_FLIGHT at a time, the
- * first acknowledgement to the last event applied) against inline mode's (the same app,
- * handler and load: there an acknowledgement is the application). At the end it checks what a user would: every event applied exactly
- * once, each key's events in seq order.
- *
- * `fast`: acknowledgement throughput of inline and deferred mode with a trivial handler
- * (EVENTS unique unordered events, CONCURRENCY connections), and the pickup latency (a pending
- * event's claim to its handler starting) at light load and during that run.
+ * Deferred mode against real PostgreSQL, two scenarios (SCENARIO):
+ * - `slow` (the default): the ledger example in deferred mode, in a process of its own, with a
+ *   slow handler. Every ROUND_MS, IN_FLIGHT deliveries at once while the workers are busy: the
+ *   acknowledgement latency of new events, of redeliveries of events being applied and of
+ *   ordered ones; the workers' throughput against inline mode's; exactly once, in seq order.
+ * - `fast`: acknowledgements per second of inline and deferred mode with a trivial handler, and
+ *   the pickup latency (a pending event's claim to its handler) at light load and under load.
  *
  *   DATABASE_URL=postgres://postgres@127.0.0.1:5432/test npx tsx bench/deferred.ts
  *   SCENARIO=fast npx tsx bench/deferred.ts
  *
  * Environment, slow: HANDLER_DELAY_MS (300), IN_FLIGHT (40), ROUNDS (20), ROUND_MS (1000),
- * KEYS (8), INLINE_EVENTS (240), POOL_SIZE, ACK_POOL_SIZE and WORKERS (the
- * inbox's defaults when unset). Fast: EVENTS (4000), CONCURRENCY (32), POOL_SIZE (20), WORKERS (8),
- * LIGHT_EVENTS (300), WORKER_BATCH_SIZE (the inbox's default; 1 applies one event per
- * transaction). Results go to stdout and, for `slow`, bench/results/deferred-acks.json.
+ * KEYS (8), INLINE_EVENTS (240), POOL_SIZE, ACK_POOL_SIZE, WORKERS (the inbox's defaults).
+ * Fast: EVENTS (4000), CONCURRENCY (32), POOL_SIZE (20), WORKERS (8), LIGHT_EVENTS (300),
+ * WORKER_BATCH_SIZE. `slow` also writes bench/results/deferred-acks.json.
  */
-import { fork } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { Agent } from 'node:http';
 import { dirname, join } from 'node:path';
@@ -39,7 +24,10 @@ import pg from 'pg';
 import { type LedgerServer, startLedger } from '../examples/ledger/start.js';
 import type { Handler } from '../src/index.js';
 import { seededRandom } from '../src/testing/random.js';
-import { postDelivery } from './post.js';
+import { dropSchemas } from './cleanup.js';
+import { percentile, postDelivery } from './post.js';
+import { forkReady } from './server-process.js';
+import { shuffle } from './workloads.js';
 
 const url = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 const int = (name: string, fallback: number) => Number(process.env[name] ?? fallback);
@@ -54,132 +42,81 @@ const agent = new Agent({ keepAlive: true, maxSockets: 256 });
 const post = (target: string, id: string, body: string, headers: Record<string, string> = {}) =>
   postDelivery(agent, target, id, body, headers);
 
-function percentile(sorted: number[], p: number): number {
-  if (sorted.length === 0) return Number.NaN;
-  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))];
-}
-
 const round1 = (n: number) => Math.round(n * 10) / 10;
 
-async function start(
+/** Posts `ids` to `target`, `concurrency` at a time; acknowledgements per second, and the statuses. */
+async function fire(
+  target: string,
+  ids: string[],
+  concurrency: number,
+  answered?: (id: string, status: number) => void,
+): Promise<{ perSecond: number; statuses: Map<number, number> }> {
+  const statuses = new Map<number, number>();
+  let next = 0;
+  const began = performance.now();
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (next < ids.length) {
+        const id = ids[next++];
+        const status = await post(target, id, '{"amount":1}');
+        statuses.set(status, (statuses.get(status) ?? 0) + 1);
+        answered?.(id, status);
+      }
+    }),
+  );
+  return { perSecond: ids.length / ((performance.now() - began) / 1000), statuses };
+}
+
+/** The ledger in this process (`fast`). */
+function start(
   mode: 'inline' | 'deferred',
-  options: {
-    wrapHandler?: (handle: Handler) => Handler;
-    handlerDelayMs?: number;
-    poolSize?: number;
-    ackPoolSize?: number;
-    workers?: number;
-    workerBatchSize?: number;
-  },
+  inbox: object,
+  wrapHandler?: (h: Handler) => Handler,
 ): Promise<LedgerServer> {
   const schema = `${run}_${mode}`;
   schemas.push(schema, `${schema}_ledger`);
   return startLedger({
     ledgerSchema: `${schema}_ledger`,
-    wrapHandler: options.wrapHandler,
-    handlerDelayMs: options.handlerDelayMs,
+    wrapHandler,
     ingest: false,
-    inbox: {
-      db: url,
-      schema,
-      mode,
-      poolSize: options.poolSize,
-      ackPoolSize: mode === 'deferred' ? options.ackPoolSize : undefined,
-      workers: options.workers,
-      workerBatchSize: options.workerBatchSize,
-    },
+    inbox: { db: url, schema, mode, ...inbox },
   });
 }
 
-async function appliedCount(app: LedgerServer, key = 'none'): Promise<number> {
-  const { rows } = await sql<{ n: number }>`
-    select count(*)::int as n from ${sql.table(`${app.ledger.schema}.entries`)} where key = ${key}`.execute(
-    await app.inbox.kysely(),
-  );
+/** The ledger in a child process (`slow`), and the events in a handler there now. */
+async function startChild(mode: 'inline' | 'deferred', handlerDelayMs: number, inbox: object) {
+  const schema = `${run}_${mode}`;
+  schemas.push(schema, `${schema}_ledger`);
+  const ledger = { ledgerSchema: `${schema}_ledger`, ingest: false, handlerDelayMs };
+  const child = await forkReady([
+    JSON.stringify({ ...ledger, inbox: { db: url, schema, mode, logger: false, ...inbox } }),
+  ]);
+  const applying = new Set<string>();
+  child.child.on('message', (m: any) => {
+    if (m.type === 'applying') applying.add(m.id);
+    else if (m.type === 'applied') applying.delete(m.id);
+  });
+  return { ...child, applying };
+}
+
+async function countEntries(db: pg.Pool, mode: string): Promise<number> {
+  const { rows } = await db.query(`select count(*)::int as n from "${run}_${mode}_ledger".entries`);
   return Number(rows[0]?.n ?? 0);
 }
 
-/**
- * Resolves once the workers applied `target` entries in all. `inbox.idle()` is told by the
- * lanes themselves (no polling), and a count confirms; the table is read again only if the
- * lanes went idle short of it (a held event waiting for the sweeper, a retry's backoff).
- */
-async function appliedAll(app: LedgerServer, target: number): Promise<void> {
+/** Resolves once `count()` reaches `n`, counted each time the workers say they are idle. */
+async function appliedAll(n: number, idle: () => Promise<unknown>, count: () => Promise<number>) {
   for (;;) {
-    await app.inbox.idle();
-    const { rows } = await sql<{ n: number }>`
-      select count(*)::int as n from ${sql.table(`${app.ledger.schema}.entries`)}`.execute(
-      await app.inbox.kysely(),
-    );
-    if (Number(rows[0]?.n ?? 0) >= target) return;
+    await idle();
+    if ((await count()) >= n) return;
     await new Promise((r) => setTimeout(r, 100));
   }
 }
 
-type AckClass = 'new' | 'duplicate' | 'ordered';
+const CLASSES = ['new', 'duplicate', 'ordered'] as const;
+type AckClass = (typeof CLASSES)[number];
 
-/** The ledger in a child process (bench/ledger-process.ts), and what its handlers are doing. */
-interface ChildLedger {
-  readonly url: string;
-  readonly options: { poolSize: number; ackPoolSize: number; workers: number };
-  /** Events in a handler now. */
-  readonly applying: Set<string>;
-  call(cmd: 'idle' | 'close'): Promise<void>;
-}
-
-async function startChild(mode: 'inline' | 'deferred', options: object): Promise<ChildLedger> {
-  const schema = `${run}_${mode}`;
-  schemas.push(schema, `${schema}_ledger`);
-  const child = fork(
-    join(here, 'ledger-process.ts'),
-    [
-      JSON.stringify({
-        ledgerSchema: `${schema}_ledger`,
-        ingest: false,
-        ...options,
-        inbox: { db: url, schema, mode, logger: false, ...(options as { inbox?: object }).inbox },
-      }),
-    ],
-    { execArgv: ['--import', 'tsx'], stdio: 'inherit' },
-  );
-  const applying = new Set<string>();
-  const waiting = new Map<number, () => void>();
-  let nextId = 0;
-  return new Promise((resolve, reject) => {
-    child.once('exit', (code) => reject(new Error(`ledger process exited (${code})`)));
-    child.on('message', (m: any) => {
-      if (m.type === 'applying') applying.add(m.id);
-      else if (m.type === 'applied') applying.delete(m.id);
-      else if (m.type === 'done') {
-        waiting.get(m.id)?.();
-        waiting.delete(m.id);
-      } else if (m.type === 'ready') {
-        child.removeAllListeners('exit');
-        resolve({
-          url: m.url,
-          options: m.options,
-          applying,
-          call: (cmd) =>
-            new Promise<void>((done) => {
-              const id = nextId++;
-              waiting.set(id, done);
-              child.send({ id, cmd });
-            }),
-        });
-      }
-    });
-  });
-}
-
-async function countEntries(db: pg.Pool, mode: string, key?: string): Promise<number> {
-  const { rows } = await db.query(
-    `select count(*)::int as n from "${run}_${mode}_ledger".entries${key ? ' where key = $1' : ''}`,
-    key ? [key] : [],
-  );
-  return Number(rows[0]?.n ?? 0);
-}
-
-/** Issue 41's scenario: a slow handler, deliveries of every class in flight at once. */
+/** A slow handler, deliveries of every class in flight at once. */
 async function slow(): Promise<void> {
   const DELAY = int('HANDLER_DELAY_MS', 300);
   const IN_FLIGHT = int('IN_FLIGHT', 40);
@@ -187,57 +124,32 @@ async function slow(): Promise<void> {
   const ROUND_MS = int('ROUND_MS', 1000);
   const KEYS = int('KEYS', 8);
   const INLINE_EVENTS = int('INLINE_EVENTS', 240);
-  const inbox = {
-    poolSize: optionalInt('POOL_SIZE'),
-    ackPoolSize: optionalInt('ACK_POOL_SIZE'),
-    workers: optionalInt('WORKERS'),
-  };
+  const [poolSize, ackPoolSize, workers] = ['POOL_SIZE', 'ACK_POOL_SIZE', 'WORKERS'].map(optionalInt);
+  const inbox = { poolSize, ackPoolSize, workers };
   const db = new pg.Pool({ connectionString: url, max: 2 });
 
   // Inline: an acknowledgement is the application; its rate is the throughput to match.
-  const inline = await startChild('inline', {
-    handlerDelayMs: DELAY,
-    inbox: { poolSize: inbox.poolSize },
-  });
-  const inlineTarget = `${inline.url}/webhooks`;
-  let next = 0;
+  const inline = await startChild('inline', DELAY, { poolSize });
   const inlineIds = Array.from({ length: INLINE_EVENTS }, (_, i) => `${run}-inline-${i}`);
-  const inlineBegan = performance.now();
-  await Promise.all(
-    Array.from({ length: IN_FLIGHT }, async () => {
-      while (next < inlineIds.length) await post(inlineTarget, inlineIds[next++], '{"amount":1}');
-    }),
-  );
-  const inlinePerSecond = INLINE_EVENTS / ((performance.now() - inlineBegan) / 1000);
+  const inlinePerSecond = (await fire(`${inline.ready.url}/webhooks`, inlineIds, IN_FLIGHT)).perSecond;
   const inlineApplied = await countEntries(db, 'inline');
-  await inline.call('close');
+  await inline.close();
 
-  // Deferred: which events a worker is applying now (a duplicate of one is the second class).
-  const app = await startChild('deferred', { handlerDelayMs: DELAY, inbox });
+  const app = await startChild('deferred', DELAY, inbox);
   const { applying } = app;
-  const target = `${app.url}/webhooks`;
-  // Warm-up: connections and prepared statements, then nothing left to apply.
+  const target = `${app.ready.url}/webhooks`;
   await Promise.all(Array.from({ length: 10 }, (_, i) => post(target, `${run}-warm-${i}`, '{"amount":1}')));
-  const appliedAll = async (n: number) => {
-    for (;;) {
-      await app.call('idle');
-      if ((await countEntries(db, 'deferred')) >= n) return;
-      await new Promise((r) => setTimeout(r, 100));
-    }
-  };
-  await appliedAll(10);
+  const [idle, count] = [() => app.call('idle'), () => countEntries(db, 'deferred')];
+  const applied = (n: number) => appliedAll(n, idle, count);
+  await applied(10);
 
-  // Rounds: IN_FLIGHT deliveries of every class at once (the issue's table: new events,
-  // redeliveries of events the workers are applying, several seqs of each key), one round every
-  // ROUND_MS, about what the workers apply meanwhile, so that they stay busy throughout.
+  // Rounds of every class, about what the workers apply meanwhile: they stay busy throughout.
   const perRound = { new: Math.round(IN_FLIGHT * 0.4), duplicate: Math.round(IN_FLIGHT * 0.2) };
   const orderedPerRound = IN_FLIGHT - perRound.new - perRound.duplicate;
-  const latencies: Record<AckClass, number[]> = { new: [], duplicate: [], ordered: [] };
-  const statuses: Record<AckClass, Map<number, number>> = {
-    new: new Map(),
-    duplicate: new Map(),
-    ordered: new Map(),
-  };
+  const perClass = <T>(make: (kind: AckClass) => T) =>
+    Object.fromEntries(CLASSES.map((kind) => [kind, make(kind)])) as Record<AckClass, T>;
+  const latencies = perClass((): number[] => []);
+  const statuses = perClass(() => new Map<number, number>());
   const seqs = new Array<number>(KEYS).fill(0);
   const accepted = new Set<string>();
   /** The headers each event was sent with: its redelivery carries the same. */
@@ -274,36 +186,21 @@ async function slow(): Promise<void> {
       const seq = ++seqs[k];
       sends.push(['ordered', `${run}-k${k}-${seq}`, { 'x-key': `${run}-k${k}`, 'x-seq': String(seq) }]);
     }
-    // The classes interleaved in the burst (a seeded shuffle; a key's seqs stay in order), so
-    // that none is measured at the burst's tail only.
-    for (let i = sends.length - 1; i > 0; i--) {
-      const j = Math.floor(random() * (i + 1));
-      [sends[i], sends[j]] = [sends[j] as (typeof sends)[number], sends[i] as (typeof sends)[number]];
-    }
-    const burst = sends.map(([kind, id, headers]) => send(kind, id, headers));
-    await Promise.all(burst);
+    // A seeded shuffle, so that no class is only the burst's tail.
+    shuffle(sends, random);
+    await Promise.all(sends.map(([kind, id, headers]) => send(kind, id, headers)));
     const rest = ROUND_MS - (performance.now() - roundBegan);
     if (rest > 0) await new Promise((r) => setTimeout(r, rest));
   }
   const acked = performance.now();
-  await appliedAll(10 + accepted.size);
-  // Throughput: the inline run's events, IN_FLIGHT at a time, from the first acknowledgement to
-  // the last event applied.
+  await applied(10 + accepted.size);
+  // Throughput: as many events as the inline run's, from the first acknowledgement to the last applied.
   const backlog = Array.from({ length: INLINE_EVENTS }, (_, i) => `${run}-backlog-${i}`);
-  let nextBacklog = 0;
   const backlogBegan = performance.now();
-  await Promise.all(
-    Array.from({ length: IN_FLIGHT }, async () => {
-      while (nextBacklog < backlog.length) {
-        const id = backlog[nextBacklog++];
-        if ((await post(target, id, '{"amount":1}')) === 202) accepted.add(id);
-      }
-    }),
-  );
-  await appliedAll(10 + accepted.size);
+  await fire(target, backlog, IN_FLIGHT, (id, status) => status === 202 && accepted.add(id));
+  await applied(10 + accepted.size);
   const deferredPerSecond = INLINE_EVENTS / ((performance.now() - backlogBegan) / 1000);
 
-  // Exactly once, in order.
   const { rows } = await db.query<{ event_id: string; key: string; seq: string | null }>(
     `select event_id, key, seq from "${run}_deferred_ledger".entries order by n`,
   );
@@ -320,25 +217,22 @@ async function slow(): Promise<void> {
     if (seq <= (lastSeq.get(r.key) ?? 0)) outOfOrder++;
     lastSeq.set(r.key, seq);
   }
-  await app.call('close');
+  await app.close();
   await db.end();
 
-  const summary = (kind: AckClass) => {
-    const sorted = [...latencies[kind]].sort((a, b) => a - b);
-    return {
-      deliveries: sorted.length,
-      p50Ms: round1(percentile(sorted, 50)),
-      p99Ms: round1(percentile(sorted, 99)),
-      maxMs: round1(sorted.at(-1) ?? Number.NaN),
-      statuses: Object.fromEntries(statuses[kind]),
-    };
-  };
+  const summary = (kind: AckClass) => ({
+    deliveries: latencies[kind].length,
+    p50Ms: round1(percentile(latencies[kind], 50)),
+    p99Ms: round1(percentile(latencies[kind], 99)),
+    maxMs: round1(latencies[kind].length ? Math.max(...latencies[kind]) : Number.NaN),
+    statuses: Object.fromEntries(statuses[kind]),
+  });
   const result = {
     at: new Date().toISOString(),
     handlerDelayMs: DELAY,
     inFlight: IN_FLIGHT,
-    ...app.options,
-    acknowledgements: { new: summary('new'), duplicate: summary('duplicate'), ordered: summary('ordered') },
+    ...app.ready.options,
+    acknowledgements: perClass(summary),
     duplicatesOfEventsBeingApplied: duplicatesOfApplying,
     ackSeconds: round1((acked - began) / 1000),
     throughput: {
@@ -359,7 +253,7 @@ async function slow(): Promise<void> {
   console.log(
     `bench/deferred.ts slow — handler ${DELAY} ms, ${IN_FLIGHT} in flight, pool ${result.poolSize} + ${result.ackPoolSize} for acknowledgements, ${result.workers} workers`,
   );
-  for (const kind of ['new', 'duplicate', 'ordered'] as const) {
+  for (const kind of CLASSES) {
     const s = result.acknowledgements[kind];
     console.log(
       `  ack ${kind.padEnd(9)} ${String(s.deliveries).padStart(4)}: p50 ${s.p50Ms} ms, p99 ${s.p99Ms} ms, max ${s.maxMs} ms ${JSON.stringify(s.statuses)}`,
@@ -371,28 +265,6 @@ async function slow(): Promise<void> {
   console.log(`  checks: ${JSON.stringify(result.checks)}`);
   mkdirSync(join(here, 'results'), { recursive: true });
   writeFileSync(join(here, 'results', 'deferred-acks.json'), `${JSON.stringify(result, null, 2)}\n`);
-}
-
-/** Fires `ids` at the app, CONCURRENCY at a time; returns acknowledgements per second. */
-async function fire(
-  app: LedgerServer,
-  ids: string[],
-  concurrency: number,
-): Promise<{ perSecond: number; statuses: Map<number, number> }> {
-  const target = `${app.url}/webhooks`;
-  const statuses = new Map<number, number>();
-  let next = 0;
-  const began = performance.now();
-  await Promise.all(
-    Array.from({ length: concurrency }, async () => {
-      while (next < ids.length) {
-        const i = next++;
-        const status = await post(target, ids[i], JSON.stringify({ amount: 1 }));
-        statuses.set(status, (statuses.get(status) ?? 0) + 1);
-      }
-    }),
-  );
-  return { perSecond: ids.length / ((performance.now() - began) / 1000), statuses };
 }
 
 /** Acknowledgement throughput and pickup latency with a trivial handler. */
@@ -414,36 +286,34 @@ async function fast(): Promise<void> {
       return handle(event, ctx);
     };
 
-  // Inline: acknowledgement = application.
   const inline = await start('inline', { poolSize: POOL_SIZE, workers: 0 });
-  await fire(inline, ids('warm-inline', 300), CONCURRENCY);
-  const inlineRun = await fire(inline, ids('inline', EVENTS), CONCURRENCY);
+  await fire(`${inline.url}/webhooks`, ids('warm-inline', 300), CONCURRENCY);
+  const inlineRun = await fire(`${inline.url}/webhooks`, ids('inline', EVENTS), CONCURRENCY);
   await inline.close();
 
-  // Deferred.
-  const deferred = await start('deferred', {
-    wrapHandler,
-    poolSize: POOL_SIZE,
-    workers: WORKERS,
-    workerBatchSize: WORKER_BATCH_SIZE,
-  });
-  await fire(deferred, ids('warm-deferred', 300), CONCURRENCY);
+  const inbox = { poolSize: POOL_SIZE, workers: WORKERS, workerBatchSize: WORKER_BATCH_SIZE };
+  const deferred = await start('deferred', inbox, wrapHandler);
+  const target = `${deferred.url}/webhooks`;
+  const entries = sql.table(`${deferred.ledger.schema}.entries`);
+  const count = sql<{ n: number }>`select count(*)::int as n from ${entries}`;
+  const applied = async () => Number((await count.execute(await deferred.inbox.kysely())).rows[0]?.n ?? 0);
+  await fire(target, ids('warm-deferred', 300), CONCURRENCY);
   await deferred.inbox.idle();
-  // Light load: one delivery at a time, waiting for its application before the next.
+  // Light load: one delivery at a time, each applied before the next.
   pickups.length = 0;
   for (const id of ids('light', LIGHT_EVENTS)) {
-    await post(`${deferred.url}/webhooks`, id, JSON.stringify({ amount: 1 }));
+    await post(target, id, '{"amount":1}');
     await deferred.inbox.idle();
   }
-  const light = [...pickups].sort((a, b) => a - b);
-  // Saturation: the throughput run.
+  const light = [...pickups];
+  // Under load: the throughput run, until the workers applied it all (idle, then counted).
   pickups.length = 0;
-  const before = await appliedCount(deferred);
+  const before = await applied();
   const drainBegan = performance.now();
-  const deferredRun = await fire(deferred, ids('deferred', EVENTS), CONCURRENCY);
-  await appliedAll(deferred, before + EVENTS);
+  const deferredRun = await fire(target, ids('deferred', EVENTS), CONCURRENCY);
+  await appliedAll(before + EVENTS, () => deferred.inbox.idle(), applied);
   const drainedPerSecond = EVENTS / ((performance.now() - drainBegan) / 1000);
-  const loaded = [...pickups].sort((a, b) => a - b);
+  const loaded = [...pickups];
   await deferred.close();
 
   console.log(
@@ -455,7 +325,7 @@ async function fast(): Promise<void> {
   );
   console.log(`deferred applied (ack start → last applied): ${drainedPerSecond.toFixed(0)}/s`);
   console.log(
-    `pickup latency, light load (${light.length} events): p50 ${percentile(light, 50)} ms, p99 ${percentile(light, 99)} ms, max ${light.at(-1)} ms`,
+    `pickup latency, light load (${light.length} events): p50 ${percentile(light, 50)} ms, p99 ${percentile(light, 99)} ms, max ${Math.max(...light)} ms`,
   );
   console.log(
     `pickup latency, during the throughput run (${loaded.length} events, includes backlog): p50 ${percentile(loaded, 50)} ms, p99 ${percentile(loaded, 99)} ms`,
@@ -468,9 +338,5 @@ try {
   else throw new Error(`SCENARIO must be slow or fast; got ${JSON.stringify(SCENARIO)}`);
 } finally {
   agent.destroy();
-  const pool = new pg.Pool({ connectionString: url });
-  await pool
-    .query(`drop schema if exists ${schemas.map((s) => `"${s}"`).join(', ')} cascade`)
-    .catch(() => {});
-  await pool.end();
+  await dropSchemas(url, schemas).catch(() => {});
 }

@@ -1,10 +1,7 @@
 /**
- * The ledger example in a process of its own, for the benchmarks that load it over HTTP
- * (bench/deferred.ts, bench/ingest-load.ts): the server answers in its own event loop, as
- * `npm run example` does, not in the one that sends the load. Started with its options as JSON
- * (argv[2]); tells its parent `{ type: 'ready', url }`, then `{ type: 'applying', id }` and
- * `{ type: 'applied', id }` around every run of the ledger inbox's handler (`/webhooks`);
- * answers `{ cmd: 'idle' }` (the workers have nothing known to do) and `{ cmd: 'close' }`.
+ * The ledger example in a process of its own (forkReady in bench/server-process.ts), so that it
+ * answers in its own event loop as `npm run example` does. Options: argv[2] as JSON. It sends
+ * `ready` (url, options), `applying`/`applied` around every handler, and answers `idle`, `close`.
  */
 import { type LedgerServerOptions, startLedger } from '../examples/ledger/start.js';
 import type { Handler } from '../src/index.js';
@@ -25,15 +22,8 @@ const app = await startLedger({ ...options, wrapHandler });
 process.on('message', async (m: { id: number; cmd: string }) => {
   if (m.cmd === 'idle') await app.inbox.idle();
   if (m.cmd === 'close') await app.close();
-  send({ type: 'done', id: m.id });
+  send({ id: m.id, value: null });
   if (m.cmd === 'close') process.exit(0);
 });
-send({
-  type: 'ready',
-  url: app.url,
-  options: {
-    poolSize: app.inbox.options.poolSize,
-    ackPoolSize: app.inbox.options.ackPoolSize,
-    workers: app.inbox.options.workers,
-  },
-});
+const { poolSize, ackPoolSize, workers } = app.inbox.options;
+send({ type: 'ready', url: app.url, options: { poolSize, ackPoolSize, workers } });

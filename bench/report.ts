@@ -8,37 +8,30 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { cpus, totalmem } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { CONTENDERS } from './contenders.js';
+import { CONTENDERS, type Stats } from './contenders.js';
 import { WORKLOADS } from './workloads.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const root = join(here, '..');
 
-export interface Cell {
-  run: number;
-  workload: string;
-  contender: string;
+export interface Load {
   rps: number;
   p50: number;
   p99: number;
   total: number;
   non2xx: number;
   errors: number;
+}
+
+export interface Cell extends Load, Stats {
+  run: number;
+  workload: string;
+  contender: string;
   /** The server process's CPU (user + system) per request, in µs. */
   cpuUs: number;
   /** PostgreSQL's CPU (every backend) per request, in µs. */
   pgUs: number;
-  applied: number;
-  distinct: number;
-  doubleApplied: number;
-  outOfOrder: number;
-  held: number;
-  dead: number;
-  drainMs: number[];
-  /**
-   * One-minute load average just before the cell's server started, and at the cell's end:
-   * printed beside the figures, never a reason to leave a cell out (run.ts says why).
-   */
+  /** One-minute load average before the cell's server started and at its end: printed, never a filter. */
   loadBefore: number;
   loadAfter: number;
 }
@@ -62,29 +55,28 @@ export interface ReportOptions {
   postgresUrl: string;
   elapsedS: number;
   writeMarkdown: boolean;
-  /** App instances per cell (`--instances`), and the file under bench/results the run is written to. */
   instances: number;
   resultsFile: string;
-  /** One-minute load average when the run started and at its end (each cell keeps its own). */
   loadAtStart: number;
   loadAtEnd: number;
 }
 
-export function median(xs: number[]): number {
+function median(xs: number[]): number {
   if (xs.length === 0) return Number.NaN;
   const s = [...xs].sort((a, b) => a - b);
   const m = Math.floor(s.length / 2);
   return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
 }
 
-export function percentile(xs: number[], p: number): number {
+/** Nearest rank. */
+function percentile(xs: number[], p: number): number {
   if (xs.length === 0) return Number.NaN;
   const s = [...xs].sort((a, b) => a - b);
   return s[Math.min(s.length - 1, Math.max(0, Math.ceil((p / 100) * s.length) - 1))];
 }
 
 /** The reference each workload's ratio column is taken against (same run, same workload unless said). */
-const REFERENCE: Record<string, [workload: string, contender: string]> = {
+const REFERENCE: Record<string, CellOf> = {
   unique: ['unique', 'bare'],
   dup50: ['dup50', 'inbox'],
   replay: ['replay', 'hello'],
@@ -93,30 +85,18 @@ const REFERENCE: Record<string, [workload: string, contender: string]> = {
   shuffled: ['ordered', 'inbox'],
 };
 
-export interface Row {
-  workload: string;
-  contender: string;
-  rps: number;
-  p50: number;
-  p99: number;
+/** A workload and contender over runs: medians of the figures, sums of the counts. */
+export interface Row
+  extends Omit<Cell, 'run' | 'total' | 'applied' | 'distinct' | 'drainMs' | 'loadBefore' | 'loadAfter'> {
   ratio: number;
   ratioOf: string;
-  non2xx: number;
-  errors: number;
-  doubleApplied: number;
-  outOfOrder: number;
-  held: number;
-  dead: number;
   runs: number;
-  /** Median server CPU per request, µs. */
-  cpuUs: number;
-  /** Median PostgreSQL CPU per request, µs. */
-  pgUs: number;
 }
 
-/** Median over runs of (a / b), each pair taken from the same run. */
-function ratio(cells: Cell[], a: [string, string], b: [string, string] | [string, string][]): number {
-  const bs = (Array.isArray(b[0]) ? b : [b]) as [string, string][];
+type CellOf = [workload: string, contender: string];
+
+/** Median over runs of (a / b, the fastest of b), each pair taken from the same run. */
+function ratio(cells: Cell[], a: CellOf, bs: CellOf[]): number {
   const perRun: number[] = [];
   for (const run of new Set(cells.map((c) => c.run))) {
     const x = cells.find((c) => c.run === run && c.workload === a[0] && c.contender === a[1]);
@@ -144,7 +124,7 @@ export function rows(cells: Cell[]): Row[] {
       rps: median(mine.map((x) => x.rps)),
       p50: median(mine.map((x) => x.p50)),
       p99: median(mine.map((x) => x.p99)),
-      ratio: ref ? ratio(cells, [c.workload, c.contender], ref) : Number.NaN,
+      ratio: ref ? ratio(cells, [c.workload, c.contender], [ref]) : Number.NaN,
       ratioOf: ref ? `${ref[1]}${ref[0] === c.workload ? '' : ` (${ref[0]})`}` : '',
       non2xx: mine.reduce((s, x) => s + x.non2xx, 0),
       errors: mine.reduce((s, x) => s + x.errors, 0),
@@ -164,101 +144,55 @@ function fmt(n: number, digits = 0): string {
   return Number.isFinite(n) ? n.toFixed(digits) : '–';
 }
 
-/** The goals of a run, every cell counted. */
 export function goals(cells: Cell[]): Goal[] {
   const has = (w: string, c: string) => cells.some((x) => x.workload === w && x.contender === c);
   const out: Goal[] = [];
-  const check = (
-    goal: string,
-    target: number,
-    a: [string, string],
-    b: [string, string] | [string, string][],
-  ) => {
-    const bs = (Array.isArray(b[0]) ? b : [b]) as [string, string][];
+  /** A ratio goal: `a` against `b`, or against the fastest of several. */
+  const check = (goal: string, target: number, a: CellOf, ...bs: CellOf[]) => {
     if (!has(...a) || !bs.some((x) => has(...x))) {
       out.push({ goal, target: `≥ ${target}×`, measured: 'not measured', met: null });
       return;
     }
-    const r = ratio(cells, a, b);
+    const r = ratio(cells, a, bs);
     out.push({ goal, target: `≥ ${target}×`, measured: `${fmt(r, 2)}×`, met: r >= target });
   };
-  // Ratios within one run, medians over runs.
-  check('unique deliveries: inbox vs bare', 0.9, ['unique', 'inbox'], ['unique', 'bare']);
-  check(
-    'unique deliveries: inbox vs the fastest peer',
-    0.95,
-    ['unique', 'inbox'],
-    [
-      ['unique', 'node-idempotency'],
-      ['unique', 'express-idempotency'],
-    ],
-  );
-  check(
-    'deferred acknowledgements: inbox-deferred vs hello',
-    0.5,
-    ['unique', 'inbox-deferred'],
-    ['unique', 'hello'],
-  );
-  // Not a goal of the issue: how far the inbox is from the smallest correct inbox one would
-  // write by hand (the dedup row in the handler's transaction, nothing else).
+  const unique = (contender: string): CellOf => ['unique', contender];
+  const replay = (contender: string): CellOf => ['replay', contender];
+  check('unique deliveries: inbox vs bare', 0.9, unique('inbox'), unique('bare'));
+  const peers = [unique('node-idempotency'), unique('express-idempotency')];
+  check('unique deliveries: inbox vs the fastest peer', 0.95, unique('inbox'), ...peers);
+  check('deferred acknowledgements: inbox-deferred vs hello', 0.5, unique('inbox-deferred'), unique('hello'));
+  // Not a goal: how far the inbox is from the smallest correct inbox one would write by hand.
   if (has('unique', 'inbox') && has('unique', 'handmade')) {
-    const r = ratio(cells, ['unique', 'inbox'], ['unique', 'handmade']);
-    out.push({
-      goal: 'unique deliveries: inbox vs handmade (reference, not a goal)',
-      target: '–',
-      measured: `${fmt(r, 2)}×`,
-      met: null,
-    });
+    const r = ratio(cells, unique('inbox'), [unique('handmade')]);
+    const goal = 'unique deliveries: inbox vs handmade (reference, not a goal)';
+    out.push({ goal, target: '–', measured: `${fmt(r, 2)}×`, met: null });
   }
-  check('unique deliveries: inbox-redis vs bare', 0.88, ['unique', 'inbox-redis'], ['unique', 'bare']);
-  check(
-    'unique deliveries on PGlite: inbox-pglite vs bare-pglite',
-    0.8,
-    ['unique', 'inbox-pglite'],
-    ['unique', 'bare-pglite'],
-  );
+  check('unique deliveries: inbox-redis vs bare', 0.88, unique('inbox-redis'), unique('bare'));
+  const pgliteGoal = 'unique deliveries on PGlite: inbox-pglite vs bare-pglite';
+  check(pgliteGoal, 0.8, unique('inbox-pglite'), unique('bare-pglite'));
   const pglite = cells.filter((c) => c.workload === 'unique' && c.contender === 'inbox-pglite');
   if (pglite.length) {
     const spread = median(pglite.map((c) => c.p99 / Math.max(c.p50, 0.001)));
-    out.push({
-      goal: 'inbox-pglite latency: p99 vs p50',
-      target: '≤ 10×',
-      measured: `${fmt(spread, 1)}×`,
-      met: spread <= 10,
-    });
+    const goal = 'inbox-pglite latency: p99 vs p50';
+    out.push({ goal, target: '≤ 10×', measured: `${fmt(spread, 1)}×`, met: spread <= 10 });
   }
-  check(
-    'duplicates, as shipped (in-process cache): inbox vs hello (replay)',
-    0.95,
-    ['replay', 'inbox'],
-    ['replay', 'hello'],
-  );
-  check(
-    'duplicates without Redis, in-process cache off: inbox-pg vs hello (replay)',
-    0.75,
-    ['replay', 'inbox-pg'],
-    ['replay', 'hello'],
-  );
-  check(
-    'duplicates with Redis: inbox-redis vs hello (replay)',
-    0.9,
-    ['replay', 'inbox-redis'],
-    ['replay', 'hello'],
-  );
-  check('ordered over 1000 keys vs unordered (inbox)', 0.8, ['ordered', 'inbox'], ['unique', 'inbox']);
+  const duplicates = 'duplicates, as shipped (in-process cache): inbox vs hello (replay)';
+  check(duplicates, 0.95, replay('inbox'), replay('hello'));
+  const withoutRedis = 'duplicates without Redis, in-process cache off: inbox-pg vs hello (replay)';
+  check(withoutRedis, 0.75, replay('inbox-pg'), replay('hello'));
+  check('duplicates with Redis: inbox-redis vs hello (replay)', 0.9, replay('inbox-redis'), replay('hello'));
+  check('ordered over 1000 keys vs unordered (inbox)', 0.8, ['ordered', 'inbox'], unique('inbox'));
   const drains = cells
     .filter((c) => c.contender === 'inbox' && c.workload === 'shuffled')
     .flatMap((c) => c.drainMs);
-  out.push(
-    drains.length
-      ? {
-          goal: `drain latency p99 (${drains.length} held events drained)`,
-          target: '≤ 20 ms',
-          measured: `${fmt(percentile(drains, 99), 1)} ms (p50 ${fmt(percentile(drains, 50), 1)} ms)`,
-          met: percentile(drains, 99) <= 20,
-        }
-      : { goal: 'drain latency p99', target: '≤ 20 ms', measured: 'not measured', met: null },
-  );
+  const [p99, p50] = [percentile(drains, 99), percentile(drains, 50)];
+  out.push({
+    goal: `drain latency p99${drains.length ? ` (${drains.length} held events drained)` : ''}`,
+    target: '≤ 20 ms',
+    measured: drains.length ? `${fmt(p99, 1)} ms (p50 ${fmt(p50, 1)} ms)` : 'not measured',
+    met: drains.length ? p99 <= 20 : null,
+  });
   out.push(longGoal());
   const broken = cells.filter(
     (c) => c.contender.startsWith('inbox') && (c.doubleApplied > 0 || c.outOfOrder > 0),
@@ -308,56 +242,30 @@ function markdownTable(header: string[], body: string[][]): string {
   ].join('\n');
 }
 
-const HEADER = [
-  'workload',
-  'contender',
-  'req/s',
-  'ratio',
-  'vs',
-  'p50 ms',
-  'p99 ms',
-  'server µs/req',
-  'pg µs/req',
-  'non-2xx',
-  'double-applied',
-  'out-of-order',
-  'held',
+/** The columns of the cells' table: header and cell, side by side. */
+const COLUMNS: Array<[string, (r: Row) => string]> = [
+  ['workload', (r) => r.workload],
+  ['contender', (r) => r.contender],
+  ['req/s', (r) => fmt(r.rps)],
+  ['ratio', (r) => fmt(r.ratio, 2)],
+  ['vs', (r) => r.ratioOf],
+  ['p50 ms', (r) => fmt(r.p50, 1)],
+  ['p99 ms', (r) => fmt(r.p99, 1)],
+  ['server µs/req', (r) => fmt(r.cpuUs)],
+  ['pg µs/req', (r) => fmt(r.pgUs)],
+  ['non-2xx', (r) => String(r.non2xx)],
+  ['double-applied', (r) => String(r.doubleApplied)],
+  ['out-of-order', (r) => String(r.outOfOrder)],
+  ['held', (r) => String(r.held)],
 ];
-
-function rowCells(r: Row): string[] {
-  return [
-    r.workload,
-    r.contender,
-    fmt(r.rps),
-    fmt(r.ratio, 2),
-    r.ratioOf,
-    fmt(r.p50, 1),
-    fmt(r.p99, 1),
-    fmt(r.cpuUs),
-    fmt(r.pgUs),
-    String(r.non2xx),
-    String(r.doubleApplied),
-    String(r.outOfOrder),
-    String(r.held),
-  ];
-}
-
-function colour(contender: string): string {
-  if (contender.startsWith('inbox')) return '#2e7d32';
-  if (contender === 'naive') return '#c62828';
-  if (contender === 'hello' || contender === 'bare') return '#757575';
-  return '#ef6c00';
-}
+const HEADER = COLUMNS.map(([name]) => name);
+const rowCells = (r: Row) => COLUMNS.map(([, cell]) => cell(r));
 
 /** The RSS goal, from bench/results/long.json (written by `npm run bench -- --long N`). */
 export function longGoal(longFile = join(here, 'results', 'long.json')): Goal {
+  const measured = 'run `npm run bench -- --long N`';
   if (!existsSync(longFile))
-    return {
-      goal: 'RSS growth over 10^6 deliveries',
-      target: '< 50 MB',
-      measured: 'run `npm run bench -- --long N`',
-      met: null,
-    };
+    return { goal: 'RSS growth over 10^6 deliveries', target: '< 50 MB', measured, met: null };
   const l = JSON.parse(readFileSync(longFile, 'utf8'));
   const steps: Array<{ rssMb: number; load: number }> = l.samples;
   const failed = l.failed > 0 ? `; ${l.failed} deliveries answered other than 2xx or failed` : '';
@@ -369,10 +277,7 @@ export function longGoal(longFile = join(here, 'results', 'long.json')): Goal {
   };
 }
 
-/**
- * After a `--long` run: its RSS row replaces the one in BENCHMARKS.md's generated goal table and
- * in latest.json, leaving the cells of the last run as they were.
- */
+/** After a `--long` run: its RSS row replaces the one in BENCHMARKS.md and latest.json, nothing else. */
 export function writeLongGoal(): Goal {
   const g = longGoal();
   const latestFile = join(here, 'results', 'latest.json');
@@ -390,55 +295,55 @@ export function writeLongGoal(): Goal {
   return g;
 }
 
+const GOAL_HEADER = ['goal', 'target', 'measured', 'met'];
 function goalCells(g: Goal, no: string): string[] {
   return [g.goal, g.target, g.measured, g.met === null ? '–' : g.met ? 'yes' : no];
 }
 
 /** Horizontal bars, one group per workload, each group on its own scale (req/s printed). */
 export function chart(rs: Row[]): string {
-  const workloads = [...new Set(rs.map((r) => r.workload))];
-  const barH = 16;
-  const gap = 4;
-  const labelW = 170;
-  const plotW = 420;
-  const width = labelW + plotW + 220;
+  const [barH, gap, labelW, plotW] = [16, 4, 170, 420];
+  const text = (x: number, y: number, attributes: string, content: string) =>
+    `<text x="${x}" y="${y + 12}"${attributes}>${content.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;')}</text>`;
+  const colour = (c: string) =>
+    c.startsWith('inbox')
+      ? '#2e7d32'
+      : c === 'naive'
+        ? '#c62828'
+        : c === 'hello' || c === 'bare'
+          ? '#757575'
+          : '#ef6c00';
   let y = 40;
   const parts: string[] = [];
-  for (const w of workloads) {
+  for (const w of new Set(rs.map((r) => r.workload))) {
     const group = rs.filter((r) => r.workload === w);
     const max = Math.max(...group.map((r) => r.rps));
-    parts.push(`<text x="10" y="${y + 12}" font-weight="bold">${w}</text>`);
     parts.push(
-      `<text x="${labelW}" y="${y + 12}" fill="#555">${escapeXml(WORKLOADS[w]?.description ?? '')}</text>`,
+      text(10, y, ' font-weight="bold"', w),
+      text(labelW, y, ' fill="#555"', WORKLOADS[w]?.description ?? ''),
     );
     y += 20;
     for (const r of group) {
       const len = Math.max(1, (r.rps / max) * plotW);
       const bad = r.doubleApplied + r.outOfOrder;
-      parts.push(`<text x="${labelW - 8}" y="${y + 12}" text-anchor="end">${r.contender}</text>`);
-      parts.push(
-        `<rect x="${labelW}" y="${y}" width="${len.toFixed(1)}" height="${barH}" fill="${colour(r.contender)}"/>`,
-      );
       const note = `${fmt(r.rps)} req/s${bad ? ` — ${r.doubleApplied} double-applied, ${r.outOfOrder} out of order` : ''}${r.non2xx ? ` (${r.non2xx} non-2xx)` : ''}`;
       parts.push(
-        `<text x="${labelW + len + 6}" y="${y + 12}" fill="${bad ? '#c62828' : '#222'}">${escapeXml(note)}</text>`,
+        text(labelW - 8, y, ' text-anchor="end"', r.contender),
+        `<rect x="${labelW}" y="${y}" width="${len.toFixed(1)}" height="${barH}" fill="${colour(r.contender)}"/>`,
+        text(labelW + len + 6, y, ` fill="${bad ? '#c62828' : '#222'}"`, note),
       );
       y += barH + gap;
     }
     y += 12;
   }
   return [
-    `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${y + 10}" font-family="sans-serif" font-size="12">`,
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${labelW + plotW + 220}" height="${y + 10}" font-family="sans-serif" font-size="12">`,
     `<rect width="100%" height="100%" fill="#fff"/>`,
     `<text x="10" y="22" font-size="15" font-weight="bold">webhook-inbox vs baselines and peers: requests/s (median), Express, PostgreSQL</text>`,
     ...parts,
     '</svg>',
     '',
   ].join('\n');
-}
-
-function escapeXml(s: string): string {
-  return s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
 }
 
 /** The load over the run, beside its figures: what the machine was doing, not a filter. */
@@ -458,12 +363,8 @@ export function report(cells: Cell[], o: ReportOptions): Goal[] {
   const m = machine(o.postgresUrl);
   const body = rs.map(rowCells);
   console.log(`\n${table(HEADER, body)}\n`);
-  console.log(
-    table(
-      ['goal', 'target', 'measured', 'met'],
-      gs.map((g) => goalCells(g, 'NO')),
-    ),
-  );
+  const goalRows = (no: string) => gs.map((g) => goalCells(g, no));
+  console.log(table(GOAL_HEADER, goalRows('NO')));
   console.log(`\n${loadSentence(cells, o)}`);
   mkdirSync(join(here, 'results'), { recursive: true });
   const at = new Date().toISOString();
@@ -473,45 +374,31 @@ export function report(cells: Cell[], o: ReportOptions): Goal[] {
   );
   if (!o.writeMarkdown) return gs;
   writeFileSync(join(here, 'results', 'chart.svg'), chart(rs));
+  const list = (entries: Array<[string, { description: string }]>, measured: (name: string) => boolean) =>
+    entries
+      .filter(([name]) => measured(name))
+      .map(([name, x]) => `- \`${name}\`: ${x.description}`)
+      .join('\n');
   const generated = [
-    '<!-- bench:begin (generated by `npm run bench`; edit outside these markers) -->',
-    `Measured ${at} with \`${o.command}\` (${o.runs} run(s) of ${o.duration} s per cell after a ${o.warmup} s warm-up, ` +
+    '<!-- bench:begin (generated by `npm run bench`; edit outside these markers) -->\n' +
+      `Measured ${at} with \`${o.command}\` (${o.runs} run(s) of ${o.duration} s per cell after a ${o.warmup} s warm-up, ` +
       `${o.connections} connections, pool of ${o.poolSize} PostgreSQL connections per server, each server compiled by tsc as the package ships (tsconfig.bench.json), run by plain Node; ${o.pinned ? 'server pinned to core 0 and load generator to core 1 with taskset; PostgreSQL unpinned' : 'not pinned'}; ${o.elapsedS} s in all).`,
-    '',
     `Machine: ${m.nproc} × ${m.cpu}, ${m.memoryGb} GB, Node ${m.node}, PostgreSQL ${m.postgres}, Redis ${m.redis}. ` +
       loadSentence(cells, o),
-    '',
     '![requests/s per workload and contender](bench/results/chart.svg)',
-    '',
     '### Goals',
-    '',
-    markdownTable(
-      ['goal', 'target', 'measured', 'met'],
-      gs.map((g) => goalCells(g, '**no**')),
-    ),
-    '',
+    markdownTable(GOAL_HEADER, goalRows('**no**')),
     '### All cells (medians over runs; non-2xx, double-applied, out-of-order and held summed over runs)',
-    '',
     markdownTable(HEADER, body),
-    '',
     '### Contenders',
-    '',
-    ...Object.entries(CONTENDERS)
-      .filter(([name]) => rs.some((r) => r.contender === name))
-      .map(([name, spec]) => `- \`${name}\`: ${spec.description}`),
-    '',
+    list(Object.entries(CONTENDERS), (name) => rs.some((r) => r.contender === name)),
     '### Workloads',
-    '',
-    ...Object.values(WORKLOADS)
-      .filter((w) => rs.some((r) => r.workload === w.name))
-      .map((w) => `- \`${w.name}\`: ${w.description}`),
-    '<!-- bench:end -->',
-  ].join('\n');
+    `${list(Object.entries(WORKLOADS), (name) => rs.some((r) => r.workload === name))}\n<!-- bench:end -->`,
+  ].join('\n\n');
   const file = join(root, 'BENCHMARKS.md');
   const existing = existsSync(file)
     ? readFileSync(file, 'utf8')
     : '# Benchmarks\n\n<!-- bench:begin -->\n<!-- bench:end -->\n';
-  const updated = existing.replace(/<!-- bench:begin[\s\S]*?<!-- bench:end -->/, generated);
-  writeFileSync(file, updated);
+  writeFileSync(file, existing.replace(/<!-- bench:begin[\s\S]*?<!-- bench:end -->/, generated));
   return gs;
 }

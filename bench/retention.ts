@@ -6,25 +6,10 @@
  *   npx tsx bench/retention.ts --instances 2           two instances' sweepers on the same tables
  *   --seed N --rate R --seconds S --retention-s T      override any of those
  *
- * What it does: migrates a fresh schema (`bench_ret_<random>`, dropped at the end), seeds N
- * processed rows already past retention, then for S seconds inserts new processed rows at R/s
- * (rows of the shape `record_applied` writes for an unordered event without `keepPayload`: id,
- * body hash, status, processed_at, a small result, a type), while 1 or 2 inboxes (`--instances`)
- * run their sweeper passes as their timer would: one pass, then `sweepIntervalMs` (1 s, the
- * default) before the next. The new rows cross retention T seconds after they are written, so
- * after the seeded backlog the sweepers must prune at the ingest rate to keep up.
- *
- * Reported: rows pruned and pruned per second (each instance and together), when the seeded
- * backlog was gone, rows past retention at the end and the oldest one's lateness, sweeper errors,
- * whether any row was counted pruned twice (the instances' counts against the rows that are
- * actually gone), and whether dedup held: ids still inside retention, delivered again through
- * `inbox.receive`, must each be answered `duplicate`. PostgreSQL's CPU over the run (from /proc,
- * every process named postgres), autovacuum's runs on the events table and the dead row versions
- * left, beside the 1-minute load average at both ends; written to bench/results/retention-<N>.json.
- *
- * The rows are inserted by SQL, not delivered through HTTP: 5,000 deliveries a second is more
- * than this machine's inbox takes (BENCHMARKS.md); what is measured is pruning, and the rows it
- * prunes are the ones the inbox writes.
+ * The rows are inserted by SQL in the shape the inbox writes (pruning is what is measured),
+ * while the inboxes run their sweeper passes as their timer would. Reported: pruned per second,
+ * rows past retention at the end, rows counted twice, dedup of redeliveries, PostgreSQL's CPU
+ * and autovacuum; written to bench/results/retention-<N>.json.
  */
 import { randomBytes } from 'node:crypto';
 import { mkdirSync, writeFileSync } from 'node:fs';
@@ -41,11 +26,9 @@ function count(name: string, fallback: number, min = 1): number {
   const i = argv.indexOf(`--${name}`);
   if (i < 0) return fallback;
   const n = Number(argv[i + 1]);
-  if (!Number.isInteger(n) || n < min) {
-    console.error(`bench/retention: --${name} takes a whole number >= ${min}, not ${argv[i + 1]}`);
-    process.exit(2);
-  }
-  return n;
+  if (Number.isInteger(n) && n >= min) return n;
+  console.error(`bench/retention: --${name} takes a whole number >= ${min}, not ${argv[i + 1]}`);
+  process.exit(2);
 }
 const instances = count('instances', 1);
 const seed = count('seed', 200_000, 0);
@@ -101,15 +84,14 @@ try {
       schema,
       handle: () => {},
       retention: retentionS * 1000,
-      // The passes are run below, as the timer runs them, so that each one's report is counted.
+      // The passes are run below, as the timer would, so that each one's report is counted.
       sweepIntervalMs: 0,
       logger: { warn() {}, error: (o: object, m?: string) => console.error(m, o) },
     });
     await inbox.migrate();
     inboxes.push(inbox);
   }
-  // The seeded backlog, past retention by up to an hour (written in steps: one statement of
-  // 200,000 rows holds a snapshot long enough to matter to nobody here, but keeps memory flat).
+  // The seeded backlog, past retention by up to an hour, in steps of 50,000 rows.
   for (let done = 0; done < seed; done += 50_000)
     await insertRows('seed-', done, Math.min(50_000, seed - done), retentionS + 1, 3600);
   await admin.query(`vacuum analyze ${events}`);
@@ -122,7 +104,7 @@ try {
   const errors = inboxes.map(() => 0);
   const passes = inboxes.map(() => 0);
 
-  // The sweepers: a pass, then the interval, as Sweeper.start() schedules them.
+  // A pass, then the interval, as Sweeper.start() schedules them.
   const sweepers = inboxes.map(async (inbox, i) => {
     while (running) {
       try {
@@ -152,7 +134,6 @@ try {
     }
   })();
 
-  // The seeded backlog, watched once a second.
   let backlogGoneS: number | null = null;
   const seeded = (await admin.query(`select count(*)::int as n from ${events} where id like 'seed-%'`))
     .rows[0].n;
@@ -183,8 +164,7 @@ try {
   const gone = seed + inserted - left[0].n;
   const prunedTotal = pruned.reduce((a, b) => a + b, 0);
 
-  // Dedup intact: the newest rows (inside retention, unpruned) are each a duplicate when
-  // delivered again, through the claim.
+  // Dedup intact: the newest rows (inside retention) are each a duplicate when delivered again.
   const { rows: recent } = await admin.query(
     `select id from ${events} where status = 'processed' order by processed_at desc limit 100`,
   );

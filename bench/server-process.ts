@@ -1,83 +1,80 @@
 /**
- * A contender's server process (bench/server.ts), as bench/run.ts
- * start and talk to it.
- *
- * The servers run compiled by tsc (tsconfig.bench.json), as the package ships, not through
- * tsx: its transpiler keeps function names by wrapping every function expression in a call
- * (`__name`), paid each time a closure is created, which the published JavaScript never pays.
- * Built once per run, before the first server starts.
+ * A bench's server in a process of its own: forked, ready when it says so, then asked over IPC
+ * (`{ id, cmd }`, answered `{ id, value }` or `{ id, error }`). The contenders' servers run
+ * compiled by tsc (tsconfig.bench.json) as the package ships: tsx wraps every function
+ * expression in a call to keep its name, which the published JavaScript never pays.
  */
-import { type ChildProcess, execFileSync, type ForkOptions, fork } from 'node:child_process';
-import { dirname, join } from 'node:path';
+import { type ChildProcess, execFileSync, fork } from 'node:child_process';
+import { basename, dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { ContenderConfig } from './contenders.js';
 
-const root = join(dirname(fileURLToPath(import.meta.url)), '..');
-const serverBuild = join(root, '.tmp', 'bench-build');
+const here = dirname(fileURLToPath(import.meta.url));
+const root = join(here, '..');
 
-let built = false;
-export function buildServers(): void {
-  if (built) return;
-  execFileSync(
-    process.execPath,
-    [join(root, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', join(root, 'tsconfig.bench.json')],
-    { stdio: 'inherit' },
-  );
-  built = true;
-}
+/** Runs on the child at once, before it is ready (to pin it to a core, say). */
+type Started = (child: ChildProcess) => void;
 
-export interface Server {
-  port: number;
+export interface Forked {
   child: ChildProcess;
-  /** One IPC command (bench/server.ts lists them) and its answer. */
+  /** Its `{ type: 'ready' }` message (a contender's `port`; the ledger's `url` and `options`). */
+  ready: any;
+  /** One command and its answer; rejected if the process exits first. */
   call<T = any>(cmd: string, extra?: object): Promise<T>;
+  /** Sends `close`, and resolves once the process has exited. */
+  close(): Promise<void>;
 }
 
-/**
- * Builds the servers if need be, forks one (`options` choose the runtime: Node's flags, or
- * valgrind as `execPath`), runs `started` on the child at once (e.g. to pin it to a core), and
- * resolves when it is ready. A call still waiting when the process exits is rejected.
- */
-export async function forkServer(
-  config: ContenderConfig,
-  options: ForkOptions,
-  started?: (child: ChildProcess) => void,
-): Promise<Server> {
-  buildServers();
-  const child = fork(join(serverBuild, 'bench', 'server.js'), [JSON.stringify(config)], {
-    stdio: 'inherit',
-    ...options,
-  });
-  started?.(child);
+/** Forks `script` (by default bench/ledger-process.ts, under tsx), ready on its `ready` message. */
+export function forkReady(
+  args: string[],
+  options: { script?: string; execArgv?: string[]; started?: Started; name?: string } = {},
+): Promise<Forked> {
+  const { script = join(here, 'ledger-process.ts'), name = basename(script) } = options;
+  const child = fork(script, args, { stdio: 'inherit', execArgv: options.execArgv ?? ['--import', 'tsx'] });
+  options.started?.(child);
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
   let nextId = 0;
   const waiting = new Map<number, { resolve(v: any): void; reject(e: Error): void }>();
-  const port = await new Promise<number>((resolve, reject) => {
-    child.once('exit', (code) =>
-      reject(new Error(`${config.contender} server exited (${code}) before it was ready`)),
-    );
+  const call = <T>(cmd: string, extra: object = {}) =>
+    new Promise<T>((resolve, reject) => {
+      const id = nextId++;
+      waiting.set(id, { resolve, reject });
+      child.send({ id, cmd, ...extra });
+    });
+  const close = () => {
+    call('close').catch(() => {});
+    return exited;
+  };
+  return new Promise((resolve, reject) => {
+    child.once('exit', (code) => {
+      reject(new Error(`${name} exited (${code}) before it was ready`));
+      for (const w of waiting.values()) w.reject(new Error(`${name} exited`));
+    });
     child.on('message', (m: any) => {
-      if (m.type === 'ready') resolve(m.port);
-      else if (waiting.has(m.id)) {
-        const w = waiting.get(m.id)!;
-        waiting.delete(m.id);
-        if (m.error) w.reject(new Error(m.error));
-        else w.resolve(m.value);
-      }
+      if (m.type === 'ready') resolve({ child, ready: m, call, close });
+      const w = typeof m.id === 'number' ? waiting.get(m.id) : undefined;
+      if (!w) return;
+      waiting.delete(m.id);
+      if (m.error) w.reject(new Error(m.error));
+      else w.resolve(m.value);
     });
   });
-  child.removeAllListeners('exit');
-  child.on('exit', () => {
-    for (const w of waiting.values()) w.reject(new Error(`${config.contender} server exited`));
-  });
-  return {
-    port,
-    child,
-    call<T>(cmd: string, extra: object = {}) {
-      const id = nextId++;
-      return new Promise<T>((resolve, reject) => {
-        waiting.set(id, { resolve, reject });
-        child.send({ id, cmd, ...extra });
-      });
-    },
-  };
+}
+
+let built = false;
+
+export type Server = Forked & { port: number };
+
+/** A contender's server (bench/server.ts, built once per run), ready on `port`. */
+export async function forkServer(config: ContenderConfig, started?: Started): Promise<Server> {
+  if (!built) {
+    const tsc = join(root, 'node_modules', 'typescript', 'bin', 'tsc');
+    execFileSync(process.execPath, [tsc, '-p', join(root, 'tsconfig.bench.json')], { stdio: 'inherit' });
+    built = true;
+  }
+  const script = join(root, '.tmp', 'bench-build', 'bench', 'server.js');
+  const options = { script, execArgv: ['--expose-gc'], started, name: `${config.contender} server` };
+  const server = await forkReady([JSON.stringify(config)], options);
+  return { ...server, port: server.ready.port };
 }

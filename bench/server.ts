@@ -1,16 +1,12 @@
 /**
- * One contender in its own process (started by bench/run.ts, pinned to its own core).
- * argv[2] is the JSON ContenderConfig. Talks to the parent over IPC: `ready` with the port,
- * then answers `stats`, `analyze`, `rss` and `close`.
+ * One contender in its own process (forkServer in bench/server-process.ts). argv[2] is the JSON
+ * ContenderConfig; it sends `ready` with the port, then answers `stats`, `analyze`, `rss`, `close`.
  */
 import { CONTENDERS, type ContenderConfig } from './contenders.js';
 
 type Command =
   | { id: number; cmd: 'stats'; prefix: string }
-  | {
-      id: number;
-      cmd: 'analyze' | 'rss' | 'close';
-    };
+  | { id: number; cmd: 'analyze' | 'rss' | 'close' };
 
 const config = JSON.parse(process.argv[2]) as ContenderConfig;
 const spec = CONTENDERS[config.contender];

@@ -1,19 +1,13 @@
 /**
  * CPU per delivery of each way our drivers send statements (src/db/drivers/README.md): this
- * process's CPU plus that of the PostgreSQL backends serving its pool (found by their
- * application_name in pg_stat_activity, read from /proc), over a fixed number of deliveries,
- * for new events (`unique`) and for duplicates of them (`duplicate`). `inbox.receive`, no HTTP;
- * the ledger's handler (two statements); no in-process LRU, so that every duplicate reaches the
- * database. Each configuration runs in a process of its own, and the configurations alternate,
- * ROUNDS times: throughput on this 2-core machine moves by a third from one minute to the next,
- * CPU per delivery far less, and alternating spreads what remains over all of them.
+ * process's plus its PostgreSQL backends' (from /proc), for new events and for duplicates,
+ * through `inbox.receive` (no HTTP, no in-process cache). Each configuration (`pg`: a pg.Pool;
+ * `pglite`: in memory; `kysely`: the user's Kysely over a pg.Pool) runs in a process of its
+ * own, alternating ROUNDS times; `config@script` runs another build (another commit's).
  *
  *   npx tsc -p tsconfig.bench.json && node .tmp/bench-build/bench/wire-cost.js pg pglite kysely
  *   N=3000 ROUNDS=3 CONCURRENCY=10 node .tmp/bench-build/bench/wire-cost.js pg kysely
  *   node .tmp/bench-build/bench/wire-cost.js pg pg@/tmp/before/.tmp/bench-build/bench/wire-cost.js
- *
- * A configuration is `pg` (a pg.Pool), `pglite` (in memory; no backend: the process is all of
- * it) or `kysely` (a Kysely instance of the user's over a pg.Pool: its own driver, no folds).
  */
 import { fork } from 'node:child_process';
 import { loadavg } from 'node:os';
@@ -66,15 +60,11 @@ async function measure(config: string): Promise<Measured> {
   await ledger.setup(kysely);
   const observer = new pg.Client({ connectionString: url });
   await observer.connect();
-  const backends = async () =>
-    config === 'pglite'
-      ? []
-      : (
-          await observer.query<{ pid: number }>(
-            'select pid from pg_stat_activity where application_name = $1',
-            [app],
-          )
-        ).rows.map((row) => row.pid);
+  const backends = async () => {
+    if (config === 'pglite') return [];
+    const sessions = 'select pid from pg_stat_activity where application_name = $1';
+    return (await observer.query<{ pid: number }>(sessions, [app])).rows.map((row) => row.pid);
+  };
   /** Event `k` of a prefix: its duplicates have its id and body. */
   const deliver = (prefix: string, k: number) =>
     inbox
@@ -90,9 +80,7 @@ async function measure(config: string): Promise<Measured> {
     let next = 0;
     await Promise.all(
       Array.from({ length: CONCURRENCY }, async () => {
-        while (next < count) {
-          await deliver(prefix, eventOf(next++));
-        }
+        while (next < count) await deliver(prefix, eventOf(next++));
       }),
     );
   };
@@ -104,7 +92,6 @@ async function measure(config: string): Promise<Measured> {
     await send(count, prefix, eventOf);
     const used = process.cpuUsage(node);
     let postgres = 0;
-    // A backend that came meanwhile counts whole (it used nothing before).
     for (const pid of new Set([...pids, ...(await backends())]))
       postgres += Math.max(0, processCpuMs(pid) - (before.get(pid) ?? 0));
     return ((used.user + used.system) / 1000 + postgres) / count;
@@ -118,8 +105,8 @@ async function measure(config: string): Promise<Measured> {
     const duplicate = await cpuPerDelivery(N, 'u', () => random(N));
     return { unique, duplicate };
   } finally {
-    await sql`drop schema if exists ${sql.id(`${run}_inbox`)} cascade`.execute(kysely);
-    await sql`drop schema if exists ${sql.id(`${run}_ledger`)} cascade`.execute(kysely);
+    for (const schema of [`${run}_inbox`, `${run}_ledger`])
+      await sql`drop schema if exists ${sql.id(schema)} cascade`.execute(kysely);
     await observer.end();
     await inbox.close();
     await pool.end();
@@ -129,9 +116,7 @@ async function measure(config: string): Promise<Measured> {
 /** Runs one configuration in a child process, from `script`: this one, or another commit's build of it. */
 function child(config: string, script: string): Promise<Measured> {
   return new Promise((resolve, reject) => {
-    const proc = fork(script, [], {
-      env: { ...process.env, WIRE_COST_CONFIG: config },
-    });
+    const proc = fork(script, [], { env: { ...process.env, WIRE_COST_CONFIG: config } });
     proc.on('message', (m) => resolve(m as Measured));
     proc.on('exit', (code) => (code === 0 ? undefined : reject(new Error(`${config} exited ${code}`))));
   });
@@ -141,7 +126,6 @@ if (process.env.WIRE_COST_CONFIG) {
   process.send?.(await measure(process.env.WIRE_COST_CONFIG));
   process.exit(0);
 } else {
-  // `pg`, or `pg@<another build of this script>` (another commit's code).
   const cells = process.argv.slice(2).map((arg) => {
     const [config = '', script = fileURLToPath(import.meta.url)] = arg.split('@');
     if (!CONFIGS.includes(config)) throw new Error(`unknown configuration ${config}; one of ${CONFIGS}`);

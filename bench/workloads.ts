@@ -21,7 +21,6 @@ export function toRequest(d: BenchDelivery) {
 }
 
 export interface Workload {
-  name: string;
   description: string;
   /** Deliveries sent (untimed) before the measurement, e.g. the ids a replay repeats. */
   seed?: (prefix: string) => { count: number; next: () => BenchDelivery };
@@ -42,29 +41,26 @@ function pick<T>(items: readonly T[]): T {
   return items[Math.floor(Math.random() * items.length)];
 }
 
-function shuffled(n: number): number[] {
-  const a = Array.from({ length: n }, (_, i) => i);
-  for (let i = n - 1; i > 0; i--) {
-    const j = Math.floor(Math.random() * (i + 1));
-    [a[i], a[j]] = [a[j], a[i]];
+/** Shuffles `items` in place (Fisher–Yates), and returns them. */
+export function shuffle<T>(items: T[], random = Math.random): T[] {
+  for (let i = items.length - 1; i > 0; i--) {
+    const j = Math.floor(random() * (i + 1));
+    [items[i], items[j]] = [items[j], items[i]];
   }
-  return a;
+  return items;
 }
 
 const SEEDED = 2000;
 
 export const WORKLOADS: Record<string, Workload> = {
   unique: {
-    name: 'unique',
     description: 'every delivery a new event (unordered), spread over 1000 accounts',
     next: (prefix) => {
       let n = 0;
       return () => unordered(`${prefix}u${n}`, n++);
     },
   },
-
   dup50: {
-    name: 'dup50',
     description: 'half the deliveries repeat one of the last 1000 events sent (some still in flight)',
     next: (prefix) => {
       let n = 0;
@@ -78,9 +74,7 @@ export const WORKLOADS: Record<string, Workload> = {
       };
     },
   },
-
   replay: {
-    name: 'replay',
     description: `every delivery a duplicate of one of ${SEEDED} events applied before the measurement`,
     seed: (prefix) => {
       let n = 0;
@@ -91,9 +85,7 @@ export const WORKLOADS: Record<string, Workload> = {
       return unordered(`${prefix}s${n}`, n);
     },
   },
-
   storm: {
-    name: 'storm',
     description:
       'retry storm: 90% of deliveries repeat one of 4 hot events (changed every 200 deliveries), fired concurrently',
     next: (prefix) => {
@@ -111,9 +103,7 @@ export const WORKLOADS: Record<string, Workload> = {
       };
     },
   },
-
   ordered: {
-    name: 'ordered',
     description: `ordered events over ${KEYS} keys, each key's seqs sent in order (keys round-robin)`,
     next: (prefix) => {
       let i = 0;
@@ -125,9 +115,7 @@ export const WORKLOADS: Record<string, Workload> = {
       };
     },
   },
-
   shuffled: {
-    name: 'shuffled',
     description: `ordered events over ${SHUFFLED_KEYS} keys, each key's seqs shuffled within windows of ${WINDOW} (held, then drained)`,
     next: (prefix) => {
       let i = 0;
@@ -138,7 +126,7 @@ export const WORKLOADS: Record<string, Workload> = {
         i++;
         const block = Math.floor(round / WINDOW);
         const pos = round % WINDOW;
-        if (pos === 0 || !perms.has(k)) perms.set(k, shuffled(WINDOW));
+        if (pos === 0 || !perms.has(k)) perms.set(k, shuffle(Array.from({ length: WINDOW }, (_, i) => i)));
         const seq = block * WINDOW + perms.get(k)![pos] + 1;
         return { id: `${prefix}k${k}-${seq}`, key: `${prefix}k${k}`, seq, body: '{"amount":1}' };
       };
@@ -146,25 +134,12 @@ export const WORKLOADS: Record<string, Workload> = {
   },
 };
 
-/**
- * What `npm run bench` measures without flags: the cells every goal row of the report and every
- * workload's ratio column (report.ts, REFERENCE) are read from, and no more, so that one run of
- * them stays within five minutes on two cores.
- */
+const BASELINES = ['hello', 'bare', 'handmade', 'naive'];
+const PEERS = ['node-idempotency', 'express-idempotency'];
+
+/** What `npm run bench` measures: the cells every goal row and ratio column needs, no more. */
 export const DEFAULT: Record<string, string[]> = {
-  unique: [
-    'hello',
-    'bare',
-    'handmade',
-    'naive',
-    'node-idempotency',
-    'express-idempotency',
-    'inbox',
-    'inbox-deferred',
-    'inbox-redis',
-    'inbox-pglite',
-    'bare-pglite',
-  ],
+  unique: [...BASELINES, ...PEERS, 'inbox', 'inbox-deferred', 'inbox-redis', 'inbox-pglite', 'bare-pglite'],
   dup50: ['naive', 'inbox', 'inbox-redis', 'inbox-pg'],
   replay: ['hello', 'naive', 'inbox', 'inbox-redis', 'inbox-pg'],
   storm: ['naive', 'inbox', 'inbox-redis', 'inbox-pg'],
@@ -172,12 +147,7 @@ export const DEFAULT: Record<string, string[]> = {
   shuffled: ['naive', 'inbox'],
 };
 
-const PEERS = ['node-idempotency', 'express-idempotency'];
-
-/**
- * The full grid (`npm run bench -- --full`): DEFAULT, the inbox on its other adapters, and the
- * peers and `handmade` under duplicates, which no goal reads.
- */
+/** The full grid (`--full`): DEFAULT, the inbox on its other adapters, the peers under duplicates. */
 export const MATRIX: Record<string, string[]> = {
   unique: [...DEFAULT.unique, 'inbox-koa', 'inbox-fastify'],
   dup50: [...DEFAULT.dup50, ...PEERS],
