@@ -102,7 +102,7 @@ export class ClaimBatches {
       firstSeen: o.firstSeq === 'first-seen',
       maxHeld: o.maxHeldPerKey,
       maxAhead: o.maxSeqAhead,
-      lockTimeout: o.onInFlight === 'reject' ? '1ms' : rt.lockTimeout,
+      lockTimeout: claimLockTimeout(rt),
     };
     // Two batches lock their keys in one order, so that they never wait for each other in a
     // circle: by key, then unordered deliveries by id; a key's claims keep their arrival order
@@ -161,4 +161,9 @@ export function claimBatchesOf(rt: Runtime): ClaimBatches {
     batches.set(rt, b);
   }
   return b;
+}
+
+/** How long a claim waits for a concurrent delivery of its id or key ('reject': 1ms; 0 means none). */
+export function claimLockTimeout(rt: Runtime): string {
+  return rt.options.onInFlight === 'reject' ? '1ms' : rt.lockTimeout;
 }

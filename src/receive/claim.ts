@@ -15,7 +15,7 @@ import { inSpan } from '../observability/tracing.js';
 import { notifyDeadLetter } from '../options/dead-letter-hook.js';
 import type { Outcome } from '../outcome.js';
 import type { Runtime } from '../runtime/runtime.js';
-import { claimBatchesOf } from './claim-batches.js';
+import { claimBatchesOf, claimLockTimeout } from './claim-batches.js';
 import type { Observation } from './observe.js';
 import * as respond from './respond.js';
 
@@ -229,11 +229,6 @@ function claimArgs(rt: Runtime, d: ParsedDelivery, deferred: boolean): ClaimArgs
     lockTimeout: claimLockTimeout(rt),
     type: d.type,
   };
-}
-
-/** How long a claim waits for a concurrent delivery of its id or key ('reject': 1ms; 0 means none). */
-function claimLockTimeout(rt: Runtime): string {
-  return rt.options.onInFlight === 'reject' ? '1ms' : rt.lockTimeout;
 }
 
 function taken(
