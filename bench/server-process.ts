@@ -1,8 +1,8 @@
 /**
  * A bench's server in a process of its own: forked, ready when it says so, then asked over IPC
- * (`{ id, cmd }`, answered `{ id, value }` or `{ id, error }`). The contenders' servers run
- * compiled by tsc (tsconfig.bench.json) as the package ships: tsx wraps every function
- * expression in a call to keep its name, which the published JavaScript never pays.
+ * (`{ id, cmd }`, answered `{ id, value }` or `{ id, error }`). The contenders' servers and the
+ * ledger example run compiled by tsc (tsconfig.bench.json) as the package ships: tsx wraps every
+ * function expression in a call to keep its name, which the published JavaScript never pays.
  */
 import { type ChildProcess, execFileSync, fork } from 'node:child_process';
 import { basename, dirname, join } from 'node:path';
@@ -25,13 +25,16 @@ export interface Forked {
   close(): Promise<void>;
 }
 
-/** Forks `script` (by default bench/ledger-process.ts, under tsx), ready on its `ready` message. */
+/** Forks `script` (by default bench/ledger-process.ts, compiled), ready on its `ready` message. */
 export function forkReady(
   args: string[],
   options: { script?: string; execArgv?: string[]; started?: Started; name?: string } = {},
 ): Promise<Forked> {
-  const { script = join(here, 'ledger-process.ts'), name = basename(script) } = options;
-  const child = fork(script, args, { stdio: 'inherit', execArgv: options.execArgv ?? ['--import', 'tsx'] });
+  const { script = compiled('ledger-process'), name = basename(script) } = options;
+  const child = fork(script, args, {
+    stdio: 'inherit',
+    execArgv: options.execArgv ?? (script.endsWith('.ts') ? ['--import', 'tsx'] : []),
+  });
   options.started?.(child);
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
   let nextId = 0;
@@ -64,16 +67,21 @@ export function forkReady(
 
 let built = false;
 
-export type Server = Forked & { port: number };
-
-/** A contender's server (bench/server.ts, built once per run), ready on `port`. */
-export async function forkServer(config: ContenderConfig, started?: Started): Promise<Server> {
+/** A bench server's JavaScript (tsconfig.bench.json, built once per run). */
+function compiled(name: string): string {
   if (!built) {
     const tsc = join(root, 'node_modules', 'typescript', 'bin', 'tsc');
     execFileSync(process.execPath, [tsc, '-p', join(root, 'tsconfig.bench.json')], { stdio: 'inherit' });
     built = true;
   }
-  const script = join(root, '.tmp', 'bench-build', 'bench', 'server.js');
+  return join(root, '.tmp', 'bench-build', 'bench', `${name}.js`);
+}
+
+export type Server = Forked & { port: number };
+
+/** A contender's server (bench/server.ts), ready on `port`. */
+export async function forkServer(config: ContenderConfig, started?: Started): Promise<Server> {
+  const script = compiled('server');
   const options = { script, execArgv: ['--expose-gc'], started, name: `${config.contender} server` };
   const server = await forkReady([JSON.stringify(config)], options);
   return { ...server, port: server.ready.port };
