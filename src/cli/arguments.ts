@@ -6,7 +6,7 @@ import { existsSync, readdirSync, statSync } from 'node:fs';
 import { parseDuration } from '../duration.js';
 import { DEAD_REASONS } from '../operations/dead-letters.js';
 import { type OpenOperationsOptions, parseInstant } from '../operations/index.js';
-import { HEADER_NAME } from '../options/option-checks.js';
+import { HEADER_NAME, IDENTIFIER } from '../options/option-checks.js';
 import {
   type Command,
   type CommandArgs,
@@ -60,8 +60,6 @@ export const FILTERS: Record<string, OptionSpec> = {
   'newer-than': { type: 'string', help: 'received more recently than this duration' },
   limit: { type: 'string', help: 'at most this many (default 100; 1-10000)' },
 };
-
-const IDENTIFIER = /^[a-z_][a-z0-9_]{0,39}$/;
 
 export function duration(values: Values, name: string): number | undefined {
   const raw = values[name];

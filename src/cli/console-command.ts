@@ -99,12 +99,7 @@ export const CONSOLE_COMMAND: Command = {
   async run({ values, env, io, connection }) {
     const s = settings(values, env);
     const ops = await connection.ops();
-    const served = await serveConsole({
-      operations: ops,
-      ...s,
-      token: s.token,
-      insecure: s.insecure || undefined,
-    });
+    const served = await serveConsole({ operations: ops, ...s, insecure: s.insecure || undefined });
     io.stdout(`webhook-inbox console on ${served.url}/${s.readOnly ? ' (read-only)' : ''}`);
     await (io.untilStopped ?? untilSignal)();
     await served.close();

@@ -2,9 +2,18 @@
 import { formatDuration } from '../duration.js';
 import type { SkipResult } from '../operations/index.js';
 import { FILTERS, filterOf, LOCK_TIMEOUT, lockTimeout } from './arguments.js';
-import { type Command, EXIT, RefusedError, UsageError } from './command.js';
+import { type Command, EXIT, RefusedError, UsageError, type Values } from './command.js';
 import { deadLetterJson, deadLetterSummary, deadLetterText, oneLine, skipText, table } from './format.js';
 import { REPLAY_COMMAND } from './replay-command.js';
+
+function checkFilter({ values }: { values: Values }): void {
+  filterOf(values);
+}
+
+/** What a purge leaves: the dead letters that block their keys. */
+function leftBlocking(r: { blocking: number }): string {
+  return r.blocking ? `; ${r.blocking} left because each blocks its key (dead skip them first)` : '';
+}
 
 export const DEAD_COMMANDS: Record<string, Command> = {
   'dead list': {
@@ -13,9 +22,7 @@ export const DEAD_COMMANDS: Record<string, Command> = {
       'webhook-inbox dead list [--reason R] [--cause C] [--key K|prefix*] [--type T] [--since T] [--until T] [--older-than D] [--newer-than D] [--limit N] [options]',
     options: FILTERS,
     positionals: [0, 0],
-    check({ values }) {
-      filterOf(values);
-    },
+    check: checkFilter,
     async run({ values, out, connection }) {
       const dead = await (await connection.ops()).deadLetters(filterOf(values));
       out.result(dead.map(deadLetterSummary), () =>
@@ -63,9 +70,7 @@ export const DEAD_COMMANDS: Record<string, Command> = {
       'group with `dead replay --all --cause <cause>` (with --since/--until for a window).',
     options: FILTERS,
     positionals: [0, 0],
-    check({ values }) {
-      filterOf(values);
-    },
+    check: checkFilter,
     async run({ values, out, connection }) {
       const groups = await (await connection.ops()).deadGroups(filterOf(values));
       out.result(groups, () =>
@@ -117,11 +122,11 @@ export const DEAD_COMMANDS: Record<string, Command> = {
       const ops = await connection.ops();
       const selection = filterOf(values);
       const plan = await ops.purgeDead(selection, { dryRun: true });
-      const blocked = plan.blocking
-        ? `; ${plan.blocking} left because each blocks its key (dead skip them first)`
-        : '';
       if (values['dry-run']) {
-        out.result(plan, (r) => `would purge ${r.purged} dead letters${blocked}; nothing was changed.`);
+        out.result(
+          plan,
+          (r) => `would purge ${r.purged} dead letters${leftBlocking(r)}; nothing was changed.`,
+        );
         return EXIT.ok;
       }
       if (!values.yes && plan.purged > 0) {
@@ -131,11 +136,7 @@ export const DEAD_COMMANDS: Record<string, Command> = {
         if (!sure) throw new RefusedError('not-confirmed', 'not confirmed; nothing was changed');
       }
       const result = await ops.purgeDead(selection);
-      out.result(
-        result,
-        (r) =>
-          `purged ${r.purged} dead letters${r.blocking ? `; ${r.blocking} left because each blocks its key (dead skip them first)` : ''}`,
-      );
+      out.result(result, (r) => `purged ${r.purged} dead letters${leftBlocking(r)}`);
       return EXIT.ok;
     },
   },

@@ -1,6 +1,6 @@
 /** `ignored list`, `ignored replay`: what the provider sends that no handler takes, by type. */
 import { formatDuration } from '../duration.js';
-import { limit } from './arguments.js';
+import { FILTERS, limit } from './arguments.js';
 import { type Command, EXIT, UsageError, type Values } from './command.js';
 import { table } from './format.js';
 
@@ -27,7 +27,7 @@ export const IGNORED_COMMANDS: Record<string, Command> = {
       'An event whose type no handler takes (option `handlers`) is recorded "ignored" and\n' +
       'answered 200, with its payload kept until retention. Without --type, the counts by type\n' +
       'come first: what the provider sends that nobody handles.',
-    options: { type: TYPE, limit: { type: 'string', help: 'at most this many (default 100; 1-10000)' } },
+    options: { type: TYPE, limit: FILTERS.limit },
     positionals: [0, 0],
     check({ values }) {
       typeOf(values, false);

@@ -125,9 +125,14 @@ async function replayAll(
   // A key held past the timeout fails the command naming it (OperationError `locked`, exit 4);
   // the batches before it stay re-queued, and running the command again goes on from there.
   const results = await ops.replay({ all: true, ...filter }, { lockTimeoutMs: lockTimeout(values) });
+  return requeued(out, results, new Map());
+}
+
+/** What a replay did, row by row; the exit code says whether every one was re-queued. */
+function requeued(out: Out, results: ReplayResult[], ages: Map<string, number>): number {
   out.result(results, () =>
     [
-      resultTable(results, new Map(), Number.POSITIVE_INFINITY, false),
+      resultTable(results, ages, Number.POSITIVE_INFINITY, false),
       `${results.filter((r) => r.outcome === 'requeued').length} of ${results.length} re-queued; the application's sweeper applies them.`,
     ].join('\n'),
   );
@@ -214,14 +219,12 @@ export const REPLAY_COMMAND: Command = {
     // WEBHOOK_INBOX_RETENTION false: nothing is pruned, so no dead letter is too old to replay.
     const retentionMs = retentionOf(values, 'retention', env) || Number.POSITIVE_INFINITY;
     if (values.all) return replayAll(ops, values, out, io, retentionMs);
-    const dryRun = values['dry-run'] === true;
-    const selection = positionals;
     const ages = await agesOf(ops, positionals);
-    const plan = await ops.replay(selection, { dryRun: true });
+    const plan = await ops.replay(positionals, { dryRun: true });
     const requeueable = plan.filter((r) => r.outcome === 'requeued');
     const old = requeueable.filter((r) => (ages.get(ageKey(r.source, r.id)) ?? 0) > retentionMs);
 
-    if (dryRun) {
+    if (values['dry-run']) {
       out.result(
         plan.map((r) => ({
           ...r,
@@ -255,15 +258,7 @@ export const REPLAY_COMMAND: Command = {
         { events: old.map((r) => ({ source: r.source, id: r.id, ageMs: ages.get(ageKey(r.source, r.id)) })) },
       );
     }
-    // A key held past the timeout fails the command naming it (OperationError `locked`, exit 4);
-    // the ids before it stay re-queued.
-    const results = await ops.replay(selection, { lockTimeoutMs: lockTimeout(values) });
-    out.result(results, () =>
-      [
-        resultTable(results, ages, Number.POSITIVE_INFINITY, false),
-        `${results.filter((r) => r.outcome === 'requeued').length} of ${results.length} re-queued; the application's sweeper applies them.`,
-      ].join('\n'),
-    );
-    return replayExit(results);
+    // As for --all: a key held past the timeout fails the command; the ids before it stay re-queued.
+    return requeued(out, await ops.replay(positionals, { lockTimeoutMs: lockTimeout(values) }), ages);
   },
 };

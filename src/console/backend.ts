@@ -25,31 +25,6 @@ export interface ConsoleBackend {
   processedPerMinute(): Promise<number[]>;
 }
 
-function inboxBackend(inbox: Inbox): ConsoleBackend {
-  const ops = () => inbox.operations();
-  return {
-    appliesHere: true,
-    ops,
-    // Each with its own source: the inbox's operations refuse another (not-found), so that a
-    // target of another source is never looked up, or replayed, in the inbox's own.
-    replay: (targets) => inbox.replay(targets.map((t) => ({ id: t.id, source: t.source }))),
-    skip: (target) => inbox.skip(target),
-    unblock: (key, source) => inbox.unblock(key, source),
-    processedPerMinute: async () => perMinute(await ops()),
-  };
-}
-
-function operationsBackend(ops: Operations): ConsoleBackend {
-  return {
-    appliesHere: false,
-    ops: async () => ops,
-    replay: (targets) => ops.replay(targets.map((t) => ({ id: t.id, source: t.source }))),
-    skip: (target) => ops.skip(target),
-    unblock: (key, source) => ops.unblock(key, source),
-    processedPerMinute: () => perMinute(ops),
-  };
-}
-
 async function perMinute(ops: Operations): Promise<number[]> {
   // Source by source (see eachSource), through the partial index on (source, processed_at).
   const counts = new Array<number>(60).fill(0);
@@ -64,6 +39,17 @@ async function perMinute(ops: Operations): Promise<number[]> {
   return counts;
 }
 
-export function createBackend(options: ResolvedConsoleOptions): ConsoleBackend {
-  return options.inbox ? inboxBackend(options.inbox) : operationsBackend(options.operations!);
+export function createBackend({ inbox, operations }: ResolvedConsoleOptions): ConsoleBackend {
+  const actor: Inbox | Operations = inbox ?? operations!;
+  const ops = inbox ? () => inbox.operations() : async () => operations!;
+  return {
+    appliesHere: inbox !== undefined,
+    ops,
+    // Each with its own source: the inbox's operations refuse another (not-found), so that a
+    // target of another source is never looked up, or replayed, in the inbox's own.
+    replay: (targets) => actor.replay(targets.map((t) => ({ id: t.id, source: t.source }))),
+    skip: (target) => actor.skip(target),
+    unblock: (key, source) => actor.unblock(key, source),
+    processedPerMinute: async () => perMinute(await ops()),
+  };
 }

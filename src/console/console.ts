@@ -8,7 +8,7 @@ import { ACTIONS, type ActionName, runAction } from './actions.js';
 import { createBackend } from './backend.js';
 import { parseDeadLetterFilter } from './filters.js';
 import { FormError } from './form-error.js';
-import { html } from './html.js';
+import { href, html } from './html.js';
 import { layout, type PageContext } from './layout.js';
 import { type ConsoleOptions, type ResolvedConsoleOptions, resolveConsoleOptions } from './options.js';
 import {
@@ -84,6 +84,16 @@ export function createConsole(input: ConsoleOptions): Console {
     };
   }
 
+  function message(
+    status: number,
+    ctx: PageContext,
+    title: string,
+    text: string,
+    extra?: Record<string, string>,
+  ): ConsoleResponse {
+    return respond(status, ctx.nonce, messagePage(ctx, title, text), extra);
+  }
+
   function redirect(location: string, extra: Record<string, string | string[]> = {}): ConsoleResponse {
     return { status: 303, headers: { location, 'cache-control': 'no-store', ...extra }, body: '' };
   }
@@ -147,7 +157,7 @@ export function createConsole(input: ConsoleOptions): Console {
       principal = await authenticate(options, sessions, request);
     } catch (err) {
       options.logger.error({ err }, 'webhook-inbox console: the authorize hook threw');
-      return respond(500, nonce, messagePage(anonymous, 'Error', 'The console could not check who you are.'));
+      return message(500, anonymous, 'Error', 'The console could not check who you are.');
     }
 
     // The login form, when there is a token to type in: the only pages answered without credentials.
@@ -155,7 +165,7 @@ export function createConsole(input: ConsoleOptions): Console {
       if (method === 'GET') return respond(200, nonce, loginPage(anonymous, false));
       if (method === 'POST') {
         if (!sameOrigin(options, request))
-          return respond(403, nonce, messagePage(anonymous, 'Refused', 'Cross-origin request refused.'));
+          return message(403, anonymous, 'Refused', 'Cross-origin request refused.');
         const address = clientAddress(options, request);
         const wait = throttle.retryAfter(address);
         if (wait > 0) {
@@ -193,9 +203,12 @@ export function createConsole(input: ConsoleOptions): Console {
 
     const ctx: PageContext = { ...anonymous, user: principal.name, csrf: csrf.for(principal) };
     try {
-      if (method === 'GET' || method === 'HEAD') return await page(ctx, path, url.searchParams, nonce);
+      if (method === 'GET' || method === 'HEAD') {
+        const shown = await page(ctx, path, url.searchParams);
+        return typeof shown === 'string' ? respond(200, nonce, shown) : shown;
+      }
       if (method !== 'POST')
-        return respond(405, nonce, messagePage(ctx, 'Method not allowed', `${method} is not allowed here.`), {
+        return message(405, ctx, 'Method not allowed', `${method} is not allowed here.`, {
           allow: 'GET, POST',
         });
 
@@ -206,14 +219,11 @@ export function createConsole(input: ConsoleOptions): Console {
           { console: path, who: principal.name },
           'webhook-inbox console: a POST without a same-origin CSRF token was refused',
         );
-        return respond(
+        return message(
           403,
-          nonce,
-          messagePage(
-            ctx,
-            'Refused',
-            'This form did not come from the console (cross-origin, or an expired page: reload it).',
-          ),
+          ctx,
+          'Refused',
+          'This form did not come from the console (cross-origin, or an expired page: reload it).',
         );
       }
       if (path === '/logout') {
@@ -227,41 +237,38 @@ export function createConsole(input: ConsoleOptions): Console {
       }
       const action = /^\/actions\/([a-z-]+)$/.exec(path)?.[1];
       if (!action || !(ACTIONS as readonly string[]).includes(action))
-        return respond(404, nonce, messagePage(ctx, 'Not found', 'No such action.'));
-      if (options.readOnly)
-        return respond(403, nonce, messagePage(ctx, 'Read-only', 'This console is read-only.'));
+        return message(404, ctx, 'Not found', 'No such action.');
+      if (options.readOnly) return message(403, ctx, 'Read-only', 'This console is read-only.');
       return respond(
         200,
         nonce,
         await runAction(action as ActionName, form, ctx, principal, backend, options),
       );
     } catch (err) {
-      if (err instanceof FormError) return respond(400, nonce, messagePage(ctx, 'Bad request', err.message));
+      if (err instanceof FormError) return message(400, ctx, 'Bad request', err.message);
       if (err instanceof OperationError) {
-        return respond(
-          err.code === 'not-found' ? 404 : 409,
-          nonce,
-          messagePage(ctx, err.code === 'not-found' ? 'Not found' : 'Refused', err.message),
-        );
+        const found = err.code !== 'not-found';
+        return message(found ? 409 : 404, ctx, found ? 'Refused' : 'Not found', err.message);
       }
       options.logger.error(
         { err, console: path, who: principal.name },
         'webhook-inbox console: a request failed',
       );
-      return respond(
+      return message(
         500,
-        nonce,
-        messagePage(ctx, 'Error', 'The console could not read or change the inbox (see the server log).'),
+        ctx,
+        'Error',
+        'The console could not read or change the inbox (see the server log).',
       );
     }
   }
 
+  /** A GET: the page's HTML (answered 200), or a whole response. */
   async function page(
     ctx: PageContext,
     path: string,
     params: URLSearchParams,
-    nonce: string,
-  ): Promise<ConsoleResponse> {
+  ): Promise<string | ConsoleResponse> {
     const ops = await backend.ops();
     const segments = path.split('/').slice(1).map(decodeSegment);
     if (segments.some((s) => s === undefined)) throw new FormError('the path is not valid percent-encoding');
@@ -273,27 +280,23 @@ export function createConsole(input: ConsoleOptions): Console {
         ops.keys({ blocked: true, limit: 20 }),
         ops.deadGroups(),
       ]);
-      return respond(200, nonce, overviewPage(ctx, status, perMinute, blocked, causes.slice(0, 20)));
+      return overviewPage(ctx, status, perMinute, blocked, causes.slice(0, 20));
     }
     if (path === '/dead-letters') {
       const { query, filter } = parseDeadLetterFilter(params);
-      return respond(
-        200,
-        nonce,
-        deadLettersPage(ctx, query, await ops.deadLetters({ ...filter, limit: 500 })),
-      );
+      return deadLettersPage(ctx, query, await ops.deadLetters({ ...filter, limit: 500 }));
     }
     if (path === '/ignored') {
       const type = params.get('type') ?? undefined;
       const [types, list] = await Promise.all([ops.ignoredTypes(), ops.ignored({ type, limit: 500 })]);
-      return respond(200, nonce, ignoredPage(ctx, type, types, list));
+      return ignoredPage(ctx, type, types, list);
     }
     if (first === 'events' && source && name && extra === undefined) {
-      return respond(200, nonce, eventPage(ctx, await ops.deadLetter(name, source)));
+      return eventPage(ctx, await ops.deadLetter(name, source));
     }
     if (path === '/keys') {
       const blocked = params.get('blocked') === '1';
-      return respond(200, nonce, keysPage(ctx, blocked, await ops.keys({ blocked, limit: 500 })));
+      return keysPage(ctx, blocked, await ops.keys({ blocked, limit: 500 }));
     }
     if (first === 'keys' && source && name && extra === undefined) {
       const detail = await ops.key(name, source);
@@ -302,7 +305,7 @@ export function createConsole(input: ConsoleOptions): Console {
           'not-found',
           `no key ${JSON.stringify(name)} in source ${JSON.stringify(source)}`,
         );
-      return respond(200, nonce, keyPage(ctx, detail));
+      return keyPage(ctx, detail);
     }
     if (path === '/search') {
       const id = params.get('id')?.trim();
@@ -311,10 +314,7 @@ export function createConsole(input: ConsoleOptions): Console {
         if (err instanceof OperationError && err.code === 'ambiguous') return undefined;
         throw err;
       });
-      if (found)
-        return redirect(
-          `${ctx.base}/events/${encodeURIComponent(found.source)}/${encodeURIComponent(found.id)}`,
-        );
+      if (found) return redirect(href(ctx.base, 'events', found.source, found.id));
       // In several sources: list them.
       const { sources } = await ops.status();
       const links = [];
@@ -324,18 +324,15 @@ export function createConsole(input: ConsoleOptions): Console {
           if (err instanceof OperationError && err.code === 'not-found') return undefined;
           throw err;
         });
-        if (hit)
-          links.push(
-            html`<li><a href="${ctx.base}/events/${encodeURIComponent(s)}/${encodeURIComponent(id)}">${s}</a></li>`,
-          );
+        if (hit) links.push(html`<li><a href="${href(ctx.base, 'events', s, id)}">${s}</a></li>`);
       }
-      return respond(
-        200,
-        nonce,
-        layout(ctx, 'Search', html`<h1>Event <code>${id}</code> is in several sources</h1><ul>${links}</ul>`),
+      return layout(
+        ctx,
+        'Search',
+        html`<h1>Event <code>${id}</code> is in several sources</h1><ul>${links}</ul>`,
       );
     }
-    return respond(404, nonce, messagePage(ctx, 'Not found', 'No such page.'));
+    return message(404, ctx, 'Not found', 'No such page.');
   }
 
   return { options, handle };

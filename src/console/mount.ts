@@ -18,10 +18,8 @@ function consoleOf(input: ConsoleInput): Console {
     : createConsole(input as ConsoleOptions);
 }
 
-class BodyTooLarge extends Error {}
-
-/** The form body, bounded; '' for a request without one. */
-async function readBody(req: IncomingMessage, parsed?: unknown): Promise<string> {
+/** The form body: '' for a request without one, undefined when it is larger than MAX_FORM_BYTES. */
+async function readBody(req: IncomingMessage, parsed?: unknown): Promise<string | undefined> {
   if (req.method !== 'POST') return '';
   // A body parser ran before the console (express.urlencoded, @koa/bodyparser): use its result.
   if (req.readableEnded || req.readableDidRead) {
@@ -38,7 +36,7 @@ async function readBody(req: IncomingMessage, parsed?: unknown): Promise<string>
   let size = 0;
   for await (const chunk of req) {
     size += (chunk as Buffer).length;
-    if (size > MAX_FORM_BYTES) throw new BodyTooLarge();
+    if (size > MAX_FORM_BYTES) return undefined;
     chunks.push(chunk as Buffer);
   }
   return Buffer.concat(chunks).toString('utf8');
@@ -87,14 +85,8 @@ export function nodeConsole(input: ConsoleInput, basePath = '') {
   return async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     let url = req.url ?? '/';
     if (basePath && url.startsWith(basePath)) url = url.slice(basePath.length) || '/';
-    let body: string;
-    try {
-      body = await readBody(req);
-    } catch (err) {
-      if (err instanceof BodyTooLarge) return write(res, TOO_LARGE);
-      throw err;
-    }
-    write(res, await app.handle(requestOf(req, url, basePath, body)));
+    const body = await readBody(req);
+    write(res, body === undefined ? TOO_LARGE : await app.handle(requestOf(req, url, basePath, body)));
   };
 }
 
@@ -106,18 +98,10 @@ export function expressConsole(input: ConsoleInput) {
   const app = consoleOf(input);
   return (req: any, res: any, next: (err?: unknown) => void): void => {
     (async () => {
-      let body: string;
-      try {
-        body = await readBody(req, req.body);
-      } catch (err) {
-        if (err instanceof BodyTooLarge) return write(res, TOO_LARGE);
-        throw err;
-      }
+      const body = await readBody(req, req.body);
+      if (body === undefined) return write(res, TOO_LARGE);
       // req.secure honours Express's `trust proxy` setting (X-Forwarded-Proto).
-      const response = await app.handle(
-        requestOf(req, req.url, req.baseUrl ?? '', body, req.secure === true),
-      );
-      write(res, response);
+      write(res, await app.handle(requestOf(req, req.url, req.baseUrl ?? '', body, req.secure === true)));
     })().catch(next);
   };
 }
@@ -131,11 +115,8 @@ export function koaConsole(input: ConsoleInput, prefix = '/console') {
   return async (ctx: any, next: () => Promise<unknown>): Promise<void> => {
     const path: string = ctx.path;
     if (path !== prefix && !path.startsWith(`${prefix}/`)) return void (await next());
-    let body: string;
-    try {
-      body = await readBody(ctx.req, ctx.request.body);
-    } catch (err) {
-      if (!(err instanceof BodyTooLarge)) throw err;
+    const body = await readBody(ctx.req, ctx.request.body);
+    if (body === undefined) {
       ctx.status = 413;
       ctx.body = 'form too large';
       return;
@@ -173,16 +154,6 @@ export async function fastifyConsole(
     const response = await app.handle(requestOf(raw, url, basePath, body, request.protocol === 'https'));
     reply.code(response.status).headers(response.headers).send(response.body);
   };
-  instance.route({
-    method: ['GET', 'HEAD', 'POST', 'PUT', 'DELETE', 'PATCH'],
-    url: '/',
-    handler,
-    exposeHeadRoute: false,
-  });
-  instance.route({
-    method: ['GET', 'HEAD', 'POST', 'PUT', 'DELETE', 'PATCH'],
-    url: '/*',
-    handler,
-    exposeHeadRoute: false,
-  });
+  const method = ['GET', 'HEAD', 'POST', 'PUT', 'DELETE', 'PATCH'];
+  for (const url of ['/', '/*']) instance.route({ method, url, handler, exposeHeadRoute: false });
 }

@@ -9,7 +9,7 @@ import type { ResolvedSenderOptions } from './options.js';
 import { signatureHeaders } from './signature.js';
 import type { ClaimedEvent } from './store.js';
 
-export type AttemptKind = 'ack' | 'later' | 'failure' | 'permanent';
+type AttemptKind = 'ack' | 'later' | 'failure' | 'permanent';
 
 export interface Attempt {
   readonly kind: AttemptKind;
@@ -23,7 +23,11 @@ export interface Attempt {
 
 const MAX_REDIRECTS = 5;
 
-export function classify(status: number, hasRetryAfter: boolean): AttemptKind {
+function failure(status: number | null, error: string): Attempt {
+  return { kind: 'failure', status, error, retryAfterMs: undefined, replayed: false };
+}
+
+function classify(status: number, hasRetryAfter: boolean): AttemptKind {
   if (status >= 200 && status < 300) return 'ack';
   if (status === 409 || status === 425) return 'later';
   if ((status === 429 || status === 503) && hasRetryAfter) return 'later';
@@ -75,13 +79,7 @@ export async function attempt(o: ResolvedSenderOptions, event: ClaimedEvent): Pr
           continue;
         }
         const why = next ? `more than ${MAX_REDIRECTS} redirects` : 'a redirect without a usable Location';
-        return {
-          kind: 'failure',
-          status,
-          error: `HTTP ${status}: ${why}`,
-          retryAfterMs: undefined,
-          replayed: false,
-        };
+        return failure(status, `HTTP ${status}: ${why}`);
       }
       const retryAfterMs = parseRetryAfter(response.headers.get('retry-after'), Date.now());
       const kind = classify(status, retryAfterMs !== undefined);
@@ -95,11 +93,12 @@ export async function attempt(o: ResolvedSenderOptions, event: ClaimedEvent): Pr
     }
   } catch (err) {
     const e = err as Error & { cause?: { code?: string; message?: string } };
-    const error =
+    return failure(
+      null,
       e.name === 'TimeoutError'
         ? `timeout after ${o.timeoutMs} ms`
-        : `network error: ${e.cause?.code ?? e.cause?.message ?? e.message}`;
-    return { kind: 'failure', status: null, error, retryAfterMs: undefined, replayed: false };
+        : `network error: ${e.cause?.code ?? e.cause?.message ?? e.message}`,
+    );
   }
 }
 

@@ -1,6 +1,7 @@
 /** An event as the caller gives it, validated and turned into the bytes and headers every attempt sends. */
 import { randomUUID } from 'node:crypto';
 import { InboxError } from '../errors.js';
+import { HEADER_NAME } from '../options/option-checks.js';
 import type { NewEvent } from './store.js';
 
 /** One event to send. Give `body` (sent as JSON) or `rawBody` (sent as is). */
@@ -41,8 +42,7 @@ export function seqNotAfterError(seq: number, last: number): InvalidEventError {
 }
 
 const ID = /^[\x21-\x7e](?:[\x20-\x7e]{0,253}[\x21-\x7e])?$/;
-const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9a-z-]+$/;
-/** Headers the HTTP client manages itself: accepted at enqueue, they would fail on every attempt. */
+/** Headers the HTTP client manages itself (and every `proxy-*`): they would fail every attempt. */
 const HOP_BY_HOP = new Set([
   'connection',
   'keep-alive',
@@ -52,8 +52,6 @@ const HOP_BY_HOP = new Set([
   'upgrade',
   'expect',
   'host',
-  'proxy-authorization',
-  'proxy-connection',
 ]);
 
 /** Checks an event and builds what the store keeps. `protocolHeaders`: names the sender sets itself. */

@@ -75,29 +75,18 @@ export interface SenderOptions {
   random?: () => number;
 }
 
-export interface ResolvedSenderOptions {
+/** Every option checked and defaulted; `secret` is decoded into `secretKeys`. */
+export interface ResolvedSenderOptions
+  extends Readonly<
+    Required<Omit<SenderOptions, 'endpoint' | 'maxAttempts' | 'breaker' | 'secret' | 'headers' | 'db'>>
+  > {
   readonly endpoint: URL;
-  readonly concurrency: number;
-  readonly timeoutMs: number;
-  readonly retryForMs: number;
   readonly maxAttempts: number | undefined;
-  readonly baseMs: number;
-  readonly capMs: number;
-  readonly maxRetryAfterMs: number;
-  readonly retentionMs: number;
-  readonly rememberIds: number;
   readonly breaker: { readonly failureThreshold: number; readonly cooldownMs: number } | false;
   /** Empty when events are not signed. */
   readonly secretKeys: readonly Buffer[];
   readonly headers: { readonly id: string; readonly key: string; readonly seq: string };
   readonly db: DatabaseInput | undefined;
-  readonly schema: string;
-  readonly migrate: boolean;
-  readonly poolSize: number;
-  readonly pollIntervalMs: number;
-  readonly leaseMs: number;
-  readonly dispatch: boolean;
-  readonly random: () => number;
 }
 
 const KNOWN = new Set([

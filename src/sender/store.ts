@@ -40,14 +40,7 @@ export interface Enqueued {
 }
 
 /** An event given to `add`: seq null means "assign the key's next". */
-export interface NewEvent {
-  readonly id: string;
-  readonly key: string | null;
-  readonly seq: number | null;
-  readonly body: Uint8Array;
-  readonly contentType: string;
-  readonly headers: Readonly<Record<string, string>>;
-}
+export type NewEvent = StoredEvent;
 
 /** A dead-lettered event, for the operator. */
 export interface DeadLetter extends StoredEvent {
