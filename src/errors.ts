@@ -28,10 +28,7 @@ export class InboxOptionsError extends InboxError {
 /** A delivery that cannot be accepted as sent: a header, or the body, is wrong. */
 export class InvalidDeliveryError extends InboxError {
   override name = 'InvalidDeliveryError';
-  /**
-   * A 413 whose body's rest is being read and dropped (src/receive/raw-body.ts): the answer
-   * keeps the connection open, so that a sender still writing reads it.
-   */
+  /** A 413 whose body's rest is being read and dropped: the answer keeps the connection open. */
   draining = false;
   constructor(
     readonly field: string,
@@ -77,12 +74,10 @@ export class HandlerError extends InboxError {
 }
 
 /**
- * Thrown by a handler to refuse an event for good: the event is wrong, and running it again
- * will not make it right. The inbox dead-letters it at once with reason `rejected` (no
- * retries), answers the delivery 422 (a 4xx: the sender should not retry), counts it in
- * `webhook_inbox_dead_letters_total{reason="rejected"}`, and an ordered key follows
- * `onPoison` (blocked, or skipped). The message is logged and stored as the dead letter's
- * error for the operator; it is never sent back to the sender.
+ * Thrown by a handler to refuse an event for good: running it again will not make it right. The
+ * inbox dead-letters it at once with reason `rejected`, answers the delivery 422 (the sender should
+ * not retry), and an ordered key follows `onPoison`. The message is stored as the dead letter's
+ * error for the operator, never sent back to the sender.
  *
  * ```ts
  * handle: async (event, tx) => {
@@ -99,11 +94,9 @@ export class RejectEvent extends InboxError {
 }
 
 /**
- * Thrown by a handler: "not yet". The event waits until `at` (or `afterMs` from now) and is
- * applied then by the sweeper, without spending an attempt: `maxAttempts` counts failures, and
- * this is not one (an event that arrives before the object it refers to). Its row is `pending`
- * with `run_after` the time asked for, shown as `retry_at` by `webhook-inbox dead show` and the
- * console. A delivery is answered 202 `pending` (with `retryAt`), so the sender does not retry.
+ * Thrown by a handler: "not yet" (an event that arrives before the object it refers to). The event
+ * waits until `at` (or `afterMs` from now) and is applied then by the sweeper, without spending an
+ * attempt. A delivery is answered 202 `pending` (with `retryAt`), so the sender does not retry.
  *
  * ```ts
  * handle: async (event, { tx }) => {
@@ -133,13 +126,13 @@ export class RetryLater extends InboxError {
 }
 
 /**
- * An operator action (replay, skip, unblock, show) that could not be done as asked: nothing
- * was changed. `code` says why: `not-found`, `ambiguous` (the id or key exists in several
- * sources; name one), or `refused` (it exists, but the action does not apply in its state).
+ * An operator action (replay, skip, unblock, show) that could not be done as asked: nothing was
+ * changed. `code` says why: `not-found`, `ambiguous` (the id or key exists in several sources; name
+ * one), `refused` (the action does not apply in its state) or `locked` (what it must lock stayed
+ * locked past its lock timeout).
  */
 export class OperationError extends InboxError {
   override name = 'OperationError';
-  /** `locked`: what the action must lock stayed locked past its lock timeout; nothing was changed. */
   constructor(code: 'not-found' | 'ambiguous' | 'refused' | 'locked', message: string) {
     super(message, code, code === 'not-found' ? 404 : 409);
   }
@@ -167,11 +160,9 @@ export class HandlerTimeoutError extends InboxError {
 
 /**
  * The inbox could not start: its database did not open, or its migrations failed. `inbox.ready()`
- * rejects with it (and so does what waits for the start: `kysely()`, `migrate()`, the operator
- * methods), its message naming the cause and, where one is known, the fix, as the log line of
- * the failed start does; `cause` is the error the database or the migration threw. The inbox
- * keeps retrying on its own (1 s doubling to 30 s) and answers deliveries 503 with
- * `Retry-After` meanwhile, until `close()`: to stop at boot instead, catch it and exit.
+ * rejects with it (and so does what waits for the start), its message naming the cause and, where
+ * one is known, the fix; `cause` is what the database or the migration threw. The inbox keeps
+ * retrying on its own until `close()`: to stop at boot instead, catch it and exit.
  *
  * ```ts
  * await inbox.ready().catch((err) => {
@@ -191,9 +182,7 @@ export class InboxStartError extends InboxError {
 
 /**
  * The embedded database is needed (no `db`, `db: 'memory'` or `dataDir`) and
- * `@electric-sql/pglite`, an optional peer dependency, is not installed: a start that failed
- * (`inbox.ready()` rejects with it; deliveries meanwhile answer 503); install the package, or
- * pass `db`.
+ * `@electric-sql/pglite`, an optional peer dependency, is not installed: a start that failed.
  *
  * ```ts
  * await inbox.ready().catch((err) => {

@@ -81,16 +81,17 @@ export class RedisCache {
     this.#outstanding++;
     return new Promise((resolve) => {
       let done = false;
+      const settle = (answer: { value: T } | { reason: FallbackReason }) => {
+        if (done) return;
+        done = true;
+        clearTimeout(timer);
+        if ('value' in answer) this.#failures = 0;
+        else this.#failed();
+        resolve(answer);
+      };
       // A busy event loop runs due timers before it reads its sockets: `setImmediate` lets an answer
       // that has arrived win, so only one that has not is a timeout.
-      const timer = setTimeout(() => {
-        setImmediate(() => {
-          if (done) return;
-          done = true;
-          this.#failed();
-          resolve({ reason: 'timeout' });
-        });
-      }, timeoutMs);
+      const timer = setTimeout(() => setImmediate(() => settle({ reason: 'timeout' })), timeoutMs);
       timer.unref();
       let pending: Promise<T>;
       try {
@@ -101,19 +102,11 @@ export class RedisCache {
       pending.then(
         (value) => {
           this.#outstanding--;
-          if (done) return;
-          done = true;
-          clearTimeout(timer);
-          this.#failures = 0;
-          resolve({ value });
+          settle({ value });
         },
         () => {
           this.#outstanding--;
-          if (done) return;
-          done = true;
-          clearTimeout(timer);
-          this.#failed();
-          resolve({ reason: 'error' });
+          settle({ reason: 'error' });
         },
       );
     });

@@ -7,7 +7,7 @@ import {
   readsBody,
 } from './field-source.js';
 import { bodyHash, type ParseMode, parseBody, readsAsJson } from './payload.js';
-import { type Delivery, normalizeHeaders } from './request.js';
+import { type Delivery, normalizeHeaders, toBuffer } from './request.js';
 
 /** A delivery whose headers and body passed validation. */
 export interface ParsedDelivery {
@@ -54,22 +54,18 @@ function single(raw: Delivery['headers'], headers: Record<string, string>, name:
 }
 
 /**
- * A key as text. Node hands header values over as latin1, one character per byte: decoded as the
- * UTF-8 they carry (invalid is refused); a value past U+00FF was decoded already and is taken as is.
+ * A key as text, checked. Node hands header values over as latin1, one character per byte: decoded as
+ * the UTF-8 they carry (invalid is refused); a value past U+00FF was decoded already and is taken as is.
  */
-export function decodeKey(value: string, name: string): string {
+function keyOf({ text: value, fromHeader }: FieldText, name: string): string {
   let text = value;
-  if (/^[\x00-\xff]*$/.test(value) && /[\x80-\xff]/.test(value)) {
+  if (fromHeader && /^[\x00-\xff]*$/.test(value) && /[\x80-\xff]/.test(value)) {
     try {
       text = UTF8.decode(Buffer.from(value, 'latin1'));
     } catch {
       throw new InvalidDeliveryError(name, `${name} must be valid UTF-8`);
     }
   }
-  return checkKey(text, name);
-}
-
-function checkKey(text: string, name: string): string {
   const length = [...text].length;
   if (length < 1 || length > MAX_KEY_CHARACTERS || CONTROL.test(text)) {
     throw new InvalidDeliveryError(
@@ -95,13 +91,15 @@ function versionOf(text: string, name: string): number {
   return ms;
 }
 
+type FieldText = { text: string; fromHeader: boolean };
+
 /** One field's value as text, or undefined. A header must appear once; others hold a string or an integer. */
 function textOf(
   source: ResolvedSource,
   raw: Delivery['headers'],
   headers: Record<string, string>,
   view: () => FieldDelivery,
-): { text: string; fromHeader: boolean } | undefined {
+): FieldText | undefined {
   if (source.kind === 'header') {
     const value = single(raw, headers, source.name);
     return value === undefined ? undefined : { text: value, fromHeader: true };
@@ -125,8 +123,7 @@ export function typeOf(
   view: () => FieldDelivery,
 ): string | null {
   const field = textOf(source, raw, headers, view);
-  if (field === undefined) return null;
-  return field.fromHeader ? decodeKey(field.text, source.label) : checkKey(field.text, source.label);
+  return field === undefined ? null : keyOf(field, source.label);
 }
 
 type LatestOrder = { readonly key: ResolvedSource; readonly version: ResolvedSource };
@@ -141,9 +138,7 @@ function latestOf(
   const { key: keySource, version: versionSource } = order;
   const objectKey = textOf(keySource, raw, headers, view);
   if (objectKey === undefined) return null;
-  const text = objectKey.fromHeader
-    ? decodeKey(objectKey.text, keySource.label)
-    : checkKey(objectKey.text, keySource.label);
+  const text = keyOf(objectKey, keySource.label);
   const version = textOf(versionSource, raw, headers, view);
   if (version === undefined) {
     throw new InvalidDeliveryError(
@@ -200,9 +195,7 @@ export function parseDelivery(
   /** Given when a duplicate can be answered from the cache: a body these say parses is not parsed here. */
   known?: KnownBodies,
 ): ParsedDelivery {
-  const rawBody = Buffer.isBuffer(delivery.rawBody)
-    ? delivery.rawBody
-    : Buffer.from(delivery.rawBody.buffer, delivery.rawBody.byteOffset, delivery.rawBody.byteLength);
+  const rawBody = toBuffer(delivery.rawBody);
   if (rawBody.length > options.maxBodyBytes) {
     throw new InvalidDeliveryError('body', `body is larger than ${options.maxBodyBytes} bytes`, 413);
   }
@@ -211,14 +204,14 @@ export function parseDelivery(
 
   const fields = options.fields;
   const latestOrder = options.order.policy === 'latest' ? options.order : undefined;
-  const latestSources = latestOrder ? [latestOrder.key, latestOrder.version] : [];
   // A body source reads the body first: a broken JSON body is refused naming the body.
   const body = readsBody([
     fields.id,
     fields.key,
     fields.seq,
-    ...latestSources,
-    ...(fields.type ? [fields.type] : []),
+    latestOrder?.key,
+    latestOrder?.version,
+    fields.type,
   ])
     ? parseBody(rawBody, headers['content-type'], options.parse)
     : undefined;
@@ -258,7 +251,7 @@ export function parseDelivery(
   let key: string | null = null;
   let seq: number | null = null;
   if (keyField !== undefined) {
-    key = keyField.fromHeader ? decodeKey(keyField.text, keyName) : checkKey(keyField.text, keyName);
+    key = keyOf(keyField, keyName);
     if (seqField === undefined)
       throw new InvalidDeliveryError(seqName, `${seqName} is required when ${keyName} is present`);
   }
@@ -277,25 +270,12 @@ export function parseDelivery(
   }
 
   const latest = latestOrder ? latestOf(latestOrder, delivery.headers, headers, view) : null;
-
   const type = fields.type ? typeOf(fields.type, delivery.headers, headers, view) : null;
-
-  return {
-    id,
-    key,
-    seq,
-    latest,
-    type,
-    hash,
-    rawBody,
-    body:
-      body !== undefined
-        ? body
-        : known !== undefined &&
-            readsAsJson(headers['content-type'], options.parse) &&
-            known.bodyParses(id, hash)
-          ? undefined
-          : parseBody(rawBody, headers['content-type'], options.parse),
-    headers,
-  };
+  const contentType = headers['content-type'];
+  const parsed =
+    body !== undefined ||
+    (known !== undefined && readsAsJson(contentType, options.parse) && known.bodyParses(id, hash))
+      ? body
+      : parseBody(rawBody, contentType, options.parse);
+  return { id, key, seq, latest, type, hash, rawBody, body: parsed, headers };
 }

@@ -151,8 +151,8 @@ export function readSource(source: ResolvedSource, d: FieldDelivery): unknown {
 }
 
 /** Then the body is parsed as JSON whatever its content type. */
-export function readsBody(sources: readonly ResolvedSource[]): boolean {
-  return sources.some((s) => s.kind === 'body' || s.kind === 'function');
+export function readsBody(sources: readonly (ResolvedSource | undefined)[]): boolean {
+  return sources.some((s) => s?.kind === 'body' || s?.kind === 'function');
 }
 
 /** Undefined when the body is not JSON. */

@@ -2,7 +2,6 @@
  * Which requests an adapter answers, alike in every framework. Mounted at an app's root without a
  * `path`, the inbox answers at {@link DEFAULT_ROOT_PATH}: `app.use(inbox(…))` must not take over the app.
  */
-
 import { InboxOptionsError } from '../errors.js';
 
 /** Where the inbox answers when mounted at the root of an app and given no `path`. */
@@ -26,11 +25,7 @@ export function checkPath(path: unknown, option = 'path'): string | undefined {
   return normalizePath(path);
 }
 
-/**
- * @param method the request's method
- * @param here the request's path, relative to where the middleware is mounted
- * @param base the webhook path, normalized (the `path` option, or the mount point, or the default)
- */
+/** `here` is relative to where the middleware is mounted; `base` is the webhook path, normalized. */
 export function endpointOf(method: string, here: string, base: string): Endpoint {
   const path = normalizePath(here);
   if (path === base) return method === 'POST' ? 'delivery' : 'method-not-allowed';

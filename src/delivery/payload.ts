@@ -64,11 +64,10 @@ export function readsAsJson(contentType: string | undefined, parse: ParseMode): 
 
 /** Parses the body the way option `parse` says; also used again when a held event is applied. */
 export function parseBody(rawBody: Buffer, contentType: string | undefined, parse: ParseMode): unknown {
-  if (parse === 'raw') return rawBody;
-  if (parse === 'auto' && !isJsonContentType(contentType)) return rawBody;
   if (parse === 'json' && contentType !== undefined && !isJsonContentType(contentType)) {
     throw new InvalidDeliveryError('content-type', 'content-type must be application/json');
   }
+  if (!readsAsJson(contentType, parse)) return rawBody;
   try {
     return JSON.parse(rawBody.toString('utf8'));
   } catch {

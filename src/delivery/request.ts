@@ -4,6 +4,11 @@ export interface Delivery {
   readonly rawBody: Uint8Array;
 }
 
+/** The bytes as a Buffer, without a copy. */
+export function toBuffer(bytes: Uint8Array): Buffer {
+  return Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+}
+
 /** Lower-cases header names; a repeated header's values are joined as Node joins them. */
 export function normalizeHeaders(raw: Delivery['headers']): Record<string, string> {
   const out: Record<string, string> = {};

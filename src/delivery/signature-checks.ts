@@ -19,10 +19,14 @@ export function secretList(secret: unknown, option: string): unknown[] {
   return list;
 }
 
-export function toleranceOf(value: unknown, option: string): number {
-  if (value === undefined) return DEFAULT_TOLERANCE_SECONDS;
+/** A verifier's `toleranceSeconds`. */
+export function toleranceOf(value: unknown, fallback = DEFAULT_TOLERANCE_SECONDS): number {
+  if (value === undefined) return fallback;
   if (typeof value !== 'number' || !Number.isInteger(value) || value < 1 || value > 86_400) {
-    throw new InboxOptionsError(option, `must be an integer number of seconds from 1 to 86400`);
+    throw new InboxOptionsError(
+      'verify.toleranceSeconds',
+      `must be an integer number of seconds from 1 to 86400`,
+    );
   }
   return value;
 }
@@ -51,7 +55,8 @@ export function checkTimestamp(raw: string, name: string, tolerance: number): nu
   return seconds;
 }
 
-export function anyEqual(given: readonly Buffer[], expected: readonly Buffer[]): boolean {
+/** 401 unless one of `given` is one of `expected`, every pair compared (in constant time). */
+export function mustMatch(name: string, given: readonly Buffer[], expected: readonly Buffer[]): void {
   let found = false;
   for (const g of given) {
     for (const e of expected) {
@@ -59,7 +64,7 @@ export function anyEqual(given: readonly Buffer[], expected: readonly Buffer[]):
       if (g.length === e.length && timingSafeEqual(g, e)) found = true;
     }
   }
-  return found;
+  if (!found) throw new UnauthorizedDeliveryError(name, `${name} does not match`);
 }
 
 /**

@@ -4,13 +4,13 @@
  */
 import { createHash } from 'node:crypto';
 import { InboxOptionsError, UnauthorizedDeliveryError } from '../errors.js';
-import { HEADER_NAME } from './field-source.js';
-import { type Delivery, normalizeHeaders } from './request.js';
+import { HEADER_NAME, jsonOf } from './field-source.js';
+import { type Delivery, normalizeHeaders, toBuffer } from './request.js';
 import {
-  anyEqual,
   checkTimestamp,
   hmac,
   malformed,
+  mustMatch,
   required,
   secretList,
   strictBase64,
@@ -97,7 +97,7 @@ export function standardWebhooks(options: {
     }
     return key;
   });
-  const tolerance = toleranceOf(options.toleranceSeconds, 'verify.toleranceSeconds');
+  const tolerance = toleranceOf(options.toleranceSeconds);
   const family = options.headers ?? 'webhook';
   if (family !== 'webhook' && family !== 'svix' && family !== 'either') {
     throw new InboxOptionsError('verify.headers', 'must be "webhook", "svix" or "either"');
@@ -115,9 +115,7 @@ export function standardWebhooks(options: {
       .filter((s) => s.startsWith('v1,'))
       .map((s) => strictBase64(s.slice(3)) ?? malformed(`${prefix}-signature`, 'v1,<base64>'));
     const expected = keys.map((key) => hmac(key, `${id}.${timestamp}.`, d.rawBody));
-    if (!anyEqual(given, expected)) {
-      throw new UnauthorizedDeliveryError(`${prefix}-signature`, `${prefix}-signature does not match`);
-    }
+    mustMatch(`${prefix}-signature`, given, expected);
     return { id };
   });
 }
@@ -150,7 +148,7 @@ function plainSecrets(secret: unknown): (string | Buffer)[] {
  */
 export function slackSignature(options: { secret: Secrets; toleranceSeconds?: number }): Verify {
   const keys = plainSecrets(options?.secret);
-  const tolerance = toleranceOf(options.toleranceSeconds, 'verify.toleranceSeconds');
+  const tolerance = toleranceOf(options.toleranceSeconds);
   return declaring(['x-slack-signature'], (d) => {
     const header = required(d, 'x-slack-signature');
     const timestamp = required(d, 'x-slack-request-timestamp');
@@ -163,30 +161,36 @@ export function slackSignature(options: { secret: Secrets; toleranceSeconds?: nu
       );
     }
     const expected = keys.map((key) => hmac(key, `v0:${timestamp}:`, d.rawBody));
-    if (!anyEqual([given], expected)) {
-      throw new UnauthorizedDeliveryError('x-slack-signature', 'x-slack-signature does not match');
-    }
+    mustMatch('x-slack-signature', [given], expected);
   });
 }
 
-/** A `name=value` list's timestamp (`tsName`) and hex digests (`sigName`), as Stripe and Paddle sign. */
-function signedItems(
+/**
+ * Stripe's and Paddle's form: a `name=value` list of the timestamp (`ts`) and hex digests (`sig`),
+ * each an HMAC-SHA256 of the timestamp, `join` and the body.
+ */
+function checkSignedItems(
+  d: VerifiableDelivery,
   header: string,
-  separator: string,
-  tsName: string,
-  sigName: string,
-  field: string,
-): { ts: string | undefined; given: Buffer[] } {
+  form: { separator: string; ts: string; sig: string; join: string },
+  keys: readonly (string | Buffer)[],
+  tolerance: number,
+): void {
   let ts: string | undefined;
   const given: Buffer[] = [];
-  for (const item of header.split(separator)) {
+  for (const item of required(d, header).split(form.separator)) {
     const eq = item.indexOf('=');
     const name = item.slice(0, eq).trim();
     const value = item.slice(eq + 1).trim();
-    if (name === tsName) ts = value;
-    else if (name === sigName) given.push(strictHex(value) ?? malformed(field, `${sigName}=<hex>`));
+    if (name === form.ts) ts = value;
+    else if (name === form.sig) given.push(strictHex(value) ?? malformed(header, `${form.sig}=<hex>`));
   }
-  return { ts, given };
+  if (ts === undefined || given.length === 0) {
+    throw new UnauthorizedDeliveryError(header, `${header} must carry ${form.ts}= and ${form.sig}=`);
+  }
+  checkTimestamp(ts, header, tolerance);
+  const expected = keys.map((key) => hmac(key, `${ts}${form.join}`, d.rawBody));
+  mustMatch(header, given, expected);
 }
 
 /**
@@ -200,21 +204,11 @@ function signedItems(
  */
 export function paddleSignature(options: { secret: Secrets; toleranceSeconds?: number }): Verify {
   const keys = plainSecrets(options?.secret);
-  const tolerance =
-    options.toleranceSeconds === undefined
-      ? 5
-      : toleranceOf(options.toleranceSeconds, 'verify.toleranceSeconds');
-  return declaring(['paddle-signature'], (d) => {
-    const { ts, given } = signedItems(required(d, 'paddle-signature'), ';', 'ts', 'h1', 'paddle-signature');
-    if (ts === undefined || given.length === 0) {
-      throw new UnauthorizedDeliveryError('paddle-signature', 'paddle-signature must carry ts= and h1=');
-    }
-    checkTimestamp(ts, 'paddle-signature', tolerance);
-    const expected = keys.map((key) => hmac(key, `${ts}:`, d.rawBody));
-    if (!anyEqual(given, expected)) {
-      throw new UnauthorizedDeliveryError('paddle-signature', 'paddle-signature does not match');
-    }
-  });
+  const tolerance = toleranceOf(options.toleranceSeconds, 5);
+  const form = { separator: ';', ts: 'ts', sig: 'h1', join: ':' };
+  return declaring(['paddle-signature'], (d) =>
+    checkSignedItems(d, 'paddle-signature', form, keys, tolerance),
+  );
 }
 
 /**
@@ -231,23 +225,9 @@ export function headerToken(options: { header: string; secret: Secrets }): Verif
   // Digests of equal length: the comparison leaks neither the token nor its length.
   const digest = (v: string | Buffer) => createHash('sha256').update(v).digest();
   const expected = plainSecrets(options.secret).map(digest);
-  return declaring([name], (d) => {
-    const value = required(d, name);
-    if (!anyEqual([digest(Buffer.from(value, 'latin1'))], expected)) {
-      throw new UnauthorizedDeliveryError(name, `${name} does not match`);
-    }
-  });
-}
-
-/** The string `id` at the top of a JSON body (Stripe's `evt_…`), when there is one. */
-function signedBodyId(rawBody: Buffer): string | undefined {
-  try {
-    const body: unknown = JSON.parse(rawBody.toString('utf8'));
-    const id = (body as { id?: unknown } | null)?.id;
-    return typeof id === 'string' && id !== '' ? id : undefined;
-  } catch {
-    return undefined;
-  }
+  return declaring([name], (d) =>
+    mustMatch(name, [digest(Buffer.from(required(d, name), 'latin1'))], expected),
+  );
 }
 
 /**
@@ -270,19 +250,13 @@ export function stripeSignature(options: {
     if (typeof s !== 'string' || s === '') throw new InboxOptionsError('verify.secret', 'must be a string');
     return s;
   });
-  const tolerance = toleranceOf(options.toleranceSeconds, 'verify.toleranceSeconds');
+  const tolerance = toleranceOf(options.toleranceSeconds);
+  const form = { separator: ',', ts: 't', sig: 'v1', join: '.' };
   return declaring(['stripe-signature'], (d) => {
-    const { ts: t, given } = signedItems(required(d, 'stripe-signature'), ',', 't', 'v1', 'stripe-signature');
-    if (t === undefined || given.length === 0) {
-      throw new UnauthorizedDeliveryError('stripe-signature', 'stripe-signature must carry t= and v1=');
-    }
-    checkTimestamp(t, 'stripe-signature', tolerance);
-    const expected = secrets.map((secret) => hmac(secret, `${t}.`, d.rawBody));
-    if (!anyEqual(given, expected)) {
-      throw new UnauthorizedDeliveryError('stripe-signature', 'stripe-signature does not match');
-    }
-    const id = signedBodyId(d.rawBody);
-    return id === undefined ? undefined : { id };
+    checkSignedItems(d, 'stripe-signature', form, secrets, tolerance);
+    // The string `id` at the top of the signed JSON body (`evt_…`), when there is one.
+    const id = (jsonOf(d.rawBody) as { id?: unknown } | null | undefined)?.id;
+    return typeof id === 'string' && id !== '' ? { id } : undefined;
   });
 }
 
@@ -324,15 +298,12 @@ export function hmacSignature(options: {
       throw new UnauthorizedDeliveryError(name, `${name} must be ${prefix}<${encoding} HMAC-SHA256>`);
     }
     const expected = keys.map((key) => hmac(key, d.rawBody));
-    if (!anyEqual([given], expected)) {
-      throw new UnauthorizedDeliveryError(name, `${name} does not match`);
-    }
+    mustMatch(name, [given], expected);
   });
 }
 
 /** Runs `verify` on a delivery as the inbox received it (any header case, any byte view). */
 export async function verifyDelivery(verify: Verify, delivery: Delivery): Promise<VerifiedDelivery> {
-  const raw = delivery.rawBody;
-  const rawBody = Buffer.isBuffer(raw) ? raw : Buffer.from(raw.buffer, raw.byteOffset, raw.byteLength);
+  const rawBody = toBuffer(delivery.rawBody);
   return (await verify({ headers: normalizeHeaders(delivery.headers), rawBody })) ?? {};
 }

@@ -13,11 +13,7 @@ export interface InboxHealth {
   oldestHeldAgeMs: number | null;
   blockedKeys: number | null;
   deadLetters: number | null;
-  /**
-   * Why Postgres is down for this instance, when it is: what opening or querying it failed
-   * with (a refused connection, a failed migration, missing tables), for the operator who
-   * reads `/health` at a first deploy.
-   */
+  /** What opening or querying Postgres failed with, when it is down (for a first deploy's `/health`). */
   error?: string;
 }
 
@@ -33,10 +29,7 @@ function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
   return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
 }
 
-/**
- * One cheap query and one Redis PING, each bounded by a short timeout. `ok` is false only when
- * Postgres does not answer: without Redis, the inbox is slower on duplicates but as correct.
- */
+/** Without Redis, the inbox is slower on duplicates but as correct: its outage only degrades. */
 export async function checkHealth(rt: Runtime): Promise<InboxHealth> {
   let error: string | undefined;
   const [stats, redis] = await Promise.all([
@@ -66,7 +59,6 @@ export async function checkHealth(rt: Runtime): Promise<InboxHealth> {
   };
 }
 
-/** Health as an outcome for adapters to write: 200 when ok (even degraded), else 503. */
 export function healthOutcome(health: InboxHealth): Outcome {
   return {
     kind: OutcomeKind.health,

@@ -42,10 +42,8 @@ export class Inbox {
   readonly #background: Background;
   /** The shutdown, once `close()` started it. */
   #closed: Promise<void> | undefined;
-  // ---- Eager start ----
   /** The next attempt to start, after a failed one (cleared by `close()`). */
   #restart: NodeJS.Timeout | undefined;
-  // ---- end of eager start ----
 
   constructor(options: InboxOptions) {
     this.#rt = new Runtime(resolveOptions(options));
@@ -54,14 +52,11 @@ export class Inbox {
     this.#start(0);
   }
 
-  // ---- Eager start ----
   /**
-   * Starts at construction: opens the database (and migrates), starts the sweeper and the
-   * workers, without waiting for a first delivery. After a restart, held, pending and retrying
-   * events are applied without new traffic; a wrong `DATABASE_URL` or a failed migration is
-   * said at boot, not as 503s sent to the provider. A failure is logged (the first loudly),
-   * reported by `health()`, and retried with backoff (1 s doubling to 30 s); deliveries are
-   * answered 503 with Retry-After meanwhile, and each one tries to open the database too.
+   * Starts at construction, without waiting for a first delivery: after a restart, waiting events
+   * are applied without new traffic, and a wrong `DATABASE_URL` is said at boot, not as 503s sent to
+   * the provider. A failure is logged (the first loudly) and retried with backoff (1 s doubling to
+   * 30 s); deliveries are answered 503 meanwhile, and each one tries to open the database too.
    */
   #start(failures: number): void {
     this.ready().then(
@@ -85,7 +80,6 @@ export class Inbox {
       },
     );
   }
-  // ---- end of eager start ----
 
   /** The options, checked and defaulted. */
   get options(): ResolvedOptions {
@@ -148,9 +142,8 @@ export class Inbox {
   }
 
   /**
-   * Applies the key's waiting events in seq order, each in its own transaction, until the
-   * next one is missing (or the key is blocked, or someone else holds it). Returns how many
-   * it applied.
+   * Applies the key's waiting events in seq order, each in its own transaction, until the next one
+   * is missing (or the key is blocked, or someone else holds it). Returns how many it applied.
    */
   async drain(key: string, wait = false): Promise<number> {
     await this.ready();
@@ -172,15 +165,12 @@ export class Inbox {
   }
 
   /**
-   * Shuts the inbox down, in order: takes no new delivery (one that arrives now is 503 +
-   * Retry-After, reason `closing`: close the HTTP server first, see docs/operations.md);
-   * waits for the deliveries in flight to be answered (each bounded by `handlerTimeoutMs` and
-   * `lockTimeoutMs`: a handler past its timeout is rolled back); stops the sweeper and the
-   * workers, whose handler runs finish or roll back; waits for drains and Redis writes; then
-   * closes what the inbox opened (its pool, its Redis client). Nothing taken is lost: an event
-   * not yet applied stays pending or held for another instance, or for this one's next start.
-   * Every call returns the same shutdown, resolved when it is complete. After it, `ready()`,
-   * `kysely()` and the operator methods reject with InboxError `closed`.
+   * Shuts the inbox down, in order: takes no new delivery (503 + Retry-After, reason `closing`:
+   * close the HTTP server first, see docs/operations.md); waits for the deliveries in flight to be
+   * answered; stops the sweeper and the workers; waits for drains and Redis writes; then closes
+   * what the inbox opened. An event not yet applied stays pending or held, for another instance or
+   * this one's next start. Every call returns the same shutdown; after it, `ready()`, `kysely()`
+   * and the operator methods reject with InboxError `closed`.
    *
    * ```ts
    * process.once('SIGTERM', () => server.close(() => inbox.close().then(() => process.exit(0))));
@@ -216,8 +206,6 @@ export class Inbox {
     return healthOutcome(await this.health());
   }
 
-  // ---- inspection -----------------------------------------------------------------------
-
   /** The key's cursor, state and buffered events. */
   async keyState(key: string): Promise<KeyState | undefined> {
     return keyState((await this.ready()).kysely, this.tables, this.options.source, key);
@@ -227,8 +215,6 @@ export class Inbox {
   async held(key?: string): Promise<StoredEvent[]> {
     return listEvents((await this.ready()).kysely, this.tables, this.options.source, { key, status: 'held' });
   }
-
-  // ---- operator actions (src/operations/; the CLI runs the same ones) --------------------
 
   /** The operator actions, on this inbox's source: what the CLI runs, without draining. */
   async operations(): Promise<Operations> {
@@ -246,8 +232,7 @@ export class Inbox {
   }
 
   /**
-   * Dead-lettered events (poison, late), oldest first, with their payloads and whether each
-   * blocks its key.
+   * Dead letters, oldest first, with their payloads and whether each blocks its key.
    *
    * ```ts
    * const poison = await inbox.deadLetters({ reason: 'poison', olderThan: '1h' });
@@ -263,10 +248,9 @@ export class Inbox {
   }
 
   /**
-   * Replays dead letters through the inbox: each is re-queued (attempts reset, its key
-   * unblocked when it was blocked at its seq) and applied now by the normal drain path, in
-   * seq order, in the handler's transaction. Fix the handler first: a replay that fails again
-   * counts attempts and is dead-lettered again when its budget (counted from its arrival) is spent.
+   * Replays dead letters ({@link Operations.replay}) and applies them now by the normal drain
+   * path, in seq order, in the handler's transaction. Fix the handler first: a replay that fails
+   * again is dead-lettered again when its budget (counted from its arrival) is spent.
    *
    * ```ts
    * const [r] = await inbox.replay('evt_123');   // r.status === 'processed'
@@ -276,20 +260,15 @@ export class Inbox {
   async replay(selection: ReplaySelection): Promise<ReplayResult[]> {
     const ops = await this.operations();
     const results = await ops.replay(selection);
-    const keys = new Set<string>();
-    let unordered = 0;
-    for (const r of results) {
-      if (r.outcome !== 'requeued') continue;
-      if (r.key === null) unordered++;
-      else keys.add(r.key);
+    const requeued = results.filter((r) => r.outcome === 'requeued');
+    for (const key of new Set(requeued.map((r) => r.key))) {
+      if (key !== null) await this.drain(key, true);
     }
-    for (const key of keys) await this.drain(key, true);
     // take_pending takes due pending events in due order: the re-queued ones after those already due.
+    const unordered = requeued.filter((r) => r.key === null).length;
     if (unordered > 0) await this.#background.applyPending(unordered);
-    const now = await ops.statuses(
-      this.options.source,
-      results.filter((r) => r.outcome === 'requeued').map((r) => r.id),
-    );
+    const ids = requeued.map((r) => r.id);
+    const now = await ops.statuses(this.options.source, ids);
     for (const r of results) if (now.has(r.id)) r.status = now.get(r.id)!;
     return results;
   }
@@ -300,9 +279,8 @@ export class Inbox {
   }
 
   /**
-   * Applies the ignored events of `type` now, with the handler that takes it (written since
-   * they came): each is re-queued and applied by the ordinary apply path, once. Ordered ones
-   * are left (`ordered`): their key moved past them. A second call applies nothing.
+   * Re-queues the ignored events of `type` ({@link Operations.replayIgnored}) and applies them now,
+   * with the handler that takes it.
    *
    * ```ts
    * const { requeued } = await inbox.replayIgnored('invoice.paid');
@@ -315,10 +293,7 @@ export class Inbox {
     return result;
   }
 
-  /**
-   * Moves a blocked key past its blocked seq (a dead letter's, by `id`; or what blocks `key`),
-   * records the skipped seqs as a gap, and drains what follows.
-   */
+  /** {@link Operations.skip}, then drains what follows. */
   async skip(
     target: { id: string; source?: string } | { key: string; source?: string },
   ): Promise<SkipResult & { drained: number }> {
@@ -326,10 +301,7 @@ export class Inbox {
     return { ...result, drained: await this.drain(result.key, true) };
   }
 
-  /**
-   * Opens a blocked key without moving its cursor, and drains what waits at it. A `source`
-   * other than the inbox's is OperationError `not-found` (as for `skip`).
-   */
+  /** {@link Operations.unblock}, then drains what waits at the cursor. */
   async unblock(key: string, source?: string): Promise<KeySummary & { drained: number }> {
     const summary = await (await this.operations()).unblock(key, source);
     return { ...summary, drained: await this.drain(key, true) };
@@ -341,7 +313,7 @@ export class Inbox {
   }
 
   /**
-   * Deletes processed rows older than `olderThan` now (the sweeper does it by `retention`).
+   * {@link Operations.prune}, now (the sweeper does it by `retention`).
    *
    * ```ts
    * const { pruned } = await inbox.prune({ olderThan: '30d', dryRun: true });

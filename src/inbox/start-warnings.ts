@@ -1,8 +1,4 @@
-/**
- * What an inbox says as it starts (src/inbox/inbox.ts): a retention shorter than providers retry, and
- * the likely fix when the start failed.
- */
-
+/** What an inbox says as it starts: a retention shorter than providers retry, a failed start's fix. */
 import type { Database } from '../db/database.js';
 import { missingTables } from '../db/drivers/postgres-error.js';
 import { InboxError, InboxStartError } from '../errors.js';
@@ -28,12 +24,14 @@ export function warnIfRetentionIsShort({ retention, logger, source }: ResolvedOp
   }
 }
 
+const UNREACHABLE = 'is the database running, and is `db` its address?';
+
 /** The fix of a start that failed, by what failed: its SQLSTATE or its network error's code. */
 const FIXES: Record<string, string> = {
-  ECONNREFUSED: 'is the database running, and is `db` its address?',
-  ENOTFOUND: 'is the database running, and is `db` its address?',
-  EAI_AGAIN: 'is the database running, and is `db` its address?',
-  ETIMEDOUT: 'is the database running, and is `db` its address?',
+  ECONNREFUSED: UNREACHABLE,
+  ENOTFOUND: UNREACHABLE,
+  EAI_AGAIN: UNREACHABLE,
+  ETIMEDOUT: UNREACHABLE,
   '28P01': "the password in `db` is not the role's",
   '28000': 'the server refused the role in `db`: check its name, and pg_hba.conf',
   '3D000': 'the database `db` names does not exist: create it (createdb), or fix `db`',
@@ -42,7 +40,7 @@ const FIXES: Record<string, string> = {
 };
 
 /** What a start that failed is said as: its cause, and the fix by what failed. */
-export function startHint(err: unknown): string {
+function startHint(err: unknown): string {
   const text =
     err instanceof Error
       ? /^error$/i.test(err.name)
@@ -56,20 +54,13 @@ export function startHint(err: unknown): string {
   return fix ? `${text} (${fix})` : text;
 }
 
-/**
- * A failed start as `ready()` rejects with it: one error of the library's, the original as its
- * cause. A closed inbox did not fail to start: its own error (`closed`) says so.
- */
+/** A failed start as `ready()` rejects with it; a closed inbox did not fail to start (`closed`). */
 export function startError(err: unknown): InboxError {
   if (err instanceof InboxStartError || (err instanceof InboxError && err.code === 'closed')) return err;
   return new InboxStartError(startHint(err), { cause: err });
 }
 
-/**
- * Which database the inbox opened, as its ready line says it: a connection string's scheme,
- * user, host, port and database, never its password nor its parameters (`?password=`); what
- * kind of object it was given otherwise.
- */
+/** Which database the inbox opened: never a connection string's password nor its parameters (`?password=`). */
 function databaseShown(o: ResolvedOptions, database: Database): string {
   if (typeof o.db === 'string') {
     try {
@@ -85,11 +76,7 @@ function databaseShown(o: ResolvedOptions, database: Database): string {
   return database.pool ? 'a pg.Pool' : 'a Kysely instance';
 }
 
-/**
- * The one line a start says, when the inbox is ready (at `notice`: the default console logger
- * prints it; `logger: false` does not): which database and schema, which source, which mode.
- * After failed starts, a warning: the outage is over.
- */
+/** The one line a start says, at `notice` (after failed starts, a warning: the outage is over). */
 export function sayReady(o: ResolvedOptions, database: Database, failedStarts: number): void {
   const fields = {
     source: o.source,

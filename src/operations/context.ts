@@ -15,15 +15,9 @@ export interface OperationsContext {
   readonly db: Kysely<any>;
   readonly tables: Tables;
   readonly source?: string;
-  /**
-   * How long an action waits for a row another transaction holds (a key a delivery or a drain
-   * is applying) before it gives up, as a delivery does. @defaultValue 5000
-   */
+  /** See OpenOperationsOptions. */
   readonly lockTimeoutMs?: number;
-  /**
-   * Headers never shown and removed by `scrubHeaders`: the built-in secret headers
-   * (src/delivery/payload.ts) and the ones the inbox or the operator named. @defaultValue the built-in ones
-   */
+  /** The built-in secret headers and the ones the inbox or the operator named. */
   readonly secretHeaders?: ReadonlySet<string>;
 }
 
@@ -36,14 +30,21 @@ export interface LockWaitOptions {
   lockTimeoutMs?: number;
 }
 
-/** What a `locked` failure names: what was not done, and the row that stayed locked. */
+/** What a `locked` failure names: what was not done (`replayed`, `skipped`…), and the row it waited for. */
 export interface LockedWhat {
-  /** e.g. `event "e-1" (source "s")`, or `key "k" (source "s")`. */
   readonly subject: string;
-  /** The action's past participle: `replayed`, `skipped`, `unblocked`. */
   readonly verb: string;
-  /** The row it waited for: `key "k"`, or `its row`. */
   readonly held: string;
+}
+
+/** How a `locked` failure names an event. */
+export function eventIn(id: string, source: string): string {
+  return `event ${JSON.stringify(id)} (source ${JSON.stringify(source)})`;
+}
+
+/** How a `locked` failure names a key. */
+export function keyIn(key: string, source: string): string {
+  return `key ${JSON.stringify(key)} (source ${JSON.stringify(source)})`;
 }
 
 /**
@@ -107,29 +108,37 @@ export function durationMs(name: string, value: number | string): number {
   return ms;
 }
 
-/** A `batchSize` option: an integer from 1 to 100000, else `fallback`. */
-export function batchSizeOf(value: number | undefined, fallback: number): number {
-  const batch = value ?? fallback;
-  if (!Number.isInteger(batch) || batch < 1 || batch > 100_000) {
-    throw new TypeError(`webhook-inbox: \`batchSize\` must be an integer from 1 to 100000; got ${batch}`);
+/** `now()` less `ms` milliseconds, in SQL. */
+export function msAgo(ms: number): RawBuilder<unknown> {
+  return sql`now() - ${ms}::bigint * interval '1 millisecond'`;
+}
+
+function integerIn(name: string, value: number | undefined, fallback: number, max: number): number {
+  if (value === undefined) return fallback;
+  if (!Number.isInteger(value) || value < 1 || value > max) {
+    throw new TypeError(`webhook-inbox: \`${name}\` must be an integer from 1 to ${max}; got ${value}`);
   }
-  return batch;
+  return value;
+}
+
+export function batchSizeOf(value: number | undefined, fallback: number): number {
+  return integerIn('batchSize', value, fallback, 100_000);
 }
 
 export function limitOf(value: number | undefined, fallback: number): number {
-  if (value === undefined) return fallback;
-  if (!Number.isInteger(value) || value < 1 || value > MAX_LIST) {
-    throw new TypeError(`webhook-inbox: \`limit\` must be an integer from 1 to ${MAX_LIST}; got ${value}`);
-  }
-  return value;
+  return integerIn('limit', value, fallback, MAX_LIST);
 }
 
 export function ageMs(value: unknown): number | null {
   return value === null || value === undefined ? null : Math.max(0, Math.round(Number(value)));
 }
 
-function notFoundOrAmbiguous(what: string, source: string | undefined, sources: string[]): never {
-  if (sources.length === 0) {
+function notFoundOrAmbiguous(
+  what: string,
+  source: string | undefined,
+  found: readonly { source: string }[],
+): never {
+  if (found.length === 0) {
     throw new OperationError(
       'not-found',
       `no ${what}${source === undefined ? '' : ` in source ${JSON.stringify(source)}`}`,
@@ -137,7 +146,7 @@ function notFoundOrAmbiguous(what: string, source: string | undefined, sources: 
   }
   throw new OperationError(
     'ambiguous',
-    `${what} exists in several sources (${sources.join(', ')}); name one with --source`,
+    `${what} exists in several sources (${found.map((r) => r.source).join(', ')}); name one with --source`,
   );
 }
 
@@ -188,11 +197,7 @@ export async function findEvent(
      limit 5`.execute(ctx.db);
   if (rows.length !== 1) {
     const what = rows.length === 0 ? 'event with id' : 'event id';
-    notFoundOrAmbiguous(
-      `${what} ${JSON.stringify(id)}`,
-      source,
-      rows.map((r) => r.source),
-    );
+    notFoundOrAmbiguous(`${what} ${JSON.stringify(id)}`, source, rows);
   }
   return { source: rows[0].source, key: rows[0].key, seq: toNumber(rows[0].seq), status: rows[0].status };
 }
@@ -205,12 +210,6 @@ export async function findKey(
   const { rows } = await sql<any>`
     select source from ${table(ctx, 'keys')} k where k.key = ${key} and ${sourceIs('k.source', scoped(ctx, source))}
      limit 5`.execute(ctx.db);
-  if (rows.length !== 1) {
-    notFoundOrAmbiguous(
-      `key ${JSON.stringify(key)}`,
-      source,
-      rows.map((r) => r.source),
-    );
-  }
+  if (rows.length !== 1) notFoundOrAmbiguous(`key ${JSON.stringify(key)}`, source, rows);
   return { source: rows[0].source };
 }

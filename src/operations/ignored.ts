@@ -90,28 +90,17 @@ export async function replayIgnored(
     ctx.db,
   );
   const ordered = Number(counted[0].ordered);
-  const chosen = sql`select e.source, e.id from ${events} e where ${of} and e.key is null
+  const chosen = sql<any>`select e.source, e.id from ${events} e where ${of} and e.key is null
                       order by e.received_at, e.id limit ${MAX_LIST}`;
-  const done = (ids: string[], dryRun: boolean): IgnoredReplayResult => ({
-    type: selection.type,
-    requeued: ids.length,
-    ids,
-    ordered,
-    dryRun,
-  });
-  if (selection.dryRun)
-    return done(
-      (await chosen.execute(ctx.db)).rows.map((r: any) => r.id),
-      true,
-    );
-  const { rows } = await sql<any>`
+  const dryRun = Boolean(selection.dryRun);
+  const { rows } = dryRun
+    ? await chosen.execute(ctx.db)
+    : await sql<any>`
     update ${events} u set status = 'pending', attempts = 0, run_after = now(), processed_at = null
       from (${chosen}) c
      where u.source = c.source and u.id = c.id and u.status = 'ignored'
     returning u.id, u.received_at`.execute(ctx.db);
-  rows.sort((a: any, b: any) => new Date(a.received_at).getTime() - new Date(b.received_at).getTime());
-  return done(
-    rows.map((r: any) => r.id),
-    false,
-  );
+  if (!dryRun) rows.sort((a, b) => new Date(a.received_at).getTime() - new Date(b.received_at).getTime());
+  const ids: string[] = rows.map((r) => r.id);
+  return { type: selection.type, requeued: ids.length, ids, ordered, dryRun };
 }

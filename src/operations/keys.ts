@@ -1,15 +1,14 @@
-/**
- * Ordering keys as an operator sees and moves them. Each change is one short transaction that locks
- * the key row first, the order the claim uses, waiting at most `lockTimeoutMs` (boundedLockWait).
- */
+/** Ordering keys as an operator sees and moves them. */
 import { sql } from 'kysely';
 import { toNumber } from '../db/column-readers.js';
 import { OperationError } from '../errors.js';
 import {
   ageMs,
   boundedLockWait,
+  eventIn,
   findEvent,
   findKey,
+  keyIn,
   type LockWaitOptions,
   limitOf,
   MAX_LIST,
@@ -142,10 +141,6 @@ export async function key(
   };
 }
 
-function keyIn(name: string, source: string): string {
-  return `key ${JSON.stringify(name)} (source ${JSON.stringify(source)})`;
-}
-
 export async function unblock(
   ctx: OperationsContext,
   name: string,
@@ -198,11 +193,7 @@ export async function skip(
   const locked =
     id === undefined
       ? { subject: keyIn(key, source), verb: 'skipped', held: 'its row' }
-      : {
-          subject: `event ${JSON.stringify(id)} (source ${JSON.stringify(source)})`,
-          verb: 'skipped',
-          held: `key ${JSON.stringify(key)}`,
-        };
+      : { subject: eventIn(id, source), verb: 'skipped', held: `key ${JSON.stringify(key)}` };
   return boundedLockWait(ctx, options, locked, async (tx): Promise<SkipResult> => {
     const { rows } = await sql<any>`
       select next_seq, state, blocked_seq, blocked_reason from ${table(ctx, 'keys')}

@@ -1,15 +1,15 @@
 /**
  * Operator actions on an inbox's tables, handler-free so the CLI can run them without the
- * application's code; `Inbox` methods delegate here and then drain in-process. Not the hot path:
- * each action on one event or key is one short transaction that locks the key row before the event
- * row, the order the claim uses, so an action and a delivery of the same key serialise, never deadlock.
+ * application's code; `Inbox` methods delegate here and then drain in-process. Each action on one
+ * event or key is one short transaction that locks the key row before the event row, the order the
+ * claim uses, so an action and a delivery of the same key serialise, never deadlock.
  */
 import type { Kysely } from 'kysely';
 import { type Database, type DatabaseInput, openDatabase } from '../db/database.js';
 import type { StoredEvent } from '../db/sql/inspect.js';
 import { createTables, type Tables } from '../db/sql/tables.js';
 import { secretHeaderSet } from '../delivery/payload.js';
-import { headerNames } from '../options/option-checks.js';
+import { headerNames, IDENTIFIER } from '../options/option-checks.js';
 import type { LockWaitOptions, OperationsContext } from './context.js';
 import {
   type DeadLetter,
@@ -42,8 +42,6 @@ import { type ScrubOptions, type ScrubResult, scrubHeaders } from './scrub.js';
 import { type BatchRef, countDead, eachBatch, pinSelection, type Selection } from './selection.js';
 import { type InboxStatus, status } from './status.js';
 
-const IDENTIFIER = /^[a-z_][a-z0-9_]{0,39}$/;
-
 /**
  * Operator actions over `tables`, on `source` only, or without it on every source (an id or key
  * found in several is refused as ambiguous rather than guessed).
@@ -75,10 +73,7 @@ export class Operations implements OperationsContext {
     return deadGroups(this, selection);
   }
 
-  /**
-   * The dead letters a selection matches, in key order, `size` at a time: each batch is read
-   * after the previous one was handled, from where it ended (a bulk action of one's own).
-   */
+  /** The dead letters a selection matches, in key order, `size` at a time (a bulk action of one's own). */
   deadBatches(selection: Selection, size = 100): AsyncGenerator<BatchRef[]> {
     return eachBatch(this, pinSelection(selection), size);
   }
@@ -147,12 +142,11 @@ export class Operations implements OperationsContext {
   }
 
   /**
-   * Moves a blocked key past its blocked seq: records the skipped seqs as a gap (reason
-   * `skip`), opens the key and leaves the cursor on the next seq, so what follows can drain.
-   * Given an event id, skips that dead letter's seq; given a key, skips what blocks it (the
-   * poison seq, or for a gap block the whole missing range up to the first held event).
-   * A key held past `lockTimeoutMs` (the option's, else the operations') fails it with
-   * OperationError `locked` naming the key, nothing changed; so does `unblock`.
+   * Moves a blocked key past its blocked seq: records the skipped seqs as a gap (reason `skip`)
+   * and opens the key with its cursor on the next seq. Given an event id, skips that dead letter's
+   * seq; given a key, what blocks it (the poison seq, or a gap's whole missing range up to the
+   * first held event). A key held past `lockTimeoutMs` fails it (and `unblock`) with
+   * OperationError `locked`, nothing changed.
    */
   skip(
     target: { id: string; source?: string } | { key: string; source?: string },
@@ -228,10 +222,7 @@ export interface OpenOperationsOptions {
    * before it fails with OperationError `locked`. @defaultValue 5000
    */
   lockTimeoutMs?: number;
-  /**
-   * More headers that carry a secret (the inbox's `secretHeaders`): never shown, removed by
-   * `scrubHeaders`, besides the built-in ones. @defaultValue []
-   */
+  /** More headers that carry a secret (the inbox's `secretHeaders`), besides the built-in ones. @defaultValue [] */
   secretHeaders?: readonly string[];
 }
 

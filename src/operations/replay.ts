@@ -3,12 +3,13 @@
  * ordered: held at its key's cursor, the key unblocked when blocked at that seq), and the path drains
  * and sweeps use applies it, in seq order.
  */
-import { sql } from 'kysely';
+import { type RawBuilder, sql } from 'kysely';
 import { toNumber } from '../db/column-readers.js';
 import type { StoredEvent } from '../db/sql/inspect.js';
 import { OperationError } from '../errors.js';
 import {
   boundedLockWait,
+  eventIn,
   type FoundEvent,
   findEvent,
   type LockWaitOptions,
@@ -64,30 +65,21 @@ export async function replay(
   selection: ReplaySelection,
   options: ReplayOptions = {},
 ): Promise<ReplayResult[]> {
-  let targets: Array<{ id: string; source: string | undefined }>;
-  if (typeof selection === 'string') targets = [{ id: selection, source: ctx.source }];
-  else if (Array.isArray(selection)) {
-    targets = selection.map((t: string | { id: string; source: string }) =>
-      typeof t === 'string' ? { id: t, source: ctx.source } : t,
-    );
-  } else {
+  if (typeof selection !== 'string' && !Array.isArray(selection)) {
     const filter = selection as DeadLetterFilter & { all: true };
     if (filter.all !== true)
       throw new TypeError('webhook-inbox: replay needs ids, or a filter with `all: true`');
     return replayMatching(ctx, filter, options);
   }
   const results: ReplayResult[] = [];
-  for (const target of targets) {
-    results.push(await replayOne(ctx, target.id, target.source, options.dryRun === true, options));
+  for (const target of typeof selection === 'string' ? [selection] : selection) {
+    const { id, source } = typeof target === 'string' ? { id: target, source: ctx.source } : target;
+    results.push(await replayOne(ctx, id, source, options));
   }
   return results;
 }
 
-/**
- * Every dead letter a selection matches, in key order (so an ordered key is unblocked at its first),
- * in batches: an action cut short is finished by running it again, as what it re-queued is no longer
- * dead. Relative times are pinned once, at the start.
- */
+/** In key order, so an ordered key is unblocked at its first; relative times pinned once, at the start. */
 async function replayMatching(
   ctx: OperationsContext,
   filter: DeadLetterFilter,
@@ -100,7 +92,7 @@ async function replayMatching(
   for await (const batch of eachBatch(ctx, pinned, size)) {
     const done: ReplayResult[] = [];
     for (const target of batch.slice(0, most - results.length)) {
-      done.push(await replayOne(ctx, target.id, target.source, options.dryRun === true, options));
+      done.push(await replayOne(ctx, target.id, target.source, options));
     }
     results.push(...done);
     options.onBatch?.(done);
@@ -110,18 +102,15 @@ async function replayMatching(
 }
 
 /**
- * One short transaction that locks the key row before the event row, the order the claim uses. It
- * waits for the key row (plain FOR UPDATE): it holds nothing yet, so the wait cannot close a cycle,
+ * Waits for the key row (plain FOR UPDATE): it holds nothing yet, so the wait cannot close a cycle,
  * and what it decides is only true of the row it locked. With SKIP LOCKED a delivery holding the key
- * would make the row look missing, and the event be re-queued without unblocking its key. The wait
- * is bounded (boundedLockWait).
+ * would make the row look missing, and the event be re-queued without unblocking its key.
  */
 async function replayOne(
   ctx: OperationsContext,
   id: string,
   source: string | undefined,
-  dryRun: boolean,
-  wait: LockWaitOptions,
+  options: ReplayOptions,
 ): Promise<ReplayResult> {
   let found: FoundEvent;
   try {
@@ -131,28 +120,29 @@ async function replayOne(
     const outcome = err.code === 'ambiguous' ? 'ambiguous' : 'not-found';
     return { source: source ?? null, id, key: null, seq: null, outcome, status: null };
   }
+  const dryRun = options.dryRun === true;
   const { key, seq } = found;
   const base = { source: found.source, id, key, seq };
-  const keyLock = dryRun ? sql`` : sql`for update`;
-  const eventLock = dryRun ? sql`` : sql`for update skip locked`;
+  const events = table(ctx, 'events');
+  const keys = table(ctx, 'keys');
   const locked = {
-    subject: `event ${JSON.stringify(id)} (source ${JSON.stringify(found.source)})`,
+    subject: eventIn(id, found.source),
     verb: 'replayed',
     held: key === null ? 'its row' : `key ${JSON.stringify(key)}`,
   };
-  return boundedLockWait(ctx, wait, locked, async (tx): Promise<ReplayResult> => {
+  return boundedLockWait(ctx, options, locked, async (tx): Promise<ReplayResult> => {
     let next: number | null = null;
     let blockedHere = false;
     if (key !== null) {
       const cursor = () =>
         sql<any>`
-        select next_seq, state, blocked_seq from ${table(ctx, 'keys')}
-         where source = ${found.source} and key = ${key} ${keyLock}`.execute(tx);
+        select next_seq, state, blocked_seq from ${keys}
+         where source = ${found.source} and key = ${key} ${dryRun ? sql`` : sql`for update`}`.execute(tx);
       let { rows } = await cursor();
       if (!rows[0] && !dryRun) {
         // No cursor yet (the key's only event died before one was stored): start it at this seq. A
         // claim creating it meanwhile makes the insert wait and do nothing; its row is read instead.
-        await sql`insert into ${table(ctx, 'keys')} (source, key, next_seq) values (${found.source}, ${key}, ${seq})
+        await sql`insert into ${keys} (source, key, next_seq) values (${found.source}, ${key}, ${seq})
                   on conflict do nothing`.execute(tx);
         ({ rows } = await cursor());
       }
@@ -161,31 +151,25 @@ async function replayOne(
     }
     // Holding the key, never wait for an event row (ARCHITECTURE.md, "Locks"): a locked one is being
     // applied by a worker, so it is not dead; its committed status says so.
-    const { rows: events } = await sql<any>`
-      select status from ${table(ctx, 'events')} where source = ${found.source} and id = ${id} ${eventLock}`.execute(
-      tx,
-    );
-    const status =
-      events[0]?.status ??
-      (dryRun
-        ? null
-        : ((
-            await sql<any>`select status from ${table(ctx, 'events')} where source = ${found.source} and id = ${id}`.execute(
-              tx,
-            )
-          ).rows[0]?.status ?? null));
+    const statusOf = (lock: RawBuilder<unknown>) =>
+      sql<any>`select status from ${events} where source = ${found.source} and id = ${id} ${lock}`.execute(
+        tx,
+      );
+    let { rows } = await statusOf(dryRun ? sql`` : sql`for update skip locked`);
+    if (!rows[0] && !dryRun) ({ rows } = await statusOf(sql``));
+    const status = rows[0]?.status ?? null;
     if (status !== 'dead') return { ...base, outcome: status ? 'not-dead' : 'not-found', status };
     if (key !== null && seq! < next!) return { ...base, outcome: 'behind-cursor', status };
     if (dryRun) return { ...base, outcome: 'requeued', status };
     const waiting = key === null ? 'pending' : 'held';
     await sql`
-      update ${table(ctx, 'events')}
+      update ${events}
          set status = ${waiting}, attempts = 0, dead_reason = null,
              run_after = ${key === null ? sql`now()` : sql`null`}
        where source = ${found.source} and id = ${id}`.execute(tx);
     if (blockedHere) {
       await sql`
-        update ${table(ctx, 'keys')}
+        update ${keys}
            set state = 'open', blocked_seq = null, blocked_reason = null, updated_at = now()
          where source = ${found.source} and key = ${key}`.execute(tx);
     }

@@ -1,6 +1,14 @@
 /** Retention: processed and ignored rows past their age (`retention`), and selected dead letters. */
-import { sql } from 'kysely';
-import { batchSizeOf, durationMs, eachSource, type OperationsContext, scoped, table } from './context.js';
+import { type RawBuilder, sql } from 'kysely';
+import {
+  batchSizeOf,
+  durationMs,
+  eachSource,
+  msAgo,
+  type OperationsContext,
+  scoped,
+  table,
+} from './context.js';
 import { deadWhere, pinSelection, type Selection } from './selection.js';
 
 export interface PruneOptions {
@@ -10,10 +18,8 @@ export interface PruneOptions {
   dryRun?: boolean;
   source?: string;
   /**
-   * The largest batch: rows deleted per statement (each batch is its own short transaction).
-   * The first batch deletes at most 1,000 (or this, when smaller); each full batch doubles the
-   * next, up to this, so a prune that finds a backlog soon deletes it at this size.
-   * @defaultValue 10000
+   * The largest batch of rows deleted per statement (each its own short transaction): the first
+   * deletes at most 1,000, and each full batch doubles the next, up to this. @defaultValue 10000
    */
   batchSize?: number;
   /** Stop after this many batches of each status. @defaultValue unlimited */
@@ -34,55 +40,68 @@ export interface PruneResult {
 
 const FIRST_BATCH = 1000;
 
-/** Deletes processed and ignored rows older than `olderThan`, in batches (see Operations.prune). */
 export async function prune(ctx: OperationsContext, options: PruneOptions): Promise<PruneResult> {
   const ms = durationMs('olderThan', options.olderThan);
   const source = scoped(ctx, options.source);
   const largest = batchSizeOf(options.batchSize, 10_000);
+  const first = Math.min(FIRST_BATCH, largest);
   if (options.maxMs !== undefined && !(Number.isFinite(options.maxMs) && options.maxMs >= 0)) {
     throw new TypeError(`webhook-inbox: \`maxMs\` must be a number of ms, 0 or more; got ${options.maxMs}`);
   }
   const until = options.maxMs === undefined ? Number.POSITIVE_INFINITY : Date.now() + options.maxMs;
   const maxBatches = options.maxBatches ?? Number.POSITIVE_INFINITY;
-  const events = table(ctx, 'events');
   // One cutoff for every batch, so a long prune does not chase rows processed while it runs.
-  const { rows: now } =
-    await sql<any>`select now() - ${ms}::bigint * interval '1 millisecond' as cutoff`.execute(ctx.db);
+  const { rows: now } = await sql<any>`select ${msAgo(ms)} as cutoff`.execute(ctx.db);
   const cutoff = new Date(now[0].cutoff);
   let pruned = 0;
   let behind = false;
-  // Source by source: the indexes on processed_at are keyed by source first.
-  const sources = await eachSource(ctx, source);
-  // Processed rows, then ignored ones (kept as long: a sender's retry must still find one), each by
-  // its own statement, so that each uses its own partial index.
-  for (const from of sources) {
+  // Source by source (the indexes on processed_at are keyed by source first), processed rows then
+  // ignored ones (kept as long: a sender's retry must still find one), each by its own statement, so
+  // that each uses its own partial index.
+  for (const from of await eachSource(ctx, source)) {
     for (const status of ['processed', 'ignored']) {
       const old = sql`e.status = ${sql.lit(status)} and e.source = ${from} and e.processed_at < ${cutoff}`;
       if (options.dryRun) {
-        const { rows } = await sql<any>`select count(*) as n from ${events} e where ${old}`.execute(ctx.db);
+        const { rows } =
+          await sql<any>`select count(*) as n from ${table(ctx, 'events')} e where ${old}`.execute(ctx.db);
         pruned += Number(rows[0].n);
         continue;
       }
-      let batch = Math.min(FIRST_BATCH, largest);
-      for (let batches = 0; ; batches++) {
-        if (batches >= maxBatches || Date.now() >= until) {
-          behind = true;
-          break;
-        }
-        // SKIP LOCKED: every instance's sweeper prunes, and an operator may too; each takes rows no
-        // other is deleting instead of queueing behind its row locks.
-        const result = await sql`
-          delete from ${events} d
-           where (d.source, d.id) in (select e.source, e.id from ${events} e where ${old}
-                                       limit ${batch} for update skip locked)`.execute(ctx.db);
-        const n = Number(result.numAffectedRows ?? 0n);
-        pruned += n;
-        if (n < batch) break;
-        batch = Math.min(batch * 2, largest);
-      }
+      const done = await deleteInBatches(ctx, old, first, largest, maxBatches, until);
+      pruned += done.deleted;
+      behind ||= done.behind;
     }
   }
   return { pruned, dryRun: options.dryRun === true, cutoff, behind };
+}
+
+/**
+ * Deletes the events `where` matches, `batch` rows per statement, each full batch doubling the next
+ * up to `largest`; `behind` when `maxBatches` or `until` stopped it. SKIP LOCKED: every instance's
+ * sweeper prunes, and an operator may too; each takes rows no other is deleting instead of queueing
+ * behind its row locks.
+ */
+async function deleteInBatches(
+  ctx: OperationsContext,
+  where: RawBuilder<unknown>,
+  batch: number,
+  largest: number,
+  maxBatches: number,
+  until = Number.POSITIVE_INFINITY,
+): Promise<{ deleted: number; behind: boolean }> {
+  const events = table(ctx, 'events');
+  let deleted = 0;
+  for (let batches = 0; ; batches++) {
+    if (batches >= maxBatches || Date.now() >= until) return { deleted, behind: true };
+    const result = await sql`
+      delete from ${events} d
+       where (d.source, d.id) in (select e.source, e.id from ${events} e where ${where}
+                                   limit ${batch} for update skip locked)`.execute(ctx.db);
+    const n = Number(result.numAffectedRows ?? 0n);
+    deleted += n;
+    if (n < batch) return { deleted, behind: false };
+    batch = Math.min(batch * 2, largest);
+  }
 }
 
 export interface PurgeOptions {
@@ -103,9 +122,8 @@ export interface PurgeResult {
 }
 
 /**
- * Deletes the dead letters a selection matches (their payloads with them), in batches. One that
- * blocks its key is never deleted (the key would stay blocked with nothing to replay). Gaps and keys
- * are kept, so a late copy of a purged event is still refused as late.
+ * One that blocks its key is never deleted: the key would stay blocked with nothing to replay. Gaps
+ * and keys are kept, so a late copy of a purged event is still refused as late.
  */
 export async function purgeDead(
   ctx: OperationsContext,
@@ -122,15 +140,7 @@ export async function purgeDead(
                                     from ${events} e where ${matches}`.execute(ctx.db);
   const blocking = Number(rows[0]?.blocking ?? 0);
   if (options.dryRun) return { purged: Number(rows[0]?.purgeable ?? 0), blocking, dryRun: true };
-  let purged = 0;
-  for (let batches = 0; batches < (options.maxBatches ?? Number.POSITIVE_INFINITY); batches++) {
-    const result = await sql`
-      delete from ${events} d
-       where (d.source, d.id) in (select e.source, e.id from ${events} e where ${matches} and not ${blocks}
-                                   limit ${batch} for update skip locked)`.execute(ctx.db);
-    const n = Number(result.numAffectedRows ?? 0n);
-    purged += n;
-    if (n < batch) break;
-  }
-  return { purged, blocking, dryRun: false };
+  const maxBatches = options.maxBatches ?? Number.POSITIVE_INFINITY;
+  const { deleted } = await deleteInBatches(ctx, sql`${matches} and not ${blocks}`, batch, batch, maxBatches);
+  return { purged: deleted, blocking, dryRun: false };
 }

@@ -14,19 +14,13 @@ export interface ScrubResult {
   /** Rows whose stored headers held a secret one (and, without `dryRun`, no longer do). */
   readonly scrubbed: number;
   readonly dryRun: boolean;
-  /**
-   * Rows that still hold one: a delivery or a drain held them while the scrub ran (it never
-   * waits for them). Run it again.
-   */
+  /** Rows that still hold one: a delivery or a drain held them while the scrub ran. Run it again. */
   readonly remaining: number;
   /** The header names removed, sorted. */
   readonly headers: readonly string[];
 }
 
-/**
- * Removes every secret header from the headers stored with events, in batches; only the `headers`
- * column changes (a waiting event is applied as before, without them).
- */
+/** Only the `headers` column changes: a waiting event is applied as before, without them. */
 export async function scrubHeaders(ctx: OperationsContext, options: ScrubOptions = {}): Promise<ScrubResult> {
   const names = [...(ctx.secretHeaders ?? secretHeaderSet())].sort();
   const batch = batchSizeOf(options.batchSize, 1000);

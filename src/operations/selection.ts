@@ -1,12 +1,11 @@
 /**
  * One selection language for every operator surface (CLI flags, the console's filter form,
- * `Operations`), turned into one SQL condition, so what a dry run counts is what the action acts on;
- * walked in batches, so an action cut short is finished by running it again: what it did no longer
- * matches.
+ * `Operations`), turned into one SQL condition, so what a dry run counts is what the action acts on.
  */
 import { type RawBuilder, sql } from 'kysely';
+import { toNumber } from '../db/column-readers.js';
 import { parseDuration } from '../duration.js';
-import { durationMs, type OperationsContext, scoped, sourceIs, table } from './context.js';
+import { durationMs, msAgo, type OperationsContext, scoped, sourceIs, table } from './context.js';
 
 /**
  * Which dead letters. Every field narrows; none selects them all. Times are a `Date`, an ISO
@@ -74,22 +73,18 @@ export interface PinnedSelection extends Omit<Selection, 'since' | 'until'> {
 
 /** Checks a selection and pins its relative times to now; a bad field is a TypeError naming it. */
 export function pinSelection(selection: Selection, now: Date = new Date()): PinnedSelection {
-  const pinned: { -readonly [K in keyof PinnedSelection]: PinnedSelection[K] } = {
-    ...selection,
-    since: undefined,
-    until: undefined,
-  };
-  for (const name of ['since', 'until'] as const) {
+  const pin = (name: 'since' | 'until'): Date | undefined => {
     const value = selection[name];
-    if (value === undefined) continue;
+    if (value === undefined) return undefined;
     const at = parseInstant(value, now);
     if (!at) {
       throw new TypeError(
         `webhook-inbox: \`${name}\` must be an ISO 8601 time (2026-11-28T10:00:00Z), a time of today in UTC (10:00) or a duration ago (2h); got ${JSON.stringify(String(value))}`,
       );
     }
-    pinned[name] = at;
-  }
+    return at;
+  };
+  const pinned = { ...selection, since: pin('since'), until: pin('until') };
   if (pinned.since && pinned.until && pinned.since >= pinned.until) {
     throw new TypeError('webhook-inbox: `since` must be before `until`');
   }
@@ -118,12 +113,10 @@ export function deadWhere(ctx: OperationsContext, s: PinnedSelection): RawBuilde
   if (s.since !== undefined) conditions.push(sql`${FAILED_AT} >= ${s.since}`);
   if (s.until !== undefined) conditions.push(sql`${FAILED_AT} < ${s.until}`);
   if (s.olderThan !== undefined) {
-    const ms = durationMs('olderThan', s.olderThan);
-    conditions.push(sql`e.received_at < now() - ${ms}::bigint * interval '1 millisecond'`);
+    conditions.push(sql`e.received_at < ${msAgo(durationMs('olderThan', s.olderThan))}`);
   }
   if (s.newerThan !== undefined) {
-    const ms = durationMs('newerThan', s.newerThan);
-    conditions.push(sql`e.received_at >= now() - ${ms}::bigint * interval '1 millisecond'`);
+    conditions.push(sql`e.received_at >= ${msAgo(durationMs('newerThan', s.newerThan))}`);
   }
   if (s.atCursor) {
     conditions.push(sql`exists (select 1 from ${table(ctx, 'keys')} k
@@ -156,8 +149,9 @@ export interface BatchRef {
 export const KEY_ORDER = sql`coalesce(e.key, ''), coalesce(e.seq, 0), e.received_at, e.source, e.id`;
 
 /**
- * The matching dead letters in key order, `size` at a time, each batch read after the previous
- * one was handled (from where it ended: a row the action left dead, refused, is not met again).
+ * The matching dead letters in key order, `size` at a time, each batch read after the previous one
+ * was handled, from where it ended: a row the action left dead is not met again, and an action cut
+ * short is finished by running it again (what it did no longer matches).
  */
 export async function* eachBatch(
   ctx: OperationsContext,
@@ -171,13 +165,7 @@ export async function* eachBatch(
        where ${deadWhere(ctx, s)} and ${after}
        order by ${KEY_ORDER} limit ${size}`.execute(ctx.db);
     if (rows.length === 0) return;
-    const batch = rows.map((r) => ({
-      source: r.source as string,
-      id: r.id as string,
-      key: (r.key as string | null) ?? null,
-      seq: r.seq === null ? null : Number(r.seq),
-    }));
-    yield batch;
+    yield rows.map((r) => ({ source: r.source, id: r.id, key: r.key ?? null, seq: toNumber(r.seq) }));
     if (rows.length < size) return;
     const last = rows[rows.length - 1];
     // The timestamp as text: a Date would lose its microseconds, and the last row be met again.
