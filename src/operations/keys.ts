@@ -4,6 +4,7 @@
  */
 import { sql } from 'kysely';
 import { toNumber } from '../db/column-readers.js';
+import { streamOf } from '../db/sql/tables.js';
 import { OperationError } from '../errors.js';
 import {
   ageMs,
@@ -158,7 +159,7 @@ export async function unblock(
     sql<any>`
     update ${table(ctx, 'keys')}
        set state = 'open', blocked_seq = null, blocked_reason = null, updated_at = now()
-     where source = ${found.source} and key = ${name} and state = 'blocked'
+     where source = ${found.source} and stream = ${streamOf(name)} and key = ${name} and state = 'blocked'
     returning key`.execute(tx),
   );
   if (rows.length === 0) {
@@ -206,7 +207,7 @@ export async function skip(
   return boundedLockWait(ctx, options, locked, async (tx): Promise<SkipResult> => {
     const { rows } = await sql<any>`
       select next_seq, state, blocked_seq, blocked_reason from ${table(ctx, 'keys')}
-       where source = ${source} and key = ${key} for update`.execute(tx);
+       where source = ${source} and stream = ${streamOf(key)} and key = ${key} for update`.execute(tx);
     const k = rows[0];
     if (!k)
       throw new OperationError(
@@ -255,15 +256,15 @@ export async function skip(
       }
     }
     await sql`
-      insert into ${table(ctx, 'gaps')} (source, key, from_seq, to_seq, reason)
-      values (${source}, ${key}, ${next}, ${to}, 'skip')
-      on conflict (source, key, from_seq) do update set to_seq = greatest(${table(ctx, 'gaps')}.to_seq, excluded.to_seq)`.execute(
+      insert into ${table(ctx, 'gaps')} (source, key, from_seq, to_seq, reason, stream)
+      values (${source}, ${key}, ${next}, ${to}, 'skip', ${streamOf(key)})
+      on conflict (source, key, from_seq, stream) do update set to_seq = greatest(${table(ctx, 'gaps')}.to_seq, excluded.to_seq)`.execute(
       tx,
     );
     await sql`
       update ${table(ctx, 'keys')}
          set next_seq = ${to + 1}, state = 'open', blocked_seq = null, blocked_reason = null, updated_at = now()
-       where source = ${source} and key = ${key}`.execute(tx);
+       where source = ${source} and stream = ${streamOf(key)} and key = ${key}`.execute(tx);
     return { source, key, fromSeq: next, toSeq: to, nextSeq: to + 1 };
   });
 }

@@ -6,6 +6,7 @@
 import { sql } from 'kysely';
 import { toNumber } from '../db/column-readers.js';
 import type { StoredEvent } from '../db/sql/inspect.js';
+import { streamOf } from '../db/sql/tables.js';
 import { OperationError } from '../errors.js';
 import {
   boundedLockWait,
@@ -147,12 +148,15 @@ async function replayOne(
       const cursor = () =>
         sql<any>`
         select next_seq, state, blocked_seq from ${table(ctx, 'keys')}
-         where source = ${found.source} and key = ${key} ${keyLock}`.execute(tx);
+         where source = ${found.source} and stream = ${streamOf(key)} and key = ${key} ${keyLock}`.execute(
+          tx,
+        );
       let { rows } = await cursor();
       if (!rows[0] && !dryRun) {
         // No cursor yet (the key's only event died before one was stored): start it at this seq. A
         // claim creating it meanwhile makes the insert wait and do nothing; its row is read instead.
-        await sql`insert into ${table(ctx, 'keys')} (source, key, next_seq) values (${found.source}, ${key}, ${seq})
+        await sql`insert into ${table(ctx, 'keys')} (source, key, next_seq, stream)
+                  values (${found.source}, ${key}, ${seq}, ${streamOf(key)})
                   on conflict do nothing`.execute(tx);
         ({ rows } = await cursor());
       }
@@ -162,7 +166,8 @@ async function replayOne(
     // Holding the key, never wait for an event row (ARCHITECTURE.md, "Locks"): a locked one is being
     // applied by a worker, so it is not dead; its committed status says so.
     const { rows: events } = await sql<any>`
-      select status from ${table(ctx, 'events')} where source = ${found.source} and id = ${id} ${eventLock}`.execute(
+      select status from ${table(ctx, 'events')}
+       where source = ${found.source} and stream = ${streamOf(key, id)} and id = ${id} ${eventLock}`.execute(
       tx,
     );
     const status =
@@ -182,12 +187,12 @@ async function replayOne(
       update ${table(ctx, 'events')}
          set status = ${waiting}, attempts = 0, dead_reason = null,
              run_after = ${key === null ? sql`now()` : sql`null`}
-       where source = ${found.source} and id = ${id}`.execute(tx);
+       where source = ${found.source} and stream = ${streamOf(key, id)} and id = ${id}`.execute(tx);
     if (blockedHere) {
       await sql`
         update ${table(ctx, 'keys')}
            set state = 'open', blocked_seq = null, blocked_reason = null, updated_at = now()
-         where source = ${found.source} and key = ${key}`.execute(tx);
+         where source = ${found.source} and stream = ${streamOf(key)} and key = ${key}`.execute(tx);
     }
     return { ...base, outcome: 'requeued', status: waiting };
   });

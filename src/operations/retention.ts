@@ -69,12 +69,10 @@ export async function prune(ctx: OperationsContext, options: PruneOptions): Prom
           behind = true;
           break;
         }
-        // SKIP LOCKED: every instance's sweeper prunes, and an operator may too; each takes rows no
-        // other is deleting instead of queueing behind its row locks.
         const result = await sql`
-          delete from ${events} d
-           where (d.source, d.id) in (select e.source, e.id from ${events} e where ${old}
-                                       limit ${batch} for update skip locked)`.execute(ctx.db);
+          delete from ${events} e
+           where (e.source, e.stream, e.id) in (select e.source, e.stream, e.id from ${events} e where ${old}
+                                                 limit ${batch}) and ${old}`.execute(ctx.db);
         const n = Number(result.numAffectedRows ?? 0n);
         pruned += n;
         if (n < batch) break;
@@ -125,9 +123,10 @@ export async function purgeDead(
   let purged = 0;
   for (let batches = 0; batches < (options.maxBatches ?? Number.POSITIVE_INFINITY); batches++) {
     const result = await sql`
-      delete from ${events} d
-       where (d.source, d.id) in (select e.source, e.id from ${events} e where ${matches} and not ${blocks}
-                                   limit ${batch} for update skip locked)`.execute(ctx.db);
+      delete from ${events} e
+       where (e.source, e.stream, e.id) in (select e.source, e.stream, e.id from ${events} e
+                                             where ${matches} and not ${blocks} limit ${batch})
+         and ${matches} and not ${blocks}`.execute(ctx.db);
     const n = Number(result.numAffectedRows ?? 0n);
     purged += n;
     if (n < batch) break;

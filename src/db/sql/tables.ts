@@ -43,6 +43,11 @@ export function stream(key: string, id = 'null::text'): string {
   return `coalesce(${key}, ${id})`;
 }
 
+/** The same, of values: what a statement binds where it names a stream. */
+export function streamOf(key: string | null, id: string | null = null): string {
+  return (key ?? id)!;
+}
+
 /** What the statements run on: any Kysely instance or transaction (they are raw SQL of their own types). */
 export type Queryable = Pick<Kysely<unknown>, 'executeQuery' | 'getExecutor'>;
 
