@@ -1,4 +1,5 @@
 import { type Kysely, sql } from 'kysely';
+import { type CitusOptions, distributeTables } from './citus.js';
 import {
   type LedgerRow,
   type MigrationPlan,
@@ -55,9 +56,19 @@ export function migrationSql(migration: InboxMigration, t: Tables): string {
 export const migrations: ReadonlyArray<readonly [name: string, up: (t: Tables) => string]> =
   inboxMigrations.map((m) => [m.name, (t: Tables) => migrationSql(m, t)] as const);
 
-/** Runs the shipped migrations up to the latest, in one transaction under a per-schema advisory lock. */
-export async function migrateToLatest(db: Kysely<unknown>, tables: Tables): Promise<string[]> {
-  return runMigrations(db, inboxPlan(tables));
+/**
+ * Runs the shipped migrations up to the latest, in one transaction under a per-schema advisory lock;
+ * with `citus`, then distributes the tables (src/db/citus.ts).
+ */
+export async function migrateToLatest(
+  db: Kysely<unknown>,
+  tables: Tables,
+  citus?: CitusOptions,
+): Promise<string[]> {
+  const plan = inboxPlan(tables);
+  const ran = await runMigrations(db, plan);
+  if (citus) await distributeTables(db, tables, plan.lockKey, citus);
+  return ran;
 }
 
 function inboxPlan(tables: Tables): MigrationPlan {
