@@ -189,6 +189,10 @@ describe('the inbox on a Citus cluster', () => {
   it('deferred: workers take unordered and ordered events across shards, each applied once, in order', async () => {
     const schema = uniqueName('wi');
     const ack = await citusInbox(app, { mode: 'deferred', workers: 0 }, schema);
+    // Listening before the claims: their wake-ups name the keys to take.
+    const workers = await Promise.all(
+      [0, 1].map(() => citusInbox(app, { mode: 'deferred', workers: 3, workerBatchSize: 4 }, schema)),
+    );
     const events: Delivery[] = [];
     for (let i = 0; i < 30; i++)
       events.push(delivery(`def-u-${i}`, { account: `acct-u${i % 7}`, amount: i }));
@@ -198,9 +202,6 @@ describe('the inbox on a Citus cluster', () => {
     }
     const kinds = await Promise.all(events.map((d) => ack.inbox.receive(d)));
     expect(new Set(kinds.map((o) => o.kind))).toEqual(new Set(['pending', 'held']));
-    const workers = await Promise.all(
-      [0, 1].map(() => citusInbox(app, { mode: 'deferred', workers: 3, workerBatchSize: 4 }, schema)),
-    );
     for (const w of workers) await settle(w.inbox, schema);
     const db = await ack.inbox.kysely();
     for (const key of ['acct-k1', 'acct-k2', 'acct-k3']) {
