@@ -60,7 +60,15 @@ const INBOX_COLUMNS = {
     'last_version',
     'stream',
   ] satisfies (keyof InboxKeysTable)[],
-  gaps: ['source', 'key', 'from_seq', 'to_seq', 'reason', 'created_at', 'stream'] satisfies (keyof InboxGapsTable)[],
+  gaps: [
+    'source',
+    'key',
+    'from_seq',
+    'to_seq',
+    'reason',
+    'created_at',
+    'stream',
+  ] satisfies (keyof InboxGapsTable)[],
 } as const;
 
 /** The database of this file's inboxes that need one only to exist (see filePGlite). */
