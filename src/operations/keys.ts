@@ -123,9 +123,9 @@ export async function key(
            coalesce(array_agg(e.seq order by e.seq) filter (where e.id is not null), '{}') as held_seqs
       from ${table(ctx, 'keys')} k
       left join ${table(ctx, 'events')} e
-        on e.source = k.source and e.key = k.key and e.status in ('held', 'pending')
-     where k.source = ${found.source} and k.key = ${name}
-     group by k.source, k.key`.execute(ctx.db);
+        on e.source = k.source and e.stream = k.stream and e.key = k.key and e.status in ('held', 'pending')
+     where k.source = ${found.source} and k.stream = ${streamOf(name)} and k.key = ${name}
+     group by k.source, k.key, k.stream`.execute(ctx.db);
   const { rows: gaps } = await sql<any>`
     select from_seq, to_seq, reason, created_at from ${table(ctx, 'gaps')}
      where source = ${found.source} and key = ${name} order by from_seq`.execute(ctx.db);
