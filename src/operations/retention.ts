@@ -1,6 +1,14 @@
 /** Retention: processed and ignored rows past their age (`retention`), and selected dead letters. */
 import { sql } from 'kysely';
-import { batchSizeOf, durationMs, eachSource, type OperationsContext, scoped, table } from './context.js';
+import {
+  batchSizeOf,
+  batchTaking,
+  durationMs,
+  eachSource,
+  type OperationsContext,
+  scoped,
+  table,
+} from './context.js';
 import { deadWhere, pinSelection, type Selection } from './selection.js';
 
 export interface PruneOptions {
@@ -69,10 +77,11 @@ export async function prune(ctx: OperationsContext, options: PruneOptions): Prom
           behind = true;
           break;
         }
+        const { lock, recheck } = await batchTaking(ctx, old);
         const result = await sql`
           delete from ${events} e
            where (e.source, e.stream, e.id) in (select e.source, e.stream, e.id from ${events} e where ${old}
-                                                 limit ${batch}) and ${old}`.execute(ctx.db);
+                                                 limit ${batch} ${lock}) ${recheck}`.execute(ctx.db);
         const n = Number(result.numAffectedRows ?? 0n);
         pruned += n;
         if (n < batch) break;
@@ -122,11 +131,12 @@ export async function purgeDead(
   if (options.dryRun) return { purged: Number(rows[0]?.purgeable ?? 0), blocking, dryRun: true };
   let purged = 0;
   for (let batches = 0; batches < (options.maxBatches ?? Number.POSITIVE_INFINITY); batches++) {
+    const { lock, recheck } = await batchTaking(ctx, sql`${matches} and not ${blocks}`);
     const result = await sql`
       delete from ${events} e
        where (e.source, e.stream, e.id) in (select e.source, e.stream, e.id from ${events} e
-                                             where ${matches} and not ${blocks} limit ${batch})
-         and ${matches} and not ${blocks}`.execute(ctx.db);
+                                             where ${matches} and not ${blocks} limit ${batch} ${lock})
+         ${recheck}`.execute(ctx.db);
     const n = Number(result.numAffectedRows ?? 0n);
     purged += n;
     if (n < batch) break;
