@@ -49,6 +49,8 @@ interface Body {
   /** Another account the handler also writes to: a write on another shard. */
   also?: string;
   fail?: boolean;
+  /** The event's type, for the inboxes routing by it (`handlers`). */
+  type?: string;
 }
 
 async function citusInbox(app: string, options: Partial<InboxOptions<Body>> = {}, schema = uniqueName('wi')) {
@@ -264,5 +266,45 @@ describe('the inbox on a Citus cluster', () => {
     const pruned = await inbox.prune({ olderThan: '0ms' });
     expect(pruned.pruned).toBeGreaterThan(0);
     await inbox.close();
+  });
+
+  it('operators: ignored events of a type, replayed once a handler takes it, apply once', async () => {
+    const schema = uniqueName('wi');
+    schemas.push(schema);
+    const open = async (types: string[]) => {
+      const inbox = watchInvariants(
+        createInbox<Body>({
+          db: pool(),
+          schema,
+          citus: { colocateWith: `${app}.orders` },
+          sweepIntervalMs: 0,
+          fields: { type: '/type' },
+          handlers: Object.fromEntries(
+            types.map((type) => [
+              type,
+              async (event: { id: string; body: Body }, { tx }: { tx: Kysely<any> }) => {
+                await sql`insert into ${sql.table(`${app}.orders`)} (account_id, id, amount)
+                          values (${event.body.account}, ${event.id}, ${event.body.amount})`.execute(tx);
+              },
+            ]),
+          ),
+        } as InboxOptions<Body>),
+      );
+      await inbox.ready();
+      return inbox;
+    };
+    const before = await open(['order.created']);
+    const paid = (i: number) =>
+      delivery(`ign-${i}`, { type: 'order.paid', account: `acct-ign${i}`, amount: i });
+    for (const i of [1, 2, 3]) expect((await before.receive(paid(i))).kind).toBe('ignored');
+    await before.close();
+    const after = await open(['order.created', 'order.paid']);
+    expect(await after.replayIgnored('order.paid')).toMatchObject({ requeued: 3, ordered: 0 });
+    await settle(after, schema);
+    const db = await after.kysely();
+    for (const i of [1, 2, 3]) expect(await orders(db, app, `acct-ign${i}`)).toEqual([`ign-${i}`]);
+    expect((await after.receive(paid(1))).kind).toBe('duplicate');
+    expect(await after.replayIgnored('order.paid')).toMatchObject({ requeued: 0 });
+    await after.close();
   });
 });
