@@ -62,7 +62,7 @@ export default defineConfig({
             test: {
               name: 'shared',
               include: ['test/**/*.test.ts'],
-              exclude: [...RELEASE_TIER, ...OWN_PROCESS],
+              exclude: [...RELEASE_TIER, ...OWN_PROCESS, 'test/citus/**'],
               isolate: false,
             },
           },

@@ -47,9 +47,9 @@ const events = `"${schema}".events`;
 /** Inserts `n` processed rows with ids `${prefix}${from}…`, processed `ageS` seconds ago (spread over `spreadS`). */
 async function insertRows(prefix: string, from: number, n: number, ageS: number, spreadS: number) {
   await admin.query(
-    `insert into ${events} (source, id, body_hash, status, processed_at, result, type)
+    `insert into ${events} (source, id, body_hash, status, processed_at, result, type, stream)
      select $1, $2 || g, $3, 'processed', now() - ($4 + random() * $5) * interval '1 second',
-            '{"ok":true}'::jsonb, 'invoice.paid'
+            '{"ok":true}'::jsonb, 'invoice.paid', $2 || g
        from generate_series($6::int, $6::int + $7::int - 1) g`,
     [source, prefix, hash, ageS, spreadS, from, n],
   );

@@ -178,8 +178,8 @@ describe.runIf(postgresTarget)('deferred mode: the claim alone', () => {
         expect(await blockedOnLock(admin, claimText, claim)).toBe(true);
         // Another id takes seq 3 while the claim waits for the key.
         await other.query(
-          `insert into "${t.schema}".events (source, id, key, seq, body_hash, status, payload, headers)
-           values ($1, 'k:3', 'k', 3, 'x', 'held', convert_to('{"amount": 3}', 'utf8'), $2::jsonb)`,
+          `insert into "${t.schema}".events (source, id, key, seq, body_hash, status, payload, headers, stream)
+           values ($1, 'k:3', 'k', 3, 'x', 'held', convert_to('{"amount": 3}', 'utf8'), $2::jsonb, 'k')`,
           [source, JSON.stringify({ 'content-type': 'application/json' })],
         );
         await other.query('commit');

@@ -34,18 +34,18 @@ describe.each(targets)('the invariants checker on $name', (target) => {
         const { events, keys, gaps } = inbox.tables;
         const e = sql.raw(events);
         const src = inbox.options.source;
-        await sql`insert into ${sql.raw(keys)} (source, key, next_seq) values (${src}, 'below', 3), (${src}, 'ahead', 2)`.execute(
+        await sql`insert into ${sql.raw(keys)} (source, key, next_seq, stream) values (${src}, 'below', 3, 'below'), (${src}, 'ahead', 2, 'ahead')`.execute(
           db,
         );
         // The unique index forbids two waiting events at one seq; an older version allowed it.
         await sql.raw(`drop index "${t.schema}"."events_waiting"`).execute(db);
-        await sql`insert into ${e} (source, id, key, seq, body_hash, status, dead_reason) values
-          (${src}, 'below:1', 'below', 1, 'x', 'held', null),
-          (${src}, 'nokey:1', 'nokey', 1, 'x', 'pending', null),
-          (${src}, 'ok:3-twin', 'ok', 3, 'x', 'held', null),
-          (${src}, 'dead:1', null, null, 'x', 'dead', null),
-          (${src}, 'ahead:2', 'ahead', 2, 'x', 'processed', null)`.execute(db);
-        await sql`insert into ${sql.raw(gaps)} (source, key, from_seq, to_seq, reason) values (${src}, 'ahead', 2, 4, 'skip')`.execute(
+        await sql`insert into ${e} (source, id, key, seq, body_hash, status, dead_reason, stream) values
+          (${src}, 'below:1', 'below', 1, 'x', 'held', null, 'below'),
+          (${src}, 'nokey:1', 'nokey', 1, 'x', 'pending', null, 'nokey'),
+          (${src}, 'ok:3-twin', 'ok', 3, 'x', 'held', null, 'ok'),
+          (${src}, 'dead:1', null, null, 'x', 'dead', null, 'dead:1'),
+          (${src}, 'ahead:2', 'ahead', 2, 'x', 'processed', null, 'ahead')`.execute(db);
+        await sql`insert into ${sql.raw(gaps)} (source, key, from_seq, to_seq, reason, stream) values (${src}, 'ahead', 2, 4, 'skip', 'ahead')`.execute(
           db,
         );
 

@@ -47,12 +47,12 @@ test('pending events, the oldest blocked key age, and database up', async () => 
     const events = sql.raw(inbox.tables.events);
     const keys = sql.raw(inbox.tables.keys);
     for (const id of ['p-1', 'p-2']) {
-      await sql`insert into ${events} (source, id, body_hash, status) values ('default', ${id}, '0', 'pending')`.execute(
+      await sql`insert into ${events} (source, id, body_hash, status, stream) values ('default', ${id}, '0', 'pending', ${id})`.execute(
         k,
       );
     }
-    await sql`insert into ${keys} (source, key, next_seq, state, blocked_seq, blocked_reason, updated_at)
-              values ('default', 'acct', 1, 'blocked', 1, 'poison', now() - interval '10 minutes')`.execute(
+    await sql`insert into ${keys} (source, key, next_seq, state, blocked_seq, blocked_reason, updated_at, stream)
+              values ('default', 'acct', 1, 'blocked', 1, 'poison', now() - interval '10 minutes', 'acct')`.execute(
       k,
     );
     expect(await read(registry, METRIC_NAMES.pendingEvents)).toBe(2);

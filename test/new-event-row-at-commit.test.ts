@@ -514,8 +514,8 @@ describe.runIf(postgresTarget)(
       await other.connect();
       try {
         await other.query(
-          `insert into "${t.schema}".events (source, id, body_hash, status, processed_at, result)
-           values ('default', $1, $2, 'processed', now(), $3::jsonb)`,
+          `insert into "${t.schema}".events (source, id, body_hash, status, processed_at, result, stream)
+           values ('default', $1, $2, 'processed', now(), $3::jsonb, $1)`,
           [
             id,
             createHash('sha256').update(JSON.stringify(body)).digest('hex'),

@@ -33,17 +33,17 @@ describe.runIf(postgresTarget)('operator and health queries on a big events tabl
     pool = new pg.Pool({ connectionString: postgresUrl!, max: 2 });
     const events = tables.events;
     await pool.query(`
-      insert into ${events} (source, id, body_hash, status, processed_at, type)
+      insert into ${events} (source, id, body_hash, status, processed_at, type, stream)
         select case when g % 10 = 0 then 'b' else 'a' end, 'p-' || g, 'h', 'processed',
-               now() - g * interval '1 second', 'invoice.paid'
+               now() - g * interval '1 second', 'invoice.paid', 'p-' || g
           from generate_series(1, 120000) g;
-      insert into ${events} (source, id, key, seq, body_hash, status) values
-        ('a', 'held-1', 'k1', 2, 'h', 'held'), ('a', 'pending-1', null, null, 'h', 'pending');
-      insert into ${events} (source, id, body_hash, status, dead_reason) values ('a', 'dead-1', 'h', 'dead', 'poison');
-      insert into ${events} (source, id, body_hash, status, processed_at, type)
-        values ('b', 'ignored-1', 'h', 'ignored', now(), 'customer.created');
-      insert into ${tables.keys} (source, key, next_seq, state, blocked_seq, blocked_reason)
-        values ('a', 'k1', 1, 'blocked', 1, 'gap');`);
+      insert into ${events} (source, id, key, seq, body_hash, status, stream) values
+        ('a', 'held-1', 'k1', 2, 'h', 'held', 'k1'), ('a', 'pending-1', null, null, 'h', 'pending', 'pending-1');
+      insert into ${events} (source, id, body_hash, status, dead_reason, stream) values ('a', 'dead-1', 'h', 'dead', 'poison', 'dead-1');
+      insert into ${events} (source, id, body_hash, status, processed_at, type, stream)
+        values ('b', 'ignored-1', 'h', 'ignored', now(), 'customer.created', 'ignored-1');
+      insert into ${tables.keys} (source, key, next_seq, state, blocked_seq, blocked_reason, stream)
+        values ('a', 'k1', 1, 'blocked', 1, 'gap', 'k1');`);
     await pool.query(`vacuum analyze ${events}`);
     await pool.query(`analyze ${tables.keys}`);
     db = new Kysely({

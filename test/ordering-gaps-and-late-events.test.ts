@@ -253,11 +253,13 @@ describe.each(targets)('per-key ordering on $name', (target) => {
     // 600 keys blocked by an operator-facing gap long ago (more than one sweeper pass reads),
     // each holding an event older than anything else.
     const s = t.schema;
-    await sql`insert into ${sql.table(`${s}.keys`)} (source, key, next_seq, state, blocked_seq, blocked_reason)
-      select ${source}, 'blocked-' || i, 1, 'blocked', 1, 'gap' from generate_series(1, 600) i`.execute(db);
-    await sql`insert into ${sql.table(`${s}.events`)} (source, id, key, seq, body_hash, status, payload, headers, received_at)
+    await sql`insert into ${sql.table(`${s}.keys`)} (source, key, next_seq, state, blocked_seq, blocked_reason, stream)
+      select ${source}, 'blocked-' || i, 1, 'blocked', 1, 'gap', 'blocked-' || i from generate_series(1, 600) i`.execute(
+      db,
+    );
+    await sql`insert into ${sql.table(`${s}.events`)} (source, id, key, seq, body_hash, status, payload, headers, received_at, stream)
       select ${source}, 'blocked-' || i || ':2', 'blocked-' || i, 2, 'h', 'held', '\\x7b7d'::bytea, '{}'::jsonb,
-             now() - interval '1 day'
+             now() - interval '1 day', 'blocked-' || i
         from generate_series(1, 600) i`.execute(db);
     const key = newKey('starved');
     await v.send(ordered(key, 2));

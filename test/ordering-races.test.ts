@@ -194,7 +194,7 @@ describe.runIf(postgresTarget)('ordering races on real Postgres', () => {
     try {
       await blocker.query('begin');
       await blocker.query(
-        `insert into "${t.schema}".gaps (source, key, from_seq, to_seq, reason) values ($1, 'k0', 1, 1, 'skip')`,
+        `insert into "${t.schema}".gaps (source, key, from_seq, to_seq, reason, stream) values ($1, 'k0', 1, 1, 'skip', 'k0')`,
         [app.inbox.options.source],
       );
       const sweep = app.inbox.sweep();
@@ -392,14 +392,16 @@ describe.each(targets)('ordering races on $name', (target) => {
       );
       // Older than the victim: 600 keys whose only waiting row is below the cursor (what an
       // older version could leave), and 600 whose next event waits for a retry an hour away.
-      await sql`insert into ${sql.raw(keys)} (source, key, next_seq)
-        select ${source}, 'stranded-' || i, 5 from generate_series(1, 600) i
-        union all select ${source}, 'retry-' || i, 1 from generate_series(1, 600) i`.execute(db);
-      await sql`insert into ${sql.raw(events)} (source, id, key, seq, body_hash, status, payload, headers, received_at, run_after)
-        select ${source}, 'stranded-' || i, 'stranded-' || i, 1, 'x', 'held', '\\x7b7d'::bytea, '{}'::jsonb, now() - interval '2 hours', null
+      await sql`insert into ${sql.raw(keys)} (source, key, next_seq, stream)
+        select ${source}, 'stranded-' || i, 5, 'stranded-' || i from generate_series(1, 600) i
+        union all select ${source}, 'retry-' || i, 1, 'retry-' || i from generate_series(1, 600) i`.execute(
+        db,
+      );
+      await sql`insert into ${sql.raw(events)} (source, id, key, seq, body_hash, status, payload, headers, received_at, run_after, stream)
+        select ${source}, 'stranded-' || i, 'stranded-' || i, 1, 'x', 'held', '\\x7b7d'::bytea, '{}'::jsonb, now() - interval '2 hours', null, 'stranded-' || i
           from generate_series(1, 600) i
         union all
-        select ${source}, 'retry-' || i, 'retry-' || i, 1, 'x', 'pending', '\\x7b7d'::bytea, '{}'::jsonb, now() - interval '2 hours', now() + interval '1 hour'
+        select ${source}, 'retry-' || i, 'retry-' || i, 1, 'x', 'pending', '\\x7b7d'::bytea, '{}'::jsonb, now() - interval '2 hours', now() + interval '1 hour', 'retry-' || i
           from generate_series(1, 600) i`.execute(db);
 
       // A pass examines 1,000 keys with waiting events and the next goes on after the last one

@@ -1,5 +1,5 @@
 /**
- * Every TypeScript snippet of the README, and of docs/operations.md's retention section, type-checks
+ * Every TypeScript snippet of the README, docs/citus.md and docs/operations.md's retention section, type-checks
  * against the sources, as a user's file would against the package (`webhook-inbox`,
  * `webhook-inbox/express`, … mapped by tsconfig.json's paths). A snippet may use `handle`, the handler the README defines once; it
  * is declared for the others. What a snippet gets wrong (an option that does not exist, a body
@@ -36,6 +36,12 @@ test("docs/operations.md's retention snippets type-check", () => {
   const found = snippets(section('docs/operations.md', 'Retention'));
   expect(found.length).toBeGreaterThanOrEqual(1);
   typeChecks(found, 'operations-retention');
+}, 120_000);
+
+test("docs/citus.md's example type-checks", () => {
+  const found = snippets(readFileSync(join(root, 'docs/citus.md'), 'utf8'));
+  expect(found.length).toBeGreaterThanOrEqual(1);
+  typeChecks(found, 'citus');
 }, 120_000);
 
 function typeChecks(found: string[], label: string): void {

@@ -18,11 +18,11 @@ const body = Buffer.from('{"amount":1}');
 /** `old` processed rows a day past a 1 h retention, and `recent` processed ones now. */
 async function seed(inbox: Inbox, schema: string, old: number, recent: number) {
   const events = sql.table(`${schema}.events`);
-  await sql`insert into ${events} (source, id, body_hash, status, processed_at)
-    select 'default', 'old-' || g, ${bodyHash(body)}, 'processed', now() - interval '1 day'
+  await sql`insert into ${events} (source, id, body_hash, status, processed_at, stream)
+    select 'default', 'old-' || g, ${bodyHash(body)}, 'processed', now() - interval '1 day', 'old-' || g
       from generate_series(1, ${old}::int) g
     union all
-    select 'default', 'new-' || g, ${bodyHash(body)}, 'processed', now()
+    select 'default', 'new-' || g, ${bodyHash(body)}, 'processed', now(), 'new-' || g
       from generate_series(1, ${recent}::int) g`.execute(await inbox.kysely());
 }
 

@@ -42,9 +42,11 @@ describe.runIf(postgresTarget)('a sweep step reads a few index entries per key i
     // A deferred backlog: every key's event at its cursor pending (a drain for the workers),
     // BEHIND events held after it.
     await admin.query(`
-      insert into ${t.keys} (source, key, next_seq) select 's', 'k' || lpad(k::text, 4, '0'), 1 from generate_series(1, ${KEYS}) k;
-      insert into ${t.events} (source, id, key, seq, body_hash, status, payload)
-        select 's', k || ':' || g, 'k' || lpad(k::text, 4, '0'), g, 'h', case when g = 1 then 'pending' else 'held' end, '\\x7b7d'::bytea
+      insert into ${t.keys} (source, key, next_seq, stream)
+        select 's', 'k' || lpad(k::text, 4, '0'), 1, 'k' || lpad(k::text, 4, '0') from generate_series(1, ${KEYS}) k;
+      insert into ${t.events} (source, id, key, seq, body_hash, status, payload, stream)
+        select 's', k || ':' || g, 'k' || lpad(k::text, 4, '0'), g, 'h', case when g = 1 then 'pending' else 'held' end, '\\x7b7d'::bytea,
+               'k' || lpad(k::text, 4, '0')
           from generate_series(1, ${KEYS}) k, generate_series(1, ${BEHIND + 1}) g;`);
   });
   afterAll(async () => {
@@ -109,10 +111,11 @@ describe.each(targets)('the sweeper walks the keys on $name', (target) => {
     const t = inbox.tables;
     await sql
       .raw(`
-        insert into ${t.keys} (source, key, next_seq)
-          select 's', '${prefix}' || lpad(k::text, 4, '0'), 1 from generate_series(1, ${keys}) k;
-        insert into ${t.events} (source, id, key, seq, body_hash, status, payload, received_at)
-          select 's', '${prefix}' || k, '${prefix}' || lpad(k::text, 4, '0'), 2, 'h', 'held', '\\x7b7d'::bytea, now() - interval '${ago}'
+        insert into ${t.keys} (source, key, next_seq, stream)
+          select 's', '${prefix}' || lpad(k::text, 4, '0'), 1, '${prefix}' || lpad(k::text, 4, '0') from generate_series(1, ${keys}) k;
+        insert into ${t.events} (source, id, key, seq, body_hash, status, payload, received_at, stream)
+          select 's', '${prefix}' || k, '${prefix}' || lpad(k::text, 4, '0'), 2, 'h', 'held', '\\x7b7d'::bytea, now() - interval '${ago}',
+                 '${prefix}' || lpad(k::text, 4, '0')
             from generate_series(1, ${keys}) k;`)
       .execute(db);
   }

@@ -47,6 +47,7 @@ const INBOX_COLUMNS = {
     'type',
     'cause',
     'failed_at',
+    'stream',
   ] satisfies (keyof InboxEventsTable)[],
   keys: [
     'source',
@@ -57,8 +58,17 @@ const INBOX_COLUMNS = {
     'blocked_reason',
     'updated_at',
     'last_version',
+    'stream',
   ] satisfies (keyof InboxKeysTable)[],
-  gaps: ['source', 'key', 'from_seq', 'to_seq', 'reason', 'created_at'] satisfies (keyof InboxGapsTable)[],
+  gaps: [
+    'source',
+    'key',
+    'from_seq',
+    'to_seq',
+    'reason',
+    'created_at',
+    'stream',
+  ] satisfies (keyof InboxGapsTable)[],
 } as const;
 
 /** The database of this file's inboxes that need one only to exist (see filePGlite). */

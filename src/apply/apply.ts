@@ -87,11 +87,12 @@ export async function recordResult(rt: Runtime, tx: Transaction<any>, run: Appli
     await rt.statements.markApplied(tx, {
       source: o.source,
       id: event.id,
+      key: event.key,
       json: json ?? null,
       keepPayload: o.keepPayload,
       ...recorded(event, run, o.secretHeaders),
     });
-  } else if (json !== undefined) await rt.statements.storeResult(tx, o.source, event.id, json);
+  } else if (json !== undefined) await rt.statements.storeResult(tx, o.source, event, json);
 }
 
 /**
@@ -139,6 +140,7 @@ export async function supersededOrBusy(
   await rt.statements.markApplied(tx, {
     source: o.source,
     id: event.id,
+    key: event.key,
     json,
     keepPayload: o.keepPayload,
     status: 'processed',

@@ -61,7 +61,7 @@ export async function recordFailure(
     type: eventType(rt, event),
   });
   const fingerprint = causeOf(cause);
-  await rt.statements.recordCause(tx, o.source, id, fingerprint);
+  await rt.statements.recordCause(tx, o.source, event, fingerprint);
   return {
     decision: next.dead ? 'dead' : 'failed',
     attempts: event.attempts + 1,

@@ -44,6 +44,8 @@ export interface InboxEventsTable {
   cause: string | null;
   /** When the last failed run was recorded (a dead letter's: when it died). */
   failed_at: Date | null;
+  /** The key, else the id: the distribution column on Citus (docs/citus.md). */
+  stream: string;
 }
 
 /** One row per ordering key: its cursor (`next_seq`) and whether it is blocked. */
@@ -57,6 +59,8 @@ export interface InboxKeysTable {
   updated_at: Date;
   /** `order: { policy: 'latest' }`: the version last applied for this key. */
   last_version: Int8 | null;
+  /** The key's stream (its key). */
+  stream: string;
 }
 
 /** Seqs a key skipped (gap timeout, poison skip, operator skip): a late arrival is dead-lettered. */
@@ -67,6 +71,8 @@ export interface InboxGapsTable {
   to_seq: Int8;
   reason: 'timeout' | 'skip' | 'poison';
   created_at: Date;
+  /** The key's stream (its key). */
+  stream: string;
 }
 
 /**

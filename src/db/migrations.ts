@@ -1,4 +1,5 @@
 import { type Kysely, sql } from 'kysely';
+import { type CitusOptions, distributeTables } from './citus.js';
 import {
   type LedgerRow,
   type MigrationPlan,
@@ -30,16 +31,16 @@ export const inboxMigrations: readonly InboxMigration[] = [
     name: '0001_schema',
     up: schema,
     functions: {
-      claim: 'c17fd140de2d557e',
+      claim: 'efc924c8bce78351',
       claim_many: '8b6e74431111d5e2',
-      claim_latest: 'd8e65f0c2669fc99',
-      latest_check: '40ca6e2e2548b0d7',
-      take_next: 'f3ec12f77a738fec',
-      take_pending: '5b2a79b62a454133',
-      take_turn: '32d154ddb2431ee1',
-      advance: '0af02c7ad1603752',
-      fail: '31544e28681d6d0c',
-      sweep: '8a75b2810ae7cded',
+      claim_latest: '2b6420095b224a64',
+      latest_check: '28a29950d06780cc',
+      take_next: '0bc913365e7d9ff2',
+      take_pending: '4bd9e443ccb07985',
+      take_turn: '85bd37eb13c61f6e',
+      advance: '77f5a0d7ed627a88',
+      fail: 'b7621cf150bd23a8',
+      sweep: '79cd437ce4c4d443',
     },
   },
 ];
@@ -55,9 +56,19 @@ export function migrationSql(migration: InboxMigration, t: Tables): string {
 export const migrations: ReadonlyArray<readonly [name: string, up: (t: Tables) => string]> =
   inboxMigrations.map((m) => [m.name, (t: Tables) => migrationSql(m, t)] as const);
 
-/** Runs the shipped migrations up to the latest, in one transaction under a per-schema advisory lock. */
-export async function migrateToLatest(db: Kysely<unknown>, tables: Tables): Promise<string[]> {
-  return runMigrations(db, inboxPlan(tables));
+/**
+ * Runs the shipped migrations up to the latest, in one transaction under a per-schema advisory lock;
+ * with `citus`, then distributes the tables (src/db/citus.ts).
+ */
+export async function migrateToLatest(
+  db: Kysely<unknown>,
+  tables: Tables,
+  citus?: CitusOptions,
+): Promise<string[]> {
+  const plan = inboxPlan(tables);
+  const ran = await runMigrations(db, plan);
+  if (citus) await distributeTables(db, tables, plan.lockKey, citus);
+  return ran;
 }
 
 function inboxPlan(tables: Tables): MigrationPlan {

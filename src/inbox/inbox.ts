@@ -117,7 +117,7 @@ export class Inbox {
   /** Runs the shipped migrations now (also done on first use unless `migrate: false`). */
   async migrate(): Promise<void> {
     const database = await this.ready();
-    if (!this.options.migrate) await migrateToLatest(database.kysely, this.tables);
+    if (!this.options.migrate) await migrateToLatest(database.kysely, this.tables, this.options.citus);
   }
 
   /** Turns one delivery into its outcome. Never throws for a bad delivery. */

@@ -81,6 +81,30 @@ export function table(ctx: OperationsContext, name: 'events' | 'keys' | 'gaps'):
   return sql.raw(ctx.tables[name]);
 }
 
+const citusOf = new WeakMap<object, Promise<boolean>>();
+
+/**
+ * How a batch (retention, purge, scrub) takes the rows `condition` (of alias `e`) picks. On PostgreSQL
+ * they are locked with SKIP LOCKED, so a row another transaction holds is left to the next batch.
+ * Citus refuses FOR UPDATE over several shards: there they are read unlocked, and the statement
+ * checks `condition` again on each row it writes, waiting for a holder (docs/citus.md).
+ */
+export async function batchTaking(
+  ctx: OperationsContext,
+  condition: RawBuilder<unknown>,
+): Promise<{ lock: RawBuilder<unknown>; recheck: RawBuilder<unknown> }> {
+  let citus = citusOf.get(ctx.db);
+  if (!citus) {
+    citus = sql<{ on: boolean }>`select exists (select 1 from pg_extension where extname = 'citus') as on`
+      .execute(ctx.db)
+      .then((r) => r.rows[0]?.on === true);
+    citusOf.set(ctx.db, citus);
+  }
+  return (await citus)
+    ? { lock: sql``, recheck: sql`and ${condition}` }
+    : { lock: sql`for update skip locked`, recheck: sql`` };
+}
+
 /**
  * The source an action runs on. Operations made for one source never show or change another: asking
  * for another is `not-found`, as for a missing row (a console over one inbox cannot reach another's).

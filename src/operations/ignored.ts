@@ -77,7 +77,8 @@ export async function ignoredTypes(ctx: OperationsContext, source = ctx.source):
 /**
  * Re-queues the unordered ignored events of `type`, oldest first, in one statement. An ignored row is
  * final: only a prune or another replay writes it meanwhile, and the UPDATE re-checks its status under
- * the row lock, so each row goes to one of them.
+ * the row lock, so each row goes to one of them. Chosen unlocked, written by stream and id: no
+ * statement locks rows across a Citus cluster's shards.
  */
 export async function replayIgnored(
   ctx: OperationsContext,
@@ -90,7 +91,7 @@ export async function replayIgnored(
     ctx.db,
   );
   const ordered = Number(counted[0].ordered);
-  const chosen = sql<any>`select e.source, e.id from ${events} e where ${of} and e.key is null
+  const chosen = sql<any>`select e.source, e.stream, e.id from ${events} e where ${of} and e.key is null
                       order by e.received_at, e.id limit ${MAX_LIST}`;
   const dryRun = Boolean(selection.dryRun);
   const { rows } = dryRun
@@ -98,7 +99,7 @@ export async function replayIgnored(
     : await sql<any>`
     update ${events} u set status = 'pending', attempts = 0, run_after = now(), processed_at = null
       from (${chosen}) c
-     where u.source = c.source and u.id = c.id and u.status = 'ignored'
+     where u.source = c.source and u.stream = c.stream and u.id = c.id and u.status = 'ignored'
     returning u.id, u.received_at`.execute(ctx.db);
   if (!dryRun) rows.sort((a, b) => new Date(a.received_at).getTime() - new Date(b.received_at).getTime());
   const ids: string[] = rows.map((r) => r.id);

@@ -1,6 +1,7 @@
 /** Ordering keys as an operator sees and moves them. */
 import { sql } from 'kysely';
 import { toNumber } from '../db/column-readers.js';
+import { streamOf } from '../db/sql/tables.js';
 import { OperationError } from '../errors.js';
 import {
   ageMs,
@@ -121,9 +122,9 @@ export async function key(
            coalesce(array_agg(e.seq order by e.seq) filter (where e.id is not null), '{}') as held_seqs
       from ${table(ctx, 'keys')} k
       left join ${table(ctx, 'events')} e
-        on e.source = k.source and e.key = k.key and e.status in ('held', 'pending')
-     where k.source = ${found.source} and k.key = ${name}
-     group by k.source, k.key`.execute(ctx.db);
+        on e.source = k.source and e.stream = k.stream and e.key = k.key and e.status in ('held', 'pending')
+     where k.source = ${found.source} and k.stream = ${streamOf(name)} and k.key = ${name}
+     group by k.source, k.key, k.stream`.execute(ctx.db);
   const { rows: gaps } = await sql<any>`
     select from_seq, to_seq, reason, created_at from ${table(ctx, 'gaps')}
      where source = ${found.source} and key = ${name} order by from_seq`.execute(ctx.db);
@@ -153,7 +154,7 @@ export async function unblock(
     sql<any>`
     update ${table(ctx, 'keys')}
        set state = 'open', blocked_seq = null, blocked_reason = null, updated_at = now()
-     where source = ${found.source} and key = ${name} and state = 'blocked'
+     where source = ${found.source} and stream = ${streamOf(name)} and key = ${name} and state = 'blocked'
     returning key`.execute(tx),
   );
   if (rows.length === 0) {
@@ -197,7 +198,7 @@ export async function skip(
   return boundedLockWait(ctx, options, locked, async (tx): Promise<SkipResult> => {
     const { rows } = await sql<any>`
       select next_seq, state, blocked_seq, blocked_reason from ${table(ctx, 'keys')}
-       where source = ${source} and key = ${key} for update`.execute(tx);
+       where source = ${source} and stream = ${streamOf(key)} and key = ${key} for update`.execute(tx);
     const k = rows[0];
     if (!k)
       throw new OperationError(
@@ -246,15 +247,15 @@ export async function skip(
       }
     }
     await sql`
-      insert into ${table(ctx, 'gaps')} (source, key, from_seq, to_seq, reason)
-      values (${source}, ${key}, ${next}, ${to}, 'skip')
-      on conflict (source, key, from_seq) do update set to_seq = greatest(${table(ctx, 'gaps')}.to_seq, excluded.to_seq)`.execute(
+      insert into ${table(ctx, 'gaps')} (source, key, from_seq, to_seq, reason, stream)
+      values (${source}, ${key}, ${next}, ${to}, 'skip', ${streamOf(key)})
+      on conflict (source, key, from_seq, stream) do update set to_seq = greatest(${table(ctx, 'gaps')}.to_seq, excluded.to_seq)`.execute(
       tx,
     );
     await sql`
       update ${table(ctx, 'keys')}
          set next_seq = ${to + 1}, state = 'open', blocked_seq = null, blocked_reason = null, updated_at = now()
-       where source = ${source} and key = ${key}`.execute(tx);
+       where source = ${source} and stream = ${streamOf(key)} and key = ${key}`.execute(tx);
     return { source, key, fromSeq: next, toSeq: to, nextSeq: to + 1 };
   });
 }

@@ -6,6 +6,7 @@
 import { type RawBuilder, sql } from 'kysely';
 import { toNumber } from '../db/column-readers.js';
 import type { StoredEvent } from '../db/sql/inspect.js';
+import { streamOf } from '../db/sql/tables.js';
 import { OperationError } from '../errors.js';
 import {
   boundedLockWait,
@@ -137,12 +138,15 @@ async function replayOne(
       const cursor = () =>
         sql<any>`
         select next_seq, state, blocked_seq from ${keys}
-         where source = ${found.source} and key = ${key} ${dryRun ? sql`` : sql`for update`}`.execute(tx);
+         where source = ${found.source} and stream = ${streamOf(key)} and key = ${key} ${dryRun ? sql`` : sql`for update`}`.execute(
+          tx,
+        );
       let { rows } = await cursor();
       if (!rows[0] && !dryRun) {
         // No cursor yet (the key's only event died before one was stored): start it at this seq. A
         // claim creating it meanwhile makes the insert wait and do nothing; its row is read instead.
-        await sql`insert into ${keys} (source, key, next_seq) values (${found.source}, ${key}, ${seq})
+        await sql`insert into ${keys} (source, key, next_seq, stream)
+                  values (${found.source}, ${key}, ${seq}, ${streamOf(key)})
                   on conflict do nothing`.execute(tx);
         ({ rows } = await cursor());
       }
@@ -152,7 +156,7 @@ async function replayOne(
     // Holding the key, never wait for an event row (ARCHITECTURE.md, "Locks"): a locked one is being
     // applied by a worker, so it is not dead; its committed status says so.
     const statusOf = (lock: RawBuilder<unknown>) =>
-      sql<any>`select status from ${events} where source = ${found.source} and id = ${id} ${lock}`.execute(
+      sql<any>`select status from ${events} where source = ${found.source} and stream = ${streamOf(key, id)} and id = ${id} ${lock}`.execute(
         tx,
       );
     let { rows } = await statusOf(dryRun ? sql`` : sql`for update skip locked`);
@@ -166,12 +170,12 @@ async function replayOne(
       update ${events}
          set status = ${waiting}, attempts = 0, dead_reason = null,
              run_after = ${key === null ? sql`now()` : sql`null`}
-       where source = ${found.source} and id = ${id}`.execute(tx);
+       where source = ${found.source} and stream = ${streamOf(key, id)} and id = ${id}`.execute(tx);
     if (blockedHere) {
       await sql`
         update ${keys}
            set state = 'open', blocked_seq = null, blocked_reason = null, updated_at = now()
-         where source = ${found.source} and key = ${key}`.execute(tx);
+         where source = ${found.source} and stream = ${streamOf(key)} and key = ${key}`.execute(tx);
     }
     return { ...base, outcome: 'requeued', status: waiting };
   });

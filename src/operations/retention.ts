@@ -2,6 +2,7 @@
 import { type RawBuilder, sql } from 'kysely';
 import {
   batchSizeOf,
+  batchTaking,
   durationMs,
   eachSource,
   msAgo,
@@ -93,10 +94,11 @@ async function deleteInBatches(
   let deleted = 0;
   for (let batches = 0; ; batches++) {
     if (batches >= maxBatches || Date.now() >= until) return { deleted, behind: true };
+    const { lock, recheck } = await batchTaking(ctx, where);
     const result = await sql`
-      delete from ${events} d
-       where (d.source, d.id) in (select e.source, e.id from ${events} e where ${where}
-                                   limit ${batch} for update skip locked)`.execute(ctx.db);
+      delete from ${events} e
+       where (e.source, e.stream, e.id) in (select e.source, e.stream, e.id from ${events} e where ${where}
+                                             limit ${batch} ${lock}) ${recheck}`.execute(ctx.db);
     const n = Number(result.numAffectedRows ?? 0n);
     deleted += n;
     if (n < batch) return { deleted, behind: false };

@@ -1,7 +1,7 @@
 /** Scrubbing: removing secret headers from rows stored before they were declared secret. */
 import { sql } from 'kysely';
 import { secretHeaderSet } from '../delivery/payload.js';
-import { batchSizeOf, type OperationsContext, sourceIs, table } from './context.js';
+import { batchSizeOf, batchTaking, type OperationsContext, sourceIs, table } from './context.js';
 
 export interface ScrubOptions {
   /** Count the rows that hold one; change nothing. @defaultValue false */
@@ -33,12 +33,13 @@ export async function scrubHeaders(ctx: OperationsContext, options: ScrubOptions
   if (options.dryRun) return { scrubbed: await count(), remaining: 0, dryRun: true, headers: names };
   let scrubbed = 0;
   for (;;) {
-    // A row a delivery or a drain holds is skipped, never waited for: waiting in a batch that holds
-    // other rows could deadlock with a worker's batch.
+    // On Citus the batch may wait for a row's holder, which never waits for a row of it (a worker
+    // locks its batch with SKIP LOCKED; a claim, its id's row only).
+    const { lock, recheck } = await batchTaking(ctx, holding);
     const result = await sql`
-      update ${events} u set headers = u.headers - ${names}::text[]
-       where (u.source, u.id) in (
-         select e.source, e.id from ${events} e where ${holding} limit ${batch} for update skip locked)`.execute(
+      update ${events} e set headers = e.headers - ${names}::text[]
+       where (e.source, e.stream, e.id) in (
+         select e.source, e.stream, e.id from ${events} e where ${holding} limit ${batch} ${lock}) ${recheck}`.execute(
       ctx.db,
     );
     const n = Number(result.numAffectedRows ?? 0n);

@@ -1,4 +1,5 @@
 import type { TracerProvider } from '@opentelemetry/api';
+import type { CitusOptions } from '../db/citus.js';
 import type { DatabaseInput } from '../db/database.js';
 import type { RedisInput } from '../dedup/redis-cache.js';
 import type { FieldSource, Fields } from '../delivery/field-source.js';
@@ -84,6 +85,13 @@ export interface InboxOptions<TBody = any, DB = any> {
   tablePrefix?: string;
   /** Run the shipped migrations on first use. @defaultValue true */
   migrate?: boolean;
+  /**
+   * On a Citus cluster (docs/citus.md): the migration distributes the inbox's tables by their stream,
+   * colocated with `colocateWith`, a distributed table of yours keyed by the events' keys, so that a
+   * handler's writes for a key are on its events' shard. `db` connects to the coordinator.
+   * @defaultValue undefined (the tables are not distributed)
+   */
+  citus?: CitusOptions;
   /** Header names, case-insensitive. */
   headers?: { id?: string; key?: string; seq?: string };
   /**

@@ -1,4 +1,5 @@
 import type { TracerProvider } from '@opentelemetry/api';
+import type { CitusOptions } from '../db/citus.js';
 import { type DatabaseInput, opensConnections } from '../db/database.js';
 import type { RedisInput } from '../dedup/redis-cache.js';
 import {
@@ -357,6 +358,7 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
     schema,
     tablePrefix,
     migrate: bool(o, 'migrate', true),
+    citus: resolveCitus(o.citus),
     headers,
     fields,
     idFromBody: bool(o, 'idFromBody', false),
@@ -420,3 +422,28 @@ function retentionOf(o: Record<string, unknown>, name: string, fallback: number 
   }
   return ms;
 }
+
+/** `citus`: an object with at most `colocateWith`, a table name (`orders`, `public.orders`). */
+function resolveCitus(citus: unknown): CitusOptions | undefined {
+  if (citus === undefined) return undefined;
+  if (citus === null || typeof citus !== 'object' || Array.isArray(citus)) {
+    throw new InboxOptionsError(
+      'citus',
+      `must be an object ({ colocateWith?: 'orders' }); got ${describe(citus)}`,
+    );
+  }
+  for (const name of Object.keys(citus)) {
+    if (name !== 'colocateWith')
+      throw new InboxOptionsError(`citus.${name}`, 'is not an option of citus (it has colocateWith)');
+  }
+  const { colocateWith } = citus as { colocateWith?: unknown };
+  if (colocateWith !== undefined && (typeof colocateWith !== 'string' || !TABLE_NAME.test(colocateWith))) {
+    throw new InboxOptionsError(
+      'citus.colocateWith',
+      `must name a distributed table, as table or schema.table in lower case; got ${describe(colocateWith)}`,
+    );
+  }
+  return colocateWith === undefined ? {} : { colocateWith };
+}
+
+const TABLE_NAME = /^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)?$/;

@@ -1,5 +1,6 @@
 /** What `resolveOptions` (resolve-options.ts) makes of the options: every default applied, every value checked. */
 import type { TracerProvider } from '@opentelemetry/api';
+import type { CitusOptions } from '../db/citus.js';
 import type { DatabaseInput } from '../db/database.js';
 import type { RedisInput } from '../dedup/redis-cache.js';
 import type { DeliveryOptions } from '../delivery/delivery.js';
@@ -28,6 +29,7 @@ export interface ResolvedOptions {
   readonly schema: string;
   readonly tablePrefix: string;
   readonly migrate: boolean;
+  readonly citus: CitusOptions | undefined;
   readonly headers: { readonly id: string; readonly key: string; readonly seq: string };
   /** Where id, key and seq are read: `fields`, else the `headers`; the type from `fields` or the provider. */
   readonly fields: DeliveryOptions['fields'];

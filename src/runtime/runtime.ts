@@ -111,7 +111,7 @@ export class Runtime {
       ackPoolSize: o.ackPoolSize,
     });
     try {
-      if (o.migrate) await migrateToLatest(database.kysely, this.tables);
+      if (o.migrate) await migrateToLatest(database.kysely, this.tables, o.citus);
     } catch (err) {
       await database.destroy().catch(() => {});
       throw err;

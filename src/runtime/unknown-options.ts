@@ -18,6 +18,7 @@ const OPTION_NAMES = [
   'schema',
   'tablePrefix',
   'migrate',
+  'citus',
   'headers',
   'fields',
   'idFromBody',

@@ -34,11 +34,15 @@ create table ${t.events} (
   -- grouped and selected by them (webhook-inbox dead groups, --cause, --since, --until).
   cause        text,
   failed_at    timestamptz,
-  primary key (source, id)
+  -- The event's stream (src/db/sql/tables.ts, \`stream\`): its key, else its id. A Citus cluster
+  -- distributes the three tables by it, so every unique constraint holds it; one id in two streams is
+  -- kept out by the claim, under the id's lock (ARCHITECTURE.md, "Streams").
+  stream       text        not null,
+  primary key (source, id, stream)
 );
 -- The reorder buffer and the work queue: events waiting for their turn, by key and seq. Unique:
 -- two events never wait at one key and seq (one of them would be stranded below the cursor).
-create unique index ${t.local('events_waiting')} on ${t.events} (source, key, seq) where status in ('held', 'pending');
+create unique index ${t.local('events_waiting')} on ${t.events} (source, key, seq, stream) where status in ('held', 'pending');
 -- The applied row of a key's seq: a new id there is a mismatch. Ignored rows too, so that the
 -- claim of a seq below the cursor is one index read under the key's lock, never a table scan.
 create index ${t.local('events_applied_seq')} on ${t.events} (source, key, seq)
@@ -68,7 +72,8 @@ create table ${t.keys} (
   updated_at     timestamptz not null default now(),
   -- Latest-wins ordering: the version last applied for this key.
   last_version   bigint,
-  primary key (source, key)
+  stream         text        not null,
+  primary key (source, key, stream)
 );
 -- Operators list blocked keys (webhook-inbox keys list); the keys table is never pruned.
 create index ${t.local('keys_blocked')} on ${t.keys} (source, key) where state = 'blocked';
@@ -80,7 +85,8 @@ create table ${t.gaps} (
   to_seq     bigint      not null,
   reason     text        not null check (reason = any ('{timeout,skip,poison}'::text[])),
   created_at timestamptz not null default now(),
-  primary key (source, key, from_seq),
+  stream     text        not null,
+  primary key (source, key, from_seq, stream),
   check (from_seq <= to_seq)
 );
 `;

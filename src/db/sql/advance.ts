@@ -1,6 +1,6 @@
 import { toBoolean, toNumber } from '../column-readers.js';
 import type { StatementNames } from '../drivers/common.js';
-import { defineStatement, type Queryable, type Tables } from './tables.js';
+import { defineStatement, type Queryable, stream, type Tables } from './tables.js';
 
 /**
  * `advance`: after a worker's handler, in its transaction: moves the cursor past the seq and says
@@ -17,36 +17,37 @@ returns table (more boolean, skipped_from bigint, skipped_to bigint, blocked boo
 language plpgsql as $fn$
 declare
   v_first bigint;
+  v_stream text := ${stream('p_key')};
 begin
   update ${t.keys} k set next_seq = p_seq + 1, updated_at = now()
-   where k.source = p_source and k.key = p_key and k.next_seq = p_seq;
+   where k.source = p_source and k.stream = v_stream and k.key = p_key and k.next_seq = p_seq;
   if not found then
     -- The cursor moved under us (an operator skipped this seq): roll back, apply nothing.
     raise exception 'webhook-inbox: cursor of key moved during apply' using errcode = '40001';
   end if;
-  more := exists (select 1 from ${t.events} e where e.source = p_source and e.key = p_key
+  more := exists (select 1 from ${t.events} e where e.source = p_source and e.stream = v_stream and e.key = p_key
                   and e.seq = p_seq + 1 and e.status in ('held', 'pending'));
   blocked := false;
   if not more and p_gap_timeout_ms is not null
-     and exists (select 1 from ${t.events} e where e.source = p_source and e.key = p_key
+     and exists (select 1 from ${t.events} e where e.source = p_source and e.stream = v_stream and e.key = p_key
                  and e.seq > p_seq + 1 and e.status in ('held', 'pending')
                  and e.received_at <= now() - p_gap_timeout_ms * interval '1 millisecond') then
     -- ORDER BY ... LIMIT 1, not min(): one index read whatever the planner knows of the table
     -- (src/db/sql/claim.ts says why).
     select e.seq into v_first from ${t.events} e
-     where e.source = p_source and e.key = p_key and e.seq > p_seq + 1 and e.status in ('held', 'pending')
+     where e.source = p_source and e.stream = v_stream and e.key = p_key and e.seq > p_seq + 1 and e.status in ('held', 'pending')
      order by e.seq limit 1;
     if p_on_gap = 'skip' then
-      insert into ${t.gaps} as g (source, key, from_seq, to_seq, reason)
-        values (p_source, p_key, p_seq + 1, v_first - 1, 'timeout')
+      insert into ${t.gaps} as g (source, key, from_seq, to_seq, reason, stream)
+        values (p_source, p_key, p_seq + 1, v_first - 1, 'timeout', v_stream)
         on conflict on constraint ${t.local('gaps_pkey')} do update set to_seq = greatest(g.to_seq, excluded.to_seq);
-      update ${t.keys} k set next_seq = v_first, updated_at = now() where k.source = p_source and k.key = p_key;
+      update ${t.keys} k set next_seq = v_first, updated_at = now() where k.source = p_source and k.stream = v_stream and k.key = p_key;
       skipped_from := p_seq + 1;
       skipped_to := v_first - 1;
       more := true;
     else
       update ${t.keys} k set state = 'blocked', blocked_seq = p_seq + 1, blocked_reason = 'gap', updated_at = now()
-        where k.source = p_source and k.key = p_key;
+        where k.source = p_source and k.stream = v_stream and k.key = p_key;
       skipped_from := p_seq + 1;
       blocked := true;
     end if;

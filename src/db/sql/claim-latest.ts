@@ -2,7 +2,7 @@ import { fromJsonText, toDate, toNumber } from '../column-readers.js';
 import type { StatementNames } from '../drivers/common.js';
 import { APPLY_SAVEPOINT } from './failed-run.js';
 import { readIdRow, takeIdLock } from './id-lock.js';
-import { defineStatement, type Queryable, type Tables } from './tables.js';
+import { defineStatement, type Queryable, stream, type Tables } from './tables.js';
 
 /**
  * `claim_latest`: the claim under latest-wins ordering. The key row is the object's lock and
@@ -22,15 +22,18 @@ declare
   v_ev ${t.events}%rowtype;
   v_superseded jsonb;
   v_found boolean;
+  v_key_stream text := ${stream('p_key')};
+  -- The event row has no key: its stream is its id's.
+  v_stream text := ${stream('null', 'p_id')};
 begin
   perform set_config('lock_timeout', p_lock_timeout, true);
   attempts := 0;
   received_at := now();
-  select k.last_version into v_last from ${t.keys} k where k.source = p_source and k.key = p_key for update;
+  select k.last_version into v_last from ${t.keys} k where k.source = p_source and k.stream = v_key_stream and k.key = p_key for update;
   if not found then
-    insert into ${t.keys} as k (source, key, next_seq) values (p_source, p_key, 1)
-      on conflict (source, key) do nothing;
-    select k.last_version into v_last from ${t.keys} k where k.source = p_source and k.key = p_key for update;
+    insert into ${t.keys} as k (source, key, next_seq, stream) values (p_source, p_key, 1, v_key_stream)
+      on conflict (source, key, stream) do nothing;
+    select k.last_version into v_last from ${t.keys} k where k.source = p_source and k.stream = v_key_stream and k.key = p_key for update;
   end if;
   latest := v_last;
   v_superseded := jsonb_build_object('superseded', true, 'key', p_key, 'version', p_version, 'latest', v_last);
@@ -42,13 +45,13 @@ begin
   ${readIdRow(t)}
   if not v_found then
     if v_last is not null and p_version < v_last then
-      insert into ${t.events} (source, id, body_hash, status, result, processed_at)
-        values (p_source, p_id, p_hash, 'processed', v_superseded, now());
+      insert into ${t.events} (source, id, body_hash, status, result, processed_at, stream)
+        values (p_source, p_id, p_hash, 'processed', v_superseded, now(), v_stream);
       decision := 'superseded';
       result := v_superseded;
     else
-      insert into ${t.events} (source, id, body_hash, status, processed_at)
-        values (p_source, p_id, p_hash, 'processed', now());
+      insert into ${t.events} (source, id, body_hash, status, processed_at, stream)
+        values (p_source, p_id, p_hash, 'processed', now(), v_stream);
       decision := 'apply';
     end if;
   else
@@ -72,19 +75,19 @@ begin
     elsif v_last is not null and p_version < v_last then
       -- It waited after a failed run, and a newer version was applied meanwhile.
       update ${t.events} e set status = 'processed', processed_at = now(), run_after = null, result = v_superseded
-        where e.source = p_source and e.id = p_id;
+        where e.source = p_source and e.stream = v_ev.stream and e.id = p_id;
       decision := 'superseded';
       result := v_superseded;
     else
       update ${t.events} e set status = 'processed', processed_at = now(), run_after = null
-        where e.source = p_source and e.id = p_id;
+        where e.source = p_source and e.stream = v_ev.stream and e.id = p_id;
       decision := 'apply';
     end if;
   end if;
 
   if decision = 'apply' then
     update ${t.keys} k set last_version = p_version, updated_at = now()
-      where k.source = p_source and k.key = p_key;
+      where k.source = p_source and k.stream = v_key_stream and k.key = p_key;
   end if;
   perform set_config('lock_timeout', v_prev_lock_timeout, true);
   return next;

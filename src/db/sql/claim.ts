@@ -2,7 +2,7 @@ import { fromJsonText, toBoolean, toDate, toNumber } from '../column-readers.js'
 import type { StatementNames } from '../drivers/common.js';
 import { APPLY_SAVEPOINT } from './failed-run.js';
 import { readIdRow, takeIdLock } from './id-lock.js';
-import { defineStatement, type Queryable, type Tables } from './tables.js';
+import { defineStatement, type Queryable, stream, type Tables } from './tables.js';
 
 /**
  * `claim`: everything the inbox decides about a delivery, in one round trip, inside the transaction
@@ -36,6 +36,7 @@ declare
   v_busy boolean := false;
   v_held integer;
   v_top bigint;
+  v_stream text := ${stream('p_key', 'p_id')};
 begin
   -- Bounds the wait for a concurrent delivery of the same id or key (-> 409 in-flight);
   -- restored below so that the handler's own statements are not affected.
@@ -49,14 +50,14 @@ begin
     -- The key row is the key's lock: one event of a key is applied at a time, and the cursor
     -- moves only under it. It is locked before any event row; drains lock in the same order.
     select k.next_seq, k.state, k.blocked_reason, k.blocked_seq into v_next, v_state, v_blocked_reason, v_blocked_seq
-      from ${t.keys} k where k.source = p_source and k.key = p_key for update;
+      from ${t.keys} k where k.source = p_source and k.stream = v_stream and k.key = p_key for update;
     if not found then
-      insert into ${t.keys} as k (source, key, next_seq)
-        values (p_source, p_key, case when p_first_seen then p_seq else 1 end)
-        on conflict (source, key) do nothing;
+      insert into ${t.keys} as k (source, key, next_seq, stream)
+        values (p_source, p_key, case when p_first_seen then p_seq else 1 end, v_stream)
+        on conflict (source, key, stream) do nothing;
       v_created := found;
       select k.next_seq, k.state, k.blocked_reason, k.blocked_seq into v_next, v_state, v_blocked_reason, v_blocked_seq
-        from ${t.keys} k where k.source = p_source and k.key = p_key for update;
+        from ${t.keys} k where k.source = p_source and k.stream = v_stream and k.key = p_key for update;
     end if;
     expected := v_next;
     v_turn := p_seq = v_next and (v_state = 'open' or v_blocked_reason = 'gap');
@@ -74,7 +75,8 @@ begin
     -- committed status and never applied here.
     -- Deferred mode applies nothing here: the row is only read, as committed, never locked.
     if p_apply then
-      select * into v_ev from ${t.events} e where e.source = p_source and e.id = p_id for update skip locked;
+      select * into v_ev from ${t.events} e
+       where e.source = p_source and e.stream = v_stream and e.id = p_id for update skip locked;
       v_found := found;
     end if;
     if not v_found then
@@ -89,14 +91,14 @@ begin
         -- one index read, where a range test (between from_seq and to_seq) read every gap
         -- below the seq, under the key's lock (a stream's gaps grow by one per timeout).
         if coalesce((select g.to_seq >= p_seq from ${t.gaps} g
-                      where g.source = p_source and g.key = p_key and g.from_seq <= p_seq
+                      where g.source = p_source and g.stream = v_stream and g.key = p_key and g.from_seq <= p_seq
                       order by g.from_seq desc limit 1), false) then
           -- Late: its seq was skipped by a gap timeout. Applying it now would break the order.
-          insert into ${t.events} (source, id, key, seq, body_hash, status, payload, headers, dead_reason, type)
-            values (p_source, p_id, p_key, p_seq, p_hash, 'dead', p_payload, p_headers, 'late', p_type);
+          insert into ${t.events} (source, id, key, seq, body_hash, status, payload, headers, dead_reason, type, stream)
+            values (p_source, p_id, p_key, p_seq, p_hash, 'dead', p_payload, p_headers, 'late', p_type, v_stream);
           decision := 'dead';
           reason := 'late';
-        elsif exists (select 1 from ${t.events} e where e.source = p_source and e.key = p_key
+        elsif exists (select 1 from ${t.events} e where e.source = p_source and e.stream = v_stream and e.key = p_key
                       and e.seq = p_seq and e.status in ('processed', 'ignored')) then
           -- Another id was applied at this seq (a sender that restarted its counter): refused
           -- and counted, never "duplicate" for an id this inbox never saw.
@@ -108,7 +110,7 @@ begin
           -- never seen cannot be told apart here (docs/ordering.md).
           decision := 'duplicate';
         end if;
-      elsif exists (select 1 from ${t.events} e where e.source = p_source and e.key = p_key
+      elsif exists (select 1 from ${t.events} e where e.source = p_source and e.stream = v_stream and e.key = p_key
                     and e.seq = p_seq and e.status in ('held', 'pending')) then
         -- Another id already waits at this seq. Taking this one too would leave one of them
         -- held below the cursor forever once the other is applied.
@@ -131,14 +133,14 @@ begin
           decision := 'apply';
           row_at_commit := true;
         else
-          insert into ${t.events} (source, id, key, seq, body_hash, status, payload, headers, type)
-            values (p_source, p_id, p_key, p_seq, p_hash, 'pending', p_payload, p_headers, p_type);
+          insert into ${t.events} (source, id, key, seq, body_hash, status, payload, headers, type, stream)
+            values (p_source, p_id, p_key, p_seq, p_hash, 'pending', p_payload, p_headers, p_type, v_stream);
           decision := 'pending';
           if v_state = 'blocked' then
             -- The missing seq of a gap-blocked key arrived: the key is open again for the worker
             -- that applies it, as applying it inline reopens it.
             update ${t.keys} k set state = 'open', blocked_seq = null, blocked_reason = null, updated_at = now()
-              where k.source = p_source and k.key = p_key;
+              where k.source = p_source and k.stream = v_stream and k.key = p_key;
           end if;
         end if;
       elsif p_seq - v_next > p_max_ahead then
@@ -154,19 +156,19 @@ begin
         -- planner makes max() an aggregate over every waiting row of the key, so each claim would
         -- read the whole buffer under the key's lock.
         select e.seq into v_top from ${t.events} e
-          where e.source = p_source and e.key = p_key and e.status in ('held', 'pending')
+          where e.source = p_source and e.stream = v_stream and e.key = p_key and e.status in ('held', 'pending')
           order by e.seq desc limit 1;
         v_held := 0;
         if greatest(v_top, p_seq) - v_next + 1 >= p_max_held then
           select count(*) into v_held from ${t.events} e
-            where e.source = p_source and e.key = p_key and e.status in ('held', 'pending');
+            where e.source = p_source and e.stream = v_stream and e.key = p_key and e.status in ('held', 'pending');
         end if;
         if v_held >= p_max_held then
           decision := 'buffer-full';
           reason := 'held-per-key';
         else
-          insert into ${t.events} (source, id, key, seq, body_hash, status, payload, headers, type)
-            values (p_source, p_id, p_key, p_seq, p_hash, 'held', p_payload, p_headers, p_type);
+          insert into ${t.events} (source, id, key, seq, body_hash, status, payload, headers, type, stream)
+            values (p_source, p_id, p_key, p_seq, p_hash, 'held', p_payload, p_headers, p_type, v_stream);
           decision := 'held';
         end if;
       end if;
@@ -197,9 +199,9 @@ begin
       select * into v_ev from ${t.events} e where e.source = p_source and e.id = p_id;
       v_found := found;
       if not v_found then
-        insert into ${t.events} as e (source, id, body_hash, status, payload, headers, type)
-          values (p_source, p_id, p_hash, 'pending', p_payload, p_headers, p_type)
-          on conflict (source, id) do nothing;
+        insert into ${t.events} as e (source, id, body_hash, status, payload, headers, type, stream)
+          values (p_source, p_id, p_hash, 'pending', p_payload, p_headers, p_type, v_stream)
+          on conflict (source, id, stream) do nothing;
         if not found then
           -- Written by a transaction that took no id lock (an operator's, an application's own).
           raise exception 'event row written during claim' using errcode = '55P03';
@@ -236,7 +238,7 @@ begin
       update ${t.events} e set status = 'processed', processed_at = now(), run_after = null,
              payload = case when p_keep_payload then e.payload end,
              headers = case when p_keep_payload then e.headers end
-        where e.source = p_source and e.id = p_id;
+        where e.source = p_source and e.stream = v_ev.stream and e.id = p_id;
       decision := 'apply';
     else
       decision := v_ev.status;  -- 'held' or 'pending': it stays buffered (or a worker applies it now)
@@ -246,15 +248,15 @@ begin
   if v_created and decision in ('mismatch', 'buffer-full') then
     -- A refused delivery leaves nothing behind, not even a cursor (it would fix the first seq
     -- of the key under firstSeq 'first-seen').
-    delete from ${t.keys} k where k.source = p_source and k.key = p_key;
+    delete from ${t.keys} k where k.source = p_source and k.stream = v_stream and k.key = p_key;
   end if;
 
   if decision = 'apply' and p_key is not null then
     update ${t.keys} k set next_seq = p_seq + 1, state = 'open', blocked_seq = null, blocked_reason = null,
            updated_at = now()
-      where k.source = p_source and k.key = p_key;
+      where k.source = p_source and k.stream = v_stream and k.key = p_key;
     -- Tells the caller whether to drain after its response, saving a query when there is nothing.
-    drain := exists (select 1 from ${t.events} e where e.source = p_source and e.key = p_key
+    drain := exists (select 1 from ${t.events} e where e.source = p_source and e.stream = v_stream and e.key = p_key
                      and e.seq = p_seq + 1 and e.status in ('held', 'pending'));
   end if;
 

@@ -1,5 +1,5 @@
 import type { StatementNames } from '../drivers/common.js';
-import { defineStatement, type Queryable, type Tables } from './tables.js';
+import { defineStatement, type Queryable, stream, type Tables } from './tables.js';
 
 /**
  * `fail`: counts a failed handler run in its transaction, after the rollback to the take's savepoint,
@@ -17,22 +17,23 @@ create or replace function ${t.fn('fail')}(
 language plpgsql as $fn$
 declare
   v_attempts integer;
+  v_stream text := ${stream('p_key', 'p_id')};
 begin
   drain := false;
   if p_key is not null then
     -- Lock order (ARCHITECTURE.md, "Locks"): the key row, then the event row, as the claim,
     -- take_next and the operator actions do. Updating the event first and the key after
     -- deadlocked against a sender's retry of the same event, whose claim held the key.
-    insert into ${t.keys} as k (source, key, next_seq) values (p_source, p_key, p_seq)
-      on conflict (source, key) do nothing;
-    perform 1 from ${t.keys} k where k.source = p_source and k.key = p_key for update;
+    insert into ${t.keys} as k (source, key, next_seq, stream) values (p_source, p_key, p_seq, v_stream)
+      on conflict (source, key, stream) do nothing;
+    perform 1 from ${t.keys} k where k.source = p_source and k.stream = v_stream and k.key = p_key for update;
   end if;
   -- The type goes on the row whatever the run's end: a dead letter is listed and selected by it.
   insert into ${t.events} as e (source, id, key, seq, body_hash, status, payload, headers, attempts, last_error,
-                                run_after, received_at, type)
+                                run_after, received_at, type, stream)
     values (p_source, p_id, p_key, p_seq, p_hash, 'pending', p_payload, p_headers, 1, p_error,
-            now() + p_retry_in_ms * interval '1 millisecond', coalesce(p_received_at, now()), p_type)
-    on conflict (source, id) do update
+            now() + p_retry_in_ms * interval '1 millisecond', coalesce(p_received_at, now()), p_type, v_stream)
+    on conflict (source, id, stream) do update
       set attempts = e.attempts + 1, last_error = excluded.last_error, run_after = excluded.run_after,
           payload = coalesce(e.payload, excluded.payload), headers = coalesce(e.headers, excluded.headers),
           type = coalesce(excluded.type, e.type)
@@ -53,20 +54,21 @@ begin
   -- 'poison' after p_max_attempts; 'rejected' at once (the handler threw RejectEvent). The key
   -- follows onPoison either way; its block and gap reason stay 'poison' (an event it could not apply).
   update ${t.events} e set status = 'dead', dead_reason = p_dead_reason, run_after = null
-    where e.source = p_source and e.id = p_id;
+    where e.source = p_source and e.stream = v_stream and e.id = p_id;
   decision := 'dead';
   if p_key is not null then
     if p_on_poison = 'block' then
       update ${t.keys} k set state = 'blocked', blocked_seq = p_seq, blocked_reason = 'poison', updated_at = now()
-        where k.source = p_source and k.key = p_key and k.next_seq = p_seq;
+        where k.source = p_source and k.stream = v_stream and k.key = p_key and k.next_seq = p_seq;
     else
       -- A gap is recorded only when the cursor moves past it: one recorded ahead of the cursor
       -- would make the key's later gap timeouts collide with it.
       update ${t.keys} k set next_seq = p_seq + 1, updated_at = now()
-        where k.source = p_source and k.key = p_key and k.next_seq = p_seq;
+        where k.source = p_source and k.stream = v_stream and k.key = p_key and k.next_seq = p_seq;
       drain := found;
       if drain then
-        insert into ${t.gaps} (source, key, from_seq, to_seq, reason) values (p_source, p_key, p_seq, p_seq, 'poison')
+        insert into ${t.gaps} (source, key, from_seq, to_seq, reason, stream)
+          values (p_source, p_key, p_seq, p_seq, 'poison', v_stream)
           on conflict do nothing;
       end if;
     end if;

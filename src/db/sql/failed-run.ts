@@ -1,5 +1,5 @@
 import type { StatementNames } from '../drivers/common.js';
-import { defineStatement, type Queryable, type Tables } from './tables.js';
+import { defineStatement, type Queryable, stream, type Tables } from './tables.js';
 
 /**
  * Every take is followed by this savepoint in the same round trip. When the handler throws, the apply
@@ -35,14 +35,15 @@ export function createUndoTake(names: StatementNames, t: Tables) {
     'revert_taken',
     `update ${t.events} set status = $3, processed_at = null,
        payload = coalesce(payload, $4), headers = coalesce(headers, $5::jsonb)
-     where source = $1 and id = $2 and status <> $3`,
+     where source = $1 and stream = ${stream('$6::text', '$2')} and id = $2 and status <> $3`,
     { rides: 'commit' },
   );
   const rewind = defineStatement(
     names,
     t,
     'rewind_cursor',
-    `update ${t.keys} set next_seq = $3::bigint where source = $1 and key = $2 and next_seq = $3::bigint + 1`,
+    `update ${t.keys} set next_seq = $3::bigint
+      where source = $1 and stream = ${stream('$2')} and key = $2 and next_seq = $3::bigint + 1`,
     { rides: 'commit' },
   );
   return async function undoTake(
@@ -58,7 +59,7 @@ export function createUndoTake(names: StatementNames, t: Tables) {
     },
   ): Promise<void> {
     await rollback.run(db, []);
-    await revert.run(db, [a.source, a.id, a.waiting, a.payload, JSON.stringify(a.headers)]);
+    await revert.run(db, [a.source, a.id, a.waiting, a.payload, JSON.stringify(a.headers), a.key]);
     if (a.key !== null) await rewind.run(db, [a.source, a.key, a.seq]);
   };
 }

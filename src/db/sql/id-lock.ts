@@ -24,16 +24,19 @@ export function idLockKey(t: Tables, source: string, id: string): string {
  * an unordered row's other holders (a worker's batch, an operator) wait for no key or id lock. An
  * ordered row's holder may be a deferred worker between take_turn and advance, which then waits for
  * the key a claim waiting for this id may hold; such a row is read as committed, unlocked, and a
- * claim without that key finds it a mismatch.
+ * claim without that key finds it a mismatch. Locked by its stream (\`v_stream\`, the delivery's);
+ * read without one, so that a row of the id in another stream is found: a mismatch.
  */
 export function readIdRow(t: Tables): string {
-  return `select * into v_ev from ${t.events} e where e.source = p_source and e.id = p_id for update skip locked;
+  return `select * into v_ev from ${t.events} e
+     where e.source = p_source and e.stream = v_stream and e.id = p_id for update skip locked;
     v_found := found;
     if not v_found then
       select * into v_ev from ${t.events} e where e.source = p_source and e.id = p_id;
       v_found := found;
       if v_found and v_ev.key is null then
-        select * into v_ev from ${t.events} e where e.source = p_source and e.id = p_id for update;
+        select * into v_ev from ${t.events} e
+         where e.source = p_source and e.stream = v_ev.stream and e.id = p_id for update;
         v_found := found;
       end if;
     end if;`;

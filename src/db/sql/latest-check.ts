@@ -1,6 +1,6 @@
 import { toNumber } from '../column-readers.js';
 import type { StatementNames } from '../drivers/common.js';
-import { defineStatement, type Queryable, type Tables } from './tables.js';
+import { defineStatement, type Queryable, stream, type Tables } from './tables.js';
 
 /**
  * `latest_check`: latest-wins for a stored event a worker took, before its handler: under the
@@ -16,15 +16,16 @@ returns table (decision text, latest bigint)
 language plpgsql as $fn$
 declare
   v_last bigint;
+  v_stream text := ${stream('p_key')};
 begin
   select k.last_version into v_last from ${t.keys} k
-   where k.source = p_source and k.key = p_key for update skip locked;
+   where k.source = p_source and k.stream = v_stream and k.key = p_key for update skip locked;
   if not found then
-    insert into ${t.keys} as k (source, key, next_seq) values (p_source, p_key, 1)
-      on conflict (source, key) do nothing;
+    insert into ${t.keys} as k (source, key, next_seq, stream) values (p_source, p_key, 1, v_stream)
+      on conflict (source, key, stream) do nothing;
     if not found then
       select k.last_version into v_last from ${t.keys} k
-       where k.source = p_source and k.key = p_key for update skip locked;
+       where k.source = p_source and k.stream = v_stream and k.key = p_key for update skip locked;
       if not found then
         decision := 'busy';
         return next;
@@ -37,7 +38,7 @@ begin
     decision := 'superseded';
   else
     update ${t.keys} k set last_version = p_version, updated_at = now()
-      where k.source = p_source and k.key = p_key;
+      where k.source = p_source and k.stream = v_stream and k.key = p_key;
     decision := 'apply';
   end if;
   return next;

@@ -1,5 +1,5 @@
 import type { StatementNames } from '../drivers/common.js';
-import { defineStatement, type Queryable, type Tables } from './tables.js';
+import { defineStatement, type Queryable, stream, type Tables } from './tables.js';
 
 /**
  * A stored event applied now (a take locked it, left waiting): marked processed with its result in
@@ -15,7 +15,7 @@ export function createMarkApplied(names: StatementNames, t: Tables) {
     `update ${t.events} set status = $5, processed_at = now(), run_after = null, result = $3::jsonb, type = $6,
        payload = case when $4::boolean then coalesce($7, payload) end,
        headers = case when $4::boolean then coalesce($8::jsonb, headers) end
-     where source = $1 and id = $2`,
+     where source = $1 and stream = ${stream('$9::text', '$2')} and id = $2`,
     { rides: 'commit' },
   );
   return async function markApplied(
@@ -23,6 +23,8 @@ export function createMarkApplied(names: StatementNames, t: Tables) {
     a: {
       source: string;
       id: string;
+      /** An ordered event's key (its row's stream); null for an unordered one. */
+      key: string | null;
       /** The handler's result as JSON; null when it returned nothing. */
       json: string | null;
       keepPayload: boolean;
@@ -44,6 +46,7 @@ export function createMarkApplied(names: StatementNames, t: Tables) {
       a.type,
       a.payload,
       a.headers === null ? null : JSON.stringify(a.headers),
+      a.key,
     ]);
   };
 }

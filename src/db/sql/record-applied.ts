@@ -1,5 +1,5 @@
 import type { StatementNames } from '../drivers/common.js';
-import { defineStatement, type Queryable, type Tables } from './tables.js';
+import { defineStatement, type Queryable, stream, type Tables } from './tables.js';
 
 /**
  * The row of a new event applied inline, written once with its result, riding on COMMIT; the claim
@@ -12,8 +12,8 @@ export function createRecordApplied(names: StatementNames, t: Tables) {
     names,
     t,
     'record_applied',
-    `insert into ${t.events} (source, id, key, seq, body_hash, status, processed_at, result, payload, headers, type)
-     values ($1, $2, $3, $4::bigint, $5, $9, now(), $6::jsonb, $7, $8::jsonb, $10)`,
+    `insert into ${t.events} (source, id, key, seq, body_hash, status, processed_at, result, payload, headers, type, stream)
+     values ($1, $2, $3, $4::bigint, $5, $9, now(), $6::jsonb, $7, $8::jsonb, $10, ${stream('$3', '$2')})`,
     { rides: 'commit' },
   );
   return async function recordApplied(

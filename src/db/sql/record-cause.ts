@@ -1,5 +1,5 @@
 import type { StatementNames } from '../drivers/common.js';
-import { defineStatement, type Queryable, type Tables } from './tables.js';
+import { defineStatement, type Queryable, stream, type Tables } from './tables.js';
 
 /**
  * A failed run's cause and time on its row, riding on the failed run's COMMIT after `fail`, so `fail`
@@ -10,10 +10,16 @@ export function createRecordCause(names: StatementNames, t: Tables) {
     names,
     t,
     'record_cause',
-    `update ${t.events} set cause = $3, failed_at = now() where source = $1 and id = $2`,
+    `update ${t.events} set cause = $3, failed_at = now()
+      where source = $1 and stream = ${stream('$4::text', '$2')} and id = $2`,
     { rides: 'commit' },
   );
-  return async function recordCause(db: Queryable, source: string, id: string, cause: string): Promise<void> {
-    await statement.run(db, [source, id, cause]);
+  return async function recordCause(
+    db: Queryable,
+    source: string,
+    event: { id: string; key: string | null },
+    cause: string,
+  ): Promise<void> {
+    await statement.run(db, [source, event.id, cause, event.key]);
   };
 }

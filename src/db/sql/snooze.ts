@@ -1,5 +1,5 @@
 import type { StatementNames } from '../drivers/common.js';
-import { defineStatement, type Queryable, type Tables } from './tables.js';
+import { defineStatement, type Queryable, stream, type Tables } from './tables.js';
 
 /**
  * RetryLater: the event waits until `retryAt`, its attempts unchanged, after the undo of its take,
@@ -11,9 +11,11 @@ export function createSnooze(names: StatementNames, t: Tables) {
     names,
     t,
     'snooze',
-    `insert into ${t.events} as e (source, id, key, seq, body_hash, status, payload, headers, attempts, run_after, received_at, type)
-       values ($1, $2, $3, $4::bigint, $5, 'pending', $6, $7::jsonb, 0, $8::timestamptz, coalesce($9::timestamptz, now()), $10)
-     on conflict (source, id) do update
+    `insert into ${t.events} as e (source, id, key, seq, body_hash, status, payload, headers, attempts, run_after, received_at, type,
+                                   stream)
+       values ($1, $2, $3, $4::bigint, $5, 'pending', $6, $7::jsonb, 0, $8::timestamptz, coalesce($9::timestamptz, now()), $10,
+               ${stream('$3', '$2')})
+     on conflict (source, id, stream) do update
        set run_after = excluded.run_after,
            payload = coalesce(e.payload, excluded.payload), headers = coalesce(e.headers, excluded.headers),
            type = coalesce(excluded.type, e.type)

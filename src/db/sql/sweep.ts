@@ -1,6 +1,6 @@
 import { toNumber } from '../column-readers.js';
 import type { StatementNames } from '../drivers/common.js';
-import { defineStatement, type Queryable, type Tables } from './tables.js';
+import { defineStatement, type Queryable, stream, type Tables } from './tables.js';
 
 /**
  * `sweep`: one step of the sweeper's walk over the keys that wait, returning the keys to drain (the
@@ -31,6 +31,7 @@ declare
   v_action text;
   v_from bigint;
   v_to bigint;
+  v_stream text;
 begin
   loop
     -- The next key with a waiting event: one entry of events_waiting (source, key, seq). Two
@@ -54,31 +55,32 @@ begin
     end if;
     exit when v_second_lap and v_key > p_after;
     v_scanned := v_scanned + 1;
+    v_stream := ${stream('v_key')};
     v_action := null;
     error := null;
     -- Open keys only (blocked keys wait for an operator); nothing locked yet.
     select k.next_seq into v_next from ${t.keys} k
-     where k.source = p_source and k.key = v_key and k.state = 'open';
+     where k.source = p_source and k.stream = v_stream and k.key = v_key and k.state = 'open';
     if found then
       -- The first waiting seq at or past the cursor. ORDER BY ... LIMIT 1, not min(): one index
       -- read whatever the planner knows of the table (src/db/sql/claim.ts says why).
       select e.seq, (e.run_after is null or e.run_after <= now()), e.received_at <= v_cutoff
         into v_first, v_due, v_old from ${t.events} e
-       where e.source = p_source and e.key = v_key and e.status in ('held', 'pending') and e.seq >= v_next
+       where e.source = p_source and e.stream = v_stream and e.key = v_key and e.status in ('held', 'pending') and e.seq >= v_next
        order by e.seq limit 1;
       -- A gap is due once an event behind it has waited the gap timeout: the first one, or any
       -- other (read only when the first is younger, so a young gap reads its key's buffer).
       if found and ((v_first = v_next and v_due) or (v_first > v_next and (v_old or exists (
             select 1 from ${t.events} e
-             where e.source = p_source and e.key = v_key and e.status in ('held', 'pending')
+             where e.source = p_source and e.stream = v_stream and e.key = v_key and e.status in ('held', 'pending')
                and e.seq > v_next and e.received_at <= v_cutoff)))) then
         begin
           -- Skip keys someone is applying right now: they drain them.
           select k.next_seq into v_next from ${t.keys} k
-           where k.source = p_source and k.key = v_key and k.state = 'open' for update skip locked;
+           where k.source = p_source and k.stream = v_stream and k.key = v_key and k.state = 'open' for update skip locked;
           if found then
             select e.seq, (e.run_after is null or e.run_after <= now()) into v_first, v_due from ${t.events} e
-             where e.source = p_source and e.key = v_key and e.status in ('held', 'pending') and e.seq >= v_next
+             where e.source = p_source and e.stream = v_stream and e.key = v_key and e.status in ('held', 'pending') and e.seq >= v_next
              order by e.seq limit 1;
             if not found then
               null;
@@ -90,19 +92,19 @@ begin
               end if;
             elsif exists (
                 select 1 from ${t.events} e
-                 where e.source = p_source and e.key = v_key and e.status in ('held', 'pending')
+                 where e.source = p_source and e.stream = v_stream and e.key = v_key and e.status in ('held', 'pending')
                    and e.seq > v_next and e.received_at <= v_cutoff) then
               v_from := v_next;
               v_to := v_first - 1;
               if p_on_gap = 'skip' then
-                insert into ${t.gaps} as g (source, key, from_seq, to_seq, reason)
-                  values (p_source, v_key, v_next, v_first - 1, 'timeout')
+                insert into ${t.gaps} as g (source, key, from_seq, to_seq, reason, stream)
+                  values (p_source, v_key, v_next, v_first - 1, 'timeout', v_stream)
                   on conflict on constraint ${t.local('gaps_pkey')} do update set to_seq = greatest(g.to_seq, excluded.to_seq);
-                update ${t.keys} k set next_seq = v_first, updated_at = now() where k.source = p_source and k.key = v_key;
+                update ${t.keys} k set next_seq = v_first, updated_at = now() where k.source = p_source and k.stream = v_stream and k.key = v_key;
                 v_action := 'skipped';
               else
                 update ${t.keys} k set state = 'blocked', blocked_seq = v_next, blocked_reason = 'gap', updated_at = now()
-                  where k.source = p_source and k.key = v_key;
+                  where k.source = p_source and k.stream = v_stream and k.key = v_key;
                 v_action := 'blocked';
               end if;
             end if;

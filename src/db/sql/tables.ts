@@ -34,6 +34,20 @@ export function createTables(schema: string, prefix: string): Tables {
   };
 }
 
+/**
+ * A row's stream as SQL, from its key and id: the events, keys and gaps rows of one key share it (a
+ * key row's is its key's), so a Citus cluster keeps them on one shard (docs/citus.md). The one place
+ * it is computed; every insert writes it and every statement that locks a row names it.
+ */
+export function stream(key: string, id = 'null::text'): string {
+  return `coalesce(${key}, ${id})`;
+}
+
+/** The same, of values: what a statement binds where it names a stream. */
+export function streamOf(key: string | null, id: string | null = null): string {
+  return (key ?? id)!;
+}
+
 /** What the statements run on: any Kysely instance or transaction (they are raw SQL of their own types). */
 export type Queryable = Pick<Kysely<unknown>, 'executeQuery' | 'getExecutor'>;
 

@@ -1,7 +1,7 @@
 import { toBoolean, toNumber } from '../column-readers.js';
 import type { StatementNames } from '../drivers/common.js';
 import { APPLY_SAVEPOINT } from './failed-run.js';
-import { defineStatement, type Queryable, type Tables } from './tables.js';
+import { defineStatement, type Queryable, stream, type Tables } from './tables.js';
 import { type StoredEventRow, TAKEN_EVENT_OUTPUT, type TakenEvent, toTakenEvent } from './taken-event.js';
 
 /**
@@ -18,31 +18,32 @@ declare
   v_prev_lock_timeout text := current_setting('lock_timeout');
   v_next bigint;
   v_ev ${t.events}%rowtype;
+  v_stream text := ${stream('p_key')};
 begin
   if p_wait then
     -- After a delivery's response: wait (bounded) for whoever holds the key; the cursor
     -- decides which event is next, so two drainers cooperate instead of colliding.
     perform set_config('lock_timeout', p_lock_timeout, true);
     select k.next_seq into v_next from ${t.keys} k
-      where k.source = p_source and k.key = p_key and k.state = 'open' for update;
+      where k.source = p_source and k.stream = v_stream and k.key = p_key and k.state = 'open' for update;
     perform set_config('lock_timeout', v_prev_lock_timeout, true);
   else
     -- The sweeper: a locked key is being applied by someone who will drain it.
     select k.next_seq into v_next from ${t.keys} k
-      where k.source = p_source and k.key = p_key and k.state = 'open' for update skip locked;
+      where k.source = p_source and k.stream = v_stream and k.key = p_key and k.state = 'open' for update skip locked;
   end if;
   if not found then return; end if;
   -- Holding the key, never wait for an event row (ARCHITECTURE.md, "Locks"): a locked one is
   -- being applied by a worker (take_turn), which waits for this key in advance.
   select * into v_ev from ${t.events} e
-    where e.source = p_source and e.key = p_key and e.seq = v_next and e.status in ('held', 'pending')
+    where e.source = p_source and e.stream = v_stream and e.key = p_key and e.seq = v_next and e.status in ('held', 'pending')
       and (e.run_after is null or e.run_after <= now())
     for update skip locked;
   if not found then return; end if;
-  update ${t.keys} k set next_seq = v_next + 1, updated_at = now() where k.source = p_source and k.key = p_key;
+  update ${t.keys} k set next_seq = v_next + 1, updated_at = now() where k.source = p_source and k.stream = v_stream and k.key = p_key;
   ${TAKEN_EVENT_OUTPUT}
   seq := v_ev.seq;
-  more := exists (select 1 from ${t.events} e where e.source = p_source and e.key = p_key
+  more := exists (select 1 from ${t.events} e where e.source = p_source and e.stream = v_stream and e.key = p_key
                   and e.seq = v_next + 1 and e.status in ('held', 'pending'));
   return next;
 end

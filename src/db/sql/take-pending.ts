@@ -5,8 +5,11 @@ import { type StoredEventRow, TAKEN_EVENT_OUTPUT, type TakenEvent, toTakenEvent 
 
 /**
  * `take_pending`: up to `p_limit` due unordered pending events no one else holds (SKIP LOCKED, so
- * instances share the work), oldest due first, locked; one SELECT picks the batch before any is
- * marked. The LIMIT sits above the row locks: it counts the rows locked, not those skipped.
+ * instances share the work), oldest due first, locked. The candidates are read unlocked, then each
+ * is locked by its stream and id, so no statement locks rows across a Citus cluster's shards (which
+ * it refuses); checked again under the lock, as another worker may have taken it in between. Four
+ * candidates a slot: a take beside other workers' batches still fills, and a cluster, which reads
+ * every shard's candidates before the first is locked, reads a bounded number.
  */
 export function takePendingFunction(t: Tables): string {
   return `
@@ -14,18 +17,26 @@ create or replace function ${t.fn('take_pending')}(p_source text, p_limit intege
 returns table (id text, body_hash text, payload bytea, headers jsonb, attempts integer, received_at timestamptz)
 language plpgsql as $fn$
 declare
+  v_candidate record;
+  v_taken integer := 0;
   v_ev ${t.events}%rowtype;
 begin
-  for v_ev in
-    select * from ${t.events} e
+  for v_candidate in
+    select e.stream, e.id from ${t.events} e
      where e.source = p_source and e.status = 'pending' and e.key is null
        and coalesce(e.run_after, e.received_at) <= now()
      order by coalesce(e.run_after, e.received_at)
-     limit p_limit
-     for update skip locked
+     limit p_limit * 4
   loop
+    select * into v_ev from ${t.events} e
+     where e.source = p_source and e.stream = v_candidate.stream and e.id = v_candidate.id
+       and e.status = 'pending' and e.key is null and coalesce(e.run_after, e.received_at) <= now()
+     for update skip locked;
+    continue when not found;
     ${TAKEN_EVENT_OUTPUT}
     return next;
+    v_taken := v_taken + 1;
+    exit when v_taken >= p_limit;
   end loop;
 end
 $fn$;

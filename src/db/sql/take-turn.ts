@@ -1,7 +1,7 @@
 import { toNumber } from '../column-readers.js';
 import type { StatementNames } from '../drivers/common.js';
 import { APPLY_SAVEPOINT } from './failed-run.js';
-import { defineStatement, type Queryable, type Tables } from './tables.js';
+import { defineStatement, type Queryable, stream, type Tables } from './tables.js';
 import { type StoredEventRow, TAKEN_EVENT_OUTPUT, type TakenEvent, toTakenEvent } from './taken-event.js';
 
 /**
@@ -17,14 +17,15 @@ language plpgsql as $fn$
 declare
   v_next bigint;
   v_ev ${t.events}%rowtype;
+  v_stream text := ${stream('p_key')};
 begin
   select k.next_seq into v_next from ${t.keys} k
-   where k.source = p_source and k.key = p_key and k.state = 'open';
+   where k.source = p_source and k.stream = v_stream and k.key = p_key and k.state = 'open';
   if not found then return; end if;
   -- Locked and re-checked: if another worker applied it meanwhile, its status is no longer
   -- waiting and the row is skipped; if one is applying it now, it is skipped too.
   select * into v_ev from ${t.events} e
-   where e.source = p_source and e.key = p_key and e.seq = v_next and e.status in ('held', 'pending')
+   where e.source = p_source and e.stream = v_stream and e.key = p_key and e.seq = v_next and e.status in ('held', 'pending')
      and (e.run_after is null or e.run_after <= now())
    for update skip locked;
   if not found then return; end if;
