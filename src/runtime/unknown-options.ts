@@ -56,6 +56,7 @@ const OPTION_NAMES = [
   'order',
   'mode',
   'workers',
+  'groups',
   'workerBatchSize',
   'pollIntervalMs',
   'maxInFlight',

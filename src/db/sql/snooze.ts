@@ -11,8 +11,8 @@ export function createSnooze(names: StatementNames, t: Tables) {
     names,
     t,
     'snooze',
-    `insert into ${t.events} as e (source, id, key, seq, body_hash, status, payload, headers, attempts, run_after, received_at, type)
-       values ($1, $2, $3, $4::bigint, $5, 'pending', $6, $7::jsonb, 0, $8::timestamptz, coalesce($9::timestamptz, now()), $10)
+    `insert into ${t.events} as e (source, id, key, seq, body_hash, status, payload, headers, attempts, run_after, received_at, type, group_key)
+       values ($1, $2, $3, $4::bigint, $5, 'pending', $6, $7::jsonb, 0, $8::timestamptz, coalesce($9::timestamptz, now()), $10, $11)
      on conflict (source, id) do update
        set run_after = excluded.run_after,
            payload = coalesce(e.payload, excluded.payload), headers = coalesce(e.headers, excluded.headers),
@@ -34,6 +34,7 @@ export function createSnooze(names: StatementNames, t: Tables) {
       receivedAt: Date | null;
       /** The event's type (null without one). */
       type: string | null;
+      group?: string;
     },
   ): Promise<void> {
     await statement.run(db, [
@@ -47,6 +48,7 @@ export function createSnooze(names: StatementNames, t: Tables) {
       a.retryAt,
       a.receivedAt,
       a.type,
+      a.group ?? '',
     ]);
   };
 }
