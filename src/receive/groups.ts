@@ -58,8 +58,8 @@ export async function withinGroupCap(
 ): Promise<Outcome> {
   const cap = rt.options.groups?.inFlight;
   if (!cap || group === '' || rt.options.mode === 'deferred') return run();
-  let counts = inFlight.get(rt);
-  if (!counts) inFlight.set(rt, (counts = new Map()));
+  const counts = inFlight.get(rt) ?? new Map<string, number>();
+  inFlight.set(rt, counts);
   const n = counts.get(group) ?? 0;
   if (n >= cap) return respond.groupBusy(cap);
   counts.set(group, n + 1);
