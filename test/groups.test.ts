@@ -7,6 +7,7 @@ import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { createServer, type Server } from 'node:http';
 import { sql } from 'kysely';
+import { Registry } from 'prom-client';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { type LedgerServer, startLedger } from '../examples/ledger/start.js';
 import {
@@ -19,6 +20,7 @@ import {
 } from '../src/index.js';
 import { responseText } from '../src/outcome.js';
 import { childScript } from './support/child-scripts.js';
+import { cli } from './support/cli.js';
 import { postgresTarget, postgresUrl, type TargetDb } from './support/databases.js';
 import { post } from './support/http.js';
 import { perTestSchemas } from './support/per-test-schemas.js';
@@ -394,6 +396,39 @@ describe.runIf(postgresTarget)('groups', () => {
       group_key: string;
     }>`select group_key from ${sql.id(t.schema, 'events')}`.execute(await inbox.kysely());
     expect(rows.map((r) => r.group_key)).toEqual(['', '']);
+  });
+
+  it('visible: the busiest groups in the metrics and the CLI, with what runs of each', async () => {
+    const t = schemas();
+    const registry = new Registry();
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    let started = 0;
+    const handle: Handle = async () => {
+      started++;
+      await gate;
+    };
+    const app = await instance(
+      t.db,
+      t.schema,
+      { ...grouped({ concurrency: 1 }), workerBatchSize: 1, metrics: { registry } },
+      handle,
+    );
+    await sendAll(app.url, 'big', ids('big', 6));
+    await sendAll(app.url, 'small', ids('small', 2));
+    await vi.waitFor(() => expect(started).toBe(2), { timeout: 10_000, interval: 20 });
+    const text = await registry.metrics();
+    expect(text).toContain('webhook_inbox_group_pending_events{source="default",group="big"} 6');
+    expect(text).toContain('webhook_inbox_group_running{source="default",group="big"} 1');
+    const run = await cli(['groups', '--schema', t.schema, '--json']);
+    expect(run.code).toBe(0);
+    expect(run.json.groups.map((g: any) => [g.group, g.pending, g.running])).toEqual([
+      ['big', 6, 1],
+      ['small', 2, 1],
+    ]);
+    release();
   });
 
   it('bad options name the option', () => {
