@@ -5,10 +5,12 @@
  */
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
+import { readFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import { sql } from 'kysely';
 import { Registry } from 'prom-client';
 import { afterEach, describe, expect, it, vi } from 'vitest';
+import { shopInbox } from '../examples/groups/shopify.js';
 import { type LedgerServer, startLedger } from '../examples/ledger/start.js';
 import {
   createInbox,
@@ -19,6 +21,7 @@ import {
   RetryLater,
 } from '../src/index.js';
 import { responseText } from '../src/outcome.js';
+import { signedDelivery } from '../src/testing/index.js';
 import { childScript } from './support/child-scripts.js';
 import { cli } from './support/cli.js';
 import { postgresTarget, postgresUrl, type TargetDb } from './support/databases.js';
@@ -429,6 +432,43 @@ describe.runIf(postgresTarget)('groups', () => {
       ['small', 2, 1],
     ]);
     release();
+  });
+
+  it("docs/groups.md's Shopify example is examples/groups/shopify.ts, and it runs: a store's 429 holds that store only", async () => {
+    const file = readFileSync(new URL('../examples/groups/shopify.ts', import.meta.url), 'utf8');
+    const docs = readFileSync(new URL('../docs/groups.md', import.meta.url), 'utf8');
+    expect(docs).toContain(`\`\`\`ts\n${file.slice(file.indexOf('import '))}\`\`\``);
+    const t = schemas();
+    const calls: string[] = [];
+    let limited = false;
+    const inbox = shopInbox(
+      'shpss_test',
+      async (shop, order) => {
+        if (shop === 'a.myshopify.com' && !limited) {
+          limited = true;
+          return new Response(null, { status: 429, headers: { 'retry-after': '1' } });
+        }
+        calls.push(`${shop}:${order.id}`);
+        return new Response('{}', { status: 200 });
+      },
+      { db: t.db, schema: t.schema },
+    );
+    open.push(inbox);
+    for (const [shop, id] of [
+      ['a', 1],
+      ['a', 2],
+      ['b', 1],
+    ] as const) {
+      const { headers, rawBody } = signedDelivery('shopify', { id }, { secret: 'shpss_test' });
+      const r = await inbox.receive({
+        headers: { ...headers, 'x-shopify-shop-domain': `${shop}.myshopify.com` },
+        rawBody,
+      });
+      expect(r.status).toBe(202);
+    }
+    await vi.waitFor(() => expect(calls).toHaveLength(3), { timeout: 10_000, interval: 20 });
+    expect(calls[0]).toBe('b.myshopify.com:1');
+    expect(calls.slice(1)).toEqual(['a.myshopify.com:1', 'a.myshopify.com:2']);
   });
 
   it('bad options name the option', () => {
