@@ -24,7 +24,7 @@ import { responseText } from '../src/outcome.js';
 import { signedDelivery } from '../src/testing/index.js';
 import { childScript } from './support/child-scripts.js';
 import { cli } from './support/cli.js';
-import { postgresTarget, postgresUrl, type TargetDb } from './support/databases.js';
+import { pgliteTarget, postgresTarget, postgresUrl, type TargetDb } from './support/databases.js';
 import { post } from './support/http.js';
 import { perTestSchemas } from './support/per-test-schemas.js';
 
@@ -481,5 +481,34 @@ describe.runIf(postgresTarget)('groups', () => {
     );
     expect(make({ concurrency: 2 })).toThrow(/`groups\.by` is required/);
     expect(make({ by: 'x-tenant', limit: 2 })).toThrow(/`groups\.limit` is not an option/);
+  });
+});
+
+describe('groups on PGlite', () => {
+  const schemas = perTestSchemas(pgliteTarget);
+  it('a grouped, limited, deferred inbox applies every event of every group', async () => {
+    const t = schemas();
+    const applied: string[] = [];
+    const inbox = createInbox({
+      db: t.db,
+      schema: t.schema,
+      logger: false,
+      mode: 'deferred',
+      pollIntervalMs: 50,
+      groups: { by: 'x-tenant', concurrency: 1, rate: { groups: { b: '100/s' } } },
+      handle: (event) => void applied.push(event.id),
+    });
+    open.push(inbox);
+    for (const id of ['a-1', 'a-2', 'b-1', 'b-2'])
+      await inbox.receive({
+        headers: { 'idempotency-key': id, 'x-tenant': id[0] },
+        rawBody: Buffer.from('{}'),
+      });
+    await vi.waitFor(() => expect(applied.sort()).toEqual(['a-1', 'a-2', 'b-1', 'b-2']), {
+      timeout: 10_000,
+      interval: 20,
+    });
+    const groups = await (await inbox.operations()).groups();
+    expect(groups).toEqual([]);
   });
 });
