@@ -36,7 +36,7 @@ export const inboxMigrations: readonly InboxMigration[] = [
       latest_check: '40ca6e2e2548b0d7',
       take_next: 'f3ec12f77a738fec',
       take_pending: '5b2a79b62a454133',
-      take_grouped: 'bf58fb8636baf366',
+      take_grouped: '9f7d5716b63b92a9',
       take_turn: '32d154ddb2431ee1',
       advance: '0af02c7ad1603752',
       fail: 'f7a7953aa501d473',

@@ -37,6 +37,7 @@ declare
   v_ready timestamptz;
   v_wake timestamptz;
   v_limit integer;
+  v_first boolean := true;
   v_ev ${t.events}%rowtype;
 begin
   loop
@@ -88,11 +89,22 @@ begin
        limit v_limit
        for update skip locked
     loop
+      if v_first then
+        -- Read again once a row is locked: a RetryLater that committed while this take waited for
+        -- the row holds the group now.
+        select g.held_until into v_held from ${t.groups} g where g.source = p_source and g.group_key = v_g;
+        if v_held > now() then
+          wake_at := v_held;
+          return next;
+          return;
+        end if;
+        v_first := false;
+      end if;
       ${TAKEN_EVENT_OUTPUT}
       group_key := v_g;
       return next;
     end loop;
-    if found then return; end if;
+    if not v_first then return; end if;
     -- Its due events were taken meanwhile, under a slot this transaction now holds: ask again.
     wake_at := now();
     return next;
