@@ -110,7 +110,9 @@ export class RetryLater extends InboxError {
   override name = 'RetryLater';
   /** When the event is to be applied again. */
   readonly at: Date;
-  constructor(when: { at: Date } | { afterMs: number }, options?: { cause?: unknown }) {
+  /** Holds the event's whole group until `at` (option `groups`): a tenant's 429 from downstream. */
+  readonly group: boolean;
+  constructor(when: { at: Date } | { afterMs: number }, options?: { cause?: unknown; group?: boolean }) {
     let at: Date | undefined;
     if (when && 'at' in when && when.at instanceof Date && Number.isFinite(when.at.getTime())) at = when.at;
     else if (when && 'afterMs' in when && Number.isFinite(when.afterMs) && when.afterMs >= 0)
@@ -122,6 +124,7 @@ export class RetryLater extends InboxError {
     }
     super(`retry at ${at.toISOString()}`, 'retry-later', 202, options);
     this.at = at;
+    this.group = options?.group === true;
   }
 }
 

@@ -51,6 +51,7 @@ export type {
   DeadLetterFilter,
   DeadLetterGroup,
   Gap,
+  GroupSummary,
   IgnoredEvent,
   IgnoredFilter,
   IgnoredReplayResult,

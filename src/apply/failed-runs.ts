@@ -59,6 +59,7 @@ export async function recordFailure(
     receivedAt: event.receivedAt,
     deadReason: next.dead ? next.reason : 'poison',
     type: eventType(rt, event),
+    group: event.group,
   });
   const fingerprint = causeOf(cause);
   await rt.statements.recordCause(tx, o.source, event, fingerprint);
@@ -102,12 +103,16 @@ export async function recordSnooze(
     { id, key, seq, source: o.source, retryAt: later.at.toISOString() },
     'webhook-inbox: handler asked to retry later',
   );
+  // A held group keeps its order: the event waits in its place, the group's hold until then.
+  const holdsGroup = later.group && o.groups !== undefined && !!event.group;
   await rt.statements.snooze(tx, {
     ...(await undoFailedTake(rt, tx, event)),
-    retryAt: later.at,
+    retryAt: holdsGroup ? event.receivedAt : later.at,
     receivedAt: event.receivedAt,
     type: eventType(rt, event),
+    group: event.group,
   });
+  if (holdsGroup) await rt.statements.holdGroup(tx, o.source, event.group!, later.at);
   return { decision: 'snoozed', attempts: event.attempts, drain: false, error: later };
 }
 

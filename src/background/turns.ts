@@ -16,6 +16,7 @@ import {
 } from '../apply/apply.js';
 import { sqlState } from '../db/drivers/postgres-error.js';
 import { CONTENDED } from '../db/sql/sql-state.js';
+import type { TakenEvent } from '../db/sql/taken-event.js';
 import type { Runtime } from '../runtime/runtime.js';
 
 /** One step of a drain: applied or not, whether the next seq waits, the timed-out gap it settled. */
@@ -105,19 +106,34 @@ export function gapSettled(
   else o.logger.info({ key, fromSeq, toSeq, source: o.source }, 'webhook-inbox: gap timeout, seqs skipped');
 }
 
+/** Each instance's round-robin place among the groups: the group it took last. */
+const lastGroup = new WeakMap<Runtime, string>();
+
 /**
  * Applies due unordered pending events, up to `limit` in one transaction, each under its own
  * savepoint so a failed run undoes only its own writes. It stops once the handlers ran `budgetMs`:
  * the rest are released untouched at COMMIT, so slow handlers' row locks are not held through others'.
+ * With `groups`, the events are one group's, the next in turn with room (`take_grouped`); `wakeAt`
+ * is when a group it passed over (held, or at its rate) has room again.
  */
 export async function applyDuePending(
   rt: Runtime,
   limit = 1,
   budgetMs?: number,
-): Promise<{ taken: number; applied: number }> {
+): Promise<{ taken: number; applied: number; wakeAt?: Date | null }> {
   const o = rt.options;
+  const groups = o.groups;
+  let wakeAt: Date | null = null;
   const runs = await inTransaction(rt.database.kysely, async (tx) => {
-    const events = await rt.statements.takePending(tx, o.source, limit);
+    let events: TakenEvent[];
+    if (groups) {
+      const took = await rt.statements.takeGrouped(tx, o.source, limit, lastGroup.get(rt) ?? null, groups);
+      events = took.events;
+      wakeAt = took.wakeAt;
+      if (events[0]?.group !== undefined) lastGroup.set(rt, events[0].group);
+    } else {
+      events = await rt.statements.takePending(tx, o.source, limit);
+    }
     const runs: Run[] = [];
     const began = performance.now();
     for (const [i, event] of events.entries()) {
@@ -127,7 +143,18 @@ export async function applyDuePending(
       const run = decided ?? (await runTaken(rt, tx, event, undefined));
       if (!decided && run.status === 'applied') await recordResult(rt, tx, run);
       runs.push(run);
+      // RetryLater holding the group: the rest of the batch waits with it.
+      if (run.status === 'failed' && run.failure.decision === 'snoozed' && run.failure.error.group) break;
     }
+    const rate = events[0]?.group ? groups?.rateOf(events[0].group) : null;
+    // After every event row: the group's row is the last lock (src/db/sql/group-state.ts).
+    if (rate && runs.length > 0)
+      await rt.statements.spendGroupRate(
+        tx,
+        o.source,
+        events[0].group!,
+        (runs.length * rate.ms) / rate.count,
+      );
     return runs;
   });
   reportCommitted(rt, runs);
@@ -136,7 +163,7 @@ export async function applyDuePending(
     if (run.status === 'applied') applied++;
     tookPending(rt, run.status === 'applied' || run.failure.decision === 'dead');
   }
-  return { taken: runs.length, applied };
+  return { taken: runs.length, applied, wakeAt };
 }
 
 /** A pending event left the queue (applied or dead-lettered): one fewer for `maxPending`. */

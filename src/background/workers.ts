@@ -38,6 +38,8 @@ export class Workers {
   #closing = false;
   #stateWaiters: Array<() => void> = [];
   #pollTimer: NodeJS.Timeout | undefined;
+  /** A held or rated group has room again then (option `groups`). */
+  #groupTimer: { at: number; timer: NodeJS.Timeout } | undefined;
   #refreshTimer: NodeJS.Timeout | undefined;
   #listener: Listener | undefined;
 
@@ -87,6 +89,7 @@ export class Workers {
     this.#closing = true;
     clearInterval(this.#pollTimer);
     clearInterval(this.#refreshTimer);
+    clearTimeout(this.#groupTimer?.timer);
     this.#keys.clear();
     this.#unordered = false;
     for (const wake of this.#sleepers.splice(0)) wake();
@@ -104,6 +107,21 @@ export class Workers {
         !this.#unordered &&
         this.#runnableKey() === undefined)
     );
+  }
+
+  #wakeAt(at: Date): void {
+    const when = at.getTime();
+    if (this.#groupTimer && this.#groupTimer.at <= when) return;
+    clearTimeout(this.#groupTimer?.timer);
+    const timer = setTimeout(
+      () => {
+        this.#groupTimer = undefined;
+        this.wake(null);
+      },
+      Math.max(0, when - Date.now()),
+    );
+    timer.unref();
+    this.#groupTimer = { at: when, timer };
   }
 
   #changed(): void {
@@ -146,7 +164,8 @@ export class Workers {
         this.#busy++;
         try {
           const began = performance.now();
-          const { taken } = await applyDuePending(this.#rt, this.#batchSize(), BATCH_BUDGET_MS);
+          const { taken, wakeAt } = await applyDuePending(this.#rt, this.#batchSize(), BATCH_BUDGET_MS);
+          if (taken === 0 && wakeAt) this.#wakeAt(wakeAt);
           // A moving average from 0: one slow take alone does not stop the batching of fast
           // handlers, and the budget stops a batch of slow ones after their first anyway.
           if (taken > 0)

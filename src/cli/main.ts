@@ -24,6 +24,7 @@ import {
 } from './command.js';
 import { CONSOLE_COMMAND } from './console-command.js';
 import { DEAD_COMMANDS } from './dead-commands.js';
+import { GROUP_COMMANDS } from './group-commands.js';
 import { commandHelp, groupHelp, topHelp } from './help.js';
 import { IGNORED_COMMANDS } from './ignored-commands.js';
 import { INBOX_COMMANDS } from './inbox-commands.js';
@@ -36,6 +37,7 @@ export const COMMANDS: Record<string, Command> = {
   ...DEAD_COMMANDS,
   ...IGNORED_COMMANDS,
   ...KEY_COMMANDS,
+  ...GROUP_COMMANDS,
   prune: INBOX_COMMANDS.prune,
   'scrub-headers': INBOX_COMMANDS['scrub-headers'],
   console: CONSOLE_COMMAND,

@@ -274,13 +274,14 @@ export function createConsole(input: ConsoleOptions): Console {
     if (segments.some((s) => s === undefined)) throw new FormError('the path is not valid percent-encoding');
     const [first, source, name, extra] = segments as string[];
     if (path === '/') {
-      const [status, perMinute, blocked, causes] = await Promise.all([
+      const [status, perMinute, blocked, causes, groups] = await Promise.all([
         ops.status(),
         backend.processedPerMinute(),
         ops.keys({ blocked: true, limit: 20 }),
         ops.deadGroups(),
+        ops.groups(20),
       ]);
-      return overviewPage(ctx, status, perMinute, blocked, causes.slice(0, 20));
+      return overviewPage(ctx, status, perMinute, blocked, causes.slice(0, 20), groups);
     }
     if (path === '/dead-letters') {
       const { query, filter } = parseDeadLetterFilter(params);

@@ -6,6 +6,7 @@ import { formatDuration } from '../duration.js';
 import type {
   DeadLetter,
   DeadLetterGroup,
+  GroupSummary,
   IgnoredEvent,
   IgnoredType,
   InboxStatus,
@@ -46,6 +47,7 @@ export function overviewPage(
   perMinute: number[],
   blocked: KeySummary[],
   causes: DeadLetterGroup[],
+  groups: GroupSummary[] = [],
 ): string {
   const card = (label: string, value: unknown, bad = false) =>
     html`<div class="card${bad ? ' bad' : ''}"><b>${value}</b>${label}</div>`;
@@ -83,6 +85,15 @@ ${
     : html`<table><tr><th>type</th><th>count</th></tr>${Object.entries(s.ignoredByType).map(
         ([type, n]) =>
           html`<tr><td><a href="${ctx.base}/ignored${query({ type })}">${type || '(none)'}</a></td><td>${n}</td></tr>`,
+      )}</table>`
+}
+<h2>Busiest groups</h2>
+${
+  groups.length === 0
+    ? html`<p>None waiting.</p>`
+    : html`<table data-testid="groups"><tr><th>source</th><th>group</th><th>pending</th><th>due</th><th>running</th><th>held until</th><th>oldest</th></tr>${groups.map(
+        (g) =>
+          html`<tr><td>${g.source}</td><td>${g.group}</td><td>${g.pending}</td><td>${g.due}</td><td>${g.running}</td><td>${g.heldUntil?.toISOString() ?? ''}</td><td>${age(g.oldestAgeMs)}</td></tr>`,
       )}</table>`
 }
 <h2>Blocked keys</h2>

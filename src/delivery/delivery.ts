@@ -23,6 +23,8 @@ export interface ParsedDelivery {
   readonly latest: { readonly key: string; readonly version: number } | null;
   /** The event's type (`fields.type` or the provider's), or null when it has none or none is read. */
   readonly type: string | null;
+  /** Its group (option `groups`, read by the receive path); '' or absent: none. */
+  readonly group?: string;
 }
 
 /** Bodies known to parse as JSON, by event id and body hash (the in-process cache). */

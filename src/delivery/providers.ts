@@ -49,6 +49,8 @@ export interface Provider {
    * `x-gitlab-token`, Stripe's `stripe-signature`): never stored with an event, never shown.
    */
   readonly secretHeaders: readonly string[];
+  /** The tenant an event belongs to (the inbox's `groups.by`), where the provider names one. */
+  readonly group?: FieldSource;
 }
 
 /** Options every preset takes: the secret(s), and overrides of what the preset reads. */
@@ -61,6 +63,8 @@ export interface PresetOptions {
   type?: FieldSource;
   /** The ordering key and version instead of the preset's, or false for none. */
   order?: { key: FieldSource; version: FieldSource } | false;
+  /** Where the event's group is (option `groups`), instead of the preset's. */
+  group?: FieldSource;
 }
 
 /** Options of presets whose signature carries a timestamp. */
@@ -91,6 +95,7 @@ function preset(
     id: options.id ?? defaults.id,
     type: options.type ?? defaults.type,
     order: options.order ?? defaults.order,
+    group: options.group ?? defaults.group,
     rejectHeaders: Object.freeze({ ...defaults.rejectHeaders }),
   };
 }
@@ -105,7 +110,7 @@ function member(value: unknown, name: string): unknown {
 /**
  * Stripe: `Stripe-Signature` (5 minutes' tolerance, as Stripe's SDK); id = the body's `id`
  * (`evt_…`, covered by the signature); type = `type`; the object is `data.object.id`,
- * versioned by `created`.
+ * versioned by `created`; group (option `groups`) = the Connect `account`.
  *
  * ```ts
  * provider: stripe({ secret: process.env.STRIPE_WEBHOOK_SECRET })
@@ -116,6 +121,7 @@ export function stripe(options: TimedPresetOptions): Provider {
     id: '/id',
     type: '/type',
     order: { key: '/data/object/id', version: '/created' },
+    group: '/account',
   });
 }
 
@@ -123,6 +129,7 @@ export function stripe(options: TimedPresetOptions): Provider {
  * GitHub: `X-Hub-Signature-256` (`sha256=<hex>` HMAC of the body, no timestamp); id =
  * `X-GitHub-Delivery` (the same on a redelivery); type = `X-GitHub-Event`, joined with the
  * body's `action` when it has one, as Octokit names them (`issues.opened`; `push`). No ordering.
+ * Group (option `groups`): the App's `installation.id`.
  *
  * ```ts
  * provider: github({ secret: process.env.GITHUB_WEBHOOK_SECRET })
@@ -141,6 +148,7 @@ export function github(options: PresetOptions): Provider {
         return event !== undefined && typeof action === 'string' ? `${event}.${action}` : event;
       },
       order: false,
+      group: '/installation/id',
     },
   );
 }
@@ -149,7 +157,7 @@ export function github(options: PresetOptions): Provider {
  * Shopify: `X-Shopify-Hmac-Sha256` (base64 HMAC of the body, no timestamp); id =
  * `X-Shopify-Webhook-Id` (`X-Shopify-Event-Id` names the event across subscriptions:
  * `id: 'x-shopify-event-id'`); type = `X-Shopify-Topic`; the object is the body's `id`,
- * versioned by `X-Shopify-Triggered-At`.
+ * versioned by `X-Shopify-Triggered-At`; group (option `groups`) = `X-Shopify-Shop-Domain`.
  *
  * ```ts
  * provider: shopify({ secret: process.env.SHOPIFY_API_SECRET })
@@ -164,6 +172,7 @@ export function shopify(options: PresetOptions): Provider {
       id: 'x-shopify-webhook-id',
       type: 'x-shopify-topic',
       order: { key: '/id', version: 'x-shopify-triggered-at' },
+      group: 'x-shopify-shop-domain',
     },
   );
 }

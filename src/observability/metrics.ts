@@ -24,6 +24,8 @@ export interface InboxStats {
   pending: number;
   /** How long the longest-blocked key has been blocked, in ms; null when none is. */
   oldestBlockedAgeMs: number | null;
+  /** Option `groups`: the busiest groups (at most MAX_GROUP_LABELS), what waits and runs of each. */
+  groups?: ReadonlyArray<{ readonly group: string; readonly pending: number; readonly running: number }>;
 }
 
 export interface InboxMetrics {
@@ -43,6 +45,8 @@ export interface InboxMetrics {
   seqConflict(reason: 'applied' | 'waiting'): void;
   /** An event no handler takes, recorded `ignored`, by its type. */
   ignored(type: string | null): void;
+  /** A delivery whose group (option `groups.by`) could not be read: stored without one. */
+  groupUnreadable(): void;
   drain(seconds: number): void;
   sweeperRun(): void;
   sweeperError(): void;
@@ -64,6 +68,7 @@ export const noMetrics: InboxMetrics = {
   deadLetterCause: noop,
   seqConflict: noop,
   ignored: noop,
+  groupUnreadable: noop,
   drain: noop,
   sweeperRun: noop,
   sweeperError: noop,
@@ -89,6 +94,9 @@ export const METRIC_NAMES = Object.freeze({
   deadLetterCauses: 'webhook_inbox_dead_letter_causes_total',
   seqConflicts: 'webhook_inbox_seq_conflicts_total',
   ignored: 'webhook_inbox_ignored_total',
+  groupUnreadable: 'webhook_inbox_group_unreadable_total',
+  groupPending: 'webhook_inbox_group_pending_events',
+  groupRunning: 'webhook_inbox_group_running',
   drainLatency: 'webhook_inbox_drain_latency_seconds',
   sweeperRuns: 'webhook_inbox_sweeper_runs_total',
   sweeperErrors: 'webhook_inbox_sweeper_errors_total',
@@ -110,6 +118,8 @@ const shared = new WeakMap<RegistryLike, Shared>();
 
 /** Distinct `type` (and `cause`) labels per inbox, then `other`: the type is the sender's text. */
 export const MAX_TYPE_LABELS = 100;
+/** Groups with a series of their own: the busiest, read again at each scrape. */
+export const MAX_GROUP_LABELS = 20;
 
 const LATENCY_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
 const BATCH_BUCKETS = [1, 2, 4, 8, 16, 32, 64, 128, 256];
@@ -154,6 +164,7 @@ function define(client: any, registry: RegistryLike): Shared {
                 pending: seen.pending + stats.pending,
                 oldestBlockedAgeMs:
                   Math.max(seen.oldestBlockedAgeMs ?? 0, stats.oldestBlockedAgeMs ?? 0) || null,
+                groups: seen.groups ?? stats.groups,
               }
             : stats,
         );
@@ -179,6 +190,21 @@ function define(client: any, registry: RegistryLike): Shared {
       },
     });
   };
+  const groupGauge = (name: string, help: string, value: 'pending' | 'running') =>
+    registry.getSingleMetric(name) ??
+    new client.Gauge({
+      name,
+      help,
+      labelNames: ['source', 'group'],
+      registers: [registry],
+      async collect(this: any) {
+        const bySource = await read();
+        // Only this scrape's busiest: a group that left them leaves no stale series.
+        this.reset();
+        for (const [source, stats] of bySource)
+          for (const g of stats.groups ?? []) this.set({ source, group: g.group }, g[value]);
+      },
+    });
   const metric = (
     kind: 'Counter' | 'Histogram',
     name: string,
@@ -285,6 +311,22 @@ function define(client: any, registry: RegistryLike): Shared {
         `Events no handler takes (option handlers), recorded ignored, by type (none: no type; other: past ${MAX_TYPE_LABELS} types)`,
         ['source', 'type'],
       ),
+      groupUnreadable: metric(
+        'Counter',
+        n.groupUnreadable,
+        'Deliveries whose group (option groups.by) could not be read; stored without a group',
+        ['source'],
+      ),
+      groupPending: groupGauge(
+        n.groupPending,
+        `Option groups: unordered events waiting, for the ${MAX_GROUP_LABELS} busiest groups`,
+        'pending',
+      ),
+      groupRunning: groupGauge(
+        n.groupRunning,
+        `Option groups: handlers running now over every instance, for the ${MAX_GROUP_LABELS} busiest groups`,
+        'running',
+      ),
       drainLatency: metric(
         'Histogram',
         n.drainLatency,
@@ -361,6 +403,7 @@ export async function createMetrics(
   const seqConflicts = bound(m.seqConflicts, 'reason');
   const ignoredTypes = bound(m.ignored, 'type');
   const typeLabels = new Set<string>();
+  const groupUnreadable = m.groupUnreadable.labels({ source });
   const claimToCommit = m.claimToCommit.labels({ source });
   const claimBatch = m.claimBatchSize.labels({ source });
   const acknowledgement = m.acknowledgement.labels({ source });
@@ -395,6 +438,7 @@ export async function createMetrics(
       deadLetterCause: (cause) => deadLetterCauses(capped(causeLabels, cause)).inc(),
       seqConflict: (reason) => seqConflicts(reason).inc(),
       ignored: (type) => ignoredTypes(capped(typeLabels, type ?? 'none')).inc(),
+      groupUnreadable: () => groupUnreadable.inc(),
       drain: (seconds) => drain.observe(seconds),
       sweeperRun: () => sweeperRuns.inc(),
       sweeperError: () => sweeperErrors.inc(),

@@ -1,6 +1,7 @@
 /** Operator actions: one module per resource; `Operations` is the object that holds them all. */
 export type { LockWaitOptions } from './context.js';
 export type { DeadLetter, DeadLetterFilter, DeadLetterGroup } from './dead-letters.js';
+export type { GroupSummary } from './groups.js';
 export type { IgnoredEvent, IgnoredFilter, IgnoredReplayResult, IgnoredType } from './ignored.js';
 export type { Gap, KeyDetail, KeySummary, SkipResult } from './keys.js';
 export type { OpenOperationsOptions } from './operations.js';

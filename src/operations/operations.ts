@@ -19,6 +19,7 @@ import {
   deadLetter,
   deadLetters,
 } from './dead-letters.js';
+import { busiestGroups, type GroupSummary } from './groups.js';
 import {
   type IgnoredEvent,
   type IgnoredFilter,
@@ -117,6 +118,11 @@ export class Operations implements OperationsContext {
   /** Events no handler takes (recorded `ignored`), newest first, with their payloads. */
   ignored(filter: IgnoredFilter = {}): Promise<IgnoredEvent[]> {
     return ignoredEvents(this, filter);
+  }
+
+  /** The groups with the most events waiting (option `groups`), and what runs of each now. */
+  groups(limit = 20, source = this.source): Promise<GroupSummary[]> {
+    return busiestGroups(this, limit, source);
   }
 
   /** Ignored events counted by type, the most frequent first. */

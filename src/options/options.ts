@@ -12,6 +12,7 @@ import type { MetricsOptions } from '../observability/metrics.js';
 import type { JsonSchema, StandardSchemaV1 } from './body-schema.js';
 import type { OnDeadLetter } from './dead-letter-hook.js';
 import type { Handler } from './event.js';
+import type { GroupsOption } from './groups.js';
 import type { Handlers } from './handlers.js';
 
 /** `lockTimeoutMs`'s default, for the inbox and for operator actions given none. */
@@ -338,6 +339,16 @@ export interface InboxOptions<TBody = any, DB = any> {
    * the pool); inline: 0
    */
   workers?: number;
+  /**
+   * Tenants: which group an event belongs to (a field source or a function; a `provider` may name
+   * it), and per-group limits over every instance: workers take groups round-robin, at most
+   * `concurrency` handlers and `rate` events per period of one group; inline, `inFlight`
+   * deliveries per group (docs/groups.md).
+   * ```ts
+   * groups: { by: 'x-shopify-shop-domain', concurrency: 2, rate: '2/s' }
+   * ```
+   */
+  groups?: GroupsOption;
   /**
    * Unordered pending events a worker lane takes and applies in one transaction, while every
    * lane is busy (a backlog): each runs under its own savepoint (a handler that throws undoes

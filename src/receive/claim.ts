@@ -196,10 +196,10 @@ async function claimDeferred(
  * acknowledgement never queues behind the workers' handlers for a connection.
  */
 async function sendDeferredClaim(rt: Runtime, d: ParsedDelivery, obs: Observation): Promise<Took<ClaimRow>> {
-  const { id, key, seq, hash, payload, headers, type } = claimArgs(rt, d, true);
+  const { id, key, seq, hash, payload, headers, type, group } = claimArgs(rt, d, true);
   const claimedAt = performance.now();
   const claim = await inClaimSpan(rt, obs, () =>
-    claimBatchesOf(rt).claim({ id, key, seq, hash, payload, headers, type }),
+    claimBatchesOf(rt).claim({ id, key, seq, hash, payload, headers, type, group }),
   );
   return { claimedAt, claim };
 }
@@ -228,11 +228,12 @@ function claimArgs(rt: Runtime, d: ParsedDelivery, deferred: boolean): ClaimArgs
     maxAhead: o.maxSeqAhead,
     lockTimeout: claimLockTimeout(rt),
     type: d.type,
+    group: d.group,
   };
 }
 
 function taken(
-  d: Pick<ParsedDelivery, 'id' | 'key' | 'seq' | 'hash' | 'rawBody' | 'headers' | 'body' | 'type'>,
+  d: Pick<ParsedDelivery, 'id' | 'key' | 'seq' | 'hash' | 'rawBody' | 'headers' | 'body' | 'type' | 'group'>,
   claim: { attempts: number; receivedAt: Date; rowAtCommit?: boolean },
 ): TakenEvent {
   return {
@@ -246,6 +247,7 @@ function taken(
     receivedAt: claim.receivedAt,
     body: d.body,
     type: d.type,
+    group: d.group,
     rowAtCommit: claim.rowAtCommit,
   };
 }

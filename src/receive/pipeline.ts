@@ -14,6 +14,7 @@ import { type Outcome, OutcomeKind } from '../outcome.js';
 import type { Runtime } from '../runtime/runtime.js';
 import { admitted } from './admission.js';
 import { claimAndApply } from './claim.js';
+import { groupOf, withinGroupCap } from './groups.js';
 import { fromProcessed, lookFirst } from './look-first.js';
 import { type Observation, observed } from './observe.js';
 import { type BodyStream, startBodyRead } from './raw-body.js';
@@ -118,7 +119,9 @@ async function decide(rt: Runtime, bg: Background, delivery: Delivery, obs: Obse
   }
   if (bg.sheddingPending && rt.pendingEstimate >= o.maxPending) return respond.shed('pending');
   obs.answeredBy = 'postgres';
-  const outcome = await claimAndApply(rt, bg, d, obs);
+  if (o.groups) d = { ...d, group: groupOf(rt, d) };
+  const parsed = d;
+  const outcome = await withinGroupCap(rt, d.group ?? '', () => claimAndApply(rt, bg, parsed, obs));
   if (outcome.kind !== OutcomeKind.unavailable) respond.databaseAnswered(o);
   return outcome;
 }

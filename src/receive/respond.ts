@@ -63,6 +63,19 @@ export function shed(reason: 'in-flight' | 'pool' | 'pending' | 'closing'): Outc
   return problem(OutcomeKind.shed, 503, detail, { reason, retryAfterSeconds: reason === 'pending' ? 5 : 1 });
 }
 
+/** Inline mode: this delivery's group has `groups.inFlight` deliveries in flight here; nothing stored. */
+export function groupBusy(cap: number): Outcome {
+  return problem(
+    OutcomeKind.shed,
+    429,
+    `This event's group has ${cap} deliveries in flight; deliver the event again later`,
+    {
+      reason: 'group',
+      retryAfterSeconds: 1,
+    },
+  );
+}
+
 export function unavailable(): Outcome {
   return problem(
     OutcomeKind.unavailable,

@@ -18,6 +18,7 @@ import { consoleLogger, type Logger, silent } from '../observability/logger.js';
 import type { MetricsOptions } from '../observability/metrics.js';
 import { resolveBodySchema } from '../options/body-schema.js';
 import type { Handler } from '../options/event.js';
+import { resolveGroups } from '../options/groups.js';
 import { handleEverything, resolveHandlers } from '../options/handlers.js';
 import {
   bool,
@@ -399,6 +400,7 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
     workers,
     // Each event of a batch is a savepoint, a subtransaction; past the 64 a backend caches, every
     // other session's snapshot overflows to pg_subtrans. 32 leaves room for the handlers' own.
+    groups: resolveGroups(o.groups, provider?.group),
     workerBatchSize: integer(o, 'workerBatchSize', 10, 1, MAX_WORKER_BATCH),
     pollIntervalMs: duration(o, 'pollIntervalMs', 1000, 1, 3_600_000),
     maxInFlight: integer(o, 'maxInFlight', 1000, 1, 1_000_000),

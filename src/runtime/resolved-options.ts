@@ -12,6 +12,7 @@ import type { RegistryLike } from '../observability/metrics.js';
 import type { BodySchema } from '../options/body-schema.js';
 import type { OnDeadLetter } from '../options/dead-letter-hook.js';
 import type { Handler } from '../options/event.js';
+import type { ResolvedGroups } from '../options/groups.js';
 import type { HandlerFor } from '../options/handlers.js';
 
 /** The options after `resolveOptions`: every default applied, every value checked. */
@@ -77,6 +78,8 @@ export interface ResolvedOptions {
   readonly order: DeliveryOptions['order'];
   readonly mode: 'inline' | 'deferred';
   readonly workers: number;
+  /** Option `groups`, resolved; undefined: events have no group. */
+  readonly groups: ResolvedGroups | undefined;
   readonly workerBatchSize: number;
   readonly pollIntervalMs: number;
   readonly maxInFlight: number;

@@ -12,7 +12,13 @@ import { DuplicateOdds } from '../dedup/duplicate-odds.js';
 import { ProcessedCache } from '../dedup/processed-cache.js';
 import { connectRedis, RedisCache, type RedisLike } from '../dedup/redis-cache.js';
 import { InboxError } from '../errors.js';
-import { createMetrics, type InboxMetrics, type InboxStats, noMetrics } from '../observability/metrics.js';
+import {
+  createMetrics,
+  type InboxMetrics,
+  type InboxStats,
+  MAX_GROUP_LABELS,
+  noMetrics,
+} from '../observability/metrics.js';
 import { createTracer } from '../observability/tracing.js';
 import type { ResolvedOptions } from './resolved-options.js';
 
@@ -162,7 +168,10 @@ export class Runtime {
 
   async stats(): Promise<InboxStats> {
     const { database, statements } = await this.open();
-    return statements.stats(database.kysely, this.options.source);
+    const stats = await statements.stats(database.kysely, this.options.source);
+    if (!this.options.groups) return stats;
+    const groups = await statements.busiestGroups(database.kysely, this.options.source, MAX_GROUP_LABELS);
+    return { ...stats, groups };
   }
 
   /** Keeps `promise` in `background` until it settles. */

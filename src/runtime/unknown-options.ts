@@ -57,6 +57,7 @@ const OPTION_NAMES = [
   'order',
   'mode',
   'workers',
+  'groups',
   'workerBatchSize',
   'pollIntervalMs',
   'maxInFlight',

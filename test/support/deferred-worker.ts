@@ -14,6 +14,8 @@ const env = (name: string) => {
 };
 const ledger = new Ledger(env('APP_SCHEMA'));
 const hangSeq = Number(env('HANG_SEQ'));
+// Grouped (option groups, one handler per group at once): it also hangs on the event HANG_ID.
+const groupBy = process.env.GROUP_BY;
 const inbox = createInbox({
   db: env('DATABASE_URL'),
   schema: env('INBOX_SCHEMA'),
@@ -22,9 +24,10 @@ const inbox = createInbox({
   sweepIntervalMs: 50,
   pollIntervalMs: 50,
   handlerTimeoutMs: 0,
+  ...(groupBy ? { groups: { by: groupBy, concurrency: 1 } } : {}),
   async handle(event, ctx) {
     const result = await ledger.handle(event, ctx);
-    if (event.seq === hangSeq) {
+    if (event.seq === hangSeq || event.id === process.env.HANG_ID) {
       process.stdout.write(`hanging ${event.id}\n`);
       await new Promise(() => {});
     }

@@ -38,6 +38,8 @@ create table ${t.events} (
   -- distributes the three tables by it, so every unique constraint holds it; one id in two streams is
   -- kept out by the claim, under the id's lock (ARCHITECTURE.md, "Streams").
   stream       text        not null,
+  -- The tenant it belongs to (option groups; '' for none): fair takes, limits (src/db/sql/take-grouped.ts).
+  group_key    text        not null default '',
   primary key (source, id, stream)
 );
 -- The reorder buffer and the work queue: events waiting for their turn, by key and seq. Unique:
@@ -50,6 +52,9 @@ create index ${t.local('events_applied_seq')} on ${t.events} (source, key, seq)
 -- Unordered pending events, in the order they become due: a new event is due when received,
 -- a failed one at run_after. Workers take the first due ones with SKIP LOCKED.
 create index ${t.local('events_pending_due')} on ${t.events} (source, (coalesce(run_after, received_at)))
+  where status = 'pending' and key is null;
+-- The same, by group: a grouped take steps from group to group, then takes a group's first due.
+create index ${t.local('events_group_due')} on ${t.events} (source, group_key, (coalesce(run_after, received_at)))
   where status = 'pending' and key is null;
 -- Ignored events by type, for the operator's lists and replay.
 create index ${t.local('events_ignored')} on ${t.events} (source, type, received_at) where status = 'ignored';
@@ -77,6 +82,16 @@ create table ${t.keys} (
 );
 -- Operators list blocked keys (webhook-inbox keys list); the keys table is never pruned.
 create index ${t.local('keys_blocked')} on ${t.keys} (source, key) where state = 'blocked';
+
+-- A group's shared state: a hold until a time (RetryLater naming the group), and its rate's next
+-- free time (GCRA). Written at COMMIT only, so no take waits for it during a handler.
+create table ${t.groups} (
+  source     text        not null,
+  group_key  text        not null,
+  held_until timestamptz,
+  rate_at    timestamptz,
+  primary key (source, group_key)
+);
 
 create table ${t.gaps} (
   source     text        not null,

@@ -18,7 +18,8 @@ export function claimManyFunction(t: Tables): string {
 create or replace function ${t.fn('claim_many')}(
   p_source text, p_ids text[], p_keys text[], p_seqs bigint[], p_hashes text[],
   p_payloads bytea[], p_headers jsonb[], p_keep_payload boolean,
-  p_first_seen boolean, p_max_held integer, p_max_ahead bigint, p_lock_timeout text, p_types text[]
+  p_first_seen boolean, p_max_held integer, p_max_ahead bigint, p_lock_timeout text, p_types text[],
+  p_groups text[] default null
 ) returns table (ord integer, decision text, result jsonb, expected bigint, reason text, attempts integer,
                  drain boolean, received_at timestamptz)
 language plpgsql as $fn$
@@ -30,7 +31,7 @@ begin
       select v_i, c.decision, c.result, c.expected, c.reason, c.attempts, c.drain, c.received_at
         from ${t.fn('claim')}(p_source, p_ids[v_i], p_keys[v_i], p_seqs[v_i], p_hashes[v_i], p_payloads[v_i],
                               p_headers[v_i], false, p_keep_payload, p_first_seen, p_max_held, p_max_ahead,
-                              p_lock_timeout, p_types[v_i]) c;
+                              p_lock_timeout, p_types[v_i], p_groups[v_i]) c;
   end loop;
 end
 $fn$;
@@ -46,7 +47,7 @@ export type ClaimManyShared = Pick<
 /** One delivery's own fields in a batch. */
 export type ClaimManyElement = Pick<
   ClaimArgs,
-  'id' | 'key' | 'seq' | 'hash' | 'payload' | 'headers' | 'type'
+  'id' | 'key' | 'seq' | 'hash' | 'payload' | 'headers' | 'type' | 'group'
 >;
 
 /** A claim's row, with its element's place in the batch (1 for the first). */
@@ -66,7 +67,7 @@ export function createClaimMany(names: StatementNames, t: Tables) {
     'claim_many',
     `select ord, decision, result::text as result, expected, reason, attempts, drain, received_at
        from ${t.fn('claim_many')}($1, $2::text[], $3::text[], $4::bigint[], $5::text[], $6::bytea[], $7::jsonb[],
-                                  $8, $9, $10, $11::bigint, $12, $13::text[])`,
+                                  $8, $9, $10, $11::bigint, $12, $13::text[], $14::text[])`,
     { rides: 'begin' },
   );
   return async function claimMany(
@@ -88,6 +89,7 @@ export function createClaimMany(names: StatementNames, t: Tables) {
       shared.maxAhead,
       shared.lockTimeout,
       elements.map((e) => e.type),
+      elements.map((e) => e.group ?? ''),
     ]);
     const claims: ClaimRow[] = new Array(elements.length);
     for (const row of rows) {

@@ -19,7 +19,8 @@ export function claimFunction(t: Tables): string {
 create or replace function ${t.fn('claim')}(
   p_source text, p_id text, p_key text, p_seq bigint, p_hash text,
   p_payload bytea, p_headers jsonb, p_apply boolean, p_keep_payload boolean,
-  p_first_seen boolean, p_max_held integer, p_max_ahead bigint, p_lock_timeout text, p_type text
+  p_first_seen boolean, p_max_held integer, p_max_ahead bigint, p_lock_timeout text, p_type text,
+  p_group text default ''
 ) returns table (decision text, result jsonb, expected bigint, reason text, attempts integer, drain boolean,
                  received_at timestamptz, row_at_commit boolean)
 language plpgsql as $fn$
@@ -94,8 +95,8 @@ begin
                       where g.source = p_source and g.stream = v_stream and g.key = p_key and g.from_seq <= p_seq
                       order by g.from_seq desc limit 1), false) then
           -- Late: its seq was skipped by a gap timeout. Applying it now would break the order.
-          insert into ${t.events} (source, id, key, seq, body_hash, status, payload, headers, dead_reason, type, stream)
-            values (p_source, p_id, p_key, p_seq, p_hash, 'dead', p_payload, p_headers, 'late', p_type, v_stream);
+          insert into ${t.events} (source, id, key, seq, body_hash, status, payload, headers, dead_reason, type, stream, group_key)
+            values (p_source, p_id, p_key, p_seq, p_hash, 'dead', p_payload, p_headers, 'late', p_type, v_stream, coalesce(p_group, ''));
           decision := 'dead';
           reason := 'late';
         elsif exists (select 1 from ${t.events} e where e.source = p_source and e.stream = v_stream and e.key = p_key
@@ -133,8 +134,8 @@ begin
           decision := 'apply';
           row_at_commit := true;
         else
-          insert into ${t.events} (source, id, key, seq, body_hash, status, payload, headers, type, stream)
-            values (p_source, p_id, p_key, p_seq, p_hash, 'pending', p_payload, p_headers, p_type, v_stream);
+          insert into ${t.events} (source, id, key, seq, body_hash, status, payload, headers, type, stream, group_key)
+            values (p_source, p_id, p_key, p_seq, p_hash, 'pending', p_payload, p_headers, p_type, v_stream, coalesce(p_group, ''));
           decision := 'pending';
           if v_state = 'blocked' then
             -- The missing seq of a gap-blocked key arrived: the key is open again for the worker
@@ -167,8 +168,8 @@ begin
           decision := 'buffer-full';
           reason := 'held-per-key';
         else
-          insert into ${t.events} (source, id, key, seq, body_hash, status, payload, headers, type, stream)
-            values (p_source, p_id, p_key, p_seq, p_hash, 'held', p_payload, p_headers, p_type, v_stream);
+          insert into ${t.events} (source, id, key, seq, body_hash, status, payload, headers, type, stream, group_key)
+            values (p_source, p_id, p_key, p_seq, p_hash, 'held', p_payload, p_headers, p_type, v_stream, coalesce(p_group, ''));
           decision := 'held';
         end if;
       end if;
@@ -199,8 +200,8 @@ begin
       select * into v_ev from ${t.events} e where e.source = p_source and e.id = p_id;
       v_found := found;
       if not v_found then
-        insert into ${t.events} as e (source, id, body_hash, status, payload, headers, type, stream)
-          values (p_source, p_id, p_hash, 'pending', p_payload, p_headers, p_type, v_stream)
+        insert into ${t.events} as e (source, id, body_hash, status, payload, headers, type, stream, group_key)
+          values (p_source, p_id, p_hash, 'pending', p_payload, p_headers, p_type, v_stream, coalesce(p_group, ''))
           on conflict (source, id, stream) do nothing;
         if not found then
           -- Written by a transaction that took no id lock (an operator's, an application's own).
@@ -287,6 +288,8 @@ export interface ClaimArgs {
   lockTimeout: string;
   /** The event's type, written on every row the claim stores (held, pending, late). */
   type: string | null;
+  /** Its group (option `groups`), null for none; stored as the type is. */
+  group?: string | null;
 }
 
 export interface ClaimRow {
@@ -343,7 +346,7 @@ export function createClaim(names: StatementNames, t: Tables) {
     t,
     'claim',
     `select decision, result::text as result, expected, reason, attempts, drain, received_at, row_at_commit
-       from ${t.fn('claim')}($1, $2, $3, $4::bigint, $5, $6, $7::jsonb, $8, $9, $10, $11, $12::bigint, $13, $14)`,
+       from ${t.fn('claim')}($1, $2, $3, $4::bigint, $5, $6, $7::jsonb, $8, $9, $10, $11, $12::bigint, $13, $14, $15)`,
     { rides: 'begin', after: APPLY_SAVEPOINT },
   );
   return async function claim(db: Queryable, a: ClaimArgs): Promise<ClaimRow> {
@@ -362,6 +365,7 @@ export function createClaim(names: StatementNames, t: Tables) {
       a.maxAhead,
       a.lockTimeout,
       a.type,
+      a.group ?? '',
     ]);
     return toClaimRow(row);
   };

@@ -12,7 +12,7 @@ export function failFunction(t: Tables): string {
 create or replace function ${t.fn('fail')}(
   p_source text, p_id text, p_key text, p_seq bigint, p_hash text, p_payload bytea, p_headers jsonb,
   p_error text, p_max_attempts integer, p_on_poison text, p_retry_in_ms bigint, p_received_at timestamptz,
-  p_dead_reason text, p_type text
+  p_dead_reason text, p_type text, p_group text default ''
 ) returns table (decision text, attempts integer, drain boolean)
 language plpgsql as $fn$
 declare
@@ -30,9 +30,9 @@ begin
   end if;
   -- The type goes on the row whatever the run's end: a dead letter is listed and selected by it.
   insert into ${t.events} as e (source, id, key, seq, body_hash, status, payload, headers, attempts, last_error,
-                                run_after, received_at, type, stream)
+                                run_after, received_at, type, stream, group_key)
     values (p_source, p_id, p_key, p_seq, p_hash, 'pending', p_payload, p_headers, 1, p_error,
-            now() + p_retry_in_ms * interval '1 millisecond', coalesce(p_received_at, now()), p_type, v_stream)
+            now() + p_retry_in_ms * interval '1 millisecond', coalesce(p_received_at, now()), p_type, v_stream, p_group)
     on conflict (source, id, stream) do update
       set attempts = e.attempts + 1, last_error = excluded.last_error, run_after = excluded.run_after,
           payload = coalesce(e.payload, excluded.payload), headers = coalesce(e.headers, excluded.headers),
@@ -96,6 +96,8 @@ export interface FailArgs {
   deadReason: 'poison' | 'rejected';
   /** The event's type (null without one): kept on its row, failed or dead. */
   type: string | null;
+  /** Its group ('' or absent: none), written when the failure inserts the row. */
+  group?: string;
 }
 
 /** What recording a failed run decided (src/apply/apply.ts computes it; `fail` is never read back). */
@@ -114,7 +116,7 @@ export function createFail(names: StatementNames, t: Tables) {
     names,
     t,
     'fail',
-    `select * from ${t.fn('fail')}($1, $2, $3, $4::bigint, $5, $6, $7::jsonb, $8, $9, $10, $11::bigint, $12::timestamptz, $13, $14)`,
+    `select * from ${t.fn('fail')}($1, $2, $3, $4::bigint, $5, $6, $7::jsonb, $8, $9, $10, $11::bigint, $12::timestamptz, $13, $14, $15)`,
     { rides: 'commit' },
   );
   return async function fail(db: Queryable, a: FailArgs): Promise<void> {
@@ -133,6 +135,7 @@ export function createFail(names: StatementNames, t: Tables) {
       a.receivedAt,
       a.deadReason,
       a.type,
+      a.group ?? '',
     ]);
   };
 }

@@ -6,6 +6,7 @@ import { failFunction } from './fail.js';
 import { latestCheckFunction } from './latest-check.js';
 import { sweepFunction } from './sweep.js';
 import type { Tables } from './tables.js';
+import { takeGroupedFunction } from './take-grouped.js';
 import { takeNextFunction } from './take-next.js';
 import { takePendingFunction } from './take-pending.js';
 import { takeTurnFunction } from './take-turn.js';
@@ -18,6 +19,7 @@ export const functionDefinitions = {
   latest_check: latestCheckFunction,
   take_next: takeNextFunction,
   take_pending: takePendingFunction,
+  take_grouped: takeGroupedFunction,
   take_turn: takeTurnFunction,
   advance: advanceFunction,
   fail: failFunction,

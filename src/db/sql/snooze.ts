@@ -12,9 +12,9 @@ export function createSnooze(names: StatementNames, t: Tables) {
     t,
     'snooze',
     `insert into ${t.events} as e (source, id, key, seq, body_hash, status, payload, headers, attempts, run_after, received_at, type,
-                                   stream)
+                                   stream, group_key)
        values ($1, $2, $3, $4::bigint, $5, 'pending', $6, $7::jsonb, 0, $8::timestamptz, coalesce($9::timestamptz, now()), $10,
-               ${stream('$3', '$2')})
+               ${stream('$3', '$2')}, $11)
      on conflict (source, id, stream) do update
        set run_after = excluded.run_after,
            payload = coalesce(e.payload, excluded.payload), headers = coalesce(e.headers, excluded.headers),
@@ -36,6 +36,7 @@ export function createSnooze(names: StatementNames, t: Tables) {
       receivedAt: Date | null;
       /** The event's type (null without one). */
       type: string | null;
+      group?: string;
     },
   ): Promise<void> {
     await statement.run(db, [
@@ -49,6 +50,7 @@ export function createSnooze(names: StatementNames, t: Tables) {
       a.retryAt,
       a.receivedAt,
       a.type,
+      a.group ?? '',
     ]);
   };
 }

@@ -7,6 +7,7 @@ import { createCountPending } from './count-pending.js';
 import { createFail } from './fail.js';
 import { createApplySavepoint, createUndoTake } from './failed-run.js';
 import { createFindProcessed } from './find-processed.js';
+import { createBusiestGroups, createGroupState } from './group-state.js';
 import { createLatestCheck } from './latest-check.js';
 import { createMarkApplied } from './mark-applied.js';
 import { createNotifyPending } from './notify-pending.js';
@@ -17,6 +18,7 @@ import { createStats } from './stats.js';
 import { createStoreResult } from './store-result.js';
 import { createSweep } from './sweep.js';
 import type { Tables } from './tables.js';
+import { createTakeGrouped } from './take-grouped.js';
 import { createTakeNext } from './take-next.js';
 import { createTakePending } from './take-pending.js';
 import { createTakeTurn } from './take-turn.js';
@@ -51,6 +53,9 @@ export function createStatements(
     findProcessed: createFindProcessed(names, t),
     takeNext: createTakeNext(names, t),
     takePending: createTakePending(names, t),
+    takeGrouped: createTakeGrouped(names, t),
+    ...createGroupState(names, t),
+    busiestGroups: createBusiestGroups(names, t),
     takeTurn: createTakeTurn(names, t),
     advance: createAdvance(names, t),
     sweep: createSweep(names, t),

@@ -11,6 +11,7 @@ export interface Tables {
   readonly events: string;
   readonly keys: string;
   readonly gaps: string;
+  readonly groups: string;
   /** A function of ours, qualified: `fn('claim')` → `"webhook_inbox"."claim"`. */
   fn(name: string): string;
   /** An index or constraint name (unqualified, as CREATE INDEX wants it). */
@@ -29,6 +30,7 @@ export function createTables(schema: string, prefix: string): Tables {
     events: q('events'),
     keys: q('keys'),
     gaps: q('gaps'),
+    groups: q('groups'),
     fn: q,
     local: (name: string) => quote(prefix + name),
   };

@@ -25,6 +25,8 @@ export interface TakenEvent {
   readonly rowAtCommit?: boolean;
   /** A stored event a take locked without marking it: the apply path marks it at COMMIT. */
   readonly markAtCommit?: boolean;
+  /** Its group (option `groups`); '' or absent: none. */
+  readonly group?: string;
 }
 
 /** The columns `take_next`, `take_pending` and `take_turn` return. */
