@@ -15,6 +15,11 @@ import type {
 import { type Html, href, html, query } from './html.js';
 import { layout, type PageContext } from './layout.js';
 
+/** `3`, or the range `3–5`. */
+export function seqRange(r: { fromSeq: number; toSeq: number }): string {
+  return r.fromSeq === r.toSeq ? String(r.fromSeq) : `${r.fromSeq}–${r.toSeq}`;
+}
+
 function age(ms: number | null): string {
   return ms === null ? '—' : formatDuration(ms);
 }
@@ -273,7 +278,7 @@ ${
     ? html`<p>None.</p>`
     : html`<table><tr><th>seqs</th><th>reason</th><th>when</th></tr>${k.gaps.map(
         (g) =>
-          html`<tr><td>${g.fromSeq === g.toSeq ? g.fromSeq : `${g.fromSeq}–${g.toSeq}`}</td><td>${g.reason}</td><td>${g.createdAt.toISOString()}</td></tr>`,
+          html`<tr><td>${seqRange(g)}</td><td>${g.reason}</td><td>${g.createdAt.toISOString()}</td></tr>`,
       )}</table>`
 }
 <h2>Dead letters</h2>
