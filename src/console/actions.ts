@@ -127,10 +127,8 @@ export async function runAction(
       return resultPage(ctx, 'Skipped', rows);
     }
     case 'replay-all': {
-      // The count and a sample first; confirmed, every match is re-queued in key-ordered batches
-      // (src/operations/selection.ts), however many: the filter's times are absolute by now
-      // (filters.ts), so what is confirmed is what is replayed, and submitting the form again
-      // after an interruption finishes the job without replaying anything twice.
+      // Every match, in key-ordered batches: the filter's times are absolute by now (filters.ts),
+      // so what is confirmed is what is replayed, and submitting it again finishes an interrupted job.
       const filter: DeadLetterFilterInput = parseDeadLetterFilter(form);
       const ops = await backend.ops();
       const fields = Object.entries(filter.query).filter(([, v]) => v !== undefined) as Array<
