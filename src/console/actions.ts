@@ -12,7 +12,7 @@ import { FormError } from './form-error.js';
 import { href } from './html.js';
 import type { PageContext } from './layout.js';
 import type { ResolvedConsoleOptions } from './options.js';
-import { confirmPage, resultPage } from './pages.js';
+import { confirmPage, resultPage, seqRange } from './pages.js';
 import type { Principal } from './security.js';
 
 /** The most events one console action on selected rows handles (a filter's replay has no bound). */
@@ -90,27 +90,45 @@ export async function runAction(
   };
   const eventLink = (r: { source: string | null; id: string }) =>
     r.source === null ? undefined : href(ctx.base, 'events', r.source, r.id);
+  const applies = ctx.appliesHere
+    ? 'The handler applies them now.'
+    : "The application's sweeper applies them.";
 
   switch (name) {
-    case 'replay': {
+    case 'replay':
+    case 'skip': {
       const targets = targetsOf(form);
       const items = targets.map((t) => `${t.source}/${t.id}`);
       if (!confirmed) {
+        const what = `${targets.length} dead letter${targets.length === 1 ? '' : 's'}`;
         return confirmPage(
           ctx,
           name,
-          `Replay ${targets.length} dead letter${targets.length === 1 ? '' : 's'}? ${ctx.appliesHere ? 'The handler applies them now.' : "The application's sweeper applies them."}`,
+          name === 'replay'
+            ? `Replay ${what}? ${applies}`
+            : `Skip ${what}? Each key moves past the seq for good; the dead letter stays as the record.`,
           items,
           form.getAll('target').map((t) => ['target', t]),
         );
       }
-      return replayed(await backend.replay(targets), { targets: items });
+      if (name === 'replay') return replayed(await backend.replay(targets), { targets: items });
+      const rows: Array<{ item: string; outcome: string; link?: string }> = [];
+      for (const t of targets) {
+        let outcome: string;
+        try {
+          const r = await backend.skip(t);
+          outcome = `skipped seq ${seqRange(r)} of ${r.key}; it waits for ${r.nextSeq}`;
+        } catch (err) {
+          outcome = outcomeOf(err);
+        }
+        rows.push({ item: `${t.source}/${t.id}`, outcome, link: eventLink(t) });
+      }
+      log({ targets: items, outcomes: rows.map((r) => r.outcome) });
+      return resultPage(ctx, 'Skipped', rows);
     }
     case 'replay-all': {
-      // The count and a sample first; confirmed, every match is re-queued in key-ordered batches
-      // (src/operations/selection.ts), however many: the filter's times are absolute by now
-      // (filters.ts), so what is confirmed is what is replayed, and submitting the form again
-      // after an interruption finishes the job without replaying anything twice.
+      // Every match, in key-ordered batches: the filter's times are absolute by now (filters.ts),
+      // so what is confirmed is what is replayed, and submitting it again finishes an interrupted job.
       const filter: DeadLetterFilterInput = parseDeadLetterFilter(form);
       const ops = await backend.ops();
       const fields = Object.entries(filter.query).filter(([, v]) => v !== undefined) as Array<
@@ -126,7 +144,7 @@ export async function runAction(
         return confirmPage(
           ctx,
           name,
-          `Replay the ${count} dead letter${count === 1 ? '' : 's'} matching this filter, in key order${count > wouldBe.length ? ` (the first ${wouldBe.length} below)` : ''}? ${ctx.appliesHere ? 'The handler applies them now.' : "The application's sweeper applies them."}`,
+          `Replay the ${count} dead letter${count === 1 ? '' : 's'} matching this filter, in key order${count > wouldBe.length ? ` (the first ${wouldBe.length} below)` : ''}? ${applies}`,
           wouldBe.map(
             (r) => `${r.source}/${r.id}: ${r.outcome === 'requeued' ? 'would be re-queued' : r.outcome}`,
           ),
@@ -137,35 +155,7 @@ export async function runAction(
       for await (const batch of ops.deadBatches(filter.filter)) {
         results.push(...(await backend.replay(batch)));
       }
-      return replayed(results, {
-        filter: filter.query,
-      });
-    }
-    case 'skip': {
-      const targets = targetsOf(form);
-      const items = targets.map((t) => `${t.source}/${t.id}`);
-      if (!confirmed) {
-        return confirmPage(
-          ctx,
-          name,
-          `Skip ${targets.length} dead letter${targets.length === 1 ? '' : 's'}? Each key moves past the seq for good; the dead letter stays as the record.`,
-          items,
-          form.getAll('target').map((t) => ['target', t]),
-        );
-      }
-      const rows: Array<{ item: string; outcome: string; link?: string }> = [];
-      for (const t of targets) {
-        let outcome: string;
-        try {
-          const r = await backend.skip(t);
-          outcome = `skipped seq ${r.fromSeq === r.toSeq ? r.fromSeq : `${r.fromSeq}–${r.toSeq}`} of ${r.key}; it waits for ${r.nextSeq}`;
-        } catch (err) {
-          outcome = outcomeOf(err);
-        }
-        rows.push({ item: `${t.source}/${t.id}`, outcome, link: eventLink(t) });
-      }
-      log({ targets: items, outcomes: rows.map((r) => r.outcome) });
-      return resultPage(ctx, 'Skipped', rows);
+      return replayed(results, { filter: filter.query });
     }
     case 'unblock':
     case 'skip-key': {
@@ -193,7 +183,7 @@ export async function runAction(
           outcome = `unblocked; ${k.state}, waits for seq ${k.nextSeq}`;
         } else {
           const r = await backend.skip({ key, source });
-          outcome = `skipped seq ${r.fromSeq === r.toSeq ? r.fromSeq : `${r.fromSeq}–${r.toSeq}`}; it waits for ${r.nextSeq}`;
+          outcome = `skipped seq ${seqRange(r)}; it waits for ${r.nextSeq}`;
         }
       } catch (err) {
         outcome = outcomeOf(err);

@@ -114,6 +114,12 @@ const MIN_TOKEN_LENGTH = 16;
 /** A key, not a password typed in: long enough to be random (a 32-byte hex or base64 string is). */
 const MIN_SECRET_LENGTH = 32;
 
+function checkBoolean(o: ConsoleOptions, name: 'insecure' | 'readOnly' | 'trustProxy'): void {
+  if (o[name] !== undefined && typeof o[name] !== 'boolean') {
+    throw new InboxOptionsError(name, `must be a boolean; got ${JSON.stringify(o[name])}`);
+  }
+}
+
 function stderrLogger(): Logger {
   const line = (level: string) => (obj: object, msg?: string) =>
     process.stderr.write(`${JSON.stringify({ level, time: new Date().toISOString(), ...obj, msg })}\n`);
@@ -141,9 +147,7 @@ export function resolveConsoleOptions(o: ConsoleOptions): ResolvedConsoleOptions
   if (o.secret !== undefined && (typeof o.secret !== 'string' || o.secret.length < MIN_SECRET_LENGTH)) {
     throw new InboxOptionsError('secret', `must be a string of ${MIN_SECRET_LENGTH} characters or more`);
   }
-  if (o.insecure !== undefined && typeof o.insecure !== 'boolean') {
-    throw new InboxOptionsError('insecure', `must be a boolean; got ${JSON.stringify(o.insecure)}`);
-  }
+  checkBoolean(o, 'insecure');
   if (o.authorize === undefined && o.token === undefined && o.insecure !== true) {
     throw new InboxOptionsError(
       'authorize',
@@ -151,9 +155,7 @@ export function resolveConsoleOptions(o: ConsoleOptions): ResolvedConsoleOptions
         'authentication on a loopback address only, pass `insecure: true`',
     );
   }
-  if (o.readOnly !== undefined && typeof o.readOnly !== 'boolean') {
-    throw new InboxOptionsError('readOnly', `must be a boolean; got ${JSON.stringify(o.readOnly)}`);
-  }
+  checkBoolean(o, 'readOnly');
   const trustedOrigins = o.trustedOrigins ?? [];
   if (!Array.isArray(trustedOrigins))
     throw new InboxOptionsError('trustedOrigins', 'must be an array of origins');
@@ -195,9 +197,7 @@ export function resolveConsoleOptions(o: ConsoleOptions): ResolvedConsoleOptions
     }
     sessionTtlMs = ms;
   }
-  if (o.trustProxy !== undefined && typeof o.trustProxy !== 'boolean') {
-    throw new InboxOptionsError('trustProxy', `must be a boolean; got ${JSON.stringify(o.trustProxy)}`);
-  }
+  checkBoolean(o, 'trustProxy');
   const secureCookie = o.secureCookie ?? 'auto';
   if (secureCookie !== 'auto' && secureCookie !== 'always') {
     throw new InboxOptionsError(

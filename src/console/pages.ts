@@ -16,6 +16,11 @@ import type {
 import { type Html, href, html, query } from './html.js';
 import { layout, type PageContext } from './layout.js';
 
+/** `3`, or the range `3–5`. */
+export function seqRange(r: { fromSeq: number; toSeq: number }): string {
+  return r.fromSeq === r.toSeq ? String(r.fromSeq) : `${r.fromSeq}–${r.toSeq}`;
+}
+
 function age(ms: number | null): string {
   return ms === null ? '—' : formatDuration(ms);
 }
@@ -26,6 +31,12 @@ function eventLink(ctx: PageContext, d: { source: string; id: string }): Html {
 
 function keyLink(ctx: PageContext, source: string, key: string | null): Html {
   return key === null ? html`—` : html`<a href="${href(ctx.base, 'keys', source, key)}">${key}</a>`;
+}
+
+/** A table of `items` under the header row `head`, or "None." when there are none. */
+function tableOrNone<T>(items: T[], head: Html, row: (item: T) => Html, testid?: string): Html {
+  if (items.length === 0) return html`<p>None.</p>`;
+  return html`<table${testid ? html` data-testid="${testid}"` : ''}>${head}${items.map(row)}</table>`;
 }
 
 function csrfField(ctx: PageContext): Html {
@@ -51,7 +62,6 @@ export function overviewPage(
 ): string {
   const card = (label: string, value: unknown, bad = false) =>
     html`<div class="card${bad ? ' bad' : ''}"><b>${value}</b>${label}</div>`;
-  const reasons = Object.entries(s.deadByReason);
   const body = html`<h1>Overview</h1>
 <div class="cards" data-testid="counts">
 ${card('pending', s.events.pending)}${card('held', s.events.held)}${card('processed', `${s.processedIsEstimate ? '~' : ''}${s.events.processed}`)}
@@ -61,41 +71,35 @@ ${card('keys holding events', s.keys.holding)}${card('oldest gap (held)', age(s.
 <h2>Processed per minute, last hour (${perMinute.reduce((a, b) => a + b, 0)} in all)</h2>
 ${chart(perMinute)}
 <h2>Dead letters by reason</h2>
-${
-  reasons.length === 0
-    ? html`<p>None.</p>`
-    : html`<table><tr><th>reason</th><th>count</th></tr>${reasons.map(
-        ([reason, n]) =>
-          html`<tr><td><a href="${ctx.base}/dead-letters${query({ reason })}">${reason}</a></td><td>${n}</td></tr>`,
-      )}</table>`
-}
+${tableOrNone(
+  Object.entries(s.deadByReason),
+  html`<tr><th>reason</th><th>count</th></tr>`,
+  ([reason, n]) =>
+    html`<tr><td><a href="${ctx.base}/dead-letters${query({ reason })}">${reason}</a></td><td>${n}</td></tr>`,
+)}
 <h2>Dead letters by cause</h2>
-${
-  causes.length === 0
-    ? html`<p>None.</p>`
-    : html`<table data-testid="causes"><tr><th>cause</th><th>reason</th><th>count</th><th>first failed</th><th>last failed</th><th>keys</th><th>sample</th></tr>${causes.map(
-        (g) =>
-          html`<tr><td><a href="${ctx.base}/dead-letters${query({ cause: g.cause ?? '', reason: g.reason ?? '' })}">${g.cause ?? '(none)'}</a></td><td>${g.reason ?? ''}</td><td>${g.count}</td><td>${g.firstAt.toISOString()}</td><td>${g.lastAt.toISOString()}</td><td>${g.keys}</td><td>${oneLine(g.sample.error)}</td></tr>`,
-      )}</table>`
-}
+${tableOrNone(
+  causes,
+  html`<tr><th>cause</th><th>reason</th><th>count</th><th>first failed</th><th>last failed</th><th>keys</th><th>sample</th></tr>`,
+  (g) =>
+    html`<tr><td><a href="${ctx.base}/dead-letters${query({ cause: g.cause ?? '', reason: g.reason ?? '' })}">${g.cause ?? '(none)'}</a></td><td>${g.reason ?? ''}</td><td>${g.count}</td><td>${g.firstAt.toISOString()}</td><td>${g.lastAt.toISOString()}</td><td>${g.keys}</td><td>${oneLine(g.sample.error)}</td></tr>`,
+  'causes',
+)}
 <h2>Ignored by type (no handler takes them)</h2>
-${
-  Object.keys(s.ignoredByType).length === 0
-    ? html`<p>None.</p>`
-    : html`<table><tr><th>type</th><th>count</th></tr>${Object.entries(s.ignoredByType).map(
-        ([type, n]) =>
-          html`<tr><td><a href="${ctx.base}/ignored${query({ type })}">${type || '(none)'}</a></td><td>${n}</td></tr>`,
-      )}</table>`
-}
+${tableOrNone(
+  Object.entries(s.ignoredByType),
+  html`<tr><th>type</th><th>count</th></tr>`,
+  ([type, n]) =>
+    html`<tr><td><a href="${ctx.base}/ignored${query({ type })}">${type || '(none)'}</a></td><td>${n}</td></tr>`,
+)}
 <h2>Busiest groups</h2>
-${
-  groups.length === 0
-    ? html`<p>None waiting.</p>`
-    : html`<table data-testid="groups"><tr><th>source</th><th>group</th><th>pending</th><th>due</th><th>running</th><th>held until</th><th>oldest</th></tr>${groups.map(
-        (g) =>
-          html`<tr><td>${g.source}</td><td>${g.group}</td><td>${g.pending}</td><td>${g.due}</td><td>${g.running}</td><td>${g.heldUntil?.toISOString() ?? ''}</td><td>${age(g.oldestAgeMs)}</td></tr>`,
-      )}</table>`
-}
+${tableOrNone(
+  groups,
+  html`<tr><th>source</th><th>group</th><th>pending</th><th>due</th><th>running</th><th>held until</th><th>oldest</th></tr>`,
+  (g) =>
+    html`<tr><td>${g.source}</td><td>${g.group}</td><td>${g.pending}</td><td>${g.due}</td><td>${g.running}</td><td>${g.heldUntil?.toISOString() ?? ''}</td><td>${age(g.oldestAgeMs)}</td></tr>`,
+  'groups',
+)}
 <h2>Blocked keys</h2>
 ${blocked.length === 0 ? html`<p>None.</p>` : keysTable(ctx, blocked)}
 <p>Sources: ${s.sources.join(', ') || '(none)'}</p>`;
@@ -279,23 +283,18 @@ ${actions}
 <tr><th>oldest held</th><td>${age(k.oldestHeldAgeMs)}</td></tr>
 </table>
 <h2>Gaps</h2>
-${
-  k.gaps.length === 0
-    ? html`<p>None.</p>`
-    : html`<table><tr><th>seqs</th><th>reason</th><th>when</th></tr>${k.gaps.map(
-        (g) =>
-          html`<tr><td>${g.fromSeq === g.toSeq ? g.fromSeq : `${g.fromSeq}–${g.toSeq}`}</td><td>${g.reason}</td><td>${g.createdAt.toISOString()}</td></tr>`,
-      )}</table>`
-}
+${tableOrNone(
+  k.gaps,
+  html`<tr><th>seqs</th><th>reason</th><th>when</th></tr>`,
+  (g) => html`<tr><td>${seqRange(g)}</td><td>${g.reason}</td><td>${g.createdAt.toISOString()}</td></tr>`,
+)}
 <h2>Dead letters</h2>
-${
-  k.deadLetters.length === 0
-    ? html`<p>None.</p>`
-    : html`<table><tr><th>id</th><th>seq</th><th>type</th><th>reason</th><th>last error</th></tr>${k.deadLetters.map(
-        (d) =>
-          html`<tr><td>${eventLink(ctx, d)}</td><td>${d.seq}</td><td>${d.type ?? '—'}</td><td>${d.deadReason}</td><td>${oneLine(d.lastError)}</td></tr>`,
-      )}</table>`
-}`;
+${tableOrNone(
+  k.deadLetters,
+  html`<tr><th>id</th><th>seq</th><th>type</th><th>reason</th><th>last error</th></tr>`,
+  (d) =>
+    html`<tr><td>${eventLink(ctx, d)}</td><td>${d.seq}</td><td>${d.type ?? '—'}</td><td>${d.deadReason}</td><td>${oneLine(d.lastError)}</td></tr>`,
+)}`;
   return layout(ctx, `Key ${k.key}`, body);
 }
 

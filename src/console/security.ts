@@ -23,19 +23,15 @@ function sameSecret(a: string, b: string): boolean {
 const MAX_SESSIONS = 10_000;
 
 /**
- * Login sessions, server-side, in this process: a random id per login that expires after
- * `sessionTtl` and that logout deletes, so an old cookie is refused at once. In memory: no table to
- * migrate; a restart ends every session, and behind a balancer a session is valid only on the
- * instance that made it. Ids are kept as their SHA-256.
+ * Login sessions that expire after `sessionTtl`. Without a `secret`: a random id per login, kept
+ * (as its SHA-256) in this process until it expires or logs out; no table to migrate, and a
+ * restart ends every session. With one: signed, `<expiry>.<random>.<HMAC>`, so every replica
+ * with the secret accepts it; logout revokes it on the replica that served it.
  */
 export class Sessions {
   readonly #expires = new Map<string, number>();
   /** Signed sessions this instance saw logged out (until they would have expired). */
   readonly #revoked = new Map<string, number>();
-  /**
-   * With a shared `secret` (the console's option), a session id is signed instead of stored:
-   * `<expiry>.<random>.<HMAC>`, so that every replica with the secret accepts it.
-   */
   constructor(
     readonly ttlMs: number,
     readonly secret?: string,

@@ -1,22 +1,13 @@
 /**
- * A hostile network in a box: an HTTP proxy on loopback, in front of a consumer, that
- * injects the faults a webhook sender meets in the wild, each at a set rate, drawn from a
- * seeded PRNG so a run can be replayed:
- *
- * - `drop`: the request never reaches the consumer; the sender sees a connection reset, a
- *   502, or nothing at all until its own timeout;
- * - `dropResponse`: the consumer processes the request, then the response is lost (connection
- *   reset), so the sender retries an event that was already applied;
- * - `duplicate`: the request is forwarded twice (the copy a little later);
- * - `delay`: forwarded after a random pause; `reorder`: held back until a later request has
- *   overtaken it;
- * - `error`: answered 500 without reaching the consumer.
- *
- * It counts what it injected, by kind, and what the consumer answered, by outcome.
+ * A hostile network in a box: an HTTP proxy on loopback, in front of a consumer, that injects
+ * the faults a webhook sender meets in the wild (`FaultRates`), each at a set rate, drawn from a
+ * seeded PRNG so a run can be replayed. It counts what it injected, by kind, and what the
+ * consumer answered, by outcome.
  */
 import {
   Agent,
   createServer,
+  type IncomingHttpHeaders,
   type IncomingMessage,
   request,
   type Server,
@@ -37,11 +28,17 @@ export type FaultKind = (typeof FaultKind)[keyof typeof FaultKind];
 
 /** Per-request probabilities, each from 0 to 1. */
 export interface FaultRates {
+  /** The request never reaches the consumer: a connection reset, a 502, or nothing until the sender's timeout. */
   drop?: number;
+  /** The consumer processes the request, then the response is lost: the sender retries an applied event. */
   dropResponse?: number;
+  /** The request is forwarded twice (the copy a little later). */
   duplicate?: number;
+  /** Forwarded after a random pause. */
   delay?: number;
+  /** Held back until a later request has overtaken it. */
   reorder?: number;
+  /** Answered 500 without reaching the consumer. */
   error?: number;
 }
 
@@ -101,26 +98,29 @@ const HOP_BY_HOP = new Set([
   'content-length',
 ]);
 
-function rate(name: string, value: unknown): number {
-  if (value === undefined) return 0;
-  if (typeof value !== 'number' || !(value >= 0 && value <= 1)) {
-    throw new RangeError(`fault proxy: rate \`${name}\` must be a number from 0 to 1; got ${String(value)}`);
+function endToEnd(headers: IncomingHttpHeaders): Record<string, string | string[]> {
+  const kept: Record<string, string | string[]> = {};
+  for (const [name, value] of Object.entries(headers)) {
+    if (value !== undefined && !HOP_BY_HOP.has(name)) kept[name] = value;
   }
-  return value;
+  return kept;
 }
 
 function checkRates(rates: FaultRates = {}): Required<FaultRates> {
   for (const name of Object.keys(rates)) {
     if (!Object.hasOwn(FaultKind, name)) throw new RangeError(`fault proxy: unknown rate \`${name}\``);
   }
-  return {
-    drop: rate('drop', rates.drop),
-    dropResponse: rate('dropResponse', rates.dropResponse),
-    duplicate: rate('duplicate', rates.duplicate),
-    delay: rate('delay', rates.delay),
-    reorder: rate('reorder', rates.reorder),
-    error: rate('error', rates.error),
-  };
+  const checked = {} as Required<FaultRates>;
+  for (const name of Object.keys(FaultKind) as Array<keyof FaultRates>) {
+    const value: unknown = rates[name] === undefined ? 0 : rates[name];
+    if (typeof value !== 'number' || !(value >= 0 && value <= 1)) {
+      throw new RangeError(
+        `fault proxy: rate \`${name}\` must be a number from 0 to 1; got ${String(value)}`,
+      );
+    }
+    checked[name] = value;
+  }
+  return checked;
 }
 
 function readBody(req: IncomingMessage): Promise<Buffer> {
@@ -130,6 +130,12 @@ function readBody(req: IncomingMessage): Promise<Buffer> {
     req.on('end', () => resolve(Buffer.concat(chunks)));
     req.on('error', reject);
   });
+}
+
+/** An answer of the proxy's own, as problem+json. */
+function answer(res: ServerResponse, status: number, title: string, detail: string): void {
+  res.writeHead(status, { 'content-type': 'application/problem+json' });
+  res.end(JSON.stringify({ title, status, detail: `fault proxy: ${detail}` }));
 }
 
 interface Upstream {
@@ -186,11 +192,7 @@ export async function createFaultProxy(options: FaultProxyOptions): Promise<Faul
     const released = overtaken;
     overtaken = [];
     for (const release of released) release();
-    const headers: Record<string, string | string[]> = {};
-    for (const [name, value] of Object.entries(req.headers)) {
-      if (value !== undefined && !HOP_BY_HOP.has(name)) headers[name] = value;
-    }
-    headers['content-length'] = String(body.length);
+    const headers = { ...endToEnd(req.headers), 'content-length': String(body.length) };
     return new Promise<Upstream>((resolve, reject) => {
       const up = request(
         {
@@ -203,10 +205,7 @@ export async function createFaultProxy(options: FaultProxyOptions): Promise<Faul
         },
         (res) => {
           readBody(res).then((b) => {
-            const out: Upstream = { status: res.statusCode ?? 502, headers: {}, body: b };
-            for (const [name, value] of Object.entries(res.headers)) {
-              if (value !== undefined && !HOP_BY_HOP.has(name)) out.headers[name] = value;
-            }
+            const out: Upstream = { status: res.statusCode ?? 502, headers: endToEnd(res.headers), body: b };
             count(out);
             resolve(out);
           }, reject);
@@ -217,7 +216,15 @@ export async function createFaultProxy(options: FaultProxyOptions): Promise<Faul
     });
   }
 
-  const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+  /** Resolves after `ms`, or sooner when `early` calls the function it is given. */
+  const sleep = (ms: number, early?: (wake: () => void) => void) =>
+    new Promise<void>((resolve) => {
+      const timer = setTimeout(resolve, ms);
+      early?.(() => {
+        clearTimeout(timer);
+        resolve();
+      });
+    });
 
   async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     stats.requests++;
@@ -230,8 +237,7 @@ export async function createFaultProxy(options: FaultProxyOptions): Promise<Faul
     const body = await readBody(req);
     if (rError < rates.error) {
       stats.injected.error++;
-      res.writeHead(500, { 'content-type': 'application/problem+json' });
-      res.end(JSON.stringify({ title: 'Injected failure', status: 500, detail: 'fault proxy: error' }));
+      answer(res, 500, 'Injected failure', 'error');
       return;
     }
     if (rDrop < rates.drop) {
@@ -239,19 +245,11 @@ export async function createFaultProxy(options: FaultProxyOptions): Promise<Faul
       const mode = dropModes[Math.floor(rMode * dropModes.length)];
       stats.drops[mode]++;
       if (mode === 'reset') req.socket.resetAndDestroy();
-      else if (mode === '502') {
-        res.writeHead(502, { 'content-type': 'application/problem+json' });
-        res.end(JSON.stringify({ title: 'Bad gateway', status: 502, detail: 'fault proxy: dropped' }));
-      } else {
+      else if (mode === '502') answer(res, 502, 'Bad gateway', 'dropped');
+      else {
         // Nothing comes back: the sender's own timeout has to notice.
         held.add(res);
-        await new Promise<void>((resolve) => {
-          const timer = setTimeout(resolve, holdMs);
-          res.once('close', () => {
-            clearTimeout(timer);
-            resolve();
-          });
-        });
+        await sleep(holdMs, (wake) => res.once('close', wake));
         held.delete(res);
         if (!res.writableEnded) req.socket.destroy();
       }
@@ -259,13 +257,7 @@ export async function createFaultProxy(options: FaultProxyOptions): Promise<Faul
     }
     if (rReorder < rates.reorder) {
       stats.injected.reorder++;
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(resolve, maxDelayMs);
-        overtaken.push(() => {
-          clearTimeout(timer);
-          resolve();
-        });
-      });
+      await sleep(maxDelayMs, (wake) => overtaken.push(wake));
     } else if (rDelay < rates.delay) {
       stats.injected.delay++;
       await sleep(Math.floor(rAmount * maxDelayMs));
@@ -280,10 +272,7 @@ export async function createFaultProxy(options: FaultProxyOptions): Promise<Faul
       up = await forward(req, body);
     } catch {
       stats.outcomes.unreachable = (stats.outcomes.unreachable ?? 0) + 1;
-      res.writeHead(502, { 'content-type': 'application/problem+json' });
-      res.end(
-        JSON.stringify({ title: 'Bad gateway', status: 502, detail: 'fault proxy: consumer unreachable' }),
-      );
+      answer(res, 502, 'Bad gateway', 'consumer unreachable');
       return;
     }
     if (rDropResponse < rates.dropResponse) {
