@@ -95,53 +95,41 @@ function versionOf(text: string, name: string): number {
 
 type FieldText = { text: string; fromHeader: boolean };
 
-/** One field's value as text, or undefined. A header must appear once; others hold a string or an integer. */
-function textOf(
-  source: ResolvedSource,
-  raw: Delivery['headers'],
-  headers: Record<string, string>,
-  view: () => FieldDelivery,
-): FieldText | undefined {
-  if (source.kind === 'header') {
-    const value = single(raw, headers, source.name);
-    return value === undefined ? undefined : { text: value, fromHeader: true };
-  }
-  const value = readSource(source, view());
-  if (value === undefined) return undefined;
-  if (typeof value === 'string') return { text: value, fromHeader: false };
-  if (typeof value === 'number' && Number.isSafeInteger(value))
-    return { text: String(value), fromHeader: false };
-  throw new InvalidDeliveryError(source.label, `${source.label} must be a string or an integer`);
-}
+/** Reads one field's value as text, or undefined. */
+type FieldReader = (source: ResolvedSource) => FieldText | undefined;
 
 /**
- * The event's type, or null: checked as a key is (an operator filters by it; a metric's label). A
- * stored event's is read again by the apply path (`storedTypeOf`).
+ * The reader of a delivery's fields: a header must appear once; others hold a string or an integer.
+ * `view` is made at the first read: the default sources are headers, and an object with a getter is costly.
  */
-export function typeOf(
-  source: ResolvedSource,
+function fieldReader(
   raw: Delivery['headers'],
   headers: Record<string, string>,
   view: () => FieldDelivery,
-): string | null {
-  const field = textOf(source, raw, headers, view);
-  return field === undefined ? null : keyOf(field, source.label);
+): FieldReader {
+  return (source) => {
+    if (source.kind === 'header') {
+      const value = single(raw, headers, source.name);
+      return value === undefined ? undefined : { text: value, fromHeader: true };
+    }
+    const value = readSource(source, view());
+    if (value === undefined) return undefined;
+    if (typeof value === 'string') return { text: value, fromHeader: false };
+    if (typeof value === 'number' && Number.isSafeInteger(value))
+      return { text: String(value), fromHeader: false };
+    throw new InvalidDeliveryError(source.label, `${source.label} must be a string or an integer`);
+  };
 }
 
 type LatestOrder = { readonly key: ResolvedSource; readonly version: ResolvedSource };
 
 /** Latest-wins: the object's key and version, or null without a key; a key without a version is refused. */
-function latestOf(
-  order: LatestOrder,
-  raw: Delivery['headers'],
-  headers: Record<string, string>,
-  view: () => FieldDelivery,
-): ParsedDelivery['latest'] {
+function latestOf(order: LatestOrder, read: FieldReader): ParsedDelivery['latest'] {
   const { key: keySource, version: versionSource } = order;
-  const objectKey = textOf(keySource, raw, headers, view);
+  const objectKey = read(keySource);
   if (objectKey === undefined) return null;
   const text = keyOf(objectKey, keySource.label);
-  const version = textOf(versionSource, raw, headers, view);
+  const version = read(versionSource);
   if (version === undefined) {
     throw new InvalidDeliveryError(
       versionSource.label,
@@ -162,9 +150,11 @@ export function storedLatestOf(
   body: unknown,
 ): ParsedDelivery['latest'] {
   const stored = { ...headers };
-  const view = () => fieldDelivery(stored, rawBody, body);
   try {
-    return latestOf(order, stored, stored, view);
+    return latestOf(
+      order,
+      fieldReader(stored, stored, () => fieldDelivery(stored, rawBody, body)),
+    );
   } catch {
     return null;
   }
@@ -217,11 +207,10 @@ export function parseDelivery(
   ])
     ? parseBody(rawBody, headers['content-type'], options.parse)
     : undefined;
-  // Made at the first read: the default sources are headers, and an object with a getter is costly.
   let fd: FieldDelivery | undefined;
-  const view = () => (fd ??= fieldDelivery(headers, rawBody, body));
+  const read = fieldReader(delivery.headers, headers, () => (fd ??= fieldDelivery(headers, rawBody, body)));
 
-  const idField = textOf(fields.id, delivery.headers, headers, view);
+  const idField = read(fields.id);
   const idName = fields.id.label;
   if (signedId !== undefined && idField !== undefined && idField.text !== signedId) {
     throw new InvalidDeliveryError(
@@ -246,8 +235,8 @@ export function parseDelivery(
   }
 
   // Under latest-wins, the seq stream's fields are not read: one key is in one policy.
-  const keyField = latestOrder ? undefined : textOf(fields.key, delivery.headers, headers, view);
-  const seqField = latestOrder ? undefined : textOf(fields.seq, delivery.headers, headers, view);
+  const keyField = latestOrder ? undefined : read(fields.key);
+  const seqField = latestOrder ? undefined : read(fields.seq);
   const keyName = fields.key.label;
   const seqName = fields.seq.label;
   let key: string | null = null;
@@ -271,8 +260,11 @@ export function parseDelivery(
     seq = n;
   }
 
-  const latest = latestOrder ? latestOf(latestOrder, delivery.headers, headers, view) : null;
-  const type = fields.type ? typeOf(fields.type, delivery.headers, headers, view) : null;
+  const latest = latestOrder ? latestOf(latestOrder, read) : null;
+  // Checked as a key is (an operator filters by it; a metric's label); the apply path reads a stored
+  // event's again (`storedTypeOf`).
+  const typeField = fields.type && read(fields.type);
+  const type = typeField ? keyOf(typeField, fields.type!.label) : null;
   const contentType = headers['content-type'];
   const parsed =
     body !== undefined ||

@@ -1,9 +1,9 @@
 /**
- * Field sources: where an event's id, ordering key, sequence, version and type come from (a header,
- * a JSON pointer into the body, a constant, or a function). Resolved once with the options; every
- * error names the source it read (`body /sequence_id must be an integer ≥ 1`).
+ * Where an event's id, ordering key, sequence, version and type come from. Resolved once with the
+ * options; every error names the source it read (`body /sequence_id must be an integer ≥ 1`).
  */
 import { InboxOptionsError, InvalidDeliveryError } from '../errors.js';
+import { jsonOf } from './payload.js';
 
 /** What a function source sees: lower-case header names, the parsed body and the exact bytes. */
 export interface FieldDelivery {
@@ -29,7 +29,9 @@ export type FieldSource =
   | { readonly header: string }
   | { readonly body: string }
   | { readonly constant: string | number }
-  | ((delivery: FieldDelivery) => string | number | undefined | null);
+  | FieldFunction;
+
+type FieldFunction = (delivery: FieldDelivery) => string | number | undefined | null;
 
 /** The field sources an inbox reads; each left out keeps its default (a header). */
 export interface Fields {
@@ -52,11 +54,7 @@ export type ResolvedSource =
   | { readonly kind: 'header'; readonly name: string; readonly label: string }
   | { readonly kind: 'body'; readonly path: readonly string[]; readonly label: string }
   | { readonly kind: 'constant'; readonly value: string | number; readonly label: string }
-  | {
-      readonly kind: 'function';
-      readonly read: (d: FieldDelivery) => string | number | undefined | null;
-      readonly label: string;
-    };
+  | { readonly kind: 'function'; readonly read: FieldFunction; readonly label: string };
 
 /** An HTTP header name (an RFC 9110 token). */
 export const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9a-z-]+$/i;
@@ -82,17 +80,8 @@ function pointer(text: string, option: string): string[] {
 
 /** Checks a field source given in options; `option` is its name in errors (`fields.seq`). */
 export function resolveSource(given: unknown, option: string): ResolvedSource {
-  if (typeof given === 'function') {
-    return {
-      kind: 'function',
-      read: given as (d: FieldDelivery) => string | number | undefined,
-      label: option,
-    };
-  }
-  if (typeof given === 'string') {
-    if (given.startsWith('/')) return { kind: 'body', path: pointer(given, option), label: `body ${given}` };
-    return resolveSource({ header: given }, option);
-  }
+  if (typeof given === 'function') return { kind: 'function', read: given as FieldFunction, label: option };
+  if (typeof given === 'string') given = given.startsWith('/') ? { body: given } : { header: given };
   if (given !== null && typeof given === 'object') {
     const o = given as Record<string, unknown>;
     const kinds = ['header', 'body', 'constant'].filter((k) => k in o);
@@ -153,15 +142,6 @@ export function readSource(source: ResolvedSource, d: FieldDelivery): unknown {
 /** Then the body is parsed as JSON whatever its content type. */
 export function readsBody(sources: readonly (ResolvedSource | undefined)[]): boolean {
   return sources.some((s) => s?.kind === 'body' || s?.kind === 'function');
-}
-
-/** Undefined when the body is not JSON. */
-export function jsonOf(rawBody: Buffer): unknown {
-  try {
-    return JSON.parse(rawBody.toString('utf8'));
-  } catch {
-    return undefined;
-  }
 }
 
 /** What the sources read of a delivery: `body` as parsed, else (not parsed, or not JSON) its JSON, if any. */

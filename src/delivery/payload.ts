@@ -68,9 +68,16 @@ export function parseBody(rawBody: Buffer, contentType: string | undefined, pars
     throw new InvalidDeliveryError('content-type', 'content-type must be application/json');
   }
   if (!readsAsJson(contentType, parse)) return rawBody;
+  const json = jsonOf(rawBody);
+  if (json === undefined) throw new InvalidDeliveryError('body', 'body is not valid JSON');
+  return json;
+}
+
+/** Undefined when the body is not JSON. */
+export function jsonOf(rawBody: Buffer): unknown {
   try {
     return JSON.parse(rawBody.toString('utf8'));
   } catch {
-    throw new InvalidDeliveryError('body', 'body is not valid JSON');
+    return undefined;
   }
 }

@@ -4,7 +4,8 @@
  */
 import { createHash } from 'node:crypto';
 import { InboxOptionsError, UnauthorizedDeliveryError } from '../errors.js';
-import { HEADER_NAME, jsonOf } from './field-source.js';
+import { HEADER_NAME } from './field-source.js';
+import { jsonOf } from './payload.js';
 import { type Delivery, normalizeHeaders, toBuffer } from './request.js';
 import {
   checkTimestamp,

@@ -2,7 +2,7 @@
  * The inbox at a glance. Every count reads one partial index, never the whole events table:
  * processed rows are counted up to PROCESSED_EXACT_UP_TO and estimated past that.
  */
-import { sql } from 'kysely';
+import { type RawBuilder, sql } from 'kysely';
 import { ageMs, eachSource, type OperationsContext, scoped, sourceIs, sourcesIn, table } from './context.js';
 
 export const PROCESSED_EXACT_UP_TO = 100_000;
@@ -30,66 +30,56 @@ export interface InboxStatus {
 export async function status(ctx: OperationsContext, asked?: string): Promise<InboxStatus> {
   const source = scoped(ctx, asked);
   const events = table(ctx, 'events');
-  const keys = table(ctx, 'keys');
-  const { rows: waiting } = await sql<any>`
+  const read = async (query: RawBuilder<any>) => (await query.execute(ctx.db)).rows;
+  const waiting = await read(sql`
     select e.status, count(*) as n, extract(epoch from (now() - min(e.received_at))) * 1000 as oldest_age_ms
       from ${events} e where e.status in ('held', 'pending') and ${sourceIs('e.source', source)}
-     group by e.status`.execute(ctx.db);
-  const { rows: dead } = await sql<any>`
+     group by e.status`);
+  const dead = await read(sql`
     select e.dead_reason, count(*) as n from ${events} e
-     where e.status = 'dead' and ${sourceIs('e.source', source)} group by e.dead_reason`.execute(ctx.db);
-  const { rows: ignored } = await sql<any>`
+     where e.status = 'dead' and ${sourceIs('e.source', source)} group by e.dead_reason`);
+  const ignored = await read(sql`
     select e.type, count(*) as n from ${events} e
-     where e.status = 'ignored' and ${sourceIs('e.source', source)} group by e.type`.execute(ctx.db);
+     where e.status = 'ignored' and ${sourceIs('e.source', source)} group by e.type`);
   // Each source's newest processed rows, ordered by their index on (source, processed_at) so the
   // planner reads the index (a LIMIT alone lets it scan the table). Source by source: see eachSource.
-  let processedCount = 0;
+  let processed = 0;
   let processedIsEstimate = false;
   for (const from of await eachSource(ctx, source)) {
-    const { rows } = await sql<{ n: string }>`
+    const [{ n }] = await read(sql`
       select count(*) as n from (select 1 from ${events} e where e.source = ${from} and e.status = 'processed'
-                                  order by e.processed_at desc limit ${PROCESSED_EXACT_UP_TO + 1}) x`.execute(
-      ctx.db,
-    );
-    processedCount += Number(rows[0].n);
-    processedIsEstimate ||= Number(rows[0].n) > PROCESSED_EXACT_UP_TO;
+                                  order by e.processed_at desc limit ${PROCESSED_EXACT_UP_TO + 1}) x`);
+    processed += Number(n);
+    processedIsEstimate ||= Number(n) > PROCESSED_EXACT_UP_TO;
   }
-  if (processedIsEstimate) processedCount = Math.max(processedCount, await processedEstimate(ctx, source));
-  const { rows: blocked } = await sql<any>`
-    select count(*) as n from ${keys} k where k.state = 'blocked' and ${sourceIs('k.source', source)}`.execute(
-    ctx.db,
-  );
-  const { rows: holding } = await sql<any>`
+  if (processedIsEstimate) processed = Math.max(processed, await processedEstimate(ctx, source));
+  const [blocked] = await read(sql`
+    select count(*) as n from ${table(ctx, 'keys')} k where k.state = 'blocked' and ${sourceIs('k.source', source)}`);
+  const [holding] = await read(sql`
     select count(distinct (e.source, e.key)) as n from ${events} e
-     where e.status in ('held', 'pending') and e.key is not null and ${sourceIs('e.source', source)}`.execute(
-    ctx.db,
-  );
-  const { rows: sources } = await sql<any>`
+     where e.status in ('held', 'pending') and e.key is not null and ${sourceIs('e.source', source)}`);
+  const sources = await read(sql`
     select source from ${sourcesIn(ctx, 'events')} e where ${sourceIs('e.source', source)}
      union select source from ${sourcesIn(ctx, 'keys')} k where ${sourceIs('k.source', source)}
-     order by source`.execute(ctx.db);
-  const byStatus = { pending: 0, held: 0, processed: processedCount, dead: 0 };
+     order by source`);
+  const held = waiting.find((r) => r.status === 'held');
+  const pending = waiting.find((r) => r.status === 'pending');
   const deadByReason: Record<string, number> = {};
+  for (const r of dead) deadByReason[r.dead_reason ?? 'unknown'] = Number(r.n);
   const ignoredByType: Record<string, number> = {};
-  let oldestHeld: number | null = null;
-  let oldestPending: number | null = null;
-  for (const r of waiting) {
-    byStatus[r.status as 'held' | 'pending'] = Number(r.n);
-    if (r.status === 'held') oldestHeld = ageMs(r.oldest_age_ms);
-    if (r.status === 'pending') oldestPending = ageMs(r.oldest_age_ms);
-  }
-  for (const r of dead) {
-    byStatus.dead += Number(r.n);
-    deadByReason[r.dead_reason ?? 'unknown'] = Number(r.n);
-  }
   for (const r of ignored) ignoredByType[r.type ?? ''] = Number(r.n);
   return {
     sources: sources.map((s) => s.source),
-    events: byStatus,
+    events: {
+      pending: Number(pending?.n ?? 0),
+      held: Number(held?.n ?? 0),
+      processed,
+      dead: dead.reduce((sum, r) => sum + Number(r.n), 0),
+    },
     processedIsEstimate,
-    keys: { blocked: Number(blocked[0].n), holding: Number(holding[0].n) },
-    oldestHeldAgeMs: oldestHeld,
-    oldestPendingAgeMs: oldestPending,
+    keys: { blocked: Number(blocked.n), holding: Number(holding.n) },
+    oldestHeldAgeMs: ageMs(held?.oldest_age_ms),
+    oldestPendingAgeMs: ageMs(pending?.oldest_age_ms),
     deadByReason,
     ignoredByType,
   };
