@@ -11,7 +11,8 @@ declare module 'vitest' {
 
 /**
  * The cluster script: WEBHOOK_INBOX_CITUS_SCRIPT, else `shared/citus/cluster.sh` in the nearest
- * directory above the repository that has one (a worktree or a fresh clone beside `shared/`).
+ * directory above the repository that has one (a worktree or a fresh clone beside `shared/`), else
+ * the workplace's own `/work/shared` (a clone made elsewhere).
  */
 function clusterScript(): string {
   const given = process.env.WEBHOOK_INBOX_CITUS_SCRIPT;
@@ -20,6 +21,7 @@ function clusterScript(): string {
     const candidate = join(dirname(dir), 'shared/citus/cluster.sh');
     if (existsSync(candidate)) return candidate;
   }
+  if (existsSync('/work/shared/citus/cluster.sh')) return '/work/shared/citus/cluster.sh';
   throw new Error(
     'the Citus tier found no shared/citus/cluster.sh above the repository: set WEBHOOK_INBOX_CITUS_SCRIPT to its path',
   );
