@@ -1,5 +1,6 @@
 export { backoffMs } from './apply/retry-schedule.js';
 export type { SweepReport } from './background/sweeper.js';
+export type { CitusOptions } from './db/citus.js';
 export type { DatabaseInput } from './db/database.js';
 export type { PGliteLike, PgClientLike, PgPoolLike } from './db/drivers/shapes.js';
 export type {
@@ -12,7 +13,13 @@ export type {
 export { migrations } from './db/migrations.js';
 export type { KeyState, StoredEvent } from './db/sql/inspect.js';
 export type { RedisInput, RedisLike } from './dedup/redis-cache.js';
-export type { FieldDelivery, FieldSource, Fields, ResolvedSource } from './delivery/field-source.js';
+export type {
+  FieldDelivery,
+  FieldFunction,
+  FieldSource,
+  Fields,
+  ResolvedSource,
+} from './delivery/field-source.js';
 export { type ParseMode, SECRET_HEADERS } from './delivery/payload.js';
 export type { Provider } from './delivery/providers.js';
 export type { Delivery } from './delivery/request.js';
@@ -83,6 +90,7 @@ export type {
 } from './options/body-schema.js';
 export type { DeadLetterCause, DeadLetterEvent, OnDeadLetter } from './options/dead-letter-hook.js';
 export type { Handler, HandlerContext, InboxEvent } from './options/event.js';
+export type { GroupsOption, ResolvedGroups } from './options/groups.js';
 export type {
   EventMapOf,
   EventTypeMap,

@@ -31,7 +31,7 @@ export type FieldSource =
   | { readonly constant: string | number }
   | FieldFunction;
 
-type FieldFunction = (delivery: FieldDelivery) => string | number | undefined | null;
+export type FieldFunction = (delivery: FieldDelivery) => string | number | undefined | null;
 
 /** The field sources an inbox reads; each left out keeps its default (a header). */
 export interface Fields {
