@@ -90,7 +90,7 @@ export type {
 } from './options/body-schema.js';
 export type { DeadLetterCause, DeadLetterEvent, OnDeadLetter } from './options/dead-letter-hook.js';
 export type { Handler, HandlerContext, InboxEvent } from './options/event.js';
-export type { GroupsOption, ResolvedGroups } from './options/groups.js';
+export type { GroupsOption, PerGroup, Rate, ResolvedGroups } from './options/groups.js';
 export type {
   EventMapOf,
   EventTypeMap,
