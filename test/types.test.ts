@@ -48,6 +48,7 @@ const INBOX_COLUMNS = {
     'cause',
     'failed_at',
     'stream',
+    'group_key',
   ] satisfies (keyof InboxEventsTable)[],
   keys: [
     'source',

@@ -46,6 +46,8 @@ export interface InboxEventsTable {
   failed_at: Date | null;
   /** The key, else the id: the distribution column on Citus (docs/citus.md). */
   stream: string;
+  /** The event's group (option `groups`; '' for none). */
+  group_key: string;
 }
 
 /** One row per ordering key: its cursor (`next_seq`) and whether it is blocked. */
