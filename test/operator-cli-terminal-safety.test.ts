@@ -53,10 +53,12 @@ describe.skipIf(!postgresTarget)('CLI output is safe on a terminal (postgres)', 
     const id = `evt${HOSTILE}-1`;
     const key = `acct${HOSTILE}`;
     const db = await inbox.kysely();
-    await sql`update ${sql.table(`${t.schema}.events`)} set id = ${id}, key = ${key} where id = 'evt-1'`.execute(
+    await sql`update ${sql.table(`${t.schema}.events`)} set id = ${id}, key = ${key}, stream = ${key} where id = 'evt-1'`.execute(
       db,
     );
-    await sql`update ${sql.table(`${t.schema}.keys`)} set key = ${key} where key = 'acct-1'`.execute(db);
+    await sql`update ${sql.table(`${t.schema}.keys`)} set key = ${key}, stream = ${key} where key = 'acct-1'`.execute(
+      db,
+    );
     await inbox.close();
     inbox = undefined;
 
