@@ -4,7 +4,8 @@ import type { AddressInfo } from 'node:net';
 import express from 'express';
 import { CompiledQuery, type Kysely } from 'kysely';
 import pg from 'pg';
-import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { Registry } from 'prom-client';
+import { afterAll, afterEach, describe, expect, it, vi } from 'vitest';
 import { inbox as expressInbox } from '../adapters/express.js';
 import { type LedgerServer, startLedger } from '../examples/ledger/start.js';
 import { idempotencyKey } from '../src/apply/handler-context.js';
@@ -291,6 +292,32 @@ onPostgres('deferred mode with two instances on one database (PostgreSQL)', () =
     // e.g. a deadlock victim; the ledger above is what must hold exactly once.)
     expect(a.ledger.runs).toBeGreaterThan(0);
     expect(b.ledger.runs).toBeGreaterThan(0);
+  });
+
+  it('an instance with workers: 0 only acknowledges: its sweeper leaves the events to the workers', async () => {
+    t = await target.open();
+    const registry = new Registry();
+    const web = await ledgerOn(t.db, { workers: 0, sweepIntervalMs: 20, metrics: { registry } });
+    const sweeps = async () => {
+      const { values } = await registry.getSingleMetric('webhook_inbox_sweeper_runs_total')!.get();
+      return values.reduce((sum, v) => sum + v.value, 0);
+    };
+    const ids = [uid('u'), uid('u')];
+    for (const id of ids) expect((await deliver(`${web.url}/webhooks`, id, { amount: 1 })).status).toBe(202);
+    const ordered = { 'x-key': 'k', 'x-seq': '1' };
+    expect((await deliver(`${web.url}/webhooks`, uid('k'), { amount: 1 }, ordered)).status).toBe(202);
+    // Three of its sweeper's passes over the three due events: none ran its handler.
+    const from = await sweeps();
+    await vi.waitFor(async () => expect(await sweeps()).toBeGreaterThanOrEqual(from + 3), {
+      timeout: 10_000,
+    });
+    expect(web.ledger.runs).toBe(0);
+    expect(await waiting(await web.inbox.kysely(), t.schema)).toBe(3);
+    const worker = await ledgerOn(t.another(), { workers: 1 });
+    await settle([web.inbox, worker.inbox], t.schema);
+    expect((await entries(worker, 'none')).map((e) => e.id).sort()).toEqual(ids.sort());
+    expect((await entries(worker, 'k')).map((e) => e.seq)).toEqual([1]);
+    expect({ web: web.ledger.runs, worker: worker.ledger.runs }).toEqual({ web: 0, worker: 3 });
   });
 
   it('a SIGKILLed worker process loses nothing and applies nothing twice: another instance takes over', async () => {

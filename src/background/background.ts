@@ -17,29 +17,26 @@ export class Background {
 
   constructor(rt: Runtime) {
     this.#rt = rt;
+    const nothing: Drained = { applied: 0, gapsSkipped: 0, keysBlocked: 0 };
     this.#sweeper = new Sweeper(rt, {
       // Deferred mode hands the timed passes' work to the lanes: only the lanes hold pool connections
-      // while handlers run.
+      // while handlers run. An instance with `workers: 0` only acknowledges: the lanes of the
+      // instances that have them take the work.
       drain: async (key, handOff) => {
-        if (handOff && this.#lanes) {
+        if (handOff && this.sheddingPending) {
           this.#workers!.wake(key);
-          return { applied: 0, gapsSkipped: 0, keysBlocked: 0 };
+          return nothing;
         }
         return this.#drained(key, false);
       },
       applyPending: (limit, handOff) => {
-        if (handOff && this.#lanes) {
+        if (handOff && this.sheddingPending) {
           this.#workers!.wake(null);
           return Promise.resolve(0);
         }
         return applyDuePendingEvents(rt, limit);
       },
     });
-  }
-
-  /** Deferred mode with worker lanes in this instance. */
-  get #lanes(): boolean {
-    return this.sheddingPending && this.#rt.options.workers > 0;
   }
 
   start(): void {

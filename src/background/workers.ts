@@ -67,7 +67,7 @@ export class Workers {
 
   /** A runnable event of `key` (or an unordered one, for null) may be waiting: wake a lane. */
   wake(key: string | null): void {
-    if (this.#closing) return;
+    if (this.#closing || this.#lanes.length === 0) return;
     if (key === null) {
       this.#unordered = true;
       this.#unorderedGeneration++;
