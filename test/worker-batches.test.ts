@@ -128,8 +128,9 @@ describe.runIf(postgresTarget)('workers applying pending events in batches (Post
       attempts: 1,
       result: { balance: 404 },
     });
-    // The first batch held all five: e1, e3 and e5 committed in one transaction.
-    expect(new Set([e1, e3, e5].map((id) => transactionOf.get(id))).size).toBe(1);
+    // e2's throw did not end its batch: e1 and e3 committed in one transaction. (The batch may stop
+    // later, once its handlers ran the batch budget, on a machine busy enough to take that long.)
+    expect(transactionOf.get(e3)).toBe(transactionOf.get(e1));
     expect(transactionOf.get(e4)).not.toBe(transactionOf.get(e1));
     // Every applied one is a duplicate now, answered with its result.
     for (const id of [e1, e3, e5]) expect((await deliver(worker, id)).kind).toBe('duplicate');

@@ -132,9 +132,7 @@ export async function startLedger(options: LedgerServerOptions = {}): Promise<Le
           ...options.ingest,
         }),
       );
-      // On the ledger inbox's database its tables exist already, and the ingest inbox opens
-      // (its workers and sweeper start) on its first request: nothing runs for it until then.
-      // Another database needs the ledger's tables now.
+      // On the ledger inbox's database the ledger's tables exist already; another needs them now.
       if (options.ingest?.db !== undefined) await ledger.setup(await ingest.kysely());
     }
     const testHooks = options.testHooks ?? testHooksFromEnv();
