@@ -200,7 +200,7 @@ describe.skipIf(!postgresUrl)('the ledger ingest contract, over HTTP on PostgreS
   test('load: 50 senders posting random sequence ids; every answer 202 but the late ones, and the ledger reconciles', {
     timeout: 600_000,
   }, async () => {
-    const seconds = sized(10, 30);
+    const seconds = sized(10, 15);
     const app = await serve({ gapTimeoutMs: 2000, sweepIntervalMs: 100 });
     const load = await runIngestLoad({ url: app.url, seconds, senders: 50 });
     const { answers } = load;

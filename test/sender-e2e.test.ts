@@ -39,7 +39,7 @@ describe.skipIf(!postgresTarget)('sender → fault proxy → inbox (real Postgre
     });
     cleanups.push(() => sender.close());
 
-    const events = sized(500, 2000);
+    const events = sized(500, 1000);
     const keys = sized(50, 100);
     const random = seededRandom(99);
     const plan = Array.from({ length: events }, (_, i) => ({
