@@ -1,12 +1,7 @@
 import { formatDuration, parseDuration } from '../duration.js';
 import { InboxOptionsError } from '../errors.js';
 
-/**
- * The checks every option goes through, for the inbox's options (options.ts) and the sender's
- * (sender/options.ts): a bad value throws InboxOptionsError naming the option and what it
- * must be.
- */
-
+/** Option checks, for the inbox's and the sender's: a bad value throws InboxOptionsError naming it. */
 /** Schema and table prefix: spliced into SQL as identifiers, so plain lower-case ones only. */
 export const IDENTIFIER = /^[a-z_][a-z0-9_]{0,39}$/;
 export const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9a-z-]+$/;
