@@ -55,6 +55,18 @@ export function bool(options: Record<string, unknown>, name: string, fallback: b
   return value;
 }
 
+/** An optional function; `shape` follows "must be a function" in the error. */
+export function optionalFunction<T>(
+  options: Record<string, unknown>,
+  name: string,
+  shape: string,
+): T | undefined {
+  const value = options[name];
+  if (value !== undefined && typeof value !== 'function')
+    throw new InboxOptionsError(name, `must be a function${shape}; got ${describe(value)}`);
+  return value as T | undefined;
+}
+
 /** An HTTP header name, lower-cased. */
 export function headerName(value: unknown, name: string, fallback: string): string {
   if (value === undefined) return fallback;
