@@ -1,7 +1,6 @@
 /**
- * Provider presets (`webhook-inbox/providers`): for each provider, how its signature is
- * verified and where its event id (and type, and the object an event is about) come from,
- * built on the inbox's verifiers and field sources. Every part can be overridden.
+ * Provider presets (`webhook-inbox/providers`): how each provider's signature is verified and where
+ * its event id, type and object come from. Every part can be overridden.
  *
  * ```ts
  * import { createInbox } from 'webhook-inbox';
@@ -25,31 +24,19 @@ import {
 
 /** What a preset bundles; pass it as the inbox's `provider` option. */
 export interface Provider {
-  /** The provider's name (`'stripe'`). */
   readonly name: string;
-  /** Verifies the provider's signature (401 when it does not match). */
   readonly verify: Verify;
-  /** Where the event id comes from (the inbox's `fields.id`). */
+  /** The inbox's `fields.id`. */
   readonly id: FieldSource;
-  /** Where the event type is: `event.type`, what `handlers` route by. */
+  /** Where `event.type` is. */
   readonly type: FieldSource | undefined;
-  /**
-   * Headers added to a permanent refusal (`RejectEvent`, 422 `rejected`) where the provider has
-   * a way to be told "do not retry this one" (Svix's `webhook-delivery: abort-message`, Slack's
-   * `X-Slack-No-Retry: 1`); empty where it has none (docs/routing.md, "Permanent refusals").
-   */
+  /** Headers added to a `RejectEvent`'s 422 that tell the provider not to retry. */
   readonly rejectHeaders: Readonly<Record<string, string>>;
-  /**
-   * The object an event is about and its version (for "latest wins": never let an older
-   * event overwrite a newer one), where the provider has them; false when turned off.
-   */
+  /** The object an event is about and its version, for latest-wins ordering; false when off. */
   readonly order: { readonly key: FieldSource; readonly version: FieldSource } | false;
-  /**
-   * The request headers that carry the provider's secret or signature (GitLab's
-   * `x-gitlab-token`, Stripe's `stripe-signature`): never stored with an event, never shown.
-   */
+  /** The request headers that carry the provider's secret or signature: never stored. */
   readonly secretHeaders: readonly string[];
-  /** The tenant an event belongs to (the inbox's `groups.by`), where the provider names one. */
+  /** The tenant an event belongs to (the inbox's `groups.by`). */
   readonly group?: FieldSource;
 }
 
@@ -57,13 +44,13 @@ export interface Provider {
 export interface PresetOptions {
   /** The signing secret; several while rotating (any of them may have signed). */
   secret: Secrets;
-  /** Where the event id comes from, instead of the preset's. */
+  /** Instead of the preset's. */
   id?: FieldSource;
-  /** Where the event type is, instead of the preset's. */
+  /** Instead of the preset's. */
   type?: FieldSource;
-  /** The ordering key and version instead of the preset's, or false for none. */
+  /** Instead of the preset's, or false for none. */
   order?: { key: FieldSource; version: FieldSource } | false;
-  /** Where the event's group is (option `groups`), instead of the preset's. */
+  /** Instead of the preset's. */
   group?: FieldSource;
 }
 
@@ -100,7 +87,7 @@ function preset(
   };
 }
 
-/** A member of a parsed JSON body, or undefined when the body is not an object or lacks it. */
+/** A member of a parsed JSON body, or undefined. */
 function member(value: unknown, name: string): unknown {
   return value !== null && typeof value === 'object' && Object.hasOwn(value, name)
     ? (value as Record<string, unknown>)[name]
