@@ -175,13 +175,6 @@ export class InboxStartError extends InboxError {
 /**
  * The embedded database is needed (no `db`, `db: 'memory'` or `dataDir`) and the optional peer
  * `@electric-sql/pglite` is not installed.
- *
- * ```ts
- * await inbox.ready().catch((err) => {
- *   if (err instanceof EmbeddedDatabaseUnavailableError) console.error(err.message); // says what to install
- *   throw err;
- * });
- * ```
  */
 export class EmbeddedDatabaseUnavailableError extends InboxStartError {
   override name = 'EmbeddedDatabaseUnavailableError';

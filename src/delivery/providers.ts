@@ -117,10 +117,6 @@ export function stripe(options: TimedPresetOptions): Provider {
  * `X-GitHub-Delivery` (the same on a redelivery); type = `X-GitHub-Event`, joined with the
  * body's `action` when it has one, as Octokit names them (`issues.opened`; `push`). No ordering.
  * Group (option `groups`): the App's `installation.id`.
- *
- * ```ts
- * provider: github({ secret: process.env.GITHUB_WEBHOOK_SECRET })
- * ```
  */
 export function github(options: PresetOptions): Provider {
   return preset(
@@ -145,10 +141,6 @@ export function github(options: PresetOptions): Provider {
  * `X-Shopify-Webhook-Id` (`X-Shopify-Event-Id` names the event across subscriptions:
  * `id: 'x-shopify-event-id'`); type = `X-Shopify-Topic`; the object is the body's `id`,
  * versioned by `X-Shopify-Triggered-At`; group (option `groups`) = `X-Shopify-Shop-Domain`.
- *
- * ```ts
- * provider: shopify({ secret: process.env.SHOPIFY_API_SECRET })
- * ```
  */
 export function shopify(options: PresetOptions): Provider {
   return preset(
@@ -221,10 +213,6 @@ export function slack(options: TimedPresetOptions): Provider {
  * Paddle Billing: `Paddle-Signature: ts=…;h1=…` over `${ts}:${body}` (5 seconds' tolerance,
  * as Paddle's SDK); id = the body's `event_id`; type = `event_type`; the object is `data.id`,
  * versioned by `occurred_at`.
- *
- * ```ts
- * provider: paddle({ secret: process.env.PADDLE_WEBHOOK_SECRET })
- * ```
  */
 export function paddle(options: TimedPresetOptions): Provider {
   return preset('paddle', options, (o) => paddleSignature(o as TimedPresetOptions), {
@@ -239,10 +227,6 @@ export function paddle(options: TimedPresetOptions): Provider {
  * nothing); id = `Idempotency-Key` (GitLab 17.4 and later, the same on a retry), else
  * `X-Gitlab-Event-UUID`; type = the body's `object_kind` (`push`, `merge_request`), else
  * `X-Gitlab-Event` (`System Hook`). No ordering.
- *
- * ```ts
- * provider: gitlab({ secret: process.env.GITLAB_WEBHOOK_TOKEN })
- * ```
  */
 export function gitlab(options: PresetOptions): Provider {
   return preset('gitlab', options, (o) => headerToken({ header: 'x-gitlab-token', secret: o.secret }), {

@@ -128,10 +128,6 @@ function plainSecrets(secret: unknown): (string | Buffer)[] {
 /**
  * Slack: `X-Slack-Signature: v0=<hex>`, an HMAC-SHA256 of `v0:${timestamp}:${body}` keyed by the
  * app's signing secret. Covers the timestamp and the body.
- *
- * ```ts
- * verify: slackSignature({ secret: process.env.SLACK_SIGNING_SECRET })
- * ```
  */
 export function slackSignature(options: { secret: Secrets; toleranceSeconds?: number }): Verify {
   const keys = plainSecrets(options?.secret);
@@ -183,10 +179,6 @@ function checkSignedItems(
 /**
  * Paddle Billing: `Paddle-Signature: ts=<unix seconds>;h1=<hex>`, an HMAC-SHA256 of `${ts}:${body}`;
  * 5 seconds of clock difference by default, as Paddle's SDK.
- *
- * ```ts
- * verify: paddleSignature({ secret: process.env.PADDLE_WEBHOOK_SECRET })
- * ```
  */
 export function paddleSignature(options: { secret: Secrets; toleranceSeconds?: number }): Verify {
   const keys = plainSecrets(options?.secret);
