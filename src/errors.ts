@@ -73,10 +73,7 @@ export class HandlerError extends InboxError {
  * operator, never sent back.
  *
  * ```ts
- * handle: async (event, tx) => {
- *   if (!Number.isInteger(event.body.amount)) throw new RejectEvent('amount must be an integer');
- *   await tx.insertInto('payments').values(event.body).execute();
- * }
+ * if (!Number.isInteger(event.body.amount)) throw new RejectEvent('amount must be an integer');
  * ```
  */
 export class RejectEvent extends InboxError {
@@ -91,11 +88,7 @@ export class RejectEvent extends InboxError {
  * spending an attempt; a delivery is answered 202 `pending` (with `retryAt`).
  *
  * ```ts
- * handle: async (event, { tx }) => {
- *   const order = await tx.selectFrom('orders').selectAll().where('id', '=', event.body.orderId).executeTakeFirst();
- *   if (!order) throw new RetryLater({ afterMs: 60_000 });
- *   // ...
- * }
+ * if (!order) throw new RetryLater({ afterMs: 60_000 }); // the order's own event has not arrived yet
  * ```
  */
 export class RetryLater extends InboxError {
@@ -135,11 +128,8 @@ export class OperationError extends InboxError {
 export class PoolWaitTimeoutError extends InboxError {
   override name = 'PoolWaitTimeoutError';
   constructor(readonly waitedMs: number) {
-    super(
-      `webhook-inbox: no database connection became free within ${waitedMs} ms`,
-      'pool-wait-timeout',
-      503,
-    );
+    const message = `webhook-inbox: no database connection became free within ${waitedMs} ms`;
+    super(message, 'pool-wait-timeout', 503);
   }
 }
 

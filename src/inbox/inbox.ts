@@ -164,14 +164,7 @@ export class Inbox {
     await this.#rt.close();
   }
 
-  /**
-   * Can this instance take deliveries? One cheap query and one Redis PING, each bounded; `ok` is
-   * false only when Postgres does not answer.
-   *
-   * ```ts
-   * const { ok, redis, held, deadLetters } = await inbox.health();
-   * ```
-   */
+  /** Can this instance take deliveries? One bounded query and Redis PING; not `ok` only without Postgres. */
   health(): Promise<InboxHealth> {
     return checkHealth(this.#rt);
   }
@@ -245,13 +238,7 @@ export class Inbox {
     return (await this.operations()).ignored(filter);
   }
 
-  /**
-   * Re-queues the ignored events of `type` ({@link Operations.replayIgnored}) and applies them now.
-   *
-   * ```ts
-   * const { requeued } = await inbox.replayIgnored('invoice.paid');
-   * ```
-   */
+  /** Re-queues the ignored events of `type` ({@link Operations.replayIgnored}) and applies them now. */
   async replayIgnored(type: string): Promise<IgnoredReplayResult> {
     const result = await (await this.operations()).replayIgnored({ type, source: this.options.source });
     if (result.requeued > 0) await this.#background.applyPending(result.requeued);
@@ -277,13 +264,7 @@ export class Inbox {
     return (await this.operations()).keys(filter);
   }
 
-  /**
-   * {@link Operations.prune}, now (the sweeper does it by `retention`).
-   *
-   * ```ts
-   * const { pruned } = await inbox.prune({ olderThan: '30d', dryRun: true });
-   * ```
-   */
+  /** {@link Operations.prune}, now (the sweeper does it by `retention`). */
   async prune(options: Omit<PruneOptions, 'source'>): Promise<PruneResult> {
     return (await this.operations()).prune(options);
   }
@@ -302,21 +283,14 @@ export class Inbox {
 }
 
 /**
- * Creates an inbox.
+ * Creates an inbox. `createInbox<DB, Body>(…)` types the handler's `tx` and `event.body`.
  *
  * ```ts
  * const inbox = createInbox({
  *   db: process.env.DATABASE_URL,
- *   async handle(event, { tx }) {
- *     await tx.insertInto('orders').values({ id: event.body.orderId }).execute();
- *     return { ok: true };
- *   },
+ *   handle: (event, { tx }) => tx.insertInto('orders').values({ id: event.body.orderId }).execute(),
  * });
- * const outcome = await inbox.receive({ headers, rawBody });
  * ```
- *
- * Typed: `createInbox<DB, Body>(…)` makes the handler's `tx` a `Transaction<DB>` (your Kysely
- * database interface, e.g. from `kysely-codegen`) and `event.body` a `Body`.
  */
 export function createInbox<DB = any, TBody = any>(options: InboxOptions<TBody, DB>): Inbox {
   return new Inbox(options as InboxOptions);
