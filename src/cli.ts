@@ -1,10 +1,5 @@
 #!/usr/bin/env node
-/**
- * `webhook-inbox`: the operator's command line (the package's `bin`). It talks to the inbox
- * tables directly (no handler, every source unless --source narrows it): replays are
- * re-queued and applied by the application's sweeper, through the same path as every other
- * event. The commands live in src/cli/; this file only runs them.
- */
+/** `webhook-inbox`, the operator's command line (the package's `bin`); the commands live in src/cli/. */
 import { realpathSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 import { EXIT } from './cli/command.js';

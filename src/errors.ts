@@ -1,7 +1,4 @@
-/**
- * Errors carry a stable `code` and the HTTP status they map to. Responses built from them
- * are RFC 9457 `application/problem+json`; `detail` is always ours, never a handler's message.
- */
+/** An error with a stable `code` and the HTTP status it maps to. */
 export class InboxError extends Error {
   override name = 'InboxError';
   constructor(
@@ -50,10 +47,7 @@ export class UnauthorizedDeliveryError extends InboxError {
   }
 }
 
-/**
- * The raw body is gone: a body parser ran before the inbox. The inbox needs the exact bytes
- * (signatures and the body hash are computed over them), so it refuses rather than guess.
- */
+/** The raw body is gone: a body parser ran before the inbox, which needs the exact bytes. */
 export class RawBodyUnavailableError extends InboxError {
   override name = 'RawBodyUnavailableError';
   constructor(hint: string) {
@@ -74,16 +68,12 @@ export class HandlerError extends InboxError {
 }
 
 /**
- * Thrown by a handler to refuse an event for good: running it again will not make it right. The
- * inbox dead-letters it at once with reason `rejected`, answers the delivery 422 (the sender should
- * not retry), and an ordered key follows `onPoison`. The message is stored as the dead letter's
- * error for the operator, never sent back to the sender.
+ * Thrown by a handler to refuse an event for good: it is dead-lettered at once (`rejected`), the
+ * delivery answered 422, and an ordered key follows `onPoison`. The message is stored for the
+ * operator, never sent back.
  *
  * ```ts
- * handle: async (event, tx) => {
- *   if (!Number.isInteger(event.body.amount)) throw new RejectEvent('amount must be an integer');
- *   await tx.insertInto('payments').values(event.body).execute();
- * }
+ * if (!Number.isInteger(event.body.amount)) throw new RejectEvent('amount must be an integer');
  * ```
  */
 export class RejectEvent extends InboxError {
@@ -94,16 +84,11 @@ export class RejectEvent extends InboxError {
 }
 
 /**
- * Thrown by a handler: "not yet" (an event that arrives before the object it refers to). The event
- * waits until `at` (or `afterMs` from now) and is applied then by the sweeper, without spending an
- * attempt. A delivery is answered 202 `pending` (with `retryAt`), so the sender does not retry.
+ * Thrown by a handler: "not yet". The event waits until `at` (or `afterMs` from now), without
+ * spending an attempt; a delivery is answered 202 `pending` (with `retryAt`).
  *
  * ```ts
- * handle: async (event, { tx }) => {
- *   const order = await tx.selectFrom('orders').selectAll().where('id', '=', event.body.orderId).executeTakeFirst();
- *   if (!order) throw new RetryLater({ afterMs: 60_000 });
- *   // ...
- * }
+ * if (!order) throw new RetryLater({ afterMs: 60_000 }); // the order's own event has not arrived yet
  * ```
  */
 export class RetryLater extends InboxError {
@@ -129,10 +114,8 @@ export class RetryLater extends InboxError {
 }
 
 /**
- * An operator action (replay, skip, unblock, show) that could not be done as asked: nothing was
- * changed. `code` says why: `not-found`, `ambiguous` (the id or key exists in several sources; name
- * one), `refused` (the action does not apply in its state) or `locked` (what it must lock stayed
- * locked past its lock timeout).
+ * An operator action that could not be done as asked; nothing was changed. `code`: `not-found`,
+ * `ambiguous` (in several sources), `refused` (not in its state) or `locked` (past the lock timeout).
  */
 export class OperationError extends InboxError {
   override name = 'OperationError';
@@ -145,11 +128,8 @@ export class OperationError extends InboxError {
 export class PoolWaitTimeoutError extends InboxError {
   override name = 'PoolWaitTimeoutError';
   constructor(readonly waitedMs: number) {
-    super(
-      `webhook-inbox: no database connection became free within ${waitedMs} ms`,
-      'pool-wait-timeout',
-      503,
-    );
+    const message = `webhook-inbox: no database connection became free within ${waitedMs} ms`;
+    super(message, 'pool-wait-timeout', 503);
   }
 }
 
@@ -162,10 +142,9 @@ export class HandlerTimeoutError extends InboxError {
 }
 
 /**
- * The inbox could not start: its database did not open, or its migrations failed. `inbox.ready()`
- * rejects with it (and so does what waits for the start), its message naming the cause and, where
- * one is known, the fix; `cause` is what the database or the migration threw. The inbox keeps
- * retrying on its own until `close()`: to stop at boot instead, catch it and exit.
+ * The inbox could not start (the database did not open, or the migrations failed): `inbox.ready()`
+ * rejects with it, naming the cause and the fix where one is known. The inbox keeps retrying until
+ * `close()`: to stop at boot, catch it and exit.
  *
  * ```ts
  * await inbox.ready().catch((err) => {
@@ -184,15 +163,8 @@ export class InboxStartError extends InboxError {
 }
 
 /**
- * The embedded database is needed (no `db`, `db: 'memory'` or `dataDir`) and
- * `@electric-sql/pglite`, an optional peer dependency, is not installed: a start that failed.
- *
- * ```ts
- * await inbox.ready().catch((err) => {
- *   if (err instanceof EmbeddedDatabaseUnavailableError) console.error(err.message); // says what to install
- *   throw err;
- * });
- * ```
+ * The embedded database is needed (no `db`, `db: 'memory'` or `dataDir`) and the optional peer
+ * `@electric-sql/pglite` is not installed.
  */
 export class EmbeddedDatabaseUnavailableError extends InboxStartError {
   override name = 'EmbeddedDatabaseUnavailableError';

@@ -13,11 +13,7 @@ export const OutcomeKind = Object.freeze({
   pending: 'pending',
   shed: 'shed',
   unavailable: 'unavailable',
-  /**
-   * The inbox is mounted where it cannot work: a body parser consumed the request before it.
-   * 500, nothing stored: the developer's mistake, permanent until the mount is fixed, and the
-   * sender's retries then deliver the event.
-   */
+  /** A body parser consumed the request before the inbox: 500, nothing stored. */
   misconfigured: 'misconfigured',
   /** The handler threw RejectEvent: dead-lettered at once, 422. */
   rejected: 'rejected',
@@ -42,10 +38,7 @@ export interface Outcome {
   readonly headers: Readonly<Record<string, string>>;
   /** The JSON body (a `respond` hook's, when it returned an object). */
   readonly body: Readonly<Record<string, unknown>>;
-  /**
-   * The body exactly as sent, when a `respond` hook gave one (its string, or its value as
-   * JSON); absent otherwise, and the body is `JSON.stringify(body)`.
-   */
+  /** The body exactly as sent, when a `respond` hook gave one; else `JSON.stringify(body)`. */
   readonly text?: string;
 }
 
@@ -60,13 +53,10 @@ const REPLAY_HEADERS = Object.freeze({
   'idempotent-replayed': 'true',
 });
 
-/**
- * Where the documentation is read: the repository's docs/ (the package ships only dist/, the
- * README and the CHANGELOG). Every error, log line and problem that names a page links it here.
- */
+/** Where the documentation is read (the package does not ship docs/). */
 export const DOCS_BASE = 'https://github.com/webhook-inbox/webhook-inbox/blob/main/docs/';
 
-/** A page of the documentation (`configuration.md`, `outcomes.md#failed`), as a URL a user can open. */
+/** A page of the documentation (`outcomes.md#failed`) as a URL. */
 export function docsUrl(page: string): string {
   return DOCS_BASE + page;
 }
@@ -97,11 +87,7 @@ const TITLES: Record<string, string> = {
   rejected: 'Event rejected',
 };
 
-/**
- * Statuses whose title says more than their kind's: a body too big or too slow is `invalid`
- * too (same `type`, nothing stored), but "Invalid delivery" would send the sender looking for a
- * malformed header.
- */
+/** Statuses whose title says more than their kind's (`invalid`, which suggests a malformed header). */
 const STATUS_TITLES: Record<number, string> = {
   413: 'Body too large',
   408: 'Request timeout',
@@ -133,10 +119,7 @@ export function problem(
   };
 }
 
-/**
- * The answer to another method than POST on the webhook path: 405 with `Allow: POST`, so a
- * probe or a misconfigured sender learns what the endpoint takes instead of a framework's 404.
- */
+/** The answer to another method than POST on the webhook path: 405 with `Allow: POST`. */
 export function methodNotAllowed(): Outcome {
   const outcome = problem(
     OutcomeKind.methodNotAllowed,

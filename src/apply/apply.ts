@@ -1,9 +1,7 @@
 /**
- * The steps of applying a taken event, in its take's transaction (`inTransaction`): `applyTaken`
- * runs the handler under the take's savepoint (`runTaken`) and records its result (`recordResult`);
- * after COMMIT, `reportCommitted` remembers the events as processed. A handler that throws rolls back
- * to its savepoint and its failure is recorded in the same transaction (src/apply/failed-runs.ts),
- * while the event is still locked, so nobody can take and run it in between.
+ * Applying a taken event in its take's transaction: the handler under the take's savepoint, then its
+ * result; after COMMIT, `reportCommitted`. A handler that throws rolls back to its savepoint and its
+ * failure is recorded in the same transaction, while the event is still locked.
  */
 import type { Context } from '@opentelemetry/api';
 import type { Kysely, Transaction } from 'kysely';
@@ -34,11 +32,7 @@ export type Run =
 
 type Applied = Extract<Run, { status: 'applied' }>;
 
-/**
- * One transaction on `db`, READ COMMITTED whatever the server default: the SQL relies on each
- * statement seeing what committed before it (a claim that waited for a key lock). Errors other than
- * a handler's are thrown to the caller, which knows what they mean for it.
- */
+/** READ COMMITTED whatever the server default: the SQL relies on each statement seeing what committed before. */
 export function inTransaction<T>(db: Kysely<any>, body: (tx: Transaction<any>) => Promise<T>): Promise<T> {
   return db.transaction().setIsolationLevel('read committed').execute(body);
 }
@@ -81,30 +75,18 @@ export async function recordResult(rt: Runtime, tx: Transaction<any>, run: Appli
   const o = rt.options;
   if (event.rowAtCommit) await recordApplied(rt, tx, run);
   else if (event.markAtCommit || run.ignored) {
-    // The take locked the row and left it waiting: marked here, riding on what follows
-    // (src/db/sql/mark-applied.ts); nothing in this transaction reads its status in between. An
-    // ignored event gets its payload back, for a replay.
-    await rt.statements.markApplied(tx, {
-      source: o.source,
-      id: event.id,
-      key: event.key,
-      json: json ?? null,
-      keepPayload: o.keepPayload,
-      ...recorded(event, run, o.secretHeaders),
-    });
+    // The take left the row waiting: marked here, riding on what follows.
+    await markApplied(rt, tx, event, json ?? null, recorded(event, run, o.secretHeaders));
   } else if (json !== undefined) await rt.statements.storeResult(tx, o.source, event, json);
 }
 
-/**
- * After COMMIT: only now may the events be remembered and counted as processed (a COMMIT that
- * failed, e.g. 23505 on a new event's row, applied nothing).
- */
+/** After COMMIT: only now may the events be remembered and counted as processed. */
 export function reportCommitted(rt: Runtime, runs: readonly (Run | undefined)[]): void {
   for (const run of runs) {
     if (!run) continue;
     if (run.status === 'failed') reportFailure(rt, run.event, run.failure);
     else if (run.ignored) {
-      // Not remembered: the caches hold processed events only; a redelivery is answered from the row.
+      // The caches hold processed events only.
       rt.metrics.ignored(run.type);
     } else {
       if (!run.superseded) rt.metrics.handler(run.seconds, 'processed');
@@ -116,10 +98,7 @@ export function reportCommitted(rt: Runtime, runs: readonly (Run | undefined)[])
 /** Latest-wins: how long a stored event waits when another transaction holds its object's key. */
 const LATEST_BUSY_MS = 50;
 
-/**
- * Latest-wins, for a pending event `take_pending` took: decided under the object's key row, before
- * its handler (src/db/sql/latest-check.ts). Busy: snoozed; superseded: recorded so, no handler run.
- */
+/** Latest-wins, for a pending event a worker took, before its handler: busy is snoozed. */
 export async function supersededOrBusy(
   rt: Runtime,
   tx: Transaction<any>,
@@ -137,17 +116,7 @@ export async function supersededOrBusy(
   if (check.decision !== 'superseded') return undefined;
   const result = { superseded: true, key: latest.key, version: latest.version, latest: check.latest };
   const json = JSON.stringify(result);
-  await rt.statements.markApplied(tx, {
-    source: o.source,
-    id: event.id,
-    key: event.key,
-    json,
-    keepPayload: o.keepPayload,
-    status: 'processed',
-    type: null,
-    payload: null,
-    headers: null,
-  });
+  await markApplied(rt, tx, event, json, { status: 'processed', type: null, payload: null, headers: null });
   o.logger.debug(
     { id: event.id, key: latest.key, version: latest.version, latest: check.latest, source: o.source },
     'webhook-inbox: superseded (a newer version of its key was applied)',
@@ -155,20 +124,37 @@ export async function supersededOrBusy(
   return { status: 'applied', event, result, json, seconds: 0, ignored: false, type: null, superseded: true };
 }
 
-/**
- * Its status and type, and for an ignored event its payload and headers whatever `keepPayload` says:
- * a handler written later applies it from them (`webhook-inbox ignored replay`).
- */
-function recorded(
-  event: TakenEvent,
-  ran: { ignored: boolean; type: string | null },
-  secretHeaders: ReadonlySet<string>,
-): {
+interface Recorded {
   status: 'processed' | 'ignored';
   type: string | null;
   payload: Buffer | null;
   headers: Record<string, string> | null;
-} {
+}
+
+function markApplied(
+  rt: Runtime,
+  tx: Transaction<any>,
+  event: TakenEvent,
+  json: string | null,
+  row: Recorded,
+): Promise<void> {
+  const o = rt.options;
+  return rt.statements.markApplied(tx, {
+    source: o.source,
+    id: event.id,
+    key: event.key,
+    json,
+    keepPayload: o.keepPayload,
+    ...row,
+  });
+}
+
+/** An ignored event keeps its payload whatever `keepPayload` says, for a replay once a handler exists. */
+function recorded(
+  event: TakenEvent,
+  ran: { ignored: boolean; type: string | null },
+  secretHeaders: ReadonlySet<string>,
+): Recorded {
   return ran.ignored
     ? {
         status: 'ignored',

@@ -1,7 +1,6 @@
 /**
- * A failed run's cause: a hash of its error's type and of its message with what varies per event
- * (quoted values, numbers, ids, URLs) taken out, so that one incident's dead letters group together
- * (`webhook-inbox dead groups`) and replay as one (`--cause`). It carries no payload data.
+ * A failed run's cause: a hash of its error's type and message, what varies per event taken out, so
+ * that one incident's dead letters group together.
  */
 import { createHash } from 'node:crypto';
 

@@ -28,12 +28,9 @@ function errorMessage(err: unknown): string {
 }
 
 /**
- * Records a failed run in its transaction: back to the savepoint the take left (the handler's writes
- * undone, the event still locked and waiting again), then `fail` counts the attempt and, once the
- * retry budget is spent, dead-letters it and blocks or skips its key (`onPoison`). An event whose
- * row the claim left for COMMIT (`rowAtCommit`) has none: `fail` inserts it, still under the claim's
- * id and key locks, which the savepoint keeps. Nothing is read back before COMMIT, so `fail`'s
- * decision is computed here from the attempts the take read under the same lock.
+ * Records a failed run in its transaction: back to the take's savepoint, then `fail` counts the
+ * attempt or dead-letters it. Nothing is read back before COMMIT, so `fail`'s decision is computed
+ * here from the attempts the take read under the same lock.
  */
 export async function recordFailure(
   rt: Runtime,
@@ -52,7 +49,7 @@ export async function recordFailure(
   await rt.statements.fail(tx, {
     ...(await undoFailedTake(rt, tx, event)),
     error: errorMessage(cause),
-    // Decided here (the budget is time, which `fail` does not read): 1 is "now", the largest int "not now".
+    // 1 is "dead now", the largest int "not now".
     maxAttempts: next.dead ? 1 : 2_147_483_647,
     onPoison: o.onPoison,
     retryInMs: next.dead ? 0 : next.retryInMs,
@@ -74,7 +71,6 @@ export async function recordFailure(
   };
 }
 
-/** Back to the savepoint the take left, the event waiting again (src/db/sql/failed-run.ts). */
 async function undoFailedTake(rt: Runtime, tx: Transaction<any>, event: TakenEvent) {
   const o = rt.options;
   const row = {
@@ -116,11 +112,7 @@ export async function recordSnooze(
   return { decision: 'snoozed', attempts: event.attempts, drain: false, error: later };
 }
 
-/**
- * What the operator does about a dead letter. A poison one failed until its budget was spent:
- * fixed, a replay applies it. A rejected one was refused for good by its handler (RejectEvent),
- * and a replay would refuse it again: skip it where it blocks its key, purge it once read.
- */
+/** What the operator does about a dead letter: a rejected one would be refused again by a replay. */
 function deadLetterAdvice(reason: string, id: string, blocksKey: boolean): string {
   if (reason !== 'rejected')
     return `replay it with \`webhook-inbox dead replay ${id}\` once the cause is fixed`;

@@ -3,11 +3,7 @@ import type { KyselyPlugin, PluginTransformQueryArgs, PluginTransformResultArgs,
 import { HandlerError, HandlerTimeoutError } from '../errors.js';
 import type { Handler, HandlerContext, InboxEvent } from '../options/event.js';
 
-/**
- * A stable key for one outbound call of one event (`Idempotency-Key`): the same source, id and name
- * give the same key on every run, so a handler re-run after a crash repeats the call safely. UUID
- * version 8 (RFC 9562) from SHA-256.
- */
+/** The same key for one outbound call of one event on every run: a UUID v8 from SHA-256. */
 export function idempotencyKey(source: string, id: string, name: string): string {
   const hex = createHash('sha256')
     .update(JSON.stringify(['webhook-inbox', source, id, name]))
@@ -35,10 +31,7 @@ class RunAbort {
   }
 }
 
-/**
- * Refuses queries a timed-out handler still sends through `tx`: its transaction has been
- * rolled back and its connection may already serve someone else.
- */
+/** Refuses what a timed-out handler still sends: its connection may already serve someone else. */
 class RefuseAfterAbort implements KyselyPlugin {
   constructor(readonly run: RunAbort) {}
   transformQuery(args: PluginTransformQueryArgs) {
@@ -50,10 +43,7 @@ class RefuseAfterAbort implements KyselyPlugin {
   }
 }
 
-/**
- * Runs the handler with its context; a throw, or running past `timeoutMs`, becomes a HandlerError.
- * `plugins` are those of the user's Kysely instance, which the inbox's own statements run without.
- */
+/** Runs the handler with its context; a throw, or running past `timeoutMs`, becomes a HandlerError. */
 export async function runWithContext(
   handle: Handler,
   event: InboxEvent,

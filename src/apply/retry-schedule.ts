@@ -1,9 +1,4 @@
-/**
- * What follows a failed handler run: another run after a wait, or the dead letter, for every path
- * that applies an event. The budget is time from the event's arrival (`retryFor`), as providers
- * budget theirs, so an outage costs retries, not dead letters; `maxAttempts`, when given, still bounds it.
- */
-
+/** What follows a failed handler run: another run after a wait, or the dead letter. */
 export interface RetryScheduleOptions {
   /** Milliseconds. */
   readonly retryFor: number;

@@ -9,20 +9,14 @@ import type { InboxEvent } from '../options/event.js';
 import type { Runtime } from '../runtime/runtime.js';
 import { runWithContext } from './handler-context.js';
 
-/**
- * A taken event's type: the delivery's, or a stored event's read again (the handler that exists now
- * decides). `body`: the parsed body, when the caller has it.
- */
+/** A taken event's type: the delivery's, or a stored event's read again. */
 export function eventType(rt: Runtime, taken: TakenEvent, body?: unknown): string | null {
   if ('type' in taken) return taken.type ?? null;
   const source = rt.options.fields.type;
   return source ? storedTypeOf(source, taken.headers, taken.payload, body) : null;
 }
 
-/**
- * Runs the handler in `tx` (none for its type: ignored); its result, as JSON for storing, and how
- * long it ran. A throw becomes a HandlerError, counted here as failed.
- */
+/** Runs the handler in `tx` (none for its type: ignored); a throw becomes a HandlerError. */
 export async function runHandler(
   rt: Runtime,
   tx: Transaction<any>,

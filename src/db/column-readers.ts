@@ -1,9 +1,4 @@
-/**
- * Readers of the columns our statements return, whatever the pool's type parsers made of them (pg's
- * defaults, PGlite's, an application's own, or none: PostgreSQL's text). A boolean read with
- * `=== true` was false for the text 't', and a new event's row was never written
- * (test/pool-type-parsers.test.ts).
- */
+/** Readers of the columns our statements return, whatever the pool's type parsers made of them. */
 
 /** A jsonb column read back as text (`::text`), so no global parser changes what a duplicate is answered. */
 export function fromJsonText(text: unknown): unknown {

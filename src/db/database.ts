@@ -53,35 +53,21 @@ async function importPGlite(): Promise<typeof import('@electric-sql/pglite')> {
 }
 
 export interface Database {
-  /**
-   * What the inbox runs its own statements on: without plugins, so that what it reads back is what its
-   * SQL names (a CamelCasePlugin would rename `row_at_commit`, and a new event's row never be written).
-   */
+  /** The inbox's own statements run without plugins: what it reads back is what its SQL names. */
   readonly kysely: Kysely<any>;
-  /** What `inbox.kysely()` hands the application: the Kysely instance the user passed, else `kysely`. */
+  /** What `inbox.kysely()` hands the application: the user's Kysely instance, else `kysely`. */
   readonly applicationKysely: Kysely<any>;
   /** The plugins of a Kysely instance the user passed: the handler's `tx` gets them back. */
   readonly handlerPlugins: readonly KyselyPlugin[];
-  /** `pg` (a server over the network) or `pglite` (embedded, one session). */
   readonly kind: 'pg' | 'pglite';
   /** The pool, when we have one (for pool-wait bounds and LISTEN/NOTIFY). */
   readonly pool: PgPoolLike | undefined;
-  /**
-   * What must never queue behind a handler runs on (deferred acknowledgements, wake-ups, the sweeper,
-   * the pending count): connections of their own (`ackPoolSize`) when the inbox can open them.
-   */
+  /** What must never queue behind a handler: connections of their own (`ackPoolSize`) when possible. */
   readonly acks: Kysely<any>;
   readonly names: StatementNames;
-  /**
-   * The driver is ours, so it sends a statement's companions itself (its `after` savepoint, its
-   * `first`); through a user's Kysely instance the savepoint is a statement of its own.
-   */
+  /** The driver is ours: it sends a statement's `after` and `first` itself. */
   readonly sendsCompanions: boolean;
-  /**
-   * The driver is ours, so a claim sent outside a transaction is a READ COMMITTED transaction of its
-   * own in one round trip (src/db/drivers/fold.ts); a user's Kysely instance would run it at the
-   * server's default isolation, which the claim's SQL cannot rely on.
-   */
+  /** The driver is ours: a claim sent outside a transaction is READ COMMITTED whatever the server's default. */
   readonly readCommittedAlone: boolean;
   destroy(): Promise<void>;
 }
@@ -120,7 +106,7 @@ export async function openDatabase(
     const pool = new Pool({ connectionString: input, max: options.poolSize ?? 10 }) as PgPoolLike & {
       on(event: 'error', listener: (err: Error) => void): void;
     };
-    // An idle client's connection can drop; pg emits that on the pool, and an unhandled 'error' crashes.
+    // An idle client's dropped connection is emitted on the pool: unheard, it would end the process.
     pool.on('error', () => {});
     const acks = options.ackPoolSize
       ? ackPool(Pool, { connectionString: input }, options.ackPoolSize)

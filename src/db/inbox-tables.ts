@@ -1,6 +1,5 @@
 /**
- * The inbox's tables as Kysely table interfaces, for users who query them; test/types.test.ts
- * compares their columns with a migrated database.
+ * The inbox's tables as Kysely table interfaces, for users who query them.
  *
  * ```ts
  * import { Kysely } from 'kysely';
@@ -20,14 +19,13 @@ export type Int8 = ColumnType<string | number | bigint, string | number | bigint
 export interface InboxEventsTable {
   source: string;
   id: string;
-  /** The ordering key; null for an unordered event. */
   key: string | null;
   seq: Int8 | null;
   /** SHA-256 of the raw body, hex. */
   body_hash: string;
-  /** `ignored`: no handler takes its type (option `handlers`); final, as `processed` is. */
+  /** `ignored`: no handler takes its type; final, as `processed` is. */
   status: 'pending' | 'held' | 'processed' | 'dead' | 'ignored';
-  /** The raw body, kept while the event waits, while it is ignored (and after, with `keepPayload`). */
+  /** The raw body, kept while the event waits or is ignored (and after, with `keepPayload`). */
   payload: Buffer | null;
   headers: Record<string, string> | null;
   /** What the handler returned (JSON), replayed to duplicates. */
@@ -38,15 +36,14 @@ export interface InboxEventsTable {
   run_after: Date | null;
   received_at: Date;
   processed_at: Date | null;
-  /** The event's type, written on every path that writes or fails its row (null: none, or superseded). */
   type: string | null;
-  /** The last failed run's fingerprint (its error's type and normalised message, hashed). */
+  /** The last failed run's fingerprint. */
   cause: string | null;
   /** When the last failed run was recorded (a dead letter's: when it died). */
   failed_at: Date | null;
   /** The key, else the id: the distribution column on Citus (docs/citus.md). */
   stream: string;
-  /** The event's group (option `groups`; '' for none). */
+  /** '' for none. */
   group_key: string;
 }
 

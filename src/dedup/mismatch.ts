@@ -5,10 +5,7 @@ export interface EventIdentity {
   readonly seq: number | null;
 }
 
-/**
- * What differs between a stored event and a delivery of its id, in the claim's order (body, key,
- * seq); every answer given without the claim asks this, so each answers as the claim would.
- */
+/** What differs between a stored event and a delivery of its id, in the claim's order. */
 export function mismatchOf(stored: EventIdentity, delivery: EventIdentity): 'body' | 'key' | 'seq' | null {
   if (stored.hash !== delivery.hash) return 'body';
   if (stored.key !== delivery.key) return 'key';

@@ -1,8 +1,6 @@
 /**
- * A bounded in-process LRU of events this instance saw processed, so a duplicate is answered without
- * a round trip. Safe: an entry is written only after the event committed as processed, which is final,
- * and used only when hash, key and seq all match. An entry also learns whether its body parses as
- * JSON (the hash is the bytes'), so later copies need not be parsed (`KnownBodies`).
+ * An LRU of events this instance saw processed (final), used only when hash, key and seq all match.
+ * An entry also learns whether its body parses as JSON, so later copies need not be parsed.
  */
 export interface CachedEvent {
   readonly hash: string;

@@ -1,7 +1,6 @@
 /**
- * The Redis fast path for duplicates (docs/redis.md). Redis is a cache, never the truth: an entry is
- * written only after a delivery committed as processed (final), carries hash, key and seq, and anything
- * short of a clean, fast hit falls through to Postgres, which decides as it would without Redis.
+ * The Redis fast path for duplicates: a cache, never the truth. An entry is written only after a
+ * commit as processed (final); anything short of a clean, fast hit falls through to Postgres.
  */
 import type { Logger } from '../observability/logger.js';
 import type { CachedEvent } from './processed-cache.js';
@@ -57,8 +56,7 @@ export class RedisCache {
   ) {
     this.#client = client;
     this.#owned = options.owned ? (client as OwnedRedis) : undefined;
-    // The source is URI-encoded so that it contains no ':' and `${source}:${id}` splits one way only:
-    // sources 'a:b' + id 'c' and 'a' + id 'b:c' must never share an entry.
+    // URI-encoded, the source has no ':': `${source}:${id}` splits one way only.
     this.#prefix = `${options.prefix}${encodeURIComponent(options.source)}:`;
     this.#timeoutMs = options.timeoutMs;
     this.#ttlMs = options.ttlMs;
@@ -89,8 +87,7 @@ export class RedisCache {
         else this.#failed();
         resolve(answer);
       };
-      // A busy event loop runs due timers before it reads its sockets: `setImmediate` lets an answer
-      // that has arrived win, so only one that has not is a timeout.
+      // Timers run before sockets are read: `setImmediate` lets an answer that has arrived win.
       const timer = setTimeout(() => setImmediate(() => settle({ reason: 'timeout' })), timeoutMs);
       timer.unref();
       let pending: Promise<T>;
@@ -182,8 +179,7 @@ function decode(raw: string): CachedEvent | undefined {
 
 /**
  * The ioredis client for a URL: connects in the background, refuses commands while disconnected,
- * never retries one (the fallback is Postgres), and pipelines a pass's commands in one write (one
- * write per GET was the largest share of a Redis-answered storm's CPU, BENCHMARKS.md).
+ * never retries one (the fallback is Postgres), and pipelines a pass's commands in one write.
  */
 export async function connectRedis(url: string, logger: Logger): Promise<RedisLike> {
   let Redis: any;
@@ -191,9 +187,8 @@ export async function connectRedis(url: string, logger: Logger): Promise<RedisLi
     const mod: any = await import('ioredis');
     Redis = mod.Redis ?? mod.default;
   } catch (err) {
-    throw new Error('webhook-inbox: option `redis` is a URL, which needs the `ioredis` package installed', {
-      cause: err,
-    });
+    const message = 'webhook-inbox: option `redis` is a URL, which needs the `ioredis` package installed';
+    throw new Error(message, { cause: err });
   }
   const client: OwnedRedis = new Redis(url, {
     lazyConnect: true,

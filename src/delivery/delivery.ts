@@ -21,13 +21,13 @@ export interface ParsedDelivery {
   readonly headers: Record<string, string>;
   /** Latest-wins ordering: the object's key and this event's version; null when off or keyless. */
   readonly latest: { readonly key: string; readonly version: number } | null;
-  /** The event's type (`fields.type` or the provider's), or null when it has none or none is read. */
+  /** `fields.type` or the provider's. */
   readonly type: string | null;
-  /** Its group (option `groups`, read by the receive path); '' or absent: none. */
+  /** Read by the receive path; '' or absent: none. */
   readonly group?: string;
 }
 
-/** Bodies known to parse as JSON, by event id and body hash (the in-process cache). */
+/** Bodies known to parse as JSON, by event id and body hash. */
 export interface KnownBodies {
   bodyParses(id: string, hash: string): boolean;
 }
@@ -139,10 +139,7 @@ function latestOf(order: LatestOrder, read: FieldReader): ParsedDelivery['latest
   return { key: text, version: versionOf(version.text, versionSource.label) };
 }
 
-/**
- * Latest-wins: a stored event's key and version, read again from its stored headers and payload for
- * a worker's check (src/apply/apply.ts). Null when they no longer read (options changed): unordered.
- */
+/** A stored event's latest-wins key and version, read again for a worker; null when they no longer read. */
 export function storedLatestOf(
   order: LatestOrder,
   headers: Readonly<Record<string, string>>,
@@ -161,14 +158,12 @@ export function storedLatestOf(
 }
 
 export interface DeliveryOptions {
-  /** Where id, key and seq are read: `fields`, else the `headers`; the type from `fields` or the provider. */
   readonly fields: {
     readonly id: ResolvedSource;
     readonly key: ResolvedSource;
     readonly seq: ResolvedSource;
     readonly type: ResolvedSource | undefined;
   };
-  /** `seq`, or latest-wins with where its key and version are read. */
   readonly order:
     | { readonly policy: 'seq' }
     | { readonly policy: 'latest'; readonly key: ResolvedSource; readonly version: ResolvedSource };
@@ -261,8 +256,7 @@ export function parseDelivery(
   }
 
   const latest = latestOrder ? latestOf(latestOrder, read) : null;
-  // Checked as a key is (an operator filters by it; a metric's label); the apply path reads a stored
-  // event's again (`storedTypeOf`).
+  // Checked as a key is: an operator filters by it.
   const typeField = fields.type && read(fields.type);
   const type = typeField ? keyOf(typeField, fields.type!.label) : null;
   const contentType = headers['content-type'];

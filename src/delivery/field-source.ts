@@ -1,7 +1,4 @@
-/**
- * Where an event's id, ordering key, sequence, version and type come from. Resolved once with the
- * options; every error names the source it read (`body /sequence_id must be an integer ≥ 1`).
- */
+/** Where an event's id, key, seq, version and type come from; every error names the source it read. */
 import { InboxOptionsError, InvalidDeliveryError } from '../errors.js';
 import { jsonOf } from './payload.js';
 
@@ -42,8 +39,7 @@ export interface Fields {
   /** The position in the key's sequence (integer ≥ 1). @defaultValue the `X-Seq` header (`headers.seq`) */
   readonly seq?: FieldSource;
   /**
-   * The event's type (`event.type`, what `handlers` route by): `'/type'`, `'x-event-type'`, or a
-   * function. Absent from a delivery, the type is null (only a `'*'` handler takes it).
+   * The event's type (`event.type`, what `handlers` route by); absent from a delivery, it is null.
    * @defaultValue the `provider`'s, else none (`event.type` is null)
    */
   readonly type?: FieldSource;
@@ -104,7 +100,6 @@ export function resolveSource(given: unknown, option: string): ResolvedSource {
   );
 }
 
-/** Arrays are indexed by decimal strings. */
 function at(body: unknown, path: readonly string[]): unknown {
   let node = body;
   for (const part of path) {
@@ -139,7 +134,7 @@ export function readSource(source: ResolvedSource, d: FieldDelivery): unknown {
   }
 }
 
-/** Then the body is parsed as JSON whatever its content type. */
+/** Whether the body must be parsed as JSON whatever its content type. */
 export function readsBody(sources: readonly (ResolvedSource | undefined)[]): boolean {
   return sources.some((s) => s?.kind === 'body' || s?.kind === 'function');
 }

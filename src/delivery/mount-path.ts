@@ -1,10 +1,7 @@
-/**
- * Which requests an adapter answers, alike in every framework. Mounted at an app's root without a
- * `path`, the inbox answers at {@link DEFAULT_ROOT_PATH}: `app.use(inbox(…))` must not take over the app.
- */
+/** Which requests an adapter answers, alike in every framework. */
 import { InboxOptionsError } from '../errors.js';
 
-/** Where the inbox answers when mounted at the root of an app and given no `path`. */
+/** Where the inbox answers at an app's root without a `path`: `app.use(inbox(…))` must not take over the app. */
 export const DEFAULT_ROOT_PATH = '/webhooks';
 
 export type Endpoint = 'delivery' | 'health' | 'method-not-allowed' | 'pass';

@@ -1,7 +1,6 @@
 /**
- * Provider presets (`webhook-inbox/providers`): for each provider, how its signature is
- * verified and where its event id (and type, and the object an event is about) come from,
- * built on the inbox's verifiers and field sources. Every part can be overridden.
+ * Provider presets (`webhook-inbox/providers`): how each provider's signature is verified and where
+ * its event id, type and object come from. Every part can be overridden.
  *
  * ```ts
  * import { createInbox } from 'webhook-inbox';
@@ -25,31 +24,19 @@ import {
 
 /** What a preset bundles; pass it as the inbox's `provider` option. */
 export interface Provider {
-  /** The provider's name (`'stripe'`). */
   readonly name: string;
-  /** Verifies the provider's signature (401 when it does not match). */
   readonly verify: Verify;
-  /** Where the event id comes from (the inbox's `fields.id`). */
+  /** The inbox's `fields.id`. */
   readonly id: FieldSource;
-  /** Where the event type is: `event.type`, what `handlers` route by. */
+  /** Where `event.type` is. */
   readonly type: FieldSource | undefined;
-  /**
-   * Headers added to a permanent refusal (`RejectEvent`, 422 `rejected`) where the provider has
-   * a way to be told "do not retry this one" (Svix's `webhook-delivery: abort-message`, Slack's
-   * `X-Slack-No-Retry: 1`); empty where it has none (docs/routing.md, "Permanent refusals").
-   */
+  /** Headers added to a `RejectEvent`'s 422 that tell the provider not to retry. */
   readonly rejectHeaders: Readonly<Record<string, string>>;
-  /**
-   * The object an event is about and its version (for "latest wins": never let an older
-   * event overwrite a newer one), where the provider has them; false when turned off.
-   */
+  /** The object an event is about and its version, for latest-wins ordering; false when off. */
   readonly order: { readonly key: FieldSource; readonly version: FieldSource } | false;
-  /**
-   * The request headers that carry the provider's secret or signature (GitLab's
-   * `x-gitlab-token`, Stripe's `stripe-signature`): never stored with an event, never shown.
-   */
+  /** The request headers that carry the provider's secret or signature: never stored. */
   readonly secretHeaders: readonly string[];
-  /** The tenant an event belongs to (the inbox's `groups.by`), where the provider names one. */
+  /** The tenant an event belongs to (the inbox's `groups.by`). */
   readonly group?: FieldSource;
 }
 
@@ -57,13 +44,13 @@ export interface Provider {
 export interface PresetOptions {
   /** The signing secret; several while rotating (any of them may have signed). */
   secret: Secrets;
-  /** Where the event id comes from, instead of the preset's. */
+  /** Instead of the preset's. */
   id?: FieldSource;
-  /** Where the event type is, instead of the preset's. */
+  /** Instead of the preset's. */
   type?: FieldSource;
-  /** The ordering key and version instead of the preset's, or false for none. */
+  /** Instead of the preset's, or false for none. */
   order?: { key: FieldSource; version: FieldSource } | false;
-  /** Where the event's group is (option `groups`), instead of the preset's. */
+  /** Instead of the preset's. */
   group?: FieldSource;
 }
 
@@ -100,7 +87,7 @@ function preset(
   };
 }
 
-/** A member of a parsed JSON body, or undefined when the body is not an object or lacks it. */
+/** A member of a parsed JSON body, or undefined. */
 function member(value: unknown, name: string): unknown {
   return value !== null && typeof value === 'object' && Object.hasOwn(value, name)
     ? (value as Record<string, unknown>)[name]
@@ -130,10 +117,6 @@ export function stripe(options: TimedPresetOptions): Provider {
  * `X-GitHub-Delivery` (the same on a redelivery); type = `X-GitHub-Event`, joined with the
  * body's `action` when it has one, as Octokit names them (`issues.opened`; `push`). No ordering.
  * Group (option `groups`): the App's `installation.id`.
- *
- * ```ts
- * provider: github({ secret: process.env.GITHUB_WEBHOOK_SECRET })
- * ```
  */
 export function github(options: PresetOptions): Provider {
   return preset(
@@ -158,10 +141,6 @@ export function github(options: PresetOptions): Provider {
  * `X-Shopify-Webhook-Id` (`X-Shopify-Event-Id` names the event across subscriptions:
  * `id: 'x-shopify-event-id'`); type = `X-Shopify-Topic`; the object is the body's `id`,
  * versioned by `X-Shopify-Triggered-At`; group (option `groups`) = `X-Shopify-Shop-Domain`.
- *
- * ```ts
- * provider: shopify({ secret: process.env.SHOPIFY_API_SECRET })
- * ```
  */
 export function shopify(options: PresetOptions): Provider {
   return preset(
@@ -234,10 +213,6 @@ export function slack(options: TimedPresetOptions): Provider {
  * Paddle Billing: `Paddle-Signature: ts=…;h1=…` over `${ts}:${body}` (5 seconds' tolerance,
  * as Paddle's SDK); id = the body's `event_id`; type = `event_type`; the object is `data.id`,
  * versioned by `occurred_at`.
- *
- * ```ts
- * provider: paddle({ secret: process.env.PADDLE_WEBHOOK_SECRET })
- * ```
  */
 export function paddle(options: TimedPresetOptions): Provider {
   return preset('paddle', options, (o) => paddleSignature(o as TimedPresetOptions), {
@@ -252,10 +227,6 @@ export function paddle(options: TimedPresetOptions): Provider {
  * nothing); id = `Idempotency-Key` (GitLab 17.4 and later, the same on a retry), else
  * `X-Gitlab-Event-UUID`; type = the body's `object_kind` (`push`, `merge_request`), else
  * `X-Gitlab-Event` (`System Hook`). No ordering.
- *
- * ```ts
- * provider: gitlab({ secret: process.env.GITLAB_WEBHOOK_TOKEN })
- * ```
  */
 export function gitlab(options: PresetOptions): Provider {
   return preset('gitlab', options, (o) => headerToken({ header: 'x-gitlab-token', secret: o.secret }), {

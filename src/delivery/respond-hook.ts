@@ -1,7 +1,6 @@
 /**
- * The `respond` option shapes what the sender receives; the inbox decides first, exactly as without
- * it. What the hook returns is checked before anything is written; a hook that throws or returns
- * something unusable is logged and the default answered, so a bug in it never becomes a 500.
+ * The `respond` option shapes what the sender receives, after the inbox decided. A hook that throws
+ * or returns something unusable is logged and the default answered: a bug in it is never a 500.
  */
 import { InboxOptionsError } from '../errors.js';
 import type { Logger } from '../observability/logger.js';
@@ -12,13 +11,11 @@ import { HEADER_NAME } from './field-source.js';
 /** The event a `respond` hook sees: what identifies it, its body and its headers. */
 export interface RespondEvent<TBody = any> {
   readonly id: string;
-  /** The ordering key, or null for an unordered event. */
   readonly key: string | null;
-  /** Its place in the key's sequence, or null. */
   readonly seq: number | null;
   /** The parsed body (the `bodySchema`'s output when one is given), or the bytes when not JSON. */
   readonly body: TBody;
-  /** Request headers, lower-case names. */
+  /** Lower-case names. */
   readonly headers: Readonly<Record<string, string>>;
 }
 
@@ -36,10 +33,8 @@ export interface ResponseShape {
 }
 
 /**
- * Shapes the answer to each delivery. `outcome` is what the inbox decided (its `kind`, and the
- * default `status`, `headers` and `body`); `event` is the delivery's event, or `undefined` when
- * the delivery was refused before its id could be read (`invalid`, `unauthorized`, `shed`).
- * Return `undefined` to answer the default.
+ * Shapes the answer to each delivery: `event` is `undefined` when the delivery was refused before
+ * its id could be read. Return `undefined` to answer the default.
  */
 export type RespondHook<TBody = any> = (
   outcome: Outcome,
@@ -83,10 +78,7 @@ function isPlainObject(value: unknown): value is Record<string, unknown> {
   return proto === Object.prototype || proto === null;
 }
 
-/**
- * A refusal that leaves nothing stored must not be acknowledged: the sender would stop retrying and
- * the event be lost. `rejected` is stored, as a dead letter, so acknowledging it loses nothing.
- */
+/** A refusal that left nothing stored must not be acknowledged (`rejected` is stored, a dead letter). */
 function mustStayFailure(outcome: Outcome): boolean {
   return outcome.status >= 400 && outcome.kind !== OutcomeKind.rejected;
 }

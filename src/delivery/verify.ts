@@ -1,7 +1,4 @@
-/**
- * Signature verification, on the raw bytes before anything is parsed or stored: a delivery that fails
- * is answered 401 and never claimed. Comparisons are constant-time; timestamps are checked both ways.
- */
+/** Signature verification on the raw bytes. Comparisons are constant-time; timestamps are checked both ways. */
 import { createHash } from 'node:crypto';
 import { InboxOptionsError, UnauthorizedDeliveryError } from '../errors.js';
 import { HEADER_NAME } from './field-source.js';
@@ -28,9 +25,8 @@ export interface VerifiableDelivery {
 /** What a verifier may tell the inbox: the event id the signature covers. */
 export interface VerifiedDelivery {
   /**
-   * The event id the signature covers (Standard Webhooks' `webhook-id`, Stripe's `id` in the
-   * signed body). It is the event's id: an id header that disagrees is refused (400 naming
-   * it), so an unsigned header cannot make a captured delivery a new event.
+   * The event id the signature covers: an id header that disagrees is refused, so an unsigned
+   * header cannot make a captured delivery a new event.
    */
   readonly id?: string;
 }
@@ -51,14 +47,10 @@ export interface Verify {
     delivery: VerifiableDelivery,
     // biome-ignore lint/suspicious/noConfusingVoidType: an async hook that returns nothing is Promise<void>.
   ): void | VerifiedDelivery | Promise<void | VerifiedDelivery>;
-  /**
-   * The request headers this verifier reads a secret or a signature from: the inbox never
-   * stores them (the verifiers here declare theirs; a function of your own may too).
-   */
+  /** The request headers this verifier reads a secret or a signature from: never stored. */
   readonly secretHeaders?: readonly string[];
 }
 
-/** A verifier that declares the headers carrying its secret or signature (never stored). */
 function declaring(secretHeaders: readonly string[], verify: Verify): Verify {
   return Object.assign(verify, { secretHeaders: Object.freeze([...secretHeaders]) });
 }
@@ -67,11 +59,9 @@ function declaring(secretHeaders: readonly string[], verify: Verify): Verify {
 export type Secrets = string | Buffer | readonly (string | Buffer)[];
 
 /**
- * Standard Webhooks (standardwebhooks.com, used by Svix and others): `webhook-id`,
- * `webhook-timestamp` and `webhook-signature` (`v1,<base64>` entries, space-separated), an
- * HMAC-SHA256 of `${id}.${timestamp}.${body}` keyed by the base64 secret after `whsec_`.
- * Covers the id, the timestamp and the body: `webhook-id` is the event's id (an id header that
- * differs is refused); `X-Key`/`X-Seq` are not covered.
+ * Standard Webhooks (Svix and others): `webhook-signature` `v1,<base64>` entries, an HMAC-SHA256
+ * of `${id}.${timestamp}.${body}` keyed by the base64 secret after `whsec_`. Covers the id (the
+ * event's id), the timestamp and the body.
  *
  * ```ts
  * createInbox({ handle, verify: standardWebhooks({ secret: process.env.WEBHOOK_SECRET }) });
@@ -82,10 +72,7 @@ export function standardWebhooks(options: {
   secret: Secrets;
   /** How far the timestamp may be from now, either way. @defaultValue 300 */
   toleranceSeconds?: number;
-  /**
-   * Which header family to read: `webhook-*` (the specification), `svix-*` (as Svix, Clerk
-   * and Resend send it), or `'either'` (`svix-*` when `svix-id` is present). @defaultValue 'webhook'
-   */
+  /** `webhook-*`, `svix-*`, or `'either'` (`svix-*` when `svix-id` is present). @defaultValue 'webhook' */
   headers?: 'webhook' | 'svix' | 'either';
 }): Verify {
   const keys = secretList(options?.secret, 'verify.secret').map((s) => {
@@ -110,7 +97,7 @@ export function standardWebhooks(options: {
     const id = required(d, `${prefix}-id`);
     const timestamp = required(d, `${prefix}-timestamp`);
     checkTimestamp(timestamp, `${prefix}-timestamp`, tolerance);
-    // `v1,` entries only: `v1a,` (ed25519, asymmetric) is not supported and never matches.
+    // `v1a,` (ed25519) is not supported and never matches.
     const given = signatures
       .split(' ')
       .filter((s) => s.startsWith('v1,'))
@@ -139,13 +126,8 @@ function plainSecrets(secret: unknown): (string | Buffer)[] {
 }
 
 /**
- * Slack: `X-Slack-Signature: v0=<hex>`, an HMAC-SHA256 of `v0:${timestamp}:${body}` keyed by
- * the app's signing secret, the timestamp in `X-Slack-Request-Timestamp` (5 minutes either
- * way). Covers the timestamp and the body.
- *
- * ```ts
- * verify: slackSignature({ secret: process.env.SLACK_SIGNING_SECRET })
- * ```
+ * Slack: `X-Slack-Signature: v0=<hex>`, an HMAC-SHA256 of `v0:${timestamp}:${body}` keyed by the
+ * app's signing secret. Covers the timestamp and the body.
  */
 export function slackSignature(options: { secret: Secrets; toleranceSeconds?: number }): Verify {
   const keys = plainSecrets(options?.secret);
@@ -195,13 +177,8 @@ function checkSignedItems(
 }
 
 /**
- * Paddle Billing: `Paddle-Signature: ts=<unix seconds>;h1=<hex>[;h1=<hex>…]`, an HMAC-SHA256
- * of `${ts}:${body}` keyed by the notification destination's secret key. Paddle's SDK allows
- * 5 seconds of clock difference; so does this verifier unless told otherwise.
- *
- * ```ts
- * verify: paddleSignature({ secret: process.env.PADDLE_WEBHOOK_SECRET })
- * ```
+ * Paddle Billing: `Paddle-Signature: ts=<unix seconds>;h1=<hex>`, an HMAC-SHA256 of `${ts}:${body}`;
+ * 5 seconds of clock difference by default, as Paddle's SDK.
  */
 export function paddleSignature(options: { secret: Secrets; toleranceSeconds?: number }): Verify {
   const keys = plainSecrets(options?.secret);
@@ -213,9 +190,8 @@ export function paddleSignature(options: { secret: Secrets; toleranceSeconds?: n
 }
 
 /**
- * A shared token in a header, compared in constant time, as GitLab sends it
- * (`X-Gitlab-Token`). Covers nothing: whoever knows the token can send any body; keep it
- * secret and the endpoint on TLS.
+ * A shared token in a header, as GitLab sends it, compared in constant time. Covers nothing:
+ * whoever knows the token can send any body.
  *
  * ```ts
  * verify: headerToken({ header: 'x-gitlab-token', secret: process.env.GITLAB_WEBHOOK_TOKEN })
@@ -232,10 +208,8 @@ export function headerToken(options: { header: string; secret: Secrets }): Verif
 }
 
 /**
- * Stripe: `Stripe-Signature: t=<unix seconds>,v1=<hex>[,v1=<hex>…]`, an HMAC-SHA256 of
- * `${t}.${body}` keyed by the endpoint secret (`whsec_…`, used as-is). Covers the timestamp
- * and the body: the event's `id` in the signed JSON body (`evt_…`) is the event's id (an id
- * header that differs is refused); no header is covered.
+ * Stripe: `Stripe-Signature: t=<unix seconds>,v1=<hex>`, an HMAC-SHA256 of `${t}.${body}` keyed by
+ * the endpoint secret as-is. Covers the timestamp and the body, whose `id` is the event's id.
  *
  * ```ts
  * createInbox({ handle, verify: stripeSignature({ secret: process.env.STRIPE_WEBHOOK_SECRET }) });
@@ -255,18 +229,14 @@ export function stripeSignature(options: {
   const form = { separator: ',', ts: 't', sig: 'v1', join: '.' };
   return declaring(['stripe-signature'], (d) => {
     checkSignedItems(d, 'stripe-signature', form, secrets, tolerance);
-    // The string `id` at the top of the signed JSON body (`evt_…`), when there is one.
     const id = (jsonOf(d.rawBody) as { id?: unknown } | null | undefined)?.id;
     return typeof id === 'string' && id !== '' ? { id } : undefined;
   });
 }
 
 /**
- * A plain HMAC-SHA256 of the raw body in one header, as GitHub (`X-Hub-Signature-256:
- * sha256=<hex>`), Shopify (base64) and many others send it. Covers the body only: no id, no
- * timestamp, no header. The id header is unsigned, so a captured delivery sent again under
- * another id is a new event; with such a sender, prefer `idFromBody: true` (the id is the
- * body's hash) or a custom verifier that returns the id the provider puts in the body.
+ * A plain HMAC-SHA256 of the raw body in one header, as GitHub and Shopify send it. Covers the
+ * body only: a captured delivery sent again under another id is a new event (prefer `idFromBody`).
  *
  * ```ts
  * verify: hmacSignature({ header: 'x-hub-signature-256', prefix: 'sha256=', secret: process.env.GITHUB_SECRET })
@@ -303,7 +273,7 @@ export function hmacSignature(options: {
   });
 }
 
-/** Runs `verify` on a delivery as the inbox received it (any header case, any byte view). */
+/** Runs `verify` on a delivery as the inbox received it. */
 export async function verifyDelivery(verify: Verify, delivery: Delivery): Promise<VerifiedDelivery> {
   const rawBody = toBuffer(delivery.rawBody);
   return (await verify({ headers: normalizeHeaders(delivery.headers), rawBody })) ?? {};

@@ -29,7 +29,7 @@ function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
   return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
 }
 
-/** Without Redis, the inbox is slower on duplicates but as correct: its outage only degrades. */
+/** Without Redis the inbox is slower on duplicates, as correct: its outage only degrades. */
 export async function checkHealth(rt: Runtime): Promise<InboxHealth> {
   let error: string | undefined;
   const [stats, redis] = await Promise.all([

@@ -40,7 +40,6 @@ export class Inbox {
   readonly #rt: Runtime;
   #operations: Operations | undefined;
   readonly #background: Background;
-  /** The shutdown, once `close()` started it. */
   #closed: Promise<void> | undefined;
   /** The next attempt to start, after a failed one (cleared by `close()`). */
   #restart: NodeJS.Timeout | undefined;
@@ -53,10 +52,8 @@ export class Inbox {
   }
 
   /**
-   * Starts at construction, without waiting for a first delivery: after a restart, waiting events
-   * are applied without new traffic, and a wrong `DATABASE_URL` is said at boot, not as 503s sent to
-   * the provider. A failure is logged (the first loudly) and retried with backoff (1 s doubling to
-   * 30 s); deliveries are answered 503 meanwhile, and each one tries to open the database too.
+   * Starts at construction: waiting events are applied without new traffic, and a wrong
+   * `DATABASE_URL` is said at boot. A failure is retried with backoff (1 s doubling to 30 s).
    */
   #start(failures: number): void {
     this.ready().then(
@@ -69,8 +66,7 @@ export class Inbox {
         if (this.#rt.closing) return;
         const { logger, source } = this.options;
         const delayMs = Math.min(30_000, 1000 * 2 ** Math.min(failures, 5));
-        // One line per outage, shared with the deliveries' own (src/receive/respond.ts); the
-        // message is the one ready() rejects with.
+        // One line per outage, shared with the deliveries' own.
         (firstTime(logger, 'database') ? logger.error : logger.debug)(
           { err: err.cause, source, retryInMs: delayMs },
           `${err.message}; retrying, deliveries are answered 503 meanwhile`,
@@ -92,24 +88,18 @@ export class Inbox {
   }
 
   /**
-   * Resolves once the database is open and migrated (unless `migrate: false`) and the sweeper
-   * and workers run; rejects with `InboxStartError` when that fails, naming the cause and
-   * the fix (the inbox keeps retrying on its own). The inbox starts at construction: await this
-   * at boot to fail loudly on a wrong database. Idempotent.
+   * Resolves once the database is open and migrated and the sweeper and workers run; rejects with
+   * `InboxStartError` naming the cause and the fix. Await it at boot to fail loudly on a wrong database.
    */
   async ready(): Promise<Database> {
     const { database } = await this.#rt.open().catch((err) => {
       throw startError(err);
     });
-    // A start that finished after close() began must not start loops close() already stopped.
     if (!this.#rt.closing) this.#background.start();
     return database;
   }
 
-  /**
-   * The Kysely instance the inbox uses (when `db` was a Kysely instance, that one, plugins and
-   * all): create your own tables in the same database with it.
-   */
+  /** The Kysely instance the inbox uses (yours, when `db` was one), for your own tables. */
   async kysely(): Promise<Kysely<any>> {
     return (await this.ready()).applicationKysely;
   }
@@ -125,35 +115,23 @@ export class Inbox {
     return receive(this.#rt, this.#background, delivery);
   }
 
-  /**
-   * Reads a request body from a Node stream (bounded by `maxBodyBytes`), then receives it.
-   * This is what the adapters call.
-   */
+  /** Reads a request body from a stream (bounded by `maxBodyBytes`), then receives it: what adapters call. */
   receiveStream(headers: Delivery['headers'], stream: BodyStream): Promise<Outcome> {
     return receiveStream(this.#rt, this.#background, headers, stream);
   }
 
-  /**
-   * The outcome for an error an adapter caught (a misconfigured body parser, a bug): 500
-   * problem+json with nothing internal in it.
-   */
+  /** The outcome for an error an adapter caught: 500, with nothing internal in it. */
   outcomeForError(err: unknown): Outcome {
     return outcomeForError(this.#rt, err);
   }
 
-  /**
-   * Applies the key's waiting events in seq order, each in its own transaction, until the next one
-   * is missing (or the key is blocked, or someone else holds it). Returns how many it applied.
-   */
+  /** Applies the key's waiting events in seq order until the next one is missing; how many it applied. */
   async drain(key: string, wait = false): Promise<number> {
     await this.ready();
     return this.#background.drain(key, wait);
   }
 
-  /**
-   * One sweeper pass, now: finishes drains a crash interrupted and applies gap timeouts.
-   * Runs every `sweepIntervalMs` on its own; call it directly in tests and scripts.
-   */
+  /** One sweeper pass, now (it runs every `sweepIntervalMs` on its own). */
   async sweep(): Promise<SweepReport> {
     await this.ready();
     return this.#background.sweep();
@@ -165,12 +143,9 @@ export class Inbox {
   }
 
   /**
-   * Shuts the inbox down, in order: takes no new delivery (503 + Retry-After, reason `closing`:
-   * close the HTTP server first, see docs/operations.md); waits for the deliveries in flight to be
-   * answered; stops the sweeper and the workers; waits for drains and Redis writes; then closes
-   * what the inbox opened. An event not yet applied stays pending or held, for another instance or
-   * this one's next start. Every call returns the same shutdown; after it, `ready()`, `kysely()`
-   * and the operator methods reject with InboxError `closed`.
+   * Shuts the inbox down: takes no new delivery (503, so close the HTTP server first), waits for
+   * those in flight, stops the background work, then closes what it opened. An event not applied
+   * stays waiting. After it, `ready()` and the operator methods reject with InboxError `closed`.
    *
    * ```ts
    * process.once('SIGTERM', () => server.close(() => inbox.close().then(() => process.exit(0))));
@@ -189,14 +164,7 @@ export class Inbox {
     await this.#rt.close();
   }
 
-  /**
-   * Can this instance take deliveries? One cheap query and one Redis PING, each bounded by a
-   * short timeout. `ok` is false only when Postgres does not answer.
-   *
-   * ```ts
-   * const { ok, redis, held, deadLetters } = await inbox.health();
-   * ```
-   */
+  /** Can this instance take deliveries? One bounded query and Redis PING; not `ok` only without Postgres. */
   health(): Promise<InboxHealth> {
     return checkHealth(this.#rt);
   }
@@ -219,15 +187,8 @@ export class Inbox {
   /** The operator actions, on this inbox's source: what the CLI runs, without draining. */
   async operations(): Promise<Operations> {
     const database = await this.ready();
-    const o = this.options;
-    // The inbox's lockTimeoutMs: a held key is waited for as a delivery waits for it.
-    this.#operations ??= new Operations(
-      database.kysely,
-      this.tables,
-      o.source,
-      o.lockTimeoutMs,
-      o.secretHeaders,
-    );
+    const { source, lockTimeoutMs, secretHeaders } = this.options;
+    this.#operations ??= new Operations(database.kysely, this.tables, source, lockTimeoutMs, secretHeaders);
     return this.#operations;
   }
 
@@ -248,9 +209,8 @@ export class Inbox {
   }
 
   /**
-   * Replays dead letters ({@link Operations.replay}) and applies them now by the normal drain
-   * path, in seq order, in the handler's transaction. Fix the handler first: a replay that fails
-   * again is dead-lettered again when its budget (counted from its arrival) is spent.
+   * Replays dead letters ({@link Operations.replay}) and applies them now. Fix the handler first: a
+   * replay that fails again is dead-lettered again when its budget is spent.
    *
    * ```ts
    * const [r] = await inbox.replay('evt_123');   // r.status === 'processed'
@@ -264,7 +224,7 @@ export class Inbox {
     for (const key of new Set(requeued.map((r) => r.key))) {
       if (key !== null) await this.drain(key, true);
     }
-    // take_pending takes due pending events in due order: the re-queued ones after those already due.
+    // Due pending events are taken in due order: the re-queued ones after those already due.
     const unordered = requeued.filter((r) => r.key === null).length;
     if (unordered > 0) await this.#background.applyPending(unordered);
     const ids = requeued.map((r) => r.id);
@@ -278,17 +238,9 @@ export class Inbox {
     return (await this.operations()).ignored(filter);
   }
 
-  /**
-   * Re-queues the ignored events of `type` ({@link Operations.replayIgnored}) and applies them now,
-   * with the handler that takes it.
-   *
-   * ```ts
-   * const { requeued } = await inbox.replayIgnored('invoice.paid');
-   * ```
-   */
+  /** Re-queues the ignored events of `type` ({@link Operations.replayIgnored}) and applies them now. */
   async replayIgnored(type: string): Promise<IgnoredReplayResult> {
     const result = await (await this.operations()).replayIgnored({ type, source: this.options.source });
-    // As for `replay`: the re-queued ones after those already due.
     if (result.requeued > 0) await this.#background.applyPending(result.requeued);
     return result;
   }
@@ -312,13 +264,7 @@ export class Inbox {
     return (await this.operations()).keys(filter);
   }
 
-  /**
-   * {@link Operations.prune}, now (the sweeper does it by `retention`).
-   *
-   * ```ts
-   * const { pruned } = await inbox.prune({ olderThan: '30d', dryRun: true });
-   * ```
-   */
+  /** {@link Operations.prune}, now (the sweeper does it by `retention`). */
   async prune(options: Omit<PruneOptions, 'source'>): Promise<PruneResult> {
     return (await this.operations()).prune(options);
   }
@@ -330,30 +276,21 @@ export class Inbox {
 
   /** One stored event by id. */
   async event(id: string): Promise<StoredEvent | undefined> {
-    const [row] = await listEvents((await this.ready()).kysely, this.tables, this.options.source, {
-      id,
-      limit: 1,
-    });
+    const filter = { id, limit: 1 };
+    const [row] = await listEvents((await this.ready()).kysely, this.tables, this.options.source, filter);
     return row;
   }
 }
 
 /**
- * Creates an inbox.
+ * Creates an inbox. `createInbox<DB, Body>(…)` types the handler's `tx` and `event.body`.
  *
  * ```ts
  * const inbox = createInbox({
  *   db: process.env.DATABASE_URL,
- *   async handle(event, { tx }) {
- *     await tx.insertInto('orders').values({ id: event.body.orderId }).execute();
- *     return { ok: true };
- *   },
+ *   handle: (event, { tx }) => tx.insertInto('orders').values({ id: event.body.orderId }).execute(),
  * });
- * const outcome = await inbox.receive({ headers, rawBody });
  * ```
- *
- * Typed: `createInbox<DB, Body>(…)` makes the handler's `tx` a `Transaction<DB>` (your Kysely
- * database interface, e.g. from `kysely-codegen`) and `event.body` a `Body`.
  */
 export function createInbox<DB = any, TBody = any>(options: InboxOptions<TBody, DB>): Inbox {
   return new Inbox(options as InboxOptions);

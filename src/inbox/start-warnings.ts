@@ -7,11 +7,7 @@ import type { ResolvedOptions } from '../runtime/resolved-options.js';
 const SHORT_RETENTION_MS = 3 * 86_400_000;
 let warnedShortRetention = false;
 
-/**
- * Processed rows are the dedup record of unordered events: pruned sooner than a sender retries,
- * a redelivery would be applied again. Said to the inbox's logger, and once per process as a
- * process warning.
- */
+/** Processed rows pruned sooner than a sender retries: a redelivery of an unordered event applies again. */
 export function warnIfRetentionIsShort({ retention, logger, source }: ResolvedOptions): void {
   if (retention === false || retention >= SHORT_RETENTION_MS) return;
   const message =
@@ -39,7 +35,6 @@ const FIXES: Record<string, string> = {
     "the role in `db` may not create the inbox's schema: grant it CREATE, or run `webhook-inbox migrate` as the owner and set `migrate: false`",
 };
 
-/** What a start that failed is said as: its cause, and the fix by what failed. */
 function startHint(err: unknown): string {
   const text =
     err instanceof Error
@@ -60,7 +55,7 @@ export function startError(err: unknown): InboxError {
   return new InboxStartError(startHint(err), { cause: err });
 }
 
-/** Which database the inbox opened: never a connection string's password nor its parameters (`?password=`). */
+/** Which database the inbox opened, without a password or parameters. */
 function databaseShown(o: ResolvedOptions, database: Database): string {
   if (typeof o.db === 'string') {
     try {

@@ -1,22 +1,11 @@
 /**
- * The `bodySchema` option (`schema` is the Postgres schema's): a body checked at the door, before anything is stored or the handler
- * runs. It accepts any Standard Schema (https://standardschema.dev: zod 3.24+, valibot 1,
- * arktype 2, effect/schema, …) through the common `~standard` property, so the inbox depends on
- * none of them; or a JSON Schema (draft-07, 2019-09 or 2020-12), validated by Ajv with
- * ajv-formats, optional peers loaded only when a JSON Schema is given. A failing body is 422
- * naming the path of the first issue; a passing one's validated (possibly transformed) value is
- * `event.body`.
- *
- * One option, resolved here into one shape (`BodySchema`), so that another kind of schema can
- * be accepted by adding a branch to {@link resolveBodySchema}.
+ * The `bodySchema` option: any Standard Schema (through its `~standard` property, so the inbox
+ * depends on no validator), or a JSON Schema validated by Ajv, an optional peer loaded only then.
  */
 import { createRequire } from 'node:module';
 import { InboxOptionsError, InvalidDeliveryError } from '../errors.js';
 
-/**
- * The Standard Schema v1 interface, as much of it as the inbox uses. Copied, as the spec
- * recommends, rather than imported: no dependency for users.
- */
+/** The Standard Schema v1 interface, as much of it as the inbox uses (copied, as the spec recommends). */
 export interface StandardSchemaV1<Input = unknown, Output = Input> {
   readonly '~standard': {
     readonly version: 1;
@@ -39,16 +28,13 @@ export interface StandardIssue {
 
 /** The `bodySchema` option, resolved: checks a parsed body and returns the value the handler gets. */
 export interface BodySchema {
-  /** The vendor (`zod`, `valibot`, …), for logs. */
+  /** For logs. */
   readonly vendor: string;
   /** Resolves to the validated value; rejects with a 422 InvalidDeliveryError naming the path. */
   check(body: unknown): Promise<unknown>;
 }
 
-/**
- * A JSON Schema object: draft-07, 2019-09 or 2020-12, chosen by its `$schema` (2020-12 when it
- * has none). Types only the members the inbox reads; any keyword is accepted.
- */
+/** A JSON Schema object: draft-07, 2019-09 or 2020-12 by its `$schema` (2020-12 without one). */
 export interface JsonSchema {
   readonly $schema?: string;
   readonly [keyword: string]: unknown;
@@ -85,7 +71,7 @@ function notJson(): InvalidDeliveryError {
   );
 }
 
-/** How a module is loaded: `createRequire`'s function (a seam, so a test can make Ajv absent). */
+/** How a module is loaded (a seam, so a test can make Ajv absent). */
 export type Require = (id: string) => unknown;
 const defaultRequire: Require = createRequire(import.meta.url);
 
@@ -115,7 +101,7 @@ function isJsonSchema(value: unknown): value is JsonSchema {
   return JSON_SCHEMA_KEYWORDS.some((k) => Object.hasOwn(value, k));
 }
 
-/** The dialects, by their `$schema` (compared without scheme and trailing `#`), and Ajv's class for each. */
+/** The dialects by their `$schema` (compared without scheme and trailing `#`), with Ajv's module. */
 const DIALECTS = {
   'draft-07': { id: 'http://json-schema.org/draft-07/schema#', module: 'ajv' },
   '2019-09': { id: 'https://json-schema.org/draft/2019-09/schema', module: 'ajv/dist/2019' },
@@ -138,7 +124,7 @@ function dialectOf(schema: JsonSchema): Dialect {
   );
 }
 
-/** The part of Ajv the inbox uses, structurally: Ajv is an optional peer, its types are not ours. */
+/** The part of Ajv the inbox uses, structurally (an optional peer). */
 interface AjvError {
   readonly instancePath: string;
   readonly keyword: string;
@@ -150,7 +136,7 @@ type AjvClass = new (options: Record<string, unknown>) => { compile(schema: obje
 
 const INSTALL = 'npm install ajv ajv-formats';
 
-/** `module.exports`, or its `default` (Ajv and ajv-formats are CommonJS with a `default` too). */
+/** `module.exports`, or its `default`. */
 function exported<T>(mod: unknown): T {
   return ((mod as { default?: T })?.default ?? mod) as T;
 }
@@ -173,10 +159,8 @@ function loadAjv(dialect: Dialect, load: Require): { Ajv: AjvClass; addFormats: 
 }
 
 /**
- * A JSON Schema, compiled once at `createInbox` (a schema Ajv refuses is an InboxOptionsError
- * there, not a 500 later). Ajv's strict mode stays on for the schema itself, so a misspelt
- * keyword (`requried`) is refused instead of silently checking nothing; its type and tuple
- * hints, which only log, are off. The body is not changed (no defaults, no coercion).
+ * Compiled once at `createInbox`. Strict mode stays on for the schema, so a misspelt keyword is
+ * refused instead of checking nothing; the body is not changed (no defaults, no coercion).
  */
 function jsonSchema(schema: JsonSchema, load: Require): BodySchema {
   const dialect = dialectOf(schema);
@@ -209,10 +193,7 @@ function segment(key: string): string {
   return `/${key.replace(/~/g, '~0').replace(/\//g, '~1')}`;
 }
 
-/**
- * 422 naming where the body fails, as a JSON pointer (`body /data/amount`): Ajv's
- * `instancePath`, and the property itself for a missing or unexpected one.
- */
+/** 422 naming where the body fails, as a JSON pointer (`body /data/amount`). */
 function invalidJsonBody(error: AjvError | undefined): InvalidDeliveryError {
   let pointer = error?.instancePath ?? '';
   let message = error?.message ?? 'invalid';
@@ -234,18 +215,11 @@ function invalidJsonBody(error: AjvError | undefined): InvalidDeliveryError {
 export function pointerOf(path: StandardIssue['path']): string {
   if (!path || path.length === 0) return '';
   return path
-    .map((segment) => {
-      const key = typeof segment === 'object' && segment !== null ? segment.key : segment;
-      return `/${String(key).replace(/~/g, '~0').replace(/\//g, '~1')}`;
-    })
+    .map((part) => segment(String(typeof part === 'object' && part !== null ? part.key : part)))
     .join('');
 }
 
-/**
- * 422 naming the first issue's path as a JSON pointer into the body (`body /amount`), as the
- * `fields` option's body sources are named. The schema's own message is the detail: it describes
- * the sender's body, not the receiver's internals.
- */
+/** 422 naming the first issue's path (`body /amount`); the schema's message describes the sender's body. */
 function invalidBody(issues: ReadonlyArray<StandardIssue>): InvalidDeliveryError {
   const first = issues[0];
   const pointer = pointerOf(first?.path);

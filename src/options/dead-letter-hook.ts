@@ -1,9 +1,6 @@
 /**
- * The `onDeadLetter` option: told once an event is dead-lettered, after the COMMIT that
- * dead-lettered it, whichever path ran it (a delivery, a drain, the sweeper, a worker; and a
- * late arrival refused by the claim). It is never awaited by the inbox, and what it throws (or
- * rejects with) is logged and otherwise ignored: a broken Slack webhook must not fail a delivery
- * or stop a drain.
+ * The `onDeadLetter` option, told after the COMMIT that dead-lettered an event, on every path.
+ * Never awaited; what it throws is logged: a broken Slack webhook must not fail a delivery.
  */
 import type { Logger } from '../observability/logger.js';
 
@@ -22,10 +19,7 @@ export interface DeadLetterEvent {
 
 /** Why it died. */
 export interface DeadLetterCause {
-  /**
-   * The failed run's fingerprint (src/apply/cause.ts): what `webhook-inbox dead groups` groups by and
-   * `--cause` selects; null for a late event.
-   */
+  /** The failed run's fingerprint, what `webhook-inbox dead groups` groups by; null for a late event. */
   readonly fingerprint: string | null;
   /** The error's `Name: message`, as stored in `last_error`; null for a late event. */
   readonly message: string | null;
@@ -35,7 +29,6 @@ export interface DeadLetterCause {
 
 export type OnDeadLetter = (event: DeadLetterEvent, cause: DeadLetterCause) => void | Promise<void>;
 
-/** Calls the hook, if any, after COMMIT; what it throws is logged, never rethrown. */
 export function notifyDeadLetter(
   hook: OnDeadLetter | undefined,
   logger: Logger,

@@ -1,8 +1,4 @@
-/**
- * Option `groups`: which tenant an event belongs to, and what each tenant may use of the workers
- * (docs/groups.md). Checked once with the options; every error names the option.
- */
-
+/** Option `groups`: which tenant an event belongs to, and what each tenant may use of the workers. */
 import { type FieldSource, type ResolvedSource, resolveSource } from '../delivery/field-source.js';
 import { parseDuration } from '../duration.js';
 import { InboxOptionsError } from '../errors.js';

@@ -1,25 +1,15 @@
 /**
- * Handlers by event type (the `handlers` option): a handler per type the provider sends, a
- * one-level wildcard per family of types, and a fallback. Resolved once, at construction, into
- * one function of the type that the apply path calls for every event it applies: the handler
- * it finds runs exactly where `handle` would (in the claim's transaction); none found, the event
- * is recorded `ignored` (docs/routing.md).
- *
- * Why one level: `customer.*` matches `customer.created` but not
- * `customer.subscription.created`. A deeper match would make a handler written for a family of
- * flat events (a `customer` object) receive another object's events (a subscription) the day
- * the provider adds them; one level keeps what a handler receives to the types it was written
- * for, and makes "most specific wins" a lookup instead of a ranking: a type has at most one
- * wildcard that can match it, its own family's.
+ * Handlers by event type (the `handlers` option), resolved once into a router. Wildcards match one
+ * level (`customer.*` not `customer.subscription.created`): a handler written for a family never
+ * receives another object's events the day the provider adds them, and a type has at most one
+ * wildcard that can match it.
  */
 import { InboxOptionsError } from '../errors.js';
 import type { Handler } from './event.js';
 
 /**
- * The types a provider sends, each with the body it sends for it: what types `handlers` per
- * event. Write one by hand, or build one from a union of event types that carry their `type`
- * (an SDK's, imported as a type only: the inbox depends on no provider's SDK) with
- * {@link EventMapOf}.
+ * The types a provider sends, each with its body: what types `handlers` per event. Write one by
+ * hand, or build one from an SDK's union of events with {@link EventMapOf}.
  *
  * ```ts
  * interface ShopMap { 'orders/create': Order; 'orders/paid': Order; 'refunds/create': Refund }
@@ -40,9 +30,8 @@ export type EventMapOf<TEvents extends { readonly type: string }> = {
 };
 
 /**
- * The one-level wildcard of a type (`customer.*` of `customer.created`, `orders/*` of Shopify's
- * `orders/create`): its text up to its last `.` or `/`, then `*`; never for a type of one
- * segment. Read one character at a time, so that the last separator wins.
+ * The one-level wildcard of a type (`customer.*` of `customer.created`, `orders/*` of
+ * `orders/create`); never for a type of one segment.
  */
 export type WildcardOf<
   T extends string,
@@ -67,10 +56,8 @@ export type PatternTypes<TMap extends EventTypeMap, P extends string> = P extend
       string];
 
 /**
- * The `handlers` option, typed by a map of event types to bodies: each handler's `event.body`
- * is the body of the types it can receive (a wildcard's and the fallback's, the union of their
- * types'). A pattern the map does not allow does not compile. Without a map, any pattern, and
- * bodies are `any`. `DB` types `tx`, as for `handle`.
+ * The `handlers` option, typed by a map of event types to bodies: each handler's `event.body` is
+ * the body of the types it can receive, and a pattern the map does not allow does not compile.
  *
  * ```ts
  * createInbox({
@@ -92,15 +79,11 @@ export type Handlers<TMap extends EventTypeMap = Record<string, any>, DB = any> 
 /** The handler for a type, or undefined: the event is then recorded `ignored`. */
 export type HandlerFor = (type: string | null) => Handler | undefined;
 
-/** `handle` as a router: every event, whatever its type, goes to it. */
 export function handleEverything(handle: Handler): HandlerFor {
   return () => handle;
 }
 
-/**
- * Checks the `handlers` option and returns the router: an exact name first, then the type's
- * one-level wildcard, then `'*'`. Throws InboxOptionsError naming the pattern at fault.
- */
+/** Checks the `handlers` option and returns the router: an exact name, the type's family, then `'*'`. */
 export function resolveHandlers(given: unknown): HandlerFor {
   if (given === null || typeof given !== 'object' || Array.isArray(given)) {
     throw new InboxOptionsError(

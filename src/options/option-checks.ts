@@ -1,12 +1,7 @@
 import { formatDuration, parseDuration } from '../duration.js';
 import { InboxOptionsError } from '../errors.js';
 
-/**
- * The checks every option goes through, for the inbox's options (options.ts) and the sender's
- * (sender/options.ts): a bad value throws InboxOptionsError naming the option and what it
- * must be.
- */
-
+/** Option checks, for the inbox's and the sender's: a bad value throws InboxOptionsError naming it. */
 /** Schema and table prefix: spliced into SQL as identifiers, so plain lower-case ones only. */
 export const IDENTIFIER = /^[a-z_][a-z0-9_]{0,39}$/;
 export const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9a-z-]+$/;
@@ -58,6 +53,18 @@ export function bool(options: Record<string, unknown>, name: string, fallback: b
   if (typeof value !== 'boolean')
     throw new InboxOptionsError(name, `must be a boolean; got ${describe(value)}`);
   return value;
+}
+
+/** An optional function; `shape` follows "must be a function" in the error. */
+export function optionalFunction<T>(
+  options: Record<string, unknown>,
+  name: string,
+  shape: string,
+): T | undefined {
+  const value = options[name];
+  if (value !== undefined && typeof value !== 'function')
+    throw new InboxOptionsError(name, `must be a function${shape}; got ${describe(value)}`);
+  return value as T | undefined;
 }
 
 /** An HTTP header name, lower-cased. */

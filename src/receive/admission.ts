@@ -20,9 +20,8 @@ export function deliveriesSettled(rt: Runtime): Promise<void> {
 
 /** Sheds the delivery at `maxInFlight` (a counter, before the body is read) or while closing. */
 export async function admitted(rt: Runtime, receive: () => Promise<Outcome>): Promise<Outcome> {
-  if (rt.closing) return observed(rt, undefined, { parent: undefined }, respond.shed('closing'));
-  if (rt.inFlight >= rt.options.maxInFlight) {
-    return observed(rt, undefined, { parent: undefined }, respond.shed('in-flight'));
+  if (rt.closing || rt.inFlight >= rt.options.maxInFlight) {
+    return observed(rt, undefined, { parent: undefined }, respond.shed(rt.closing ? 'closing' : 'in-flight'));
   }
   rt.inFlight++;
   try {

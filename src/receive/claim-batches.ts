@@ -1,18 +1,10 @@
 /**
- * Deferred mode's claims, sent together. A claim that finds an acknowledgement connection free
- * goes at once, alone; while every connection is busy, the claims that arrive wait here, and
- * the connection that frees first takes them all (up to a bound) as one `claim_many` statement:
- * one round trip and one commit for the lot. No timer: a lone delivery costs what one claim
- * costs, and batches grow only with load, by as many claims as arrived during one commit.
- *
- * Every delivery is answered from its own row, after the batch committed. An error of the
- * statement as a whole (the connection lost, the server shutting down) answers every delivery
- * of the batch with that error (503, the sender retries; nothing was claimed). Any other error
- * (a value PostgreSQL refuses, a lock timeout, a deadlock between two batches) sends each of
- * the batch's claims again alone, so that one bad delivery never costs the others their
- * acknowledgement and each gets the answer it would get alone.
+ * Deferred mode's claims, sent together: while every acknowledgement connection is busy, arriving
+ * claims wait, and the connection that frees first takes them all as one `claim_many` statement.
+ * No timer: batches grow only with load. An error of the statement as a whole answers every
+ * delivery with it; any other error sends each claim again alone, so that one bad delivery never
+ * costs the others their acknowledgement.
  */
-
 import { sqlState } from '../db/drivers/postgres-error.js';
 import type { ClaimRow } from '../db/sql/claim.js';
 import type { ClaimManyElement, ClaimManyShared } from '../db/sql/claim-many.js';
@@ -75,7 +67,6 @@ export class ClaimBatches {
   #connections(): number {
     const o = this.#rt.options;
     if (o.ackPoolSize > 0) return o.ackPoolSize;
-    // One session (PGlite), or the claims share the pool with the workers' lanes.
     return this.#rt.database.kind === 'pglite' ? 1 : Math.max(1, o.poolSize - o.workers);
   }
 
@@ -104,18 +95,15 @@ export class ClaimBatches {
       maxAhead: o.maxSeqAhead,
       lockTimeout: claimLockTimeout(rt),
     };
-    // Two batches lock their keys in one order, so that they never wait for each other in a
-    // circle: by key, then unordered deliveries by id; a key's claims keep their arrival order
-    // (the sort is stable), which is the order they are decided in.
+    // Two batches lock in one order, so that they never wait for each other in a circle; the sort
+    // is stable, so a key's claims keep their arrival order.
     const ordered = [...batch].sort(byLockOrder);
     let rows: ClaimRow[];
     rt.metrics.claimBatch(batch.length);
     try {
       const elements = ordered.map((w) => w.element);
       const { acks, readCommittedAlone } = rt.database;
-      // On our drivers a statement outside a transaction is a READ COMMITTED one of its own,
-      // which the claim's SQL relies on; a Kysely instance of the user's runs at the server's
-      // default, so there it gets a transaction that says so.
+      // The claim's SQL relies on READ COMMITTED, which a user's Kysely instance must be told.
       rows = readCommittedAlone
         ? await rt.statements.claimMany(acks, shared, elements)
         : await acks
@@ -153,7 +141,7 @@ function byLockOrder(a: Waiting, b: Waiting): number {
 
 const batches = new WeakMap<Runtime, ClaimBatches>();
 
-/** The runtime's batches of deferred claims (one queue per inbox). */
+/** One queue per inbox. */
 export function claimBatchesOf(rt: Runtime): ClaimBatches {
   let b = batches.get(rt);
   if (!b) {

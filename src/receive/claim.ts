@@ -2,7 +2,7 @@
  * A delivery's claim and, when it says "apply", its handler: one transaction per kind of claim
  * (unordered, ordered, latest-wins; deferred mode only stores), then what the answer says.
  */
-import type { Kysely } from 'kysely';
+import type { Kysely, Transaction } from 'kysely';
 import { applyTaken, inTransaction, type Run, reportCommitted } from '../apply/apply.js';
 import type { Background } from '../background/background.js';
 import { DrainInTransaction } from '../background/drain.js';
@@ -49,17 +49,12 @@ async function claimUnorderedAndApply(
   const args = claimArgs(rt, d, false);
   let took: Took<ClaimRow>;
   try {
-    took = await inTransaction(rt.database.kysely, async (tx) => {
-      const claimedAt = performance.now();
-      const claim = await inClaimSpan(
-        rt,
-        obs,
-        async () => (await rt.statements.tryClaim?.(tx, args)) ?? rt.statements.claim(tx, args),
-      );
-      if (claim.decision !== 'apply') return { claimedAt, claim };
-      return { claimedAt, claim, run: await applyTaken(rt, tx, taken(d, claim), obs.parent) };
-    });
-    reportCommitted(rt, [took.run]);
+    took = await claimInline(
+      rt,
+      obs,
+      async (tx) => (await rt.statements.tryClaim?.(tx, args)) ?? rt.statements.claim(tx, args),
+      (claim) => taken(d, claim),
+    );
   } catch (err) {
     return respond.infrastructureFailure(rt.options, err);
   }
@@ -69,8 +64,7 @@ async function claimUnorderedAndApply(
 
 /**
  * An ordered delivery, inline, on a connection it keeps after COMMIT: the held events its claim made
- * runnable are applied in its transaction up to a bound, and the rest drained on that connection right
- * after the response rather than queueing for the pool again.
+ * runnable are applied in its transaction up to a bound, the rest drained on it after the response.
  */
 function claimOrderedAndApply(
   rt: Runtime,
@@ -143,17 +137,12 @@ async function claimLatestAndApply(
   const args = { source: o.source, id: d.id, ...latest, hash: d.hash, lockTimeout: claimLockTimeout(rt) };
   let took: Took<ClaimLatestRow>;
   try {
-    took = await inTransaction(rt.database.kysely, async (tx) => {
-      const claimedAt = performance.now();
-      const claim = await inClaimSpan(rt, obs, () => rt.statements.claimLatest(tx, args));
-      if (claim.decision !== 'apply') return { claimedAt, claim };
-      return {
-        claimedAt,
-        claim,
-        run: await applyTaken(rt, tx, taken({ ...d, key: null, seq: null }, claim), obs.parent),
-      };
-    });
-    reportCommitted(rt, [took.run]);
+    took = await claimInline(
+      rt,
+      obs,
+      (tx) => rt.statements.claimLatest(tx, args),
+      (claim) => taken({ ...d, key: null, seq: null }, claim),
+    );
   } catch (err) {
     return respond.infrastructureFailure(o, err);
   }
@@ -173,6 +162,23 @@ async function claimLatestAndApply(
   return respond.decided(o, d, { ...claim, decision: claim.decision, expected: null, drain: false });
 }
 
+/** One transaction: the claim and, when it says "apply", the handler. */
+async function claimInline<C extends { decision: string; attempts: number; receivedAt: Date }>(
+  rt: Runtime,
+  obs: Observation,
+  claimIn: (tx: Transaction<any>) => Promise<C>,
+  event: (claim: C) => TakenEvent,
+): Promise<Took<C>> {
+  const took = await inTransaction(rt.database.kysely, async (tx): Promise<Took<C>> => {
+    const claimedAt = performance.now();
+    const claim = await inClaimSpan(rt, obs, () => claimIn(tx));
+    if (claim.decision !== 'apply') return { claimedAt, claim };
+    return { claimedAt, claim, run: await applyTaken(rt, tx, event(claim), obs.parent) };
+  });
+  reportCommitted(rt, [took.run]);
+  return took;
+}
+
 async function claimDeferred(
   rt: Runtime,
   bg: Background,
@@ -189,12 +195,7 @@ async function claimDeferred(
   return claimedOutcome(rt, bg, d, took);
 }
 
-/**
- * One claim of a `claim_many` batch (./claim-batches.ts): it applies nothing, so on our drivers it is
- * a READ COMMITTED transaction of its own in one round trip, whose locks are released inside
- * PostgreSQL rather than after the answer has crossed back. On `Database.acks`, so an
- * acknowledgement never queues behind the workers' handlers for a connection.
- */
+/** One claim of a `claim_many` batch, on `Database.acks`: it never queues behind the workers' handlers. */
 async function sendDeferredClaim(rt: Runtime, d: ParsedDelivery, obs: Observation): Promise<Took<ClaimRow>> {
   const { id, key, seq, hash, payload, headers, type, group } = claimArgs(rt, d, true);
   const claimedAt = performance.now();
@@ -210,8 +211,7 @@ function inClaimSpan<T>(rt: Runtime, obs: Observation, claim: () => Promise<T>):
 
 function claimArgs(rt: Runtime, d: ParsedDelivery, deferred: boolean): ClaimArgs {
   const o = rt.options;
-  // Only an ordered event can be held (and need its payload later) in an inline claim; in deferred
-  // mode every event may be stored. A new unordered event's row is written at COMMIT.
+  // Inline, only an ordered event can be held and need its payload later.
   const store = deferred || d.key !== null;
   return {
     source: o.source,
@@ -291,7 +291,6 @@ function claimedOutcome(rt: Runtime, bg: Background, d: ParsedDelivery, took: To
     claim.decision === 'mismatch' &&
     (claim.reason === 'seq-applied' || claim.reason === 'seq-taken')
   ) {
-    // A sender that restarted its counter, or two events at one seq: visible, never dropped quietly.
     rt.metrics.seqConflict(claim.reason === 'seq-applied' ? 'applied' : 'waiting');
     o.logger.warn(
       { id: d.id, key: d.key, seq: d.seq, source: o.source, reason: claim.reason },

@@ -1,7 +1,6 @@
 /**
- * A delivery's group (option `groups.by`), and inline mode's cap of one group's deliveries in
- * flight. A group that cannot be read is no reason to lose the event: it is stored without one,
- * counted and logged, the error naming the option.
+ * A delivery's group (`groups.by`), and inline mode's cap per group. A group that cannot be read is
+ * no reason to lose the event: it is stored without one, counted and logged.
  */
 import type { ParsedDelivery } from '../delivery/delivery.js';
 import { fieldDelivery, readSource } from '../delivery/field-source.js';

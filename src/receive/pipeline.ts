@@ -1,8 +1,4 @@
-/**
- * The receive pipeline, one delivery's path: shed → read → verify → parse → memory → look first →
- * claim → apply → respond; every outcome is built in respond.ts. Round trips per delivery are the
- * hot path: ARCHITECTURE.md, "Round trips", pinned by test/round-trips.test.ts.
- */
+/** One delivery's path: shed → read → verify → parse → memory → look first → claim → apply → respond. */
 import type { Background } from '../background/background.js';
 import { type ParsedDelivery, parseDelivery } from '../delivery/delivery.js';
 import { parseBody } from '../delivery/payload.js';
@@ -20,10 +16,7 @@ import { type Observation, observed } from './observe.js';
 import { type BodyStream, startBodyRead } from './raw-body.js';
 import * as respond from './respond.js';
 
-/**
- * A delivery whose body is still a stream: read it, bounded. The first bytes are awaited before it
- * counts as in flight: a sender that opens a request and sends nothing holds no slot.
- */
+/** A delivery whose body is a stream: a sender that sends nothing yet holds no in-flight slot. */
 export async function receiveStream(
   rt: Runtime,
   bg: Background,
@@ -73,7 +66,6 @@ async function decide(rt: Runtime, bg: Background, delivery: Delivery, obs: Obse
   const o = rt.options;
   let verified: VerifiedDelivery | undefined;
   if (o.verify) {
-    // Before anything is parsed, looked up or stored: a delivery that fails costs no round trip.
     try {
       verified = await verifyDelivery(o.verify, delivery);
     } catch (err) {

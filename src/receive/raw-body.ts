@@ -19,17 +19,14 @@ export interface BodyLimits {
 }
 
 /**
- * How much of an oversized body is still read and dropped after its 413, so that a sender still
- * writing reads the answer: a socket closed with unread bytes is reset by the kernel, and the reset
- * discards the 413 before the sender reads it. Past this (or `bodyTimeoutMs`), the connection is closed.
+ * How much of an oversized body is still read and dropped after its 413: a socket closed with unread
+ * bytes is reset, and the reset discards the 413 before the sender reads it.
  */
 export const DRAIN_LIMIT_BYTES = 16 * 1024 * 1024;
 
 /**
- * Starts reading a request body, bounded in size and time. Past `maxBytes` it keeps no more bytes and
- * fails with 413, dropping the rest up to {@link DRAIN_LIMIT_BYTES}; past `timeoutMs`, 408. The stream
- * is left for the server to close after the response: destroying it here would reset the connection
- * before the answer is written.
+ * Starts reading a request body, bounded in size (413) and time (408). The stream is left for the
+ * server to close: destroying it here would reset the connection before the answer is written.
  */
 export function startBodyRead(stream: BodyStream, limits: BodyLimits): BodyRead {
   let markStarted!: () => void;
@@ -61,6 +58,10 @@ function isNodeReadable(stream: BodyStream): stream is BodyStream & NodeReadable
   );
 }
 
+function tooSlow(timeoutMs: number): InvalidDeliveryError {
+  return new InvalidDeliveryError('body', `body was not received within ${timeoutMs} ms`, 408);
+}
+
 function tooLarge(maxBytes: number, draining = false): InvalidDeliveryError {
   const err = new InvalidDeliveryError('body', `body is larger than ${maxBytes} bytes`, 413);
   err.draining = draining;
@@ -90,10 +91,7 @@ function drainNode(stream: NodeReadable, read: number, timeoutMs: number): void 
   stream.resume?.();
 }
 
-/**
- * {@link read} for a Node readable, on its own events: the async iterator's promises per chunk were a
- * tenth of a small delivery's adapter work. Same limits, same errors.
- */
+/** {@link read} for a Node readable, on its events: cheaper than an async iterator's promise per chunk. */
 function readNode(stream: NodeReadable, limits: BodyLimits, onFirstBytes: () => void): Promise<Buffer> {
   const { maxBytes, timeoutMs, declaredLength } = limits;
   if (declaredLength !== undefined && Number(declaredLength) > maxBytes) {
@@ -135,10 +133,7 @@ function readNode(stream: NodeReadable, limits: BodyLimits, onFirstBytes: () => 
       if (stream.readableEnded) return;
       done(Object.assign(new Error('Premature close'), { code: 'ERR_STREAM_PREMATURE_CLOSE' }));
     };
-    const timer = setTimeout(
-      () => done(new InvalidDeliveryError('body', `body was not received within ${timeoutMs} ms`, 408)),
-      timeoutMs,
-    );
+    const timer = setTimeout(() => done(tooSlow(timeoutMs)), timeoutMs);
     stream.on('data', onData);
     stream.on('end', onEnd);
     stream.on('error', onFail);
@@ -165,9 +160,7 @@ function drainIterator(iterator: AsyncIterator<Uint8Array | string>, read: numbe
 
 async function read(stream: BodyStream, limits: BodyLimits, onFirstBytes: () => void): Promise<Buffer> {
   const { maxBytes, timeoutMs, declaredLength } = limits;
-  if (declaredLength !== undefined && Number(declaredLength) > maxBytes) {
-    throw new InvalidDeliveryError('body', `body is larger than ${maxBytes} bytes`, 413);
-  }
+  if (declaredLength !== undefined && Number(declaredLength) > maxBytes) throw tooLarge(maxBytes);
   const chunks: Buffer[] = [];
   let size = 0;
   let timer: NodeJS.Timeout | undefined;
@@ -182,7 +175,7 @@ async function read(stream: BodyStream, limits: BodyLimits, onFirstBytes: () => 
       if (step === 'timeout') {
         // Settles when the server closes the connection after the 408.
         next.catch(() => {});
-        throw new InvalidDeliveryError('body', `body was not received within ${timeoutMs} ms`, 408);
+        throw tooSlow(timeoutMs);
       }
       if (step.done) break;
       onFirstBytes();

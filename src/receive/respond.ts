@@ -1,8 +1,4 @@
-/**
- * Every HTTP outcome of a delivery is built here. Nothing internal (SQL, stacks, handler messages)
- * is ever put in a response; the logger gets the details.
- */
-
+/** Every HTTP outcome of a delivery. Nothing internal is ever put in a response; the logger gets it. */
 import { missingTables, sqlState } from '../db/drivers/postgres-error.js';
 import type { ClaimRow } from '../db/sql/claim.js';
 import { CONTENDED } from '../db/sql/sql-state.js';
@@ -69,10 +65,7 @@ export function groupBusy(cap: number): Outcome {
     OutcomeKind.shed,
     429,
     `This event's group has ${cap} deliveries in flight; deliver the event again later`,
-    {
-      reason: 'group',
-      retryAfterSeconds: 1,
-    },
+    { reason: 'group', retryAfterSeconds: 1 },
   );
 }
 
@@ -81,9 +74,7 @@ export function unavailable(): Outcome {
     OutcomeKind.unavailable,
     503,
     'The inbox cannot reach its database; deliver the event again later',
-    {
-      retryAfterSeconds: 1,
-    },
+    { retryAfterSeconds: 1 },
   );
 }
 
@@ -145,9 +136,7 @@ export function decided(o: ResolvedOptions, d: ParsedDelivery, c: Omit<ClaimRow,
           OutcomeKind.mismatch,
           422,
           `${h.seq} ${d.seq} of this ${h.key} is already held for another ${h.id}`,
-          {
-            field: h.seq,
-          },
+          { field: h.seq },
         );
       }
       const field = c.reason === 'key' ? h.key : c.reason === 'seq' ? h.seq : 'body';
@@ -190,9 +179,8 @@ export function unverified(o: ResolvedOptions, err: unknown): Outcome {
   }
   // The verifier itself failed: a retry, not a 401 that could get the endpoint disabled.
   o.logger.error({ err }, 'webhook-inbox: signature verification failed to run');
-  return problem(OutcomeKind.unavailable, 503, 'The delivery could not be verified; deliver it again later', {
-    retryAfterSeconds: 1,
-  });
+  const detail = 'The delivery could not be verified; deliver it again later';
+  return problem(OutcomeKind.unavailable, 503, detail, { retryAfterSeconds: 1 });
 }
 
 /** Where a wrong secret usually comes from (`stripe listen` signs with its own whsec_ secret). */
@@ -228,19 +216,14 @@ export function infrastructureFailure(o: ResolvedOptions, err: unknown): Outcome
       OutcomeKind.inFlight,
       409,
       'Another delivery of this event (or of its key) is being processed',
-      {
-        retryAfterSeconds: 1,
-      },
+      { retryAfterSeconds: 1 },
     );
   }
   databaseFailed(o, err);
   return unavailable();
 }
 
-/**
- * An error an adapter caught (a misconfigured body parser, a bug): 500 with nothing internal in it;
- * a misconfiguration also goes to a process warning, once, so it is seen without a logger.
- */
+/** An error an adapter caught: 500; a misconfiguration also goes to a process warning, once. */
 export function outcomeForError(rt: Runtime, err: unknown): Outcome {
   const o = rt.options;
   if (err instanceof RawBodyUnavailableError) {

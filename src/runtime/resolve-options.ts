@@ -17,6 +17,7 @@ import { InboxOptionsError } from '../errors.js';
 import { consoleLogger, type Logger, silent } from '../observability/logger.js';
 import type { MetricsOptions } from '../observability/metrics.js';
 import { resolveBodySchema } from '../options/body-schema.js';
+import type { OnDeadLetter } from '../options/dead-letter-hook.js';
 import type { Handler } from '../options/event.js';
 import { resolveGroups } from '../options/groups.js';
 import { handleEverything, resolveHandlers } from '../options/handlers.js';
@@ -29,26 +30,19 @@ import {
   IDENTIFIER,
   integer,
   oneOf,
+  optionalFunction,
 } from '../options/option-checks.js';
 import { DEFAULT_LOCK_TIMEOUT_MS, type InboxOptions } from '../options/options.js';
 import type { ResolvedOptions } from './resolved-options.js';
 import { rejectUnknownOptions } from './unknown-options.js';
-
-/**
- * Every inbox option checked and defaulted in one place (`resolveOptions`): a bad value throws
- * InboxOptionsError naming the option and what it must be. The options themselves, with their
- * documentation, are in options.ts.
- */
 
 /** `db: 'memory'`: the embedded database in memory, chosen knowingly (no warning). */
 const MEMORY = 'memory';
 let warnedInMemory = false;
 
 /**
- * No `db` and no `dataDir`. In production that is almost always an unset `DATABASE_URL`, and
- * running in memory would lose every event and every write of the handler on restart, the very
- * failure this library exists to prevent: refuse. Elsewhere (tests, a first try) run in memory,
- * and say so once per process, and to each inbox's logger.
+ * No `db` and no `dataDir`: in production almost always an unset `DATABASE_URL`, and running in
+ * memory would lose every event on restart: refuse. Elsewhere run in memory, and say so.
  */
 function noDatabaseGiven(logger: Partial<Logger> | undefined): void {
   if (process.env.NODE_ENV === 'production') {
@@ -73,11 +67,8 @@ function redactedUrl(url: string): string {
 }
 
 /**
- * A `db` string, in every environment. Empty is an unset variable (`db: process.env.DATABASE_URL`):
- * pg would fall back to its own defaults (localhost, the OS user), and outside production the
- * inbox would run in memory instead. Anything but a postgres:// or postgresql:// URL (or
- * 'memory') fails later and far from its cause: pg reads `127.0.0.1:5432/db` as a socket path
- * and `postgress://…` as a host named after its path (`getaddrinfo ENOTFOUND …`).
+ * A `db` string: empty is an unset variable, and anything but a postgres:// URL (or 'memory')
+ * would fail later and far from its cause (pg reads `127.0.0.1:5432/db` as a socket path).
  */
 function checkDatabaseString(db: string): void {
   if (db === '') {
@@ -101,7 +92,10 @@ function checkDatabaseString(db: string): void {
   );
 }
 
-/** The largest `workerBatchSize`: well below the 64 subtransactions a backend caches (see below). */
+/**
+ * The largest `workerBatchSize`: each event of a batch is a subtransaction, and past the 64 a
+ * backend caches every other session's snapshot overflows to pg_subtrans.
+ */
 const MAX_WORKER_BATCH = 32;
 
 /** Every option, checked and defaulted in one place. A bad value throws, naming the option. */
@@ -120,8 +114,7 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
     );
   const handlers =
     o.handlers === undefined ? handleEverything(o.handle as Handler) : resolveHandlers(o.handlers);
-  // A provider's events are namespaced by its name unless told otherwise: two providers on one
-  // database never share ids.
+  // Two providers on one database never share ids.
   const source = o.source ?? (o.provider as Provider | undefined)?.name ?? 'default';
   if (
     typeof source !== 'string' ||
@@ -230,7 +223,7 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
       version: resolveSource(version, 'order.version'),
     };
   }
-  // ---- Loud by default: no `logger` is the console (warnings and errors); false is silence ----
+  // Loud by default: no `logger` is the console; false is silence.
   const defaultLogger = o.logger === undefined ? consoleLogger() : undefined;
   const logger = (defaultLogger ?? (o.logger === false ? {} : o.logger)) as Partial<Logger>;
   if (typeof logger !== 'object' || logger === null) {
@@ -288,7 +281,6 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
       `must be an OpenTelemetry TracerProvider; got ${describe(tracerProvider)}`,
     );
   }
-  // ---- The retry budget ----
   const retryCapMs = duration(o, 'retryCapMs', 3_600_000, 1, 86_400_000);
   if (retryCapMs < retryBaseMs) throw new InboxOptionsError('retryCapMs', 'must be at least `retryBaseMs`');
   const retryFor = parseDuration(o.retryFor ?? '24h');
@@ -299,26 +291,15 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
     );
   }
   const maxAttempts = o.maxAttempts === undefined ? undefined : integer(o, 'maxAttempts', 0, 1, 1000);
-  // ---- end of the retry budget ----
-  if (o.verify !== undefined && typeof o.verify !== 'function') {
-    throw new InboxOptionsError(
-      'verify',
-      `must be a function, e.g. standardWebhooks({ secret }); got ${describe(o.verify)}`,
-    );
-  }
+  const verify =
+    optionalFunction<Verify>(o, 'verify', ', e.g. standardWebhooks({ secret })') ?? provider?.verify;
   const retention = retentionOf(o, 'retention', 7 * 86_400_000);
   const deadRetention = retentionOf(o, 'deadRetention', false);
-  if (o.onDeadLetter !== undefined && typeof o.onDeadLetter !== 'function') {
-    throw new InboxOptionsError(
-      'onDeadLetter',
-      `must be a function (event, cause) => …; got ${describe(o.onDeadLetter)}`,
-    );
-  }
+  const onDeadLetter = optionalFunction<OnDeadLetter>(o, 'onDeadLetter', ' (event, cause) => …');
   const poolSize = integer(o, 'poolSize', 10, 1, 1000);
   const mode = oneOf(o, 'mode', ['inline', 'deferred'] as const);
-  // Acknowledgements get connections of their own where the inbox can open them (a connection
-  // string, or a pg.Pool's settings): then every pool connection may run a lane's handler, as
-  // inline mode runs one per connection. Sharing the pool, half of it is left to them.
+  // With connections of their own for acknowledgements, every pool connection may run a lane's
+  // handler; sharing the pool, half of it is left to them.
   const ackPoolSize =
     mode === 'deferred' && opensConnections(o.db === MEMORY ? undefined : o.db)
       ? integer(o, 'ackPoolSize', 2, 0, 100)
@@ -335,9 +316,7 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
     0,
     1000,
   );
-  const verify = (o.verify as Verify | undefined) ?? provider?.verify;
   const secretHeaders = secretHeaderSet(headerNames(o.secretHeaders, 'secretHeaders'), verify?.secretHeaders);
-  // A waiting event's body is parsed by its stored content-type when it is applied.
   if (secretHeaders.has('content-type')) {
     throw new InboxOptionsError('secretHeaders', 'may not name content-type: a stored event is parsed by it');
   }
@@ -350,7 +329,6 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
     handlers,
     bodySchema: resolveBodySchema(o.bodySchema),
     respond: resolveRespondHook(o.respond),
-    // 'memory' was an explicit choice of what no `db` means: the embedded database, in memory.
     db: o.db === MEMORY ? undefined : (o.db as DatabaseInput | undefined),
     dataDir: o.dataDir as string | undefined,
     poolSize,
@@ -383,7 +361,7 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
     duplicateCacheSize: integer(o, 'duplicateCacheSize', 5000, 0, 1_000_000),
     retention,
     deadRetention,
-    onDeadLetter: o.onDeadLetter as ResolvedOptions['onDeadLetter'],
+    onDeadLetter,
     logger: {
       debug: logger.debug?.bind(logger) ?? silent,
       info: logger.info?.bind(logger) ?? silent,
@@ -398,8 +376,6 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
     tracerProvider,
     mode,
     workers,
-    // Each event of a batch is a savepoint, a subtransaction; past the 64 a backend caches, every
-    // other session's snapshot overflows to pg_subtrans. 32 leaves room for the handlers' own.
     groups: resolveGroups(o.groups, provider?.group),
     workerBatchSize: integer(o, 'workerBatchSize', 10, 1, MAX_WORKER_BATCH),
     pollIntervalMs: duration(o, 'pollIntervalMs', 1000, 1, 3_600_000),

@@ -1,4 +1,3 @@
-/** What `resolveOptions` (resolve-options.ts) makes of the options: every default applied, every value checked. */
 import type { TracerProvider } from '@opentelemetry/api';
 import type { CitusOptions } from '../db/citus.js';
 import type { DatabaseInput } from '../db/database.js';
@@ -49,7 +48,6 @@ export interface ResolvedOptions {
   readonly gapTimeoutMs: number;
   readonly onGapTimeout: 'skip' | 'block';
   readonly sweepIntervalMs: number;
-  // ---- The retry budget ----
   /** Milliseconds. */
   readonly retryFor: number;
   /** Undefined: only `retryFor` bounds the retries. */
@@ -57,7 +55,6 @@ export interface ResolvedOptions {
   readonly onPoison: 'block' | 'skip';
   readonly retryBaseMs: number;
   readonly retryCapMs: number;
-  // ---- end of the retry budget ----
   readonly duplicateCacheSize: number;
   /** Milliseconds, or false when automatic pruning is off. */
   readonly retention: number | false;
@@ -78,7 +75,6 @@ export interface ResolvedOptions {
   readonly order: DeliveryOptions['order'];
   readonly mode: 'inline' | 'deferred';
   readonly workers: number;
-  /** Option `groups`, resolved; undefined: events have no group. */
   readonly groups: ResolvedGroups | undefined;
   readonly workerBatchSize: number;
   readonly pollIntervalMs: number;

@@ -1,7 +1,4 @@
-/**
- * The runtime of one inbox: what the pipeline, the apply path and the background loops work with.
- * The database, its statements and the telemetry are attached by `open()`.
- */
+/** The runtime of one inbox: what the pipeline, the apply path and the background loops work with. */
 import type { Tracer } from '@opentelemetry/api';
 import { type Database, openDatabase } from '../db/database.js';
 import { migrateToLatest } from '../db/migrations.js';
@@ -25,7 +22,6 @@ import type { ResolvedOptions } from './resolved-options.js';
 /** Redis entries live as long as processed rows (`retention`); without it, 7 days (then Postgres answers). */
 const REDIS_TTL_WITHOUT_RETENTION_MS = 7 * 86_400_000;
 
-/** What `open()` rejects with after `close()`: the caller holds an inbox that was shut down. */
 function closedError(): InboxError {
   return new InboxError(
     'webhook-inbox: the inbox is closed (inbox.close() was called); create a new inbox to use the database again',
@@ -45,27 +41,19 @@ export class Runtime {
   /** `lockTimeoutMs` as Postgres spells it, for the claim and drains. */
   readonly lockTimeout: string;
   readonly tracer: Tracer;
-  /** Events this instance saw processed: duplicates answered with no round trip. */
   readonly processed: ProcessedCache;
-  /** Whether looking before BEGIN pays, from the recent share of duplicates. */
   readonly duplicateOdds = new DuplicateOdds();
   metrics: InboxMetrics = noMetrics;
   redis: RedisCache | undefined;
-  /**
-   * Pending events of this source, all instances, for `maxPending`: the workers' count every 500 ms,
-   * adjusted by this instance; a count(*) per delivery would scan a growing index when overloaded.
-   */
+  /** Pending events of this source, all instances: the workers' count, adjusted by this instance. */
   pendingEstimate = 0;
-  /** Deliveries being received now, for `maxInFlight`. */
   inFlight = 0;
-  /** Set by `close()`: loops stop taking work. */
   closing = false;
   /** A misconfigured body parser was already reported with a process warning. */
   warnedRawBody = false;
   /** Work that outlives a response (drains, Redis writes): `idle()` and `close()` wait for it. */
   readonly background = new Set<Promise<unknown>>();
   #opening: Promise<Opened> | undefined;
-  /** Set by `close()`: what `open()` opened is destroyed, and it opens nothing again. */
   #closed = false;
   #opened: Opened | undefined;
   #telemetry: Promise<void> | undefined;
@@ -82,7 +70,7 @@ export class Runtime {
   /** Opens the database and migrates (unless `migrate: false`). Idempotent; rejects once `close()` began. */
   open(): Promise<Opened> {
     if (this.#closed) return Promise.reject(closedError());
-    // A failed open is not kept: a database down at the first delivery must not leave the inbox 503.
+    // A failed open is not kept: the next delivery tries again.
     this.#opening ??= this.#open().catch((err) => {
       this.#opening = undefined;
       throw err;
@@ -181,10 +169,7 @@ export class Runtime {
     return promise;
   }
 
-  /**
-   * An event committed as processed: remembered here and, while duplicates are likely, in Redis (one
-   * SET the response does not wait for); while they are rare, the first copy writes it (`rememberDuplicate`).
-   */
+  /** An event committed as processed: remembered here and, while duplicates are likely, in Redis. */
   rememberProcessed(
     event: Pick<TakenEvent, 'id' | 'hash' | 'key' | 'seq'>,
     resultJson: string | undefined,
@@ -193,7 +178,7 @@ export class Runtime {
     if (this.redis && this.duplicateOdds.likely) this.#writeToRedis(this.redis, event, resultJson);
   }
 
-  /** A duplicate Postgres answered: remembered here and in Redis whatever the odds, for the next copies. */
+  /** A duplicate Postgres answered: remembered here and in Redis whatever the odds. */
   rememberDuplicate(event: Pick<TakenEvent, 'id' | 'hash' | 'key' | 'seq'>, result: unknown): void {
     const resultJson = result === null ? undefined : JSON.stringify(result);
     this.processed.remember(event.id, event.hash, event.key, event.seq, resultJson);

@@ -1,8 +1,4 @@
-/**
- * Unknown options: a misspelt one (`maxAtempts`) must not silently do nothing. Every name of
- * InboxOptions is listed (a new option without its name here fails to compile); any other is an
- * InboxOptionsError with the nearest known name.
- */
+/** A misspelt option (`maxAtempts`) must not silently do nothing: it is refused, with the nearest name. */
 import { InboxOptionsError } from '../errors.js';
 import type { InboxOptions } from '../options/options.js';
 import { docsUrl } from '../outcome.js';

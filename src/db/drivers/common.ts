@@ -3,14 +3,8 @@ import type { QueryResult, TransactionSettings } from 'kysely';
 import { PoolWaitTimeoutError } from '../../errors.js';
 
 /**
- * How a statement travels with its neighbours on our drivers (src/db/drivers/fold.ts), declared by
- * the statement itself (src/db/sql/tables.ts, `defineStatement`):
- * - `begin`: it opens our transactions (the claim, the takes), and BEGIN rides on it. Sent
- *   outside a transaction (deferred mode's claim) it is a READ COMMITTED transaction of its
- *   own, SET TRANSACTION riding on it, committed by PostgreSQL before it answers.
- * - `commit`: held back and sent with COMMIT (or with the next statement that declares a
- *   contract, when one comes first: a batch's next SAVEPOINT). Its rows are never read.
- * - `none`: a round trip of its own.
+ * How a statement travels with its neighbours (fold.ts): `begin`, BEGIN rides on it; `commit`, held
+ * back and sent with COMMIT (its rows are never read); `none`, a round trip of its own.
  */
 export type Rides = 'begin' | 'commit' | 'none';
 
@@ -20,38 +14,24 @@ export interface StatementResult<R> extends QueryResult<R> {
 }
 
 export interface StatementEntry {
-  /**
-   * Its one name on a session, from src/db/sql/ to the wire: a statement that folds is
-   * PREPAREd under it (`execute "<name>"(…)`, src/db/drivers/prepared-folds.ts), a statement
-   * alone is parsed under it by node-postgres (its `name:`). Never both: what folds is not sent
-   * alone under its name, so the two never meet on one session.
-   */
+  /** Its name on a session: PREPAREd under it if it folds, else node-postgres's `name:`, never both. */
   readonly name: string;
   readonly rides: Rides;
   /** A parameterless statement every driver sends right after this one (a SAVEPOINT). */
   readonly after: string | undefined;
   /**
-   * The text of a registered statement our drivers send right before this one, with the same
-   * parameters, in the same round trip when they fold; its result is returned beside this one's
-   * (`StatementResult.first`).
-   * Two statements, not one: the second's snapshot is taken after the first ran (READ
-   * COMMITTED), which one statement cannot do (the try-claim's read after the id's try-lock,
-   * src/db/sql/try-claim.ts).
+   * A registered statement sent right before this one with the same parameters, its result in
+   * `StatementResult.first`: two statements, so that this one's snapshot is taken after it ran.
    */
   readonly first: string | undefined;
-  /** It folds and PREPARE takes it (not ROLLBACK TO SAVEPOINT, a utility command: that folds as its text). */
+  /** It folds and PREPARE takes it. */
   readonly prepared: boolean;
 }
 
 /** The statements PREPARE takes (the rest, such as ROLLBACK TO SAVEPOINT, are utility commands). */
 const PREPARABLE = /^\s*(select|insert|update|delete|with|values)\b/i;
 
-/**
- * `wi:<schema>.<prefix><statement>`: readable in pg_stat_activity, pg_prepared_statements and
- * logs. Names stop at 63 bytes (PostgreSQL keys prepared statements by NAMEDATALEN: a longer
- * one would be cut, and two cut names could collide): past that, the statement's name and a
- * hash of its text.
- */
+/** Past 63 bytes (NAMEDATALEN: a cut name could collide), the statement's name and a hash of its text. */
 function statementName(name: string, text: string): string {
   if (Buffer.byteLength(name) <= 63) return name;
   const short = (name.split('.').pop() ?? name).replace(/[^a-z0-9_]/gi, '_').slice(-24);
@@ -91,10 +71,8 @@ export function beginStatement(settings: TransactionSettings): string {
 }
 
 /**
- * Waits for `acquire` at most `timeoutMs`, then throws PoolWaitTimeoutError (the delivery is
- * shed with 503 rather than queued without bound). A connection that arrives after the caller
- * gave up is handed straight back with `giveBack`. Works with any pool shaped like pg's,
- * whose own `connectionTimeoutMillis` we cannot set on a pool the user passed in.
+ * Waits for `acquire` at most `timeoutMs`, then throws PoolWaitTimeoutError; a connection that
+ * arrives later is handed back with `giveBack`. Works on a pool the user passed in.
  */
 export function boundedWait<T>(
   acquire: Promise<T>,

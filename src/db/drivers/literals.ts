@@ -1,10 +1,6 @@
 /**
- * Values written as SQL literals, for statements folded as simple-protocol text
- * (src/db/drivers/fold.ts), where the protocol takes no parameters: the arguments of `execute
- * "<name>"(…)`, or a statement's text with its values written in. Strings go through pg's own
- * `escapeLiteral`, never concatenated by hand; bytea is written as hex, which needs no escaping;
- * what cannot be written is undefined, and the statement then travels alone with its values
- * bound.
+ * Values as SQL literals, for folded simple-protocol text (fold.ts). Strings go through pg's
+ * `escapeLiteral`; what cannot be written is undefined, and its statement travels alone, bound.
  */
 import type { CompiledQuery } from 'kysely';
 import pg from 'pg';
@@ -23,18 +19,15 @@ export function literal(value: unknown): string | undefined {
     case 'bigint':
       return value.toString();
     case 'string':
-      // What escapeLiteral returns for text without quotes or backslashes, without its
-      // character-by-character loop (ids, hashes, JSON of most results).
+      // What escapeLiteral returns for such text, without its character-by-character loop.
       return NEEDS_ESCAPING.test(value) ? escapeLiteral(value) : `'${value}'`;
   }
-  // An escape string (E''), so that its one backslash means the same whatever the server's
-  // standard_conforming_strings; the hex digits after it need no escaping, however many.
+  // E'': its backslash means the same whatever standard_conforming_strings says.
   if (value instanceof Uint8Array) return `E'\\\\x${Buffer.from(value).toString('hex')}'::bytea`;
   if (value instanceof Date)
     return Number.isNaN(value.getTime()) ? undefined : `'${value.toISOString()}'::timestamptz`;
   if (Array.isArray(value)) {
-    // One array literal, of no type of its own: the statement's text or the prepared
-    // statement's parameter gives it one ($n::text[]).
+    // Untyped: the statement gives it its type ($n::text[]).
     const elements: string[] = [];
     for (const element of value) {
       const text = arrayElement(element);
@@ -60,7 +53,6 @@ function arrayElement(value: unknown): string | undefined {
   return `"${text.replace(/[\\"]/g, '\\$&')}"`;
 }
 
-/** The literals of a statement's parameters, or undefined when one cannot be written. */
 export function literalsOf(compiled: CompiledQuery): string[] | undefined {
   const literals: string[] = [];
   for (const value of compiled.parameters) {
@@ -71,10 +63,7 @@ export function literalsOf(compiled: CompiledQuery): string[] | undefined {
   return literals;
 }
 
-/**
- * A statement's text with its `$n` placeholders replaced by literals. Registered statements are
- * ours: their text has no `$` but the placeholders.
- */
+/** A registered statement's text (no `$` but its placeholders) with the literals in. */
 export function inline(sql: string, literals: string[]): string {
   const parts = placeholderSplit(sql);
   let text = parts[0] as string;
@@ -82,7 +71,7 @@ export function inline(sql: string, literals: string[]): string {
   return text;
 }
 
-/** A statement's text split around its `$n` placeholders (text, n, text, …), once per text. */
+/** A statement's text split around its placeholders (text, n, text, …), once per text. */
 const splits = new Map<string, Array<string | number>>();
 function placeholderSplit(sql: string): Array<string | number> {
   let parts = splits.get(sql);

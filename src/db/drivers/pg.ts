@@ -1,17 +1,7 @@
 /**
- * Our Kysely driver over a pg-shaped pool (node-postgres's, or anything shaped like it). Two
- * things set it apart from a plain one:
- *
- * - A registered statement sent alone is named (its `name:`, src/db/drivers/common.ts):
- *   PostgreSQL parses and plans it once per connection instead of once per delivery.
- * - Folding (src/db/drivers/fold.ts): BEGIN rides on the claim, the stored result on COMMIT, so
- *   that a new event costs the round trips of a bare transaction: simple-protocol text, an
- *   `execute` of statements PREPAREd once per connection (src/db/drivers/prepared-folds.ts).
- *
- * A pool whose sessions lose what is prepared on them (src/db/drivers/prepared-folds.ts) folds
- * literals and names nothing from then on.
+ * Our Kysely driver over a pg-shaped pool: a registered statement sent alone is named (parsed and
+ * planned once per connection), and transactions fold (fold.ts).
  */
-
 import type { CompiledQuery, DatabaseConnection, Driver, QueryResult, TransactionSettings } from 'kysely';
 import { boundedWait, type StatementEntry, type StatementNames } from './common.js';
 import { FoldingConnection } from './fold.js';
@@ -25,13 +15,9 @@ const quieted = new WeakSet<object>();
 const ignore = () => {};
 
 /**
- * Gives a client a no-op 'error' listener, once, for good. A checked-out client of pg's pool
- * has no listener of the pool's, and an unheard 'error' event ends the process: a client
- * released as broken is ended without one, and a server shutting down (57P01) can still report
- * on it while it ends (the chaos suite's PostgreSQL restarts). A new client is quieted as the
- * pool hands it out (its 'connect' event): a shutdown whose FATAL arrived in the same packet as
- * the connection's ReadyForQuery was reported on it before any connection of ours held it, and
- * ended the process (seen once in the chaos suite; test/pool-clients-survive-a-shutdown.test.ts).
+ * Gives a client a no-op 'error' listener, for good: an unheard 'error' event ends the process,
+ * and a checked-out or broken client has no listener of the pool's, yet a server shutting down
+ * (57P01) can still report on it, even before any connection of ours holds it.
  */
 function quiet(client: PgClientLike): void {
   if (quieted.has(client)) return;
@@ -42,13 +28,7 @@ function quiet(client: PgClientLike): void {
 class PgConnection extends FoldingConnection {
   /** Set when a query failed in a way that may have left the connection unusable. */
   broken: Error | undefined;
-  /**
-   * A checked-out client whose backend dies between two queries (pg_terminate_backend, a
-   * server restart, idle-in-transaction timeout) emits 'error' on itself, not on the pool, and
-   * an unhandled 'error' event ends the process: found by the chaos suite (bench/chaos.ts),
-   * which terminated a backend while a handler awaited something else inside its transaction.
-   * The next query fails anyway; this only marks the connection so that the pool drops it.
-   */
+  /** A backend that dies between two queries is reported on the client: the pool must drop it. */
   readonly onError = (err: Error) => {
     this.broken = err;
   };
@@ -57,18 +37,13 @@ class PgConnection extends FoldingConnection {
     names: StatementNames,
     folds: PoolFolds,
   ) {
-    // The pool's client object outlives this connection: its prepared statements are remembered on it.
     super(names, client, folds);
     client.on?.('error', this.onError);
     // A pool without a 'connect' event (a pg-shaped wrapper) hands out clients not yet quieted.
     quiet(client);
   }
 
-  /**
-   * One statement on the extended protocol, its parameters bound: named when it is registered
-   * and never folds (what folds is PREPAREd under its name), while the pool keeps what is
-   * prepared on its sessions.
-   */
+  /** Named when registered and never folded (what folds is PREPAREd under its name). */
   protected send<R>(compiled: CompiledQuery, entry: StatementEntry | undefined): Promise<QueryResult<R>> {
     const values = compiled.parameters as unknown[];
     const named = entry !== undefined && entry.rides === 'none' && !this.folds.literals;
@@ -87,12 +62,7 @@ class PgConnection extends FoldingConnection {
     return this.#query({ text }, allResults<R>);
   }
 
-  /**
-   * Sends one query and reads its answer with `read`. A chain of `then`, not an async
-   * function: every statement of a delivery goes through here, and each async layer costs a
-   * promise and a turn of the microtask queue (the first things a CPU profile of a new event
-   * showed above handmade's, with GC).
-   */
+  /** A chain of `then`, not an async function: every statement goes through here. */
   #query<T>(
     config: { text: string; values?: unknown[]; name?: string },
     read: (answer: unknown) => T,
@@ -108,11 +78,7 @@ class PgConnection extends FoldingConnection {
     });
   }
 
-  /**
-   * A Postgres error (it has a SQLSTATE `code`) leaves the connection healthy; anything else
-   * (socket closed or reset, client no longer queryable) means the pool must not hand it out
-   * again.
-   */
+  /** A Postgres error (with a SQLSTATE) leaves the connection healthy; anything else breaks it. */
   #failed(err: unknown): unknown {
     if (sqlState(err) === undefined) this.broken = err as Error;
     return err;
@@ -127,7 +93,6 @@ function resultOf<R>(result: PgResult<R>): QueryResult<R> {
   };
 }
 
-/** The answer to one statement (several statements on the simple protocol answer one result each). */
 function firstResult<R>(answer: unknown): QueryResult<R> {
   return resultOf((Array.isArray(answer) ? answer[0] : answer) as PgResult<R>);
 }
@@ -136,7 +101,6 @@ function allResults<R>(answer: unknown): QueryResult<R>[] {
   return (Array.isArray(answer) ? answer : [answer]).map((result: PgResult<R>) => resultOf(result));
 }
 
-/** What node-postgres answers for one statement. */
 interface PgResult<R> {
   rows?: R[];
   rowCount: number | null;

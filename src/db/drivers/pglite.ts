@@ -5,25 +5,15 @@ import { type SessionTurns, sessionOf } from './session.js';
 import type { PGliteLike } from './shapes.js';
 
 /**
- * PGlite is one Postgres session. Two interleaved Kysely transactions on it are really one
- * transaction, so a ROLLBACK of one undoes the other's work (measured: 16 of 32 rows
- * survived). This driver hands its single connection out exclusively: transactions and
- * statements queue behind each other, which is what one session can honestly offer.
- */
-/**
- * The one session's connection. It folds like the pg driver's (src/db/drivers/fold.ts): here a
- * fold saves calls into the embedded database rather than network round trips, and each call
- * has a fixed cost of its own (the protocol written and read in JavaScript, the step into
- * WebAssembly) that is more than most of our statements' own work. Folded statements are
- * PREPAREd on the one session before its first fold and EXECUTEd, as on pg: the parse and
- * plan of their text, in WebAssembly, is not paid per delivery.
+ * PGlite is one Postgres session: two interleaved transactions on it would be one, so its one
+ * connection is handed out exclusively. It folds as pg's does: a call into the embedded database
+ * costs more than most of our statements' own work.
  */
 class PGliteConnection extends FoldingConnection {
   constructor(
     readonly pglite: PGliteLike,
     names: StatementNames,
   ) {
-    // The one session lives as long as the PGlite instance: its prepared statements too.
     super(names, pglite, { literals: false });
   }
 
@@ -32,8 +22,7 @@ class PGliteConnection extends FoldingConnection {
   }
 
   protected async send<R>(compiled: CompiledQuery): Promise<QueryResult<R>> {
-    // Without parameters, the simple protocol: several statements may run at once
-    // (migrations), and BEGIN/COMMIT skip a parse.
+    // Without parameters, the simple protocol: several statements may run at once (migrations).
     if (compiled.parameters.length === 0) return this.simple<R>(compiled.sql);
     return toResult<R>(await this.pglite.query<R>(compiled.sql, compiled.parameters as unknown[]));
   }
@@ -68,10 +57,8 @@ export class PGliteDriver implements Driver {
     turns.tail = new Promise<void>((resolve) => {
       release = resolve;
     });
-    // The one session is busy: wait (bounded) for our turn. Given up, the turn is passed on
-    // untouched when it comes.
+    // Wait (bounded) for our turn; given up, the turn is passed on when it comes.
     await boundedWait(previous, this.waitTimeoutMs, () => release());
-    // Ours now: nobody can take the session meanwhile, so waiting for the next pass keeps the order.
     await turns.ownPass();
     turns.release = release;
     return this.#connection;

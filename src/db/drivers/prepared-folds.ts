@@ -5,22 +5,15 @@ import { sqlState } from './postgres-error.js';
 import type { Session } from './session.js';
 
 /**
- * Folded as text, a statement travels on the simple protocol, where PostgreSQL parses, analyses
- * and plans its text every time; `execute "<name>"(literals)` of a statement PREPAREd on the
- * session skips all of that. The folding statements are PREPAREd in one round trip before a
- * session's first fold: once per connection, never per delivery.
- *
- * A pool whose sessions do not keep them (a pooler in transaction mode, which hands each
- * transaction another backend; DISCARD ALL or DEALLOCATE ALL by someone else; a pool that wraps
- * one connection in a new client object at every checkout, so that its PREPAREs find their
- * names taken) says so once, by 26000 or 42P05: from then on its folds carry each statement's
- * text with the values written in, and nothing is named (`PoolFolds.literals`). Slower, never
- * wrong, and nothing depends on what a backend kept.
+ * The folding statements are PREPAREd once per session, so that a fold is `execute "<name>"(…)`,
+ * not text to parse and plan. A pool whose sessions do not keep them (a pooler in transaction
+ * mode, DISCARD ALL, a new client object per checkout) says so by 26000 or 42P05: from then on it
+ * folds each statement's text with the values written in (`PoolFolds.literals`).
  */
 export const DUPLICATE_PREPARED_STATEMENT = '42P05';
 export const UNDEFINED_PREPARED_STATEMENT = '26000';
 
-/** Per pool (per PGlite driver): whether its sessions were found not to keep our statements. */
+/** Per pool: whether its sessions were found not to keep our statements. */
 export interface PoolFolds {
   literals: boolean;
 }
@@ -53,11 +46,9 @@ export function foldText(
 }
 
 /**
- * PREPAREs the folding statements this session lacks (one pool may serve inboxes in several
- * schemas): one round trip, once per session and schema, before a fold's BEGIN, so that a
- * failure aborts nothing. A name already taken means the pool's sessions cannot be told apart:
- * it folds literals from then on. Any other failure is the caller's (the inbox's tables are
- * missing, the connection failed): nothing is recorded, and the next fold tries again.
+ * PREPAREs the folding statements this session lacks (one pool may serve several schemas), in one
+ * round trip before a fold's BEGIN, so that a failure aborts nothing; on any other failure than a
+ * lost statement, nothing is recorded and the next fold tries again.
  */
 export async function prepareFolds(
   session: Session,
@@ -77,7 +68,6 @@ export async function prepareFolds(
   session.prepared = have;
 }
 
-/** A statement's name as an SQL identifier. */
 function quoted(name: string): string {
   return `"${name.replace(/"/g, '""')}"`;
 }

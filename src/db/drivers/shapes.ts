@@ -1,10 +1,6 @@
-/**
- * The subset of `pg.Pool` that webhook-inbox needs. Anything shaped like it works
- * (pg, pg-pool, a proxy that counts queries), so the core does not depend on `pg`'s types.
- */
+/** The subset of `pg.Pool` that webhook-inbox needs: anything shaped like it works. */
 export interface PgPoolLike {
   connect(): Promise<PgClientLike>;
-  /** pg.Pool's event for each new client, emitted as the pool first hands it out. */
   on?(event: 'connect', listener: (client: PgClientLike) => void): unknown;
   end?(): Promise<void>;
   readonly totalCount?: number;
@@ -20,7 +16,6 @@ export interface PgClientLike {
     command?: string;
   }>;
   release(err?: Error | boolean): void;
-  /** pg's clients are event emitters: a checked-out client reports a dead backend as 'error'. */
   on?(event: 'error', listener: (err: Error) => void): unknown;
   off?(event: 'error', listener: (err: Error) => void): unknown;
 }

@@ -73,7 +73,6 @@ interface AdvanceResult {
   blocked: unknown;
 }
 
-/** One round trip, after the handler. */
 export function createAdvance(names: StatementNames, t: Tables) {
   const statement = defineStatement<AdvanceResult>(
     names,

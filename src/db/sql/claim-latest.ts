@@ -101,7 +101,7 @@ export type ClaimLatestDecision = 'apply' | 'superseded' | 'duplicate' | 'dead' 
 export interface ClaimLatestRow {
   decision: ClaimLatestDecision;
   result: unknown;
-  /** The version last applied for the key before this claim, or null. */
+  /** The version last applied for the key before this claim. */
   latest: number | null;
   reason: string | null;
   attempts: number;
@@ -110,7 +110,6 @@ export interface ClaimLatestRow {
 
 interface ClaimLatestResult {
   decision: ClaimLatestDecision;
-  /** jsonb read back as text (`fromJsonText`). */
   result: string | null;
   latest: unknown;
   reason: string | null;

@@ -3,15 +3,9 @@ import { type ClaimArgs, type ClaimResult, type ClaimRow, toClaimRow } from './c
 import { defineStatement, type Queryable, type Tables } from './tables.js';
 
 /**
- * `claim_many`: deferred mode's claims of several deliveries, one statement and one commit.
- * Each element is decided by `claim` itself, in the order given, inside the one transaction:
- * a later element sees what an earlier one wrote (a second copy of an id is its duplicate; a
- * key's seqs are decided as if sent one after another). The claims only store (`p_apply`
- * false), so no handler runs between them and the locks they take are held only for the
- * statement.
- *
- * Every element's settings but its own fields are the inbox's (`p_keep_payload` and after),
- * so they are passed once.
+ * `claim_many`: deferred mode's claims of several deliveries in one statement, each decided by
+ * `claim` in the order given: a later element sees what an earlier one wrote. They only store, so
+ * their locks are held only for the statement.
  */
 export function claimManyFunction(t: Tables): string {
   return `
@@ -38,28 +32,22 @@ $fn$;
 `;
 }
 
-/** What every element of one batch shares: the inbox's settings. */
 export type ClaimManyShared = Pick<
   ClaimArgs,
   'source' | 'keepPayload' | 'firstSeen' | 'maxHeld' | 'maxAhead' | 'lockTimeout'
 >;
 
-/** One delivery's own fields in a batch. */
 export type ClaimManyElement = Pick<
   ClaimArgs,
   'id' | 'key' | 'seq' | 'hash' | 'payload' | 'headers' | 'type' | 'group'
 >;
 
-/** A claim's row, with its element's place in the batch (1 for the first). */
+/** With its element's place in the batch (1 for the first). */
 interface ClaimManyResultRow extends ClaimResult {
   ord: number | string;
 }
 
-/**
- * One round trip: the claims of `elements`, in their order, as one statement sent outside a
- * transaction (its own, committed by PostgreSQL before it answers). The rows come back in the
- * elements' order.
- */
+/** Sent outside a transaction: its own, committed before PostgreSQL answers. */
 export function createClaimMany(names: StatementNames, t: Tables) {
   const statement = defineStatement<ClaimManyResultRow>(
     names,
@@ -92,9 +80,7 @@ export function createClaimMany(names: StatementNames, t: Tables) {
       elements.map((e) => e.group ?? ''),
     ]);
     const claims: ClaimRow[] = new Array(elements.length);
-    for (const row of rows) {
-      claims[Number(row.ord) - 1] = toClaimRow(row);
-    }
+    for (const row of rows) claims[Number(row.ord) - 1] = toClaimRow(row);
     return claims;
   };
 }

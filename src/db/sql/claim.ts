@@ -5,14 +5,10 @@ import { readIdRow, takeIdLock } from './id-lock.js';
 import { defineStatement, type Queryable, stream, type Tables } from './tables.js';
 
 /**
- * `claim`: everything the inbox decides about a delivery, in one round trip, inside the transaction
- * that will also run the handler; what it decides for an event applied now (the cursor advanced, a
- * waiting row marked processed) survives the handler's rollback to the savepoint after it. It takes
- * the id's lock (src/db/sql/id-lock.ts) before the id's row; lock order: the key row, the id's lock,
- * event rows (ARCHITECTURE.md, "Locks"). A new event applied inline is inserted once, with its result,
- * at COMMIT (`row_at_commit`, src/db/sql/record-applied.ts). Deferred mode (`p_apply` false) stores and
- * answers, never locking the event row, so a redelivery of an event a worker is applying is answered
- * at once; nor does it NOTIFY (src/background/wake-ups.ts says why).
+ * `claim`: everything the inbox decides about a delivery, in the transaction that will run the
+ * handler; what it decides survives the handler's rollback to the savepoint after it. Lock order:
+ * the key row, the id's lock, event rows (ARCHITECTURE.md, "Locks"). Deferred mode (`p_apply`
+ * false) never locks the event row, so a redelivery of an event a worker is applying is answered.
  */
 export function claimFunction(t: Tables): string {
   return `
@@ -276,19 +272,17 @@ export interface ClaimArgs {
   key: string | null;
   seq: number | null;
   hash: string;
-  /** Raw body; stored only where the event may be applied later (held, pending, late). */
+  /** Stored only where the event may be applied later (held, pending, late). */
   payload: Buffer | null;
   headers: Record<string, string> | null;
-  /** true: the handler runs now, in this transaction; false: store as pending for a worker. */
+  /** The handler runs now, in this transaction; else the event is stored pending for a worker. */
   apply: boolean;
   keepPayload: boolean;
   firstSeen: boolean;
   maxHeld: number;
   maxAhead: number;
   lockTimeout: string;
-  /** The event's type, written on every row the claim stores (held, pending, late). */
   type: string | null;
-  /** Its group (option `groups`), null for none; stored as the type is. */
   group?: string | null;
 }
 
@@ -300,18 +294,13 @@ export interface ClaimRow {
   attempts: number;
   drain: boolean;
   receivedAt: Date;
-  /**
-   * 'apply' of a new event (unordered, or ordered in its turn): its row is not written, and
-   * the apply path inserts it at COMMIT with its result (`recordApplied`), under the lock the
-   * claim took (the id's advisory lock, or the key row).
-   */
+  /** 'apply' of a new event: its row is inserted at COMMIT with its result (`recordApplied`). */
   rowAtCommit: boolean;
 }
 
-/** The row `claim` returns, as its statement selects it. */
 export interface ClaimResult {
   decision: ClaimDecision;
-  /** jsonb read back as text (`fromJsonText`). */
+  /** jsonb read back as text. */
   result: string | null;
   expected: unknown;
   reason: string | null;
@@ -321,7 +310,6 @@ export interface ClaimResult {
   row_at_commit?: unknown;
 }
 
-/** A claim's row as the callers read it. */
 export function toClaimRow(row: ClaimResult): ClaimRow {
   return {
     decision: row.decision,
@@ -335,11 +323,7 @@ export function toClaimRow(row: ClaimResult): ClaimRow {
   };
 }
 
-/**
- * One round trip: the whole decision for a delivery. On our drivers an unordered delivery
- * applied inline sends the try-claim first (src/db/sql/try-claim.ts, `tryClaim`), and the
- * claim only when it cannot decide.
- */
+/** One round trip: the whole decision for a delivery (after the try-claim, when it cannot decide). */
 export function createClaim(names: StatementNames, t: Tables) {
   const statement = defineStatement<ClaimResult>(
     names,

@@ -1,4 +1,5 @@
 import type { StatementNames } from '../drivers/common.js';
+import { type RunRow, runRowParameters } from './failed-run.js';
 import { defineStatement, type Queryable, stream, type Tables } from './tables.js';
 
 /**
@@ -79,14 +80,7 @@ $fn$;
 `;
 }
 
-export interface FailArgs {
-  source: string;
-  id: string;
-  key: string | null;
-  seq: number | null;
-  hash: string;
-  payload: Buffer;
-  headers: Record<string, string>;
+export interface FailArgs extends RunRow {
   error: string;
   maxAttempts: number;
   onPoison: 'block' | 'skip';
@@ -94,23 +88,21 @@ export interface FailArgs {
   receivedAt: Date | null;
   /** The dead letter's reason when this failure dead-letters the event. */
   deadReason: 'poison' | 'rejected';
-  /** The event's type (null without one): kept on its row, failed or dead. */
   type: string | null;
-  /** Its group ('' or absent: none), written when the failure inserts the row. */
   group?: string;
 }
 
-/** What recording a failed run decided (src/apply/apply.ts computes it; `fail` is never read back). */
+/** What recording a failed run decided (computed by the apply path: `fail` is never read back). */
 export interface FailRow {
   /** 'failed': counted, will be retried; 'dead': dead-lettered. */
   decision: 'failed' | 'dead';
   attempts: number;
   drain: boolean;
-  /** Why it was dead-lettered (set by recordFailure when decision is 'dead'). */
+  /** Why it was dead-lettered. */
   reason?: 'poison' | 'rejected';
 }
 
-/** In the failed run's own transaction, riding on its COMMIT (see src/db/sql/failed-run.ts). */
+/** In the failed run's own transaction, riding on its COMMIT. */
 export function createFail(names: StatementNames, t: Tables) {
   const statement = defineStatement(
     names,
@@ -121,13 +113,7 @@ export function createFail(names: StatementNames, t: Tables) {
   );
   return async function fail(db: Queryable, a: FailArgs): Promise<void> {
     await statement.run(db, [
-      a.source,
-      a.id,
-      a.key,
-      a.seq,
-      a.hash,
-      a.payload,
-      JSON.stringify(a.headers),
+      ...runRowParameters(a),
       a.error,
       a.maxAttempts,
       a.onPoison,

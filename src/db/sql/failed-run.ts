@@ -2,17 +2,12 @@ import type { StatementNames } from '../drivers/common.js';
 import { defineStatement, type Queryable, stream, type Tables } from './tables.js';
 
 /**
- * Every take is followed by this savepoint in the same round trip. When the handler throws, the apply
- * path rolls back to it rather than rolling back the transaction: the handler's writes are gone, but
- * the take's row locks stay held while the failed run is recorded, so no other worker can take the
- * event and run it again in between.
+ * Sent with every take. A handler that throws is rolled back to it: its writes are gone, but the
+ * take's row locks stay held while the failed run is recorded, so no other worker runs it meanwhile.
  */
 export const APPLY_SAVEPOINT = 'savepoint wi_apply';
 
-/**
- * The savepoint as a statement of its own (each event of a batch but the first; a user's Kysely
- * instance), registered so the previous event's held-back statements ride on it.
- */
+/** The savepoint on its own (a batch's later events), registered so held-back statements ride on it. */
 export function createApplySavepoint(names: StatementNames, t: Tables) {
   const statement = defineStatement(names, t, 'apply_savepoint', APPLY_SAVEPOINT);
   return async function applySavepoint(db: Queryable): Promise<void> {
@@ -20,10 +15,25 @@ export function createApplySavepoint(names: StatementNames, t: Tables) {
   };
 }
 
+/** A taken event's row, as a failed run writes it back. */
+export interface RunRow {
+  source: string;
+  id: string;
+  key: string | null;
+  seq: number | null;
+  hash: string;
+  payload: Buffer;
+  headers: Record<string, string>;
+}
+
+/** A `RunRow` as the parameters $1 to $7. */
+export function runRowParameters(a: RunRow): unknown[] {
+  return [a.source, a.id, a.key, a.seq, a.hash, a.payload, JSON.stringify(a.headers)];
+}
+
 /**
  * A taken event back to waiting after its handler failed, riding on COMMIT with `fail`: back to the
- * savepoint; the row waiting again where the claim had marked it processed (an ordered `pending`
- * row goes back `held`); the key's cursor back at its seq where the take moved it.
+ * savepoint, the row waiting again, the key's cursor back at its seq.
  */
 export function createUndoTake(names: StatementNames, t: Tables) {
   const rollback = defineStatement(names, t, 'rollback_to_apply', 'rollback to savepoint wi_apply', {
@@ -46,18 +56,7 @@ export function createUndoTake(names: StatementNames, t: Tables) {
       where source = $1 and stream = ${stream('$2')} and key = $2 and next_seq = $3::bigint + 1`,
     { rides: 'commit' },
   );
-  return async function undoTake(
-    db: Queryable,
-    a: {
-      source: string;
-      id: string;
-      key: string | null;
-      seq: number | null;
-      waiting: 'held' | 'pending';
-      payload: Buffer;
-      headers: Record<string, string>;
-    },
-  ): Promise<void> {
+  return async function undoTake(db: Queryable, a: RunRow & { waiting: 'held' | 'pending' }): Promise<void> {
     await rollback.run(db, []);
     await revert.run(db, [a.source, a.id, a.waiting, a.payload, JSON.stringify(a.headers), a.key]);
     if (a.key !== null) await rewind.run(db, [a.source, a.key, a.seq]);

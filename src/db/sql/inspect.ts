@@ -21,7 +21,6 @@ export interface StoredEvent {
   key: string | null;
   seq: number | null;
   status: 'pending' | 'held' | 'processed' | 'dead' | 'ignored';
-  /** The event's type (null without one), recorded on every row that is stored, failed or applied. */
   type: string | null;
   attempts: number;
   lastError: string | null;
@@ -38,10 +37,7 @@ export interface StoredEvent {
   result: unknown;
 }
 
-/**
- * A row of the events table (every column) with its result again as text, `result_text`, as
- * the operator's views read it; each column as whatever a pool's type parsers may make of it.
- */
+/** A row of the events table with its result again as text, `result_text`, as a pool's parsers make it. */
 export interface StoredEventColumns {
   id: string;
   key: string | null;
@@ -61,11 +57,7 @@ export interface StoredEventColumns {
   result_text: string | null;
 }
 
-/**
- * A row of the events table as the operator's views show it. Its query selects the result again
- * as text, `result_text` (src/db/column-readers.ts, `fromJsonText`), whatever the pool's parsers
- * make of jsonb; headers are always an object, so text is parsed where a parser left it.
- */
+/** A row of the events table as the operator's views show it. */
 export function toStoredEvent(r: StoredEventColumns): StoredEvent {
   // A query that forgot it would show every result as null, silently.
   if (!('result_text' in r))
@@ -90,7 +82,6 @@ export function toStoredEvent(r: StoredEventColumns): StoredEvent {
   };
 }
 
-/** The columns of a key's row `keyState` reads. */
 interface KeyColumns {
   next_seq: unknown;
   state: KeyState['state'];

@@ -49,7 +49,7 @@ $fn$;
 
 export interface LatestCheck {
   readonly decision: 'apply' | 'superseded' | 'busy';
-  /** The version last applied for the key before this check, or null. */
+  /** The version last applied for the key before this check. */
   readonly latest: number | null;
 }
 

@@ -2,10 +2,8 @@ import type { StatementNames } from '../drivers/common.js';
 import { defineStatement, type Queryable, stream, type Tables } from './tables.js';
 
 /**
- * A stored event applied now (a take locked it, left waiting): marked processed with its result in
- * one UPDATE riding on COMMIT or the next SAVEPOINT, so the row is written once (a second write costs
- * about as much as the row). Sent only after the handler succeeded. An event no handler takes is
- * marked `ignored`, its payload and headers kept for a replay.
+ * A stored event a take locked, marked processed (or `ignored`, its payload kept for a replay) with
+ * its result after the handler succeeded, riding on COMMIT: the row is written once.
  */
 export function createMarkApplied(names: StatementNames, t: Tables) {
   const statement = defineStatement(
@@ -23,15 +21,12 @@ export function createMarkApplied(names: StatementNames, t: Tables) {
     a: {
       source: string;
       id: string;
-      /** An ordered event's key (its row's stream); null for an unordered one. */
       key: string | null;
-      /** The handler's result as JSON; null when it returned nothing. */
       json: string | null;
       keepPayload: boolean;
-      /** `ignored`: no handler takes its type; its payload is then kept whatever `keepPayload` says. */
       status: 'processed' | 'ignored';
       type: string | null;
-      /** An ignored event's payload and headers, written back where a claim had dropped them. */
+      /** An ignored event's, written back where a claim had dropped them. */
       payload: Buffer | null;
       headers: Record<string, string> | null;
     },

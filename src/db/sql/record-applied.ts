@@ -2,10 +2,9 @@ import type { StatementNames } from '../drivers/common.js';
 import { defineStatement, type Queryable, stream, type Tables } from './tables.js';
 
 /**
- * The row of a new event applied inline, written once with its result, riding on COMMIT; the claim
- * left it unwritten under the id's lock (and its key row). No ON CONFLICT: the primary key stays the
- * last guard; should anything have inserted the id meanwhile, COMMIT fails (23505, contended: 409) and
- * the handler's writes roll back.
+ * The row of a new event applied inline, written once with its result, riding on COMMIT. No ON
+ * CONFLICT: should anything have inserted the id meanwhile, COMMIT fails (23505: 409) and the
+ * handler's writes roll back.
  */
 export function createRecordApplied(names: StatementNames, t: Tables) {
   const statement = defineStatement(
@@ -21,16 +20,14 @@ export function createRecordApplied(names: StatementNames, t: Tables) {
     a: {
       source: string;
       id: string;
-      /** An ordered event's key and seq; null for an unordered one. */
       key: string | null;
       seq: number | null;
       hash: string;
       /** The handler's result as JSON; null when it returned nothing. */
       json: string | null;
-      /** With `keepPayload`, or for an ignored event: the raw body and its storable headers. */
+      /** With `keepPayload`, or for an ignored event. */
       payload: Buffer | null;
       headers: Record<string, string> | null;
-      /** `ignored`: no handler takes its type; nothing was applied. */
       status: 'processed' | 'ignored';
       type: string | null;
     },

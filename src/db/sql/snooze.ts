@@ -1,4 +1,5 @@
 import type { StatementNames } from '../drivers/common.js';
+import { type RunRow, runRowParameters } from './failed-run.js';
 import { defineStatement, type Queryable, stream, type Tables } from './tables.js';
 
 /**
@@ -24,33 +25,8 @@ export function createSnooze(names: StatementNames, t: Tables) {
   );
   return async function snooze(
     db: Queryable,
-    a: {
-      source: string;
-      id: string;
-      key: string | null;
-      seq: number | null;
-      hash: string;
-      payload: Buffer;
-      headers: Record<string, string>;
-      retryAt: Date;
-      receivedAt: Date | null;
-      /** The event's type (null without one). */
-      type: string | null;
-      group?: string;
-    },
+    a: RunRow & { retryAt: Date; receivedAt: Date | null; type: string | null; group?: string },
   ): Promise<void> {
-    await statement.run(db, [
-      a.source,
-      a.id,
-      a.key,
-      a.seq,
-      a.hash,
-      a.payload,
-      JSON.stringify(a.headers),
-      a.retryAt,
-      a.receivedAt,
-      a.type,
-      a.group ?? '',
-    ]);
+    await statement.run(db, [...runRowParameters(a), a.retryAt, a.receivedAt, a.type, a.group ?? '']);
   };
 }

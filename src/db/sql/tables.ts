@@ -36,11 +36,7 @@ export function createTables(schema: string, prefix: string): Tables {
   };
 }
 
-/**
- * A row's stream as SQL, from its key and id: the events, keys and gaps rows of one key share it (a
- * key row's is its key's), so a Citus cluster keeps them on one shard (docs/citus.md). The one place
- * it is computed; every insert writes it and every statement that locks a row names it.
- */
+/** A row's stream as SQL: one key's events, keys and gaps rows share it, on one Citus shard. */
 export function stream(key: string, id = 'null::text'): string {
   return `coalesce(${key}, ${id})`;
 }
@@ -50,28 +46,22 @@ export function streamOf(key: string | null, id: string | null = null): string {
   return (key ?? id)!;
 }
 
-/** What the statements run on: any Kysely instance or transaction (they are raw SQL of their own types). */
+/** Any Kysely instance or transaction. */
 export type Queryable = Pick<Kysely<unknown>, 'executeQuery' | 'getExecutor'>;
 
-/**
- * A statement with a fixed text, and how it travels (ARCHITECTURE.md, "One statement to the wire").
- * `Row` is the shape of its rows, each column as a pool's parsers may make it (src/db/column-readers.ts).
- */
+/** A statement with a fixed text, and how it travels; `Row` as a pool's parsers may make it. */
 export interface Statement<Row = never> {
   readonly text: string;
   run(db: Queryable, parameters: readonly unknown[]): Promise<Row[]>;
-  /** The rows, with the result of the statement's `first` beside them (on our drivers). */
+  /** With the result of the statement's `first` beside the rows (on our drivers). */
   result(db: Queryable, parameters: readonly unknown[]): Promise<StatementResult<Row>>;
 }
 
 export interface Travel {
   readonly rides: Rides;
-  /** A parameterless statement sent right after it, in the same round trip (the SAVEPOINT after a take). */
+  /** Sent right after it, in the same round trip (the SAVEPOINT after a take). */
   readonly after?: string;
-  /**
-   * Sent right before it, with the same parameters, in one round trip; its result comes back beside
-   * (`result().first`). Two statements: the second's snapshot is taken after the first ran.
-   */
+  /** Sent right before it with the same parameters (see `StatementEntry.first`). */
   readonly first?: Statement<unknown>;
 }
 

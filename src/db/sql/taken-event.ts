@@ -6,26 +6,22 @@ export interface TakenEvent {
   readonly key: string | null;
   readonly seq: number | null;
   readonly hash: string;
-  /** The raw body: what a failure stores, so the event can be retried without the sender. */
+  /** What a failure stores, so the event can be retried without the sender. */
   readonly payload: Buffer;
   readonly headers: Record<string, string>;
-  /** Failed runs so far. */
   readonly attempts: number;
   readonly receivedAt: Date;
-  /** The parsed body when the taker has it already (a delivery); else parsed from `payload`. */
+  /** When the taker has it already (a delivery); else parsed from `payload`. */
   readonly body?: unknown;
-  /** The type when the taker read it already (a delivery); else read from `headers` and `payload`. */
+  /** When the taker read it already (a delivery). */
   readonly type?: string | null;
   /** What it is again when its handler fails: `held` for an ordered event a drain took. */
   readonly waiting?: 'held' | 'pending';
-  /**
-   * A new event a claim took inline: no row yet (the id's lock, and its key row when ordered, hold
-   * it); the apply path inserts it at COMMIT, or `fail` as waiting.
-   */
+  /** A new event a claim took inline: no row yet; inserted at COMMIT, or by `fail` as waiting. */
   readonly rowAtCommit?: boolean;
   /** A stored event a take locked without marking it: the apply path marks it at COMMIT. */
   readonly markAtCommit?: boolean;
-  /** Its group (option `groups`); '' or absent: none. */
+  /** '' or absent: none. */
   readonly group?: string;
 }
 
@@ -56,10 +52,8 @@ export function toTakenEvent(row: StoredEventRow, key: string | null, seq: numbe
 }
 
 /**
- * PL/pgSQL shared by the takes: the output row from the locked row `v_ev`, which is left waiting.
- * The apply path marks it processed at COMMIT (src/db/sql/mark-applied.ts), so the row is written
- * once; no one can tell, since mark and handler commit together and the take's FOR UPDATE keeps
- * every other taker and claim away.
+ * The takes' output row from the locked row `v_ev`, left waiting: the apply path marks it processed
+ * at COMMIT (mark-applied.ts), with the handler's writes, so the row is written once.
  */
 export const TAKEN_EVENT_OUTPUT = `id := v_ev.id;
   body_hash := v_ev.body_hash;

@@ -7,21 +7,14 @@ import { idLockKey } from './id-lock.js';
 import { defineStatement, type Queryable, type Statement, type Tables } from './tables.js';
 
 /**
- * The try-claim: an unordered inline delivery claimed without the `claim` function when plain
- * statements can decide (a new event, or a processed duplicate that missed the caches): cheaper for
- * PostgreSQL than a PL/pgSQL call that sets and restores `lock_timeout`.
- *
- * 1. `pg_try_advisory_xact_lock` on the id's lock key, which never waits.
- * 2. The id's row, by a statement of its own: under READ COMMITTED its snapshot is taken after the
- *    lock, so it sees every claim of the id that committed before.
- *
- * No row and the lock held: apply. A mismatch, processed, ignored or dead row: answered without the
- * lock (a committed row's hash, key and seq never change). Anything else: undefined, and the caller
- * sends the claim, which waits for the lock and decides. Only on our drivers, which send a `first`.
- * On PGlite (`oneSession`) no lock is sent: one session's advisory locks never conflict with its own,
- * and our driver gives the session to one transaction at a time.
+ * The try-claim: an unordered inline delivery claimed by plain statements when they can decide,
+ * cheaper than the `claim` function. The id's try-lock (never waits), then the id's row by a
+ * statement of its own, whose snapshot sees every claim of the id committed before. No row and
+ * the lock held: apply; a final row (its hash, key and seq never change) is answered without the
+ * lock; anything else is undefined, and the caller sends the claim. On PGlite (`oneSession`) no
+ * lock is sent: one session's advisory locks never conflict with its own.
  */
-/** The row the try-claim reads (all null without one); `locked` where the session's own lock answers. */
+/** All null without a row; `locked` where the session's own lock answers. */
 interface TryClaimResult {
   locked?: unknown;
   received_ms: unknown;
@@ -29,22 +22,19 @@ interface TryClaimResult {
   body_hash: string;
   key: string | null;
   seq: unknown;
-  /** jsonb read back as text (`fromJsonText`). */
   result: string | null;
   attempts: unknown;
   dead_reason: string | null;
 }
 
 export function createTryClaim(names: StatementNames, t: Tables, oneSession: boolean) {
-  // One row whether or not the id has one. received_ms as a float8, which node-postgres reads with
-  // parseFloat rather than parsing a timestamptz into a Date.
+  // One row whether or not the id has one; received_ms as a float8, cheaper to read than a timestamptz.
   const read = (locked: string) =>
     `select ${locked}(extract(epoch from coalesce(e.received_at, now())) * 1000)::float8 as received_ms,
             e.status, e.body_hash, e.key, e.seq, e.result::text as result, e.attempts, e.dead_reason
        from (values (1)) as one left join ${t.events} e on e.source = $1 and e.id = $2`;
   let statement: Statement<TryClaimResult>;
   if (oneSession) {
-    // The session's own lock: what the try-lock would answer there (above).
     statement = defineStatement<TryClaimResult>(names, t, 'try_claim_one_session', read('true as locked, '), {
       rides: 'begin',
       after: APPLY_SAVEPOINT,
@@ -74,7 +64,6 @@ export function createTryClaim(names: StatementNames, t: Tables, oneSession: boo
     const reason = mismatchOf({ hash: row.body_hash, key: row.key, seq: toNumber(row.seq) }, a);
     if (reason) return decided(row, 'mismatch', null, reason);
     if (row.status === 'processed') return decided(row, 'duplicate', fromJsonText(row.result), null);
-    // Final as a processed row is: a redelivery is answered ignored again, as the claim answers it.
     if (row.status === 'ignored') return decided(row, 'duplicate', null, 'ignored');
     if (row.status === 'dead') return decided(row, 'dead', null, row.dead_reason);
     return undefined;
