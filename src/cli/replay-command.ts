@@ -1,7 +1,4 @@
-/**
- * `dead replay`: re-queues dead letters for the application's sweeper, after a dry run of the same
- * checks, so it can show it (`--dry-run`), refuse events past retention (`--force`) and ask (`--yes`).
- */
+/** `dead replay`: a dry run of the same checks first, to show it, refuse events past retention, or ask. */
 import { formatDuration } from '../duration.js';
 import { OperationError } from '../errors.js';
 import type { ReplayResult } from '../operations/index.js';
@@ -9,6 +6,9 @@ import { FILTERS, filterOf, LOCK_TIMEOUT, lockTimeout, retentionOf } from './arg
 import {
   type CliIo,
   type Command,
+  checkConfirmable,
+  confirmOrRefuse,
+  deadLetters,
   EXIT,
   type OpenedOperations,
   type Out,
@@ -28,12 +28,11 @@ function replayExit(results: ReplayResult[]): number {
 
 const ageKey = (source: string | null, id: string) => `${source}\u0000${id}`;
 
-/** Each id's age (from its received time), for the retention check. */
 async function agesOf(ops: OpenedOperations, ids: string[]): Promise<Map<string, number>> {
   const ages = new Map<string, number>();
   for (const id of ids) {
-    // Not found and ambiguous ids are reported by the replay itself, with their outcome. Any
-    // other error fails the command: an id whose age is unknown would skip the retention check.
+    // Not found and ambiguous ids are reported by the replay itself; any other error fails the
+    // command: an id whose age is unknown would skip the retention check.
     const d = await ops.deadLetter(id).catch((err) => {
       if (err instanceof OperationError && (err.code === 'not-found' || err.code === 'ambiguous'))
         return undefined;
@@ -47,10 +46,13 @@ async function agesOf(ops: OpenedOperations, ids: string[]): Promise<Map<string,
 /** How many dead letters a dry run of `--all` shows, in key order, beside the count. */
 const SAMPLE = 20;
 
+const UNTOLD =
+  'Their dedup records may be pruned, so the inbox cannot tell whether they were applied another way since ' +
+  '(re-sent under a new id, fixed by hand).';
+
 /**
- * `--all`: the count and a sample first, then the replay in key-ordered batches. The times are pinned
- * once and printed (ISO), so a re-run after an interruption selects the same window; what it
- * re-queued is no longer dead, so nothing is replayed twice.
+ * `--all`: the times are pinned once and printed (ISO), so a re-run after an interruption selects the
+ * same window; what it re-queued is no longer dead, so nothing is replayed twice.
  */
 async function replayAll(
   ops: OpenedOperations,
@@ -97,7 +99,7 @@ async function replayAll(
     };
     out.result(result, () =>
       [
-        `${count} dead letter${count === 1 ? '' : 's'} match${window.since || window.until ? ` (failed ${window.since ?? '…'} to ${window.until ?? 'now'})` : ''}` +
+        `${deadLetters(count)} match${window.since || window.until ? ` (failed ${window.since ?? '…'} to ${window.until ?? 'now'})` : ''}` +
           (old ? `; ${old} only with --force (older than the retention)` : '') +
           (count > plan.length ? `; the first ${plan.length} in key order:` : ':'),
         resultTable(plan, ages, retentionMs, true),
@@ -110,25 +112,18 @@ async function replayAll(
     throw new RefusedError(
       'older-than-retention',
       `${old} of the ${count} dead letters to replay ${old === 1 ? 'was' : 'were'} received longer ago than the retention (${formatDuration(retentionMs)}). ` +
-        'Their dedup records may be pruned, so the inbox cannot tell whether they were applied another way since ' +
-        '(re-sent under a new id, fixed by hand). List them with `dead list --older-than ' +
+        `${UNTOLD} List them with \`dead list --older-than ` +
         `${formatDuration(retentionMs)}\`, then pass --force to replay them (or --retention with your inbox's retention). Nothing was changed.`,
       { count: old },
     );
   }
-  if (!values.yes && count > 0) {
-    const sure = await (io as Required<CliIo>).confirm(
-      `Re-queue ${count} dead letter${count === 1 ? '' : 's'} for the application to apply? [y/N] `,
-    );
-    if (!sure) throw new RefusedError('not-confirmed', 'not confirmed; nothing was changed');
-  }
-  // A key held past the timeout fails the command naming it (OperationError `locked`, exit 4);
-  // the batches before it stay re-queued, and running the command again goes on from there.
+  await confirmOrRefuse(values, io, count, `Re-queue ${deadLetters(count)} for the application to apply?`);
+  // A key held past the timeout fails the command naming it (exit 4); the batches before it stay
+  // re-queued, and running the command again goes on from there.
   const results = await ops.replay({ all: true, ...filter }, { lockTimeoutMs: lockTimeout(values) });
   return requeued(out, results, new Map());
 }
 
-/** What a replay did, row by row; the exit code says whether every one was re-queued. */
 function requeued(out: Out, results: ReplayResult[], ages: Map<string, number>): number {
   out.result(results, () =>
     [
@@ -145,22 +140,19 @@ function resultTable(
   retentionMs: number,
   dryRun: boolean,
 ) {
-  return table(
-    ['SOURCE', 'ID', 'KEY', 'SEQ', 'AGE', 'OUTCOME'],
-    results.map((r) => {
-      const age = ages.get(ageKey(r.source, r.id));
-      const old = r.outcome === 'requeued' && age !== undefined && age > retentionMs;
+  const age = (r: ReplayResult) => ages.get(ageKey(r.source, r.id));
+  return table(results, {
+    SOURCE: (r) => r.source,
+    ID: (r) => r.id,
+    KEY: (r) => r.key,
+    SEQ: (r) => r.seq,
+    AGE: (r) => (age(r) === undefined ? null : formatDuration(age(r)!)),
+    OUTCOME: (r) => {
       const outcome = dryRun && r.outcome === 'requeued' ? 'would re-queue' : r.outcome;
-      return [
-        r.source,
-        r.id,
-        r.key,
-        r.seq,
-        age === undefined ? null : formatDuration(age),
-        old ? `${outcome} (needs --force: older than retention)` : outcome,
-      ];
-    }),
-  );
+      const old = r.outcome === 'requeued' && (age(r) ?? 0) > retentionMs;
+      return old ? `${outcome} (needs --force: older than retention)` : outcome;
+    },
+  });
 }
 
 export const REPLAY_COMMAND: Command = {
@@ -208,11 +200,8 @@ export const REPLAY_COMMAND: Command = {
       throw new UsageError(
         '--key, --reason, --cause, --type, --since, --until, --older-than, --newer-than and --limit need --all',
       );
-    if (values.all && !values['dry-run'] && !values.yes && !io.confirm) {
-      throw new UsageError(
-        'dead replay --all re-queues every matching dead letter, and there is no terminal to ask on: pass --yes to confirm (or --dry-run to see them first)',
-      );
-    }
+    const what = 'dead replay --all re-queues every matching dead letter';
+    if (values.all) checkConfirmable(values, io, what, 'see them first');
   },
   async run({ values, positionals, out, io, env, connection }) {
     const ops = await connection.ops();
@@ -252,8 +241,7 @@ export const REPLAY_COMMAND: Command = {
       throw new RefusedError(
         'older-than-retention',
         `${old.length} of the dead letters to replay ${old.length === 1 ? 'was' : 'were'} received longer ago than the retention (${formatDuration(retentionMs)}): ${listed}. ` +
-          'Their dedup records may be pruned, so the inbox cannot tell whether they were applied another way since ' +
-          '(re-sent under a new id, fixed by hand). Check them with `dead show <id>`, then pass --force to replay them ' +
+          `${UNTOLD} Check them with \`dead show <id>\`, then pass --force to replay them ` +
           "(or --retention with your inbox's retention). Nothing was changed.",
         { events: old.map((r) => ({ source: r.source, id: r.id, ageMs: ages.get(ageKey(r.source, r.id)) })) },
       );
