@@ -26,10 +26,16 @@ function replayExit(results: ReplayResult[]): number {
   return EXIT.ok;
 }
 
-const ageKey = (source: string | null, id: string) => `${source}\u0000${id}`;
+/** Each dead letter's age, by source and id: what the retention check compares. */
+type Ages = (r: { source: string | null; id: string }) => number | undefined;
 
-async function agesOf(ops: OpenedOperations, ids: string[]): Promise<Map<string, number>> {
-  const ages = new Map<string, number>();
+function agesIn(dead: readonly { source: string; id: string; ageMs: number }[]): Ages {
+  const ages = new Map(dead.map((d) => [`${d.source}\u0000${d.id}`, d.ageMs]));
+  return (r) => ages.get(`${r.source}\u0000${r.id}`);
+}
+
+async function agesOf(ops: OpenedOperations, ids: string[]): Promise<Ages> {
+  const found = [];
   for (const id of ids) {
     // Not found and ambiguous ids are reported by the replay itself; any other error fails the
     // command: an id whose age is unknown would skip the retention check.
@@ -38,9 +44,18 @@ async function agesOf(ops: OpenedOperations, ids: string[]): Promise<Map<string,
         return undefined;
       throw err;
     });
-    if (d) ages.set(ageKey(d.source, d.id), d.ageMs);
+    if (d) found.push(d);
   }
-  return ages;
+  return agesIn(found);
+}
+
+/** A dry run's rows for --json: the outcome as it would be, the age, and whether it needs --force. */
+function wouldBe(plan: ReplayResult[], ageOf: Ages, old: (r: ReplayResult, ageMs: number | null) => boolean) {
+  return plan.map((r) => {
+    const ageMs = ageOf(r) ?? null;
+    const outcome = r.outcome === 'requeued' ? 'would-requeue' : r.outcome;
+    return { ...r, outcome, ageMs, olderThanRetention: old(r, ageMs) };
+  });
 }
 
 /** How many dead letters a dry run of `--all` shows, in key order, beside the count. */
@@ -81,22 +96,9 @@ async function replayAll(
       sample.map((d) => ({ id: d.id, source: d.source })),
       { dryRun: true },
     );
-    const ages = new Map(sample.map((d) => [ageKey(d.source, d.id), d.ageMs]));
-    const result = {
-      dryRun: true,
-      count,
-      olderThanRetention: old,
-      ...window,
-      sample: plan.map((r) => {
-        const ageMs = ages.get(ageKey(r.source, r.id)) ?? null;
-        return {
-          ...r,
-          outcome: r.outcome === 'requeued' ? 'would-requeue' : r.outcome,
-          ageMs,
-          olderThanRetention: ageMs !== null && ageMs > retentionMs,
-        };
-      }),
-    };
+    const ages = agesIn(sample);
+    const rows = wouldBe(plan, ages, (_, ageMs) => ageMs !== null && ageMs > retentionMs);
+    const result = { dryRun: true, count, olderThanRetention: old, ...window, sample: rows };
     out.result(result, () =>
       [
         `${deadLetters(count)} match${window.since || window.until ? ` (failed ${window.since ?? '…'} to ${window.until ?? 'now'})` : ''}` +
@@ -121,10 +123,10 @@ async function replayAll(
   // A key held past the timeout fails the command naming it (exit 4); the batches before it stay
   // re-queued, and running the command again goes on from there.
   const results = await ops.replay({ all: true, ...filter }, { lockTimeoutMs: lockTimeout(values) });
-  return requeued(out, results, new Map());
+  return requeued(out, results, () => undefined);
 }
 
-function requeued(out: Out, results: ReplayResult[], ages: Map<string, number>): number {
+function requeued(out: Out, results: ReplayResult[], ages: Ages): number {
   out.result(results, () =>
     [
       resultTable(results, ages, Number.POSITIVE_INFINITY, false),
@@ -134,13 +136,7 @@ function requeued(out: Out, results: ReplayResult[], ages: Map<string, number>):
   return replayExit(results);
 }
 
-function resultTable(
-  results: ReplayResult[],
-  ages: Map<string, number>,
-  retentionMs: number,
-  dryRun: boolean,
-) {
-  const age = (r: ReplayResult) => ages.get(ageKey(r.source, r.id));
+function resultTable(results: ReplayResult[], age: Ages, retentionMs: number, dryRun: boolean) {
   return table(results, {
     SOURCE: (r) => r.source,
     ID: (r) => r.id,
@@ -211,16 +207,10 @@ export const REPLAY_COMMAND: Command = {
     const ages = await agesOf(ops, positionals);
     const plan = await ops.replay(positionals, { dryRun: true });
     const requeueable = plan.filter((r) => r.outcome === 'requeued');
-    const old = requeueable.filter((r) => (ages.get(ageKey(r.source, r.id)) ?? 0) > retentionMs);
-
+    const old = requeueable.filter((r) => (ages(r) ?? 0) > retentionMs);
     if (values['dry-run']) {
       out.result(
-        plan.map((r) => ({
-          ...r,
-          outcome: r.outcome === 'requeued' ? 'would-requeue' : r.outcome,
-          ageMs: ages.get(ageKey(r.source, r.id)) ?? null,
-          olderThanRetention: old.includes(r),
-        })),
+        wouldBe(plan, ages, (r) => old.includes(r)),
         () =>
           [
             resultTable(plan, ages, retentionMs, true),
@@ -233,17 +223,14 @@ export const REPLAY_COMMAND: Command = {
     }
     if (old.length > 0 && !values.force) {
       const listed = old
-        .map(
-          (r) =>
-            `${safeField(r.id)} (${safeField(r.source ?? '-')}, ${formatDuration(ages.get(ageKey(r.source, r.id))!)} old)`,
-        )
+        .map((r) => `${safeField(r.id)} (${safeField(r.source ?? '-')}, ${formatDuration(ages(r)!)} old)`)
         .join(', ');
       throw new RefusedError(
         'older-than-retention',
         `${old.length} of the dead letters to replay ${old.length === 1 ? 'was' : 'were'} received longer ago than the retention (${formatDuration(retentionMs)}): ${listed}. ` +
           `${UNTOLD} Check them with \`dead show <id>\`, then pass --force to replay them ` +
           "(or --retention with your inbox's retention). Nothing was changed.",
-        { events: old.map((r) => ({ source: r.source, id: r.id, ageMs: ages.get(ageKey(r.source, r.id)) })) },
+        { events: old.map((r) => ({ source: r.source, id: r.id, ageMs: ages(r) })) },
       );
     }
     // As for --all: a key held past the timeout fails the command; the ids before it stay re-queued.

@@ -386,44 +386,41 @@ export async function createMetrics(
   const seqConflicts = bound(m.seqConflicts, 'reason');
   const ignoredTypes = bound(m.ignored, 'type');
   const typeLabels = new Set<string>();
-  const groupUnreadable = m.groupUnreadable.labels({ source });
-  const claimToCommit = m.claimToCommit.labels({ source });
-  const claimBatch = m.claimBatchSize.labels({ source });
-  const acknowledgement = m.acknowledgement.labels({ source });
-  const drain = m.drainLatency.labels({ source });
-  const sweeperRuns = m.sweeperRuns.labels({ source });
-  const sweeperErrors = m.sweeperErrors.labels({ source });
-  const writeErrors = m.redisWriteErrors.labels({ source });
-  const lookFirstErrors = m.lookFirstErrors.labels({ source });
   // Series that alerts look at exist from the start, at 0, so that rate() sees their first increase.
+  const counting = (metric: any, fromZero = false) => {
+    const child = metric.labels({ source });
+    if (fromZero) child.inc(0);
+    return () => child.inc();
+  };
+  const observing = (metric: any) => {
+    const child = metric.labels({ source });
+    return (value: number) => child.observe(value);
+  };
   for (const outcome of [OutcomeKind.processed, OutcomeKind.duplicate, OutcomeKind.failed])
     deliveries(outcome).inc(0);
   for (const by of ['memory', 'redis', 'postgres']) duplicates(by).inc(0);
   for (const reason of ['poison', 'late', 'rejected']) deadLetters(reason).inc(0);
   seqConflicts('applied').inc(0);
-  sweeperErrors.inc(0);
-  writeErrors.inc(0);
-  lookFirstErrors.inc(0);
   return {
     metrics: {
       delivery: (outcome) => deliveries(outcome).inc(),
       duplicate: (answeredBy) => duplicates(answeredBy).inc(),
       handler: (seconds, outcome) => handler(outcome).observe(seconds),
-      claimToCommit: (seconds) => claimToCommit.observe(seconds),
-      claimBatch: (size) => claimBatch.observe(size),
-      acknowledgement: (seconds) => acknowledgement.observe(seconds),
+      claimToCommit: observing(m.claimToCommit),
+      claimBatch: observing(m.claimBatchSize),
+      acknowledgement: observing(m.acknowledgement),
       gapTimeout: (action) => gapTimeouts(action).inc(),
       deadLetter: (reason) => deadLetters(reason).inc(),
       deadLetterCause: (cause) => deadLetterCauses(capped(causeLabels, cause)).inc(),
       seqConflict: (reason) => seqConflicts(reason).inc(),
       ignored: (type) => ignoredTypes(capped(typeLabels, type ?? 'none')).inc(),
-      groupUnreadable: () => groupUnreadable.inc(),
-      drain: (seconds) => drain.observe(seconds),
-      sweeperRun: () => sweeperRuns.inc(),
-      sweeperError: () => sweeperErrors.inc(),
+      groupUnreadable: counting(m.groupUnreadable),
+      drain: observing(m.drainLatency),
+      sweeperRun: counting(m.sweeperRuns),
+      sweeperError: counting(m.sweeperErrors, true),
       redisFallback: (reason) => fallbacks(reason).inc(),
-      redisWriteError: () => writeErrors.inc(),
-      lookFirstError: () => lookFirstErrors.inc(),
+      redisWriteError: counting(m.redisWriteErrors, true),
+      lookFirstError: counting(m.lookFirstErrors, true),
     },
     detach: () => sources.delete(entry),
   };
