@@ -70,11 +70,6 @@ export function outboxStatements(t: OutboxTables, names: StatementNames) {
 
 const PRUNE_BATCH = 1000;
 
-function toHeaders(value: unknown): Record<string, string> {
-  if (typeof value === 'string') return JSON.parse(value);
-  return (value ?? {}) as Record<string, string>;
-}
-
 function stored(row: any): StoredEvent {
   return {
     id: row.id,
@@ -82,7 +77,7 @@ function stored(row: any): StoredEvent {
     seq: toNumber(row.seq),
     body: toBytes(row.body),
     contentType: row.content_type,
-    headers: toHeaders(row.headers),
+    headers: typeof row.headers === 'string' ? JSON.parse(row.headers) : (row.headers ?? {}),
   };
 }
 

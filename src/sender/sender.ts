@@ -10,7 +10,7 @@ import { type ResolvedSenderOptions, resolveSenderOptions, type SenderOptions } 
 import { enqueueOutbox, OutboxStore } from './outbox.js';
 import { SenderClosedError, type SenderEvents, type SenderStats, type SendResult } from './reports.js';
 import { SendWaiters } from './send-waiters.js';
-import type { DeadLetter, DeadTarget, Enqueued, NewEvent, SenderStore } from './store.js';
+import type { DeadLetter, DeadTarget, Enqueued, SenderStore } from './store.js';
 
 export class Sender extends EventEmitter<SenderEvents> {
   readonly options: ResolvedSenderOptions;
@@ -78,7 +78,7 @@ export class Sender extends EventEmitter<SenderEvents> {
   async enqueue(a: SenderEvent | Kysely<any>, b?: SenderEvent): Promise<Enqueued> {
     if (this.#closing) throw new SenderClosedError();
     if (isKysely(a)) {
-      const event = this.#prepare(b);
+      const event = prepareEvent(b, this.#protocolHeaders);
       if (this.options.db === undefined) {
         throw new Error('webhook-inbox/sender: enqueue(tx, event) needs the Postgres outbox (option `db`)');
       }
@@ -88,7 +88,7 @@ export class Sender extends EventEmitter<SenderEvents> {
       // Not woken: the producer's transaction has not committed yet; the poll finds it.
       return enqueued;
     }
-    const event = this.#prepare(a);
+    const event = prepareEvent(a, this.#protocolHeaders);
     const store = await this.ready();
     const enqueued = await store.add(event);
     if (enqueued.created) this.#enqueued++;
@@ -106,7 +106,7 @@ export class Sender extends EventEmitter<SenderEvents> {
         'webhook-inbox/sender: send() needs a dispatching sender; use enqueue() with `dispatch: false`',
       );
     }
-    const prepared = this.#prepare(event);
+    const prepared = prepareEvent(event, this.#protocolHeaders);
     const waiter = this.#waiters.add(prepared.id);
     let enqueued: Enqueued;
     try {
@@ -178,10 +178,6 @@ export class Sender extends EventEmitter<SenderEvents> {
     this.#waiters.rejectAll(new SenderClosedError());
     const store = await this.#store?.catch(() => undefined);
     await store?.close();
-  }
-
-  #prepare(event: SenderEvent | undefined): NewEvent {
-    return prepareEvent(event, this.#protocolHeaders);
   }
 }
 
