@@ -47,7 +47,6 @@ export const DRAIN_IN_TRANSACTION = 8;
  * handler that throws rolls back only its own writes; any other error rolls back the whole delivery.
  */
 export class DrainInTransaction {
-  /** After COMMIT: events may still wait behind the last one. */
   rest = false;
   readonly #rt: Runtime;
   readonly #key: string;
@@ -80,7 +79,6 @@ export class DrainInTransaction {
       const run = await applyTaken(rt, tx, took.event, this.#spanParent);
       runs.push(run);
       if (run.status === 'failed') {
-        // onPoison 'skip' moved the cursor past it: what waits behind it drains after the response.
         this.rest = run.failure.drain;
         return runs;
       }

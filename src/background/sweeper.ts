@@ -16,14 +16,11 @@ const PRUNE_EVERY_MS = 10_000;
 const PURGE_BATCH = 1000;
 export const PENDING_PER_SWEEP = 100;
 const KEYS_PER_SWEEP = 500;
-/** Keys with waiting events one pass examines; the next goes on from the last. */
 const KEYS_EXAMINED_PER_SWEEP = 1000;
 /** Inline mode: how many times one pass settles a key's next due gap after draining to it. */
 const GAP_ROUNDS = 100;
-/** Gap deadlines remembered for an early pass; past it, the pass every `sweepIntervalMs` finds them. */
 const MAX_DEADLINES = 1000;
 
-/** How the sweeper applies what it finds, in this inbox's mode. */
 export interface SweepWork {
   /** `handOff`: the workers may take it instead (nothing done here). */
   drain(key: string, handOff: boolean): Promise<Drained>;
@@ -35,12 +32,9 @@ export interface SweepReport {
   drained: number;
   gapsSkipped: number;
   keysBlocked: number;
-  /** Unordered pending events applied. */
   applied: number;
   pruned: number;
-  /** Dead letters purged by `deadRetention`. */
   purged: number;
-  /** Keys this pass could not handle (each logged and counted). */
   keyErrors: number;
 }
 
@@ -51,10 +45,8 @@ export class Sweeper {
   #nextPassAt = 0;
   #running: Promise<unknown> | undefined;
   #started = false;
-  /** When gaps this instance saw held events behind come due (ascending). */
   #deadlines: number[] = [];
   #nextPruneAt = 0;
-  /** The key the next pass's walk starts after. */
   #resumeAfter: string | undefined;
 
   constructor(rt: Runtime, work: SweepWork) {
@@ -111,7 +103,6 @@ export class Sweeper {
       .finally(() => {
         this.#running = undefined;
         if (this.#rt.closing || !this.#started) return;
-        // Deadlines before this pass began were its to settle.
         this.#deadlines = this.#deadlines.filter((at) => at > startedAt);
         const interval = this.#rt.options.sweepIntervalMs;
         const next = this.#deadlines[0];
@@ -152,7 +143,6 @@ export class Sweeper {
     return this.#prune(report);
   }
 
-  /** The sweep statement and its drains, from the key after `after`; returns where the next walk starts. */
   async #settle(
     report: SweepReport,
     handOff: boolean,
@@ -215,7 +205,6 @@ export class Sweeper {
             report.gapsSkipped += drained.gapsSkipped;
             report.keysBlocked += drained.keysBlocked;
           } catch (err) {
-            // One key's drain failing (the database, a moved cursor) must not end the pass.
             report.keyErrors++;
             rt.metrics.sweeperError();
             o.logger.error({ err, key, source: o.source }, 'webhook-inbox: sweeper could not drain a key');

@@ -30,7 +30,6 @@ export interface Drained {
   readonly keysBlocked: number;
 }
 
-/** `wait`, `db`: as for `drainInline`. */
 export async function applyNextInline(
   rt: Runtime,
   key: string,
@@ -86,7 +85,6 @@ export async function applyTurn(rt: Runtime, key: string): Promise<Step> {
   return { applied: run !== undefined, more: advanced?.more === true, gap: settled };
 }
 
-/** A timed-out gap was settled and committed: counted and logged. */
 export function gapSettled(
   rt: Runtime,
   key: string,
@@ -100,7 +98,6 @@ export function gapSettled(
   else o.logger.info({ key, fromSeq, toSeq, source: o.source }, 'webhook-inbox: gap timeout, seqs skipped');
 }
 
-/** Each instance's round-robin place among the groups. */
 const lastGroup = new WeakMap<Runtime, string>();
 
 /**

@@ -21,14 +21,12 @@ export class Workers {
   readonly #rt: Runtime;
   readonly #lanes: Promise<void>[] = [];
   readonly #sleepers: Array<() => void> = [];
-  /** Ordered keys that may have a runnable event, and those a lane is draining now. */
   readonly #keys = new Set<string>();
   readonly #active = new Set<string>();
   /** There may be a due unordered pending event; the generation tells a stale "no" from a fresh hint. */
   #unordered = true;
   #unorderedGeneration = 0;
   #busy = 0;
-  /** Recent ms per event of the unordered takes (a moving average): sizes the batches. */
   #perEventMs = 0;
   #closing = false;
   #stateWaiters: Array<() => void> = [];
@@ -48,7 +46,6 @@ export class Workers {
       this.#refreshTimer = setInterval(() => this.#refreshPending(), PENDING_REFRESH_MS);
       this.#refreshTimer.unref();
     }
-    // workers: 0 only acknowledges (others apply).
     if (o.workers === 0) return;
     for (let i = 0; i < o.workers; i++) this.#lanes.push(this.#lane());
     this.#pollTimer = setInterval(() => this.wake(null), o.pollIntervalMs);
@@ -59,7 +56,6 @@ export class Workers {
     }
   }
 
-  /** A runnable event of `key` (null: an unordered one) may be waiting. */
   wake(key: string | null): void {
     if (this.#closing) return;
     if (key === null) {
@@ -174,7 +170,6 @@ export class Workers {
         }
         if (didWork) {
           recovered(this.#rt.options.logger, 'worker');
-          // There may be more: wake another lane, so a backlog spreads to all of them.
           this.#signal();
         } else if (generation === this.#unorderedGeneration) {
           this.#unordered = false;
@@ -197,7 +192,6 @@ export class Workers {
     return Math.max(1, Math.min(most, Math.floor(BATCH_BUDGET_MS / this.#perEventMs)));
   }
 
-  /** The key's runnable events in seq order, each in its own transaction. */
   async drainKey(key: string): Promise<Drained> {
     let applied = 0;
     let gapsSkipped = 0;

@@ -139,7 +139,6 @@ ${Object.entries(filter).map(([name, value]) => (value ? html`<input type="hidde
   return layout(ctx, 'Dead letters', body);
 }
 
-/** Counts by type, then the events of the type chosen (or the latest of every type). */
 export function ignoredPage(
   ctx: PageContext,
   type: string | undefined,
@@ -277,7 +276,6 @@ ${tableOrNone(
   return layout(ctx, `Key ${k.key}`, body);
 }
 
-/** What an action will do, and the same form with `confirmed`. */
 export function confirmPage(
   ctx: PageContext,
   action: string,

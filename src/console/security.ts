@@ -5,7 +5,6 @@ import { type ConsoleRequest, header } from './request.js';
 
 export const SESSION_COOKIE = 'webhook_inbox_console';
 
-/** Who is asking; `via` tells whether a session cookie may be cleared. */
 export interface Principal {
   readonly name: string;
   readonly via: 'authorize' | 'bearer' | 'session' | 'insecure';

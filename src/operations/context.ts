@@ -9,7 +9,6 @@ import { DEFAULT_LOCK_TIMEOUT_MS } from '../options/options.js';
 
 export const MAX_LIST = 10_000;
 
-/** The database, the tables and the source an action runs on (none: every source). */
 export interface OperationsContext {
   readonly db: Kysely<any>;
   readonly tables: Tables;

@@ -13,7 +13,6 @@ export interface DeadLetter extends StoredEvent {
   readonly source: string;
   /** `poison` (failed `maxAttempts` times), `late` (its seq was skipped) or `rejected` (RejectEvent). */
   readonly deadReason: string | null;
-  /** Its key is blocked at its seq. */
   readonly blocking: boolean;
   readonly ageMs: number;
 }

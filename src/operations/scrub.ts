@@ -11,7 +11,6 @@ export interface ScrubOptions {
 }
 
 export interface ScrubResult {
-  /** Rows whose stored headers held a secret one. */
   readonly scrubbed: number;
   readonly dryRun: boolean;
   /** Rows a delivery or a drain held while the scrub ran: run it again. */
