@@ -113,3 +113,21 @@ describe.each([
     expect((await mine.deadLetter(ID)).status).toBe('dead');
   });
 });
+
+describe('operations opened for one source', () => {
+  test("never read or replay another source's ignored events or groups", async () => {
+    const ops = await openOperations({ db: db.db, schema, source: 'default' });
+    try {
+      const notFound = { code: 'not-found' };
+      await expect(ops.ignored({ source: 'other' })).rejects.toMatchObject(notFound);
+      await expect(ops.ignoredTypes('other')).rejects.toMatchObject(notFound);
+      await expect(ops.replayIgnored({ type: 'x', source: 'other', dryRun: true })).rejects.toMatchObject(
+        notFound,
+      );
+      await expect(ops.groups(20, 'other')).rejects.toMatchObject(notFound);
+      expect(await ops.ignored({ source: 'default' })).toEqual([]);
+    } finally {
+      await ops.close();
+    }
+  });
+});

@@ -53,28 +53,26 @@ export class Background {
     if (o.mode === 'deferred' && rt.database.kind === 'pg') this.#wakeUps = new WakeUps(rt);
   }
 
-  /** Deferred mode, with workers set up: a delivery's bound on pending events applies. */
+  /** Deferred mode with workers: a delivery's bound on pending events applies. */
   get sheddingPending(): boolean {
     return this.#workers !== undefined && this.#rt.options.mode === 'deferred';
   }
 
-  /** Applies the key's waiting events in seq order, each in its own transaction. */
   async drain(key: string, wait: boolean, parent?: Context): Promise<number> {
     return (await this.#drained(key, wait, parent)).applied;
   }
 
-  /** A drain, and the timed-out gaps it settled (deferred mode's `advance`; inline mode's settle none). */
   async #drained(key: string, wait: boolean, parent?: Context): Promise<Drained> {
     if (this.sheddingPending) return this.#workers!.drainKey(key);
     return { applied: await drainInline(this.#rt, key, wait, parent), gapsSkipped: 0, keysBlocked: 0 };
   }
 
-  /** Drains on a connection the caller holds (inline mode), right after its delivery's response. */
+  /** Inline mode: drains on the connection of a delivery, right after its response. */
   drainOn(key: string, db: Kysely<any>, parent?: Context): Promise<number> {
     return drainInline(this.#rt, key, true, parent, db);
   }
 
-  /** A delivery was stored as pending (after its commit: the worker this wakes can see it). */
+  /** After the commit of a pending delivery, so the worker this wakes can see it. */
   pendingStored(key: string | null): void {
     if (!this.#workers) return;
     // A duplicate of a pending event counts again, erring towards shedding until the next refresh.
@@ -83,7 +81,7 @@ export class Background {
     this.#wakeUps?.stored(key);
   }
 
-  /** A delivery was held behind a gap at `receivedAt` (ms): the sweeper passes when it comes due. */
+  /** A delivery was held behind a gap at `receivedAt`: the sweeper passes when it comes due. */
   heldStored(receivedAt: number): void {
     this.#sweeper.gapDueAt(receivedAt);
   }
@@ -92,12 +90,11 @@ export class Background {
     return this.#sweeper.sweep();
   }
 
-  /** Applies due unordered pending events now (after a replay), at most `count` + a sweep's worth. */
+  /** After a replay: due unordered pending events, at most `count` + a sweep's worth. */
   applyPending(count: number): Promise<number> {
     return applyDuePendingEvents(this.#rt, count + PENDING_PER_SWEEP);
   }
 
-  /** Resolves when no drain, Redis write or worker of this instance is running. */
   async idle(): Promise<void> {
     const running = this.#rt.background;
     for (;;) {
@@ -107,7 +104,6 @@ export class Background {
     }
   }
 
-  /** Workers finish the handlers they run; the sweeper's pass and drains in flight end. */
   async close(): Promise<void> {
     const sweeperStopped = this.#sweeper.stop(); // no new pass starts from here on
     await this.#wakeUps?.close();

@@ -1,8 +1,6 @@
 /**
- * Drains: an ordered key's waiting events applied in seq order, until the next one is missing, the
- * key is blocked, or someone else holds it. In inline mode the delivery that filled a gap applies the
- * first few in its own transaction (`DrainInTransaction`: it holds the key's row lock already) and
- * the rest right after its response on the same connection (`drainInline`).
+ * Drains in inline mode: the delivery that filled a gap applies the first few held events in its own
+ * transaction (it holds the key's lock already), the rest after its response on the same connection.
  */
 import type { Context, Span } from '@opentelemetry/api';
 import type { Kysely, Transaction } from 'kysely';
@@ -11,7 +9,7 @@ import { parentOf, recordError, SpanAttributes } from '../observability/tracing.
 import type { Runtime } from '../runtime/runtime.js';
 import { applyNextInline } from './turns.js';
 
-/** Inline mode's drain (`take_next`). `wait`: wait (bounded) for the key's lock; `db`: a held connection. */
+/** `wait`: wait (bounded) for the key's lock; `db`: a held connection. */
 export async function drainInline(
   rt: Runtime,
   key: string,
@@ -39,21 +37,16 @@ export async function drainInline(
 }
 
 /**
- * Held events a delivery applies in its own transaction, at most. Its sender waits for their handlers
- * while the transaction holds the key and their row locks, one savepoint each (past 64 subtransactions
- * PostgreSQL slows every session's snapshots); 8 still applies the short runs a reordering sender
- * leaves behind a gap whole. A longer backlog drains after the response.
+ * Held events a delivery applies in its own transaction, at most: its sender waits meanwhile, and past
+ * 64 subtransactions PostgreSQL slows every snapshot. 8 applies a reordering sender's short runs whole.
  */
 export const DRAIN_IN_TRANSACTION = 8;
 
 /**
- * Inline mode's drain inside the transaction of the delivery that filled a key's gap (src/receive/claim.ts).
- * `take_next` does not wait: the claim locked the key row and moved the cursor in this transaction.
- * Each event has its own savepoint, so a handler that throws rolls back only its own writes; any
- * other error rolls the whole transaction back and the delivery is retried with nothing applied.
+ * In the transaction of the delivery that filled a key's gap. Each event has its own savepoint, so a
+ * handler that throws rolls back only its own writes; any other error rolls back the whole delivery.
  */
 export class DrainInTransaction {
-  /** After COMMIT: events may still wait behind the last one (the bound, or a skipped poison event). */
   rest = false;
   readonly #rt: Runtime;
   readonly #key: string;
@@ -81,13 +74,11 @@ export class DrainInTransaction {
         return runs;
       }
       const took = await rt.statements.takeNext(tx, o.source, this.#key, true, rt.lockTimeout);
-      // Not waiting, or not due (a retry's backoff): nothing more now.
       if (!took) return runs;
       more = took.more;
       const run = await applyTaken(rt, tx, took.event, this.#spanParent);
       runs.push(run);
       if (run.status === 'failed') {
-        // onPoison 'skip' moved the cursor past it: what waits behind it drains after the response.
         this.rest = run.failure.drain;
         return runs;
       }
@@ -98,7 +89,7 @@ export class DrainInTransaction {
 
   #start(): void {
     this.#started = performance.now();
-    // Only under a recording delivery span: a drain in a delivery's transaction is on the hot path.
+    // Only under a recording delivery span: this is the hot path.
     if (!this.#parent) return;
     this.#span = this.#rt.tracer.startSpan('webhook-inbox.drain', undefined, this.#parent);
     this.#spanParent = parentOf(this.#span);

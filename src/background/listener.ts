@@ -1,14 +1,10 @@
-/**
- * LISTEN/NOTIFY (pg only): a dedicated connection hears the coalesced wake-ups instances send after
- * COMMIT (src/background/wake-ups.ts); the workers' poll catches lost notifications.
- */
+/** LISTEN (pg only) on a dedicated connection; the workers' poll catches lost notifications. */
 import type { Database } from '../db/database.js';
 import { notifyChannel, readWakeUp } from '../db/sql/notify-pending.js';
 import type { Runtime } from '../runtime/runtime.js';
 
 const LISTEN_RETRY_MS = 1000;
 
-/** The subset of `pg.Client` the listener needs. */
 interface ListenerClient {
   query(config: { text: string }): Promise<unknown>;
   release(err?: Error | boolean): void;
@@ -20,7 +16,6 @@ interface ListenerClient {
 
 export class Listener {
   readonly #rt: Runtime;
-  /** Called with the key of a stored pending event, or null (unordered, or "look once"). */
   readonly #wake: (key: string | null) => void;
   #client: ListenerClient | undefined;
   #release: (() => Promise<void>) | undefined;
@@ -69,7 +64,7 @@ export class Listener {
       };
       client.on('error', lost);
       client.on('end', lost);
-      // The channel is `wi_` and 32 hex digits: an identifier that needs no quoting.
+      // `wi_` and 32 hex digits: no quoting needed.
       await client.query({ text: `listen ${channel}` });
       this.#client = client;
       if (this.#closing) await this.stop();

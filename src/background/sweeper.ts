@@ -1,7 +1,5 @@
-/**
- * The sweeper: a pass every `sweepIntervalMs` in every instance finishes interrupted drains, retries
- * due failed events, settles gap timeouts, applies due unordered pending events and runs retention.
- */
+// A pass every `sweepIntervalMs` in every instance finishes interrupted drains, retries due failed events,
+// settles gap timeouts, applies due unordered pending events and runs retention.
 
 import { missingTables } from '../db/drivers/postgres-error.js';
 import type { SweepStep } from '../db/sql/sweep.js';
@@ -10,48 +8,33 @@ import { prune, purgeDead } from '../operations/retention.js';
 import type { Runtime } from '../runtime/runtime.js';
 import { applyDuePending, type Drained, gapSettled } from './turns.js';
 
-/**
- * While rows past retention are left, a pass prunes for up to PRUNE_PASS_MS in batches doubling from
- * 1,000 to PRUNE_BATCH, so the rate follows the backlog; caught up, every PRUNE_EVERY_MS.
- */
+/** While rows past retention are left, each pass prunes for PRUNE_PASS_MS; caught up, every PRUNE_EVERY_MS. */
 const PRUNE_BATCH = 10_000;
 const PRUNE_PASS_MS = 1000;
 const PRUNE_EVERY_MS = 10_000;
 /** Dead letters past `deadRetention`, per pass: they come one by one, never at an ingest rate. */
 const PURGE_BATCH = 1000;
-/** Unordered pending events one sweeper pass applies at most. */
 export const PENDING_PER_SWEEP = 100;
-/** Keys one pass chooses to drain or settle at most. */
 const KEYS_PER_SWEEP = 500;
-/** Keys with waiting events one pass examines; the next pass goes on from the last (src/db/sql/sweep.ts). */
 const KEYS_EXAMINED_PER_SWEEP = 1000;
 /** Inline mode: how many times one pass settles a key's next due gap after draining to it. */
 const GAP_ROUNDS = 100;
-/** Gap deadlines remembered for an early pass; past it, the pass every `sweepIntervalMs` finds them. */
 const MAX_DEADLINES = 1000;
 
-/** How the sweeper applies what it finds, in this inbox's mode (src/background/background.ts). */
 export interface SweepWork {
-  /** Applies a key's runnable events; `handOff`: the workers may take it instead (nothing done here). */
+  /** `handOff`: the workers may take it instead (nothing done here). */
   drain(key: string, handOff: boolean): Promise<Drained>;
-  /** Applies due unordered pending events, at most `limit`; `handOff` as for `drain`. */
   applyPending(limit: number, handOff: boolean): Promise<number>;
 }
 
-/** What one sweeper pass did. */
+/** What one sweeper pass did; gaps and keys count the drains it ran too. */
 export interface SweepReport {
   drained: number;
-  /** Timed-out gaps skipped: by the pass, and by the drains it ran (deferred mode's `advance`). */
   gapsSkipped: number;
-  /** Keys blocked by a timed-out gap (`onGapTimeout: 'block'`), likewise. */
   keysBlocked: number;
-  /** Unordered pending events applied (replayed dead letters, inline runs that failed). */
   applied: number;
-  /** Processed rows pruned by retention. */
   pruned: number;
-  /** Dead letters purged by `deadRetention`. */
   purged: number;
-  /** Keys this pass could not handle (each logged and counted in the sweeper's error metric). */
   keyErrors: number;
 }
 
@@ -59,15 +42,11 @@ export class Sweeper {
   readonly #rt: Runtime;
   readonly #work: SweepWork;
   #timer: NodeJS.Timeout | undefined;
-  /** When the scheduled pass runs (Date.now() time). */
   #nextPassAt = 0;
   #running: Promise<unknown> | undefined;
   #started = false;
-  /** When gaps this instance saw held events behind come due (Date.now() times, ascending). */
   #deadlines: number[] = [];
-  /** When the sweeper prunes next (0: on its next pass). */
   #nextPruneAt = 0;
-  /** The key the next pass's walk starts after (undefined: the first). */
   #resumeAfter: string | undefined;
 
   constructor(rt: Runtime, work: SweepWork) {
@@ -81,9 +60,8 @@ export class Sweeper {
   }
 
   /**
-   * A held event was stored at `receivedAt`: a pass runs when its gap comes due rather than up to
-   * `sweepIntervalMs` later. Deadlines are rounded up to a grid (a tenth of the gap timeout, from 50 ms
-   * to `sweepIntervalMs`), so a stream of held events adds at most one pass per step.
+   * A pass runs when a held event's gap comes due. Deadlines are rounded up to a grid (a tenth of the
+   * gap timeout, 50 ms to `sweepIntervalMs`), so a stream of held events adds one pass per step at most.
    */
   gapDueAt(receivedAt: number): void {
     const o = this.#rt.options;
@@ -112,7 +90,7 @@ export class Sweeper {
     const { logger } = this.#rt.options;
     const startedAt = Date.now();
     // Said once per outage (a pass every second would bury everything else), with the fix
-    // when the tables are missing; again after a pass that succeeded.
+    // when the tables are missing.
     this.#running = this.sweep({ handOff: true })
       .then(
         () => recovered(logger, 'sweeper'),
@@ -125,7 +103,6 @@ export class Sweeper {
       .finally(() => {
         this.#running = undefined;
         if (this.#rt.closing || !this.#started) return;
-        // Deadlines before this pass began were its to settle.
         this.#deadlines = this.#deadlines.filter((at) => at > startedAt);
         const interval = this.#rt.options.sweepIntervalMs;
         const next = this.#deadlines[0];
@@ -139,10 +116,7 @@ export class Sweeper {
     await this.#running;
   }
 
-  /**
-   * One pass, now. `handOff`: drains and due pending events may go to this instance's worker lanes,
-   * so the pass holds no connection while a handler runs; the report counts only its own.
-   */
+  /** One pass, now. `handOff`: drains may go to this instance's worker lanes; the report counts only its own. */
   async sweep(options: { handOff?: boolean } = {}): Promise<SweepReport> {
     const rt = this.#rt;
     const o = rt.options;
@@ -169,10 +143,6 @@ export class Sweeper {
     return this.#prune(report);
   }
 
-  /**
-   * The sweep statement and the drains it calls for, from the key after `after`; returns where the
-   * next walk starts. A key that failed in an earlier round (`failed`) is not counted again.
-   */
   async #settle(
     report: SweepReport,
     handOff: boolean,
@@ -232,11 +202,9 @@ export class Sweeper {
           try {
             const drained = await rt.track(this.#work.drain(key, handOff));
             report.drained += drained.applied;
-            // Counted and logged where they were settled (src/background/turns.ts).
             report.gapsSkipped += drained.gapsSkipped;
             report.keysBlocked += drained.keysBlocked;
           } catch (err) {
-            // One key's drain failing (the database, a moved cursor) must not end the pass.
             report.keyErrors++;
             rt.metrics.sweeperError();
             o.logger.error({ err, key, source: o.source }, 'webhook-inbox: sweeper could not drain a key');
@@ -291,10 +259,7 @@ export class Sweeper {
   }
 }
 
-/**
- * Applies due unordered pending events (a replayed dead letter, an inline run that failed), at
- * most `limit`: one `take_pending` round trip when there are none. Returns how many it applied.
- */
+/** Applies due unordered pending events, at most `limit`: one round trip when there are none. */
 export async function applyDuePendingEvents(rt: Runtime, limit: number): Promise<number> {
   let applied = 0;
   for (let taken = 0; taken < limit && !rt.closing; taken++) {

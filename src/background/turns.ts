@@ -1,7 +1,6 @@
 /**
- * The three ways a stored event is taken and applied, each one transaction (src/apply/apply.ts):
- * `applyNextInline` (`take_next`, the key locked during the handler), `applyTurn` (`take_turn`, then
- * `advance`, the key unlocked meanwhile; deferred mode) and `applyDuePending` (unordered, `take_pending`).
+ * The three ways a stored event is taken and applied, each one transaction: `take_next` (the key locked
+ * during the handler), `take_turn` then `advance` (deferred mode), `take_pending` (unordered).
  */
 import type { Context } from '@opentelemetry/api';
 import type { Kysely } from 'kysely';
@@ -19,21 +18,18 @@ import { CONTENDED } from '../db/sql/sql-state.js';
 import type { TakenEvent } from '../db/sql/taken-event.js';
 import type { Runtime } from '../runtime/runtime.js';
 
-/** One step of a drain: applied or not, whether the next seq waits, the timed-out gap it settled. */
 export interface Step {
   readonly applied: boolean;
   readonly more: boolean;
   readonly gap?: 'skipped' | 'blocked';
 }
 
-/** What a drain of a key did: the events it applied, and the gaps its steps settled. */
 export interface Drained {
   readonly applied: number;
   readonly gapsSkipped: number;
   readonly keysBlocked: number;
 }
 
-/** Applies the key's next event by `take_next`. `wait`, `db`: as for `drainInline`. */
 export async function applyNextInline(
   rt: Runtime,
   key: string,
@@ -58,10 +54,7 @@ export async function applyNextInline(
   }
 }
 
-/**
- * Applies the key's next event by `take_turn`, moving the cursor by `advance` before COMMIT. `advance`
- * also settles a timed-out gap after the event (src/db/sql/advance.ts), so the drain goes on past it.
- */
+/** `advance` also settles a timed-out gap after the event, so the drain goes on past it. */
 export async function applyTurn(rt: Runtime, key: string): Promise<Step> {
   const o = rt.options;
   const { run, advanced } = await inTransaction(rt.database.kysely, async (tx) => {
@@ -92,7 +85,6 @@ export async function applyTurn(rt: Runtime, key: string): Promise<Step> {
   return { applied: run !== undefined, more: advanced?.more === true, gap: settled };
 }
 
-/** A timed-out gap was settled and committed (by a sweeper pass, or by `advance`): counted and logged. */
 export function gapSettled(
   rt: Runtime,
   key: string,
@@ -106,15 +98,12 @@ export function gapSettled(
   else o.logger.info({ key, fromSeq, toSeq, source: o.source }, 'webhook-inbox: gap timeout, seqs skipped');
 }
 
-/** Each instance's round-robin place among the groups: the group it took last. */
 const lastGroup = new WeakMap<Runtime, string>();
 
 /**
- * Applies due unordered pending events, up to `limit` in one transaction, each under its own
- * savepoint so a failed run undoes only its own writes. It stops once the handlers ran `budgetMs`:
- * the rest are released untouched at COMMIT, so slow handlers' row locks are not held through others'.
- * With `groups`, the events are one group's, the next in turn with room (`take_grouped`); `wakeAt`
- * is when a group it passed over (held, or at its rate) has room again.
+ * Up to `limit` in one transaction, each under its own savepoint. It stops once the handlers ran
+ * `budgetMs`; the rest are released at COMMIT. With `groups`, one group's (the next in turn with room);
+ * `wakeAt` is when a group it passed over has room again.
  */
 export async function applyDuePending(
   rt: Runtime,
@@ -166,7 +155,6 @@ export async function applyDuePending(
   return { taken: runs.length, applied, wakeAt };
 }
 
-/** A pending event left the queue (applied or dead-lettered): one fewer for `maxPending`. */
 function tookPending(rt: Runtime, left: boolean): void {
   if (left) rt.pendingEstimate = Math.max(0, rt.pendingEstimate - 1);
 }

@@ -1,15 +1,12 @@
 /**
- * Wake-ups off the commit path: other instances' workers learn of the pending events this instance
- * stored from one NOTIFY sent after the claims committed, at most one per `WAKE_UP_INTERVAL_MS`,
- * naming every key stored meanwhile. Not in the claim: PostgreSQL serialises the commits of
- * notifying transactions cluster-wide (a global lock held through the WAL flush), which would bound
- * every acknowledgement by one flush at a time. A lost NOTIFY is caught by the workers' poll.
+ * One NOTIFY after the claims committed, at most one per `WAKE_UP_INTERVAL_MS`, naming every key stored
+ * meanwhile. Not in the claim: PostgreSQL serialises notifying commits cluster-wide (a global lock held
+ * through the WAL flush). A lost NOTIFY is caught by the workers' poll.
  */
 
 import { notifyChannel, wakeUpPayload } from '../db/sql/notify-pending.js';
 import type { Runtime } from '../runtime/runtime.js';
 
-/** At most one wake-up NOTIFY per instance per this many milliseconds. */
 export const WAKE_UP_INTERVAL_MS = 25;
 /** A NOTIFY payload stops below 8000 bytes; keys past this wait for the next one. */
 const MAX_PAYLOAD_BYTES = 7000;
@@ -31,7 +28,7 @@ export class WakeUps {
     this.#channel = notifyChannel(rt.tables, rt.options.source);
   }
 
-  /** A pending event of `key` (null: unordered) was committed: announce it to the other instances. */
+  /** A pending event of `key` (null: unordered) was committed. */
   stored(key: string | null): void {
     if (this.#closed) return;
     if (key === null) this.#unordered = true;
@@ -39,7 +36,6 @@ export class WakeUps {
     this.#schedule();
   }
 
-  /** Sends what is left (a last wake-up) and stops. */
   async close(): Promise<void> {
     this.#closed = true;
     clearTimeout(this.#timer);

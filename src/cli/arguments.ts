@@ -1,7 +1,4 @@
-/**
- * The command line's options and their checks. Every value is checked before anything is
- * opened or changed; a bad one is a UsageError naming the option (exit 2).
- */
+/** The command line's options, each checked before anything is opened; a bad one is a UsageError naming it. */
 import { existsSync, readdirSync, statSync } from 'node:fs';
 import { parseDuration } from '../duration.js';
 import { DEAD_REASONS } from '../operations/dead-letters.js';
@@ -71,10 +68,7 @@ export function duration(values: Values, name: string): number | undefined {
   return ms;
 }
 
-/**
- * The application's `retention`, for what compares with it (`dead replay`, `prune`): the flag,
- * else WEBHOOK_INBOX_RETENTION, else the inbox's default (7d). `false`/`off` is no pruning.
- */
+/** The application's `retention`: the flag, else WEBHOOK_INBOX_RETENTION, else 7d; `false`/`off`: none. */
 export function retentionOf(
   values: Values,
   flag: string,
@@ -94,22 +88,16 @@ export function retentionOf(
   return ms;
 }
 
-/** `--lock-timeout`, for every action that waits for a key (replay, skip, unblock). */
 export const LOCK_TIMEOUT: OptionSpec = {
   type: 'string',
   help: 'how long to wait for a key a delivery or a drain holds before giving up (default 5s)',
 };
 
-/** `--lock-timeout` in ms, or undefined for the operations' own (a bad one is a usage error). */
 export function lockTimeout(values: Values): number | undefined {
   return duration(values, 'lock-timeout');
 }
 
-/**
- * What every action on one named thing that waits for its key shares (`dead skip <id>`,
- * `keys unblock <key>`, `keys skip <key>`): one positional, `--lock-timeout` checked before
- * the database is opened, and the action run on the opened operations with that bound.
- */
+/** An action on one named thing that waits for its key: one positional and `--lock-timeout`. */
 export function lockedAction(
   act: (
     ops: OpenedOperations,
@@ -153,7 +141,7 @@ function reason(values: Values): string | undefined {
   return raw;
 }
 
-/** `--since` / `--until`: a point in time, pinned to now once (so a dry run and its action agree). */
+/** `--since` / `--until`, pinned to now once (so a dry run and its action agree). */
 function instant(values: Values, name: 'since' | 'until', now: Date): Date | undefined {
   const raw = values[name];
   if (typeof raw !== 'string') return undefined;
@@ -168,7 +156,7 @@ function instant(values: Values, name: 'since' | 'until', now: Date): Date | und
 
 const CAUSE = /^[0-9a-f]{12}$/;
 
-/** The dead-letter selection of `dead list|groups|replay|skip|purge` (src/operations/selection.ts). */
+/** The dead-letter selection of `dead list|groups|replay|skip|purge`. */
 export function filterOf(values: Values, now: Date = new Date()) {
   const cause = values.cause as string | undefined;
   if (cause !== undefined && !CAUSE.test(cause)) {
@@ -192,12 +180,11 @@ export function filterOf(values: Values, now: Date = new Date()) {
   };
 }
 
-/** A connection URL as it may be echoed: without its password. */
 function redacted(url: string): string {
   return url.replace(/\/\/([^:/@]*):[^@]*@/, '//$1:***@');
 }
 
-/** `--db` (or DATABASE_URL): a postgres:// URL. Anything else would fail later as ENOTFOUND. */
+/** A postgres:// URL: anything else would fail later as ENOTFOUND. */
 function databaseUrl(raw: string, name: string): string {
   let url: URL | undefined;
   try {
@@ -211,10 +198,7 @@ function databaseUrl(raw: string, name: string): string {
   return raw;
 }
 
-/**
- * `--data-dir`: an existing embedded database; only `migrate` may create one, and only in a
- * directory that is missing or empty (never a database written into an unrelated folder).
- */
+/** An existing embedded database; only `migrate` creates one, and only in a missing or empty directory. */
 function dataDirectory(dir: string, creates: boolean): string {
   if (dir === '') throw new UsageError('--data-dir must be a directory path; got ""');
   const exists = existsSync(dir);
@@ -236,7 +220,6 @@ function dataDirectory(dir: string, creates: boolean): string {
   return dir;
 }
 
-/** Where the inbox tables are, from the global options (and DATABASE_URL). */
 export function connectionOptions(
   values: Values,
   env: Record<string, string | undefined>,

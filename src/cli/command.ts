@@ -1,26 +1,13 @@
 /** What a command is, what it is given, and the exit codes it answers with. */
 import type { openOperations } from '../operations/index.js';
 
-/** Exit codes a script can rely on. */
-export const EXIT = Object.freeze({
-  ok: 0,
-  /** The database could not be reached, the tables are missing, a statement failed. */
-  failure: 1,
-  /** Bad command line; nothing was changed. */
-  usage: 2,
-  /** The id or key does not exist. */
-  notFound: 3,
-  /** It exists, but the action does not apply in its state (nothing was changed). */
-  refused: 4,
-} as const);
+/** Exit codes a script can rely on (help.ts says what each means). */
+export const EXIT = Object.freeze({ ok: 0, failure: 1, usage: 2, notFound: 3, refused: 4 } as const);
 
 /** A bad command line: exit 2, nothing changed. */
 export class UsageError extends Error {}
 
-/**
- * Nothing was changed because the operator must confirm or look first (exit 4). `details`
- * goes into the JSON error for scripts.
- */
+/** Nothing was changed: the operator must confirm or look first (exit 4). `details` go into the JSON error. */
 export class RefusedError extends Error {
   constructor(
     readonly code: string,
@@ -36,25 +23,20 @@ export type Values = Record<string, string | boolean | undefined>;
 
 /** The process's streams and terminal, passed in so that `main` can be driven from a test. */
 export interface CliIo {
-  /** A line on stdout (a newline is added). */
+  /** A line (a newline is added). */
   stdout(text: string): void;
-  /** A line on stderr (a newline is added). */
   stderr(text: string): void;
   /** Bytes on stdout exactly as they are (`dead show --raw`). */
   raw(bytes: Uint8Array): void;
-  /**
-   * Asks a yes/no question on the operator's terminal; undefined when there is no terminal to
-   * ask on (stdin is not a TTY), so the caller must be told with a flag instead.
-   */
+  /** A yes/no question on the terminal; undefined when stdin is not a TTY (a flag must say it). */
   confirm?: (question: string) => Promise<boolean>;
   /** A long-running command (`console`) runs until this settles. @defaultValue SIGINT or SIGTERM */
   untilStopped?: () => Promise<void>;
 }
 
-/** Output for one command: JSON for scripts, or text that is safe on a terminal. */
+/** Output for one command: `value` as JSON with --json, else `text()` of it, safe on a terminal. */
 export interface Out {
   readonly json: boolean;
-  /** Prints `value` as JSON with --json, else `text()` of it. */
   result<T>(value: T, text: (value: T) => string): void;
 }
 
@@ -67,7 +49,7 @@ export interface Connection {
 
 export interface CommandArgs {
   values: Values;
-  /** The environment (a secret such as the console's token is read from it, not from argv). */
+  /** A secret such as the console's token is read from here, not from argv. */
   env: Record<string, string | undefined>;
   positionals: string[];
   out: Out;
@@ -80,9 +62,8 @@ export interface Command {
   readonly usage: string;
   readonly help?: string;
   readonly options?: Record<string, OptionSpec>;
-  /** Allowed number of positional arguments. */
   readonly positionals: readonly [min: number, max: number];
-  /** Checks done before the database is opened (the connection options are checked by then too). */
+  /** Checks done before the database is opened. */
   check?(args: {
     values: Values;
     positionals: string[];
@@ -90,4 +71,30 @@ export interface Command {
     env: Record<string, string | undefined>;
   }): void;
   run(args: CommandArgs): Promise<number>;
+}
+
+/** `3 dead letters`, `1 dead letter`. */
+export function deadLetters(n: number): string {
+  return `${n} dead letter${n === 1 ? '' : 's'}`;
+}
+
+/** Asks before a bulk action (unless --yes, or nothing matches); a no changes nothing (exit 4). */
+export async function confirmOrRefuse(
+  values: Values,
+  io: CliIo,
+  count: number,
+  question: string,
+): Promise<void> {
+  if (values.yes || count === 0) return;
+  if (!(await io.confirm!(`${question} [y/N] `)))
+    throw new RefusedError('not-confirmed', 'not confirmed; nothing was changed');
+}
+
+/** A bulk action that would ask, with no terminal to ask on: a usage error naming the flags. */
+export function checkConfirmable(values: Values, io: CliIo, what: string, dryRun: string): void {
+  if (!values['dry-run'] && !values.yes && !io.confirm) {
+    throw new UsageError(
+      `${what}, and there is no terminal to ask on: pass --yes to confirm (or --dry-run to ${dryRun})`,
+    );
+  }
 }

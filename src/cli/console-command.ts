@@ -1,18 +1,11 @@
-/**
- * `webhook-inbox console`: the operator console on its own HTTP server, over the inbox tables
- * (every source unless --source). The token comes from the environment, never an argument
- * (arguments show in `ps`); without one it runs only with --insecure, and then only on a
- * loopback address.
- */
+/** `webhook-inbox console`. The token comes from the environment, never an argument (those show in `ps`). */
 import { isLoopback, resolveConsoleOptions } from '../console/options.js';
 import { serveConsole } from '../console/server.js';
 import { InboxOptionsError } from '../errors.js';
 import type { Operations } from '../operations/index.js';
 import { type Command, EXIT, UsageError, type Values } from './command.js';
 
-/** The environment variable holding the console's token. */
 export const CONSOLE_TOKEN_ENV = 'WEBHOOK_INBOX_CONSOLE_TOKEN';
-/** The key every replica shares, so that each accepts the others' forms and sessions. */
 export const CONSOLE_SECRET_ENV = 'WEBHOOK_INBOX_CONSOLE_SECRET';
 
 function port(values: Values): number {
@@ -87,7 +80,6 @@ export const CONSOLE_COMMAND: Command = {
   positionals: [0, 0],
   check({ values, env }) {
     const s = settings(values, env);
-    // The console's own checks, as a usage error before anything is opened.
     try {
       resolveConsoleOptions({ operations: {} as Operations, ...s, insecure: s.insecure || undefined });
     } catch (err) {

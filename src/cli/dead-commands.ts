@@ -1,8 +1,15 @@
-/** `dead list`, `dead show`, `dead skip`: the dead-letter queue (`dead replay` has its own module). */
 import { formatDuration } from '../duration.js';
 import type { SkipResult } from '../operations/index.js';
 import { FILTERS, filterOf, LOCK_TIMEOUT, lockTimeout } from './arguments.js';
-import { type Command, EXIT, RefusedError, UsageError, type Values } from './command.js';
+import {
+  type Command,
+  checkConfirmable,
+  confirmOrRefuse,
+  deadLetters,
+  EXIT,
+  UsageError,
+  type Values,
+} from './command.js';
 import { deadLetterJson, deadLetterSummary, deadLetterText, oneLine, skipText, table } from './format.js';
 import { REPLAY_COMMAND } from './replay-command.js';
 
@@ -10,7 +17,6 @@ function checkFilter({ values }: { values: Values }): void {
   filterOf(values);
 }
 
-/** What a purge leaves: the dead letters that block their keys. */
 function leftBlocking(r: { blocking: number }): string {
   return r.blocking ? `; ${r.blocking} left because each blocks its key (dead skip them first)` : '';
 }
@@ -26,36 +32,20 @@ export const DEAD_COMMANDS: Record<string, Command> = {
     async run({ values, out, connection }) {
       const dead = await (await connection.ops()).deadLetters(filterOf(values));
       out.result(dead.map(deadLetterSummary), () =>
-        table(
-          [
-            'SOURCE',
-            'ID',
-            'KEY',
-            'SEQ',
-            'TYPE',
-            'REASON',
-            'CAUSE',
-            'FAILED',
-            'ATTEMPTS',
-            'AGE',
-            'BLOCKING',
-            'LAST ERROR',
-          ],
-          dead.map((d) => [
-            d.source,
-            d.id,
-            d.key,
-            d.seq,
-            d.type,
-            d.deadReason,
-            d.cause,
-            d.failedAt?.toISOString(),
-            d.attempts,
-            formatDuration(d.ageMs),
-            d.blocking ? 'yes' : 'no',
-            oneLine(d.lastError),
-          ]),
-        ),
+        table(dead, {
+          SOURCE: (d) => d.source,
+          ID: (d) => d.id,
+          KEY: (d) => d.key,
+          SEQ: (d) => d.seq,
+          TYPE: (d) => d.type,
+          REASON: (d) => d.deadReason,
+          CAUSE: (d) => d.cause,
+          FAILED: (d) => d.failedAt?.toISOString(),
+          ATTEMPTS: (d) => d.attempts,
+          AGE: (d) => formatDuration(d.ageMs),
+          BLOCKING: (d) => (d.blocking ? 'yes' : 'no'),
+          'LAST ERROR': (d) => oneLine(d.lastError),
+        }),
       );
       return EXIT.ok;
     },
@@ -74,18 +64,15 @@ export const DEAD_COMMANDS: Record<string, Command> = {
     async run({ values, out, connection }) {
       const groups = await (await connection.ops()).deadGroups(filterOf(values));
       out.result(groups, () =>
-        table(
-          ['CAUSE', 'REASON', 'COUNT', 'FIRST FAILED', 'LAST FAILED', 'KEYS', 'SAMPLE'],
-          groups.map((g) => [
-            g.cause,
-            g.reason,
-            g.count,
-            g.firstAt.toISOString(),
-            g.lastAt.toISOString(),
-            g.keys,
-            oneLine(`${g.sample.id}: ${g.sample.error ?? '-'}`),
-          ]),
-        ),
+        table(groups, {
+          CAUSE: (g) => g.cause,
+          REASON: (g) => g.reason,
+          COUNT: (g) => g.count,
+          'FIRST FAILED': (g) => g.firstAt.toISOString(),
+          'LAST FAILED': (g) => g.lastAt.toISOString(),
+          KEYS: (g) => g.keys,
+          SAMPLE: (g) => oneLine(`${g.sample.id}: ${g.sample.error ?? '-'}`),
+        }),
       );
       return EXIT.ok;
     },
@@ -112,11 +99,7 @@ export const DEAD_COMMANDS: Record<string, Command> = {
       if (values['older-than'] === undefined && !values.all) {
         throw new UsageError('give --older-than (e.g. 30d), or --all with filters');
       }
-      if (!values['dry-run'] && !values.yes && !io.confirm) {
-        throw new UsageError(
-          'dead purge deletes dead letters for good, and there is no terminal to ask on: pass --yes to confirm (or --dry-run to count them first)',
-        );
-      }
+      checkConfirmable(values, io, 'dead purge deletes dead letters for good', 'count them first');
     },
     async run({ values, out, io, connection }) {
       const ops = await connection.ops();
@@ -129,12 +112,12 @@ export const DEAD_COMMANDS: Record<string, Command> = {
         );
         return EXIT.ok;
       }
-      if (!values.yes && plan.purged > 0) {
-        const sure = await io.confirm!(
-          `Delete ${plan.purged} dead letters and their payloads for good? [y/N] `,
-        );
-        if (!sure) throw new RefusedError('not-confirmed', 'not confirmed; nothing was changed');
-      }
+      await confirmOrRefuse(
+        values,
+        io,
+        plan.purged,
+        `Delete ${plan.purged} dead letters and their payloads for good?`,
+      );
       const result = await ops.purgeDead(selection);
       out.result(result, (r) => `purged ${r.purged} dead letters${leftBlocking(r)}`);
       return EXIT.ok;
@@ -186,11 +169,8 @@ export const DEAD_COMMANDS: Record<string, Command> = {
       filterOf(values);
       if (Boolean(values.all) === (positionals.length === 1))
         throw new UsageError('give one id, or --all with filters');
-      if (values.all && !values['dry-run'] && !values.yes && !io.confirm) {
-        throw new UsageError(
-          'dead skip --all moves keys past their dead letters for good, and there is no terminal to ask on: pass --yes to confirm (or --dry-run to see them first)',
-        );
-      }
+      const what = 'dead skip --all moves keys past their dead letters for good';
+      if (values.all) checkConfirmable(values, io, what, 'see them first');
     },
     async run({ values, positionals, out, io, connection }) {
       const ops = await connection.ops();
@@ -204,20 +184,21 @@ export const DEAD_COMMANDS: Record<string, Command> = {
         const sample = await ops.deadLetters({ ...selection, order: 'key', limit: 20 });
         out.result({ dryRun: true, count, sample: sample.map(deadLetterSummary) }, () =>
           [
-            `${count} dead letter${count === 1 ? '' : 's'} would be skipped${count > sample.length ? `; the first ${sample.length} in key order:` : ':'}`,
-            table(
-              ['SOURCE', 'ID', 'KEY', 'SEQ', 'REASON', 'CAUSE'],
-              sample.map((d) => [d.source, d.id, d.key, d.seq, d.deadReason, d.cause]),
-            ),
+            `${deadLetters(count)} would be skipped${count > sample.length ? `; the first ${sample.length} in key order:` : ':'}`,
+            table(sample, {
+              SOURCE: (d) => d.source,
+              ID: (d) => d.id,
+              KEY: (d) => d.key,
+              SEQ: (d) => d.seq,
+              REASON: (d) => d.deadReason,
+              CAUSE: (d) => d.cause,
+            }),
             'Nothing was changed.',
           ].join('\n'),
         );
         return EXIT.ok;
       }
-      if (!values.yes && count > 0) {
-        const sure = await io.confirm!(`Skip ${count} dead letter${count === 1 ? '' : 's'} for good? [y/N] `);
-        if (!sure) throw new RefusedError('not-confirmed', 'not confirmed; nothing was changed');
-      }
+      await confirmOrRefuse(values, io, count, `Skip ${deadLetters(count)} for good?`);
       const skipped: SkipResult[] = [];
       for await (const batch of ops.deadBatches(selection)) {
         for (const d of batch) skipped.push(await ops.skip(d, { lockTimeoutMs: lockTimeout(values) }));

@@ -1,18 +1,14 @@
-/**
- * How results look: aligned tables and labelled lines for people, plain objects for --json.
- * Every value that came from a sender or a handler passes through `safeField` / `safeBlock`.
- */
+/** Tables and labelled lines for people; every value from a sender or a handler passes `safeField` / `safeBlock`. */
 import { formatDuration } from '../duration.js';
 import type { DeadLetter, KeySummary, SkipResult } from '../operations/index.js';
 import { safeBlock, safeField } from './terminal-safe.js';
 
-/** Columns padded to their widest cell; null and undefined show as '-'. */
-export function table(headers: string[], rows: unknown[][]): string {
+/** One column per header, each cell from its row, padded to the widest; null and undefined show as '-'. */
+export function table<T>(rows: readonly T[], columns: Record<string, (row: T) => unknown>): string {
   if (rows.length === 0) return '(none)';
-  const cells = [
-    headers,
-    ...rows.map((r) => r.map((c) => (c === null || c === undefined ? '-' : safeField(String(c))))),
-  ];
+  const headers = Object.keys(columns);
+  const cell = (c: unknown) => (c === null || c === undefined ? '-' : safeField(String(c)));
+  const cells = [headers, ...rows.map((r) => Object.values(columns).map((column) => cell(column(r))))];
   const widths = headers.map((_, i) => Math.max(...cells.map((r) => r[i].length)));
   return cells
     .map((r) =>
@@ -24,24 +20,20 @@ export function table(headers: string[], rows: unknown[][]): string {
     .join('\n');
 }
 
-/** `label:` padded, then the value on one line (escaped), '-' when missing. */
 export function line(label: string, value: unknown): string {
   return `${`${label}:`.padEnd(14)}${value === null || value === undefined ? '-' : safeField(String(value))}`;
 }
 
-/** `3` or `3-5`. */
 export function seqRange(from: number, to: number): string {
   return from === to ? String(from) : `${from}-${to}`;
 }
 
-/** Shortened to one line of at most `max` characters, for a table cell. */
 export function oneLine(text: string | null, max = 60): string | null {
   if (text === null) return null;
   const flat = safeField(text.replace(/\s+/g, ' '));
   return flat.length > max ? `${flat.slice(0, max - 1)}…` : flat;
 }
 
-/** JSON for scripts: without the payload, for lists. */
 export function deadLetterSummary(d: DeadLetter) {
   const { payload: _payload, ...rest } = d;
   return rest;
@@ -63,7 +55,6 @@ export function deadLetterJson(d: DeadLetter) {
   return { ...deadLetterSummary(d), payload, payloadEncoding };
 }
 
-/** `dead show` for people: every field escaped; the payload keeps its lines. */
 export function deadLetterText(d: DeadLetter): string {
   const { payload, payloadEncoding } = deadLetterJson(d);
   const headers = Object.entries(d.headers ?? {}).map(
@@ -87,21 +78,16 @@ export function deadLetterText(d: DeadLetter): string {
   ].join('\n');
 }
 
-export const KEY_HEADERS = ['SOURCE', 'KEY', 'STATE', 'NEXT SEQ', 'HELD', 'FIRST HELD', 'OLDEST HELD'];
+export const KEY_COLUMNS: Record<string, (k: KeySummary) => unknown> = {
+  SOURCE: (k) => k.source,
+  KEY: (k) => k.key,
+  STATE: (k) => (k.state === 'blocked' ? `blocked at ${k.blockedSeq} (${k.blockedReason})` : 'open'),
+  'NEXT SEQ': (k) => k.nextSeq,
+  HELD: (k) => k.heldCount,
+  'FIRST HELD': (k) => k.firstHeldSeq,
+  'OLDEST HELD': (k) => formatDuration(k.oldestHeldAgeMs),
+};
 
-export function keyRows(keys: KeySummary[]): unknown[][] {
-  return keys.map((k) => [
-    k.source,
-    k.key,
-    k.state === 'blocked' ? `blocked at ${k.blockedSeq} (${k.blockedReason})` : 'open',
-    k.nextSeq,
-    k.heldCount,
-    k.firstHeldSeq,
-    formatDuration(k.oldestHeldAgeMs),
-  ]);
-}
-
-/** What `dead skip` and `keys skip` say. */
 export function skipText(r: SkipResult): string {
   return safeField(
     `skipped seq ${seqRange(r.fromSeq, r.toSeq)} of key ${r.key} (${r.source}); it now waits for seq ${r.nextSeq}`,

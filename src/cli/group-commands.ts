@@ -1,4 +1,3 @@
-/** `groups`: the tenants with the most events waiting (option `groups`), and what runs of each. */
 import { formatDuration } from '../duration.js';
 import { limit } from './arguments.js';
 import { type Command, EXIT } from './command.js';
@@ -20,18 +19,15 @@ export const GROUP_COMMANDS: Record<string, Command> = {
     async run({ values, out, connection }) {
       const groups = await (await connection.ops()).groups(limit(values) ?? 100);
       out.result({ groups }, () =>
-        table(
-          ['SOURCE', 'GROUP', 'PENDING', 'DUE', 'RUNNING', 'HELD UNTIL', 'OLDEST'],
-          groups.map((g) => [
-            g.source,
-            g.group,
-            g.pending,
-            g.due,
-            g.running,
-            g.heldUntil?.toISOString() ?? '',
-            formatDuration(g.oldestAgeMs),
-          ]),
-        ),
+        table(groups, {
+          SOURCE: (g) => g.source,
+          GROUP: (g) => g.group,
+          PENDING: (g) => g.pending,
+          DUE: (g) => g.due,
+          RUNNING: (g) => g.running,
+          'HELD UNTIL': (g) => g.heldUntil?.toISOString() ?? '',
+          OLDEST: (g) => formatDuration(g.oldestAgeMs),
+        }),
       );
       return EXIT.ok;
     },

@@ -1,4 +1,3 @@
-/** The help texts: the command list, one command's options, the exit codes. */
 import { GLOBAL_OPTIONS } from './arguments.js';
 import type { Command, OptionSpec } from './command.js';
 
@@ -50,7 +49,6 @@ export function commandHelp(name: string, c: Command): string {
   ].join('\n');
 }
 
-/** `webhook-inbox dead` alone: the commands of the group. */
 export function groupHelp(commands: Record<string, Command>, group: string): string {
   return Object.entries(commands)
     .filter(([n]) => n.startsWith(`${group} `))

@@ -1,4 +1,3 @@
-/** `ignored list`, `ignored replay`: what the provider sends that no handler takes, by type. */
 import { formatDuration } from '../duration.js';
 import { FILTERS, limit } from './arguments.js';
 import { type Command, EXIT, UsageError, type Values } from './command.js';
@@ -43,17 +42,23 @@ export const IGNORED_COMMANDS: Record<string, Command> = {
         [
           ...(type === undefined
             ? [
-                table(
-                  ['SOURCE', 'TYPE', 'COUNT', 'LAST RECEIVED'],
-                  types.map((t) => [t.source, t.type, t.count, t.lastReceivedAt.toISOString()]),
-                ),
+                table(types, {
+                  SOURCE: (t) => t.source,
+                  TYPE: (t) => t.type,
+                  COUNT: (t) => t.count,
+                  'LAST RECEIVED': (t) => t.lastReceivedAt.toISOString(),
+                }),
                 '',
               ]
             : []),
-          table(
-            ['SOURCE', 'ID', 'TYPE', 'KEY', 'SEQ', 'AGE'],
-            events.map((e) => [e.source, e.id, e.type, e.key, e.seq, formatDuration(e.ageMs)]),
-          ),
+          table(events, {
+            SOURCE: (e) => e.source,
+            ID: (e) => e.id,
+            TYPE: (e) => e.type,
+            KEY: (e) => e.key,
+            SEQ: (e) => e.seq,
+            AGE: (e) => formatDuration(e.ageMs),
+          }),
         ].join('\n'),
       );
       return EXIT.ok;

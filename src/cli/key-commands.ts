@@ -1,8 +1,7 @@
-/** `keys …`: ordering keys that are blocked or hold events, and moving them on. */
 import { OperationError } from '../errors.js';
 import { FILTERS, limit, lockedAction } from './arguments.js';
 import { type Command, EXIT } from './command.js';
-import { deadLetterSummary, KEY_HEADERS, keyRows, line, seqRange, skipText, table } from './format.js';
+import { deadLetterSummary, KEY_COLUMNS, line, seqRange, skipText, table } from './format.js';
 import { safeField } from './terminal-safe.js';
 
 export const KEY_COMMANDS: Record<string, Command> = {
@@ -22,7 +21,7 @@ export const KEY_COMMANDS: Record<string, Command> = {
         blocked: values.blocked === true,
         limit: limit(values),
       });
-      out.result(keys, (k) => table(KEY_HEADERS, keyRows(k)));
+      out.result(keys, (k) => table(k, KEY_COLUMNS));
       return EXIT.ok;
     },
   },
@@ -35,7 +34,7 @@ export const KEY_COMMANDS: Record<string, Command> = {
       if (!k) throw new OperationError('not-found', `no key ${JSON.stringify(positionals[0])}`);
       out.result({ ...k, deadLetters: k.deadLetters.map(deadLetterSummary) }, () =>
         [
-          table(KEY_HEADERS, keyRows([k])),
+          table([k], KEY_COLUMNS),
           line('held seqs', k.heldSeqs.join(', ') || null),
           line('gaps', k.gaps.map((g) => `${seqRange(g.fromSeq, g.toSeq)} (${g.reason})`).join(', ') || null),
           line(

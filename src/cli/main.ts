@@ -1,7 +1,4 @@
-/**
- * One command line, start to finish: find the command, check every argument (before anything
- * is opened or changed), run it, and turn what went wrong into an exit code and a message.
- */
+/** One command line: find the command, check every argument before anything is opened, run it, map errors to exit codes. */
 import { existsSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { createInterface } from 'node:readline/promises';
@@ -45,7 +42,7 @@ export const COMMANDS: Record<string, Command> = {
 
 const GROUPS = new Set(['dead', 'ignored', 'keys']);
 
-/** The version in the package's own package.json, found upwards from this file (src/, dist/src/ or a bundle). */
+/** The version in the package's own package.json, found upwards from src/, dist/src/ or a bundle. */
 function packageVersion(): string {
   let dir = dirname(fileURLToPath(import.meta.url));
   for (;;) {
@@ -114,7 +111,6 @@ function parse(command: Command, rest: string[]): { values: Values; positionals:
   }
 }
 
-/** The command nearest a misspelt one: a subcommand of its group, else a command or a group. */
 function nearestCommand(group: string | undefined, typed: string): string | undefined {
   const names = Object.keys(COMMANDS);
   if (group) {
@@ -137,7 +133,7 @@ function checkPositionals(name: string, command: Command, positionals: string[])
   throw new UsageError(`${name} ${what}; got ${positionals.length}`);
 }
 
-/** Runs one command line; returns the exit code. Output goes to `io`. */
+/** Runs one command line; returns the exit code. */
 export async function main(
   argv: readonly string[],
   env: Record<string, string | undefined> = process.env,

@@ -1,7 +1,4 @@
-/**
- * `dead replay`: re-queues dead letters for the application's sweeper, after a dry run of the same
- * checks, so it can show it (`--dry-run`), refuse events past retention (`--force`) and ask (`--yes`).
- */
+/** `dead replay`: a dry run of the same checks first, to show it, refuse events past retention, or ask. */
 import { formatDuration } from '../duration.js';
 import { OperationError } from '../errors.js';
 import type { ReplayResult } from '../operations/index.js';
@@ -9,6 +6,9 @@ import { FILTERS, filterOf, LOCK_TIMEOUT, lockTimeout, retentionOf } from './arg
 import {
   type CliIo,
   type Command,
+  checkConfirmable,
+  confirmOrRefuse,
+  deadLetters,
   EXIT,
   type OpenedOperations,
   type Out,
@@ -26,31 +26,48 @@ function replayExit(results: ReplayResult[]): number {
   return EXIT.ok;
 }
 
-const ageKey = (source: string | null, id: string) => `${source}\u0000${id}`;
+/** Each dead letter's age, by source and id: what the retention check compares. */
+type Ages = (r: { source: string | null; id: string }) => number | undefined;
 
-/** Each id's age (from its received time), for the retention check. */
-async function agesOf(ops: OpenedOperations, ids: string[]): Promise<Map<string, number>> {
-  const ages = new Map<string, number>();
+function agesIn(dead: readonly { source: string; id: string; ageMs: number }[]): Ages {
+  const ages = new Map(dead.map((d) => [`${d.source}\u0000${d.id}`, d.ageMs]));
+  return (r) => ages.get(`${r.source}\u0000${r.id}`);
+}
+
+async function agesOf(ops: OpenedOperations, ids: string[]): Promise<Ages> {
+  const found = [];
   for (const id of ids) {
-    // Not found and ambiguous ids are reported by the replay itself, with their outcome. Any
-    // other error fails the command: an id whose age is unknown would skip the retention check.
+    // Not found and ambiguous ids are reported by the replay itself; any other error fails the
+    // command: an id whose age is unknown would skip the retention check.
     const d = await ops.deadLetter(id).catch((err) => {
       if (err instanceof OperationError && (err.code === 'not-found' || err.code === 'ambiguous'))
         return undefined;
       throw err;
     });
-    if (d) ages.set(ageKey(d.source, d.id), d.ageMs);
+    if (d) found.push(d);
   }
-  return ages;
+  return agesIn(found);
+}
+
+/** A dry run's rows for --json: the outcome as it would be, the age, and whether it needs --force. */
+function wouldBe(plan: ReplayResult[], ageOf: Ages, old: (r: ReplayResult, ageMs: number | null) => boolean) {
+  return plan.map((r) => {
+    const ageMs = ageOf(r) ?? null;
+    const outcome = r.outcome === 'requeued' ? 'would-requeue' : r.outcome;
+    return { ...r, outcome, ageMs, olderThanRetention: old(r, ageMs) };
+  });
 }
 
 /** How many dead letters a dry run of `--all` shows, in key order, beside the count. */
 const SAMPLE = 20;
 
+const UNTOLD =
+  'Their dedup records may be pruned, so the inbox cannot tell whether they were applied another way since ' +
+  '(re-sent under a new id, fixed by hand).';
+
 /**
- * `--all`: the count and a sample first, then the replay in key-ordered batches. The times are pinned
- * once and printed (ISO), so a re-run after an interruption selects the same window; what it
- * re-queued is no longer dead, so nothing is replayed twice.
+ * `--all`: the times are pinned once and printed (ISO), so a re-run after an interruption selects the
+ * same window; what it re-queued is no longer dead, so nothing is replayed twice.
  */
 async function replayAll(
   ops: OpenedOperations,
@@ -79,25 +96,12 @@ async function replayAll(
       sample.map((d) => ({ id: d.id, source: d.source })),
       { dryRun: true },
     );
-    const ages = new Map(sample.map((d) => [ageKey(d.source, d.id), d.ageMs]));
-    const result = {
-      dryRun: true,
-      count,
-      olderThanRetention: old,
-      ...window,
-      sample: plan.map((r) => {
-        const ageMs = ages.get(ageKey(r.source, r.id)) ?? null;
-        return {
-          ...r,
-          outcome: r.outcome === 'requeued' ? 'would-requeue' : r.outcome,
-          ageMs,
-          olderThanRetention: ageMs !== null && ageMs > retentionMs,
-        };
-      }),
-    };
+    const ages = agesIn(sample);
+    const rows = wouldBe(plan, ages, (_, ageMs) => ageMs !== null && ageMs > retentionMs);
+    const result = { dryRun: true, count, olderThanRetention: old, ...window, sample: rows };
     out.result(result, () =>
       [
-        `${count} dead letter${count === 1 ? '' : 's'} match${window.since || window.until ? ` (failed ${window.since ?? '…'} to ${window.until ?? 'now'})` : ''}` +
+        `${deadLetters(count)} match${window.since || window.until ? ` (failed ${window.since ?? '…'} to ${window.until ?? 'now'})` : ''}` +
           (old ? `; ${old} only with --force (older than the retention)` : '') +
           (count > plan.length ? `; the first ${plan.length} in key order:` : ':'),
         resultTable(plan, ages, retentionMs, true),
@@ -110,26 +114,19 @@ async function replayAll(
     throw new RefusedError(
       'older-than-retention',
       `${old} of the ${count} dead letters to replay ${old === 1 ? 'was' : 'were'} received longer ago than the retention (${formatDuration(retentionMs)}). ` +
-        'Their dedup records may be pruned, so the inbox cannot tell whether they were applied another way since ' +
-        '(re-sent under a new id, fixed by hand). List them with `dead list --older-than ' +
+        `${UNTOLD} List them with \`dead list --older-than ` +
         `${formatDuration(retentionMs)}\`, then pass --force to replay them (or --retention with your inbox's retention). Nothing was changed.`,
       { count: old },
     );
   }
-  if (!values.yes && count > 0) {
-    const sure = await (io as Required<CliIo>).confirm(
-      `Re-queue ${count} dead letter${count === 1 ? '' : 's'} for the application to apply? [y/N] `,
-    );
-    if (!sure) throw new RefusedError('not-confirmed', 'not confirmed; nothing was changed');
-  }
-  // A key held past the timeout fails the command naming it (OperationError `locked`, exit 4);
-  // the batches before it stay re-queued, and running the command again goes on from there.
+  await confirmOrRefuse(values, io, count, `Re-queue ${deadLetters(count)} for the application to apply?`);
+  // A key held past the timeout fails the command naming it (exit 4); the batches before it stay
+  // re-queued, and running the command again goes on from there.
   const results = await ops.replay({ all: true, ...filter }, { lockTimeoutMs: lockTimeout(values) });
-  return requeued(out, results, new Map());
+  return requeued(out, results, () => undefined);
 }
 
-/** What a replay did, row by row; the exit code says whether every one was re-queued. */
-function requeued(out: Out, results: ReplayResult[], ages: Map<string, number>): number {
+function requeued(out: Out, results: ReplayResult[], ages: Ages): number {
   out.result(results, () =>
     [
       resultTable(results, ages, Number.POSITIVE_INFINITY, false),
@@ -139,28 +136,19 @@ function requeued(out: Out, results: ReplayResult[], ages: Map<string, number>):
   return replayExit(results);
 }
 
-function resultTable(
-  results: ReplayResult[],
-  ages: Map<string, number>,
-  retentionMs: number,
-  dryRun: boolean,
-) {
-  return table(
-    ['SOURCE', 'ID', 'KEY', 'SEQ', 'AGE', 'OUTCOME'],
-    results.map((r) => {
-      const age = ages.get(ageKey(r.source, r.id));
-      const old = r.outcome === 'requeued' && age !== undefined && age > retentionMs;
+function resultTable(results: ReplayResult[], age: Ages, retentionMs: number, dryRun: boolean) {
+  return table(results, {
+    SOURCE: (r) => r.source,
+    ID: (r) => r.id,
+    KEY: (r) => r.key,
+    SEQ: (r) => r.seq,
+    AGE: (r) => (age(r) === undefined ? null : formatDuration(age(r)!)),
+    OUTCOME: (r) => {
       const outcome = dryRun && r.outcome === 'requeued' ? 'would re-queue' : r.outcome;
-      return [
-        r.source,
-        r.id,
-        r.key,
-        r.seq,
-        age === undefined ? null : formatDuration(age),
-        old ? `${outcome} (needs --force: older than retention)` : outcome,
-      ];
-    }),
-  );
+      const old = r.outcome === 'requeued' && (age(r) ?? 0) > retentionMs;
+      return old ? `${outcome} (needs --force: older than retention)` : outcome;
+    },
+  });
 }
 
 export const REPLAY_COMMAND: Command = {
@@ -208,11 +196,8 @@ export const REPLAY_COMMAND: Command = {
       throw new UsageError(
         '--key, --reason, --cause, --type, --since, --until, --older-than, --newer-than and --limit need --all',
       );
-    if (values.all && !values['dry-run'] && !values.yes && !io.confirm) {
-      throw new UsageError(
-        'dead replay --all re-queues every matching dead letter, and there is no terminal to ask on: pass --yes to confirm (or --dry-run to see them first)',
-      );
-    }
+    const what = 'dead replay --all re-queues every matching dead letter';
+    if (values.all) checkConfirmable(values, io, what, 'see them first');
   },
   async run({ values, positionals, out, io, env, connection }) {
     const ops = await connection.ops();
@@ -222,16 +207,10 @@ export const REPLAY_COMMAND: Command = {
     const ages = await agesOf(ops, positionals);
     const plan = await ops.replay(positionals, { dryRun: true });
     const requeueable = plan.filter((r) => r.outcome === 'requeued');
-    const old = requeueable.filter((r) => (ages.get(ageKey(r.source, r.id)) ?? 0) > retentionMs);
-
+    const old = requeueable.filter((r) => (ages(r) ?? 0) > retentionMs);
     if (values['dry-run']) {
       out.result(
-        plan.map((r) => ({
-          ...r,
-          outcome: r.outcome === 'requeued' ? 'would-requeue' : r.outcome,
-          ageMs: ages.get(ageKey(r.source, r.id)) ?? null,
-          olderThanRetention: old.includes(r),
-        })),
+        wouldBe(plan, ages, (r) => old.includes(r)),
         () =>
           [
             resultTable(plan, ages, retentionMs, true),
@@ -244,18 +223,14 @@ export const REPLAY_COMMAND: Command = {
     }
     if (old.length > 0 && !values.force) {
       const listed = old
-        .map(
-          (r) =>
-            `${safeField(r.id)} (${safeField(r.source ?? '-')}, ${formatDuration(ages.get(ageKey(r.source, r.id))!)} old)`,
-        )
+        .map((r) => `${safeField(r.id)} (${safeField(r.source ?? '-')}, ${formatDuration(ages(r)!)} old)`)
         .join(', ');
       throw new RefusedError(
         'older-than-retention',
         `${old.length} of the dead letters to replay ${old.length === 1 ? 'was' : 'were'} received longer ago than the retention (${formatDuration(retentionMs)}): ${listed}. ` +
-          'Their dedup records may be pruned, so the inbox cannot tell whether they were applied another way since ' +
-          '(re-sent under a new id, fixed by hand). Check them with `dead show <id>`, then pass --force to replay them ' +
+          `${UNTOLD} Check them with \`dead show <id>\`, then pass --force to replay them ` +
           "(or --retention with your inbox's retention). Nothing was changed.",
-        { events: old.map((r) => ({ source: r.source, id: r.id, ageMs: ages.get(ageKey(r.source, r.id)) })) },
+        { events: old.map((r) => ({ source: r.source, id: r.id, ageMs: ages(r) })) },
       );
     }
     // As for --all: a key held past the timeout fails the command; the ids before it stay re-queued.

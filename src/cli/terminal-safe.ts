@@ -1,9 +1,6 @@
-/**
- * What the CLI prints comes from senders and handlers: written raw, an escape sequence in it drives
- * the operator's terminal (recolours, hides lines, writes the clipboard). So every byte that is not
- * plain text is shown escaped: C0, DEL, C1 (a lone U+009B is CSI to some terminals) and invisible
- * characters that reorder or hide text. `dead show --raw` is the one way to get the bytes.
- */
+// What the CLI prints comes from senders and handlers: written raw, an escape sequence drives the
+// operator's terminal. So C0, DEL, C1 (a lone U+009B is CSI to some terminals) and invisible
+// characters that reorder or hide text are shown escaped; `dead show --raw` gives the bytes.
 
 const UNSAFE = /[\u0000-\u001f\u007f-\u009f\u200b-\u200f\u2028\u2029\u202a-\u202e\u2060-\u2069\ufeff]/g;
 /** The same, minus line feed and tab: for blocks of text such as a payload or a whole message. */
@@ -21,20 +18,17 @@ function escapeOne(c: string): string {
   );
 }
 
-/** One field on one line (an id, a key, an error text): every control character escaped, `\n` included. */
+/** One field on one line: every control character escaped, `\n` included. */
 export function safeField(text: string): string {
   return text.replace(UNSAFE, escapeOne);
 }
 
-/** A block of text (a payload, a message of several lines): escaped, but line feeds and tabs kept. */
+/** A block of text: escaped, but line feeds and tabs kept. */
 export function safeBlock(text: string): string {
   return text.replace(UNSAFE_IN_BLOCK, escapeOne);
 }
 
-/**
- * JSON that is safe on a terminal and parses to the same value: JSON.stringify escapes C0
- * controls but writes DEL, C1 and the invisible characters raw; they become `\uXXXX` here.
- */
+/** JSON safe on a terminal, parsing to the same value: DEL, C1 and invisible characters become `\uXXXX`. */
 export function safeJson(value: unknown): string {
   return JSON.stringify(value).replace(
     UNSAFE_IN_JSON,

@@ -1,9 +1,4 @@
-/**
- * The console's POST actions: replay and skip dead letters (one or many), replay every dead
- * letter a filter matches, unblock a key, skip what blocks a key. Each asks for a confirmation
- * first (a page with the same form and `confirmed=yes`), then runs, logs who did it and what
- * came of it, and shows the outcome item by item.
- */
+/** The console's POST actions: each asks first (the same form with `confirmed=yes`), then runs and logs who did it. */
 import { OperationError } from '../errors.js';
 import type { ReplayResult } from '../operations/index.js';
 import type { ConsoleBackend, EventRef } from './backend.js';
@@ -17,7 +12,6 @@ import type { Principal } from './security.js';
 
 /** The most events one console action on selected rows handles (a filter's replay has no bound). */
 const MAX_TARGETS = 1000;
-/** How many of a filter's dead letters the confirmation page shows beside the count. */
 const SAMPLE = 50;
 
 export const ACTIONS = ['replay', 'replay-all', 'skip', 'unblock', 'skip-key'] as const;
@@ -75,7 +69,6 @@ export async function runAction(
       { console: name, who: principal.name, ...details },
       `webhook-inbox console: ${name} by ${principal.name}`,
     );
-  // What a replay (of chosen dead letters or of a filter's) logs and shows: each one's outcome.
   const replayed = (results: ReplayResult[], what: object) => {
     log({ ...what, outcomes: results.map((r) => ({ id: r.id, outcome: r.outcome, status: r.status })) });
     return resultPage(
@@ -127,8 +120,8 @@ export async function runAction(
       return resultPage(ctx, 'Skipped', rows);
     }
     case 'replay-all': {
-      // Every match, in key-ordered batches: the filter's times are absolute by now (filters.ts),
-      // so what is confirmed is what is replayed, and submitting it again finishes an interrupted job.
+      // The filter's times are absolute by now, so what is confirmed is what is replayed, and
+      // submitting it again finishes an interrupted job.
       const filter: DeadLetterFilterInput = parseDeadLetterFilter(form);
       const ops = await backend.ops();
       const fields = Object.entries(filter.query).filter(([, v]) => v !== undefined) as Array<

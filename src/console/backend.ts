@@ -1,8 +1,4 @@
-/**
- * What the console reads and does, over either an inbox (actions drain at once, in this
- * process) or handler-free operations (the application's sweeper applies replays). Reads go
- * through `Operations`; the one query of its own is the overview's events per minute.
- */
+/** What the console does, over an inbox (actions drain at once) or operations (the sweeper applies replays). */
 import { sql } from 'kysely';
 import type { Inbox } from '../inbox/inbox.js';
 import { eachSource } from '../operations/context.js';
@@ -15,18 +11,16 @@ export interface EventRef {
 }
 
 export interface ConsoleBackend {
-  /** Whether actions are applied here and now (an inbox), or re-queued for the application. */
   readonly appliesHere: boolean;
   ops(): Promise<Operations>;
   replay(targets: readonly EventRef[]): Promise<ReplayResult[]>;
   skip(target: EventRef | { key: string; source: string }): Promise<SkipResult>;
   unblock(key: string, source: string): Promise<KeySummary>;
-  /** Events processed in each of the last 60 minutes, oldest first (60 numbers). */
+  /** Events processed in each of the last 60 minutes, oldest first. */
   processedPerMinute(): Promise<number[]>;
 }
 
 async function perMinute(ops: Operations): Promise<number[]> {
-  // Source by source (see eachSource), through the partial index on (source, processed_at).
   const counts = new Array<number>(60).fill(0);
   for (const source of await eachSource(ops, ops.source)) {
     const { rows } = await sql<{ ago: number; n: string }>`
@@ -45,8 +39,7 @@ export function createBackend({ inbox, operations }: ResolvedConsoleOptions): Co
   return {
     appliesHere: inbox !== undefined,
     ops,
-    // Each with its own source: the inbox's operations refuse another (not-found), so that a
-    // target of another source is never looked up, or replayed, in the inbox's own.
+    // Each with its own source: a target of another source is never replayed in the inbox's own.
     replay: (targets) => actor.replay(targets.map((t) => ({ id: t.id, source: t.source }))),
     skip: (target) => actor.skip(target),
     unblock: (key, source) => actor.unblock(key, source),

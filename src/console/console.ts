@@ -1,7 +1,4 @@
-/**
- * The console's core, framework-free: it authenticates every request before routing it (an unknown
- * path is 401 too), checks origin and CSRF token on every POST, and escapes every value from an event.
- */
+/** The console's core, framework-free: every request is authenticated before routing (an unknown path is 401 too). */
 import { randomBytes } from 'node:crypto';
 import { OperationError } from '../errors.js';
 import { ACTIONS, type ActionName, runAction } from './actions.js';
@@ -40,7 +37,6 @@ import {
 /** The most a form body may hold (a bulk selection of 1000 ids fits). */
 export const MAX_FORM_BYTES = 1024 * 1024;
 
-/** A mounted console: one function from a request to a response. */
 export interface Console {
   readonly options: ResolvedConsoleOptions;
   handle(request: ConsoleRequest): Promise<ConsoleResponse>;
@@ -55,8 +51,8 @@ function decodeSegment(segment: string): string | undefined {
 }
 
 /**
- * Creates the console over an inbox (or handler-free operations). Throws InboxOptionsError
- * when it has no way to authenticate (`authorize`, `token`) and was not told `insecure: true`.
+ * Creates the console over an inbox (or handler-free operations). Throws InboxOptionsError without
+ * `authorize`, `token` or `insecure: true`.
  *
  * ```ts
  * import { createConsole } from 'webhook-inbox/console';
@@ -98,7 +94,6 @@ export function createConsole(input: ConsoleOptions): Console {
     return { status: 303, headers: { location, 'cache-control': 'no-store', ...extra }, body: '' };
   }
 
-  /** An error as application/problem+json naming the field, for what is refused before any page. */
   function problem(
     status: number,
     title: string,
@@ -123,8 +118,8 @@ export function createConsole(input: ConsoleOptions): Console {
   }
 
   async function handle(request: ConsoleRequest): Promise<ConsoleResponse> {
-    // Before anything else: a page whose name was re-pointed at this address (DNS rebinding)
-    // sends its own name as Host, and same-origin checks that compare Origin with Host pass.
+    // First: a page re-pointed at this address (DNS rebinding) sends its own name as Host, and
+    // same-origin checks that compare Origin with Host would pass.
     if (!hostAllowed(options, request)) {
       options.logger.warn(
         { console: 'host', host: request.headers.host },
@@ -160,7 +155,7 @@ export function createConsole(input: ConsoleOptions): Console {
       return message(500, anonymous, 'Error', 'The console could not check who you are.');
     }
 
-    // The login form, when there is a token to type in: the only pages answered without credentials.
+    // The only pages answered without credentials.
     if (options.token !== undefined && path === '/login') {
       if (method === 'GET') return respond(200, nonce, loginPage(anonymous, false));
       if (method === 'POST') {
@@ -212,7 +207,6 @@ export function createConsole(input: ConsoleOptions): Console {
           allow: 'GET, POST',
         });
 
-      // Every POST: from this console's own origin, and carrying the user's CSRF token.
       const form = new URLSearchParams(request.body ?? '');
       if (!sameOrigin(options, request) || !csrf.verify(principal, form.get('csrf') ?? undefined)) {
         options.logger.warn(
@@ -227,7 +221,7 @@ export function createConsole(input: ConsoleOptions): Console {
         );
       }
       if (path === '/logout') {
-        // Revoked here, not only cleared in this browser: a copy of the cookie is refused too.
+        // Revoked, not only cleared: a copy of the cookie is refused too.
         if (principal.session !== undefined) sessions.revoke(principal.session);
         options.logger.info({ console: 'logout', who: principal.name }, 'webhook-inbox console: logout');
         return redirect(
@@ -263,7 +257,6 @@ export function createConsole(input: ConsoleOptions): Console {
     }
   }
 
-  /** A GET: the page's HTML (answered 200), or a whole response. */
   async function page(
     ctx: PageContext,
     path: string,
@@ -316,11 +309,9 @@ export function createConsole(input: ConsoleOptions): Console {
         throw err;
       });
       if (found) return redirect(href(ctx.base, 'events', found.source, found.id));
-      // In several sources: list them.
       const { sources } = await ops.status();
       const links = [];
       for (const s of sources) {
-        // Not in this source: not listed. Any other error is the page's (500, logged).
         const hit = await ops.deadLetter(id, s).catch((err) => {
           if (err instanceof OperationError && err.code === 'not-found') return undefined;
           throw err;

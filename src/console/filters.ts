@@ -1,14 +1,26 @@
-/** The dead-letter list's filters, from a query string or a form, checked field by field. */
 import { parseDuration } from '../duration.js';
 import { DEAD_REASONS } from '../operations/dead-letters.js';
 import { type DeadLetterFilter, parseInstant } from '../operations/index.js';
 import { FormError } from './form-error.js';
-import type { DeadLetterQuery } from './pages.js';
+
+const FIELDS = [
+  'reason',
+  'cause',
+  'source',
+  'key',
+  'type',
+  'since',
+  'until',
+  'olderThan',
+  'newerThan',
+] as const;
+
+/** The filter form's fields, as typed. */
+export type DeadLetterQuery = { [name in (typeof FIELDS)[number]]?: string };
 
 export interface DeadLetterFilterInput {
   /** What the operator typed, to show in the form again. */
   readonly query: DeadLetterQuery;
-  /** What `deadLetters()` is given. */
   readonly filter: DeadLetterFilter;
 }
 
@@ -21,17 +33,7 @@ export function parseDeadLetterFilter(params: URLSearchParams): DeadLetterFilter
       throw new FormError(`\`${name}\` is longer than ${MAX_FIELD} characters`);
     return value ? value : undefined;
   };
-  const query: DeadLetterQuery = {
-    reason: get('reason'),
-    cause: get('cause'),
-    source: get('source'),
-    key: get('key'),
-    type: get('type'),
-    since: get('since'),
-    until: get('until'),
-    olderThan: get('olderThan'),
-    newerThan: get('newerThan'),
-  };
+  const query: DeadLetterQuery = Object.fromEntries(FIELDS.map((name) => [name, get(name)]));
   if (query.reason !== undefined && !(DEAD_REASONS as readonly string[]).includes(query.reason)) {
     throw new FormError(`\`reason\` must be one of ${DEAD_REASONS.join(', ')}`);
   }
@@ -43,8 +45,7 @@ export function parseDeadLetterFilter(params: URLSearchParams): DeadLetterFilter
   if (query.cause !== undefined && !/^[0-9a-f]{12}$/.test(query.cause)) {
     throw new FormError('`cause` must be a cause as the overview lists it (12 hex characters)');
   }
-  // Pinned once: the confirmation page carries the absolute times, so that what is confirmed is
-  // what is replayed.
+  // Pinned once: the confirmation page carries the absolute times, so what is confirmed is replayed.
   const now = new Date();
   const times: { since?: Date; until?: Date } = {};
   for (const name of ['since', 'until'] as const) {
@@ -62,16 +63,6 @@ export function parseDeadLetterFilter(params: URLSearchParams): DeadLetterFilter
   }
   return {
     query: { ...query, since: times.since?.toISOString(), until: times.until?.toISOString() },
-    filter: {
-      reason: query.reason,
-      cause: query.cause,
-      source: query.source,
-      key: query.key,
-      type: query.type,
-      since: times.since,
-      until: times.until,
-      olderThan: query.olderThan,
-      newerThan: query.newerThan,
-    },
+    filter: { ...query, since: times.since, until: times.until },
   };
 }

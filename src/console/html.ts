@@ -1,9 +1,3 @@
-/**
- * HTML built from templates whose every interpolation is escaped: a value from an event (a
- * payload, a header, a key, an error text) can only ever become text. Markup is written in the
- * template itself, or is an `Html` another template produced.
- */
-
 /** Markup that is already safe: produced by `html`, never from a string given at run time. */
 export class Html {
   constructor(readonly markup: string) {}
@@ -34,8 +28,8 @@ function render(value: unknown): string {
 }
 
 /**
- * A template of markup: interpolated strings, numbers and dates are escaped, `Html` values
- * (other templates) are kept, arrays are joined, `null`/`undefined`/`false` render nothing.
+ * A template of markup: interpolated values are escaped, `Html` kept, arrays joined, and
+ * `null`/`undefined`/`false` render nothing.
  *
  * ```ts
  * html`<td>${event.key}</td>`; // a key `<b>` renders as the text <b>
@@ -47,12 +41,12 @@ export function html(strings: TemplateStringsArray, ...values: unknown[]): Html 
   return new Html(out);
 }
 
-/** A URL below the console's mount point, each path segment encoded: `href(base, 'events', source, id)`. */
+/** A URL below the mount point, each segment encoded. */
 export function href(base: string, ...segments: string[]): string {
   return `${base}/${segments.map(encodeURIComponent).join('/')}`;
 }
 
-/** A query string from the defined values: `?reason=poison&key=a%20b`, or '' when none. */
+/** `?reason=poison&key=a%20b` from the values given, or ''. */
 export function query(values: Record<string, string | undefined>): string {
   const params = new URLSearchParams();
   for (const [name, value] of Object.entries(values)) if (value) params.set(name, value);

@@ -1,8 +1,7 @@
 /**
- * `webhook-inbox/console`: an operator console in the browser for one inbox database. Dead
- * letters (filter, open, replay, skip), blocked and holding keys (unblock, skip), search by
- * event id, and an overview. Server-rendered; every value from an event is escaped; every
- * action is a POST with a same-origin check and a CSRF token, and is logged with who did it.
+ * `webhook-inbox/console`: an operator console in the browser for one inbox database: dead letters,
+ * keys, ignored events, search by id. Every action is a POST with a same-origin check and a CSRF
+ * token, logged with who did it.
  *
  * ```ts
  * import express from 'express';

@@ -1,15 +1,12 @@
-/** The frame of every console page: its style, its little script ("select all"), its navigation. */
 // Html(constant) only wraps this file's own CSS and script, never a value from input.
 import { Html, html } from './html.js';
 
-/** What every page needs: where links go, the CSP nonce, the user and their CSRF token. */
 export interface PageContext {
   readonly base: string;
   readonly nonce: string;
   readonly user?: string;
   readonly csrf?: string;
   readonly readOnly: boolean;
-  /** Actions are applied in this process (an inbox), or re-queued for the application's sweeper. */
   readonly appliesHere: boolean;
 }
 

@@ -1,8 +1,4 @@
-/**
- * Thin adapters from Node's http, Express, Koa and Fastify to the console's core. Each maps a
- * request in (method, path below the mount point, headers, form body, local address) and the
- * response out; none decides anything.
- */
+/** Thin adapters from Node's http, Express, Koa and Fastify to the console's core; none decides anything. */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { TLSSocket } from 'node:tls';
 import { type Console, createConsole, MAX_FORM_BYTES } from './console.js';
@@ -18,7 +14,7 @@ function consoleOf(input: ConsoleInput): Console {
     : createConsole(input as ConsoleOptions);
 }
 
-/** The form body: '' for a request without one, undefined when it is larger than MAX_FORM_BYTES. */
+/** '' without a body, undefined past MAX_FORM_BYTES. */
 async function readBody(req: IncomingMessage, parsed?: unknown): Promise<string | undefined> {
   if (req.method !== 'POST') return '';
   // A body parser ran before the console (express.urlencoded, @koa/bodyparser): use its result.
@@ -90,10 +86,7 @@ export function nodeConsole(input: ConsoleInput, basePath = '') {
   };
 }
 
-/**
- * Express middleware: `app.use('/console', expressConsole({ inbox, authorize }))`. Mount it
- * before a urlencoded body parser, or after one: it reads the body either way.
- */
+/** Express middleware: `app.use('/console', expressConsole({ inbox, authorize }))`, before or after a body parser. */
 export function expressConsole(input: ConsoleInput) {
   const app = consoleOf(input);
   return (req: any, res: any, next: (err?: unknown) => void): void => {
@@ -106,10 +99,7 @@ export function expressConsole(input: ConsoleInput) {
   };
 }
 
-/**
- * Koa middleware for every path under `prefix`: `app.use(koaConsole({ inbox, token }, '/console'))`.
- * Other paths go on to `next()`.
- */
+/** Koa middleware for every path under `prefix`: `app.use(koaConsole({ inbox, token }, '/console'))`. */
 export function koaConsole(input: ConsoleInput, prefix = '/console') {
   const app = consoleOf(input);
   return async (ctx: any, next: () => Promise<unknown>): Promise<void> => {
@@ -132,7 +122,7 @@ export function koaConsole(input: ConsoleInput, prefix = '/console') {
 
 /**
  * A Fastify plugin: `app.register(fastifyConsole, { console: { inbox, token }, prefix: '/console' })`.
- * It reads form bodies itself (in its own encapsulated scope: the app's parsers are untouched).
+ * It reads form bodies itself, in its own scope.
  */
 export async function fastifyConsole(
   instance: any,

@@ -1,8 +1,3 @@
-/**
- * The console's options, resolved and checked in one place: a console never starts without a
- * way to tell who is asking, unless it is told `insecure: true` (and then it answers only on a
- * loopback address).
- */
 import { parseDuration } from '../duration.js';
 import { InboxOptionsError } from '../errors.js';
 import type { Inbox } from '../inbox/inbox.js';
@@ -14,76 +9,46 @@ import type { ConsoleRequest } from './request.js';
 export type ConsoleUser = string | { readonly name: string };
 
 export interface ConsoleOptions {
-  /**
-   * The inbox to show. Its replays, skips and unblocks are applied (drained) at once, in this
-   * process. Give `inbox` or `operations`.
-   */
+  /** The inbox to show; its actions are applied at once, in this process. Give `inbox` or `operations`. */
   inbox?: Inbox;
-  /**
-   * Handler-free operator actions (`openOperations({ db })`), every source unless it was opened
-   * with one: replays are re-queued and the application's sweeper applies them.
-   */
+  /** Handler-free operations (`openOperations({ db })`): replays are applied by the application's sweeper. */
   operations?: Operations;
-  /**
-   * Decides who a request comes from: a name (or `{ name }`) to let it in, anything falsy to
-   * answer 401. Given the framework-free request (`request.raw` holds the framework's own).
-   */
+  /** Who a request comes from: a name (or `{ name }`) to let it in, anything falsy for 401. */
   authorize?: (
     request: ConsoleRequest,
   ) => ConsoleUser | null | undefined | false | Promise<ConsoleUser | null | undefined | false>;
-  /**
-   * A shared secret (16 characters or more): accepted as `Authorization: Bearer <token>`, or
-   * typed into the login form, which sets an HttpOnly, SameSite=Strict session cookie.
-   */
+  /** A shared secret (16 characters or more), as `Authorization: Bearer <token>` or typed into the login form. */
   token?: string;
   /**
-   * Neither `authorize` nor `token`: anyone who can reach the console may act. Only requests
-   * that arrive on a loopback address are answered; every other gets 401. Never behind a
-   * reverse proxy on the same host (what it forwards arrives on loopback). @defaultValue false
+   * No `authorize` nor `token`: anyone who reaches the console may act, on a loopback address only.
+   * Never behind a reverse proxy on the same host (it forwards on loopback). @defaultValue false
    */
   insecure?: boolean;
-  /** Show everything, offer no action, refuse every POST but login and logout. @defaultValue false */
+  /** Show everything, offer no action. @defaultValue false */
   readOnly?: boolean;
   /** Where each action is logged with who did it. @defaultValue JSON lines on stderr */
   logger?: Logger;
-  /** Other origins whose POSTs are accepted (`https://ops.example.com`) besides the request's own host. */
+  /** Other origins whose POSTs are accepted (`https://ops.example.com`). */
   trustedOrigins?: readonly string[];
   /**
-   * The `Host` names the console answers to: a name matches it on any port, `name:port` on that
-   * port only (`ops.example.com`, `localhost:8080`, `[::1]`). A request for another host is
-   * refused (403, before anything else), so a page whose name was re-pointed at this address
-   * (DNS rebinding) gets nothing. @defaultValue with `insecure: true`, the loopback names
-   * `localhost`, `127.0.0.1` and `[::1]`; otherwise any host
+   * The `Host` names it answers to (`ops.example.com` on any port, `localhost:8080`); another is
+   * refused 403, against DNS rebinding. @defaultValue with `insecure: true` the loopback names, else any
    */
   allowedHosts?: readonly string[];
   /**
-   * The key of the console's CSRF tokens and login sessions (32 characters or more). Without it
-   * each process makes a random key when it starts: a form page served by one replica is
-   * refused (403) when it is posted to another, and a login is valid only on the replica that
-   * made it. Give every replica the same secret (the CLI reads `WEBHOOK_INBOX_CONSOLE_SECRET`)
-   * and any of them accepts the others' forms and sessions. A session is then a signed cookie
-   * any replica accepts until it expires; logging out clears it (and refuses it at once on the
-   * replica that served the logout); rotate the secret to end every session.
+   * The key of CSRF tokens and sessions (32 characters or more). Give every replica the same one, so
+   * each accepts the others' forms and sessions; rotate it to end every session.
    * @defaultValue a random key per process
    */
   secret?: string;
-  /**
-   * How long a login session lasts (ms, or a duration like `'8h'`), from 1 minute to 30 days.
-   * Logging out ends it at once. @defaultValue '8h'
-   */
+  /** How long a login session lasts (ms, or `'8h'`), from 1 minute to 30 days. @defaultValue '8h' */
   sessionTtl?: number | string;
   /**
-   * The console is behind one reverse proxy that sets `X-Forwarded-For` and
-   * `X-Forwarded-Proto`: the client's address (for the login throttle) is the last
-   * `X-Forwarded-For` entry, and `X-Forwarded-Proto: https` makes the session cookie `Secure`.
-   * Without it those headers are ignored (anyone could send them). @defaultValue false
+   * Behind one reverse proxy: the client's address is the last `X-Forwarded-For` entry, and
+   * `X-Forwarded-Proto: https` makes the cookie `Secure`; else both are ignored. @defaultValue false
    */
   trustProxy?: boolean;
-  /**
-   * `'always'`: the session cookie is always `Secure` (the console is only ever reached over
-   * HTTPS). `'auto'`: when the request came over TLS, as the server, the framework or a trusted
-   * proxy saw it. @defaultValue 'auto'
-   */
+  /** `'always'`: the session cookie is always `Secure`; `'auto'`: when the request came over TLS. @defaultValue 'auto' */
   secureCookie?: 'auto' | 'always';
 }
 
@@ -97,21 +62,18 @@ export interface ResolvedConsoleOptions {
   readonly readOnly: boolean;
   readonly logger: Logger;
   readonly trustedOrigins: readonly string[];
-  /** Lower-case `name` or `name:port` entries; undefined: any host. */
   readonly allowedHosts: readonly string[] | undefined;
   readonly sessionTtlMs: number;
   readonly trustProxy: boolean;
   readonly secureCookie: 'auto' | 'always';
 }
 
-/** What `insecure: true` answers to unless told otherwise: loopback names, any port. */
 export const LOOPBACK_HOSTS: readonly string[] = Object.freeze(['localhost', '127.0.0.1', '[::1]']);
 
-/** A host name (or a bracketed IPv6 address), and a port or none. */
 const HOST_ENTRY = /^(\[[0-9a-f:.]+\]|[a-z0-9_-]+(\.[a-z0-9_-]+)*\.?)(:[0-9]{1,5})?$/;
 
 const MIN_TOKEN_LENGTH = 16;
-/** A key, not a password typed in: long enough to be random (a 32-byte hex or base64 string is). */
+/** A key, not a password typed in: long enough to be random. */
 const MIN_SECRET_LENGTH = 32;
 
 function checkBoolean(o: ConsoleOptions, name: 'insecure' | 'readOnly' | 'trustProxy'): void {
@@ -126,13 +88,7 @@ function stderrLogger(): Logger {
   return { debug: () => {}, info: line('info'), warn: line('warn'), error: line('error') };
 }
 
-/**
- * Checks every option and fills in the defaults.
- *
- * ```ts
- * resolveConsoleOptions({ inbox, token: process.env.CONSOLE_TOKEN });
- * ```
- */
+/** Checks every option and fills in the defaults. */
 export function resolveConsoleOptions(o: ConsoleOptions): ResolvedConsoleOptions {
   if (o === null || typeof o !== 'object') throw new InboxOptionsError('console', 'must be an object');
   if ((o.inbox === undefined) === (o.operations === undefined)) {
@@ -222,7 +178,6 @@ export function resolveConsoleOptions(o: ConsoleOptions): ResolvedConsoleOptions
   };
 }
 
-/** Loopback addresses, as Node reports a socket's local address. */
 export function isLoopback(address: string | undefined): boolean {
   if (!address) return false;
   return address === '::1' || address === 'localhost' || /^(::ffff:)?127\./.test(address);

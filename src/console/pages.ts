@@ -1,7 +1,3 @@
-/**
- * Every page of the console, as HTML from `html` templates (so every value from an event is
- * escaped). Pages are plain forms and links; the little script only adds "select all".
- */
 import { formatDuration } from '../duration.js';
 import type {
   DeadLetter,
@@ -13,10 +9,10 @@ import type {
   KeyDetail,
   KeySummary,
 } from '../operations/index.js';
+import type { DeadLetterQuery } from './filters.js';
 import { type Html, href, html, query } from './html.js';
 import { layout, type PageContext } from './layout.js';
 
-/** `3`, or the range `3–5`. */
 export function seqRange(r: { fromSeq: number; toSeq: number }): string {
   return r.fromSeq === r.toSeq ? String(r.fromSeq) : `${r.fromSeq}–${r.toSeq}`;
 }
@@ -33,7 +29,6 @@ function keyLink(ctx: PageContext, source: string, key: string | null): Html {
   return key === null ? html`—` : html`<a href="${href(ctx.base, 'keys', source, key)}">${key}</a>`;
 }
 
-/** A table of `items` under the header row `head`, or "None." when there are none. */
 function tableOrNone<T>(items: T[], head: Html, row: (item: T) => Html, testid?: string): Html {
   if (items.length === 0) return html`<p>None.</p>`;
   return html`<table${testid ? html` data-testid="${testid}"` : ''}>${head}${items.map(row)}</table>`;
@@ -106,18 +101,6 @@ ${blocked.length === 0 ? html`<p>None.</p>` : keysTable(ctx, blocked)}
   return layout(ctx, 'Overview', body);
 }
 
-export interface DeadLetterQuery {
-  reason?: string;
-  cause?: string;
-  source?: string;
-  key?: string;
-  type?: string;
-  since?: string;
-  until?: string;
-  olderThan?: string;
-  newerThan?: string;
-}
-
 export function deadLettersPage(ctx: PageContext, filter: DeadLetterQuery, list: DeadLetter[]): string {
   const option = (value: string, label: string) =>
     html`<option value="${value}"${filter.reason === value ? html` selected` : ''}>${label}</option>`;
@@ -156,11 +139,6 @@ ${Object.entries(filter).map(([name, value]) => (value ? html`<input type="hidde
   return layout(ctx, 'Dead letters', body);
 }
 
-/**
- * What the provider sends that no handler takes: counts by type, then the events of the type
- * chosen (or the latest of every type). Replaying them is the CLI's (`webhook-inbox ignored
- * replay --type T`) or the application's (`inbox.replayIgnored`), once a handler exists.
- */
 export function ignoredPage(
   ctx: PageContext,
   type: string | undefined,
@@ -298,7 +276,6 @@ ${tableOrNone(
   return layout(ctx, `Key ${k.key}`, body);
 }
 
-/** The confirmation every action asks for: what it will do, and the same form with `confirmed`. */
 export function confirmPage(
   ctx: PageContext,
   action: string,
@@ -316,7 +293,6 @@ ${fields.map(([name, value]) => html`<input type="hidden" name="${name}" value="
   return layout(ctx, 'Confirm', body);
 }
 
-/** What an action did, item by item. */
 export function resultPage(
   ctx: PageContext,
   title: string,

@@ -5,11 +5,10 @@ import { type ConsoleRequest, header } from './request.js';
 
 export const SESSION_COOKIE = 'webhook_inbox_console';
 
-/** Who is asking, once authenticated; `via` tells whether a session cookie may be cleared. */
 export interface Principal {
   readonly name: string;
   readonly via: 'authorize' | 'bearer' | 'session' | 'insecure';
-  /** The login session's id (via 'session'): what logout revokes, and what the CSRF token is bound to. */
+  /** The login session's id: what logout revokes, and what the CSRF token is bound to. */
   readonly session?: string;
 }
 
@@ -23,14 +22,11 @@ function sameSecret(a: string, b: string): boolean {
 const MAX_SESSIONS = 10_000;
 
 /**
- * Login sessions that expire after `sessionTtl`. Without a `secret`: a random id per login, kept
- * (as its SHA-256) in this process until it expires or logs out; no table to migrate, and a
- * restart ends every session. With one: signed, `<expiry>.<random>.<HMAC>`, so every replica
- * with the secret accepts it; logout revokes it on the replica that served it.
+ * Without a `secret`: a random id per login, kept (as its SHA-256) in this process (no table; a
+ * restart ends every session). With one: signed, `<expiry>.<random>.<HMAC>`, for every replica.
  */
 export class Sessions {
   readonly #expires = new Map<string, number>();
-  /** Signed sessions this instance saw logged out (until they would have expired). */
   readonly #revoked = new Map<string, number>();
   constructor(
     readonly ttlMs: number,
@@ -90,19 +86,14 @@ export class Sessions {
   }
 }
 
-/** Failed logins a client address may make within a minute; the next one is throttled. */
 export const LOGIN_FAILURES_ALLOWED = 5;
 const LOGIN_WINDOW_MS = 60_000;
 const MAX_THROTTLED_ADDRESSES = 10_000;
 
-/**
- * Failed logins per client address: after five within a minute a login is refused (429) without
- * looking at the token, so a 16-character token cannot be tried as fast as the server answers.
- */
+/** After five failed logins within a minute an address is refused (429): a token cannot be guessed at speed. */
 export class LoginThrottle {
   readonly #failures = new Map<string, { since: number; count: number }>();
 
-  /** Seconds until this address may try again, or 0 when it may now. */
   retryAfter(address: string, now = Date.now()): number {
     const entry = this.#failures.get(address);
     if (!entry || now - entry.since >= LOGIN_WINDOW_MS || entry.count < LOGIN_FAILURES_ALLOWED) return 0;
@@ -125,7 +116,6 @@ export class LoginThrottle {
   }
 }
 
-/** The last value of a header that may be a list (`X-Forwarded-For: client, proxy`). */
 function lastOf(request: ConsoleRequest, name: string): string | undefined {
   const value = request.headers[name];
   const text = Array.isArray(value) ? value.join(',') : value;
@@ -133,25 +123,18 @@ function lastOf(request: ConsoleRequest, name: string): string | undefined {
   return last ? last : undefined;
 }
 
-/**
- * The client's address: the socket's peer, or with `trustProxy` the address the proxy saw (the
- * last X-Forwarded-For entry; the ones before it are whatever the client wrote).
- */
+/** With `trustProxy`, the last X-Forwarded-For entry (the ones before it are whatever the client wrote). */
 export function clientAddress(options: ResolvedConsoleOptions, request: ConsoleRequest): string {
   const forwarded = options.trustProxy ? lastOf(request, 'x-forwarded-for') : undefined;
   return forwarded ?? request.remoteAddress ?? 'unknown';
 }
 
-/** Whether the session cookie is `Secure`: always, or when the request came over TLS. */
 export function secureRequest(options: ResolvedConsoleOptions, request: ConsoleRequest): boolean {
   if (options.secureCookie === 'always' || request.secure === true) return true;
   return options.trustProxy && lastOf(request, 'x-forwarded-proto')?.toLowerCase() === 'https';
 }
 
-/**
- * The request's Host is one the console answers to (`allowedHosts`; any when it is not set).
- * A name matches on any port; `name:port` on that port only.
- */
+/** A name in `allowedHosts` matches on any port; `name:port` on that port only. */
 export function hostAllowed(options: ResolvedConsoleOptions, request: ConsoleRequest): boolean {
   if (options.allowedHosts === undefined) return true;
   const host = header(request, 'host')?.trim().toLowerCase();
@@ -170,7 +153,6 @@ export function cookies(request: ConsoleRequest): Map<string, string> {
   return jar;
 }
 
-/** The token a login form was given checks out. */
 export function tokenMatches(options: ResolvedConsoleOptions, given: string): boolean {
   return options.token !== undefined && sameSecret(given, options.token);
 }
@@ -201,11 +183,7 @@ export async function authenticate(
   return undefined;
 }
 
-/**
- * CSRF tokens: an HMAC of the user's name under the console's `secret` (else a key made at start),
- * embedded in each form. Stateless, so any number of tabs work; without a shared `secret` a restart
- * or another replica refuses open forms.
- */
+/** CSRF tokens: an HMAC of the user's name and session, stateless so any number of tabs work. */
 export class CsrfTokens {
   readonly #key: Buffer;
   constructor(secret?: string) {
@@ -215,7 +193,6 @@ export class CsrfTokens {
   }
 
   for(principal: Principal): string {
-    // Bound to the session too: a form from a session that was logged out is refused.
     return createHmac('sha256', this.#key)
       .update(`csrf:${principal.name}:${principal.session ?? ''}`)
       .digest('base64url');
@@ -227,9 +204,8 @@ export class CsrfTokens {
 }
 
 /**
- * The POST comes from a page of this console's origin: its Origin (or, when a browser sends
- * none, its Referer) names the Host it was sent to, or a trusted origin. A request with
- * neither is refused: every browser this console supports sends Origin on a form POST.
+ * Origin (else Referer) names the Host it was sent to, or a trusted origin. A request with neither is
+ * refused: every browser this console supports sends Origin on a form POST.
  */
 export function sameOrigin(options: ResolvedConsoleOptions, request: ConsoleRequest): boolean {
   const host = header(request, 'host');
@@ -257,10 +233,7 @@ export function sameOrigin(options: ResolvedConsoleOptions, request: ConsoleRequ
   );
 }
 
-/**
- * Headers on every console response: nothing is cached or framed, and only the page's own
- * inline style and script (by nonce) run; a payload that escaped its escaping still could not.
- */
+/** Nothing cached or framed; only the page's own style and script run (by nonce), never a payload's. */
 export function securityHeaders(nonce: string): Record<string, string> {
   return {
     'content-security-policy': `default-src 'none'; style-src 'nonce-${nonce}'; script-src 'nonce-${nonce}'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'`,

@@ -1,4 +1,3 @@
-/** The console on its own HTTP server: what `webhook-inbox console` runs. */
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { InboxOptionsError } from '../errors.js';
@@ -20,8 +19,7 @@ export interface ServedConsole {
 }
 
 /**
- * Serves the console at the root of its own server. With `insecure: true` (no authorize
- * hook, no token) it refuses any host that is not a loopback address.
+ * Serves the console at the root of its own server; with `insecure: true`, on a loopback address only.
  *
  * ```ts
  * const ops = await openOperations({ db: process.env.DATABASE_URL! });

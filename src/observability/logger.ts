@@ -6,23 +6,14 @@ export interface Logger {
   error(obj: object, msg?: string): void;
 }
 
-/**
- * The logger an inbox writes to: the given one's four methods, and `notice`, an `info` line that
- * the default console logger prints too (the one line that says the inbox is ready, so that a
- * working start and a broken one do not look the same). `logger: false` silences it too.
- */
+/** `notice`: an `info` line the default logger prints too (the inbox is ready: a broken start looks different). */
 export interface InboxLogger extends Logger {
   notice(obj: object, msg?: string): void;
 }
 
-/** What a method the given logger lacks (or every method, with `logger: false`) becomes. */
 export const silent = (): void => {};
 
-/**
- * The logger without a `logger` option: warnings, errors and the inbox's `notice` (ready) to stderr,
- * one line each, so that a first deploy sees a failing handler, a wrong secret or an unreachable
- * database; `debug` and `info` stay quiet.
- */
+/** Without a `logger` option: warnings, errors and `notice` to stderr, so a first deploy sees what fails. */
 export function consoleLogger(
   write: (line: string) => void = (line) => process.stderr.write(line),
 ): InboxLogger {

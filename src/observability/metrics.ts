@@ -20,11 +20,9 @@ export interface InboxStats {
   oldestHeldAgeMs: number | null;
   blockedKeys: number;
   deadLetters: number;
-  /** Events waiting for a worker or a retry. */
   pending: number;
-  /** How long the longest-blocked key has been blocked, in ms; null when none is. */
   oldestBlockedAgeMs: number | null;
-  /** Option `groups`: the busiest groups (at most MAX_GROUP_LABELS), what waits and runs of each. */
+  /** Option `groups`: the busiest groups (at most MAX_GROUP_LABELS). */
   groups?: ReadonlyArray<{ readonly group: string; readonly pending: number; readonly running: number }>;
 }
 
@@ -33,19 +31,13 @@ export interface InboxMetrics {
   duplicate(answeredBy: 'memory' | 'redis' | 'postgres'): void;
   handler(seconds: number, outcome: 'processed' | 'failed'): void;
   claimToCommit(seconds: number): void;
-  /** Deferred mode: how many claims one statement and one commit carried. */
   claimBatch(size: number): void;
-  /** Deferred mode: from a delivery's claim queued to its batch committed. */
   acknowledgement(seconds: number): void;
   gapTimeout(action: 'skipped' | 'blocked'): void;
   deadLetter(reason: string): void;
-  /** A dead letter's cause (src/apply/cause.ts): what "a new cause appeared" alerts on. */
   deadLetterCause(cause: string): void;
-  /** A new id at a seq its key already applied (`applied`) or already holds for another id (`waiting`). */
   seqConflict(reason: 'applied' | 'waiting'): void;
-  /** An event no handler takes, recorded `ignored`, by its type. */
   ignored(type: string | null): void;
-  /** A delivery whose group (option `groups.by`) could not be read: stored without one. */
   groupUnreadable(): void;
   drain(seconds: number): void;
   sweeperRun(): void;
@@ -150,7 +142,7 @@ function define(client: any, registry: RegistryLike): Shared {
       answered.clear();
       for (const [source, stats] of rows) answered.set(source, (answered.get(source) ?? true) && !!stats);
       for (const [source, stats] of rows) {
-        // A failed query leaves the source out: a scrape must not fail because the database is down.
+        // A failed query leaves the source out: a scrape must not fail when the database is down.
         if (!stats) continue;
         const seen = bySource.get(source);
         bySource.set(
@@ -177,188 +169,178 @@ function define(client: any, registry: RegistryLike): Shared {
     });
     return values;
   };
-  const gauge = (name: string, help: string, value: (s: InboxStats) => number) => {
-    const existing = registry.getSingleMetric(name);
-    if (existing) return existing;
-    return new client.Gauge({
-      name,
-      help,
-      labelNames: ['source'],
-      registers: [registry],
-      async collect(this: any) {
-        for (const [source, stats] of await read()) this.set({ source }, value(stats));
-      },
-    });
-  };
-  const groupGauge = (name: string, help: string, value: 'pending' | 'running') =>
+  const gauge = (
+    name: string,
+    help: string,
+    set: (g: any, bySource: Map<string, InboxStats>) => void,
+    labelNames = ['source'],
+  ) =>
     registry.getSingleMetric(name) ??
     new client.Gauge({
       name,
       help,
-      labelNames: ['source', 'group'],
+      labelNames,
       registers: [registry],
       async collect(this: any) {
-        const bySource = await read();
-        // Only this scrape's busiest: a group that left them leaves no stale series.
-        this.reset();
-        for (const [source, stats] of bySource)
-          for (const g of stats.groups ?? []) this.set({ source, group: g.group }, g[value]);
+        set(this, await read());
       },
     });
-  const metric = (
-    kind: 'Counter' | 'Histogram',
-    name: string,
-    help: string,
-    labelNames: string[],
-    extra = {},
-  ) =>
+  const perSource = (name: string, help: string, value: (s: InboxStats) => number) =>
+    gauge(name, help, (g, bySource) => {
+      for (const [source, stats] of bySource) g.set({ source }, value(stats));
+    });
+  // Only this scrape's busiest: a group that left them leaves no stale series.
+  const perGroup = (name: string, help: string, value: 'pending' | 'running') =>
+    gauge(
+      name,
+      help,
+      (g, bySource) => {
+        g.reset();
+        for (const [source, stats] of bySource)
+          for (const group of stats.groups ?? []) g.set({ source, group: group.group }, group[value]);
+      },
+      ['source', 'group'],
+    );
+  const counter = (name: string, help: string, label?: string) =>
     registry.getSingleMetric(name) ??
-    new client[kind]({ name, help, labelNames, registers: [registry], ...extra });
+    new client.Counter({
+      name,
+      help,
+      labelNames: label ? ['source', label] : ['source'],
+      registers: [registry],
+    });
+  const histogram = (name: string, help: string, buckets: number[], label?: string) =>
+    registry.getSingleMetric(name) ??
+    new client.Histogram({
+      name,
+      help,
+      buckets,
+      labelNames: label ? ['source', label] : ['source'],
+      registers: [registry],
+    });
   const n = METRIC_NAMES;
   return {
     sources,
     m: {
-      deliveries: metric('Counter', n.deliveries, 'Deliveries received, by outcome', ['source', 'outcome']),
-      handlerDuration: metric(
-        'Histogram',
+      deliveries: counter(n.deliveries, 'Deliveries received, by outcome', 'outcome'),
+      handlerDuration: histogram(
         n.handlerDuration,
         'Time the handler ran, by outcome (processed: returned and its transaction committed; failed: threw)',
-        ['source', 'outcome'],
-        { buckets: LATENCY_BUCKETS },
+        LATENCY_BUCKETS,
+        'outcome',
       ),
-      claimToCommit: metric(
-        'Histogram',
+      claimToCommit: histogram(
         n.claimToCommit,
         'Time from the claim to the commit of a delivery (locks are held meanwhile)',
-        ['source'],
-        { buckets: LATENCY_BUCKETS },
+        LATENCY_BUCKETS,
       ),
-      claimBatchSize: metric(
-        'Histogram',
+      claimBatchSize: histogram(
         n.claimBatchSize,
         'Deferred mode: claims sent in one statement (one commit when it succeeds)',
-        ['source'],
-        { buckets: BATCH_BUCKETS },
+        BATCH_BUCKETS,
       ),
-      acknowledgement: metric(
-        'Histogram',
+      acknowledgement: histogram(
         n.acknowledgement,
         "Deferred mode: time from a delivery's claim to its batch's commit",
-        ['source'],
-        { buckets: LATENCY_BUCKETS },
+        LATENCY_BUCKETS,
       ),
-      duplicates: metric(
-        'Counter',
+      duplicates: counter(
         n.duplicates,
         "Duplicate deliveries, by what answered them (memory: this instance's LRU; redis; postgres)",
-        ['source', 'answered_by'],
+        'answered_by',
       ),
-      heldEvents: gauge(n.heldEvents, 'Events held, waiting for an earlier seq of their key', (s) => s.held),
-      oldestHeldAge: gauge(n.oldestHeldAge, 'Age of the oldest held event, in seconds (0 when none)', (s) =>
-        s.oldestHeldAgeMs === null ? 0 : s.oldestHeldAgeMs / 1000,
+      heldEvents: perSource(
+        n.heldEvents,
+        'Events held, waiting for an earlier seq of their key',
+        (s) => s.held,
       ),
-      blockedKeys: gauge(
+      oldestHeldAge: perSource(
+        n.oldestHeldAge,
+        'Age of the oldest held event, in seconds (0 when none)',
+        (s) => (s.oldestHeldAgeMs === null ? 0 : s.oldestHeldAgeMs / 1000),
+      ),
+      blockedKeys: perSource(
         n.blockedKeys,
         'Keys blocked for an operator (gap timeout or poison)',
         (s) => s.blockedKeys,
       ),
-      deadLetterEvents: gauge(n.deadLetterEvents, 'Dead-lettered events stored now', (s) => s.deadLetters),
-      pendingEvents: gauge(n.pendingEvents, 'Events waiting for a worker or a retry', (s) => s.pending),
-      oldestBlockedKeyAge: gauge(
+      deadLetterEvents: perSource(
+        n.deadLetterEvents,
+        'Dead-lettered events stored now',
+        (s) => s.deadLetters,
+      ),
+      pendingEvents: perSource(n.pendingEvents, 'Events waiting for a worker or a retry', (s) => s.pending),
+      oldestBlockedKeyAge: perSource(
         n.oldestBlockedKeyAge,
         'How long the longest-blocked key has been blocked, in seconds (0 when none is)',
         (s) => (s.oldestBlockedAgeMs === null ? 0 : s.oldestBlockedAgeMs / 1000),
       ),
-      databaseUp: (() => {
-        const existing = registry.getSingleMetric(n.databaseUp);
-        if (existing) return existing;
-        return new client.Gauge({
-          name: n.databaseUp,
-          help: "1 when the inbox's stats query answered at the last scrape, 0 when it failed",
-          labelNames: ['source'],
-          registers: [registry],
-          async collect(this: any) {
-            await read();
-            for (const [source, up] of answered) this.set({ source }, up ? 1 : 0);
-          },
-        });
-      })(),
-      gapTimeouts: metric('Counter', n.gapTimeouts, 'Gap timeouts, by action (skipped or blocked)', [
-        'source',
-        'action',
-      ]),
-      deadLetters: metric(
-        'Counter',
+      databaseUp: gauge(
+        n.databaseUp,
+        "1 when the inbox's stats query answered at the last scrape, 0 when it failed",
+        (g) => {
+          for (const [source, up] of answered) g.set({ source }, up ? 1 : 0);
+        },
+      ),
+      gapTimeouts: counter(n.gapTimeouts, 'Gap timeouts, by action (skipped or blocked)', 'action'),
+      deadLetters: counter(
         n.deadLetters,
         'Events dead-lettered, by reason (poison, late, rejected)',
-        ['source', 'reason'],
+        'reason',
       ),
-      deadLetterCauses: metric(
-        'Counter',
+      deadLetterCauses: counter(
         n.deadLetterCauses,
         "Events dead-lettered after a failed run, by cause (the error's fingerprint: webhook-inbox dead groups)",
-        ['source', 'cause'],
+        'cause',
       ),
-      seqConflicts: metric(
-        'Counter',
+      seqConflicts: counter(
         n.seqConflicts,
         'Deliveries refused (422) for a new id at a seq its key already applied or holds, by reason (applied, waiting)',
-        ['source', 'reason'],
+        'reason',
       ),
-      ignored: metric(
-        'Counter',
+      ignored: counter(
         n.ignored,
         `Events no handler takes (option handlers), recorded ignored, by type (none: no type; other: past ${MAX_TYPE_LABELS} types)`,
-        ['source', 'type'],
+        'type',
       ),
-      groupUnreadable: metric(
-        'Counter',
+      groupUnreadable: counter(
         n.groupUnreadable,
         'Deliveries whose group (option groups.by) could not be read; stored without a group',
-        ['source'],
       ),
-      groupPending: groupGauge(
+      groupPending: perGroup(
         n.groupPending,
         `Option groups: unordered events waiting, for the ${MAX_GROUP_LABELS} busiest groups`,
         'pending',
       ),
-      groupRunning: groupGauge(
+      groupRunning: perGroup(
         n.groupRunning,
         `Option groups: handlers running now over every instance, for the ${MAX_GROUP_LABELS} busiest groups`,
         'running',
       ),
-      drainLatency: metric(
-        'Histogram',
+      drainLatency: histogram(
         n.drainLatency,
         'Duration of a drain that applied held events, from its start to its last commit',
-        ['source'],
-        { buckets: DRAIN_BUCKETS },
+        DRAIN_BUCKETS,
       ),
-      sweeperRuns: metric('Counter', n.sweeperRuns, 'Sweeper passes', ['source']),
-      sweeperErrors: metric('Counter', n.sweeperErrors, 'Sweeper passes that failed', ['source']),
-      redisFallbacks: metric(
-        'Counter',
+      sweeperRuns: counter(n.sweeperRuns, 'Sweeper passes'),
+      sweeperErrors: counter(n.sweeperErrors, 'Sweeper passes that failed'),
+      redisFallbacks: counter(
         n.redisFallbacks,
         'Deliveries the Redis fast path could not answer, by reason (miss, timeout, error, unavailable, busy)',
-        ['source', 'reason'],
+        'reason',
       ),
-      redisWriteErrors: metric(
-        'Counter',
+      redisWriteErrors: counter(
         n.redisWriteErrors,
         'Redis writes of processed events that failed or timed out',
-        ['source'],
       ),
-      lookFirstErrors: metric(
-        'Counter',
+      lookFirstErrors: counter(
         n.lookFirstErrors,
         "Reads before BEGIN (a retry storm's primary-key read of a duplicate) that failed; the claim answered the delivery",
-        ['source'],
       ),
     },
   };
 }
 
-/** Registers the inbox's metrics in `registry` (or reuses another inbox's) bound to `source`. */
 /** `label`, or `other` once `seen` holds MAX_TYPE_LABELS others. */
 function capped(seen: Set<string>, label: string): string {
   if (seen.has(label)) return label;
@@ -367,6 +349,7 @@ function capped(seen: Set<string>, label: string): string {
   return label;
 }
 
+/** Registers the inbox's metrics in `registry` (or reuses another inbox's) bound to `source`. */
 export async function createMetrics(
   registry: RegistryLike,
   source: string,
@@ -403,48 +386,41 @@ export async function createMetrics(
   const seqConflicts = bound(m.seqConflicts, 'reason');
   const ignoredTypes = bound(m.ignored, 'type');
   const typeLabels = new Set<string>();
-  const groupUnreadable = m.groupUnreadable.labels({ source });
-  const claimToCommit = m.claimToCommit.labels({ source });
-  const claimBatch = m.claimBatchSize.labels({ source });
-  const acknowledgement = m.acknowledgement.labels({ source });
-  const drain = m.drainLatency.labels({ source });
-  const sweeperRuns = m.sweeperRuns.labels({ source });
-  const sweeperErrors = m.sweeperErrors.labels({ source });
-  const writeErrors = m.redisWriteErrors.labels({ source });
-  const lookFirstErrors = m.lookFirstErrors.labels({ source });
   // Series that alerts look at exist from the start, at 0, so that rate() sees their first increase.
+  const counting = (metric: any, fromZero = false) => {
+    const child = metric.labels({ source });
+    if (fromZero) child.inc(0);
+    return () => child.inc();
+  };
+  const observing = (metric: any) => {
+    const child = metric.labels({ source });
+    return (value: number) => child.observe(value);
+  };
   for (const outcome of [OutcomeKind.processed, OutcomeKind.duplicate, OutcomeKind.failed])
     deliveries(outcome).inc(0);
-  duplicates('memory').inc(0);
-  duplicates('redis').inc(0);
-  duplicates('postgres').inc(0);
-  deadLetters('poison').inc(0);
-  deadLetters('late').inc(0);
-  deadLetters('rejected').inc(0);
+  for (const by of ['memory', 'redis', 'postgres']) duplicates(by).inc(0);
+  for (const reason of ['poison', 'late', 'rejected']) deadLetters(reason).inc(0);
   seqConflicts('applied').inc(0);
-  sweeperErrors.inc(0);
-  writeErrors.inc(0);
-  lookFirstErrors.inc(0);
   return {
     metrics: {
       delivery: (outcome) => deliveries(outcome).inc(),
       duplicate: (answeredBy) => duplicates(answeredBy).inc(),
       handler: (seconds, outcome) => handler(outcome).observe(seconds),
-      claimToCommit: (seconds) => claimToCommit.observe(seconds),
-      claimBatch: (size) => claimBatch.observe(size),
-      acknowledgement: (seconds) => acknowledgement.observe(seconds),
+      claimToCommit: observing(m.claimToCommit),
+      claimBatch: observing(m.claimBatchSize),
+      acknowledgement: observing(m.acknowledgement),
       gapTimeout: (action) => gapTimeouts(action).inc(),
       deadLetter: (reason) => deadLetters(reason).inc(),
       deadLetterCause: (cause) => deadLetterCauses(capped(causeLabels, cause)).inc(),
       seqConflict: (reason) => seqConflicts(reason).inc(),
       ignored: (type) => ignoredTypes(capped(typeLabels, type ?? 'none')).inc(),
-      groupUnreadable: () => groupUnreadable.inc(),
-      drain: (seconds) => drain.observe(seconds),
-      sweeperRun: () => sweeperRuns.inc(),
-      sweeperError: () => sweeperErrors.inc(),
+      groupUnreadable: counting(m.groupUnreadable),
+      drain: observing(m.drainLatency),
+      sweeperRun: counting(m.sweeperRuns),
+      sweeperError: counting(m.sweeperErrors, true),
       redisFallback: (reason) => fallbacks(reason).inc(),
-      redisWriteError: () => writeErrors.inc(),
-      lookFirstError: () => lookFirstErrors.inc(),
+      redisWriteError: counting(m.redisWriteErrors, true),
+      lookFirstError: counting(m.lookFirstErrors, true),
     },
     detach: () => sources.delete(entry),
   };

@@ -1,7 +1,4 @@
-/**
- * OpenTelemetry spans: one per delivery, `webhook-inbox.receive`, with children `claim`, `handler`
- * and `drain` started only when it records, so an app without tracing pays for one no-op span.
- */
+/** One span per delivery; its children start only when it records, so no tracing costs one no-op span. */
 import {
   type Context,
   context,
@@ -31,10 +28,7 @@ export function createTracer(provider: TracerProvider | undefined): Tracer {
   return (provider ?? trace.getTracerProvider()).getTracer(TRACER_NAME);
 }
 
-/**
- * Runs `fn` in a new span made active, so spans the handler starts nest under it; a span with no
- * valid context (no SDK) is not made active: nothing could nest under it, and it costs a context.
- */
+/** Runs `fn` in a new active span, so the handler's spans nest under it; without an SDK, not made active. */
 export function inActiveSpan<T>(tracer: Tracer, name: string, fn: (span: Span) => T): T {
   const span = tracer.startSpan(name);
   const spanContext = span.spanContext();
@@ -51,10 +45,7 @@ export function recordError(span: Span, err: unknown): void {
   span.setStatus({ code: SpanStatusCode.ERROR });
 }
 
-/**
- * Runs `fn` in an active child span of `parent`; without one, just runs `fn` (its own promise, not
- * one more that adopts it). Every caller awaits it in an async function, so a throw still rejects.
- */
+/** Runs `fn` in an active child span of `parent`; without one, just `fn` (no extra promise adopting it). */
 export function inSpan<T>(
   tracer: Tracer,
   name: string,

@@ -7,26 +7,19 @@ import { parseDuration } from '../duration.js';
 import { OperationError } from '../errors.js';
 import { DEFAULT_LOCK_TIMEOUT_MS } from '../options/options.js';
 
-/** The most rows one list or `--all` action handles. */
 export const MAX_LIST = 10_000;
 
-/** The database, the tables and the source an action runs on (none: every source). */
 export interface OperationsContext {
   readonly db: Kysely<any>;
   readonly tables: Tables;
   readonly source?: string;
-  /** See OpenOperationsOptions. */
   readonly lockTimeoutMs?: number;
-  /** The built-in secret headers and the ones the inbox or the operator named. */
   readonly secretHeaders?: ReadonlySet<string>;
 }
 
 /** An action's own bound on its wait for a held key, over the operations' `lockTimeoutMs`. */
 export interface LockWaitOptions {
-  /**
-   * How long the action waits for a key (or event) a delivery, a drain or another action holds
-   * before it fails with OperationError `locked`. @defaultValue the operations' `lockTimeoutMs` (5000)
-   */
+  /** How long the action waits for a held key before OperationError `locked`. @defaultValue the operations' `lockTimeoutMs` */
   lockTimeoutMs?: number;
 }
 
@@ -37,20 +30,17 @@ export interface LockedWhat {
   readonly held: string;
 }
 
-/** How a `locked` failure names an event. */
 export function eventIn(id: string, source: string): string {
   return `event ${JSON.stringify(id)} (source ${JSON.stringify(source)})`;
 }
 
-/** How a `locked` failure names a key. */
 export function keyIn(key: string, source: string): string {
   return `key ${JSON.stringify(key)} (source ${JSON.stringify(source)})`;
 }
 
 /**
- * Runs `fn` in one read-committed transaction whose lock waits are bounded, as a delivery's: a key a
- * slow handler holds would otherwise keep the operator waiting with no word of why. Past the bound
- * (55P03) nothing was changed, and an OperationError `locked` names the row.
+ * Runs `fn` in a read-committed transaction with bounded lock waits: a key a slow handler holds would
+ * otherwise keep the operator waiting with no word of why. Past the bound, OperationError `locked`.
  */
 export async function boundedLockWait<T>(
   ctx: OperationsContext,
@@ -84,10 +74,9 @@ export function table(ctx: OperationsContext, name: 'events' | 'keys' | 'gaps'):
 const citusOf = new WeakMap<object, Promise<boolean>>();
 
 /**
- * How a batch (retention, purge, scrub) takes the rows `condition` (of alias `e`) picks. On PostgreSQL
- * they are locked with SKIP LOCKED, so a row another transaction holds is left to the next batch.
- * Citus refuses FOR UPDATE over several shards: there they are read unlocked, and the statement
- * checks `condition` again on each row it writes, waiting for a holder (docs/citus.md).
+ * How a batch (retention, purge, scrub) takes the rows `condition` (alias `e`) picks: SKIP LOCKED on
+ * PostgreSQL; Citus refuses FOR UPDATE over shards, so there they are read unlocked and `condition`
+ * is checked again on each row written.
  */
 export async function batchTaking(
   ctx: OperationsContext,
@@ -105,10 +94,7 @@ export async function batchTaking(
     : { lock: sql`for update skip locked`, recheck: sql`` };
 }
 
-/**
- * The source an action runs on. Operations made for one source never show or change another: asking
- * for another is `not-found`, as for a missing row (a console over one inbox cannot reach another's).
- */
+/** The source an action runs on: operations made for one source answer `not-found` for another. */
 export function scoped(ctx: OperationsContext, asked: string | undefined): string | undefined {
   if (asked === undefined || asked === ctx.source) return ctx.source;
   if (ctx.source === undefined) return asked;
@@ -132,7 +118,6 @@ export function durationMs(name: string, value: number | string): number {
   return ms;
 }
 
-/** `now()` less `ms` milliseconds, in SQL. */
 export function msAgo(ms: number): RawBuilder<unknown> {
   return sql`now() - ${ms}::bigint * interval '1 millisecond'`;
 }
@@ -181,7 +166,7 @@ export interface FoundEvent {
   readonly status: string;
 }
 
-/** The sources in a table, by a walk of its primary key: one index probe per source, not a full scan. */
+/** The sources in a table, by a walk of its primary key: one index probe per source. */
 export function sourcesIn(ctx: OperationsContext, name: 'events' | 'keys'): RawBuilder<unknown> {
   const t = table(ctx, name);
   return sql`(with recursive s(source) as (
@@ -192,10 +177,7 @@ export function sourcesIn(ctx: OperationsContext, name: 'events' | 'keys'): RawB
     select source from s where source is not null)`;
 }
 
-/**
- * The sources an action reads, one statement each: the planner costs a join over the sources' walk as
- * if there were a hundred, which on a large table passes `jit_above_cost`.
- */
+/** The sources an action reads, one statement each: a join over the walk would pass `jit_above_cost`. */
 export async function eachSource(ctx: OperationsContext, source: string | undefined): Promise<string[]> {
   if (source !== undefined) return [source];
   const { rows } = await sql<{ source: string }>`select source from ${sourcesIn(ctx, 'events')} s`.execute(
@@ -204,10 +186,7 @@ export async function eachSource(ctx: OperationsContext, source: string | undefi
   return rows.map((r) => r.source);
 }
 
-/**
- * The (source, key, seq, status) of an event id. Without a source, it is looked up in each source
- * through the primary key (source, id): an index on `id` alone would cost every event's insert.
- */
+/** An event id's row, looked up per source through the primary key (an `id` index would cost every insert). */
 export async function findEvent(
   ctx: OperationsContext,
   id: string,

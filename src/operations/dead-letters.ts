@@ -11,37 +11,29 @@ export const DEAD_REASONS = Object.freeze(['poison', 'late', 'rejected'] as cons
 /** A dead-lettered event, as an operator sees it. */
 export interface DeadLetter extends StoredEvent {
   readonly source: string;
-  /** Why it is dead: `poison` (failed `maxAttempts` times), `late` (its seq was skipped) or `rejected` (RejectEvent). */
+  /** `poison` (failed `maxAttempts` times), `late` (its seq was skipped) or `rejected` (RejectEvent). */
   readonly deadReason: string | null;
-  /** Its key is blocked at its seq: later events of the key are held until it is replayed or skipped. */
   readonly blocking: boolean;
-  /** Age since it was received, in ms. */
   readonly ageMs: number;
 }
 
-/** Narrows a list of dead letters: a selection (src/operations/selection.ts) and how many. */
+/** A selection, and how many. */
 export interface DeadLetterFilter extends Selection {
   /** At most this many. @defaultValue 100 */
   limit?: number;
-  /**
-   * `received`: oldest first; `key`: as bulk actions go, each key's events in seq order, keys
-   * in name order (unordered events first). @defaultValue 'received'
-   */
+  /** `received`: oldest first; `key`: as bulk actions go. @defaultValue 'received' */
   order?: 'received' | 'key';
 }
 
 /** Dead letters of one cause and reason, as `webhook-inbox dead groups` lists them. */
 export interface DeadLetterGroup {
-  /** The failed runs' fingerprint (null: late events, which never ran, and rows stored without one). */
+  /** The failed runs' fingerprint (null for late events, which never ran). */
   readonly cause: string | null;
   readonly reason: string | null;
   readonly count: number;
-  /** When the first and the last of them failed. */
   readonly firstAt: Date;
   readonly lastAt: Date;
-  /** How many keys they are on (unordered events count as none). */
   readonly keys: number;
-  /** The latest of them: its id and its error. */
   readonly sample: { readonly source: string; readonly id: string; readonly error: string | null };
 }
 
@@ -54,7 +46,7 @@ function selectDead(ctx: OperationsContext, where: RawBuilder<unknown>) {
      where ${where}`;
 }
 
-/** A secret header a row stored before still holds is not shown. */
+// A secret header a row stored before still holds is not shown.
 function toDeadLetter(ctx: OperationsContext, r: any): DeadLetter {
   const event = toStoredEvent(r);
   const headers = event.headers && storableHeaders(event.headers, ctx.secretHeaders ?? secretHeaderSet());

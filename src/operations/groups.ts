@@ -1,7 +1,6 @@
-/** The busiest groups (option `groups`): what waits of each, what runs now over every instance. */
 import { sql } from 'kysely';
 import { groupSlotKey } from '../db/sql/take-grouped.js';
-import { type OperationsContext, sourceIs, table } from './context.js';
+import { ageMs, type OperationsContext, scoped, sourceIs, table } from './context.js';
 
 export interface GroupSummary {
   readonly source: string;
@@ -9,7 +8,7 @@ export interface GroupSummary {
   /** Unordered events waiting; `due` of them may run now. */
   readonly pending: number;
   readonly due: number;
-  /** Handlers running now: the group's slots held, on every instance (with `groups.concurrency`). */
+  /** Handlers running now on every instance (the group's slots held). */
   readonly running: number;
   /** RetryLater named the group: its events wait until then. */
   readonly heldUntil: Date | null;
@@ -19,8 +18,9 @@ export interface GroupSummary {
 export async function busiestGroups(
   ctx: OperationsContext,
   limit = 20,
-  source = ctx.source,
+  asked?: string,
 ): Promise<GroupSummary[]> {
+  const source = scoped(ctx, asked);
   const slot = sql.raw(groupSlotKey(ctx.tables, 'w.source', 'w.group_key'));
   const { rows } = await sql<any>`
     select w.*, g.held_until,
@@ -41,6 +41,6 @@ export async function busiestGroups(
     due: Number(r.due),
     running: Number(r.running),
     heldUntil: r.held_until === null ? null : new Date(r.held_until),
-    oldestAgeMs: r.oldest_age_ms === null ? null : Math.round(Number(r.oldest_age_ms)),
+    oldestAgeMs: ageMs(r.oldest_age_ms),
   }));
 }

@@ -1,24 +1,18 @@
-/**
- * Ignored events (no handler takes their type), and their replay once a handler exists: a re-queue,
- * as a dead letter's, applied through the ordinary apply path where the type is routed again.
- */
+/** Ignored events (no handler takes their type), and their replay, a re-queue, once a handler exists. */
 import { sql } from 'kysely';
 import { type StoredEvent, toStoredEvent } from '../db/sql/inspect.js';
-import { ageMs, limitOf, MAX_LIST, type OperationsContext, sourceIs, table } from './context.js';
+import { ageMs, limitOf, MAX_LIST, type OperationsContext, scoped, sourceIs, table } from './context.js';
 
-/** Narrows a list of ignored events. */
 export interface IgnoredFilter {
   source?: string;
-  /** Only events of this type. */
   type?: string;
   /** At most this many, newest first. @defaultValue 100 */
   limit?: number;
 }
 
-/** An ignored event, as an operator sees it (with its payload: it is kept for a replay). */
+/** An ignored event, with its payload (kept for a replay). */
 export interface IgnoredEvent extends StoredEvent {
   readonly source: string;
-  /** Age since it was received, in ms. */
   readonly ageMs: number;
 }
 
@@ -37,10 +31,7 @@ export interface IgnoredReplayResult {
   readonly requeued: number;
   /** The ids re-queued, in the order they were received. */
   readonly ids: readonly string[];
-  /**
-   * Ordered events of that type (a key and seq), left ignored: their key's cursor moved past
-   * them when they were ignored, and applying one now would break the order.
-   */
+  /** Ordered events of that type, left ignored: their key's cursor moved past them. */
   readonly ordered: number;
   readonly dryRun: boolean;
 }
@@ -52,18 +43,18 @@ export async function ignoredEvents(
   const { rows } = await sql<any>`
     select e.*, e.result::text as result_text, extract(epoch from (now() - e.received_at)) * 1000 as age_ms
       from ${table(ctx, 'events')} e
-     where e.status = 'ignored' and ${sourceIs('e.source', filter.source ?? ctx.source)}
+     where e.status = 'ignored' and ${sourceIs('e.source', scoped(ctx, filter.source))}
        ${filter.type === undefined ? sql`` : sql`and e.type = ${filter.type}`}
      order by e.received_at desc, e.source, e.id
      limit ${limitOf(filter.limit, 100)}`.execute(ctx.db);
   return rows.map((r) => ({ ...toStoredEvent(r), source: r.source, ageMs: ageMs(r.age_ms)! }));
 }
 
-export async function ignoredTypes(ctx: OperationsContext, source = ctx.source): Promise<IgnoredType[]> {
+export async function ignoredTypes(ctx: OperationsContext, asked?: string): Promise<IgnoredType[]> {
   const { rows } = await sql<any>`
     select e.source, e.type, count(*)::int as count, max(e.received_at) as last_received_at
       from ${table(ctx, 'events')} e
-     where e.status = 'ignored' and ${sourceIs('e.source', source)}
+     where e.status = 'ignored' and ${sourceIs('e.source', scoped(ctx, asked))}
      group by e.source, e.type
      order by count(*) desc, e.source, e.type`.execute(ctx.db);
   return rows.map((r) => ({
@@ -75,17 +66,15 @@ export async function ignoredTypes(ctx: OperationsContext, source = ctx.source):
 }
 
 /**
- * Re-queues the unordered ignored events of `type`, oldest first, in one statement. An ignored row is
- * final: only a prune or another replay writes it meanwhile, and the UPDATE re-checks its status under
- * the row lock, so each row goes to one of them. Chosen unlocked, written by stream and id: no
- * statement locks rows across a Citus cluster's shards.
+ * One statement, oldest first. Chosen unlocked (no row locks across Citus shards); the UPDATE
+ * re-checks the status under the row lock, so a concurrent prune or replay takes each row once.
  */
 export async function replayIgnored(
   ctx: OperationsContext,
   selection: { type: string; source?: string; dryRun?: boolean },
 ): Promise<IgnoredReplayResult> {
   const events = table(ctx, 'events');
-  const of = sql`e.status = 'ignored' and e.type = ${selection.type} and ${sourceIs('e.source', selection.source ?? ctx.source)}`;
+  const of = sql`e.status = 'ignored' and e.type = ${selection.type} and ${sourceIs('e.source', scoped(ctx, selection.source))}`;
   const { rows: counted } = await sql<any>`
     select count(*) filter (where e.key is not null)::int as ordered from ${events} e where ${of}`.execute(
     ctx.db,

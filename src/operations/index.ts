@@ -1,4 +1,3 @@
-/** Operator actions: one module per resource; `Operations` is the object that holds them all. */
 export type { LockWaitOptions } from './context.js';
 export type { DeadLetter, DeadLetterFilter, DeadLetterGroup } from './dead-letters.js';
 export type { GroupSummary } from './groups.js';

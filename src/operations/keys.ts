@@ -1,4 +1,3 @@
-/** Ordering keys as an operator sees and moves them. */
 import { sql } from 'kysely';
 import { toNumber } from '../db/column-readers.js';
 import { streamOf } from '../db/sql/tables.js';
@@ -24,7 +23,6 @@ import { type DeadLetter, deadLetters } from './dead-letters.js';
 export interface KeySummary {
   readonly source: string;
   readonly key: string;
-  /** The seq the key waits for. */
   readonly nextSeq: number;
   readonly state: 'open' | 'blocked';
   readonly blockedSeq: number | null;
@@ -32,7 +30,6 @@ export interface KeySummary {
   /** Events waiting for their turn (held, or pending at the cursor). */
   readonly heldCount: number;
   readonly firstHeldSeq: number | null;
-  /** How long the oldest waiting event has waited, in ms; null when none waits. */
   readonly oldestHeldAgeMs: number | null;
   readonly updatedAt: Date;
 }
@@ -45,7 +42,6 @@ export interface Gap {
   readonly createdAt: Date;
 }
 
-/** One key in full: its cursor, the seqs it holds, the gaps it skipped and its dead letters. */
 export interface KeyDetail extends KeySummary {
   readonly heldSeqs: number[];
   readonly gaps: Gap[];
@@ -58,7 +54,6 @@ export interface SkipResult {
   /** The seqs recorded as a gap (reason `skip`): a late arrival of one is dead-lettered as late. */
   readonly fromSeq: number;
   readonly toSeq: number;
-  /** The key's cursor after the skip. */
   readonly nextSeq: number;
 }
 
@@ -82,7 +77,7 @@ export async function keys(
   filter: { source?: string; blocked?: boolean; limit?: number } = {},
 ): Promise<KeySummary[]> {
   const source = scoped(ctx, filter.source);
-  // From the two small sets (blocked keys, waiting events), never the keys table, which is never pruned.
+  // From the two small sets (blocked keys, waiting events), never the whole keys table (never pruned).
   const { rows } = await sql<any>`
     with waiting as (
       select e.source, e.key, count(*) as held_count, min(e.seq) as first_held_seq, min(e.received_at) as oldest
@@ -207,8 +202,7 @@ export async function skip(
       );
     const next = toNumber(k.next_seq)!;
     if (id !== undefined) {
-      // Under the key's lock, the order every replay takes: skipping the seq of an event a replay
-      // made waiting meanwhile would strand it below the cursor.
+      // Under the key's lock: skipping the seq of an event a replay made waiting would strand it.
       const { rows: now } = await sql<any>`
         select status from ${table(ctx, 'events')} where source = ${source} and id = ${id}`.execute(tx);
       if (now[0]?.status !== 'dead') {
@@ -220,7 +214,6 @@ export async function skip(
     }
     let to: number;
     if (seq !== null) {
-      // A dead letter's seq can be skipped only while the key waits at it.
       if (seq !== next) {
         throw new OperationError(
           'refused',

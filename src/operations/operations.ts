@@ -1,8 +1,7 @@
 /**
  * Operator actions on an inbox's tables, handler-free so the CLI can run them without the
- * application's code; `Inbox` methods delegate here and then drain in-process. Each action on one
- * event or key is one short transaction that locks the key row before the event row, the order the
- * claim uses, so an action and a delivery of the same key serialise, never deadlock.
+ * application's code. Each action on one event or key locks the key row before the event row, the
+ * order the claim uses, so an action and a delivery of the same key serialise, never deadlock.
  */
 import type { Kysely } from 'kysely';
 import { type Database, type DatabaseInput, openDatabase } from '../db/database.js';
@@ -61,55 +60,37 @@ export class Operations implements OperationsContext {
     return deadLetters(this, filter);
   }
 
-  /**
-   * Dead letters grouped by cause (the failed runs' fingerprint) and reason, the largest group
-   * first, with when the first and last failed, how many keys, and a sample.
-   *
-   * ```ts
-   * const [worst] = await ops.deadGroups({ since: '1h' });
-   * await ops.replay({ all: true, cause: worst.cause!, since: '1h' }, { dryRun: true });
-   * ```
-   */
+  /** Dead letters grouped by cause (the failed runs' fingerprint) and reason, the largest group first. */
   deadGroups(selection: Selection = {}): Promise<DeadLetterGroup[]> {
     return deadGroups(this, selection);
   }
 
-  /** The dead letters a selection matches, in key order, `size` at a time (a bulk action of one's own). */
+  /** The dead letters a selection matches, in key order, `size` at a time. */
   deadBatches(selection: Selection, size = 100): AsyncGenerator<BatchRef[]> {
     return eachBatch(this, pinSelection(selection), size);
   }
 
-  /** How many dead letters a selection matches (what a bulk action would act on). */
+  /** How many dead letters a selection matches. */
   countDead(selection: Selection = {}): Promise<number> {
     return countDead(this, pinSelection(selection));
   }
 
   /**
-   * Deletes the dead letters a selection matches, payloads with them, in batches (a re-run
-   * finishes an interrupted one). One that blocks its key is left and counted: skip it first.
-   *
-   * ```ts
-   * const { purged } = await ops.purgeDead({ olderThan: '30d' });
-   * ```
+   * Deletes the dead letters a selection matches, in batches (a re-run finishes an interrupted
+   * one). One that blocks its key is left and counted: skip it first.
    */
   purgeDead(selection: Selection, options: PurgeOptions = {}): Promise<PurgeResult> {
     return purgeDead(this, selection, options);
   }
 
-  /** One dead letter (any stored event, in fact) by id, with its payload. */
+  /** One dead letter (any stored event) by id, with its payload. */
   deadLetter(id: string, source = this.source): Promise<DeadLetter> {
     return deadLetter(this, id, source);
   }
 
   /**
-   * Re-queues dead letters so the inbox applies them again with the normal path: attempts
-   * reset, `last_error` kept for history. An ordered one goes back to its key's cursor (the key
-   * is unblocked when it was blocked at that seq); one whose key already moved past its seq is
-   * refused (`behind-cursor`), because applying it now would break the order.
-   *
-   * ```ts
-   * const wouldBe = await ops.replay({ all: true, reason: 'poison' }, { dryRun: true });
-   * ```
+   * Re-queues dead letters, attempts reset. An ordered one goes back to its key's cursor (the key is
+   * unblocked when blocked at that seq); one whose key moved past its seq is refused (`behind-cursor`).
    */
   replay(selection: ReplaySelection, options: ReplayOptions = {}): Promise<ReplayResult[]> {
     return replay(this, selection, options);
@@ -131,13 +112,8 @@ export class Operations implements OperationsContext {
   }
 
   /**
-   * Re-queues the unordered ignored events of one type, to be applied by the application (its
-   * sweeper) with the handler that takes the type now. Ordered ones are counted and left: their
-   * key moved past them. Run again, it finds nothing to re-queue.
-   *
-   * ```ts
-   * const { requeued } = await ops.replayIgnored({ type: 'invoice.paid' });
-   * ```
+   * Re-queues the unordered ignored events of one type for the application's sweeper. Ordered ones
+   * are counted and left: their key moved past them.
    */
   replayIgnored(selection: {
     type: string;
@@ -148,11 +124,9 @@ export class Operations implements OperationsContext {
   }
 
   /**
-   * Moves a blocked key past its blocked seq: records the skipped seqs as a gap (reason `skip`)
-   * and opens the key with its cursor on the next seq. Given an event id, skips that dead letter's
-   * seq; given a key, what blocks it (the poison seq, or a gap's whole missing range up to the
-   * first held event). A key held past `lockTimeoutMs` fails it (and `unblock`) with
-   * OperationError `locked`, nothing changed.
+   * Moves a blocked key past what blocks it, recorded as a gap (reason `skip`): given an event id,
+   * that dead letter's seq; given a key, the poison seq or the gap's missing range. A key held past
+   * `lockTimeoutMs` fails it (and `unblock`) with OperationError `locked`.
    */
   skip(
     target: { id: string; source?: string } | { key: string; source?: string },
@@ -161,16 +135,12 @@ export class Operations implements OperationsContext {
     return skip(this, target, options);
   }
 
-  /**
-   * Opens a blocked key without moving its cursor. What waits at the cursor then applies; if
-   * nothing does (a missing seq, or a dead letter you chose not to replay), the key waits for it
-   * again and the gap timeout (`onGapTimeout`) decides once more.
-   */
+  /** Opens a blocked key without moving its cursor; if nothing waits there, the gap timeout decides again. */
   unblock(name: string, source = this.source, options: LockWaitOptions = {}): Promise<KeySummary> {
     return unblock(this, name, source, options);
   }
 
-  /** The current status of events by id, in one source (for reporting after a replay). */
+  /** The current status of events by id, in one source. */
   statuses(source: string, ids: readonly string[]): Promise<Map<string, StoredEvent['status']>> {
     return statuses(this, source, ids);
   }
@@ -186,22 +156,14 @@ export class Operations implements OperationsContext {
   }
 
   /**
-   * Deletes processed rows older than `olderThan`, in batches (each its own short statement,
-   * so pruning never holds many locks). Held and dead rows, keys and gaps are never touched:
-   * a key's cursor stays the dedup record of its ordered events after their rows are gone.
+   * Deletes processed rows older than `olderThan`, in batches. Held and dead rows, keys and gaps are
+   * kept: a key's cursor stays the dedup record of its ordered events.
    */
   prune(options: PruneOptions): Promise<PruneResult> {
     return prune(this, options);
   }
 
-  /**
-   * Removes the secret headers (the built-in ones and `secretHeaders`) from the headers stored
-   * with events: what `webhook-inbox scrub-headers` runs once after a header is declared secret.
-   *
-   * ```ts
-   * const { scrubbed, remaining } = await ops.scrubHeaders();
-   * ```
-   */
+  /** Removes the secret headers (built-in and `secretHeaders`) from the headers stored with events. */
   scrubHeaders(options: ScrubOptions = {}): Promise<ScrubResult> {
     return scrubHeaders(this, options);
   }
@@ -223,18 +185,14 @@ export interface OpenOperationsOptions {
   tablePrefix?: string;
   /** Act on this source only. @defaultValue every source */
   source?: string;
-  /**
-   * How long an action waits for a key (or event) a delivery, a drain or another action holds
-   * before it fails with OperationError `locked`. @defaultValue 5000
-   */
+  /** How long an action waits for a held key before it fails with OperationError `locked`. @defaultValue 5000 */
   lockTimeoutMs?: number;
   /** More headers that carry a secret (the inbox's `secretHeaders`), besides the built-in ones. @defaultValue [] */
   secretHeaders?: readonly string[];
 }
 
 /**
- * Operator actions without an inbox (no handler): for scripts and the CLI. Replays it makes
- * are applied by the application's sweeper.
+ * Operator actions without an inbox, for scripts and the CLI; the application's sweeper applies replays.
  *
  * ```ts
  * const ops = await openOperations({ db: process.env.DATABASE_URL! });

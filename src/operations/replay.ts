@@ -1,8 +1,4 @@
-/**
- * Replay: a re-queue, never a bypass. The dead event becomes waiting again (unordered: pending;
- * ordered: held at its key's cursor, the key unblocked when blocked at that seq), and the path drains
- * and sweeps use applies it, in seq order.
- */
+/** Replay: a re-queue, never a bypass; drains and sweeps apply the event again, in seq order. */
 import { type RawBuilder, sql } from 'kysely';
 import { toNumber } from '../db/column-readers.js';
 import type { StoredEvent } from '../db/sql/inspect.js';
@@ -22,27 +18,18 @@ import {
 import type { DeadLetterFilter } from './dead-letters.js';
 import { eachBatch, pinSelection } from './selection.js';
 
-/**
- * What to replay: ids (in the operations' source, or each with its own), or every dead letter
- * matching a filter (`all: true` says it is meant).
- */
+/** Ids (each with its source, or in the operations' own), or every dead letter a filter matches (`all: true`). */
 export type ReplaySelection =
   | string
   | readonly (string | { readonly id: string; readonly source: string })[]
   | (DeadLetterFilter & { all: true });
 
 export interface ReplayOptions extends LockWaitOptions {
-  /**
-   * Decide every outcome as the replay would, and change nothing: `requeued` then means "would
-   * be re-queued", and `status` is the current one. @defaultValue false
-   */
+  /** Decide every outcome and change nothing (`requeued`: would be re-queued). @defaultValue false */
   dryRun?: boolean;
-  /**
-   * A filter's dead letters are read this many at a time, in key order, each batch after the
-   * previous one was replayed (each event its own short transaction). @defaultValue 100
-   */
+  /** A filter's dead letters are read this many at a time, in key order. @defaultValue 100 */
   batchSize?: number;
-  /** After each batch of a filter's replay: what it came to (for progress). */
+  /** After each batch of a filter's replay, for progress. */
   onBatch?(results: readonly ReplayResult[]): void;
 }
 
@@ -52,12 +39,11 @@ export interface ReplayResult {
   readonly key: string | null;
   readonly seq: number | null;
   /**
-   * `requeued`: waiting again (applied by a drain or the sweeper); `not-found`; `not-dead` (only
-   * dead letters are replayed); `behind-cursor` (its key moved past its seq: applying it now
-   * would break the order); `ambiguous` (the id exists in several sources: name one).
+   * `requeued`: waiting again; `behind-cursor`: its key moved past its seq; `ambiguous`: the id is
+   * in several sources.
    */
   readonly outcome: 'requeued' | 'not-found' | 'not-dead' | 'behind-cursor' | 'ambiguous';
-  /** The event's status after the action (and, from `inbox.replay`, after the drain). */
+  /** The event's status after the action (from `inbox.replay`, after the drain). */
   status: StoredEvent['status'] | null;
 }
 
@@ -80,7 +66,6 @@ export async function replay(
   return results;
 }
 
-/** In key order, so an ordered key is unblocked at its first; relative times pinned once, at the start. */
 async function replayMatching(
   ctx: OperationsContext,
   filter: DeadLetterFilter,
@@ -103,9 +88,8 @@ async function replayMatching(
 }
 
 /**
- * Waits for the key row (plain FOR UPDATE): it holds nothing yet, so the wait cannot close a cycle,
- * and what it decides is only true of the row it locked. With SKIP LOCKED a delivery holding the key
- * would make the row look missing, and the event be re-queued without unblocking its key.
+ * Waits for the key row (plain FOR UPDATE; it holds nothing yet, so no cycle): with SKIP LOCKED a
+ * delivery holding the key would make it look missing, and the key stay blocked.
  */
 async function replayOne(
   ctx: OperationsContext,
@@ -143,8 +127,7 @@ async function replayOne(
         );
       let { rows } = await cursor();
       if (!rows[0] && !dryRun) {
-        // No cursor yet (the key's only event died before one was stored): start it at this seq. A
-        // claim creating it meanwhile makes the insert wait and do nothing; its row is read instead.
+        // No cursor yet (the key's only event died first): start it at this seq.
         await sql`insert into ${keys} (source, key, next_seq, stream)
                   values (${found.source}, ${key}, ${seq}, ${streamOf(key)})
                   on conflict do nothing`.execute(tx);
@@ -153,8 +136,7 @@ async function replayOne(
       next = rows[0] ? toNumber(rows[0].next_seq) : seq;
       blockedHere = rows[0]?.state === 'blocked' && toNumber(rows[0].blocked_seq) === seq;
     }
-    // Holding the key, never wait for an event row (ARCHITECTURE.md, "Locks"): a locked one is being
-    // applied by a worker, so it is not dead; its committed status says so.
+    // Holding the key, never wait for an event row: a locked one is being applied, so not dead.
     const statusOf = (lock: RawBuilder<unknown>) =>
       sql<any>`select status from ${events} where source = ${found.source} and stream = ${streamOf(key, id)} and id = ${id} ${lock}`.execute(
         tx,

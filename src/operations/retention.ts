@@ -18,10 +18,7 @@ export interface PruneOptions {
   /** Count what would be pruned; delete nothing. @defaultValue false */
   dryRun?: boolean;
   source?: string;
-  /**
-   * The largest batch of rows deleted per statement (each its own short transaction): the first
-   * deletes at most 1,000, and each full batch doubles the next, up to this. @defaultValue 10000
-   */
+  /** The largest batch deleted per statement: batches double from 1,000 up to this. @defaultValue 10000 */
   batchSize?: number;
   /** Stop after this many batches of each status. @defaultValue unlimited */
   maxBatches?: number;
@@ -33,7 +30,6 @@ export interface PruneResult {
   /** Rows deleted, or with `dryRun` rows that would be. */
   readonly pruned: number;
   readonly dryRun: boolean;
-  /** Processed before this instant. */
   readonly cutoff: Date;
   /** Stopped by `maxBatches` or `maxMs` after a full batch: rows past the cutoff may be left. */
   readonly behind: boolean;
@@ -56,9 +52,8 @@ export async function prune(ctx: OperationsContext, options: PruneOptions): Prom
   const cutoff = new Date(now[0].cutoff);
   let pruned = 0;
   let behind = false;
-  // Source by source (the indexes on processed_at are keyed by source first), processed rows then
-  // ignored ones (kept as long: a sender's retry must still find one), each by its own statement, so
-  // that each uses its own partial index.
+  // Per source and status (ignored rows are kept as long: a sender's retry must still find one), so
+  // that each statement uses its own partial index.
   for (const from of await eachSource(ctx, source)) {
     for (const status of ['processed', 'ignored']) {
       const old = sql`e.status = ${sql.lit(status)} and e.source = ${from} and e.processed_at < ${cutoff}`;
@@ -77,10 +72,8 @@ export async function prune(ctx: OperationsContext, options: PruneOptions): Prom
 }
 
 /**
- * Deletes the events `where` matches, `batch` rows per statement, each full batch doubling the next
- * up to `largest`; `behind` when `maxBatches` or `until` stopped it. SKIP LOCKED: every instance's
- * sweeper prunes, and an operator may too; each takes rows no other is deleting instead of queueing
- * behind its row locks.
+ * Each full batch doubles the next, up to `largest`; `behind` when `maxBatches` or `until` stopped it.
+ * SKIP LOCKED: every instance's sweeper prunes, and each takes rows no other is deleting.
  */
 async function deleteInBatches(
   ctx: OperationsContext,
@@ -109,7 +102,7 @@ async function deleteInBatches(
 export interface PurgeOptions {
   /** Count (and sample) what would be purged; delete nothing. @defaultValue false */
   dryRun?: boolean;
-  /** Rows deleted per statement (each batch its own short transaction). @defaultValue 1000 */
+  /** Rows deleted per statement. @defaultValue 1000 */
   batchSize?: number;
   /** Stop after this many batches (the sweeper purges one per turn). @defaultValue unlimited */
   maxBatches?: number;
@@ -118,15 +111,13 @@ export interface PurgeOptions {
 export interface PurgeResult {
   /** Dead letters deleted, or with `dryRun` those that would be. */
   readonly purged: number;
-  /** Matching dead letters left because each blocks its key: skip (or replay) them first. */
+  /** Matching dead letters left because each blocks its key. */
   readonly blocking: number;
   readonly dryRun: boolean;
 }
 
-/**
- * One that blocks its key is never deleted: the key would stay blocked with nothing to replay. Gaps
- * and keys are kept, so a late copy of a purged event is still refused as late.
- */
+// One that blocks its key is never deleted (it would stay blocked); gaps and keys are kept, so a late
+// copy of a purged event is still refused as late.
 export async function purgeDead(
   ctx: OperationsContext,
   selection: Selection,

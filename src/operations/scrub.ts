@@ -6,17 +6,15 @@ import { batchSizeOf, batchTaking, type OperationsContext, sourceIs, table } fro
 export interface ScrubOptions {
   /** Count the rows that hold one; change nothing. @defaultValue false */
   dryRun?: boolean;
-  /** Rows changed per statement (each batch is its own short transaction). @defaultValue 1000 */
+  /** Rows changed per statement. @defaultValue 1000 */
   batchSize?: number;
 }
 
 export interface ScrubResult {
-  /** Rows whose stored headers held a secret one (and, without `dryRun`, no longer do). */
   readonly scrubbed: number;
   readonly dryRun: boolean;
-  /** Rows that still hold one: a delivery or a drain held them while the scrub ran. Run it again. */
+  /** Rows a delivery or a drain held while the scrub ran: run it again. */
   readonly remaining: number;
-  /** The header names removed, sorted. */
   readonly headers: readonly string[];
 }
 
@@ -33,8 +31,6 @@ export async function scrubHeaders(ctx: OperationsContext, options: ScrubOptions
   if (options.dryRun) return { scrubbed: await count(), remaining: 0, dryRun: true, headers: names };
   let scrubbed = 0;
   for (;;) {
-    // On Citus the batch may wait for a row's holder, which never waits for a row of it (a worker
-    // locks its batch with SKIP LOCKED; a claim, its id's row only).
     const { lock, recheck } = await batchTaking(ctx, holding);
     const result = await sql`
       update ${events} e set headers = e.headers - ${names}::text[]

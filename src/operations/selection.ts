@@ -1,16 +1,12 @@
-/**
- * One selection language for every operator surface (CLI flags, the console's filter form,
- * `Operations`), turned into one SQL condition, so what a dry run counts is what the action acts on.
- */
+/** One selection for every operator surface, as one SQL condition: a dry run counts what the action acts on. */
 import { type RawBuilder, sql } from 'kysely';
 import { toNumber } from '../db/column-readers.js';
 import { parseDuration } from '../duration.js';
 import { durationMs, msAgo, type OperationsContext, scoped, sourceIs, table } from './context.js';
 
 /**
- * Which dead letters. Every field narrows; none selects them all. Times are a `Date`, an ISO
- * 8601 string (`2026-11-28T10:00:00Z`), a time of today in UTC (`10:00`, `10:15:30`), or a
- * duration ago (`2h`, `15m`).
+ * Which dead letters; every field narrows. Times are a `Date`, ISO 8601, a time of today in UTC
+ * (`10:00`), or a duration ago (`2h`).
  */
 export interface Selection {
   source?: string;
@@ -20,32 +16,22 @@ export interface Selection {
   cause?: string;
   /** One key, or with a trailing `*` every key that starts with what precedes it (`acct_*`). */
   key?: string;
-  /** The event's type (`event.type`), exactly. */
   type?: string;
-  /** Failed (for a dead letter: died) at or after this time; a late one counts from its arrival. */
+  /** Failed at or after this time; a late one counts from its arrival. */
   since?: Date | string;
-  /** Failed before this time. */
   until?: Date | string;
   /** Received longer ago than this (ms or a duration string). */
   olderThan?: number | string;
-  /** Received more recently than this. */
   newerThan?: number | string;
-  /** Only these ids. */
   ids?: readonly string[];
-  /**
-   * Only ordered dead letters at their key's cursor (the key waits for them: blocked by them, or
-   * unblocked since): those a skip moves past. @defaultValue false
-   */
+  /** Only ordered dead letters at their key's cursor: those a skip moves past. @defaultValue false */
   atCursor?: boolean;
 }
 
 const CLOCK = /^(\d{2}):(\d{2})(?::(\d{2}))?$/;
 const ISO = /^\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?$/i;
 
-/**
- * A point in time as an operator types it: ISO 8601 (without an offset: UTC), `HH:MM[:SS]`
- * (today, UTC), or a duration ago (`2h`). Undefined when it is none of them.
- */
+/** A time as an operator types it: ISO 8601 (UTC without an offset), `HH:MM[:SS]` today in UTC, or `2h` ago. */
 export function parseInstant(value: Date | string, now: Date = new Date()): Date | undefined {
   if (value instanceof Date) return Number.isFinite(value.getTime()) ? value : undefined;
   const text = value.trim();
@@ -71,7 +57,6 @@ export interface PinnedSelection extends Omit<Selection, 'since' | 'until'> {
   readonly until?: Date;
 }
 
-/** Checks a selection and pins its relative times to now; a bad field is a TypeError naming it. */
 export function pinSelection(selection: Selection, now: Date = new Date()): PinnedSelection {
   const pin = (name: 'since' | 'until'): Date | undefined => {
     const value = selection[name];
@@ -134,7 +119,6 @@ export async function countDead(ctx: OperationsContext, s: PinnedSelection): Pro
   return Number(rows[0]?.n ?? 0);
 }
 
-/** A dead letter's place in key order: key (unordered ones first), seq, source, id. */
 export interface BatchRef {
   readonly source: string;
   readonly id: string;
@@ -142,17 +126,10 @@ export interface BatchRef {
   readonly seq: number | null;
 }
 
-/**
- * The order of a bulk action: each key's events in seq order, keys in name order; unordered
- * events (no key) first, oldest first. Unique, so that batches can go on from where one ended.
- */
+/** Bulk actions' order: unordered events first, then keys by name, seqs in order; unique, so batches resume. */
 export const KEY_ORDER = sql`coalesce(e.key, ''), coalesce(e.seq, 0), e.received_at, e.source, e.id`;
 
-/**
- * The matching dead letters in key order, `size` at a time, each batch read after the previous one
- * was handled, from where it ended: a row the action left dead is not met again, and an action cut
- * short is finished by running it again (what it did no longer matches).
- */
+/** Matching dead letters in key order, each batch read from where the previous one ended, after it was handled. */
 export async function* eachBatch(
   ctx: OperationsContext,
   s: PinnedSelection,

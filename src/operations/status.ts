@@ -8,19 +8,12 @@ import { ageMs, eachSource, type OperationsContext, scoped, sourceIs, sourcesIn,
 export const PROCESSED_EXACT_UP_TO = 100_000;
 
 export interface InboxStatus {
-  /** Sources present in the events or keys tables (narrowed by `source`). */
   readonly sources: string[];
-  /**
-   * Events by status. `processed` is exact up to 100,000; above that it is PostgreSQL's
-   * estimate (the table's row count and the share of processed rows, as ANALYZE last saw them),
-   * and `processedIsEstimate` says so.
-   */
+  /** Events by status. `processed` is exact up to 100,000, PostgreSQL's estimate above (`processedIsEstimate`). */
   readonly events: { pending: number; held: number; processed: number; dead: number };
   readonly processedIsEstimate: boolean;
   readonly keys: { blocked: number; holding: number };
-  /** Age of the oldest held event, in ms (the one a gap or a blocked key keeps waiting). */
   readonly oldestHeldAgeMs: number | null;
-  /** Age of the oldest pending event, in ms (waiting for a worker or a retry). */
   readonly oldestPendingAgeMs: number | null;
   readonly deadByReason: Record<string, number>;
   /** Events no handler takes (option `handlers`), recorded `ignored`, by type (`''`: without one). */
@@ -41,8 +34,7 @@ export async function status(ctx: OperationsContext, asked?: string): Promise<In
   const ignored = await read(sql`
     select e.type, count(*) as n from ${events} e
      where e.status = 'ignored' and ${sourceIs('e.source', source)} group by e.type`);
-  // Each source's newest processed rows, ordered by their index on (source, processed_at) so the
-  // planner reads the index (a LIMIT alone lets it scan the table). Source by source: see eachSource.
+  // Ordered by the index on (source, processed_at), so the planner reads it (a LIMIT alone may scan).
   let processed = 0;
   let processedIsEstimate = false;
   for (const from of await eachSource(ctx, source)) {
@@ -85,10 +77,7 @@ export async function status(ctx: OperationsContext, asked?: string): Promise<In
   };
 }
 
-/**
- * PostgreSQL's estimate of the processed rows: `reltuples` times the share of `processed` (and of the
- * source) in ANALYZE's most common values; 0 when the table was never analyzed.
- */
+/** `reltuples` times the share of `processed` (and of the source) in ANALYZE's most common values. */
 async function processedEstimate(ctx: OperationsContext, source: string | undefined): Promise<number> {
   const share = (column: string, value: string) => sql`coalesce((
       select m.f from pg_stats st

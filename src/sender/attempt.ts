@@ -1,8 +1,7 @@
 /**
- * One HTTP attempt of one event, and what its answer means: `ack` (2xx); `later` (409, 425, or
- * 429/503 with `Retry-After`: the consumer is alive and paces us, so it neither trips the breaker
- * nor counts as a failure); `failure` (no answer, a timeout, a 5xx, 408, 429 without `Retry-After`);
- * `permanent` (any other 4xx: about the event itself). 307 and 308 are followed, up to five hops.
+ * One HTTP attempt and what its answer means: `ack` (2xx); `later` (409, 425, or 429/503 with
+ * `Retry-After`: the consumer is alive and paces us, so neither the breaker nor the budget counts it);
+ * `failure` (no answer, a timeout, 5xx, 408, 429); `permanent` (any other 4xx: about the event itself).
  */
 import { parseRetryAfter } from './backoff.js';
 import type { ResolvedSenderOptions } from './options.js';
@@ -13,10 +12,9 @@ type AttemptKind = 'ack' | 'later' | 'failure' | 'permanent';
 
 export interface Attempt {
   readonly kind: AttemptKind;
-  /** The last HTTP status, or null when no response came. */
   readonly status: number | null;
   readonly error: string | null;
-  /** The consumer's `Retry-After` in ms from now, when it gave a readable one. */
+  /** The consumer's `Retry-After` in ms from now. */
   readonly retryAfterMs: number | undefined;
   readonly replayed: boolean;
 }
@@ -54,7 +52,7 @@ function requestHeaders(o: ResolvedSenderOptions, event: ClaimedEvent): Record<s
   return headers;
 }
 
-/** Sends the event once (following 307/308) and classifies the answer. Never throws. */
+/** Sends the event once (following 307/308, five hops at most) and classifies the answer. Never throws. */
 export async function attempt(o: ResolvedSenderOptions, event: ClaimedEvent): Promise<Attempt> {
   const headers = requestHeaders(o, event);
   const signal = AbortSignal.timeout(o.timeoutMs);

@@ -1,8 +1,4 @@
-/**
- * The sender's own backoff, not the inbox's: it retries a remote endpoint for up to a day, obeys
- * `Retry-After`, and spreads many senders' retries over the whole window (full jitter) so that a
- * recovering consumer is not hit by all of them at once.
- */
+/** Full jitter: many senders' retries spread over the whole window, so a recovering consumer is not hit at once. */
 export function fullJitterMs(
   failedAttempts: number,
   baseMs: number,
@@ -16,10 +12,7 @@ export function backoffCeilingMs(failedAttempts: number, baseMs: number, capMs: 
   return Math.min(capMs, baseMs * 2 ** Math.min(Math.max(failedAttempts - 1, 0), 40));
 }
 
-/**
- * The consumer's `Retry-After` is a floor, plus a spread of up to a quarter of it (at least `baseMs`)
- * so that every key told "1 s" does not come back in the same millisecond.
- */
+/** `Retry-After` is a floor, plus up to a quarter of it (at least `baseMs`): keys told "1 s" do not all return at once. */
 export function retryAfterDelayMs(
   retryAfterMs: number,
   failedAttempts: number,
@@ -36,10 +29,7 @@ const MONTHS = ['Jan', 'Feb', 'Mar', 'Apr', 'May', 'Jun', 'Jul', 'Aug', 'Sep', '
 const IMF_FIXDATE =
   /^(Mon|Tue|Wed|Thu|Fri|Sat|Sun), (\d{2}) ([A-Z][a-z]{2}) (\d{4}) (\d{2}):(\d{2}):(\d{2}) GMT$/;
 
-/**
- * An RFC 9110 IMF-fixdate in epoch ms, or undefined. Strict: V8's `Date.parse` reads garbage such as
- * `'x 2'` as a date in the past, which would make a retry immediate.
- */
+/** An RFC 9110 IMF-fixdate in epoch ms. Strict: `Date.parse` reads `'x 2'` as a past date (an immediate retry). */
 export function parseImfFixdate(value: string): number | undefined {
   const m = IMF_FIXDATE.exec(value);
   if (!m) return undefined;
@@ -61,7 +51,7 @@ export function parseImfFixdate(value: string): number | undefined {
   return at;
 }
 
-/** `Retry-After`: delay-seconds or an IMF-fixdate, as ms from `now`; undefined: the backoff applies. */
+/** `Retry-After` (delay-seconds or an IMF-fixdate) as ms from `now`. */
 export function parseRetryAfter(value: string | null | undefined, now: number): number | undefined {
   if (value === null || value === undefined) return undefined;
   const trimmed = value.trim();

@@ -7,9 +7,8 @@ export const BreakerState = Object.freeze({
 export type BreakerState = (typeof BreakerState)[keyof typeof BreakerState];
 
 /**
- * One breaker per endpoint: after `failureThreshold` consecutive failures it opens and nothing is
- * sent for `cooldownMs`, so a consumer that is down is not hammered by every key's retries; then one
- * probe goes. "Later" answers do not move the count: the consumer is up and paces that one event.
+ * After `failureThreshold` consecutive failures nothing is sent for `cooldownMs`, then one probe goes.
+ * "Later" answers do not move the count: the consumer is up and paces that one event.
  */
 export class Breaker {
   #state: BreakerState = BreakerState.closed;
@@ -28,7 +27,7 @@ export class Breaker {
     return this.#state;
   }
 
-  /** How many deliveries may start now, out of `wanted`. Moves open → half-open when the cool-down is over. */
+  /** How many deliveries may start now, out of `wanted`. */
   room(wanted: number): number {
     if (this.#state === BreakerState.open && this.now() - this.#openedAt >= this.cooldownMs) {
       this.#set(BreakerState.halfOpen);
@@ -38,27 +37,26 @@ export class Breaker {
     return 0;
   }
 
-  /** A delivery starts. Returns true when it is the half-open probe. */
+  /** A delivery starts; true when it is the half-open probe. */
   started(): boolean {
     if (this.#state !== BreakerState.halfOpen) return false;
     this.#probing = true;
     return true;
   }
 
-  /** Milliseconds until an open breaker lets a probe through, or undefined. */
   msUntilProbe(): number | undefined {
     if (this.#state !== BreakerState.open) return undefined;
     return Math.max(0, this.#openedAt + this.cooldownMs - this.now());
   }
 
-  /** The endpoint answered (2xx, or a 4xx that is about the event, not the endpoint). */
+  /** 2xx, or a 4xx about the event, not the endpoint. */
   success(): void {
     this.#failures = 0;
     this.#probing = false;
     if (this.#state !== BreakerState.closed) this.#set(BreakerState.closed);
   }
 
-  /** A "later" answer: the endpoint is alive (a probe's answer closes), but the failure count stays. */
+  /** A "later" answer: a probe's closes, but the failure count stays. */
   answered(): void {
     if (this.#state === BreakerState.halfOpen) this.success();
   }

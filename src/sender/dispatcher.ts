@@ -1,7 +1,6 @@
 /**
- * The dispatcher: one loop that claims up to the free room (heads of keys only), starts a delivery
- * for each, and sleeps until something changes. With no room (all in flight, or the breaker open)
- * it does not look at the store: only a settle or the end of the cool-down can give it room.
+ * One loop that claims up to the free room, starts a delivery for each, and sleeps until something
+ * changes. With no room it does not look at the store: only a settle or the cool-down can give some.
  */
 import type { EventEmitter } from 'node:events';
 import { type Attempt, attempt } from './attempt.js';
@@ -12,7 +11,6 @@ import { decide } from './retry-policy.js';
 import type { SendWaiters } from './send-waiters.js';
 import type { ClaimedEvent, SenderStore } from './store.js';
 
-/** The longest the loop waits between two prunes of delivered events. */
 const PRUNE_EVERY_MS = 60_000;
 
 export type DispatcherCounters = Omit<SenderStats, 'enqueued' | 'inFlight' | 'breaker'>;
@@ -59,7 +57,6 @@ export class Dispatcher {
     this.#loop ??= this.#run();
   }
 
-  /** Something changed: look at the store again now. */
   wake(): void {
     this.#dirty = true;
     const wake = this.#wakeUp;
@@ -67,7 +64,6 @@ export class Dispatcher {
     wake?.();
   }
 
-  /** Resolves when a delivery settles, or after `ms` at the latest. */
   nextSettle(ms: number): Promise<void> {
     return new Promise<void>((resolve) => {
       const timer = setTimeout(resolve, ms);
@@ -78,7 +74,6 @@ export class Dispatcher {
     });
   }
 
-  /** Stops claiming and waits for the deliveries in flight. */
   async stop(): Promise<void> {
     this.#closing = true;
     this.wake();
@@ -115,10 +110,8 @@ export class Dispatcher {
         } catch (err) {
           this.#warn(err);
         }
-        if (this.#closing) {
-          // Claimed as we closed: left leased; memory dies with us, the outbox lease expires.
-          break;
-        }
+        // Claimed as we closed: left leased; memory dies with us, the outbox lease expires.
+        if (this.#closing) break;
         for (const event of claimed) this.#start(store, event);
         if (claimed.length === room) continue;
       }

@@ -1,4 +1,3 @@
-/** An event as the caller gives it, validated and turned into the bytes and headers every attempt sends. */
 import { randomUUID } from 'node:crypto';
 import { InboxError } from '../errors.js';
 import { HEADER_NAME } from '../options/option-checks.js';
@@ -8,13 +7,13 @@ import type { NewEvent } from './store.js';
 export interface SenderEvent {
   /** The idempotency key, stable across retries. @defaultValue a random UUID */
   id?: string;
-  /** Ordering key: events of one key are delivered one at a time, in seq order. */
+  /** Events of one key are delivered one at a time, in seq order. */
   key?: string;
   /** Place in the key's sequence; must be above the key's last seq. @defaultValue the key's next (1, 2, 3, …) */
   seq?: number;
   /** A JSON value, serialised once: every retry sends the same bytes. */
   body?: unknown;
-  /** Bytes (or a string) sent exactly as given; copied at `send`, so the caller may reuse its buffer. */
+  /** Bytes (or a string) sent exactly as given; copied, so the caller may reuse its buffer. */
   rawBody?: string | Uint8Array;
   /** @defaultValue 'application/json' */
   contentType?: string;
@@ -33,7 +32,6 @@ export class InvalidEventError extends InboxError {
   }
 }
 
-/** The error both stores give for an explicit seq that is not above the key's last one. */
 export function seqNotAfterError(seq: number, last: number): InvalidEventError {
   return new InvalidEventError(
     'seq',
@@ -43,18 +41,11 @@ export function seqNotAfterError(seq: number, last: number): InvalidEventError {
 
 const ID = /^[\x21-\x7e](?:[\x20-\x7e]{0,253}[\x21-\x7e])?$/;
 /** Headers the HTTP client manages itself (and every `proxy-*`): they would fail every attempt. */
-const HOP_BY_HOP = new Set([
-  'connection',
-  'keep-alive',
-  'transfer-encoding',
-  'te',
-  'trailer',
-  'upgrade',
-  'expect',
-  'host',
-]);
+const HOP_BY_HOP = new Set(
+  'connection keep-alive transfer-encoding te trailer upgrade expect host'.split(' '),
+);
 
-/** Checks an event and builds what the store keeps. `protocolHeaders`: names the sender sets itself. */
+/** `protocolHeaders`: the names the sender sets itself. */
 export function prepareEvent(event: SenderEvent | undefined, protocolHeaders: ReadonlySet<string>): NewEvent {
   if (!event || typeof event !== 'object') throw new InvalidEventError('', 'must be an object');
   const id = event.id ?? randomUUID();
@@ -76,7 +67,6 @@ export function prepareEvent(event: SenderEvent | undefined, protocolHeaders: Re
   }
   let body: Uint8Array;
   if (event.rawBody !== undefined) {
-    // A copy: the caller may reuse its buffer, and every retry sends the same bytes.
     if (typeof event.rawBody === 'string') body = Buffer.from(event.rawBody);
     else if (event.rawBody instanceof Uint8Array) body = Buffer.from(event.rawBody);
     else throw new InvalidEventError('rawBody', 'must be a string or a Uint8Array');

@@ -1,9 +1,7 @@
 /**
- * The default store: events live in this process. Every lane (a key's events, or one unordered
- * event) is in exactly one place: the ready set, the timer heap, or nowhere (its head is dead), so
- * `claim` costs what it returns, not the number of lanes. Delivered ids are remembered for
- * `retentionMs`, at most `rememberIds`; each key's next seq for good (forgetting it would restart
- * the key at seq 1, which the consumer has seen).
+ * Events in this process. Every lane (a key's events, or one unordered event) is in one place: the
+ * ready set, the timer heap, or nowhere (its head is dead), so `claim` costs what it returns. Each
+ * key's next seq is kept for good: forgetting it would restart the key at seq 1.
  */
 import { randomUUID } from 'node:crypto';
 import { seqNotAfterError } from './event.js';
@@ -31,14 +29,12 @@ interface Entry {
   lastError: string | null;
 }
 
-/** One line of events that must go in order: a key's, or a single unordered event's. */
 interface Lane {
   readonly id: string;
-  /** Sorted by seq (seqs only grow); the head is the next to deliver. */
+  /** Sorted by seq; the head is the next to deliver. */
   readonly queue: Entry[];
   /** Bumped whenever the lane is rescheduled: timer entries of an older version are stale. */
   version: number;
-  /** Its current schedule is an entry in the timer heap. */
   timed: boolean;
 }
 
@@ -48,10 +44,7 @@ interface Timer {
   readonly version: number;
 }
 
-/**
- * A binary min-heap of timers by due time. A rescheduled lane's entry goes stale rather than being
- * removed; the heap is rebuilt once stale entries outnumber the live ones.
- */
+/** A binary min-heap by due time; stale entries stay until they outnumber the live ones. */
 class TimerHeap {
   #items: Timer[] = [];
 
@@ -106,16 +99,16 @@ class TimerHeap {
 export class MemoryStore implements SenderStore {
   readonly kind = 'memory';
   readonly #lanes = new Map<string, Lane>();
-  /** Lanes whose head may be claimed now; a Set keeps the order they became ready (fairness). */
+  /** Lanes whose head may be claimed now, in the order they became ready (fairness). */
   readonly #ready = new Set<Lane>();
   readonly #timers = new TimerHeap();
-  /** Lanes whose current schedule is in the heap (the heap's other entries are stale). */
+  /** Lanes whose current schedule is in the heap. */
   #timed = 0;
-  /** Lanes whose head is dead-lettered (for `outstanding` without a scan). */
+  /** Lanes whose head is dead-lettered. */
   readonly #blocked = new Set<Lane>();
   /** Events in line (dead letters too), by id. */
   readonly #inLine = new Map<string, Entry>();
-  /** Delivered or skipped ids, oldest first (a Map keeps insertion order). */
+  /** Delivered or skipped ids, oldest first. */
   readonly #done = new Map<string, { key: string | null; seq: number | null; at: number }>();
   readonly #nextSeq = new Map<string, number>();
   readonly #now: () => number;
@@ -200,7 +193,7 @@ export class MemoryStore implements SenderStore {
       this.#timers.pop();
       if (t.version !== t.lane.version) continue;
       const head = t.lane.queue[0];
-      // The lease ran out without a completion (the attempt is long over: leaseMs > timeoutMs).
+      // The lease ran out without a completion (the attempt is over: leaseMs > timeoutMs).
       if (head && head.token !== null) head.token = null;
       this.#schedule(t.lane);
     }

@@ -4,29 +4,22 @@ import { bool, describe, headerName, IDENTIFIER, integer } from '../options/opti
 import { decodeSecret } from './signature.js';
 
 export interface BreakerOptions {
-  /** Consecutive failures (network error, timeout, 5xx, 408, 429) that open the breaker. @defaultValue 10 */
+  /** Consecutive failures that open the breaker. @defaultValue 10 */
   failureThreshold?: number;
   /** How long an open breaker sends nothing before one probe. @defaultValue 30000 */
   cooldownMs?: number;
 }
 
 export interface SenderOptions {
-  /** The consumer's URL (http or https). Every event is POSTed there. */
+  /** The consumer's http(s) URL; every event is POSTed there. */
   endpoint: string | URL;
   /** Deliveries in flight at once, each for a different key. @defaultValue 16 */
   concurrency?: number;
-  /** One attempt's deadline (connect, headers and body); then it is retried. @defaultValue 10000 */
+  /** One attempt's deadline; then it is retried. @defaultValue 10000 */
   timeoutMs?: number;
-  /**
-   * How long an event is retried, from its first attempt: the first answer that is not an
-   * acknowledgement after this dead-letters it (reason `expired`; its key then waits for
-   * `retry` or `skip`). @defaultValue 86400000 (24 h, as Svix; Stripe retries for 3 days)
-   */
+  /** How long an event is retried from its first attempt, then dead-lettered (`expired`). @defaultValue 86400000 */
   retryForMs?: number;
-  /**
-   * Also dead-letter after this many failed attempts (reason `max-attempts`). "Later" answers
-   * (409, 425, 429/503 with `Retry-After`) and breaker probes do not count. @defaultValue no limit
-   */
+  /** Also dead-letter after this many failed attempts ("later" answers and probes do not count). @defaultValue no limit */
   maxAttempts?: number;
   /** First backoff window: after the n-th failure, wait random [0, min(capMs, baseMs·2^(n−1))). @defaultValue 500 */
   baseMs?: number;
@@ -34,30 +27,17 @@ export interface SenderOptions {
   capMs?: number;
   /** Longest `Retry-After` honoured; a longer one is clamped to this. @defaultValue 3600000 (1 h) */
   maxRetryAfterMs?: number;
-  /**
-   * How long a delivered (or skipped) event is remembered: an id enqueued again within it is
-   * stored once; the outbox deletes older rows in batches. @defaultValue 604800000 (7 days)
-   */
+  /** How long a delivered event is remembered (an id enqueued again within it is stored once). @defaultValue 604800000 */
   retentionMs?: number;
-  /**
-   * Memory store only: at most this many delivered ids remembered (the oldest are forgotten
-   * first, even within `retentionMs`; an id enqueued again after that is sent again, and the
-   * consumer's inbox answers it as a duplicate). @defaultValue 100000
-   */
+  /** Memory store only: at most this many delivered ids remembered, the oldest forgotten first. @defaultValue 100000 */
   rememberIds?: number;
   /** Circuit breaker for the endpoint, or `false` for none. */
   breaker?: BreakerOptions | false;
-  /**
-   * A Standard Webhooks secret (`whsec_…`): every attempt is signed with it. Several (during a
-   * rotation): every attempt carries one signature per secret, so the consumer accepts either.
-   */
+  /** A Standard Webhooks secret (`whsec_…`), or several during a rotation (one signature each). */
   secret?: string | readonly string[];
   /** Header names. @defaultValue Idempotency-Key, X-Key, X-Seq */
   headers?: { id?: string; key?: string; seq?: string };
-  /**
-   * A Postgres outbox instead of memory: a connection string, a `pg.Pool`, a Kysely instance or
-   * a PGlite instance. Events survive a restart; `enqueue(tx, event)` joins a producer's transaction.
-   */
+  /** A Postgres outbox instead of memory (connection string, `pg.Pool`, Kysely or PGlite): events survive a restart. */
   db?: DatabaseInput;
   /** Schema of the outbox tables. @defaultValue 'webhook_outbox' */
   schema?: string;
@@ -83,41 +63,21 @@ export interface ResolvedSenderOptions
   readonly endpoint: URL;
   readonly maxAttempts: number | undefined;
   readonly breaker: { readonly failureThreshold: number; readonly cooldownMs: number } | false;
-  /** Empty when events are not signed. */
   readonly secretKeys: readonly Buffer[];
   readonly headers: { readonly id: string; readonly key: string; readonly seq: string };
   readonly db: DatabaseInput | undefined;
 }
 
-const KNOWN = new Set([
-  'endpoint',
-  'concurrency',
-  'timeoutMs',
-  'retryForMs',
-  'maxAttempts',
-  'retentionMs',
-  'rememberIds',
-  'baseMs',
-  'capMs',
-  'maxRetryAfterMs',
-  'breaker',
-  'secret',
-  'headers',
-  'db',
-  'schema',
-  'migrate',
-  'poolSize',
-  'pollIntervalMs',
-  'leaseMs',
-  'dispatch',
-  'random',
-]);
+const KNOWN = new Set(
+  `endpoint concurrency timeoutMs retryForMs maxAttempts retentionMs rememberIds baseMs capMs maxRetryAfterMs
+   breaker secret headers db schema migrate poolSize pollIntervalMs leaseMs dispatch random`.split(/\s+/),
+);
 
 function fail(option: string, message: string): never {
   throw new InboxOptionsError(option, message);
 }
 
-/** Every sender option, checked and defaulted in one place. A bad value throws, naming the option. */
+/** A bad value throws, naming the option. */
 export function resolveSenderOptions(input: SenderOptions): ResolvedSenderOptions {
   if (!input || typeof input !== 'object') fail('options', 'must be an object');
   const o = input as unknown as Record<string, unknown>;

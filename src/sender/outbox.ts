@@ -1,10 +1,8 @@
 /**
- * The Postgres outbox: events in a table, so nothing is lost on a restart, and a producer can enqueue
- * in the transaction of the change that caused it. Only a key's head is `pending` (or `dead`), the rest
- * `queued`: `claim` reads due heads from one partial index. Every function that changes a key's line
- * locks the key row first, then the event (one order, no deadlock). Leases, not open transactions,
- * protect a delivery in flight: the claim commits at once with a lease and a token, the HTTP request
- * holds no connection, and a completion counts only if its token still matches.
+ * The Postgres outbox. Only a key's head is `pending` (or `dead`), the rest `queued`, so `claim` reads
+ * due heads from one partial index. Every function locks the key row, then the event (no deadlock).
+ * A claim commits at once with a lease and a token, so no HTTP request holds a connection, and a
+ * completion counts only if its token still matches.
  */
 import { randomUUID } from 'node:crypto';
 import { CompiledQuery, type Kysely } from 'kysely';
@@ -24,7 +22,7 @@ import type {
   StoredEvent,
 } from './store.js';
 
-/** The statements, one round trip each (exported for the plan tests and the outbox bench). */
+/** The statements, one round trip each (exported for the plan tests and the bench). */
 export function outboxStatements(t: OutboxTables, names: StatementNames) {
   const named = (name: string, text: string) => names.register(`wo:${t.schema}.${name}`, text);
   const ms = `* interval '1 millisecond'`;
@@ -33,8 +31,7 @@ export function outboxStatements(t: OutboxTables, names: StatementNames) {
       'enqueue',
       `select r_seq, r_key, r_created, r_settled, r_last_seq from ${t.fn('enqueue')}($1, $2, $3, $4, $5, $6::jsonb)`,
     ),
-    // Only heads are 'pending', read off one partial index; a lease is a due time. SKIP LOCKED lets
-    // several dispatchers claim at once.
+    // A lease is a due time; SKIP LOCKED lets several dispatchers claim at once.
     claim: named(
       'claim',
       `with c as (
@@ -73,11 +70,6 @@ export function outboxStatements(t: OutboxTables, names: StatementNames) {
 
 const PRUNE_BATCH = 1000;
 
-function toHeaders(value: unknown): Record<string, string> {
-  if (typeof value === 'string') return JSON.parse(value);
-  return (value ?? {}) as Record<string, string>;
-}
-
 function stored(row: any): StoredEvent {
   return {
     id: row.id,
@@ -85,11 +77,11 @@ function stored(row: any): StoredEvent {
     seq: toNumber(row.seq),
     body: toBytes(row.body),
     contentType: row.content_type,
-    headers: toHeaders(row.headers),
+    headers: typeof row.headers === 'string' ? JSON.parse(row.headers) : (row.headers ?? {}),
   };
 }
 
-/** Enqueues through any Kysely handle: the outbox's own, or a producer's transaction. */
+/** Enqueues through the outbox's own Kysely, or a producer's transaction. */
 export async function enqueueOutbox(db: Kysely<any>, text: string, event: NewEvent): Promise<Enqueued> {
   // A producer's transaction may carry plugins (a CamelCasePlugin would rename `r_seq`).
   const { rows } = await db.withoutPlugins().executeQuery<{
@@ -146,7 +138,7 @@ export class OutboxStore implements SenderStore {
     return new OutboxStore(database, tables);
   }
 
-  /** The application's instance (`db`, plugins and all); the outbox's own statements run without them. */
+  /** The application's instance, plugins and all; the outbox's own statements run without them. */
   get kysely(): Kysely<any> {
     return this.#database.applicationKysely;
   }

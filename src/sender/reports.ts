@@ -1,4 +1,3 @@
-/** What the sender tells its caller: results of `send`, attempt reports, counters, events. */
 import { InboxError } from '../errors.js';
 import type { BreakerState } from './breaker.js';
 import type { DeadReason } from './store.js';
@@ -8,11 +7,7 @@ export interface SendResult {
   readonly id: string;
   readonly key: string | null;
   readonly seq: number | null;
-  /**
-   * `already-enqueued`: an event with this id was enqueued before and is no longer in line
-   * (delivered, skipped or dead-lettered) when this call came; nothing new is sent. A second
-   * `send` of an id that is still in line waits for that event's outcome instead.
-   */
+  /** `already-enqueued`: an event with this id was enqueued before and is no longer in line; nothing is sent. */
   readonly status: 'delivered' | 'dead-lettered' | 'already-enqueued';
   readonly attempts: number;
   /** The last HTTP status, or null when the last attempt got no response. */
@@ -32,32 +27,26 @@ export interface AttemptReport {
   readonly error: string | null;
   /** Retries: the wait before the next attempt. */
   readonly delayMs?: number;
-  /** Retries: the wait came from the consumer's `Retry-After` (plus jitter). */
+  /** Retries: the wait came from the consumer's `Retry-After`. */
   readonly retryAfter?: boolean;
-  /** Retries: the attempt counted toward `maxAttempts` (false for "later" answers and breaker probes). */
+  /** Retries: the attempt counted toward `maxAttempts`. */
   readonly counted?: boolean;
-  /** The attempt was the half-open breaker's probe. */
+  /** The half-open breaker's probe. */
   readonly probe: boolean;
-  /** The response said it was a replay of an already processed event (`Idempotent-Replayed: true`). */
+  /** `Idempotent-Replayed: true`: the consumer had processed it already. */
   readonly replayed: boolean;
 }
 
 export interface SenderStats {
   /** Events accepted by `send`/`enqueue` in this process. */
   enqueued: number;
-  /** HTTP attempts made. */
   attempts: number;
   delivered: number;
   retried: number;
   deadLettered: number;
   /** Delivered events forgotten after the retention window. */
   pruned: number;
-  /**
-   * Times the dispatcher asked its store for work: a claim (a query on the outbox), or when the
-   * next event is due (the memory store). It grows with enqueues, settled deliveries and due
-   * retries, not with idle time: one that climbs while nothing can be sent is a dispatcher
-   * spinning.
-   */
+  /** Times the dispatcher asked its store for work: one that climbs while nothing can be sent is spinning. */
   looks: number;
   inFlight: number;
   breaker: BreakerState;

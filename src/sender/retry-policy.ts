@@ -1,7 +1,4 @@
-/**
- * After an attempt: delivered, dead-lettered, or back in line. The budget is time first (`retryForMs`
- * from the first attempt), attempts only with `maxAttempts`, and only failures count.
- */
+// The budget is time first (`retryForMs`), attempts only with `maxAttempts`, and only failures count.
 
 import type { Attempt } from './attempt.js';
 import { fullJitterMs, retryAfterDelayMs } from './backoff.js';
@@ -14,9 +11,7 @@ export type Decision =
   | {
       readonly action: 'retry';
       readonly delayMs: number;
-      /** Adds one to the event's failures (and toward `maxAttempts`). */
       readonly counted: boolean;
-      /** The wait honours the consumer's `Retry-After`. */
       readonly retryAfter: boolean;
     };
 

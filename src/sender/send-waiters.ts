@@ -1,9 +1,7 @@
-/** The callers of `send` waiting for an event's outcome, by id (a repeated `send` waits too). */
 import type { SendResult } from './reports.js';
 
 export interface Waiter {
   readonly promise: Promise<SendResult>;
-  /** Settles this caller alone (and stops it waiting for the event). */
   resolve(result: SendResult): void;
   reject(err: Error): void;
 }

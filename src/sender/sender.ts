@@ -1,8 +1,4 @@
-/**
- * The sender, the other half of the protocol: per key one delivery in flight, in seq order; keys in
- * parallel; retries with backoff, `Retry-After` as a floor; dead letters block their key; a circuit
- * breaker per endpoint. This is the facade; the loop is in `dispatcher.ts`.
- */
+/** The sender's facade; the loop is in `dispatcher.ts`. */
 import { EventEmitter } from 'node:events';
 import type { Kysely } from 'kysely';
 import { isKysely } from '../db/database.js';
@@ -14,7 +10,7 @@ import { type ResolvedSenderOptions, resolveSenderOptions, type SenderOptions } 
 import { enqueueOutbox, OutboxStore } from './outbox.js';
 import { SenderClosedError, type SenderEvents, type SenderStats, type SendResult } from './reports.js';
 import { SendWaiters } from './send-waiters.js';
-import type { DeadLetter, DeadTarget, Enqueued, NewEvent, SenderStore } from './store.js';
+import type { DeadLetter, DeadTarget, Enqueued, SenderStore } from './store.js';
 
 export class Sender extends EventEmitter<SenderEvents> {
   readonly options: ResolvedSenderOptions;
@@ -37,16 +33,8 @@ export class Sender extends EventEmitter<SenderEvents> {
       });
     }
     const h = this.options.headers;
-    this.#protocolHeaders = new Set([
-      h.id,
-      h.key,
-      h.seq,
-      'content-type',
-      'content-length',
-      'webhook-id',
-      'webhook-timestamp',
-      'webhook-signature',
-    ]);
+    const signed = ['webhook-id', 'webhook-timestamp', 'webhook-signature'];
+    this.#protocolHeaders = new Set([h.id, h.key, h.seq, 'content-type', 'content-length', ...signed]);
     this.#dispatcher = new Dispatcher(this.options, () => this.ready(), this.#breaker, this, this.#waiters);
     if (this.options.dispatch) this.#dispatcher.start();
   }
@@ -75,9 +63,8 @@ export class Sender extends EventEmitter<SenderEvents> {
   }
 
   /**
-   * Stores an event for delivery and returns its id, key and seq. With the outbox, pass the
-   * producer's Kysely transaction first to enqueue in it: the event is delivered only if that
-   * transaction commits.
+   * Stores an event for delivery. With the outbox, pass the producer's Kysely transaction first: the
+   * event is delivered only if it commits.
    *
    * ```ts
    * await db.transaction().execute(async (tx) => {
@@ -91,17 +78,17 @@ export class Sender extends EventEmitter<SenderEvents> {
   async enqueue(a: SenderEvent | Kysely<any>, b?: SenderEvent): Promise<Enqueued> {
     if (this.#closing) throw new SenderClosedError();
     if (isKysely(a)) {
-      const event = this.#prepare(b);
+      const event = prepareEvent(b, this.#protocolHeaders);
       if (this.options.db === undefined) {
         throw new Error('webhook-inbox/sender: enqueue(tx, event) needs the Postgres outbox (option `db`)');
       }
       const store = (await this.ready()) as OutboxStore;
       const enqueued = await enqueueOutbox(a, store.enqueueText, event);
       if (enqueued.created) this.#enqueued++;
-      // Not woken: the producer's transaction has not committed yet. The poll finds it.
+      // Not woken: the producer's transaction has not committed yet; the poll finds it.
       return enqueued;
     }
-    const event = this.#prepare(a);
+    const event = prepareEvent(a, this.#protocolHeaders);
     const store = await this.ready();
     const enqueued = await store.add(event);
     if (enqueued.created) this.#enqueued++;
@@ -110,10 +97,8 @@ export class Sender extends EventEmitter<SenderEvents> {
   }
 
   /**
-   * Enqueues an event and resolves when it is acknowledged (`delivered`) or dead-lettered.
-   * Sent again with the same id while it is still in line, the second call waits for the same
-   * outcome. (With several dispatchers on one outbox, only the one that delivers it resolves
-   * `send`; use `enqueue` there.)
+   * Enqueues an event and resolves when it is delivered or dead-lettered; a second call with the same
+   * id waits for the same outcome. With several dispatchers on one outbox, use `enqueue`.
    */
   async send(event: SenderEvent): Promise<SendResult> {
     if (!this.options.dispatch) {
@@ -121,7 +106,7 @@ export class Sender extends EventEmitter<SenderEvents> {
         'webhook-inbox/sender: send() needs a dispatching sender; use enqueue() with `dispatch: false`',
       );
     }
-    const prepared = this.#prepare(event);
+    const prepared = prepareEvent(event, this.#protocolHeaders);
     const waiter = this.#waiters.add(prepared.id);
     let enqueued: Enqueued;
     try {
@@ -146,33 +131,25 @@ export class Sender extends EventEmitter<SenderEvents> {
     return waiter.promise;
   }
 
-  /**
-   * Puts dead letters back in line, attempts and retry budget reset: a key's (`retry('acct-1')`)
-   * or one event's (`retry({ id })`, for unordered events too). Returns how many.
-   */
+  /** Puts dead letters back in line, budget reset: a key's (`retry('acct-1')`) or one event's (`retry({ id })`). */
   async retry(target: DeadTarget): Promise<number> {
     const n = await (await this.ready()).retry(target);
     this.#dispatcher.wake();
     return n;
   }
 
-  /**
-   * Gives up on dead letters (a key's, or one event's) so the key's later events flow. The
-   * consumer will see a gap in the key's seqs (its inbox holds the later events until its gap
-   * timeout).
-   */
+  /** Gives up on dead letters so the key's later events flow; the consumer sees a gap in the key's seqs. */
   async skip(target: DeadTarget): Promise<number> {
     const n = await (await this.ready()).skip(target);
     this.#dispatcher.wake();
     return n;
   }
 
-  /** Dead-lettered events (of one key, or all), with their bodies and last error. */
+  /** Dead-lettered events (of one key, or all). */
   async deadLetters(key?: string): Promise<DeadLetter[]> {
     return (await this.ready()).deadLetters(key);
   }
 
-  /** Counters and the breaker's state. */
   stats(): SenderStats {
     return {
       enqueued: this.#enqueued,
@@ -182,10 +159,7 @@ export class Sender extends EventEmitter<SenderEvents> {
     };
   }
 
-  /**
-   * Resolves when nothing is in flight and nothing is left that will be delivered without an
-   * operator (events behind a dead letter wait for `retry` or `skip`).
-   */
+  /** Resolves when nothing is in flight and nothing is left to deliver without an operator. */
   async idle(): Promise<void> {
     for (;;) {
       if (this.#dispatcher.inFlight.size === 0 && (await (await this.ready()).outstanding()) === 0) return;
@@ -194,9 +168,8 @@ export class Sender extends EventEmitter<SenderEvents> {
   }
 
   /**
-   * Stops claiming, waits for the deliveries in flight (each ends within `timeoutMs`), and
-   * closes the outbox if the sender opened it. `send` promises still waiting are rejected;
-   * their events stay in the outbox (with `db`) for the next sender.
+   * Stops claiming, waits for the deliveries in flight, and closes the outbox it opened. Waiting `send`
+   * promises are rejected; their events stay in the outbox for the next sender.
    */
   async close(): Promise<void> {
     if (this.#closing) return;
@@ -205,10 +178,6 @@ export class Sender extends EventEmitter<SenderEvents> {
     this.#waiters.rejectAll(new SenderClosedError());
     const store = await this.#store?.catch(() => undefined);
     await store?.close();
-  }
-
-  #prepare(event: SenderEvent | undefined): NewEvent {
-    return prepareEvent(event, this.#protocolHeaders);
   }
 }
 

@@ -1,9 +1,6 @@
 import { createHmac } from 'node:crypto';
 
-/**
- * Standard Webhooks signing: `v1,` and the base64 HMAC-SHA256 of `${id}.${timestamp}.${body}`. Every
- * attempt is signed afresh: receivers reject timestamps older than a few minutes.
- */
+/** Standard Webhooks: every attempt is signed afresh (receivers reject timestamps a few minutes old). */
 export function decodeSecret(secret: string): Buffer {
   if (!secret.startsWith('whsec_')) throw new Error('must start with "whsec_"');
   const encoded = secret.slice('whsec_'.length);
@@ -13,7 +10,7 @@ export function decodeSecret(secret: string): Buffer {
   return Buffer.from(encoded, 'base64');
 }
 
-/** The `webhook-signature` header value for one attempt. */
+/** `v1,` and the base64 HMAC-SHA256 of `${id}.${timestamp}.${body}`. */
 export function sign(key: Buffer, id: string, timestampSeconds: number, body: Uint8Array): string {
   const mac = createHmac('sha256', key);
   mac.update(`${id}.${timestampSeconds}.`);

@@ -1,23 +1,19 @@
 /**
- * Where the sender keeps events until acknowledged (memory-store.ts, outbox.ts; one contract suite,
- * test/sender-store-contract.test.ts, runs against both): `claim` returns only a key's lowest
- * undelivered seq, never while another claim of the key is out nor behind a dead letter; a claim is
- * a lease (`leaseMs`); an explicit seq must be above the key's last.
+ * Where the sender keeps events until acknowledged: `claim` returns only a key's lowest undelivered
+ * seq, never while another claim of the key is out nor behind a dead letter; a claim is a lease.
  */
 
 /** An event as stored, ready to go on the wire. */
 export interface StoredEvent {
   readonly id: string;
-  /** Ordering key, or null for an unordered event. */
   readonly key: string | null;
   readonly seq: number | null;
   readonly body: Uint8Array;
   readonly contentType: string;
-  /** Extra request headers given with the event. */
   readonly headers: Readonly<Record<string, string>>;
 }
 
-/** A claimed event: the attempt it is on, what it has spent, and the lease token that completes it. */
+/** A claimed event, with the lease token that completes it. */
 export interface ClaimedEvent extends StoredEvent {
   /** HTTP attempts including this one (1 on the first). */
   readonly attempt: number;
@@ -35,7 +31,7 @@ export interface Enqueued {
   readonly seq: number | null;
   /** False when an event with this id was already in the store. */
   readonly created: boolean;
-  /** True when that earlier event is no longer in line (delivered, skipped or dead-lettered). */
+  /** That earlier event is no longer in line (delivered, skipped or dead-lettered). */
   readonly settled: boolean;
 }
 
@@ -49,13 +45,10 @@ export interface DeadLetter extends StoredEvent {
   readonly lastError: string | null;
 }
 
-/**
- * Why an event was dead-lettered: a permanent 4xx (`rejected`), `maxAttempts` failures
- * (`max-attempts`), or still failing after `retryForMs` (`expired`).
- */
+/** A permanent 4xx (`rejected`), `maxAttempts` failures, or still failing after `retryForMs` (`expired`). */
 export type DeadReason = 'rejected' | 'max-attempts' | 'expired';
 
-/** Which dead letters an operator action is about: a key's, or one event's (unordered ones too). */
+/** A key's dead letters, or one event's. */
 export type DeadTarget = string | { readonly id: string };
 
 export interface SenderStore {
@@ -67,16 +60,15 @@ export interface SenderStore {
   /** Back in line after `delayMs`; `counted` adds one to the event's failures. */
   retryLater(event: ClaimedEvent, delayMs: number, error: string, counted: boolean): Promise<void>;
   deadLetter(event: ClaimedEvent, reason: DeadReason, error: string): Promise<void>;
-  /** Puts dead letters back in line (attempts and retry budget reset). Returns how many. */
+  /** These return how many. */
   retry(target: DeadTarget): Promise<number>;
-  /** Gives up on dead letters so the key's later events flow. Returns how many. */
   skip(target: DeadTarget): Promise<number>;
   deadLetters(key?: string): Promise<DeadLetter[]>;
   /** Events that will still be delivered without an operator (not behind a dead letter). */
   outstanding(): Promise<number>;
-  /** Milliseconds until the earliest scheduled retry or lease expiry, when the store knows it cheaply. */
+  /** Ms until the earliest retry or lease expiry, when the store knows it cheaply. */
   nextDueInMs(): number | undefined;
-  /** Forgets events delivered or skipped more than `retentionMs` ago. Returns how many. */
+  /** Forgets events delivered or skipped more than `retentionMs` ago; returns how many. */
   prune(retentionMs: number): Promise<number>;
   close(): Promise<void>;
 }

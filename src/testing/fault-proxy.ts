@@ -1,8 +1,6 @@
 /**
- * A hostile network in a box: an HTTP proxy on loopback, in front of a consumer, that injects
- * the faults a webhook sender meets in the wild (`FaultRates`), each at a set rate, drawn from a
- * seeded PRNG so a run can be replayed. It counts what it injected, by kind, and what the
- * consumer answered, by outcome.
+ * An HTTP proxy on loopback, in front of a consumer, that injects the faults a webhook sender meets
+ * in the wild, each at a set rate, drawn from a seeded PRNG so a run can be replayed.
  */
 import {
   Agent,
@@ -32,9 +30,8 @@ export interface FaultRates {
   drop?: number;
   /** The consumer processes the request, then the response is lost: the sender retries an applied event. */
   dropResponse?: number;
-  /** The request is forwarded twice (the copy a little later). */
+  /** Forwarded twice (the copy a little later). */
   duplicate?: number;
-  /** Forwarded after a random pause. */
   delay?: number;
   /** Held back until a later request has overtaken it. */
   reorder?: number;
@@ -45,7 +42,7 @@ export interface FaultRates {
 export type DropMode = 'reset' | '502' | 'timeout';
 
 export interface FaultProxyOptions {
-  /** The consumer's origin; request paths are forwarded as they are. */
+  /** The consumer's origin; paths are forwarded as they are. */
   target: string | URL;
   /** Seed of the PRNG that decides every fault. @defaultValue 1 */
   seed?: number;
@@ -61,42 +58,32 @@ export interface FaultProxyOptions {
 }
 
 export interface FaultStats {
-  /** Requests that reached the proxy. */
   requests: number;
   /** Requests sent on to the consumer (duplicates count twice). */
   forwarded: number;
-  /** Faults injected, by kind. */
   injected: Record<FaultKind, number>;
-  /** Dropped requests, by how the sender saw them. */
   drops: Record<DropMode, number>;
-  /** The consumer's answers, by the `status` of its JSON body (`processed`, `duplicate`, `held`, …) or `http <code>`. */
+  /** The consumer's answers, by the `status` of its JSON body (`processed`, `held`, …) or `http <code>`. */
   outcomes: Record<string, number>;
-  /** The consumer's answers marked `Idempotent-Replayed: true`. */
+  /** Answers marked `Idempotent-Replayed: true`. */
   replayed: number;
 }
 
 export interface FaultProxy {
-  /** `http://127.0.0.1:<port>`. */
   readonly url: string;
   stats(): FaultStats;
   /** Changes the rates from now on (for example to 0, to let a run finish cleanly). */
   setRates(rates: FaultRates): void;
-  /** Resolves when no request is being forwarded or held (duplicate copies included). */
+  /** Resolves when no request is being forwarded or held. */
   idle(): Promise<void>;
   close(): Promise<void>;
 }
 
-const HOP_BY_HOP = new Set([
-  'connection',
-  'keep-alive',
-  'proxy-connection',
-  'transfer-encoding',
-  'upgrade',
-  'te',
-  'trailer',
-  'host',
-  'content-length',
-]);
+const HOP_BY_HOP = new Set(
+  'connection keep-alive proxy-connection transfer-encoding upgrade te trailer host content-length'.split(
+    ' ',
+  ),
+);
 
 function endToEnd(headers: IncomingHttpHeaders): Record<string, string | string[]> {
   const kept: Record<string, string | string[]> = {};
@@ -132,7 +119,6 @@ function readBody(req: IncomingMessage): Promise<Buffer> {
   });
 }
 
-/** An answer of the proxy's own, as problem+json. */
 function answer(res: ServerResponse, status: number, title: string, detail: string): void {
   res.writeHead(status, { 'content-type': 'application/problem+json' });
   res.end(JSON.stringify({ title, status, detail: `fault proxy: ${detail}` }));
@@ -171,7 +157,7 @@ export async function createFaultProxy(options: FaultProxyOptions): Promise<Faul
     p.finally(() => busy.delete(p)).catch(() => {});
     return p;
   };
-  /** Reordered requests wait here until a later request has been forwarded past them. */
+  /** Reordered requests, until a later request has been forwarded past them. */
   let overtaken: Array<() => void> = [];
   const held = new Set<ServerResponse>();
 
@@ -194,29 +180,19 @@ export async function createFaultProxy(options: FaultProxyOptions): Promise<Faul
     for (const release of released) release();
     const headers = { ...endToEnd(req.headers), 'content-length': String(body.length) };
     return new Promise<Upstream>((resolve, reject) => {
-      const up = request(
-        {
-          host: target.hostname,
-          port: target.port,
-          path: req.url,
-          method: req.method,
-          headers,
-          agent,
-        },
-        (res) => {
-          readBody(res).then((b) => {
-            const out: Upstream = { status: res.statusCode ?? 502, headers: endToEnd(res.headers), body: b };
-            count(out);
-            resolve(out);
-          }, reject);
-        },
-      );
+      const where = { host: target.hostname, port: target.port, path: req.url, method: req.method };
+      const up = request({ ...where, headers, agent }, (res) => {
+        readBody(res).then((b) => {
+          const out: Upstream = { status: res.statusCode ?? 502, headers: endToEnd(res.headers), body: b };
+          count(out);
+          resolve(out);
+        }, reject);
+      });
       up.on('error', reject);
       up.end(body);
     });
   }
 
-  /** Resolves after `ms`, or sooner when `early` calls the function it is given. */
   const sleep = (ms: number, early?: (wake: () => void) => void) =>
     new Promise<void>((resolve) => {
       const timer = setTimeout(resolve, ms);
@@ -228,8 +204,7 @@ export async function createFaultProxy(options: FaultProxyOptions): Promise<Faul
 
   async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     stats.requests++;
-    // Every request draws the same number of values, so the n-th request's fate depends on
-    // the seed and n only.
+    // Every request draws the same number of values: the n-th request's fate depends on the seed and n only.
     const [rError, rDrop, rDropResponse, rDuplicate, rReorder, rDelay, rMode, rAmount] = Array.from(
       { length: 8 },
       random,
@@ -247,7 +222,6 @@ export async function createFaultProxy(options: FaultProxyOptions): Promise<Faul
       if (mode === 'reset') req.socket.resetAndDestroy();
       else if (mode === '502') answer(res, 502, 'Bad gateway', 'dropped');
       else {
-        // Nothing comes back: the sender's own timeout has to notice.
         held.add(res);
         await sleep(holdMs, (wake) => res.once('close', wake));
         held.delete(res);
@@ -277,7 +251,6 @@ export async function createFaultProxy(options: FaultProxyOptions): Promise<Faul
     }
     if (rDropResponse < rates.dropResponse) {
       stats.injected['drop-response']++;
-      // The consumer has processed it; the sender never hears so.
       req.socket.resetAndDestroy();
       return;
     }

@@ -1,8 +1,4 @@
-/**
- * The inbox's state invariants (ARCHITECTURE.md, "Invariants" 4), checked against its tables:
- * what a test, a chaos run or an operator's health script can assert after any traffic.
- * It reads the tables only, so it needs nothing of the inbox but where they live.
- */
+/** The inbox's state invariants, read from its tables alone: for tests, chaos runs, health scripts. */
 import { CompiledQuery, type Kysely } from 'kysely';
 
 /** Anything that runs a statement: a Kysely instance, a pg Pool or Client, a PGlite instance. */
@@ -10,7 +6,7 @@ export type InvariantsDatabase =
   | Kysely<any>
   | { query(text: string, values?: unknown[]): Promise<{ rows: any[] }> };
 
-/** Where an inbox's tables live: its `schema` and table `prefix` options. */
+/** The inbox's `schema` and table `prefix` options. */
 export interface InvariantsTables {
   readonly schema: string;
   /** @defaultValue '' */
@@ -63,10 +59,7 @@ async function rowsOf(db: InvariantsDatabase, text: string): Promise<any[]> {
 }
 
 /**
- * Reads the inbox's tables and returns every violation of its invariants (an empty array
- * when they hold): no `held` or `pending` row below its key's `next_seq` (or without a key
- * row); no two waiting rows at one key and seq; every `dead` row has a reason; no processed
- * row at or above its cursor; no recorded gap reaching the cursor.
+ * Every violation of the inbox's invariants (an empty array when they hold).
  *
  * @example
  * ```ts

@@ -1,9 +1,5 @@
-/**
- * `signedDelivery`: a delivery signed as a provider signs it, for users' tests of their handlers
- * without the provider's CLI. One signer per preset of `webhook-inbox/providers`, each written
- * from the provider's documentation (and checked against its SDK where one signs, in
- * test/signed-delivery.test.ts).
- */
+// One signer per preset of `webhook-inbox/providers`, from the provider's documentation (and checked
+// against its SDK where one signs).
 import { createHmac, randomUUID } from 'node:crypto';
 import type { Provider, providers } from '../delivery/providers.js';
 
@@ -29,26 +25,20 @@ export type SignedProvider = PresetName | Provider;
 export interface SignedDeliveryOptions {
   /** The secret the inbox's preset was given (`whsec_…` for Stripe and Svix). */
   secret: string;
-  /**
-   * The delivery id, for providers that send it in a header (GitHub, Shopify, Svix, Standard
-   * Webhooks, GitLab). Stripe, Slack and Paddle read it from the body (`id`, `event_id`): put it
-   * there. @defaultValue a random UUID
-   */
+  /** The delivery id, for providers that send it in a header (Stripe, Slack, Paddle read the body's). @defaultValue a random UUID */
   id?: string;
   /**
-   * The event type, for providers that send it in a header: GitHub's `X-GitHub-Event` (`push`;
-   * the body's `action` completes it), Shopify's `X-Shopify-Topic`, GitLab's `X-Gitlab-Event`.
-   * Elsewhere it is in the body. @defaultValue `'ping'`, `'orders/create'`, `'Push Hook'`
+   * The event type, for GitHub, Shopify and GitLab, which send it in a header.
+   * @defaultValue `'ping'`, `'orders/create'`, `'Push Hook'`
    */
   type?: string;
-  /** When it was signed, for the providers that sign a timestamp. @defaultValue now */
+  /** When it was signed. @defaultValue now */
   timestamp?: Date;
 }
 
 /** What a provider would send: pass `headers` and `rawBody` to `inbox.receive`, or POST them. */
 export interface SignedDelivery {
   readonly headers: Record<string, string>;
-  /** The body as sent (JSON text when `body` was an object). */
   readonly body: string;
   readonly rawBody: Buffer;
 }
@@ -97,7 +87,6 @@ export function signedDelivery(
       break;
     case 'svix':
     case 'standardWebhooks': {
-      // The key is the secret's base64 after `whsec_`; the signed text is `${id}.${ts}.${body}`.
       const key = Buffer.from(secret.startsWith('whsec_') ? secret.slice(6) : secret, 'base64');
       const prefix = name === 'svix' ? 'svix' : 'webhook';
       headers[`${prefix}-id`] = id;
