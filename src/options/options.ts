@@ -90,6 +90,7 @@ export interface InboxOptions<TBody = any, DB = any> {
    * On a Citus cluster (docs/citus.md): the migration distributes the inbox's tables by their stream,
    * colocated with `colocateWith`, a distributed table of yours keyed by the events' keys, so that a
    * handler's writes for a key are on its events' shard. `db` connects to the coordinator.
+   * Not with `groups`: a group's events span every shard.
    * @defaultValue undefined (the tables are not distributed)
    */
   citus?: CitusOptions;

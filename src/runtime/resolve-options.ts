@@ -314,6 +314,14 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
       `must be a function (event, cause) => …; got ${describe(o.onDeadLetter)}`,
     );
   }
+  if (o.groups !== undefined && o.citus !== undefined) {
+    // A group's events are unordered, each on the shard of its own id: the grouped take locks a
+    // group's due events across every shard at once, which Citus refuses.
+    throw new InboxOptionsError(
+      'groups',
+      'cannot be combined with `citus`: a group spans every shard (docs/citus.md); remove one of them',
+    );
+  }
   const poolSize = integer(o, 'poolSize', 10, 1, 1000);
   const mode = oneOf(o, 'mode', ['inline', 'deferred'] as const);
   // Acknowledgements get connections of their own where the inbox can open them (a connection
