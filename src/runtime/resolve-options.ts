@@ -456,4 +456,5 @@ function resolveCitus(citus: unknown): CitusOptions | undefined {
   return colocateWith === undefined ? {} : { colocateWith };
 }
 
-const TABLE_NAME = /^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)?$/;
+/** A table as `citus.colocateWith` names it (the CLI's `migrate --colocate-with` too). */
+export const TABLE_NAME = /^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)?$/;
