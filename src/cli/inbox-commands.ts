@@ -2,6 +2,7 @@
 
 import { migrateToLatest, migrationScript, pendingMigrations } from '../db/migrations.js';
 import { formatDuration } from '../duration.js';
+import { docsUrl } from '../outcome.js';
 import { TABLE_NAME } from '../runtime/resolve-options.js';
 import { retentionOf } from './arguments.js';
 import { type Command, EXIT, UsageError } from './command.js';
@@ -9,14 +10,14 @@ import { type Command, EXIT, UsageError } from './command.js';
 export const INBOX_COMMANDS: Record<string, Command> = {
   migrate: {
     summary: 'create or update the inbox tables and functions (--sql: print it; --check: is it current?)',
-    usage: 'webhook-inbox migrate [--sql | --check | --citus [--colocate-with <table>]] [options]',
+    usage: 'webhook-inbox migrate [--sql | --check] [options]',
     help:
       'Deploy gates for DBAs and CI/CD:\n' +
       '  --sql    prints the SQL of the pending migrations (one transaction, with the ledger rows the\n' +
       '           application looks for), runs nothing; prints nothing when the database is current.\n' +
       '  --check  exits 0 when the database is current, 1 when migrations are pending (it names\n' +
       '           them), and changes nothing.\n' +
-      'On a Citus cluster (docs/citus.md), as the option `citus` does at start:\n' +
+      `\nOn a Citus cluster (${docsUrl('citus.md')}), as the option \`citus\` does at start:\n` +
       '  --citus  then distributes the events, keys and gaps tables by stream, colocated (once: a\n' +
       '           table already distributed is left alone). Connect --db to the coordinator.\n' +
       '  --colocate-with <table>  colocates them with your distributed table (implies --citus).',

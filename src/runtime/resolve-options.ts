@@ -31,6 +31,7 @@ import {
   oneOf,
 } from '../options/option-checks.js';
 import { DEFAULT_LOCK_TIMEOUT_MS, type InboxOptions } from '../options/options.js';
+import { docsUrl } from '../outcome.js';
 import type { ResolvedOptions } from './resolved-options.js';
 import { rejectUnknownOptions } from './unknown-options.js';
 
@@ -319,7 +320,7 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
     // group's due events across every shard at once, which Citus refuses.
     throw new InboxOptionsError(
       'groups',
-      'cannot be combined with `citus`: a group spans every shard (docs/citus.md); remove one of them',
+      `cannot be combined with \`citus\`: a group spans every shard (${docsUrl('citus.md')}); remove one of them`,
     );
   }
   const poolSize = integer(o, 'poolSize', 10, 1, 1000);

@@ -14,6 +14,7 @@ import {
   type InboxOptions,
   InboxOptionsError,
 } from '../../src/index.js';
+import { checkInvariants } from '../../src/testing/index.js';
 import { cli } from '../support/cli.js';
 import { uniqueName } from '../support/databases.js';
 import { invariantsHoldAfterEach, watchInvariants } from '../support/invariants.js';
@@ -262,6 +263,8 @@ describe('the inbox on a Citus cluster', () => {
     const { rows } = await sql<{ n: number }>`select count(*)::int as n from ${sql.table(`${app}.orders`)}
                                                where id like 'def-u-%'`.execute(db);
     expect(rows[0].n).toBe(30);
+    // The invariants' own queries run on the cluster (each joins a key's rows on their shard).
+    expect(await checkInvariants(admin, { schema })).toEqual([]);
     for (const w of [ack, ...workers]) await w.inbox.close();
   });
 
