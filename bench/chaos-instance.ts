@@ -31,6 +31,7 @@ const app = await startLedger({
     redis: env.REDIS_URL || undefined,
     redisPrefix: `${env.INBOX_SCHEMA}:`,
     ...(env.RETENTION_MS ? { retention: Number(env.RETENTION_MS) } : {}),
+    ...(env.CITUS ? { citus: {} } : {}),
   },
   wrapHandler: (handle) => async (event, context) => {
     // The delivery's own event runs in its context (`receive` below); any other is a drain's.

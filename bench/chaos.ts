@@ -6,6 +6,8 @@
  *   npm run chaos                              full: ≥ 100,000 deliveries
  *   npm run chaos -- --deliveries 100000       about that many events (sized plan and deadline)
  *   npm run chaos -- --shared-postgres         on DATABASE_URL (never restarted), not a cluster of its own
+ *   npm run chaos -- --citus [--ci]            on the Citus cluster of shared/citus/cluster.sh (its
+ *                                              coordinator, CITUS_URL, is never restarted; a worker is)
  *   npm run chaos -- --deliveries 1000000 --retention-s 300
  *                                              the soak, retention pruning during the run
  *
@@ -15,7 +17,7 @@
  * connections terminated, PostgreSQL and Redis restarted. Then every guarantee is checked
  * against the ledger and the inbox; any violation exits non-zero.
  */
-import { type ChildProcess, fork } from 'node:child_process';
+import { type ChildProcess, execFile, fork } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
@@ -39,7 +41,9 @@ import { type ChaosEvent, send } from './chaos-sender.js';
 const here = dirname(fileURLToPath(import.meta.url));
 const argv = process.argv.slice(2);
 const ci = argv.includes('--ci');
-const sharedPostgres = argv.includes('--shared-postgres') || !postgresBinariesAvailable();
+// On Citus the instances, the ledger's tables and the inbox's are on the cluster, distributed.
+const citus = argv.includes('--citus');
+const sharedPostgres = citus || argv.includes('--shared-postgres') || !postgresBinariesAvailable();
 function value(name: string): number | undefined {
   const i = argv.indexOf(`--${name}`);
   if (i < 0) return undefined;
@@ -51,16 +55,18 @@ function value(name: string): number | undefined {
 
 const privatePostgres = sharedPostgres ? undefined : await startPrivatePostgres();
 const privateRedis = redisServerAvailable() ? await startPrivateRedis() : undefined;
-const postgresUrl =
-  privatePostgres?.url ?? process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+const postgresUrl = citus
+  ? (process.env.CITUS_URL ?? 'postgres://postgres@127.0.0.1:5440/inbox')
+  : (privatePostgres?.url ?? process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test');
 const run = `chaos_${randomBytes(3).toString('hex')}`;
 const applicationName = `webhook-inbox-${run}`;
 const inboxSchema = `${run}_inbox`;
 const ledgerSchema = `${run}_ledger`;
 const retentionS = value('retention-s');
 // Longer than any retry chain the faults cause: a gap that times out is the inbox giving up on
-// an event, and this suite must see none.
-const gapTimeoutMs = 60_000;
+// an event, and this suite must see none. While a Citus worker starts, each attempt to reach it
+// waits up to citus.node_connection_timeout (30 s), several in turn.
+const gapTimeoutMs = citus ? 180_000 : 60_000;
 
 const plan = ci
   ? // The sender's deadline is loose, so that a busy CI machine is slow rather than red.
@@ -74,8 +80,11 @@ if (targetEvents !== undefined) {
   plan.minutes = Math.max(plan.minutes, Math.ceil((targetEvents / 100_000) * 40) + 5);
 }
 const faultEveryMs = ci
-  ? { kill: 4000, terminate: 3000, postgresRestart: 10_000, redisRestart: 6_000 }
-  : { kill: 6000, terminate: 4000, postgresRestart: 60_000, redisRestart: 20_000 };
+  ? { kill: 4000, terminate: 3000, postgresRestart: 10_000, redisRestart: 6_000, workerRestart: 45_000 }
+  : { kill: 6000, terminate: 4000, postgresRestart: 60_000, redisRestart: 20_000, workerRestart: 120_000 };
+// A worker's shards are out of reach while it is down, and a crashed worker's in-doubt two-phase
+// commits hold their rows until the coordinator's recovery (citus.recover_2pc_interval, 1 min).
+if (citus && ci) plan.minutes = 10;
 // At the fault proxy, per request.
 const rates = { drop: 0.02, dropResponse: 0.03, duplicate: 0.05, delay: 0.1, reorder: 0.05, error: 0.03 };
 
@@ -169,6 +178,7 @@ function spawnInstance(instance: Instance): Promise<void> {
       FRAMEWORK: instance.framework,
       MODE: instance.mode,
       RETENTION_MS: retentionS === undefined ? '' : String(retentionS * 1000),
+      CITUS: citus ? '1' : '',
     },
   });
   instance.child = child;
@@ -250,6 +260,21 @@ async function terminateBackends(admin: pg.Pool): Promise<void> {
   for (const r of rows) if (r.ok) bump('pg-terminate-backend');
 }
 
+/** The workers of shared/citus/cluster.sh, in turn: stopped as by a crash, started again. */
+const citusWorkers = ['citus1', 'citus2'];
+const pgCtlCluster = (...args: string[]) =>
+  new Promise<void>((resolve, reject) =>
+    execFile('pg_ctlcluster', ['15', ...args], (err) => (err ? reject(err) : resolve())),
+  );
+async function restartCitusWorker(): Promise<void> {
+  const worker = citusWorkers[(faults['citus-worker-restart'] ?? 0) % citusWorkers.length];
+  log(`stopping Citus worker ${worker} (immediate)`);
+  await pgCtlCluster(worker, 'stop', '-m', 'immediate');
+  await new Promise((r) => setTimeout(r, 1000 + Math.random() * 2000));
+  await pgCtlCluster(worker, 'start');
+  log(`Citus worker ${worker} started again`);
+}
+
 async function restartRedis(redis: PrivateRedis): Promise<void> {
   await redis.stop();
   bump('redis-stop');
@@ -287,8 +312,16 @@ const violations: string[] = [];
 let exitCode = 0;
 try {
   // Migrate once, before the instances race to.
-  const setup = createInbox({ db: postgresUrl, schema: inboxSchema, sweepIntervalMs: 0, handle: () => {} });
-  await new Ledger(ledgerSchema).setup(await setup.kysely());
+  const setup = createInbox({
+    db: postgresUrl,
+    schema: inboxSchema,
+    sweepIntervalMs: 0,
+    handle: () => {},
+    ...(citus ? { citus: {} } : {}),
+  });
+  const ledger = new Ledger(ledgerSchema);
+  await ledger.setup(await setup.kysely());
+  if (citus) await ledger.distribute(await setup.kysely(), `${inboxSchema}.events`);
   await setup.close();
 
   for (const [i, framework] of FRAMEWORKS.entries()) {
@@ -309,9 +342,11 @@ try {
   const total = plan.keys * plan.seqs + unordered.length;
   log(
     `${ci ? 'CI' : 'full'} mode: ${instances.length} instances (${instances.map((i) => i.name).join(', ')}), ${plan.keys} keys × ${plan.seqs} seqs + ${unordered.length} unordered (${plan.poison} poison) = ${total} events; schema ${inboxSchema}` +
-      (privatePostgres
-        ? `; a private PostgreSQL, restarted every ~${faultEveryMs.postgresRestart / 1000} s`
-        : '; the shared PostgreSQL (never restarted)') +
+      (citus
+        ? `; the Citus cluster's coordinator (never restarted), a worker restarted every ~${faultEveryMs.workerRestart / 1000} s`
+        : privatePostgres
+          ? `; a private PostgreSQL, restarted every ~${faultEveryMs.postgresRestart / 1000} s`
+          : '; the shared PostgreSQL (never restarted)') +
       (privateRedis
         ? `; a private Redis, restarted every ~${faultEveryMs.redisRestart / 1000} s`
         : '; no Redis'),
@@ -339,14 +374,21 @@ try {
     repeat(jittered(faultEveryMs.kill), () => kill(instances)),
     repeat(jittered(faultEveryMs.terminate), () => terminateBackends(admin).catch(() => {})),
   ];
-  if (privatePostgres) {
+  const restartDatabase = citus
+    ? { kind: 'citus-worker-restart', run: restartCitusWorker, every: faultEveryMs.workerRestart }
+    : privatePostgres && {
+        kind: 'postgres-restart',
+        run: () => privatePostgres.restart(),
+        every: faultEveryMs.postgresRestart,
+      };
+  if (restartDatabase) {
     // The first restart early, so that even a short run has one.
-    const every = faultEveryMs.postgresRestart;
+    const { every } = restartDatabase;
     const restart = () => {
-      log('restarting PostgreSQL');
-      return privatePostgres.restart().then(
-        () => bump('postgres-restart'),
-        (err) => log(`PostgreSQL restart failed: ${err.message}`),
+      log(`${restartDatabase.kind}`);
+      return restartDatabase.run().then(
+        () => bump(restartDatabase.kind),
+        (err) => log(`${restartDatabase.kind} failed: ${err.message}`),
       );
     };
     loops.push(repeat((n) => (n === 0 ? every * 0.4 : every * (0.5 + Math.random())), restart));
@@ -480,7 +522,7 @@ try {
   const deliveries = proxyStats.forwarded;
   const drained = [...balancer.heldIds].filter((id) => appliedCount.get(id) === 1).length;
   const summary = {
-    mode: ci ? 'ci' : 'full',
+    mode: `${ci ? 'ci' : 'full'}${citus ? ', Citus' : ''}`,
     seconds: Math.round((Date.now() - started) / 1000),
     events: total,
     deliveries,
@@ -513,7 +555,7 @@ try {
   if (!ci) {
     mkdirSync(join(here, 'results'), { recursive: true });
     writeFileSync(
-      join(here, 'results', 'chaos-latest.json'),
+      join(here, 'results', citus ? 'chaos-citus-latest.json' : 'chaos-latest.json'),
       `${JSON.stringify({ at: new Date().toISOString(), ...summary }, null, 2)}\n`,
     );
   }

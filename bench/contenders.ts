@@ -193,6 +193,8 @@ async function inboxContender(
     inbox?: Partial<InboxOptions>;
     /** Its HTTP server (by default the Express adapter's). */
     serve?: (inbox: Inbox, ledger: Ledger) => Promise<Server>;
+    /** On a Citus coordinator: the inbox's tables and the ledger's distributed, colocated. */
+    citus?: boolean;
   },
 ): Promise<RunningContender> {
   const schema = `${config.schemaBase}_${name}`;
@@ -203,9 +205,11 @@ async function inboxContender(
     schema: `${schema}_inbox`,
     handle: ledgerHandler(ledger),
     ...options.inbox,
+    ...(options.citus ? { citus: {} } : {}),
   });
   const kysely = await inbox.kysely();
   await ledger.setup(kysely);
+  if (options.citus) await ledger.distribute(kysely, `${schema}_inbox.events`);
   const serve =
     options.serve ?? (async (core: Inbox) => createServer(express().use('/webhooks', expressInbox(core))));
   const server = await serve(inbox, ledger);
@@ -228,7 +232,7 @@ async function inboxContender(
       const drains = await sql<{ ms: number }>`
         select extract(epoch from (e.processed_at - p.processed_at)) * 1000 as ms
           from ${events} e join ${events} p
-            on p.source = e.source and p.key = e.key and p.seq = e.seq - 1
+            on p.source = e.source and p.stream = e.stream and p.key = e.key and p.seq = e.seq - 1
          where e.id like ${like} and e.status = 'processed' and p.status = 'processed'
            and e.received_at < p.processed_at`.execute(kysely);
       stats.drainMs = drains.rows.map((r) => Number(r.ms));
@@ -243,6 +247,20 @@ async function inboxContender(
       await closeServer(server);
       await inbox.close();
     },
+  };
+}
+
+/** The Citus cluster's databases (`--citus`, docs/capacity.md): its shards on two workers, on one. */
+export const CITUS_URLS = {
+  'inbox-citus': process.env.CITUS_URL ?? 'postgres://postgres@127.0.0.1:5440/inbox',
+  'inbox-citus-1w': process.env.CITUS_1W_URL ?? 'postgres://postgres@127.0.0.1:5440/inbox_1w',
+};
+
+function citusContender(name: keyof typeof CITUS_URLS, workers: string): ContenderSpec {
+  const postgresUrl = CITUS_URLS[name];
+  return {
+    description: `webhook-inbox on the Citus cluster, ${workers} holding the shards (${postgresUrl}): its tables and the ledger's distributed by key, colocated`,
+    start: (config) => inboxContender({ ...config, postgresUrl }, 'citus', { citus: true }),
   };
 }
 
@@ -449,4 +467,6 @@ export const CONTENDERS: Record<string, ContenderSpec> = {
     description: 'webhook-inbox, Express adapter, embedded PGlite (in memory, one session)',
     start: (config) => inboxContender(config, 'inboxpgl', { embedded: true }),
   },
+  'inbox-citus': citusContender('inbox-citus', 'two workers'),
+  'inbox-citus-1w': citusContender('inbox-citus-1w', 'one worker'),
 };

@@ -6,6 +6,9 @@
  *   npm run bench -- --contenders inbox,bare --workloads unique      cells of MATRIX
  *   npm run bench -- --long 200000        RSS growth of the inbox over that many deliveries
  *   npm run bench -- --instances 2 ...    N servers per cell, the load spread over them
+ *   npm run bench -- --citus              the inbox on DATABASE_URL, and on the Citus cluster's
+ *                                         databases (CITUS_URLS) with one worker and two
+ *                                         (bench/results/citus.json; BENCHMARKS.md untouched)
  *                                         (bench/results/instances-N.json; BENCHMARKS.md untouched)
  *   --runs, --duration and --warmup override the defaults of either set.
  *
@@ -22,11 +25,11 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { dropEverything } from './cleanup.js';
-import { CONTENDERS, type ContenderConfig, type Stats } from './contenders.js';
+import { CITUS_URLS, CONTENDERS, type ContenderConfig, type Stats } from './contenders.js';
 import { postgresCpuMs, postgresCpuMsSince, processCpuMs } from './process-cpu.js';
 import { type Cell, type Goal, type Load, report, writeLongGoal } from './report.js';
 import { forkServer, type Server } from './server-process.js';
-import { type BenchDelivery, DEFAULT, MATRIX, toRequest, WORKLOADS } from './workloads.js';
+import { type BenchDelivery, CITUS, DEFAULT, MATRIX, toRequest, WORKLOADS } from './workloads.js';
 
 const require = createRequire(import.meta.url);
 const autocannon = require('autocannon');
@@ -58,7 +61,8 @@ const postgresUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5
 const redisUrl = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 const selectedContenders = value('contenders')?.split(',');
 // Named cells are taken from the full grid: naming a contender outside DEFAULT measures it.
-const grid = full || value('workloads') || selectedContenders ? MATRIX : DEFAULT;
+const citus = flag('citus');
+const grid = citus ? CITUS : full || value('workloads') || selectedContenders ? MATRIX : DEFAULT;
 const selectedWorkloads = (value('workloads') ?? Object.keys(grid).join(',')).split(',');
 for (const w of selectedWorkloads)
   if (!WORKLOADS[w]) fail(`unknown workload ${w}; one of ${Object.keys(WORKLOADS)}`);
@@ -268,9 +272,13 @@ function write(cells: Cell[], runsDone: number): Goal[] {
     pinned: canPin,
     postgresUrl,
     elapsedS: Math.round((Date.now() - started) / 1000),
-    writeMarkdown: !flag('no-markdown') && value('instances') === undefined,
+    writeMarkdown: !flag('no-markdown') && value('instances') === undefined && !citus,
     instances,
-    resultsFile: value('instances') === undefined ? 'latest.json' : `instances-${instances}.json`,
+    resultsFile: citus
+      ? 'citus.json'
+      : value('instances') === undefined
+        ? 'latest.json'
+        : `instances-${instances}.json`,
     loadAtStart,
     loadAtEnd: loadavg()[0],
   });
@@ -313,7 +321,8 @@ try {
   }
 } finally {
   if (!flag('keep'))
-    await dropEverything(postgresUrl, redisUrl, schemaBase).catch((err) =>
-      console.error('bench: cleanup failed', err),
-    );
+    for (const url of [postgresUrl, ...(citus ? Object.values(CITUS_URLS) : [])])
+      await dropEverything(url, redisUrl, schemaBase).catch((err) =>
+        console.error('bench: cleanup failed', err),
+      );
 }

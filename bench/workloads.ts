@@ -147,6 +147,12 @@ export const DEFAULT: Record<string, string[]> = {
   shuffled: ['naive', 'inbox'],
 };
 
+/** `--citus`: the inbox on DATABASE_URL beside it on the Citus cluster, one worker and two. */
+export const CITUS: Record<string, string[]> = {
+  unique: ['inbox', 'inbox-citus-1w', 'inbox-citus'],
+  ordered: ['inbox', 'inbox-citus-1w', 'inbox-citus'],
+};
+
 /** The full grid (`--full`): DEFAULT, the inbox on its other adapters, the peers under duplicates. */
 export const MATRIX: Record<string, string[]> = {
   unique: [...DEFAULT.unique, 'inbox-koa', 'inbox-fastify'],

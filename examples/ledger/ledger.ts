@@ -63,6 +63,24 @@ export class Ledger {
   }
 
   /**
+   * On a Citus coordinator (docs/citus.md): distributes `accounts` and `entries` by key, colocated
+   * with `colocateWith` (the inbox's events), so that an event's writes on its own key's account
+   * are on its shard. A distributed table's primary key holds its distribution column. Once: tables
+   * already distributed are left as they are.
+   */
+  async distribute(db: Kysely<any>, colocateWith: string): Promise<void> {
+    const t = (name: string) => sql.table(`${this.schema}.${name}`);
+    const { rows } = await sql`select 1 from pg_dist_partition
+                                where logicalrelid = ${`${this.schema}.accounts`}::regclass`.execute(db);
+    if (rows.length > 0) return;
+    await sql`alter table ${t('entries')} drop constraint entries_pkey, add primary key (key, n)`.execute(db);
+    for (const name of ['accounts', 'entries'])
+      await sql`select create_distributed_table(${`${this.schema}.${name}`}, 'key', colocate_with => ${colocateWith})`.execute(
+        db,
+      );
+  }
+
+  /**
    * The handler: adds the amount to the account and appends an entry, both in `tx`. The account
    * is the event's key (or `none`); a provider's event without `amount` (`PROVIDER=stripe`)
    * credits its object (`data.object.id`) with the object's `amount`.

@@ -2,6 +2,8 @@
 
 import { migrateToLatest, migrationScript, pendingMigrations } from '../db/migrations.js';
 import { formatDuration } from '../duration.js';
+import { docsUrl } from '../outcome.js';
+import { TABLE_NAME } from '../runtime/resolve-options.js';
 import { retentionOf } from './arguments.js';
 import { type Command, EXIT, UsageError } from './command.js';
 
@@ -14,14 +16,34 @@ export const INBOX_COMMANDS: Record<string, Command> = {
       '  --sql    prints the SQL of the pending migrations (one transaction, with the ledger rows the\n' +
       '           application looks for), runs nothing; prints nothing when the database is current.\n' +
       '  --check  exits 0 when the database is current, 1 when migrations are pending (it names\n' +
-      '           them), and changes nothing.',
+      '           them), and changes nothing.\n' +
+      `\nOn a Citus cluster (${docsUrl('citus.md')}), as the option \`citus\` does at start:\n` +
+      '  --citus  then distributes the events, keys and gaps tables by stream, colocated (once: a\n' +
+      '           table already distributed is left alone). Connect --db to the coordinator.\n' +
+      '  --colocate-with <table>  colocates them with your distributed table (implies --citus).',
     options: {
       sql: { type: 'boolean', help: 'print the pending SQL; run nothing' },
       check: { type: 'boolean', help: 'exit 1 when migrations are pending; run nothing' },
+      citus: { type: 'boolean', help: 'distribute the tables on a Citus coordinator' },
+      'colocate-with': {
+        type: 'string',
+        help: "a distributed table of yours holding the events' keys ('orders', 'public.orders')",
+      },
     },
     positionals: [0, 0],
     check({ values }) {
       if (values.sql && values.check) throw new UsageError('give --sql or --check, not both');
+      const colocateWith = values['colocate-with'];
+      if (colocateWith !== undefined && !TABLE_NAME.test(colocateWith as string)) {
+        throw new UsageError(
+          `--colocate-with must name a distributed table, as table or schema.table in lower case; got ${JSON.stringify(colocateWith)}`,
+        );
+      }
+      if ((values.citus || colocateWith !== undefined) && (values.sql || values.check)) {
+        throw new UsageError(
+          `--${values.citus ? 'citus' : 'colocate-with'} distributes the tables as it migrates: give it without --sql or --check`,
+        );
+      }
     },
     async run({ values, out, io, connection }) {
       const ops = await connection.ops();
@@ -47,12 +69,15 @@ export const INBOX_COMMANDS: Record<string, Command> = {
         );
         return pending.length === 0 ? EXIT.ok : EXIT.failure;
       }
-      const ran = await migrateToLatest(ops.db, ops.tables);
+      const colocateWith = values['colocate-with'] as string | undefined;
+      const citus =
+        values.citus || colocateWith !== undefined ? (colocateWith ? { colocateWith } : {}) : undefined;
+      const ran = await migrateToLatest(ops.db, ops.tables, citus);
       const result = { migrated: true, schema: ops.tables.schema, tablePrefix: ops.tables.prefix, ran };
       out.result(
         result,
         (r) =>
-          `schema ${r.schema} is up to date${ran.length ? ` (ran ${ran.join(', ')})` : ' (nothing to run)'}`,
+          `schema ${r.schema} is up to date${ran.length ? ` (ran ${ran.join(', ')})` : ' (nothing to run)'}${citus ? ', its tables distributed by stream' : ''}`,
       );
       return EXIT.ok;
     },

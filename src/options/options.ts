@@ -68,7 +68,7 @@ export interface InboxOptions<TBody = any, DB = any> {
   migrate?: boolean;
   /**
    * On a Citus cluster: the migration distributes the inbox's tables, colocated with
-   * `colocateWith`, a distributed table of yours keyed by the events' keys.
+   * `colocateWith`, a distributed table of yours keyed by the events' keys. Not with `groups`: a group's events span every shard.
    * @defaultValue undefined (the tables are not distributed)
    */
   citus?: CitusOptions;

@@ -33,6 +33,7 @@ import {
   optionalFunction,
 } from '../options/option-checks.js';
 import { DEFAULT_LOCK_TIMEOUT_MS, type InboxOptions } from '../options/options.js';
+import { docsUrl } from '../outcome.js';
 import type { ResolvedOptions } from './resolved-options.js';
 import { rejectUnknownOptions } from './unknown-options.js';
 
@@ -296,6 +297,14 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
   const retention = retentionOf(o, 'retention', 7 * 86_400_000);
   const deadRetention = retentionOf(o, 'deadRetention', false);
   const onDeadLetter = optionalFunction<OnDeadLetter>(o, 'onDeadLetter', ' (event, cause) => …');
+  if (o.groups !== undefined && o.citus !== undefined) {
+    // A group's events are unordered, each on the shard of its own id: the grouped take locks a
+    // group's due events across every shard at once, which Citus refuses.
+    throw new InboxOptionsError(
+      'groups',
+      `cannot be combined with \`citus\`: a group spans every shard (${docsUrl('citus.md')}); remove one of them`,
+    );
+  }
   const poolSize = integer(o, 'poolSize', 10, 1, 1000);
   const mode = oneOf(o, 'mode', ['inline', 'deferred'] as const);
   // With connections of their own for acknowledgements, every pool connection may run a lane's
@@ -424,4 +433,5 @@ function resolveCitus(citus: unknown): CitusOptions | undefined {
   return colocateWith === undefined ? {} : { colocateWith };
 }
 
-const TABLE_NAME = /^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)?$/;
+/** A table as `citus.colocateWith` names it (the CLI's `migrate --colocate-with` too). */
+export const TABLE_NAME = /^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)?$/;

@@ -77,6 +77,8 @@ export async function checkInvariants(
   const keys = q('keys');
   const gaps = q('gaps');
   const found: InvariantViolation[] = [];
+  // Each join names the stream too (an ordered event's is its key, as its key row's): on a Citus
+  // cluster a key's rows are joined on their own shard, never repartitioned.
   const add = async (rule: InvariantViolation['rule'], text: string) => {
     for (const r of await rowsOf(db, text)) {
       found.push({
@@ -91,7 +93,7 @@ export async function checkInvariants(
   await add(
     'waiting-below-cursor',
     `select e.source, e.key, e.seq, array[e.id] as ids from ${events} e
-         join ${keys} k on k.source = e.source and k.key = e.key
+         join ${keys} k on k.source = e.source and k.key = e.key and k.stream = e.stream
         where e.status in ('held', 'pending') and e.key is not null and e.seq < k.next_seq
         order by e.source, e.key, e.seq`,
   );
@@ -99,7 +101,7 @@ export async function checkInvariants(
     'waiting-without-cursor',
     `select e.source, e.key, e.seq, array[e.id] as ids from ${events} e
         where e.status in ('held', 'pending') and e.key is not null
-          and not exists (select 1 from ${keys} k where k.source = e.source and k.key = e.key)
+          and not exists (select 1 from ${keys} k where k.source = e.source and k.key = e.key and k.stream = e.stream)
         order by e.source, e.key, e.seq`,
   );
   await add(
@@ -118,14 +120,14 @@ export async function checkInvariants(
   await add(
     'processed-at-or-above-cursor',
     `select e.source, e.key, e.seq, array[e.id] as ids from ${events} e
-         join ${keys} k on k.source = e.source and k.key = e.key
+         join ${keys} k on k.source = e.source and k.key = e.key and k.stream = e.stream
         where e.status in ('processed', 'ignored') and e.seq >= k.next_seq
         order by e.source, e.key, e.seq`,
   );
   await add(
     'gap-reaches-cursor',
     `select g.source, g.key, g.from_seq as seq from ${gaps} g
-         join ${keys} k on k.source = g.source and k.key = g.key
+         join ${keys} k on k.source = g.source and k.key = g.key and k.stream = g.stream
         where g.to_seq >= k.next_seq
         order by g.source, g.key, g.from_seq`,
   );

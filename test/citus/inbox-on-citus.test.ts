@@ -7,7 +7,15 @@
 import { type Kysely, sql } from 'kysely';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { createInbox, type Delivery, type Inbox, type InboxOptions } from '../../src/index.js';
+import {
+  createInbox,
+  type Delivery,
+  type Inbox,
+  type InboxOptions,
+  InboxOptionsError,
+} from '../../src/index.js';
+import { checkInvariants } from '../../src/testing/index.js';
+import { cli } from '../support/cli.js';
 import { uniqueName } from '../support/databases.js';
 import { invariantsHoldAfterEach, watchInvariants } from '../support/invariants.js';
 
@@ -131,6 +139,44 @@ describe('the inbox on a Citus cluster', () => {
     await inbox.close();
   });
 
+  it('the CLI: `migrate --colocate-with` creates and distributes the tables, once', async () => {
+    const schema = uniqueName('wi');
+    schemas.push(schema);
+    const migrate = [
+      'migrate',
+      '--db',
+      url,
+      '--schema',
+      schema,
+      '--colocate-with',
+      `${app}.orders`,
+      '--json',
+    ];
+    const first = await cli(migrate);
+    expect([first.code, first.stderr, first.json?.migrated]).toEqual([0, '', true]);
+    const { rows } = await admin.query(
+      `select logicalrelid::text as t, column_to_column_name(logicalrelid, partkey) as col,
+              colocationid = (select colocationid from pg_dist_partition where logicalrelid = $2::regclass) as colocated
+         from pg_dist_partition where logicalrelid::text like $1 order by 1`,
+      [`${schema}.%`, `${app}.orders`],
+    );
+    expect(rows).toEqual(
+      ['events', 'gaps', 'keys'].map((t) => ({ t: `${schema}.${t}`, col: 'stream', colocated: true })),
+    );
+    const again = await cli(migrate);
+    expect([again.code, again.json?.ran]).toEqual([0, []]);
+    const bad = await cli(['migrate', '--db', url, '--colocate-with', 'Orders; drop', '--json']);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain('--colocate-with must name a distributed table');
+  });
+
+  it('refuses the groups option beside citus, naming both', () => {
+    const open = () =>
+      createInbox({ db: url, citus: {}, groups: { by: '/account', concurrency: 1 }, handle: () => {} });
+    expect(open).toThrow(InboxOptionsError);
+    expect(open).toThrow(/option `groups` cannot be combined with `citus`/);
+  });
+
   it('applies a new event once, answers its copies as duplicates, and refuses its id under a key', async () => {
     const { inbox } = await citusInbox(app);
     const body = { account: 'acct-core', amount: 5 };
@@ -217,6 +263,8 @@ describe('the inbox on a Citus cluster', () => {
     const { rows } = await sql<{ n: number }>`select count(*)::int as n from ${sql.table(`${app}.orders`)}
                                                where id like 'def-u-%'`.execute(db);
     expect(rows[0].n).toBe(30);
+    // The invariants' own queries run on the cluster (each joins a key's rows on their shard).
+    expect(await checkInvariants(admin, { schema })).toEqual([]);
     for (const w of [ack, ...workers]) await w.inbox.close();
   });
 
