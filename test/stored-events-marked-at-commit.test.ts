@@ -157,5 +157,42 @@ describe.each(targets)('stored events marked processed at COMMIT, on $name', (ta
       expect(e).toMatchObject({ status: 'pending', processedAt: null });
       expect(e?.payload).toEqual(body(id));
     });
+
+    it.runIf(target.name === 'postgres')(
+      'reaches past the oldest events other workers hold: a lane beside busy lanes still gets one',
+      async () => {
+        const t = await open();
+        const inbox = await stored(t);
+        const db = await inbox.kysely();
+        const ids = Array.from({ length: 12 }, () => uid('held'));
+        for (const id of ids) expect((await deliver(inbox, id)).status).toBe(202);
+        const take = (limit: number) => `select id from ${inbox.tables.fn('take_pending')}('default', ${limit})`;
+        // Eight oldest events in a batch that stays open, as a worker's batch does while its handlers run.
+        let release!: () => void;
+        const holding = new Promise<void>((resolve) => {
+          release = resolve;
+        });
+        let heldIds: string[] = [];
+        let held!: () => void;
+        const taken = new Promise<void>((resolve) => {
+          held = resolve;
+        });
+        const batch = db.transaction().execute(async (tx) => {
+          heldIds = (await sql.raw<{ id: string }>(take(8)).execute(tx)).rows.map((r) => r.id);
+          held();
+          await holding;
+        });
+        await taken;
+        try {
+          expect(heldIds).toHaveLength(8);
+          const other = await takeIn(db, take(1));
+          expect(other).toHaveLength(1);
+          expect(heldIds).not.toContain(other[0]!.id);
+        } finally {
+          release();
+          await batch;
+        }
+      },
+    );
   });
 });

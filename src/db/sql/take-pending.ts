@@ -5,11 +5,11 @@ import { type StoredEventRow, TAKEN_EVENT_OUTPUT, type TakenEvent, toTakenEvent 
 
 /**
  * `take_pending`: up to `p_limit` due unordered pending events no one else holds (SKIP LOCKED, so
- * instances share the work), oldest due first, locked. The candidates are read unlocked, then each
- * is locked by its stream and id, so no statement locks rows across a Citus cluster's shards (which
- * it refuses); checked again under the lock, as another worker may have taken it in between. Four
- * candidates a slot: a take beside other workers' batches still fills, and a cluster, which reads
- * every shard's candidates before the first is locked, reads a bounded number.
+ * instances share the work), oldest due first, locked. The candidates are read unlocked, a page of
+ * four a slot at a time, then each is locked by its stream and id, so no statement locks rows across
+ * a Citus cluster's shards (which it refuses); checked again under the lock, as another worker may
+ * have taken it in between. The next page starts after the last candidate: the events other
+ * workers hold stay pending until they commit, and a take must reach past them.
  */
 export function takePendingFunction(t: Tables): string {
   return `
@@ -19,24 +19,36 @@ language plpgsql as $fn$
 declare
   v_candidate record;
   v_taken integer := 0;
+  v_read integer;
+  v_due timestamptz := '-infinity';
+  v_id text := '';
   v_ev ${t.events}%rowtype;
 begin
-  for v_candidate in
-    select e.stream, e.id from ${t.events} e
-     where e.source = p_source and e.status = 'pending' and e.key is null
-       and coalesce(e.run_after, e.received_at) <= now()
-     order by coalesce(e.run_after, e.received_at)
-     limit p_limit * 4
   loop
-    select * into v_ev from ${t.events} e
-     where e.source = p_source and e.stream = v_candidate.stream and e.id = v_candidate.id
-       and e.status = 'pending' and e.key is null and coalesce(e.run_after, e.received_at) <= now()
-     for update skip locked;
-    continue when not found;
-    ${TAKEN_EVENT_OUTPUT}
-    return next;
-    v_taken := v_taken + 1;
-    exit when v_taken >= p_limit;
+    v_read := 0;
+    for v_candidate in
+      select e.stream, e.id, coalesce(e.run_after, e.received_at) as due from ${t.events} e
+       where e.source = p_source and e.status = 'pending' and e.key is null
+         and coalesce(e.run_after, e.received_at) <= now()
+         and coalesce(e.run_after, e.received_at) >= v_due
+         and (coalesce(e.run_after, e.received_at) > v_due or e.id > v_id)
+       order by coalesce(e.run_after, e.received_at), e.id
+       limit p_limit * 4
+    loop
+      v_read := v_read + 1;
+      v_due := v_candidate.due;
+      v_id := v_candidate.id;
+      select * into v_ev from ${t.events} e
+       where e.source = p_source and e.stream = v_candidate.stream and e.id = v_candidate.id
+         and e.status = 'pending' and e.key is null and coalesce(e.run_after, e.received_at) <= now()
+       for update skip locked;
+      continue when not found;
+      ${TAKEN_EVENT_OUTPUT}
+      return next;
+      v_taken := v_taken + 1;
+      if v_taken >= p_limit then return; end if;
+    end loop;
+    exit when v_read < p_limit * 4;
   end loop;
 end
 $fn$;
