@@ -12,8 +12,8 @@ export interface CitusOptions {
 }
 
 /**
- * Distributes the events, keys and gaps tables by their stream, colocated, once (a table already
- * distributed is left as it is), under the migrations' lock so two instances starting together
+ * Distributes the events, keys and gaps tables by their stream and the groups table by its group,
+ * colocated, once (a table already distributed is left as it is), under the migrations' lock so two instances starting together
  * distribute each table once. The functions stay on the coordinator, where every claim runs: a claim
  * reads an id's row in any stream and takes the id's advisory lock, which on one shard's worker
  * would miss the other shards' rows and locks (docs/citus.md, "Where the claim runs").
@@ -35,12 +35,13 @@ export async function distributeTables(
   await db.transaction().execute(async (tx) => {
     await sql`select pg_advisory_xact_lock(hashtext(${lockKey}))`.execute(tx);
     const first = citus.colocateWith ?? 'none';
-    for (const [table, colocate] of [
-      [t.events, first],
-      [t.keys, t.events],
-      [t.gaps, t.events],
+    for (const [table, column, colocate] of [
+      [t.events, 'stream', first],
+      [t.keys, 'stream', t.events],
+      [t.gaps, 'stream', t.events],
+      [t.groups, 'group_key', t.events],
     ]) {
-      await sql`select create_distributed_table(${table}, 'stream', colocate_with => ${colocate})
+      await sql`select create_distributed_table(${table}, ${column}, colocate_with => ${colocate})
                  where not exists (select 1 from pg_dist_partition where logicalrelid = ${table}::regclass)`.execute(
         tx,
       );

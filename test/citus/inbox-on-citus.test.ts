@@ -122,7 +122,7 @@ describe('the inbox on a Citus cluster', () => {
     app = await ordersSchema();
   });
 
-  it('distributes its three tables by stream, colocated with the orders table', async () => {
+  it('distributes its four tables, colocated with the orders table', async () => {
     const { inbox, schema } = await citusInbox(app);
     const { rows } = await admin.query(
       `select logicalrelid::text as t, column_to_column_name(logicalrelid, partkey) as col, colocationid
@@ -133,6 +133,7 @@ describe('the inbox on a Citus cluster', () => {
       [`${app}.orders`, 'account_id'],
       [`${schema}.events`, 'stream'],
       [`${schema}.gaps`, 'stream'],
+      [`${schema}.groups`, 'group_key'],
       [`${schema}.keys`, 'stream'],
     ]);
     expect(new Set(rows.map((r) => r.colocationid)).size).toBe(1);
@@ -161,7 +162,11 @@ describe('the inbox on a Citus cluster', () => {
       [`${schema}.%`, `${app}.orders`],
     );
     expect(rows).toEqual(
-      ['events', 'gaps', 'keys'].map((t) => ({ t: `${schema}.${t}`, col: 'stream', colocated: true })),
+      ['events', 'gaps', 'groups', 'keys'].map((t) => ({
+        t: `${schema}.${t}`,
+        col: t === 'groups' ? 'group_key' : 'stream',
+        colocated: true,
+      })),
     );
     const again = await cli(migrate);
     expect([again.code, again.json?.ran]).toEqual([0, []]);
