@@ -166,7 +166,8 @@ describe.each(targets)('stored events marked processed at COMMIT, on $name', (ta
         const db = await inbox.kysely();
         const ids = Array.from({ length: 12 }, () => uid('held'));
         for (const id of ids) expect((await deliver(inbox, id)).status).toBe(202);
-        const take = (limit: number) => `select id from ${inbox.tables.fn('take_pending')}('default', ${limit})`;
+        const take = (limit: number) =>
+          `select id from ${inbox.tables.fn('take_pending')}('default', ${limit})`;
         // Eight oldest events in a batch that stays open, as a worker's batch does while its handlers run.
         let release!: () => void;
         const holding = new Promise<void>((resolve) => {
