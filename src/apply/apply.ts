@@ -1,7 +1,6 @@
 /**
- * Applying a taken event in its take's transaction: the handler under the take's savepoint, then its
- * result; after COMMIT, `reportCommitted`. A handler that throws rolls back to its savepoint and its
- * failure is recorded in the same transaction, while the event is still locked.
+ * A taken event's handler under its take's savepoint, then its result, in one transaction; a failure is
+ * recorded in the same transaction, while the event is still locked.
  */
 import type { Context } from '@opentelemetry/api';
 import type { Kysely, Transaction } from 'kysely';

@@ -28,9 +28,8 @@ function errorMessage(err: unknown): string {
 }
 
 /**
- * Records a failed run in its transaction: back to the take's savepoint, then `fail` counts the
- * attempt or dead-letters it. Nothing is read back before COMMIT, so `fail`'s decision is computed
- * here from the attempts the take read under the same lock.
+ * A failed run, back to the take's savepoint: `fail` counts it or dead-letters it, decided here from the
+ * attempts the take read (nothing is read back before COMMIT).
  */
 export async function recordFailure(
   rt: Runtime,

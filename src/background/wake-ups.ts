@@ -1,7 +1,6 @@
 /**
- * One NOTIFY after the claims committed, at most one per `WAKE_UP_INTERVAL_MS`, naming every key stored
- * meanwhile. Not in the claim: PostgreSQL serialises notifying commits cluster-wide (a global lock held
- * through the WAL flush). A lost NOTIFY is caught by the workers' poll.
+ * One NOTIFY after claims commit, at most one per WAKE_UP_INTERVAL_MS, naming the keys stored meanwhile;
+ * not in the claim, as notifying commits are serialised cluster-wide. The workers' poll catches a lost one.
  */
 
 import { notifyChannel, wakeUpPayload } from '../db/sql/notify-pending.js';

@@ -1,9 +1,6 @@
 /**
- * Deferred mode's claims, sent together: while every acknowledgement connection is busy, arriving
- * claims wait, and the connection that frees first takes them all as one `claim_many` statement.
- * No timer: batches grow only with load. An error of the statement as a whole answers every
- * delivery with it; any other error sends each claim again alone, so that one bad delivery never
- * costs the others their acknowledgement.
+ * Deferred claims, sent together: while every ack connection is busy, arriving claims wait, and the first one
+ * freed sends them as one `claim_many`. A statement error answers them all; any other, each is sent alone.
  */
 import { sqlState } from '../db/drivers/postgres-error.js';
 import type { ClaimRow } from '../db/sql/claim.js';
@@ -95,8 +92,7 @@ export class ClaimBatches {
       maxAhead: o.maxSeqAhead,
       lockTimeout: claimLockTimeout(rt),
     };
-    // Two batches lock in one order, so that they never wait for each other in a circle; the sort
-    // is stable, so a key's claims keep their arrival order.
+    // One lock order for every batch (no deadlock); the sort is stable, so a key's claims keep their order.
     const ordered = [...batch].sort(byLockOrder);
     let rows: ClaimRow[];
     rt.metrics.claimBatch(batch.length);
