@@ -118,8 +118,7 @@ export function createConsole(input: ConsoleOptions): Console {
   }
 
   async function handle(request: ConsoleRequest): Promise<ConsoleResponse> {
-    // First: a page re-pointed at this address (DNS rebinding) sends its own name as Host, and
-    // same-origin checks that compare Origin with Host would pass.
+    // First: a rebinding page sends its own name as Host, which passes any Origin-against-Host check.
     if (!hostAllowed(options, request)) {
       options.logger.warn(
         { console: 'host', host: request.headers.host },

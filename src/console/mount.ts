@@ -120,10 +120,7 @@ export function koaConsole(input: ConsoleInput, prefix = '/console') {
   };
 }
 
-/**
- * A Fastify plugin: `app.register(fastifyConsole, { console: { inbox, token }, prefix: '/console' })`.
- * It reads form bodies itself, in its own scope.
- */
+/** A Fastify plugin (`app.register(fastifyConsole, { console, prefix })`) that reads form bodies itself. */
 export async function fastifyConsole(
   instance: any,
   opts: { console: ConsoleInput; prefix?: string },

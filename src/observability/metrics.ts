@@ -1,7 +1,6 @@
 /**
- * Prometheus metrics through the application's prom-client `Registry` (imported only when given).
- * Labels stay low-cardinality, never ids, keys or seqs; gauges that need a query are computed at
- * scrape time, never on the delivery path.
+ * Prometheus metrics in the application's prom-client `Registry`; labels never carry ids, keys or seqs,
+ * and gauges that need a query are computed at scrape time.
  */
 import { OutcomeKind } from '../outcome.js';
 
