@@ -22,10 +22,7 @@ function postgresDialect(driver: Driver): Dialect {
   };
 }
 
-/**
- * What `db` may be: a connection string, a `pg.Pool`, a Kysely instance, or a PGlite instance
- * (or `'memory'`: an embedded PGlite database in memory).
- */
+/** A connection string, a `pg.Pool`, a Kysely instance or a PGlite instance. */
 export type DatabaseInput = string | PgPoolLike | Kysely<any> | PGliteLike;
 
 /** PGlite is an optional peer dependency: only a missing package becomes the clear error. */

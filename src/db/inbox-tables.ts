@@ -74,10 +74,7 @@ export interface InboxGapsTable {
   stream: string;
 }
 
-/**
- * The inbox's tables under their qualified names for `schema` and `tablePrefix`:
- * `InboxDatabase<'billing', 'wh_'>` is `billing.wh_events`, ….
- */
+/** The tables under their names for `schema` and `tablePrefix`: `InboxDatabase<'billing', 'wh_'>`. */
 export type InboxDatabase<Schema extends string = 'webhook_inbox', Prefix extends string = ''> = {
   [T in `${Schema}.${Prefix}events`]: InboxEventsTable;
 } & { [T in `${Schema}.${Prefix}keys`]: InboxKeysTable } & {

@@ -11,9 +11,8 @@ export interface MigrationPlan {
 }
 
 /**
- * The migration runner of the inbox and the sender's outbox: creates the schema and ledger and runs
- * what the ledger lacks, in one transaction under an advisory lock on `lockKey`. Not Kysely's
- * Migrator: its existence checks introspect every schema, and fail when another is dropped meanwhile.
+ * Creates the schema and ledger and runs what it lacks, in one transaction under an advisory lock.
+ * Not Kysely's Migrator: it introspects every schema, failing when another is dropped meanwhile.
  */
 export async function runMigrations(db: Kysely<unknown>, plan: MigrationPlan): Promise<string[]> {
   const { ledger } = plan;
@@ -49,9 +48,8 @@ export interface LedgerRow {
 }
 
 /**
- * Throws when the ledger lists a migration this version does not ship while it lacks one it does:
- * a schema left by an unreleased version (migrations are append-only, so a later release's ledger
- * holds every earlier name). Running the shipped migrations over it could fail half-way, or worse.
+ * Refuses a ledger that names a migration this version lacks while lacking one it ships: a schema of
+ * an unreleased version, over which the shipped migrations could fail half-way.
  */
 export function refuseForeignLedger(plan: MigrationPlan, applied: ReadonlySet<string>): void {
   const shipped = new Set(plan.migrations.map(([name]) => name));

@@ -39,8 +39,8 @@ export interface Fields {
   /** The position in the key's sequence (integer ≥ 1). @defaultValue the `X-Seq` header (`headers.seq`) */
   readonly seq?: FieldSource;
   /**
-   * The event's type (`event.type`, what `handlers` route by); absent from a delivery, it is null.
-   * @defaultValue the `provider`'s, else none (`event.type` is null)
+   * The event's type (`event.type`, what `handlers` route by); null when absent.
+   * @defaultValue the `provider`'s, else none
    */
   readonly type?: FieldSource;
 }

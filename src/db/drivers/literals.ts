@@ -1,7 +1,4 @@
-/**
- * Values as SQL literals, for folded simple-protocol text (fold.ts). Strings go through pg's
- * `escapeLiteral`; what cannot be written is undefined, and its statement travels alone, bound.
- */
+/** Values as SQL literals (fold.ts), strings by pg's `escapeLiteral`; undefined: the statement goes bound. */
 import type { CompiledQuery } from 'kysely';
 import pg from 'pg';
 

@@ -24,9 +24,8 @@ export class SessionTurns {
   #passTaken = false;
 
   /**
-   * Waits, if need be, for a pass of the event loop in which the session has not run yet. PGlite's
-   * calls resolve without I/O, so turns would otherwise run back to back in microtasks and starve
-   * the event loop: sockets are read and connections accepted between any two turns.
+   * Waits for an event-loop pass in which the session has not run: PGlite resolves without I/O, and
+   * back-to-back turns would starve sockets.
    */
   async ownPass(): Promise<void> {
     if (this.#passTaken) await new Promise<void>((resolve) => setImmediate(resolve));

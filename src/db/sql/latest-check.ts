@@ -3,11 +3,8 @@ import type { StatementNames } from '../drivers/common.js';
 import { defineStatement, type Queryable, stream, type Tables } from './tables.js';
 
 /**
- * `latest_check`: latest-wins for a stored event a worker took, before its handler: under the
- * object's key row, held until COMMIT, an older event is `superseded`; an equal or newer one moves
- * `last_version`. `busy`: another transaction holds the key row, and this one does not wait: its
- * holder may be an inline claim waiting for the event row this worker holds (ARCHITECTURE.md,
- * "Locks"). It runs after the event's savepoint: a throw rolls the version back.
+ * `latest_check`: latest-wins for a taken event, under the object's key row: older is `superseded`.
+ * `busy`: the key row is held, and waiting could deadlock (ARCHITECTURE.md, "Locks").
  */
 export function latestCheckFunction(t: Tables): string {
   return `

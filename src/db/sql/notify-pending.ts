@@ -8,9 +8,8 @@ export function notifyChannel(t: Tables, source: string): string {
 }
 
 /**
- * The wake-up of every instance's workers: one autocommit NOTIFY after the claims committed, never in
- * them (src/background/wake-ups.ts says why). The payload names what may be runnable, one per line:
- * an empty line for unordered events, else a key (printable ASCII, no line break).
+ * Wakes every instance's workers after the claims committed (wake-ups.ts); the payload's lines name
+ * keys, an empty one unordered events.
  */
 export function createNotifyPending(names: StatementNames, t: Tables) {
   const statement = defineStatement(names, t, 'notify_pending', 'select pg_notify($1, $2)');

@@ -3,9 +3,8 @@ import { type RunRow, runRowParameters } from './failed-run.js';
 import { defineStatement, type Queryable, stream, type Tables } from './tables.js';
 
 /**
- * RetryLater: the event waits until `retryAt`, its attempts unchanged, after the undo of its take,
- * riding on COMMIT: the row as `fail` writes it, but no attempt counted. An ordered event's key is
- * still locked (the savepoint kept it) and its cursor rewound, so it applies at `retryAt` in order.
+ * RetryLater: the event waits until `retryAt`, attempts unchanged, after its take's undo; an ordered
+ * one's key stays locked and its cursor rewound, so it applies at `retryAt` in order.
  */
 export function createSnooze(names: StatementNames, t: Tables) {
   const statement = defineStatement(

@@ -1,10 +1,7 @@
 import { CompiledQuery, type Kysely } from 'kysely';
 import type { Rides, StatementNames, StatementResult } from '../drivers/common.js';
 
-/**
- * Qualified, quoted names of the inbox's tables and functions; schema and prefix are validated
- * identifiers, so every statement is otherwise parameterised.
- */
+/** Qualified, quoted names; schema and prefix are validated identifiers, everything else a parameter. */
 export interface Tables {
   readonly schema: string;
   readonly prefix: string;

@@ -5,9 +5,8 @@ import { defineStatement, type Queryable, stream, type Tables } from './tables.j
 import { type StoredEventRow, TAKEN_EVENT_OUTPUT, type TakenEvent, toTakenEvent } from './taken-event.js';
 
 /**
- * `take_next`, behind inline drains and the sweeper: locks the key, takes the due waiting event at its
- * cursor, locks it and advances the cursor; the handler runs in the same transaction. `more` reads
- * the next seq's row, never this one.
+ * `take_next` (inline drains, the sweeper): locks the key, takes and locks the due event at its cursor,
+ * and advances the cursor; the handler runs in the same transaction.
  */
 export function takeNextFunction(t: Tables): string {
   return `

@@ -5,9 +5,8 @@ import { defineStatement, type Queryable, stream, type Tables } from './tables.j
 import { type StoredEventRow, TAKEN_EVENT_OUTPUT, type TakenEvent, toTakenEvent } from './taken-event.js';
 
 /**
- * `take_turn` (then `advance`, after the handler): how workers apply an ordered key's next event, by
- * `take_next`'s rule, but the key row is not locked during the handler: the event row's lock keeps
- * workers apart, so a slow handler does not delay the claims of the key's other seqs.
+ * `take_turn` (then `advance`): `take_next` for workers, without the key row locked during the
+ * handler, so a slow handler does not delay claims of the key's other seqs.
  */
 export function takeTurnFunction(t: Tables): string {
   return `
