@@ -11,15 +11,8 @@ export interface FieldDelivery {
 }
 
 /**
- * Where one field comes from:
- * - `'x-request-id'` or `{ header: 'x-request-id' }`: a header (case-insensitive);
- * - `'/data/object/id'` or `{ body: '/data/object/id' }`: a JSON pointer (RFC 6901) into the body;
- * - `{ constant: 'ledger' }`: the same value for every delivery (one stream for all events);
- * - `(d) => d.body.order.id`: a function of the delivery; `undefined` means absent.
- *
- * ```ts
- * createInbox({ handle, fields: { id: '/idempotency_key', key: { constant: 'ledger' }, seq: '/sequence_id' } });
- * ```
+ * Where one field comes from: a header (`'x-request-id'`, `{ header }`), a JSON pointer into the body
+ * (`'/data/object/id'`, `{ body }`), `{ constant }`, or a function of the delivery (`undefined`: absent).
  */
 export type FieldSource =
   | string

@@ -1,7 +1,6 @@
 /**
- * Events in this process. Every lane (a key's events, or one unordered event) is in one place: the
- * ready set, the timer heap, or nowhere (its head is dead), so `claim` costs what it returns. Each
- * key's next seq is kept for good: forgetting it would restart the key at seq 1.
+ * Events in this process; a lane is in the ready set, the timer heap, or nowhere (dead head), so `claim`
+ * costs what it returns. A key's next seq is kept for good.
  */
 import { randomUUID } from 'node:crypto';
 import { seqNotAfterError } from './event.js';

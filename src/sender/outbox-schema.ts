@@ -222,10 +222,7 @@ $fn$;
 `;
 }
 
-/**
- * Runs the outbox migrations up to the latest; safe from many processes at once (one
- * transaction under an advisory lock per schema; no introspection of other schemas).
- */
+/** Runs the outbox migrations, under an advisory lock per schema; safe from many processes at once. */
 export async function migrateOutbox(db: Kysely<unknown>, tables: OutboxTables): Promise<void> {
   await runMigrations(db, {
     label: 'webhook-inbox/sender',

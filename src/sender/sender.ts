@@ -96,10 +96,7 @@ export class Sender extends EventEmitter<SenderEvents> {
     return enqueued;
   }
 
-  /**
-   * Enqueues an event and resolves when it is delivered or dead-lettered; a second call with the same
-   * id waits for the same outcome. With several dispatchers on one outbox, use `enqueue`.
-   */
+  /** Enqueues an event and resolves when it is delivered or dead-lettered (one outcome per id). */
   async send(event: SenderEvent): Promise<SendResult> {
     if (!this.options.dispatch) {
       throw new Error(
@@ -167,10 +164,7 @@ export class Sender extends EventEmitter<SenderEvents> {
     }
   }
 
-  /**
-   * Stops claiming, waits for the deliveries in flight, and closes the outbox it opened. Waiting `send`
-   * promises are rejected; their events stay in the outbox for the next sender.
-   */
+  /** Stops claiming, waits for deliveries in flight, closes its outbox; waiting `send`s reject. */
   async close(): Promise<void> {
     if (this.#closing) return;
     this.#closing = true;
