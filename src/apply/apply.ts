@@ -1,7 +1,4 @@
-/**
- * A taken event's handler under its take's savepoint, then its result, in one transaction; a failure is
- * recorded in the same transaction, while the event is still locked.
- */
+/** A taken event's handler, result or failure, in its take's transaction while the event is locked. */
 import type { Context } from '@opentelemetry/api';
 import type { Kysely, Transaction } from 'kysely';
 import type { TakenEvent } from '../db/sql/taken-event.js';

@@ -27,10 +27,7 @@ function errorMessage(err: unknown): string {
   return message.slice(0, 2000);
 }
 
-/**
- * A failed run, back to the take's savepoint: `fail` counts it or dead-letters it, decided here from the
- * attempts the take read (nothing is read back before COMMIT).
- */
+/** A failed run, back to the take's savepoint; `fail`'s decision comes from the attempts the take read. */
 export async function recordFailure(
   rt: Runtime,
   tx: Transaction<any>,

@@ -19,8 +19,7 @@ export class Background {
     this.#rt = rt;
     const nothing: Drained = { applied: 0, gapsSkipped: 0, keysBlocked: 0 };
     this.#sweeper = new Sweeper(rt, {
-      // Deferred mode hands the timed passes' work to the lanes (only they hold connections while handlers
-      // run); with `workers: 0`, other instances' lanes take it.
+      // Deferred: the lanes take the timed passes' work (with `workers: 0`, other instances' lanes do).
       drain: async (key, handOff) => {
         if (handOff && this.sheddingPending) {
           this.#workers!.wake(key);

@@ -1,5 +1,4 @@
-// A pass every `sweepIntervalMs` in every instance finishes interrupted drains, retries due failed events,
-// settles gap timeouts, applies due unordered pending events and runs retention.
+// Every instance's periodic pass: drains, due retries, gap timeouts, due pending events, retention.
 
 import { missingTables } from '../db/drivers/postgres-error.js';
 import type { SweepStep } from '../db/sql/sweep.js';

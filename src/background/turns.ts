@@ -97,10 +97,7 @@ export function gapSettled(
 
 const lastGroup = new WeakMap<Runtime, string>();
 
-/**
- * Up to `limit` in one transaction, each under a savepoint, until handlers ran `budgetMs`. With `groups`,
- * one group's; `wakeAt` is when a group it passed over has room again.
- */
+/** Up to `limit` in one transaction, each under a savepoint, until handlers ran `budgetMs` */
 export async function applyDuePending(
   rt: Runtime,
   limit = 1,

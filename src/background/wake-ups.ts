@@ -1,6 +1,6 @@
 /**
- * One NOTIFY after claims commit, at most one per WAKE_UP_INTERVAL_MS, naming the keys stored meanwhile;
- * not in the claim, as notifying commits are serialised cluster-wide. The workers' poll catches a lost one.
+ * One NOTIFY after claims commit (never in them: notifying commits serialise cluster-wide), at most one
+ * per WAKE_UP_INTERVAL_MS, naming the keys stored meanwhile.
  */
 
 import { notifyChannel, wakeUpPayload } from '../db/sql/notify-pending.js';

@@ -10,10 +10,7 @@ export interface MigrationPlan {
   readonly migrations: ReadonlyArray<readonly [name: string, sql: () => string]>;
 }
 
-/**
- * Creates the schema and ledger and runs what it lacks, in one transaction under an advisory lock.
- * Not Kysely's Migrator: it introspects every schema, failing when another is dropped meanwhile.
- */
+/** Runs what the ledger lacks in one transaction under an advisory lock (not Kysely's Migrator). */
 export async function runMigrations(db: Kysely<unknown>, plan: MigrationPlan): Promise<string[]> {
   const { ledger } = plan;
   return db.transaction().execute(async (tx) => {
@@ -47,10 +44,7 @@ export interface LedgerRow {
   readonly name: string;
 }
 
-/**
- * Refuses a ledger that names a migration this version lacks while lacking one it ships: a schema of
- * an unreleased version, over which the shipped migrations could fail half-way.
- */
+/** Refuses the ledger of an unreleased version: it names a migration unknown here, lacking one shipped. */
 export function refuseForeignLedger(plan: MigrationPlan, applied: ReadonlySet<string>): void {
   const shipped = new Set(plan.migrations.map(([name]) => name));
   const foreign = [...applied].filter((name) => !shipped.has(name)).sort();

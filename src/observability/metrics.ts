@@ -1,7 +1,4 @@
-/**
- * Prometheus metrics in the application's prom-client `Registry`; labels never carry ids, keys or seqs,
- * and gauges that need a query are computed at scrape time.
- */
+/** Prometheus metrics in the app's prom-client `Registry`; no id labels, query gauges at scrape time. */
 import { OutcomeKind } from '../outcome.js';
 
 export interface RegistryLike {

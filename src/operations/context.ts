@@ -70,10 +70,7 @@ export function table(ctx: OperationsContext, name: 'events' | 'keys' | 'gaps'):
 
 const citusOf = new WeakMap<object, Promise<boolean>>();
 
-/**
- * Takes the rows `condition` (alias `e`) picks for a batch: SKIP LOCKED, but unlocked on Citus (no FOR
- * UPDATE over shards), where `condition` is checked again on each row written.
- */
+/** A batch's rows `condition` (alias `e`) picks: SKIP LOCKED, or on Citus unlocked and checked again. */
 export async function batchTaking(
   ctx: OperationsContext,
   condition: RawBuilder<unknown>,

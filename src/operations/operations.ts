@@ -1,7 +1,4 @@
-/**
- * Operator actions, handler-free so the CLI runs them without the application. An action locks the key
- * row before the event row, as the claim does: it serialises with a delivery, never deadlocks.
- */
+/** Handler-free operator actions; each locks the key row before the event row, as the claim does. */
 import type { Kysely } from 'kysely';
 import { type Database, type DatabaseInput, openDatabase } from '../db/database.js';
 import type { StoredEvent } from '../db/sql/inspect.js';

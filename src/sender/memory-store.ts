@@ -1,7 +1,4 @@
-/**
- * Events in this process; a lane is in the ready set, the timer heap, or nowhere (dead head), so `claim`
- * costs what it returns. A key's next seq is kept for good.
- */
+/** Events in this process; each lane is ready, timed or dead-headed, so `claim` costs what it returns. */
 import { randomUUID } from 'node:crypto';
 import { seqNotAfterError } from './event.js';
 import type {

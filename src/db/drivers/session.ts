@@ -23,10 +23,7 @@ export class SessionTurns {
   /** A turn began in this pass of the event loop; cleared by the next check phase. */
   #passTaken = false;
 
-  /**
-   * Waits for an event-loop pass in which the session has not run: PGlite resolves without I/O, and
-   * back-to-back turns would starve sockets.
-   */
+  /** Waits for a loop pass the session has not run in: PGlite does no I/O, and turns would starve sockets. */
   async ownPass(): Promise<void> {
     if (this.#passTaken) await new Promise<void>((resolve) => setImmediate(resolve));
     this.#passTaken = true;

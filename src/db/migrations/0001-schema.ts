@@ -1,8 +1,8 @@
 import type { Tables } from '../sql/tables.js';
 
 /**
- * Migration 0001: the tables, indexes and constraints; the functions come from src/db/sql/. CHECKs
- * compare with a constant array, which PostgreSQL stores folded, not rebuilt at every write.
+ * Migration 0001: tables, indexes, constraints (functions: src/db/sql/). CHECKs compare with constant
+ * arrays, stored folded.
  */
 export function schema(t: Tables): string {
   return `

@@ -11,10 +11,7 @@ export function idLockKey(t: Tables, source: string, id: string): string {
       '${lockScope(t)}' || length(${source}) || '|' || ${source} || '|' || ${id}, 0)`;
 }
 
-/**
- * The id's row (any stream) into `v_ev`, locked only where waiting cannot close a cycle: an ordered
- * row's holder may wait for a key this claim holds, so it is read as committed.
- */
+/** The id's row (any stream) into `v_ev`, locked only where waiting for it cannot close a cycle. */
 export function readIdRow(t: Tables): string {
   return `select * into v_ev from ${t.events} e
      where e.source = p_source and e.stream = v_stream and e.id = p_id for update skip locked;

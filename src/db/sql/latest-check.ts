@@ -2,10 +2,7 @@ import { toNumber } from '../column-readers.js';
 import type { StatementNames } from '../drivers/common.js';
 import { defineStatement, type Queryable, stream, type Tables } from './tables.js';
 
-/**
- * `latest_check`: latest-wins for a taken event, under the object's key row: older is `superseded`.
- * `busy`: the key row is held, and waiting could deadlock (ARCHITECTURE.md, "Locks").
- */
+/** `latest_check`: an older taken event is `superseded`; `busy` when the object's key row is held. */
 export function latestCheckFunction(t: Tables): string {
   return `
 create or replace function ${t.fn('latest_check')}(p_source text, p_key text, p_version bigint)

@@ -7,10 +7,7 @@ export function notifyChannel(t: Tables, source: string): string {
   return `wi_${createHash('md5').update(`${t.schema}.${t.prefix}|${source}`).digest('hex')}`;
 }
 
-/**
- * Wakes every instance's workers after the claims committed (wake-ups.ts); the payload's lines name
- * keys, an empty one unordered events.
- */
+/** Wakes every instance's workers (wake-ups.ts): one key a line, an empty line for unordered events. */
 export function createNotifyPending(names: StatementNames, t: Tables) {
   const statement = defineStatement(names, t, 'notify_pending', 'select pg_notify($1, $2)');
   return async function notifyPending(db: Queryable, channel: string, payload: string): Promise<void> {

@@ -2,10 +2,7 @@ import type { StatementNames } from '../drivers/common.js';
 import { type RunRow, runRowParameters } from './failed-run.js';
 import { defineStatement, type Queryable, stream, type Tables } from './tables.js';
 
-/**
- * RetryLater: the event waits until `retryAt`, attempts unchanged, after its take's undo; an ordered
- * one's key stays locked and its cursor rewound, so it applies at `retryAt` in order.
- */
+/** RetryLater: the event waits until `retryAt`, attempts unchanged, in its key's order. */
 export function createSnooze(names: StatementNames, t: Tables) {
   const statement = defineStatement(
     names,

@@ -4,10 +4,7 @@ import { APPLY_SAVEPOINT } from './failed-run.js';
 import { defineStatement, type Queryable, stream, type Tables } from './tables.js';
 import { type StoredEventRow, TAKEN_EVENT_OUTPUT, type TakenEvent, toTakenEvent } from './taken-event.js';
 
-/**
- * `take_turn` (then `advance`): `take_next` for workers, without the key row locked during the
- * handler, so a slow handler does not delay claims of the key's other seqs.
- */
+/** `take_turn` (then `advance`): `take_next` without the key row locked during the handler. */
 export function takeTurnFunction(t: Tables): string {
   return `
 create or replace function ${t.fn('take_turn')}(p_source text, p_key text)

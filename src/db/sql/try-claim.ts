@@ -7,8 +7,8 @@ import { idLockKey } from './id-lock.js';
 import { defineStatement, type Queryable, type Statement, type Tables } from './tables.js';
 
 /**
- * Unordered inline claims by plain statements where they can decide: the id's try-lock, then its row
- * (a final one answers without the lock); undefined sends `claim`. PGlite (`oneSession`) sends no lock.
+ * Unordered inline claims by plain statements where they can decide (the id's try-lock, then its row);
+ * undefined sends `claim`.
  */
 /** All null without a row; `locked` where the session's own lock answers. */
 interface TryClaimResult {
