@@ -40,17 +40,14 @@ export interface Provider {
   readonly group?: FieldSource;
 }
 
-/** Options every preset takes: the secret(s), and overrides of what the preset reads. */
+/** Options every preset takes: the secret(s), and overrides of what the preset reads (`id`, `type`, …). */
 export interface PresetOptions {
   /** The signing secret; several while rotating (any of them may have signed). */
   secret: Secrets;
-  /** Instead of the preset's. */
   id?: FieldSource;
-  /** Instead of the preset's. */
   type?: FieldSource;
-  /** Instead of the preset's, or false for none. */
+  /** false: no ordering. */
   order?: { key: FieldSource; version: FieldSource } | false;
-  /** Instead of the preset's. */
   group?: FieldSource;
 }
 

@@ -74,7 +74,6 @@ export class Inbox {
     );
   }
 
-  /** The options, checked and defaulted. */
   get options(): ResolvedOptions {
     return this.#rt.options;
   }

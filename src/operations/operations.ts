@@ -63,7 +63,6 @@ export class Operations implements OperationsContext {
     return eachBatch(this, pinSelection(selection), size);
   }
 
-  /** How many dead letters a selection matches. */
   countDead(selection: Selection = {}): Promise<number> {
     return countDead(this, pinSelection(selection));
   }

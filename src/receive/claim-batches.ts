@@ -7,7 +7,6 @@ import type { ClaimRow } from '../db/sql/claim.js';
 import type { ClaimManyElement, ClaimManyShared } from '../db/sql/claim-many.js';
 import type { Runtime } from '../runtime/runtime.js';
 
-/** The most claims one statement carries. */
 export const MAX_CLAIMS_PER_BATCH = 256;
 /** The most payload bytes one statement carries (a batch always takes at least one claim). */
 export const MAX_BATCH_BYTES = 4 * 1024 * 1024;
@@ -137,7 +136,6 @@ function byLockOrder(a: Waiting, b: Waiting): number {
 
 const batches = new WeakMap<Runtime, ClaimBatches>();
 
-/** One queue per inbox. */
 export function claimBatchesOf(rt: Runtime): ClaimBatches {
   let b = batches.get(rt);
   if (!b) {

@@ -162,7 +162,6 @@ export class Runtime {
     return { ...stats, groups };
   }
 
-  /** Keeps `promise` in `background` until it settles. */
   track<T>(promise: Promise<T>): Promise<T> {
     this.background.add(promise);
     promise.finally(() => this.background.delete(promise)).catch(() => {});

@@ -1,10 +1,7 @@
 /** The outbox's tables, functions and migrations (separate from the inbox's). */
 import type { Kysely } from 'kysely';
+import { quote } from '../db/drivers/literals.js';
 import { runMigrations } from '../db/migration-runner.js';
-
-export function quote(identifier: string): string {
-  return `"${identifier.replace(/"/g, '""')}"`;
-}
 
 /** Qualified names; the schema was validated as a plain identifier when options were resolved. */
 export interface OutboxTables {

@@ -5,6 +5,10 @@ import pg from 'pg';
 const { escapeLiteral } = pg;
 const NEEDS_ESCAPING = /['\\]/;
 
+export function quote(identifier: string): string {
+  return `"${identifier.replace(/"/g, '""')}"`;
+}
+
 /** One value as a SQL literal, or undefined when it cannot be written as one. */
 export function literal(value: unknown): string | undefined {
   if (value === null || value === undefined) return 'null';

@@ -96,7 +96,6 @@ export interface FailRow {
   decision: 'failed' | 'dead';
   attempts: number;
   drain: boolean;
-  /** Why it was dead-lettered. */
   reason?: 'poison' | 'rejected';
 }
 
