@@ -97,9 +97,9 @@ export class ClaimBatches {
     rt.metrics.claimBatch(batch.length);
     try {
       const elements = ordered.map((w) => w.element);
-      const { acks, readCommittedAlone } = rt.database;
+      const { acks, ownDriver } = rt.database;
       // The claim's SQL relies on READ COMMITTED, which a user's Kysely instance must be told.
-      rows = readCommittedAlone
+      rows = ownDriver
         ? await rt.statements.claimMany(acks, shared, elements)
         : await acks
             .transaction()

@@ -115,7 +115,7 @@ export class Runtime {
       statements: createStatements(
         database.names,
         this.tables,
-        database.sendsCompanions,
+        database.ownDriver,
         database.kind === 'pglite',
       ),
     };
