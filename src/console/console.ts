@@ -51,14 +51,8 @@ function decodeSegment(segment: string): string | undefined {
 }
 
 /**
- * Creates the console over an inbox (or handler-free operations). Throws InboxOptionsError without
- * `authorize`, `token` or `insecure: true`.
- *
- * ```ts
- * import { createConsole } from 'webhook-inbox/console';
- * const console = createConsole({ inbox, token: process.env.CONSOLE_TOKEN });
- * const response = await console.handle({ method: 'GET', url: '/', headers: { authorization: `Bearer ${token}` } });
- * ```
+ * Creates the console over an inbox (or handler-free operations); `console.handle(request)` answers.
+ * Throws InboxOptionsError without `authorize`, `token` or `insecure: true`.
  */
 export function createConsole(input: ConsoleOptions): Console {
   const options = resolveConsoleOptions(input);

@@ -69,13 +69,7 @@ const TOO_LARGE: ConsoleResponse = {
   body: 'form too large',
 };
 
-/**
- * A Node `(req, res)` listener serving the console at `basePath` ('' for the whole server).
- *
- * ```ts
- * http.createServer(nodeConsole({ operations: ops, token })).listen(8080, '127.0.0.1');
- * ```
- */
+/** A Node `(req, res)` listener serving the console at `basePath` ('' for the whole server). */
 export function nodeConsole(input: ConsoleInput, basePath = '') {
   const app = consoleOf(input);
   return async (req: IncomingMessage, res: ServerResponse): Promise<void> => {

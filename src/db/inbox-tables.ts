@@ -1,14 +1,6 @@
 /**
- * The inbox's tables as Kysely table interfaces, for users who query them.
- *
- * ```ts
- * import { Kysely } from 'kysely';
- * import type { InboxDatabase } from 'webhook-inbox';
- *
- * const db = new Kysely<MyDatabase & InboxDatabase>({ dialect });
- * const dead = await db.selectFrom('webhook_inbox.events').select(['id', 'dead_reason'])
- *   .where('status', '=', 'dead').execute();
- * ```
+ * The inbox's tables as Kysely table interfaces, for users who query them:
+ * `new Kysely<MyDatabase & InboxDatabase>({ dialect })`.
  */
 import type { ColumnType } from 'kysely';
 

@@ -3,9 +3,6 @@
  * its event id, type and object come from. Every part can be overridden.
  *
  * ```ts
- * import { createInbox } from 'webhook-inbox';
- * import { stripe } from 'webhook-inbox/providers';
- *
  * const inbox = createInbox({ db, provider: stripe({ secret: process.env.STRIPE_WEBHOOK_SECRET }), handle });
  * ```
  */

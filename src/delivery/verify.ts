@@ -29,15 +29,8 @@ export interface VerifiedDelivery {
 }
 
 /**
- * Checks a delivery's signature. Throw `UnauthorizedDeliveryError` (naming the header) to
- * answer 401; return normally to accept. Any other error answers 503 (the sender retries).
- *
- * ```ts
- * verify: (delivery) => {
- *   if (delivery.headers['x-token'] !== process.env.TOKEN)
- *     throw new UnauthorizedDeliveryError('x-token', 'x-token is wrong');
- * }
- * ```
+ * Checks a delivery's signature: throw `UnauthorizedDeliveryError` (naming the header) to answer 401,
+ * return to accept. Any other error answers 503 (the sender retries).
  */
 export interface Verify {
   (

@@ -269,10 +269,7 @@ export class Inbox {
  * Creates an inbox. `createInbox<DB, Body>(…)` types the handler's `tx` and `event.body`.
  *
  * ```ts
- * const inbox = createInbox({
- *   db: process.env.DATABASE_URL,
- *   handle: (event, { tx }) => tx.insertInto('orders').values({ id: event.body.orderId }).execute(),
- * });
+ * const inbox = createInbox({ db: process.env.DATABASE_URL, handle: (event, { tx }) => save(tx, event) });
  * ```
  */
 export function createInbox<DB = any, TBody = any>(options: InboxOptions<TBody, DB>): Inbox {

@@ -171,13 +171,8 @@ export interface OpenOperationsOptions {
 }
 
 /**
- * Operator actions without an inbox, for scripts and the CLI; the application's sweeper applies replays.
- *
- * ```ts
- * const ops = await openOperations({ db: process.env.DATABASE_URL! });
- * console.log(await ops.status());
- * await ops.close();
- * ```
+ * Operator actions without an inbox, for scripts and the CLI (`openOperations({ db })`); the
+ * application's sweeper applies replays.
  */
 export async function openOperations(
   options: OpenOperationsOptions,

@@ -9,12 +9,8 @@ import type { Handler } from './event.js';
 export type EventTypeMap = object;
 
 /**
- * A type map from a union of events that name their own type, as Stripe's `Stripe.Event` does.
- *
- * ```ts
- * import type Stripe from 'stripe';
- * type StripeEventMap = EventMapOf<Stripe.Event>; // { 'invoice.paid': Stripe.InvoicePaidEvent, … }
- * ```
+ * A type map from a union of events that name their own type, as Stripe's `Stripe.Event` does:
+ * `EventMapOf<Stripe.Event>` is `{ 'invoice.paid': Stripe.InvoicePaidEvent, … }`.
  */
 export type EventMapOf<TEvents extends { readonly type: string }> = {
   [E in TEvents as E['type']]: E;

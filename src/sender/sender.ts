@@ -64,14 +64,7 @@ export class Sender extends EventEmitter<SenderEvents> {
 
   /**
    * Stores an event for delivery. With the outbox, pass the producer's Kysely transaction first: the
-   * event is delivered only if it commits.
-   *
-   * ```ts
-   * await db.transaction().execute(async (tx) => {
-   *   await tx.insertInto('orders').values(order).execute();
-   *   await sender.enqueue(tx, { key: order.accountId, body: { type: 'order.created', order } });
-   * });
-   * ```
+   * event is delivered only if it commits (`sender.enqueue(tx, { key, body })`).
    */
   enqueue(event: SenderEvent): Promise<Enqueued>;
   enqueue(tx: Kysely<any>, event: SenderEvent): Promise<Enqueued>;
@@ -179,12 +172,8 @@ export class Sender extends EventEmitter<SenderEvents> {
  * Creates a sender and starts its dispatcher.
  *
  * ```ts
- * import { createSender } from 'webhook-inbox/sender';
- *
- * const sender = createSender({ endpoint: 'https://example.com/webhooks', secret: process.env.WEBHOOK_SECRET });
+ * const sender = createSender({ endpoint: 'https://example.com/webhooks', secret: process.env.SECRET });
  * const result = await sender.send({ key: 'account-42', body: { type: 'deposit', amount: 100 } });
- * // result.status: 'delivered' (acknowledged with a 2xx) or 'dead-lettered'
- * await sender.close();
  * ```
  */
 export function createSender(options: SenderOptions): Sender {
