@@ -1,4 +1,4 @@
-/** Inline drains: the gap-filling delivery applies the first held events, then the rest after it */
+/** Inline drains: the gap-filling delivery applies the first held events, then the rest after it. */
 import type { Context, Span } from '@opentelemetry/api';
 import type { Kysely, Transaction } from 'kysely';
 import { applyTaken, type Run } from '../apply/apply.js';

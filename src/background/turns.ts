@@ -97,7 +97,7 @@ export function gapSettled(
 
 const lastGroup = new WeakMap<Runtime, string>();
 
-/** Up to `limit` in one transaction, each under a savepoint, until handlers ran `budgetMs` */
+/** Up to `limit` in one transaction until handlers ran `budgetMs`; `wakeAt`: when a passed group has room. */
 export async function applyDuePending(
   rt: Runtime,
   limit = 1,
