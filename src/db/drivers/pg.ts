@@ -11,7 +11,7 @@ const MUTATING = new Set(['INSERT', 'UPDATE', 'DELETE', 'MERGE']);
 const quieted = new WeakSet<object>();
 const ignore = () => {};
 
-/** A no-op 'error' listener, for good: an unheard 'error' (57P01 on a checked-out client) ends the process. */
+/** A permanent no-op 'error' listener: an unheard one (a 57P01 on a checked-out client) ends the process. */
 function quiet(client: PgClientLike): void {
   if (quieted.has(client)) return;
   quieted.add(client);
