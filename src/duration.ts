@@ -12,10 +12,7 @@ const UNITS: Record<string, number> = {
 const DURATION = /^(?:\d+(?:ms|s|m|h|d|w))+$/;
 const PART = /(\d+)(ms|s|m|h|d|w)/g;
 
-/**
- * Milliseconds in `value`, or undefined when it is not a duration. Strings need a unit on every
- * part (`'7d'`, `'90m'`, `'1d12h'`, `'500ms'`): a bare `'7'` is ambiguous and rejected.
- */
+/** Milliseconds in `value`, else undefined; every string part needs a unit (`'1d12h'`, not `'7'`). */
 export function parseDuration(value: unknown): number | undefined {
   if (typeof value === 'number') return Number.isSafeInteger(value) && value >= 0 ? value : undefined;
   if (typeof value !== 'string') return undefined;

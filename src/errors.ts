@@ -68,9 +68,8 @@ export class HandlerError extends InboxError {
 }
 
 /**
- * Thrown by a handler to refuse an event for good: it is dead-lettered at once (`rejected`), the
- * delivery answered 422, and an ordered key follows `onPoison`. The message is stored for the
- * operator, never sent back.
+ * Thrown by a handler to refuse an event for good: dead-lettered at once (`rejected`), answered 422; the
+ * message is stored for the operator, never sent back.
  *
  * ```ts
  * if (!Number.isInteger(event.body.amount)) throw new RejectEvent('amount must be an integer');
@@ -84,8 +83,7 @@ export class RejectEvent extends InboxError {
 }
 
 /**
- * Thrown by a handler: "not yet". The event waits until `at` (or `afterMs` from now), without
- * spending an attempt; a delivery is answered 202 `pending` (with `retryAt`).
+ * Thrown by a handler: "not yet". The event waits until `at` (or `afterMs`), spending no attempt.
  *
  * ```ts
  * if (!order) throw new RetryLater({ afterMs: 60_000 }); // the order's own event has not arrived yet
@@ -114,8 +112,8 @@ export class RetryLater extends InboxError {
 }
 
 /**
- * An operator action that could not be done as asked; nothing was changed. `code`: `not-found`,
- * `ambiguous` (in several sources), `refused` (not in its state) or `locked` (past the lock timeout).
+ * An operator action not done as asked (nothing changed); `code`: `not-found`, `ambiguous`, `refused`
+ * or `locked`.
  */
 export class OperationError extends InboxError {
   override name = 'OperationError';
@@ -142,16 +140,8 @@ export class HandlerTimeoutError extends InboxError {
 }
 
 /**
- * The inbox could not start (the database did not open, or the migrations failed): `inbox.ready()`
- * rejects with it, naming the cause and the fix where one is known. The inbox keeps retrying until
- * `close()`: to stop at boot, catch it and exit.
- *
- * ```ts
- * await inbox.ready().catch((err) => {
- *   console.error(err.message); // webhook-inbox: could not start: connect ECONNREFUSED … (is the database running, …?)
- *   process.exit(1);
- * });
- * ```
+ * The inbox could not start: `inbox.ready()` rejects with it, naming the cause and the fix where known.
+ * The inbox retries until `close()`: to stop at boot, catch it and exit.
  */
 export class InboxStartError extends InboxError {
   override name = 'InboxStartError';
@@ -162,10 +152,7 @@ export class InboxStartError extends InboxError {
   }
 }
 
-/**
- * The embedded database is needed (no `db`, `db: 'memory'` or `dataDir`) and the optional peer
- * `@electric-sql/pglite` is not installed.
- */
+/** The embedded database is needed and the optional peer `@electric-sql/pglite` is not installed. */
 export class EmbeddedDatabaseUnavailableError extends InboxStartError {
   override name = 'EmbeddedDatabaseUnavailableError';
   constructor(cause: unknown) {

@@ -28,10 +28,7 @@ export const OutcomeKind = Object.freeze({
 } as const);
 export type OutcomeKind = (typeof OutcomeKind)[keyof typeof OutcomeKind];
 
-/**
- * What the inbox decided about one delivery, as data. Adapters write `status`, `headers`
- * and {@link responseText} (the body as JSON, or the `respond` hook's text); nothing else.
- */
+/** What the inbox decided about one delivery; adapters write `status`, `headers` and {@link responseText}. */
 export interface Outcome {
   readonly kind: OutcomeKind;
   readonly status: number;

@@ -1,8 +1,4 @@
-/**
- * Applying a taken event in its take's transaction: the handler under the take's savepoint, then its
- * result; after COMMIT, `reportCommitted`. A handler that throws rolls back to its savepoint and its
- * failure is recorded in the same transaction, while the event is still locked.
- */
+/** A taken event's handler, result or failure, in its take's transaction while the event is locked. */
 import type { Context } from '@opentelemetry/api';
 import type { Kysely, Transaction } from 'kysely';
 import type { TakenEvent } from '../db/sql/taken-event.js';

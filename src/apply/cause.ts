@@ -1,7 +1,4 @@
-/**
- * A failed run's cause: a hash of its error's type and message, what varies per event taken out, so
- * that one incident's dead letters group together.
- */
+/** A failed run's cause: a hash of its error's type and message with what varies per event taken out. */
 import { createHash } from 'node:crypto';
 
 export function normalisedMessage(message: string): string {

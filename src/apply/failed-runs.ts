@@ -27,11 +27,7 @@ function errorMessage(err: unknown): string {
   return message.slice(0, 2000);
 }
 
-/**
- * Records a failed run in its transaction: back to the take's savepoint, then `fail` counts the
- * attempt or dead-letters it. Nothing is read back before COMMIT, so `fail`'s decision is computed
- * here from the attempts the take read under the same lock.
- */
+/** A failed run, back to the take's savepoint; `fail`'s decision comes from the attempts the take read. */
 export async function recordFailure(
   rt: Runtime,
   tx: Transaction<any>,

@@ -1,6 +1,5 @@
 /** What follows a failed handler run: another run after a wait, or the dead letter. */
 export interface RetryScheduleOptions {
-  /** Milliseconds. */
   readonly retryFor: number;
   readonly maxAttempts: number | undefined;
   readonly retryBaseMs: number;

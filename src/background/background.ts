@@ -19,9 +19,7 @@ export class Background {
     this.#rt = rt;
     const nothing: Drained = { applied: 0, gapsSkipped: 0, keysBlocked: 0 };
     this.#sweeper = new Sweeper(rt, {
-      // Deferred mode hands the timed passes' work to the lanes: only the lanes hold pool connections
-      // while handlers run. An instance with `workers: 0` only acknowledges: the lanes of the
-      // instances that have them take the work.
+      // Deferred: the lanes take the timed passes' work (with `workers: 0`, other instances' lanes do).
       drain: async (key, handOff) => {
         if (handOff && this.sheddingPending) {
           this.#workers!.wake(key);

@@ -1,7 +1,4 @@
-/**
- * Drains in inline mode: the delivery that filled a gap applies the first few held events in its own
- * transaction (it holds the key's lock already), the rest after its response on the same connection.
- */
+/** Inline drains: the gap-filling delivery applies the first held events, then the rest after it. */
 import type { Context, Span } from '@opentelemetry/api';
 import type { Kysely, Transaction } from 'kysely';
 import { applyTaken, type Run } from '../apply/apply.js';
@@ -36,16 +33,10 @@ export async function drainInline(
   }
 }
 
-/**
- * Held events a delivery applies in its own transaction, at most: its sender waits meanwhile, and past
- * 64 subtransactions PostgreSQL slows every snapshot. 8 applies a reordering sender's short runs whole.
- */
+/** At most this many in the delivery's transaction: its sender waits; 64 subtransactions slow snapshots. */
 export const DRAIN_IN_TRANSACTION = 8;
 
-/**
- * In the transaction of the delivery that filled a key's gap. Each event has its own savepoint, so a
- * handler that throws rolls back only its own writes; any other error rolls back the whole delivery.
- */
+/** Held events drained in the gap-filler's transaction, each under its own savepoint. */
 export class DrainInTransaction {
   rest = false;
   readonly #rt: Runtime;

@@ -1,5 +1,4 @@
-// A pass every `sweepIntervalMs` in every instance finishes interrupted drains, retries due failed events,
-// settles gap timeouts, applies due unordered pending events and runs retention.
+// Every instance's periodic pass: drains, due retries, gap timeouts, due pending events, retention.
 
 import { missingTables } from '../db/drivers/postgres-error.js';
 import type { SweepStep } from '../db/sql/sweep.js';
@@ -59,10 +58,7 @@ export class Sweeper {
     this.#schedule(this.#rt.options.sweepIntervalMs);
   }
 
-  /**
-   * A pass runs when a held event's gap comes due. Deadlines are rounded up to a grid (a tenth of the
-   * gap timeout, 50 ms to `sweepIntervalMs`), so a stream of held events adds one pass per step at most.
-   */
+  /** Runs a pass when a held event's gap comes due, on a grid, so that many held events add few passes. */
   gapDueAt(receivedAt: number): void {
     const o = this.#rt.options;
     if (!this.#started || this.#rt.closing) return;
@@ -89,8 +85,7 @@ export class Sweeper {
     this.#timer = undefined;
     const { logger } = this.#rt.options;
     const startedAt = Date.now();
-    // Said once per outage (a pass every second would bury everything else), with the fix
-    // when the tables are missing.
+    // Said once per outage, with the fix when the tables are missing.
     this.#running = this.sweep({ handOff: true })
       .then(
         () => recovered(logger, 'sweeper'),
@@ -131,8 +126,7 @@ export class Sweeper {
     };
     rt.metrics.sweeperRun();
     const failed = new Set<string>();
-    // Inline mode: a key whose gap was skipped may have another due behind the events just applied;
-    // every round walks from where the pass began, so it is looked at again.
+    // Inline mode: each round walks from where the pass began, so a key with another due gap is seen again.
     const after = this.#resumeAfter;
     for (let round = 0; round < GAP_ROUNDS && !rt.closing; round++) {
       const skipped = report.gapsSkipped;
@@ -153,8 +147,7 @@ export class Sweeper {
     const o = rt.options;
     let step: SweepStep;
     try {
-      // READ COMMITTED: under a snapshot older than a claim, the pass would skip a gap a held event
-      // has filled meanwhile. On the connections no handler holds, so busy lanes do not hold it up.
+      // READ COMMITTED (an older snapshot misses gaps filled since), on connections no handler holds.
       step = await rt.database.acks
         .transaction()
         .setIsolationLevel('read committed')

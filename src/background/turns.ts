@@ -1,7 +1,4 @@
-/**
- * The three ways a stored event is taken and applied, each one transaction: `take_next` (the key locked
- * during the handler), `take_turn` then `advance` (deferred mode), `take_pending` (unordered).
- */
+/** Taking a stored event: `take_next`, `take_turn` + `advance` (deferred), or `take_pending` (unordered). */
 import type { Context } from '@opentelemetry/api';
 import type { Kysely } from 'kysely';
 import {
@@ -100,11 +97,7 @@ export function gapSettled(
 
 const lastGroup = new WeakMap<Runtime, string>();
 
-/**
- * Up to `limit` in one transaction, each under its own savepoint. It stops once the handlers ran
- * `budgetMs`; the rest are released at COMMIT. With `groups`, one group's (the next in turn with room);
- * `wakeAt` is when a group it passed over has room again.
- */
+/** Up to `limit` in one transaction until handlers ran `budgetMs`; `wakeAt`: when a passed group has room. */
 export async function applyDuePending(
   rt: Runtime,
   limit = 1,

@@ -1,7 +1,6 @@
 /**
- * One NOTIFY after the claims committed, at most one per `WAKE_UP_INTERVAL_MS`, naming every key stored
- * meanwhile. Not in the claim: PostgreSQL serialises notifying commits cluster-wide (a global lock held
- * through the WAL flush). A lost NOTIFY is caught by the workers' poll.
+ * One NOTIFY after claims commit (never in them: notifying commits serialise cluster-wide), at most one
+ * per WAKE_UP_INTERVAL_MS, naming the keys stored meanwhile.
  */
 
 import { notifyChannel, wakeUpPayload } from '../db/sql/notify-pending.js';

@@ -1,8 +1,4 @@
-/**
- * Workers apply runnable events in the background; the events table is the queue. Each runs in the
- * transaction that took it, so it is applied once. Lanes are woken in-process after a commit, by other
- * instances' NOTIFY, and by a poll.
- */
+/** Workers apply runnable events from the events table, each in the transaction that took it. */
 import { firstTime, recovered } from '../observability/logger.js';
 import type { Runtime } from '../runtime/runtime.js';
 import { Listener } from './listener.js';
@@ -11,10 +7,7 @@ import { applyDuePending, applyTurn, type Drained } from './turns.js';
 /** Keys remembered for a wake-up; past it, hints are dropped and the sweeper finds the keys. */
 const MAX_KEY_HINTS = 10_000;
 const PENDING_REFRESH_MS = 500;
-/**
- * How long one batch's handlers run before it commits: fast handlers still share one COMMIT, a slow
- * one commits alone, so its row locks are not held through the next handlers' runs.
- */
+/** A batch commits after this much handler time, so a slow handler's locks are not held through others. */
 export const BATCH_BUDGET_MS = 200;
 
 export class Workers {

@@ -133,7 +133,6 @@ function checkPositionals(name: string, command: Command, positionals: string[])
   throw new UsageError(`${name} ${what}; got ${positionals.length}`);
 }
 
-/** Runs one command line; returns the exit code. */
 export async function main(
   argv: readonly string[],
   env: Record<string, string | undefined> = process.env,

@@ -37,8 +37,7 @@ function agesIn(dead: readonly { source: string; id: string; ageMs: number }[]):
 async function agesOf(ops: OpenedOperations, ids: string[]): Promise<Ages> {
   const found = [];
   for (const id of ids) {
-    // Not found and ambiguous ids are reported by the replay itself; any other error fails the
-    // command: an id whose age is unknown would skip the retention check.
+    // Any error but not-found or ambiguous (reported by the replay) fails: retention needs the age.
     const d = await ops.deadLetter(id).catch((err) => {
       if (err instanceof OperationError && (err.code === 'not-found' || err.code === 'ambiguous'))
         return undefined;
@@ -65,10 +64,7 @@ const UNTOLD =
   'Their dedup records may be pruned, so the inbox cannot tell whether they were applied another way since ' +
   '(re-sent under a new id, fixed by hand).';
 
-/**
- * `--all`: the times are pinned once and printed (ISO), so a re-run after an interruption selects the
- * same window; what it re-queued is no longer dead, so nothing is replayed twice.
- */
+/** `--all`: times pinned once and printed, so a re-run after an interruption selects the same window. */
 async function replayAll(
   ops: OpenedOperations,
   values: Values,
@@ -120,8 +116,7 @@ async function replayAll(
     );
   }
   await confirmOrRefuse(values, io, count, `Re-queue ${deadLetters(count)} for the application to apply?`);
-  // A key held past the timeout fails the command naming it (exit 4); the batches before it stay
-  // re-queued, and running the command again goes on from there.
+  // A key held past the timeout fails it (exit 4); the batches before stay re-queued, a re-run goes on.
   const results = await ops.replay({ all: true, ...filter }, { lockTimeoutMs: lockTimeout(values) });
   return requeued(out, results, () => undefined);
 }

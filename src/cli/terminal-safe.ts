@@ -1,6 +1,5 @@
-// What the CLI prints comes from senders and handlers: written raw, an escape sequence drives the
-// operator's terminal. So C0, DEL, C1 (a lone U+009B is CSI to some terminals) and invisible
-// characters that reorder or hide text are shown escaped; `dead show --raw` gives the bytes.
+// Senders and handlers wrote what the CLI prints: C0, DEL, C1 and invisible characters are shown escaped,
+// so no escape sequence drives the operator's terminal (`dead show --raw` gives the bytes).
 
 const UNSAFE = /[\u0000-\u001f\u007f-\u009f\u200b-\u200f\u2028\u2029\u202a-\u202e\u2060-\u2069\ufeff]/g;
 /** The same, minus line feed and tab: for blocks of text such as a payload or a whole message. */

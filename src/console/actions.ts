@@ -120,8 +120,7 @@ export async function runAction(
       return resultPage(ctx, 'Skipped', rows);
     }
     case 'replay-all': {
-      // The filter's times are absolute by now, so what is confirmed is what is replayed, and
-      // submitting it again finishes an interrupted job.
+      // Times are absolute by now: what is confirmed is what is replayed, and a resubmit finishes the job.
       const filter: DeadLetterFilterInput = parseDeadLetterFilter(form);
       const ops = await backend.ops();
       const fields = Object.entries(filter.query).filter(([, v]) => v !== undefined) as Array<

@@ -51,14 +51,8 @@ function decodeSegment(segment: string): string | undefined {
 }
 
 /**
- * Creates the console over an inbox (or handler-free operations). Throws InboxOptionsError without
- * `authorize`, `token` or `insecure: true`.
- *
- * ```ts
- * import { createConsole } from 'webhook-inbox/console';
- * const console = createConsole({ inbox, token: process.env.CONSOLE_TOKEN });
- * const response = await console.handle({ method: 'GET', url: '/', headers: { authorization: `Bearer ${token}` } });
- * ```
+ * Creates the console over an inbox (or handler-free operations); `console.handle(request)` answers.
+ * Throws InboxOptionsError without `authorize`, `token` or `insecure: true`.
  */
 export function createConsole(input: ConsoleOptions): Console {
   const options = resolveConsoleOptions(input);
@@ -118,8 +112,7 @@ export function createConsole(input: ConsoleOptions): Console {
   }
 
   async function handle(request: ConsoleRequest): Promise<ConsoleResponse> {
-    // First: a page re-pointed at this address (DNS rebinding) sends its own name as Host, and
-    // same-origin checks that compare Origin with Host would pass.
+    // First: a rebinding page sends its own name as Host, which passes any Origin-against-Host check.
     if (!hostAllowed(options, request)) {
       options.logger.warn(
         { console: 'host', host: request.headers.host },

@@ -15,7 +15,6 @@ const FIELDS = [
   'newerThan',
 ] as const;
 
-/** The filter form's fields, as typed. */
 export type DeadLetterQuery = { [name in (typeof FIELDS)[number]]?: string };
 
 export interface DeadLetterFilterInput {

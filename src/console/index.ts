@@ -1,12 +1,8 @@
 /**
- * `webhook-inbox/console`: an operator console in the browser for one inbox database: dead letters,
- * keys, ignored events, search by id. Every action is a POST with a same-origin check and a CSRF
- * token, logged with who did it.
+ * `webhook-inbox/console`: an operator console in the browser for one inbox database. Every action is
+ * a POST with a same-origin check and a CSRF token, logged with who did it.
  *
  * ```ts
- * import express from 'express';
- * import { expressConsole } from 'webhook-inbox/console';
- *
  * app.use('/console', expressConsole({ inbox, token: process.env.CONSOLE_TOKEN }));
  * ```
  */

@@ -69,13 +69,7 @@ const TOO_LARGE: ConsoleResponse = {
   body: 'form too large',
 };
 
-/**
- * A Node `(req, res)` listener serving the console at `basePath` ('' for the whole server).
- *
- * ```ts
- * http.createServer(nodeConsole({ operations: ops, token })).listen(8080, '127.0.0.1');
- * ```
- */
+/** A Node `(req, res)` listener serving the console at `basePath` ('' for the whole server). */
 export function nodeConsole(input: ConsoleInput, basePath = '') {
   const app = consoleOf(input);
   return async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
@@ -120,10 +114,7 @@ export function koaConsole(input: ConsoleInput, prefix = '/console') {
   };
 }
 
-/**
- * A Fastify plugin: `app.register(fastifyConsole, { console: { inbox, token }, prefix: '/console' })`.
- * It reads form bodies itself, in its own scope.
- */
+/** A Fastify plugin (`app.register(fastifyConsole, { console, prefix })`) that reads form bodies itself. */
 export async function fastifyConsole(
   instance: any,
   opts: { console: ConsoleInput; prefix?: string },

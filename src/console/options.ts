@@ -88,7 +88,6 @@ function stderrLogger(): Logger {
   return { debug: () => {}, info: line('info'), warn: line('warn'), error: line('error') };
 }
 
-/** Checks every option and fills in the defaults. */
 export function resolveConsoleOptions(o: ConsoleOptions): ResolvedConsoleOptions {
   if (o === null || typeof o !== 'object') throw new InboxOptionsError('console', 'must be an object');
   if ((o.inbox === undefined) === (o.operations === undefined)) {

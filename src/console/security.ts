@@ -22,8 +22,8 @@ function sameSecret(a: string, b: string): boolean {
 const MAX_SESSIONS = 10_000;
 
 /**
- * Without a `secret`: a random id per login, kept (as its SHA-256) in this process (no table; a
- * restart ends every session). With one: signed, `<expiry>.<random>.<HMAC>`, for every replica.
+ * Without a `secret`: random ids whose SHA-256 this process keeps. With one: `<expiry>.<random>.<HMAC>`,
+ * signed, for every replica.
  */
 export class Sessions {
   readonly #expires = new Map<string, number>();
@@ -203,10 +203,7 @@ export class CsrfTokens {
   }
 }
 
-/**
- * Origin (else Referer) names the Host it was sent to, or a trusted origin. A request with neither is
- * refused: every browser this console supports sends Origin on a form POST.
- */
+/** Origin (else Referer) names the Host or a trusted origin; neither is refused (browsers send Origin). */
 export function sameOrigin(options: ResolvedConsoleOptions, request: ConsoleRequest): boolean {
   const host = header(request, 'host');
   let origin = header(request, 'origin');

@@ -18,14 +18,7 @@ export interface ServedConsole {
   close(): Promise<void>;
 }
 
-/**
- * Serves the console at the root of its own server; with `insecure: true`, on a loopback address only.
- *
- * ```ts
- * const ops = await openOperations({ db: process.env.DATABASE_URL! });
- * const served = await serveConsole({ operations: ops, token: process.env.CONSOLE_TOKEN, port: 8080 });
- * ```
- */
+/** Serves the console at the root of its own server; with `insecure: true`, on a loopback address only. */
 export async function serveConsole(options: ServeConsoleOptions): Promise<ServedConsole> {
   const { port = 8080, host = '127.0.0.1', ...rest } = options;
   if (!Number.isInteger(port) || port < 0 || port > 65535) {

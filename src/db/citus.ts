@@ -4,19 +4,16 @@ import type { Tables } from './sql/tables.js';
 /** Option `citus` (docs/citus.md): the inbox's tables distributed on a Citus cluster. */
 export interface CitusOptions {
   /**
-   * A distributed table of yours (`'orders'`, `'public.orders'`) whose distribution column holds the
-   * events' keys: the inbox's rows of a key land on the shard of that table's rows of the same value.
-   * Omitted: the inbox's tables are colocated with each other only.
+   * A distributed table of yours whose distribution column holds the events' keys, to colocate with.
+   * @defaultValue the inbox's tables are colocated with each other only
    */
   readonly colocateWith?: string;
 }
 
 /**
- * Distributes the events, keys and gaps tables by their stream and the groups table by its group,
- * colocated, once (a table already distributed is left as it is), under the migrations' lock so two instances starting together
- * distribute each table once. The functions stay on the coordinator, where every claim runs: a claim
- * reads an id's row in any stream and takes the id's advisory lock, which on one shard's worker
- * would miss the other shards' rows and locks (docs/citus.md, "Where the claim runs").
+ * Distributes the events, keys and gaps tables by stream and groups by group, colocated, once, under
+ * the migrations' lock. The functions stay on the coordinator, which sees every shard's rows and locks
+ * (docs/citus.md).
  */
 export async function distributeTables(
   db: Kysely<unknown>,

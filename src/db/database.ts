@@ -22,10 +22,7 @@ function postgresDialect(driver: Driver): Dialect {
   };
 }
 
-/**
- * What `db` may be: a connection string, a `pg.Pool`, a Kysely instance, or a PGlite instance
- * (or `'memory'`: an embedded PGlite database in memory).
- */
+/** A connection string, a `pg.Pool`, a Kysely instance or a PGlite instance. */
 export type DatabaseInput = string | PgPoolLike | Kysely<any> | PGliteLike;
 
 /** PGlite is an optional peer dependency: only a missing package becomes the clear error. */
@@ -65,10 +62,11 @@ export interface Database {
   /** What must never queue behind a handler: connections of their own (`ackPoolSize`) when possible. */
   readonly acks: Kysely<any>;
   readonly names: StatementNames;
-  /** The driver is ours: it sends a statement's `after` and `first` itself. */
-  readonly sendsCompanions: boolean;
-  /** The driver is ours: a claim sent outside a transaction is READ COMMITTED whatever the server's default. */
-  readonly readCommittedAlone: boolean;
+  /**
+   * The driver is ours: it sends a statement's `after` and `first` itself, and a claim sent outside a
+   * transaction is READ COMMITTED whatever the server's default.
+   */
+  readonly ownDriver: boolean;
   destroy(): Promise<void>;
 }
 
@@ -123,8 +121,7 @@ export async function openDatabase(
       pool: undefined,
       acks: kysely,
       names,
-      sendsCompanions: false,
-      readCommittedAlone: false,
+      ownDriver: false,
       destroy: async () => {},
     };
   }
@@ -166,36 +163,34 @@ function fromPool(
   const acks = ackPool
     ? new Kysely<any>({ dialect: postgresDialect(new PgPoolDriver(ackPool, names, true, wait)) })
     : kysely;
-  return {
-    kysely,
-    applicationKysely: kysely,
-    handlerPlugins: [],
-    kind: 'pg',
-    pool,
-    acks,
-    names,
-    sendsCompanions: true,
-    readCommittedAlone: true,
-    destroy: async () => {
-      await kysely.destroy();
-      if (acks !== kysely) await acks.destroy();
-    },
-  };
+  return ownDriver(kysely, 'pg', names, pool, acks);
 }
 
 function fromPGlite(pglite: PGliteLike, owns: boolean, names: StatementNames, wait: number): Database {
   const kysely = new Kysely<any>({ dialect: postgresDialect(new PGliteDriver(pglite, owns, wait, names)) });
+  return ownDriver(kysely, 'pglite', names);
+}
+
+function ownDriver(
+  kysely: Kysely<any>,
+  kind: Database['kind'],
+  names: StatementNames,
+  pool?: PgPoolLike,
+  acks = kysely,
+): Database {
   return {
     kysely,
     applicationKysely: kysely,
     handlerPlugins: [],
-    kind: 'pglite',
-    pool: undefined,
-    acks: kysely,
+    kind,
+    pool,
+    acks,
     names,
-    sendsCompanions: true,
-    readCommittedAlone: true,
-    destroy: () => kysely.destroy(),
+    ownDriver: true,
+    destroy: async () => {
+      await kysely.destroy();
+      if (acks !== kysely) await acks.destroy();
+    },
   };
 }
 

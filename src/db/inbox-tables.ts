@@ -1,14 +1,6 @@
 /**
- * The inbox's tables as Kysely table interfaces, for users who query them.
- *
- * ```ts
- * import { Kysely } from 'kysely';
- * import type { InboxDatabase } from 'webhook-inbox';
- *
- * const db = new Kysely<MyDatabase & InboxDatabase>({ dialect });
- * const dead = await db.selectFrom('webhook_inbox.events').select(['id', 'dead_reason'])
- *   .where('status', '=', 'dead').execute();
- * ```
+ * The inbox's tables as Kysely table interfaces, for users who query them:
+ * `new Kysely<MyDatabase & InboxDatabase>({ dialect })`.
  */
 import type { ColumnType } from 'kysely';
 
@@ -74,10 +66,7 @@ export interface InboxGapsTable {
   stream: string;
 }
 
-/**
- * The inbox's tables under their qualified names for `schema` and `tablePrefix`:
- * `InboxDatabase<'billing', 'wh_'>` is `billing.wh_events`, ….
- */
+/** The tables under their names for `schema` and `tablePrefix`: `InboxDatabase<'billing', 'wh_'>`. */
 export type InboxDatabase<Schema extends string = 'webhook_inbox', Prefix extends string = ''> = {
   [T in `${Schema}.${Prefix}events`]: InboxEventsTable;
 } & { [T in `${Schema}.${Prefix}keys`]: InboxKeysTable } & {

@@ -10,11 +10,7 @@ export interface MigrationPlan {
   readonly migrations: ReadonlyArray<readonly [name: string, sql: () => string]>;
 }
 
-/**
- * The migration runner of the inbox and the sender's outbox: creates the schema and ledger and runs
- * what the ledger lacks, in one transaction under an advisory lock on `lockKey`. Not Kysely's
- * Migrator: its existence checks introspect every schema, and fail when another is dropped meanwhile.
- */
+/** Runs what the ledger lacks in one transaction under an advisory lock (not Kysely's Migrator). */
 export async function runMigrations(db: Kysely<unknown>, plan: MigrationPlan): Promise<string[]> {
   const { ledger } = plan;
   return db.transaction().execute(async (tx) => {
@@ -48,11 +44,7 @@ export interface LedgerRow {
   readonly name: string;
 }
 
-/**
- * Throws when the ledger lists a migration this version does not ship while it lacks one it does:
- * a schema left by an unreleased version (migrations are append-only, so a later release's ledger
- * holds every earlier name). Running the shipped migrations over it could fail half-way, or worse.
- */
+/** Refuses the ledger of an unreleased version: it names a migration unknown here, lacking one shipped. */
 export function refuseForeignLedger(plan: MigrationPlan, applied: ReadonlySet<string>): void {
   const shipped = new Set(plan.migrations.map(([name]) => name));
   const foreign = [...applied].filter((name) => !shipped.has(name)).sort();

@@ -15,17 +15,11 @@ export interface InboxMigration {
   readonly name: string;
   /** Tables, indexes, constraints; and what a function's change needs first (a DROP FUNCTION). */
   readonly up: (t: Tables) => string;
-  /**
-   * The functions it creates, each with the digest of its text (the first 16 hex digits of SHA-256,
-   * default schema, no prefix); test/sql-functions-match-migrations.test.ts checks the last listing.
-   */
+  /** Its functions with the digests of their text (test/sql-functions-match-migrations.test.ts). */
   readonly functions: { readonly [F in FunctionName]?: string };
 }
 
-/**
- * The shipped migrations, in order (docs/versioning.md): until the first release every change is
- * folded into 0001; from it on, append-only, and a changed function is listed again with its digest.
- */
+/** In order: folded into 0001 until the first release, then append-only (docs/versioning.md). */
 export const inboxMigrations: readonly InboxMigration[] = [
   {
     name: '0001_schema',
@@ -57,10 +51,7 @@ export function migrationSql(migration: InboxMigration, t: Tables): string {
 export const migrations: ReadonlyArray<readonly [name: string, up: (t: Tables) => string]> =
   inboxMigrations.map((m) => [m.name, (t: Tables) => migrationSql(m, t)] as const);
 
-/**
- * Runs the shipped migrations up to the latest, in one transaction under a per-schema advisory lock;
- * with `citus`, then distributes the tables (src/db/citus.ts).
- */
+/** Runs the shipped migrations in one transaction under a per-schema lock, then Citus distribution. */
 export async function migrateToLatest(
   db: Kysely<unknown>,
   tables: Tables,
@@ -97,10 +88,7 @@ export async function pendingMigrations(db: Queryable, tables: Tables): Promise<
   return plan.migrations.map(([name]) => name).filter((name) => !applied.has(name));
 }
 
-/**
- * The SQL `migrateToLatest` would run for `pending`, as one psql script: one transaction, the same
- * lock, each migration followed by its ledger row. Empty when nothing is pending.
- */
+/** What `migrateToLatest` would run for `pending`, as one psql script; empty when nothing is pending. */
 export function migrationScript(tables: Tables, pending: readonly string[]): string {
   if (pending.length === 0) return '';
   const plan = inboxPlan(tables);

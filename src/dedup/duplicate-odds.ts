@@ -1,8 +1,4 @@
-/**
- * How likely the next delivery that missed the in-process cache is a duplicate (a moving average
- * over about the last eight). Looking before BEGIN costs a new event a round trip and saves a
- * duplicate one: it pays when p > 1/2.
- */
+/** How likely the next cache miss is a duplicate (moving average): looking before BEGIN pays when p > 1/2. */
 const WEIGHT = 1 / 8;
 
 export class DuplicateOdds {

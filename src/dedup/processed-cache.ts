@@ -1,7 +1,4 @@
-/**
- * An LRU of events this instance saw processed (final), used only when hash, key and seq all match.
- * An entry also learns whether its body parses as JSON, so later copies need not be parsed.
- */
+/** An LRU of events processed here, matched on hash, key and seq; it learns whether a body parses as JSON. */
 export interface CachedEvent {
   readonly hash: string;
   readonly key: string | null;

@@ -1,7 +1,4 @@
-/**
- * The Redis fast path for duplicates: a cache, never the truth. An entry is written only after a
- * commit as processed (final); anything short of a clean, fast hit falls through to Postgres.
- */
+/** Redis, a cache of processed events (never the truth): anything but a clean, fast hit asks Postgres. */
 import type { Logger } from '../observability/logger.js';
 import type { CachedEvent } from './processed-cache.js';
 
@@ -177,10 +174,7 @@ function decode(raw: string): CachedEvent | undefined {
   return undefined;
 }
 
-/**
- * The ioredis client for a URL: connects in the background, refuses commands while disconnected,
- * never retries one (the fallback is Postgres), and pipelines a pass's commands in one write.
- */
+/** An ioredis client for a URL: connects in the background, fails fast while down, never retries. */
 export async function connectRedis(url: string, logger: Logger): Promise<RedisLike> {
   let Redis: any;
   try {

@@ -39,10 +39,7 @@ const MAX_KEY_CHARACTERS = 255;
 const SEQ = /^[1-9][0-9]{0,15}$/;
 const UTF8 = new TextDecoder('utf-8', { fatal: true });
 
-/**
- * The one value of an identity header. A repeat is refused, never joined: Node joins repeats
- * (`A, A`), which would make a new id of a retry; adapters pass the lists unjoined.
- */
+/** An identity header's one value: a repeat is refused, never joined (`A, A` would make a retry new). */
 function single(raw: Delivery['headers'], headers: Record<string, string>, name: string): string | undefined {
   let count = 0;
   for (const given in raw) {
@@ -55,10 +52,7 @@ function single(raw: Delivery['headers'], headers: Record<string, string>, name:
   return headers[name];
 }
 
-/**
- * A key as text, checked. Node hands header values over as latin1, one character per byte: decoded as
- * the UTF-8 they carry (invalid is refused); a value past U+00FF was decoded already and is taken as is.
- */
+/** A key as text: latin1 header bytes decoded as the UTF-8 they carry (invalid is refused). */
 function keyOf({ text: value, fromHeader }: FieldText, name: string): string {
   let text = value;
   if (fromHeader && /^[\x00-\xff]*$/.test(value) && /[\x80-\xff]/.test(value)) {
@@ -80,10 +74,7 @@ function keyOf({ text: value, fromHeader }: FieldText, name: string): string {
 
 const ISO_DATE_TIME = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:\d{2})$/;
 
-/**
- * A version as a number: an integer, or an ISO 8601 date-time as epoch milliseconds (finer fractions
- * are cut, so two versions within one millisecond are equal and both apply).
- */
+/** A version: an integer, or an ISO 8601 date-time as epoch milliseconds (finer fractions cut). */
 function versionOf(text: string, name: string): number {
   if (/^-?[0-9]{1,16}$/.test(text) && Number.isSafeInteger(Number(text))) return Number(text);
   const ms = ISO_DATE_TIME.test(text) ? Date.parse(text) : Number.NaN;
@@ -98,10 +89,7 @@ type FieldText = { text: string; fromHeader: boolean };
 /** Reads one field's value as text, or undefined. */
 type FieldReader = (source: ResolvedSource) => FieldText | undefined;
 
-/**
- * The reader of a delivery's fields: a header must appear once; others hold a string or an integer.
- * `view` is made at the first read: the default sources are headers, and an object with a getter is costly.
- */
+/** Reads a delivery's fields; `view` is made at the first read, as an object with a getter is costly. */
 function fieldReader(
   raw: Delivery['headers'],
   headers: Record<string, string>,

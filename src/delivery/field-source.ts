@@ -11,15 +11,8 @@ export interface FieldDelivery {
 }
 
 /**
- * Where one field comes from:
- * - `'x-request-id'` or `{ header: 'x-request-id' }`: a header (case-insensitive);
- * - `'/data/object/id'` or `{ body: '/data/object/id' }`: a JSON pointer (RFC 6901) into the body;
- * - `{ constant: 'ledger' }`: the same value for every delivery (one stream for all events);
- * - `(d) => d.body.order.id`: a function of the delivery; `undefined` means absent.
- *
- * ```ts
- * createInbox({ handle, fields: { id: '/idempotency_key', key: { constant: 'ledger' }, seq: '/sequence_id' } });
- * ```
+ * Where one field comes from: a header (`'x-request-id'`, `{ header }`), a JSON pointer into the body
+ * (`'/data/object/id'`, `{ body }`), `{ constant }`, or a function of the delivery (`undefined`: absent).
  */
 export type FieldSource =
   | string
@@ -39,8 +32,8 @@ export interface Fields {
   /** The position in the key's sequence (integer ≥ 1). @defaultValue the `X-Seq` header (`headers.seq`) */
   readonly seq?: FieldSource;
   /**
-   * The event's type (`event.type`, what `handlers` route by); absent from a delivery, it is null.
-   * @defaultValue the `provider`'s, else none (`event.type` is null)
+   * The event's type (`event.type`, what `handlers` route by); null when absent.
+   * @defaultValue the `provider`'s, else none
    */
   readonly type?: FieldSource;
 }

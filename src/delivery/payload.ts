@@ -3,9 +3,8 @@ import * as crypto from 'node:crypto';
 import { InvalidDeliveryError } from '../errors.js';
 
 /**
- * Headers that carry a credential, or a signature that stands for one: never stored or shown. A
- * stored signature lets whoever reads the table replay the delivery as if from the provider (GitHub's
- * and Shopify's sign no timestamp), and a stored event is never verified again.
+ * Headers that carry a credential or a signature: never stored or shown, as a stored signature lets
+ * whoever reads the table replay the delivery (a stored event is never verified again).
  */
 export const SECRET_HEADERS: readonly string[] = Object.freeze([
   'authorization',

@@ -3,9 +3,6 @@
  * its event id, type and object come from. Every part can be overridden.
  *
  * ```ts
- * import { createInbox } from 'webhook-inbox';
- * import { stripe } from 'webhook-inbox/providers';
- *
  * const inbox = createInbox({ db, provider: stripe({ secret: process.env.STRIPE_WEBHOOK_SECRET }), handle });
  * ```
  */
@@ -40,17 +37,14 @@ export interface Provider {
   readonly group?: FieldSource;
 }
 
-/** Options every preset takes: the secret(s), and overrides of what the preset reads. */
+/** Options every preset takes: the secret(s), and overrides of what the preset reads (`id`, `type`, …). */
 export interface PresetOptions {
   /** The signing secret; several while rotating (any of them may have signed). */
   secret: Secrets;
-  /** Instead of the preset's. */
   id?: FieldSource;
-  /** Instead of the preset's. */
   type?: FieldSource;
-  /** Instead of the preset's, or false for none. */
+  /** false: no ordering. */
   order?: { key: FieldSource; version: FieldSource } | false;
-  /** Instead of the preset's. */
   group?: FieldSource;
 }
 
@@ -95,13 +89,8 @@ function member(value: unknown, name: string): unknown {
 }
 
 /**
- * Stripe: `Stripe-Signature` (5 minutes' tolerance, as Stripe's SDK); id = the body's `id`
- * (`evt_…`, covered by the signature); type = `type`; the object is `data.object.id`,
- * versioned by `created`; group (option `groups`) = the Connect `account`.
- *
- * ```ts
- * provider: stripe({ secret: process.env.STRIPE_WEBHOOK_SECRET })
- * ```
+ * Stripe: `Stripe-Signature` (5 minutes' tolerance); id = the body's `id`; type = `type`; the object is
+ * `data.object.id`, versioned by `created`; group = the Connect `account`.
  */
 export function stripe(options: TimedPresetOptions): Provider {
   return preset('stripe', options, (o) => stripeSignature(o as TimedPresetOptions & { secret: string }), {
@@ -113,10 +102,8 @@ export function stripe(options: TimedPresetOptions): Provider {
 }
 
 /**
- * GitHub: `X-Hub-Signature-256` (`sha256=<hex>` HMAC of the body, no timestamp); id =
- * `X-GitHub-Delivery` (the same on a redelivery); type = `X-GitHub-Event`, joined with the
- * body's `action` when it has one, as Octokit names them (`issues.opened`; `push`). No ordering.
- * Group (option `groups`): the App's `installation.id`.
+ * GitHub: `X-Hub-Signature-256`; id = `X-GitHub-Delivery`; type = `X-GitHub-Event`, joined with the
+ * body's `action` as Octokit names them (`issues.opened`); group = `installation.id`. No ordering.
  */
 export function github(options: PresetOptions): Provider {
   return preset(
@@ -137,10 +124,8 @@ export function github(options: PresetOptions): Provider {
 }
 
 /**
- * Shopify: `X-Shopify-Hmac-Sha256` (base64 HMAC of the body, no timestamp); id =
- * `X-Shopify-Webhook-Id` (`X-Shopify-Event-Id` names the event across subscriptions:
- * `id: 'x-shopify-event-id'`); type = `X-Shopify-Topic`; the object is the body's `id`,
- * versioned by `X-Shopify-Triggered-At`; group (option `groups`) = `X-Shopify-Shop-Domain`.
+ * Shopify: `X-Shopify-Hmac-Sha256`; id = `X-Shopify-Webhook-Id`; type = `X-Shopify-Topic`; the object
+ * is the body's `id`, versioned by `X-Shopify-Triggered-At`; group = `X-Shopify-Shop-Domain`.
  */
 export function shopify(options: PresetOptions): Provider {
   return preset(
@@ -157,15 +142,9 @@ export function shopify(options: PresetOptions): Provider {
 }
 
 /**
- * Svix and every Standard Webhooks sender (Clerk, Resend, …): `svix-id/-timestamp/-signature`
- * or `webhook-id/-timestamp/-signature`, whichever the delivery carries; `v1` (HMAC-SHA256)
- * signatures; `v1a` (ed25519) is not supported. id = the signed `svix-id` / `webhook-id`;
- * type = the body's `type`. No ordering. A `RejectEvent` is answered with
- * `webhook-delivery: abort-message`, which tells Svix to stop retrying that message.
- *
- * ```ts
- * provider: svix({ secret: process.env.CLERK_WEBHOOK_SECRET }) // whsec_…
- * ```
+ * Svix and every Standard Webhooks sender (Clerk, Resend, …): `svix-*` or `webhook-*` headers, `v1`
+ * signatures; id = the signed id; type = the body's `type`. No ordering. A `RejectEvent` answers
+ * `webhook-delivery: abort-message`, so Svix stops retrying.
  */
 export function svix(options: TimedPresetOptions): Provider {
   return preset(
@@ -187,15 +166,9 @@ export function standardWebhooks(options: TimedPresetOptions): Provider {
 }
 
 /**
- * Slack (Events API): `X-Slack-Signature` `v0` over `v0:{timestamp}:{body}`, 5 minutes'
- * tolerance; id = the body's `event_id` (a retry, `X-Slack-Retry-Num: 1`, carries the same);
- * type = `event.type`, else the envelope's `type` (`url_verification`, `app_rate_limited`). A
- * `RejectEvent` is answered with `X-Slack-No-Retry: 1`. Slack wants an answer within 3 seconds:
- * pair it with `mode: 'deferred'`.
- *
- * ```ts
- * provider: slack({ secret: process.env.SLACK_SIGNING_SECRET }), mode: 'deferred'
- * ```
+ * Slack (Events API): `X-Slack-Signature` `v0`, 5 minutes' tolerance; id = `event_id`; type = `event.type`,
+ * else the envelope's `type`. A `RejectEvent` answers `X-Slack-No-Retry: 1`. Slack wants an answer within
+ * 3 seconds: pair it with `mode: 'deferred'`.
  */
 export function slack(options: TimedPresetOptions): Provider {
   return preset('slack', options, (o) => slackSignature(o as TimedPresetOptions), {
@@ -210,9 +183,8 @@ export function slack(options: TimedPresetOptions): Provider {
 }
 
 /**
- * Paddle Billing: `Paddle-Signature: ts=…;h1=…` over `${ts}:${body}` (5 seconds' tolerance,
- * as Paddle's SDK); id = the body's `event_id`; type = `event_type`; the object is `data.id`,
- * versioned by `occurred_at`.
+ * Paddle Billing: `Paddle-Signature` (5 seconds' tolerance); id = `event_id`; type = `event_type`; the
+ * object is `data.id`, versioned by `occurred_at`.
  */
 export function paddle(options: TimedPresetOptions): Provider {
   return preset('paddle', options, (o) => paddleSignature(o as TimedPresetOptions), {
@@ -223,10 +195,8 @@ export function paddle(options: TimedPresetOptions): Provider {
 }
 
 /**
- * GitLab: `X-Gitlab-Token` (the secret token itself, compared in constant time; it signs
- * nothing); id = `Idempotency-Key` (GitLab 17.4 and later, the same on a retry), else
- * `X-Gitlab-Event-UUID`; type = the body's `object_kind` (`push`, `merge_request`), else
- * `X-Gitlab-Event` (`System Hook`). No ordering.
+ * GitLab: `X-Gitlab-Token` (a shared token; it signs nothing); id = `Idempotency-Key`, else
+ * `X-Gitlab-Event-UUID`; type = `object_kind`, else `X-Gitlab-Event`. No ordering.
  */
 export function gitlab(options: PresetOptions): Provider {
   return preset('gitlab', options, (o) => headerToken({ header: 'x-gitlab-token', secret: o.secret }), {

@@ -1,7 +1,4 @@
-/**
- * The `respond` option shapes what the sender receives, after the inbox decided. A hook that throws
- * or returns something unusable is logged and the default answered: a bug in it is never a 500.
- */
+/** The `respond` option; a hook that throws or returns something unusable is logged, the default answered. */
 import { InboxOptionsError } from '../errors.js';
 import type { Logger } from '../observability/logger.js';
 import { type Outcome, OutcomeKind } from '../outcome.js';
@@ -19,10 +16,7 @@ export interface RespondEvent<TBody = any> {
   readonly headers: Readonly<Record<string, string>>;
 }
 
-/**
- * What a `respond` hook may change; each member left out keeps the default. A string `body` is
- * sent as is (`text/plain` unless `headers` says otherwise), any other value as JSON.
- */
+/** What a `respond` hook may change; a string `body` is sent as is (`text/plain`), any other as JSON. */
 export interface ResponseShape {
   /** An integer from 200 to 599. A failure (a default of 400 or more) keeps a failure status. */
   readonly status?: number;
@@ -32,10 +26,7 @@ export interface ResponseShape {
   readonly body?: unknown;
 }
 
-/**
- * Shapes the answer to each delivery: `event` is `undefined` when the delivery was refused before
- * its id could be read. Return `undefined` to answer the default.
- */
+/** Shapes each answer (`event` undefined when refused before its id was read); `undefined`: the default. */
 export type RespondHook<TBody = any> = (
   outcome: Outcome,
   event: RespondEvent<TBody> | undefined,

@@ -67,10 +67,7 @@ export function mustMatch(name: string, given: readonly Buffer[], expected: read
   if (!found) throw new UnauthorizedDeliveryError(name, `${name} does not match`);
 }
 
-/**
- * Canonical base64 only: Node's decoder skips unknown characters and accepts missing padding, so
- * `sig!!` and `sig` could match one signature. A signature is compared as sent, or not at all.
- */
+/** Canonical base64 only: Node's decoder would let `sig!!` and `sig` match one signature. */
 export function strictBase64(text: string): Buffer | undefined {
   if (!/^[A-Za-z0-9+/]+={0,2}$/.test(text) || text.length % 4 !== 0) return undefined;
   const bytes = Buffer.from(text, 'base64');

@@ -24,23 +24,13 @@ export interface VerifiableDelivery {
 
 /** What a verifier may tell the inbox: the event id the signature covers. */
 export interface VerifiedDelivery {
-  /**
-   * The event id the signature covers: an id header that disagrees is refused, so an unsigned
-   * header cannot make a captured delivery a new event.
-   */
+  /** The event id the signature covers: a disagreeing id header is refused. */
   readonly id?: string;
 }
 
 /**
- * Checks a delivery's signature. Throw `UnauthorizedDeliveryError` (naming the header) to
- * answer 401; return normally to accept. Any other error answers 503 (the sender retries).
- *
- * ```ts
- * verify: (delivery) => {
- *   if (delivery.headers['x-token'] !== process.env.TOKEN)
- *     throw new UnauthorizedDeliveryError('x-token', 'x-token is wrong');
- * }
- * ```
+ * Checks a delivery's signature: throw `UnauthorizedDeliveryError` (naming the header) to answer 401,
+ * return to accept. Any other error answers 503 (the sender retries).
  */
 export interface Verify {
   (
@@ -59,13 +49,8 @@ function declaring(secretHeaders: readonly string[], verify: Verify): Verify {
 export type Secrets = string | Buffer | readonly (string | Buffer)[];
 
 /**
- * Standard Webhooks (Svix and others): `webhook-signature` `v1,<base64>` entries, an HMAC-SHA256
- * of `${id}.${timestamp}.${body}` keyed by the base64 secret after `whsec_`. Covers the id (the
- * event's id), the timestamp and the body.
- *
- * ```ts
- * createInbox({ handle, verify: standardWebhooks({ secret: process.env.WEBHOOK_SECRET }) });
- * ```
+ * Standard Webhooks (Svix and others): `webhook-signature` `v1,<base64>` entries over
+ * `${id}.${timestamp}.${body}`, keyed by the base64 secret after `whsec_`.
  */
 export function standardWebhooks(options: {
   /** `whsec_…` (base64 after the prefix) or the raw key bytes; several while rotating. */
@@ -125,10 +110,7 @@ function plainSecrets(secret: unknown): (string | Buffer)[] {
   });
 }
 
-/**
- * Slack: `X-Slack-Signature: v0=<hex>`, an HMAC-SHA256 of `v0:${timestamp}:${body}` keyed by the
- * app's signing secret. Covers the timestamp and the body.
- */
+/** Slack: `X-Slack-Signature: v0=<hex>` over `v0:${timestamp}:${body}`. */
 export function slackSignature(options: { secret: Secrets; toleranceSeconds?: number }): Verify {
   const keys = plainSecrets(options?.secret);
   const tolerance = toleranceOf(options.toleranceSeconds);
@@ -148,10 +130,7 @@ export function slackSignature(options: { secret: Secrets; toleranceSeconds?: nu
   });
 }
 
-/**
- * Stripe's and Paddle's form: a `name=value` list of the timestamp (`ts`) and hex digests (`sig`),
- * each an HMAC-SHA256 of the timestamp, `join` and the body.
- */
+/** Stripe's and Paddle's `name=value` list of a timestamp and hex HMAC-SHA256 digests. */
 function checkSignedItems(
   d: VerifiableDelivery,
   header: string,
@@ -176,10 +155,7 @@ function checkSignedItems(
   mustMatch(header, given, expected);
 }
 
-/**
- * Paddle Billing: `Paddle-Signature: ts=<unix seconds>;h1=<hex>`, an HMAC-SHA256 of `${ts}:${body}`;
- * 5 seconds of clock difference by default, as Paddle's SDK.
- */
+/** Paddle Billing: `Paddle-Signature: ts=<seconds>;h1=<hex>` over `${ts}:${body}`; 5 seconds' tolerance. */
 export function paddleSignature(options: { secret: Secrets; toleranceSeconds?: number }): Verify {
   const keys = plainSecrets(options?.secret);
   const tolerance = toleranceOf(options.toleranceSeconds, 5);
@@ -189,14 +165,7 @@ export function paddleSignature(options: { secret: Secrets; toleranceSeconds?: n
   );
 }
 
-/**
- * A shared token in a header, as GitLab sends it, compared in constant time. Covers nothing:
- * whoever knows the token can send any body.
- *
- * ```ts
- * verify: headerToken({ header: 'x-gitlab-token', secret: process.env.GITLAB_WEBHOOK_TOKEN })
- * ```
- */
+/** A shared token in a header (GitLab), compared in constant time; it covers nothing. */
 export function headerToken(options: { header: string; secret: Secrets }): Verify {
   const name = headerName(options?.header);
   // Digests of equal length: the comparison leaks neither the token nor its length.
@@ -207,14 +176,7 @@ export function headerToken(options: { header: string; secret: Secrets }): Verif
   );
 }
 
-/**
- * Stripe: `Stripe-Signature: t=<unix seconds>,v1=<hex>`, an HMAC-SHA256 of `${t}.${body}` keyed by
- * the endpoint secret as-is. Covers the timestamp and the body, whose `id` is the event's id.
- *
- * ```ts
- * createInbox({ handle, verify: stripeSignature({ secret: process.env.STRIPE_WEBHOOK_SECRET }) });
- * ```
- */
+/** Stripe: `Stripe-Signature: t=<seconds>,v1=<hex>` over `${t}.${body}`, keyed by the endpoint secret. */
 export function stripeSignature(options: {
   /** The endpoint's signing secret, `whsec_…`; several while rolling it. */
   secret: string | readonly string[];
@@ -235,12 +197,8 @@ export function stripeSignature(options: {
 }
 
 /**
- * A plain HMAC-SHA256 of the raw body in one header, as GitHub and Shopify send it. Covers the
- * body only: a captured delivery sent again under another id is a new event (prefer `idFromBody`).
- *
- * ```ts
- * verify: hmacSignature({ header: 'x-hub-signature-256', prefix: 'sha256=', secret: process.env.GITHUB_SECRET })
- * ```
+ * An HMAC-SHA256 of the raw body in one header (GitHub, Shopify); it covers no id, so prefer
+ * `idFromBody`.
  */
 export function hmacSignature(options: {
   /** The header carrying the signature (case-insensitive). */

@@ -51,10 +51,7 @@ export class Inbox {
     this.#start(0);
   }
 
-  /**
-   * Starts at construction: waiting events are applied without new traffic, and a wrong
-   * `DATABASE_URL` is said at boot. A failure is retried with backoff (1 s doubling to 30 s).
-   */
+  /** Starts at once, so waiting events apply and a wrong database shows at boot; retried with backoff. */
   #start(failures: number): void {
     this.ready().then(
       (database) => {
@@ -77,7 +74,6 @@ export class Inbox {
     );
   }
 
-  /** The options, checked and defaulted. */
   get options(): ResolvedOptions {
     return this.#rt.options;
   }
@@ -87,10 +83,7 @@ export class Inbox {
     return this.#rt.tables;
   }
 
-  /**
-   * Resolves once the database is open and migrated and the sweeper and workers run; rejects with
-   * `InboxStartError` naming the cause and the fix. Await it at boot to fail loudly on a wrong database.
-   */
+  /** Resolves once the database is open and the background runs; rejects with `InboxStartError`. */
   async ready(): Promise<Database> {
     const { database } = await this.#rt.open().catch((err) => {
       throw startError(err);
@@ -143,9 +136,7 @@ export class Inbox {
   }
 
   /**
-   * Shuts the inbox down: takes no new delivery (503, so close the HTTP server first), waits for
-   * those in flight, stops the background work, then closes what it opened. An event not applied
-   * stays waiting. After it, `ready()` and the operator methods reject with InboxError `closed`.
+   * Shuts down: new deliveries get 503, those in flight finish, then what it opened is closed.
    *
    * ```ts
    * process.once('SIGTERM', () => server.close(() => inbox.close().then(() => process.exit(0))));
@@ -192,13 +183,7 @@ export class Inbox {
     return this.#operations;
   }
 
-  /**
-   * Dead letters, oldest first, with their payloads and whether each blocks its key.
-   *
-   * ```ts
-   * const poison = await inbox.deadLetters({ reason: 'poison', olderThan: '1h' });
-   * ```
-   */
+  /** Dead letters, oldest first, with their payloads and whether each blocks its key. */
   async deadLetters(filter: Omit<DeadLetterFilter, 'source'> = {}): Promise<DeadLetter[]> {
     return (await this.operations()).deadLetters(filter);
   }
@@ -209,11 +194,9 @@ export class Inbox {
   }
 
   /**
-   * Replays dead letters ({@link Operations.replay}) and applies them now. Fix the handler first: a
-   * replay that fails again is dead-lettered again when its budget is spent.
+   * Replays dead letters ({@link Operations.replay}) and applies them now; fix the handler first.
    *
    * ```ts
-   * const [r] = await inbox.replay('evt_123');   // r.status === 'processed'
    * await inbox.replay({ all: true, reason: 'poison', key: 'acct-7' });
    * ```
    */
@@ -286,10 +269,7 @@ export class Inbox {
  * Creates an inbox. `createInbox<DB, Body>(…)` types the handler's `tx` and `event.body`.
  *
  * ```ts
- * const inbox = createInbox({
- *   db: process.env.DATABASE_URL,
- *   handle: (event, { tx }) => tx.insertInto('orders').values({ id: event.body.orderId }).execute(),
- * });
+ * const inbox = createInbox({ db: process.env.DATABASE_URL, handle: (event, { tx }) => save(tx, event) });
  * ```
  */
 export function createInbox<DB = any, TBody = any>(options: InboxOptions<TBody, DB>): Inbox {

@@ -1,8 +1,4 @@
-/**
- * Prometheus metrics through the application's prom-client `Registry` (imported only when given).
- * Labels stay low-cardinality, never ids, keys or seqs; gauges that need a query are computed at
- * scrape time, never on the delivery path.
- */
+/** Prometheus metrics in the app's prom-client `Registry`; no id labels, query gauges at scrape time. */
 import { OutcomeKind } from '../outcome.js';
 
 export interface RegistryLike {

@@ -38,10 +38,7 @@ export function keyIn(key: string, source: string): string {
   return `key ${JSON.stringify(key)} (source ${JSON.stringify(source)})`;
 }
 
-/**
- * Runs `fn` in a read-committed transaction with bounded lock waits: a key a slow handler holds would
- * otherwise keep the operator waiting with no word of why. Past the bound, OperationError `locked`.
- */
+/** `fn` read-committed, its lock waits bounded (OperationError `locked`): a slow handler's key says why. */
 export async function boundedLockWait<T>(
   ctx: OperationsContext,
   options: LockWaitOptions,
@@ -73,11 +70,7 @@ export function table(ctx: OperationsContext, name: 'events' | 'keys' | 'gaps'):
 
 const citusOf = new WeakMap<object, Promise<boolean>>();
 
-/**
- * How a batch (retention, purge, scrub) takes the rows `condition` (alias `e`) picks: SKIP LOCKED on
- * PostgreSQL; Citus refuses FOR UPDATE over shards, so there they are read unlocked and `condition`
- * is checked again on each row written.
- */
+/** A batch's rows `condition` (alias `e`) picks: SKIP LOCKED, or on Citus unlocked and checked again. */
 export async function batchTaking(
   ctx: OperationsContext,
   condition: RawBuilder<unknown>,

@@ -65,10 +65,7 @@ export async function ignoredTypes(ctx: OperationsContext, asked?: string): Prom
   }));
 }
 
-/**
- * One statement, oldest first. Chosen unlocked (no row locks across Citus shards); the UPDATE
- * re-checks the status under the row lock, so a concurrent prune or replay takes each row once.
- */
+/** One statement, chosen unlocked (Citus); the UPDATE re-checks the status, so each row is taken once. */
 export async function replayIgnored(
   ctx: OperationsContext,
   selection: { type: string; source?: string; dryRun?: boolean },

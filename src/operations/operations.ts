@@ -1,8 +1,4 @@
-/**
- * Operator actions on an inbox's tables, handler-free so the CLI can run them without the
- * application's code. Each action on one event or key locks the key row before the event row, the
- * order the claim uses, so an action and a delivery of the same key serialise, never deadlock.
- */
+/** Handler-free operator actions; each locks the key row before the event row, as the claim does. */
 import type { Kysely } from 'kysely';
 import { type Database, type DatabaseInput, openDatabase } from '../db/database.js';
 import type { StoredEvent } from '../db/sql/inspect.js';
@@ -42,10 +38,7 @@ import { type ScrubOptions, type ScrubResult, scrubHeaders } from './scrub.js';
 import { type BatchRef, countDead, eachBatch, pinSelection, type Selection } from './selection.js';
 import { type InboxStatus, status } from './status.js';
 
-/**
- * Operator actions over `tables`, on `source` only, or without it on every source (an id or key
- * found in several is refused as ambiguous rather than guessed).
- */
+/** Operator actions on `source`, or on every source (an id or key in several is refused as ambiguous). */
 export class Operations implements OperationsContext {
   constructor(
     readonly db: Kysely<any>,
@@ -70,15 +63,11 @@ export class Operations implements OperationsContext {
     return eachBatch(this, pinSelection(selection), size);
   }
 
-  /** How many dead letters a selection matches. */
   countDead(selection: Selection = {}): Promise<number> {
     return countDead(this, pinSelection(selection));
   }
 
-  /**
-   * Deletes the dead letters a selection matches, in batches (a re-run finishes an interrupted
-   * one). One that blocks its key is left and counted: skip it first.
-   */
+  /** Deletes the dead letters a selection matches, in batches; those blocking their key are left. */
   purgeDead(selection: Selection, options: PurgeOptions = {}): Promise<PurgeResult> {
     return purgeDead(this, selection, options);
   }
@@ -88,10 +77,7 @@ export class Operations implements OperationsContext {
     return deadLetter(this, id, source);
   }
 
-  /**
-   * Re-queues dead letters, attempts reset. An ordered one goes back to its key's cursor (the key is
-   * unblocked when blocked at that seq); one whose key moved past its seq is refused (`behind-cursor`).
-   */
+  /** Re-queues dead letters, attempts reset; one whose key moved past its seq is `behind-cursor`. */
   replay(selection: ReplaySelection, options: ReplayOptions = {}): Promise<ReplayResult[]> {
     return replay(this, selection, options);
   }
@@ -111,10 +97,7 @@ export class Operations implements OperationsContext {
     return ignoredTypes(this, source);
   }
 
-  /**
-   * Re-queues the unordered ignored events of one type for the application's sweeper. Ordered ones
-   * are counted and left: their key moved past them.
-   */
+  /** Re-queues the unordered ignored events of one type; ordered ones are counted and left. */
   replayIgnored(selection: {
     type: string;
     source?: string;
@@ -124,9 +107,8 @@ export class Operations implements OperationsContext {
   }
 
   /**
-   * Moves a blocked key past what blocks it, recorded as a gap (reason `skip`): given an event id,
-   * that dead letter's seq; given a key, the poison seq or the gap's missing range. A key held past
-   * `lockTimeoutMs` fails it (and `unblock`) with OperationError `locked`.
+   * Moves a blocked key past what blocks it (an event id's seq, or a key's poison seq or missing range),
+   * recorded as a gap `skip`. A key held past `lockTimeoutMs` is OperationError `locked`.
    */
   skip(
     target: { id: string; source?: string } | { key: string; source?: string },
@@ -155,10 +137,7 @@ export class Operations implements OperationsContext {
     return key(this, name, source);
   }
 
-  /**
-   * Deletes processed rows older than `olderThan`, in batches. Held and dead rows, keys and gaps are
-   * kept: a key's cursor stays the dedup record of its ordered events.
-   */
+  /** Deletes processed rows older than `olderThan`, in batches; a key's cursor stays its dedup record. */
   prune(options: PruneOptions): Promise<PruneResult> {
     return prune(this, options);
   }
@@ -192,13 +171,8 @@ export interface OpenOperationsOptions {
 }
 
 /**
- * Operator actions without an inbox, for scripts and the CLI; the application's sweeper applies replays.
- *
- * ```ts
- * const ops = await openOperations({ db: process.env.DATABASE_URL! });
- * console.log(await ops.status());
- * await ops.close();
- * ```
+ * Operator actions without an inbox, for scripts and the CLI (`openOperations({ db })`); the
+ * application's sweeper applies replays.
  */
 export async function openOperations(
   options: OpenOperationsOptions,

@@ -38,10 +38,7 @@ export interface ReplayResult {
   readonly id: string;
   readonly key: string | null;
   readonly seq: number | null;
-  /**
-   * `requeued`: waiting again; `behind-cursor`: its key moved past its seq; `ambiguous`: the id is
-   * in several sources.
-   */
+  /** `behind-cursor`: its key moved past its seq; `ambiguous`: the id is in several sources. */
   readonly outcome: 'requeued' | 'not-found' | 'not-dead' | 'behind-cursor' | 'ambiguous';
   /** The event's status after the action (from `inbox.replay`, after the drain). */
   status: StoredEvent['status'] | null;
@@ -87,10 +84,7 @@ async function replayMatching(
   return results;
 }
 
-/**
- * Waits for the key row (plain FOR UPDATE; it holds nothing yet, so no cycle): with SKIP LOCKED a
- * delivery holding the key would make it look missing, and the key stay blocked.
- */
+/** Waits for the key row: under SKIP LOCKED, a key a delivery holds would look missing and stay blocked. */
 async function replayOne(
   ctx: OperationsContext,
   id: string,

@@ -52,8 +52,7 @@ export async function prune(ctx: OperationsContext, options: PruneOptions): Prom
   const cutoff = new Date(now[0].cutoff);
   let pruned = 0;
   let behind = false;
-  // Per source and status (ignored rows are kept as long: a sender's retry must still find one), so
-  // that each statement uses its own partial index.
+  // Per source and status, each statement on its partial index; ignored rows are kept as long as processed.
   for (const from of await eachSource(ctx, source)) {
     for (const status of ['processed', 'ignored']) {
       const old = sql`e.status = ${sql.lit(status)} and e.source = ${from} and e.processed_at < ${cutoff}`;
@@ -71,10 +70,7 @@ export async function prune(ctx: OperationsContext, options: PruneOptions): Prom
   return { pruned, dryRun: options.dryRun === true, cutoff, behind };
 }
 
-/**
- * Each full batch doubles the next, up to `largest`; `behind` when `maxBatches` or `until` stopped it.
- * SKIP LOCKED: every instance's sweeper prunes, and each takes rows no other is deleting.
- */
+/** Each full batch doubles the next, up to `largest`; SKIP LOCKED, as every instance's sweeper prunes. */
 async function deleteInBatches(
   ctx: OperationsContext,
   where: RawBuilder<unknown>,
@@ -116,8 +112,7 @@ export interface PurgeResult {
   readonly dryRun: boolean;
 }
 
-// One that blocks its key is never deleted (it would stay blocked); gaps and keys are kept, so a late
-// copy of a purged event is still refused as late.
+// One that blocks its key is never deleted; gaps and keys stay, so a late copy is still refused as late.
 export async function purgeDead(
   ctx: OperationsContext,
   selection: Selection,

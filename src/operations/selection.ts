@@ -4,10 +4,7 @@ import { toNumber } from '../db/column-readers.js';
 import { parseDuration } from '../duration.js';
 import { durationMs, msAgo, type OperationsContext, scoped, sourceIs, table } from './context.js';
 
-/**
- * Which dead letters; every field narrows. Times are a `Date`, ISO 8601, a time of today in UTC
- * (`10:00`), or a duration ago (`2h`).
- */
+/** Which dead letters; every field narrows. Times: a `Date`, ISO 8601, `10:00` (today, UTC) or `2h` ago. */
 export interface Selection {
   source?: string;
   /** `poison`, `late` or `rejected`. */

@@ -1,7 +1,4 @@
-/**
- * The inbox at a glance. Every count reads one partial index, never the whole events table:
- * processed rows are counted up to PROCESSED_EXACT_UP_TO and estimated past that.
- */
+/** The inbox at a glance, each count on one partial index; processed ones estimated past a bound. */
 import { type RawBuilder, sql } from 'kysely';
 import { ageMs, eachSource, type OperationsContext, scoped, sourceIs, sourcesIn, table } from './context.js';
 

@@ -1,7 +1,4 @@
-/**
- * The `bodySchema` option: any Standard Schema (through its `~standard` property, so the inbox
- * depends on no validator), or a JSON Schema validated by Ajv, an optional peer loaded only then.
- */
+/** `bodySchema`: a Standard Schema (through `~standard`), or a JSON Schema for Ajv, loaded only then. */
 import { createRequire } from 'node:module';
 import { InboxOptionsError, InvalidDeliveryError } from '../errors.js';
 
@@ -158,10 +155,7 @@ function loadAjv(dialect: Dialect, load: Require): { Ajv: AjvClass; addFormats: 
   }
 }
 
-/**
- * Compiled once at `createInbox`. Strict mode stays on for the schema, so a misspelt keyword is
- * refused instead of checking nothing; the body is not changed (no defaults, no coercion).
- */
+/** Compiled once, in strict mode (a misspelt keyword is refused); the body is never changed. */
 function jsonSchema(schema: JsonSchema, load: Require): BodySchema {
   const dialect = dialectOf(schema);
   const { Ajv, addFormats } = loadAjv(dialect, load);

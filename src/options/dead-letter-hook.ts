@@ -1,7 +1,4 @@
-/**
- * The `onDeadLetter` option, told after the COMMIT that dead-lettered an event, on every path.
- * Never awaited; what it throws is logged: a broken Slack webhook must not fail a delivery.
- */
+/** `onDeadLetter`, told after the COMMIT on every path; never awaited, what it throws is logged. */
 import type { Logger } from '../observability/logger.js';
 
 /** The dead-lettered event, as the hook is told of it (never its body: fetch it by id if needed). */

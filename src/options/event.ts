@@ -29,8 +29,7 @@ export interface HandlerContext<DB = any> {
   /** Aborted when the handler runs past `handlerTimeoutMs`: pass it to `fetch` and the like. */
   readonly signal: AbortSignal;
   /**
-   * A key for an outbound call (`name` tells calls apart), the same on every run of this event:
-   * an `Idempotency-Key`, so that a re-run does not charge twice.
+   * A key for an outbound call (`name` tells calls apart), the same on every run of this event.
    *
    * ```ts
    * await stripe.refunds.create({ charge }, { idempotencyKey: ctx.idempotencyKey('refund') });

@@ -8,10 +8,7 @@ import { describe } from './option-checks.js';
 export type PerGroup<T> = T | { readonly default?: T; readonly groups: Readonly<Record<string, T>> };
 
 export interface GroupsOption {
-  /**
-   * The event's group: a field source as `fields` takes (`'x-shopify-shop-domain'`, `'/account'`)
-   * or a function of the delivery. Absent from a delivery: no group. @defaultValue the `provider`'s
-   */
+  /** The event's group, a field source as `fields` takes; absent: no group. @defaultValue the `provider`'s */
   readonly by?: FieldSource;
   /** Handlers of one group running at once, over every instance. @defaultValue no limit */
   readonly concurrency?: PerGroup<number>;

@@ -1,38 +1,22 @@
 /**
- * Handlers by event type (the `handlers` option), resolved once into a router. Wildcards match one
- * level (`customer.*` not `customer.subscription.created`): a handler written for a family never
- * receives another object's events the day the provider adds them, and a type has at most one
- * wildcard that can match it.
+ * Handlers by event type, resolved once into a router. Wildcards match one level (`customer.*`, not
+ * `customer.subscription.created`), so a family's handler never gets another object's events.
  */
 import { InboxOptionsError } from '../errors.js';
 import type { Handler } from './event.js';
 
-/**
- * The types a provider sends, each with its body: what types `handlers` per event. Write one by
- * hand, or build one from an SDK's union of events with {@link EventMapOf}.
- *
- * ```ts
- * interface ShopMap { 'orders/create': Order; 'orders/paid': Order; 'refunds/create': Refund }
- * ```
- */
+/** The types a provider sends, each with its body; write one, or build one with {@link EventMapOf}. */
 export type EventTypeMap = object;
 
 /**
- * A type map from a union of events that name their own type, as Stripe's `Stripe.Event` does.
- *
- * ```ts
- * import type Stripe from 'stripe';
- * type StripeEventMap = EventMapOf<Stripe.Event>; // { 'invoice.paid': Stripe.InvoicePaidEvent, … }
- * ```
+ * A type map from a union of events that name their own type, as Stripe's `Stripe.Event` does:
+ * `EventMapOf<Stripe.Event>` is `{ 'invoice.paid': Stripe.InvoicePaidEvent, … }`.
  */
 export type EventMapOf<TEvents extends { readonly type: string }> = {
   [E in TEvents as E['type']]: E;
 };
 
-/**
- * The one-level wildcard of a type (`customer.*` of `customer.created`, `orders/*` of
- * `orders/create`); never for a type of one segment.
- */
+/** The one-level wildcard of a type (`customer.*` of `customer.created`); none for one segment. */
 export type WildcardOf<
   T extends string,
   Seen extends string = '',
@@ -56,19 +40,8 @@ export type PatternTypes<TMap extends EventTypeMap, P extends string> = P extend
       string];
 
 /**
- * The `handlers` option, typed by a map of event types to bodies: each handler's `event.body` is
- * the body of the types it can receive, and a pattern the map does not allow does not compile.
- *
- * ```ts
- * createInbox({
- *   db,
- *   provider: stripe({ secret }),
- *   handlers: {
- *     'invoice.paid': async (event, { tx }) => { event.body.data.object.amount_paid },
- *     'customer.*': async (event) => { event.body.data.object },
- *   } satisfies Handlers<EventMapOf<Stripe.Event>, DB>,
- * });
- * ```
+ * The `handlers` option, typed by a map of event types to bodies: each `event.body` is the body of the
+ * types its pattern can receive, and a pattern the map does not allow does not compile.
  */
 export type Handlers<TMap extends EventTypeMap = Record<string, any>, DB = any> = string extends keyof TMap
   ? { readonly [pattern: string]: Handler<any, unknown, DB> | undefined }

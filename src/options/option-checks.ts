@@ -1,10 +1,12 @@
+import { HEADER_NAME } from '../delivery/field-source.js';
 import { formatDuration, parseDuration } from '../duration.js';
 import { InboxOptionsError } from '../errors.js';
+
+export { HEADER_NAME };
 
 /** Option checks, for the inbox's and the sender's: a bad value throws InboxOptionsError naming it. */
 /** Schema and table prefix: spliced into SQL as identifiers, so plain lower-case ones only. */
 export const IDENTIFIER = /^[a-z_][a-z0-9_]{0,39}$/;
-export const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9a-z-]+$/;
 
 /** A value as an error message shows it: short, and never a whole object. */
 export function describe(value: unknown): string {

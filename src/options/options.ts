@@ -18,21 +18,16 @@ import type { Handlers } from './handlers.js';
 /** `lockTimeoutMs`'s default, for the inbox and for operator actions given none. */
 export const DEFAULT_LOCK_TIMEOUT_MS = 5000;
 
-/**
- * The inbox's options. `TBody` types `event.body`, `DB` types `tx`. Every time option takes
- * milliseconds or a duration string (`'500ms'`, `'30s'`, `'1h'`, `'7d'`).
- */
+/** The inbox's options; every time option takes milliseconds or a duration string (`'30s'`, `'7d'`). */
 export interface InboxOptions<TBody = any, DB = any> {
   /**
-   * Applies one event, inside the transaction that claims it: write through `tx`, and the side
-   * effect commits with the dedup record. The returned value (JSON) is replayed to duplicates.
+   * Applies one event in the transaction that claims it; its result (JSON) is replayed to duplicates.
    * @defaultValue required, unless `handlers` is given
    */
   handle?: Handler<TBody, unknown, DB>;
   /**
-   * A handler per event type, instead of one `handle`: exact types, one-level families
-   * (`'customer.*'`) and `'*'` for the rest; the most specific wins. An event no handler takes is
-   * recorded `ignored` with its payload, for `webhook-inbox ignored replay --type T` later.
+   * A handler per event type: exact types, one-level families (`'customer.*'`) and `'*'`; the most
+   * specific wins, and an event none takes is recorded `ignored`.
    *
    * ```ts
    * handlers: { 'invoice.paid': onInvoicePaid, 'customer.*': onCustomer, '*': audit }
@@ -41,9 +36,7 @@ export interface InboxOptions<TBody = any, DB = any> {
    */
   handlers?: Handlers<any, DB>;
   /**
-   * A PostgreSQL connection string, a `pg.Pool`, a Kysely instance or a PGlite instance; or
-   * `'memory'`, an embedded database that forgets everything when the process ends. Left out
-   * (and no `dataDir`), the inbox refuses to start when `NODE_ENV=production`.
+   * A PostgreSQL connection string, a `pg.Pool`, a Kysely instance, a PGlite instance, or `'memory'`.
    * @defaultValue required in production; otherwise `'memory'`, with a warning
    */
   db?: DatabaseInput | 'memory';
@@ -52,9 +45,7 @@ export interface InboxOptions<TBody = any, DB = any> {
   /** Pool size when `db` is a connection string. @defaultValue 10 */
   poolSize?: number;
   /**
-   * Deferred mode: connections beside the pool for what must never wait for a handler (the
-   * acknowledgements, wake-ups, the sweeper), so that worker lanes may hold every pool connection.
-   * 0 shares the pool. Not available with a Kysely instance or PGlite.
+   * Deferred mode: connections beside the pool, for what never waits for a handler; 0 shares the pool.
    * @defaultValue 2 in deferred mode; unused inline
    */
   ackPoolSize?: number;
@@ -67,16 +58,15 @@ export interface InboxOptions<TBody = any, DB = any> {
   /** Run the shipped migrations on first use. @defaultValue true */
   migrate?: boolean;
   /**
-   * On a Citus cluster: the migration distributes the inbox's tables, colocated with
-   * `colocateWith`, a distributed table of yours keyed by the events' keys. Not with `groups`: a group's events span every shard.
+   * On a Citus cluster: the migration distributes the tables (not with `groups`).
    * @defaultValue undefined (the tables are not distributed)
    */
   citus?: CitusOptions;
   /** Header names, case-insensitive. */
   headers?: { id?: string; key?: string; seq?: string };
   /**
-   * Where the event id, ordering key and seq come from, when not from the `headers`: a header, a
-   * JSON pointer into the body (`'/sequence_id'`), `{ constant }` or a function of the delivery.
+   * Where id, key and seq come from, when not from the `headers`: a header, a JSON pointer, `{ constant }`
+   * or a function.
    *
    * ```ts
    * fields: { id: '/idempotency_key', key: { constant: 'ledger' }, seq: '/sequence_id' }
@@ -90,34 +80,23 @@ export interface InboxOptions<TBody = any, DB = any> {
   maxBodyBytes?: number;
   /** How long the whole body may take to arrive; slower is 408. @defaultValue 5000 */
   bodyTimeoutMs?: number | string;
-  /**
-   * `'auto'` parses JSON when the content type says JSON, else passes a Buffer; `'json'`
-   * requires JSON; `'raw'` always passes the Buffer. @defaultValue 'auto'
-   */
+  /** `'auto'`: JSON when the content type says so, else a Buffer; `'json'`; `'raw'`. @defaultValue 'auto' */
   parse?: ParseMode;
   /**
-   * Checks each body before anything is stored: any Standard Schema (zod, valibot, arktype…), or
-   * a JSON Schema object, validated by Ajv (optional peers: `npm install ajv ajv-formats`). A body
-   * that fails is 422 naming the path of its first issue; one that passes reaches the handler as
-   * the schema's output, which types `event.body`.
+   * Checks each body before it is stored: a Standard Schema (zod, valibot…) or a JSON Schema (Ajv);
+   * a failure is 422, and the schema's output types `event.body`.
    *
    * ```ts
    * createInbox({ bodySchema: z.object({ amount: z.number().int() }), handle(event) { event.body.amount } })
-   * createInbox({ bodySchema: { type: 'object', required: ['amount'], properties: { amount: { type: 'integer' } } }, handle })
    * ```
    * @defaultValue none: any JSON body (see `parse`)
    */
   bodySchema?: StandardSchemaV1<unknown, TBody> | JsonSchema;
   /**
-   * Shapes what the sender receives: return `{ status?, headers?, body? }`, or `undefined` for the
-   * default. The decision never changes: a failure that left nothing stored keeps a status of 400
-   * or more. A hook that throws or returns something invalid is logged, and the default answered.
+   * Shapes what the sender receives (`{ status?, headers?, body? }`, or `undefined`); never the decision.
    *
    * ```ts
-   * respond: (outcome) =>
-   *   outcome.kind === 'held' || outcome.kind === 'pending'
-   *     ? { status: 202, body: { status: 'buffered' } }
-   *     : undefined
+   * respond: (o) => (o.kind === 'pending' ? { status: 202, body: { status: 'buffered' } } : undefined)
    * ```
    * @defaultValue none: the answers of docs/outcomes.md
    */
@@ -125,8 +104,8 @@ export interface InboxOptions<TBody = any, DB = any> {
   /** How long a delivery waits for a concurrent one of its id or key before a 409. @defaultValue 5000 */
   lockTimeoutMs?: number | string;
   /**
-   * A delivery whose id or key another delivery is processing: `'wait'` up to `lockTimeoutMs`,
-   * or `'reject'` with 409 and Retry-After at once. @defaultValue 'wait'
+   * An id or key another delivery holds: `'wait'` up to `lockTimeoutMs`, or `'reject'` (409).
+   * @defaultValue 'wait'
    */
   onInFlight?: 'wait' | 'reject';
   /** Keep the payload of processed events (for audit or replay). @defaultValue false */
@@ -144,15 +123,11 @@ export interface InboxOptions<TBody = any, DB = any> {
   /** How often the sweeper runs; 0 turns it off. @defaultValue 1000 */
   sweepIntervalMs?: number | string;
   /**
-   * How long an event whose handler fails is retried, from its arrival, before it is
-   * dead-lettered as poison: a time budget, so that an outage costs retries, not dead letters.
+   * How long, from its arrival, a failing event is retried before it is dead-lettered as poison.
    * @defaultValue '24h'
    */
   retryFor?: number | string;
-  /**
-   * Failed runs after which an event is dead-lettered as poison even within `retryFor`.
-   * @defaultValue none: only `retryFor` bounds the retries
-   */
+  /** Failed runs that dead-letter an event even within `retryFor`. @defaultValue none: only `retryFor` */
   maxAttempts?: number;
   /** An ordered poison event blocks its key (later events are held) or is skipped. @defaultValue 'block' */
   onPoison?: 'block' | 'skip';
@@ -162,37 +137,24 @@ export interface InboxOptions<TBody = any, DB = any> {
   retryCapMs?: number | string;
   /** Processed events remembered in memory, to answer duplicates with no round trip. @defaultValue 5000 */
   duplicateCacheSize?: number;
-  /**
-   * How long processed rows (the dedup record of unordered events) are kept; `false` turns
-   * pruning off. Shorter than 3 days, common sender retry windows, warns. @defaultValue '7d'
-   */
+  /** How long processed rows are kept (under 3 days warns); `false`: never pruned. @defaultValue '7d' */
   retention?: number | string | false;
-  /**
-   * How long dead letters are kept, from when they died; `false` keeps them until an operator
-   * replays, skips or purges them. Their payloads may hold personal data. @defaultValue false
-   */
+  /** How long dead letters are kept; `false`: until an operator acts. @defaultValue false */
   deadRetention?: number | string | false;
   /**
-   * Told once per dead letter, after its COMMIT, on every path: for an alert. Not awaited; what
-   * it throws is logged.
+   * Told once per dead letter, after its COMMIT; not awaited, what it throws is logged.
    *
    * ```ts
-   * onDeadLetter: (event, cause) => alerts.send(`${event.source}/${event.id} dead (${event.reason}, cause ${cause.fingerprint})`)
+   * onDeadLetter: (event, cause) => alerts.send(`${event.id} dead (${event.reason}, ${cause.fingerprint})`)
    * ```
    */
   onDeadLetter?: OnDeadLetter;
   /**
-   * A pino-shaped logger: `debug` for each delivery, `info` for the ready line and blocked keys,
-   * `warn` for a first handler failure, `error` for dead letters and infrastructure failures.
-   * `false`: nothing.
-   * @defaultValue the console: warnings, errors and the ready line to stderr, one line each
+   * A pino-shaped logger, or `false` for none.
+   * @defaultValue the console: warnings, errors and the ready line to stderr
    */
   logger?: Partial<Logger> | false;
-  /**
-   * The Redis fast path for duplicates: an ioredis client, or a `redis://` URL (the inbox owns
-   * that client). Only a cache: when Redis is slow, down or empty, Postgres answers.
-   * @defaultValue off
-   */
+  /** Redis for duplicates: an ioredis client or a `redis://` URL; only a cache. @defaultValue off */
   redis?: RedisInput;
   /** Prefix of the Redis keys: inboxes of different databases on one Redis need their own. @defaultValue 'inbox:' */
   redisPrefix?: string;
@@ -202,15 +164,10 @@ export interface InboxOptions<TBody = any, DB = any> {
   metrics?: MetricsOptions;
   /** Where spans go. @defaultValue the global tracer provider of `@opentelemetry/api` */
   tracerProvider?: TracerProvider;
-  /**
-   * Signature verification on the raw bytes, before anything is stored; a delivery that fails it
-   * is 401. `standardWebhooks({ secret })`, `stripeSignature(…)`, `hmacSignature(…)`, or a
-   * function of yours that throws `UnauthorizedDeliveryError`. @defaultValue off
-   */
+  /** Verifies the raw bytes' signature before anything is stored; a failure is 401. @defaultValue off */
   verify?: Verify;
   /**
-   * A provider preset from `webhook-inbox/providers`: its verification and where its event id
-   * comes from (override through the preset's options, not `fields.id` or `verify`).
+   * A preset of `webhook-inbox/providers`: its verification and its fields (override in its options).
    *
    * ```ts
    * provider: stripe({ secret: process.env.STRIPE_WEBHOOK_SECRET })
@@ -218,20 +175,11 @@ export interface InboxOptions<TBody = any, DB = any> {
    * @defaultValue none
    */
   provider?: Provider;
-  /**
-   * More request headers that carry a secret, never stored, besides `authorization`, `cookie`,
-   * the presets' signature headers and those your `verify` declares.
-   *
-   * ```ts
-   * secretHeaders: ['x-internal-api-key']
-   * ```
-   * @defaultValue []
-   */
+  /** More headers that carry a secret, never stored, besides the built-in ones. @defaultValue [] */
   secretHeaders?: readonly string[];
   /**
-   * How events of one object are ordered. `{ policy: 'seq' }`: contiguous seqs per key, early ones
-   * held. `{ policy: 'latest', key, version }`: an event older than its key's last applied
-   * version is recorded `superseded`, not applied. A `provider` fills `key` and `version`.
+   * How events of one object are ordered: contiguous seqs per key (`'seq'`), or `'latest'`, where an event
+   * older than its key's last applied version is `superseded`.
    *
    * ```ts
    * order: { policy: 'latest', key: '/data/object/id', version: '/created' }
@@ -239,31 +187,21 @@ export interface InboxOptions<TBody = any, DB = any> {
    * @defaultValue { policy: 'seq' }
    */
   order?: { policy: 'seq' } | { policy: 'latest'; key?: FieldSource; version?: FieldSource };
-  /**
-   * `'inline'`: the handler runs inside the request, and 200 means "applied". `'deferred'`: the
-   * event is stored pending and answered 202; workers apply it. @defaultValue 'inline'
-   */
+  /** `'inline'`: applied in the request; `'deferred'`: stored, 202, then applied. @defaultValue 'inline' */
   mode?: 'inline' | 'deferred';
   /**
-   * Worker lanes in this instance: how many events it applies at once in the background, each
-   * holding one pool connection while its handler runs.
-   * @defaultValue deferred: `poolSize` (half of it, from 1 to 8, when acknowledgements share
-   * the pool); inline: 0
+   * Worker lanes in this instance, each holding a pool connection while its handler runs.
+   * @defaultValue deferred: `poolSize` (half of it, 1 to 8, sharing the pool); inline: 0
    */
   workers?: number;
   /**
-   * Tenants: which group an event belongs to, and per-group limits over every instance (workers
-   * take groups round-robin).
+   * Tenants: an event's group, and per-group limits over every instance.
    * ```ts
    * groups: { by: 'x-shopify-shop-domain', concurrency: 2, rate: '2/s' }
    * ```
    */
   groups?: GroupsOption;
-  /**
-   * Unordered pending events a busy worker lane applies in one transaction, each under its own
-   * savepoint, committed together. At most 32; 1 turns batching off.
-   * @defaultValue 10
-   */
+  /** Unordered events a busy lane applies in one transaction (at most 32; 1: off). @defaultValue 10 */
   workerBatchSize?: number;
   /** How often idle workers look for due events without being woken. @defaultValue 1000 */
   pollIntervalMs?: number | string;

@@ -5,10 +5,7 @@ import * as respond from './respond.js';
 
 const settleWaiters = new WeakMap<Runtime, Array<() => void>>();
 
-/**
- * Resolves when no delivery is in flight. `inbox.close()` waits for it before closing the database,
- * so a shutdown never fails a delivery it had taken (each is bounded by the handler and lock timeouts).
- */
+/** Resolves when no delivery is in flight: `inbox.close()` waits for it before closing the database. */
 export function deliveriesSettled(rt: Runtime): Promise<void> {
   if (rt.inFlight === 0) return Promise.resolve();
   return new Promise((resolve) => {

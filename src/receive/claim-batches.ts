@@ -1,16 +1,12 @@
 /**
- * Deferred mode's claims, sent together: while every acknowledgement connection is busy, arriving
- * claims wait, and the connection that frees first takes them all as one `claim_many` statement.
- * No timer: batches grow only with load. An error of the statement as a whole answers every
- * delivery with it; any other error sends each claim again alone, so that one bad delivery never
- * costs the others their acknowledgement.
+ * Deferred claims, sent together: while every ack connection is busy, arriving claims wait, and the first one
+ * freed sends them as one `claim_many`. A statement error answers them all; any other, each is sent alone.
  */
 import { sqlState } from '../db/drivers/postgres-error.js';
 import type { ClaimRow } from '../db/sql/claim.js';
 import type { ClaimManyElement, ClaimManyShared } from '../db/sql/claim-many.js';
 import type { Runtime } from '../runtime/runtime.js';
 
-/** The most claims one statement carries. */
 export const MAX_CLAIMS_PER_BATCH = 256;
 /** The most payload bytes one statement carries (a batch always takes at least one claim). */
 export const MAX_BATCH_BYTES = 4 * 1024 * 1024;
@@ -95,16 +91,15 @@ export class ClaimBatches {
       maxAhead: o.maxSeqAhead,
       lockTimeout: claimLockTimeout(rt),
     };
-    // Two batches lock in one order, so that they never wait for each other in a circle; the sort
-    // is stable, so a key's claims keep their arrival order.
+    // One lock order for every batch (no deadlock); the sort is stable, so a key's claims keep their order.
     const ordered = [...batch].sort(byLockOrder);
     let rows: ClaimRow[];
     rt.metrics.claimBatch(batch.length);
     try {
       const elements = ordered.map((w) => w.element);
-      const { acks, readCommittedAlone } = rt.database;
+      const { acks, ownDriver } = rt.database;
       // The claim's SQL relies on READ COMMITTED, which a user's Kysely instance must be told.
-      rows = readCommittedAlone
+      rows = ownDriver
         ? await rt.statements.claimMany(acks, shared, elements)
         : await acks
             .transaction()
@@ -141,7 +136,6 @@ function byLockOrder(a: Waiting, b: Waiting): number {
 
 const batches = new WeakMap<Runtime, ClaimBatches>();
 
-/** One queue per inbox. */
 export function claimBatchesOf(rt: Runtime): ClaimBatches {
   let b = batches.get(rt);
   if (!b) {

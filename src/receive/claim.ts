@@ -1,7 +1,4 @@
-/**
- * A delivery's claim and, when it says "apply", its handler: one transaction per kind of claim
- * (unordered, ordered, latest-wins; deferred mode only stores), then what the answer says.
- */
+/** A delivery's claim and, when it says "apply", its handler: one transaction per kind of claim. */
 import type { Kysely, Transaction } from 'kysely';
 import { applyTaken, inTransaction, type Run, reportCommitted } from '../apply/apply.js';
 import type { Background } from '../background/background.js';
@@ -31,8 +28,7 @@ export function claimAndApply(
   d: ParsedDelivery,
   obs: Observation,
 ): Promise<Outcome> {
-  // Latest-wins in deferred mode: stored as an unordered event; the worker decides under the
-  // object's key row (src/db/sql/latest-check.ts).
+  // Latest-wins in deferred mode is stored unordered; the worker decides (db/sql/latest-check.ts).
   if (rt.options.mode === 'deferred') return claimDeferred(rt, bg, d, obs);
   if (d.latest) return claimLatestAndApply(rt, d, d.latest, obs);
   if (d.key === null) return claimUnorderedAndApply(rt, bg, d, obs);
@@ -62,10 +58,7 @@ async function claimUnorderedAndApply(
   return took.run ? ranOutcome(rt, d, took.run, took.claimedAt) : claimedOutcome(rt, bg, d, took);
 }
 
-/**
- * An ordered delivery, inline, on a connection it keeps after COMMIT: the held events its claim made
- * runnable are applied in its transaction up to a bound, the rest drained on it after the response.
- */
+/** Ordered, inline, on a connection kept after COMMIT, where what the claim left runnable drains after. */
 function claimOrderedAndApply(
   rt: Runtime,
   bg: Background,
@@ -83,10 +76,7 @@ function claimOrderedAndApply(
   });
 }
 
-/**
- * [BEGIN + claim + SAVEPOINT], the handler, then per held event made runnable [the previous result +
- * take_next + SAVEPOINT] and its handler, [the last result + COMMIT]. `drain`: the key drains after.
- */
+/** [BEGIN + claim + SAVEPOINT] + handler, up to DRAIN_IN_TRANSACTION held events, [result + COMMIT]. */
 async function claimOrderedOn(
   rt: Runtime,
   bg: Background,
@@ -123,10 +113,7 @@ async function claimOrderedOn(
   return { outcome: ranOutcome(rt, d, run, took.claimedAt), drain: rest };
 }
 
-/**
- * Latest-wins, inline: [BEGIN + claim_latest + SAVEPOINT] decides under the object's key row, the
- * handler, [its result + COMMIT]. The event row has no key or seq: to the rest it is unordered.
- */
+/** Latest-wins, inline: claim_latest decides under the object's key row; its event row is unordered. */
 async function claimLatestAndApply(
   rt: Runtime,
   d: ParsedDelivery,

@@ -1,7 +1,4 @@
-/**
- * A delivery's group (`groups.by`), and inline mode's cap per group. A group that cannot be read is
- * no reason to lose the event: it is stored without one, counted and logged.
- */
+/** A delivery's group (`groups.by`) and inline mode's per-group cap; an unreadable one is stored as none. */
 import type { ParsedDelivery } from '../delivery/delivery.js';
 import { fieldDelivery, readSource } from '../delivery/field-source.js';
 import type { Outcome } from '../outcome.js';

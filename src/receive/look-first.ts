@@ -6,10 +6,7 @@ import type { Outcome } from '../outcome.js';
 import type { Runtime } from '../runtime/runtime.js';
 import * as respond from './respond.js';
 
-/**
- * A retry storm's look before any transaction: one Redis GET, else one primary-key read. Undefined on
- * a miss or an error (the claim decides); a failed read is counted and logged once per outage.
- */
+/** One Redis GET, else one primary-key read; undefined on a miss or an error (the claim decides). */
 export async function lookFirst(rt: Runtime, id: string): Promise<CachedEvent | undefined> {
   if (rt.redis) {
     const found = await rt.redis.lookup(id);

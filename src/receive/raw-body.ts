@@ -18,16 +18,10 @@ export interface BodyLimits {
   readonly declaredLength?: string;
 }
 
-/**
- * How much of an oversized body is still read and dropped after its 413: a socket closed with unread
- * bytes is reset, and the reset discards the 413 before the sender reads it.
- */
+/** Read and dropped past a 413: closing a socket with unread bytes resets it before the 413 is read. */
 export const DRAIN_LIMIT_BYTES = 16 * 1024 * 1024;
 
-/**
- * Starts reading a request body, bounded in size (413) and time (408). The stream is left for the
- * server to close: destroying it here would reset the connection before the answer is written.
- */
+/** Reads a body bounded in size (413) and time (408), leaving the stream for the server to close. */
 export function startBodyRead(stream: BodyStream, limits: BodyLimits): BodyRead {
   let markStarted!: () => void;
   const started = new Promise<void>((resolve) => {

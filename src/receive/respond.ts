@@ -88,10 +88,7 @@ export function handlerFailed(id: string): Outcome {
   );
 }
 
-/**
- * RejectEvent: dead-lettered, never retried. A 4xx so that senders stop, with the preset's own
- * do-not-retry headers (Svix, Slack): most providers retry any status but a 2xx.
- */
+/** RejectEvent: dead-lettered; a 4xx with the preset's do-not-retry headers, so that senders stop. */
 export function rejected(o: ResolvedOptions, id: string): Outcome {
   const outcome = problem(
     OutcomeKind.rejected,

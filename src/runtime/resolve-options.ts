@@ -41,10 +41,7 @@ import { rejectUnknownOptions } from './unknown-options.js';
 const MEMORY = 'memory';
 let warnedInMemory = false;
 
-/**
- * No `db` and no `dataDir`: in production almost always an unset `DATABASE_URL`, and running in
- * memory would lose every event on restart: refuse. Elsewhere run in memory, and say so.
- */
+/** No `db` nor `dataDir`: refused in production (likely an unset DATABASE_URL), else memory, said. */
 function noDatabaseGiven(logger: Partial<Logger> | undefined): void {
   if (process.env.NODE_ENV === 'production') {
     throw new InboxOptionsError(
@@ -67,10 +64,7 @@ function redactedUrl(url: string): string {
   return url.replace(/^((?:[a-z][a-z0-9+.-]*:\/\/)?[^:/@]*):.*@/i, '$1:***@').replace(/\?.*$/, '?…');
 }
 
-/**
- * A `db` string: empty is an unset variable, and anything but a postgres:// URL (or 'memory')
- * would fail later and far from its cause (pg reads `127.0.0.1:5432/db` as a socket path).
- */
+/** Empty (an unset variable) or not a postgres:// URL would fail later, far from its cause. */
 function checkDatabaseString(db: string): void {
   if (db === '') {
     throw new InboxOptionsError(
@@ -93,10 +87,7 @@ function checkDatabaseString(db: string): void {
   );
 }
 
-/**
- * The largest `workerBatchSize`: each event of a batch is a subtransaction, and past the 64 a
- * backend caches every other session's snapshot overflows to pg_subtrans.
- */
+/** Each batched event is a subtransaction; past 64, snapshots overflow to pg_subtrans. */
 const MAX_WORKER_BATCH = 32;
 
 /** Every option, checked and defaulted in one place. A bad value throws, naming the option. */
@@ -298,8 +289,7 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
   const deadRetention = retentionOf(o, 'deadRetention', false);
   const onDeadLetter = optionalFunction<OnDeadLetter>(o, 'onDeadLetter', ' (event, cause) => …');
   if (o.groups !== undefined && o.citus !== undefined) {
-    // A group's events are unordered, each on the shard of its own id: the grouped take locks a
-    // group's due events across every shard at once, which Citus refuses.
+    // The grouped take locks a group's events across every shard at once, which Citus refuses.
     throw new InboxOptionsError(
       'groups',
       `cannot be combined with \`citus\`: a group spans every shard (${docsUrl('citus.md')}); remove one of them`,
@@ -307,8 +297,7 @@ export function resolveOptions(input: InboxOptions): ResolvedOptions {
   }
   const poolSize = integer(o, 'poolSize', 10, 1, 1000);
   const mode = oneOf(o, 'mode', ['inline', 'deferred'] as const);
-  // With connections of their own for acknowledgements, every pool connection may run a lane's
-  // handler; sharing the pool, half of it is left to them.
+  // Sharing the pool with acknowledgements, the lanes get half of it.
   const ackPoolSize =
     mode === 'deferred' && opensConnections(o.db === MEMORY ? undefined : o.db)
       ? integer(o, 'ackPoolSize', 2, 0, 100)

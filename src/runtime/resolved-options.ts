@@ -48,7 +48,6 @@ export interface ResolvedOptions {
   readonly gapTimeoutMs: number;
   readonly onGapTimeout: 'skip' | 'block';
   readonly sweepIntervalMs: number;
-  /** Milliseconds. */
   readonly retryFor: number;
   /** Undefined: only `retryFor` bounds the retries. */
   readonly maxAttempts: number | undefined;

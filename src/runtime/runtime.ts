@@ -115,7 +115,7 @@ export class Runtime {
       statements: createStatements(
         database.names,
         this.tables,
-        database.sendsCompanions,
+        database.ownDriver,
         database.kind === 'pglite',
       ),
     };
@@ -162,7 +162,6 @@ export class Runtime {
     return { ...stats, groups };
   }
 
-  /** Keeps `promise` in `background` until it settles. */
   track<T>(promise: Promise<T>): Promise<T> {
     this.background.add(promise);
     promise.finally(() => this.background.delete(promise)).catch(() => {});

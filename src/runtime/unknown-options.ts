@@ -79,10 +79,7 @@ export function rejectUnknownOptions(o: Record<string, unknown>): void {
   }
 }
 
-/**
- * The known name nearest to `name` (case ignored; at most one edit in three letters, a swap of
- * two neighbours one edit: `lsit` is `list`), if any. The CLI's commands and options use it too.
- */
+/** The known name one edit (in three letters; a swap counts one) from `name`, case ignored. */
 export function closest(name: string, names: readonly string[]): string | undefined {
   let best: string | undefined;
   let bestDistance = Number.POSITIVE_INFINITY;

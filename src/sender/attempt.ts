@@ -1,7 +1,6 @@
 /**
- * One HTTP attempt and what its answer means: `ack` (2xx); `later` (409, 425, or 429/503 with
- * `Retry-After`: the consumer is alive and paces us, so neither the breaker nor the budget counts it);
- * `failure` (no answer, a timeout, 5xx, 408, 429); `permanent` (any other 4xx: about the event itself).
+ * One HTTP attempt's meaning: `ack` (2xx); `later` (409, 425, 429/503 with `Retry-After`: paced, not
+ * counted); `failure` (no answer, timeout, 5xx, 408, 429); `permanent` (any other 4xx).
  */
 import { parseRetryAfter } from './backoff.js';
 import type { ResolvedSenderOptions } from './options.js';

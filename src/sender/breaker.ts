@@ -6,10 +6,7 @@ export const BreakerState = Object.freeze({
 } as const);
 export type BreakerState = (typeof BreakerState)[keyof typeof BreakerState];
 
-/**
- * After `failureThreshold` consecutive failures nothing is sent for `cooldownMs`, then one probe goes.
- * "Later" answers do not move the count: the consumer is up and paces that one event.
- */
+/** After `failureThreshold` failures in a row nothing is sent for `cooldownMs`, then one probe. */
 export class Breaker {
   #state: BreakerState = BreakerState.closed;
   #failures = 0;

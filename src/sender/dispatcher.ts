@@ -1,7 +1,4 @@
-/**
- * One loop that claims up to the free room, starts a delivery for each, and sleeps until something
- * changes. With no room it does not look at the store: only a settle or the cool-down can give some.
- */
+/** One loop: claims up to the free room, starts a delivery each, and sleeps until something changes. */
 import type { EventEmitter } from 'node:events';
 import { type Attempt, attempt } from './attempt.js';
 import type { Breaker } from './breaker.js';
@@ -131,8 +128,7 @@ export class Dispatcher {
   #maybePrune(store: SenderStore): void {
     const now = Date.now();
     if (this.#pruning || now < this.#nextPruneAt) return;
-    // Never more than once a second: the loop's wait includes the next prune, and a retention of 0
-    // must not turn it into a spin.
+    // At most once a second, so that a retention of 0 does not make the loop spin.
     this.#nextPruneAt = now + Math.min(PRUNE_EVERY_MS, Math.max(1000, this.#o.retentionMs));
     this.#pruning = true;
     store

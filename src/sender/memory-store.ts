@@ -1,8 +1,4 @@
-/**
- * Events in this process. Every lane (a key's events, or one unordered event) is in one place: the
- * ready set, the timer heap, or nowhere (its head is dead), so `claim` costs what it returns. Each
- * key's next seq is kept for good: forgetting it would restart the key at seq 1.
- */
+/** Events in this process; each lane is ready, timed or dead-headed, so `claim` costs what it returns. */
 import { randomUUID } from 'node:crypto';
 import { seqNotAfterError } from './event.js';
 import type {

@@ -77,7 +77,6 @@ function fail(option: string, message: string): never {
   throw new InboxOptionsError(option, message);
 }
 
-/** A bad value throws, naming the option. */
 export function resolveSenderOptions(input: SenderOptions): ResolvedSenderOptions {
   if (!input || typeof input !== 'object') fail('options', 'must be an object');
   const o = input as unknown as Record<string, unknown>;

@@ -1,10 +1,7 @@
 /** The outbox's tables, functions and migrations (separate from the inbox's). */
 import type { Kysely } from 'kysely';
+import { quote } from '../db/drivers/literals.js';
 import { runMigrations } from '../db/migration-runner.js';
-
-export function quote(identifier: string): string {
-  return `"${identifier.replace(/"/g, '""')}"`;
-}
 
 /** Qualified names; the schema was validated as a plain identifier when options were resolved. */
 export interface OutboxTables {
@@ -222,10 +219,7 @@ $fn$;
 `;
 }
 
-/**
- * Runs the outbox migrations up to the latest; safe from many processes at once (one
- * transaction under an advisory lock per schema; no introspection of other schemas).
- */
+/** Runs the outbox migrations, under an advisory lock per schema; safe from many processes at once. */
 export async function migrateOutbox(db: Kysely<unknown>, tables: OutboxTables): Promise<void> {
   await runMigrations(db, {
     label: 'webhook-inbox/sender',

@@ -1,8 +1,6 @@
 /**
- * The Postgres outbox. Only a key's head is `pending` (or `dead`), the rest `queued`, so `claim` reads
- * due heads from one partial index. Every function locks the key row, then the event (no deadlock).
- * A claim commits at once with a lease and a token, so no HTTP request holds a connection, and a
- * completion counts only if its token still matches.
+ * The Postgres outbox: only a key's head is `pending` (or `dead`), so `claim` reads one partial index. A
+ * claim commits at once with a lease and a token; a completion counts only if its token still matches.
  */
 import { randomUUID } from 'node:crypto';
 import { CompiledQuery, type Kysely } from 'kysely';

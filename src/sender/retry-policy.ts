@@ -29,8 +29,7 @@ export function decide(
   if (counted && o.maxAttempts !== undefined && failures >= o.maxAttempts) {
     return { action: 'dead', reason: 'max-attempts' };
   }
-  // The first non-acknowledgement after the budget ran out ends it: a wait is never cut short to fit
-  // the budget (that would disobey `Retry-After`).
+  // The budget ends at the first failure past it: a wait is never cut short (`Retry-After`).
   if (now - event.firstAttemptAt >= o.retryForMs) return { action: 'dead', reason: 'expired' };
   // A "later" answer keeps the event's backoff where it is (at least the first window).
   const n = Math.max(1, failures);

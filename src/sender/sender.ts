@@ -64,14 +64,7 @@ export class Sender extends EventEmitter<SenderEvents> {
 
   /**
    * Stores an event for delivery. With the outbox, pass the producer's Kysely transaction first: the
-   * event is delivered only if it commits.
-   *
-   * ```ts
-   * await db.transaction().execute(async (tx) => {
-   *   await tx.insertInto('orders').values(order).execute();
-   *   await sender.enqueue(tx, { key: order.accountId, body: { type: 'order.created', order } });
-   * });
-   * ```
+   * event is delivered only if it commits (`sender.enqueue(tx, { key, body })`).
    */
   enqueue(event: SenderEvent): Promise<Enqueued>;
   enqueue(tx: Kysely<any>, event: SenderEvent): Promise<Enqueued>;
@@ -96,10 +89,7 @@ export class Sender extends EventEmitter<SenderEvents> {
     return enqueued;
   }
 
-  /**
-   * Enqueues an event and resolves when it is delivered or dead-lettered; a second call with the same
-   * id waits for the same outcome. With several dispatchers on one outbox, use `enqueue`.
-   */
+  /** Enqueues an event and resolves when it is delivered or dead-lettered (one outcome per id). */
   async send(event: SenderEvent): Promise<SendResult> {
     if (!this.options.dispatch) {
       throw new Error(
@@ -167,10 +157,7 @@ export class Sender extends EventEmitter<SenderEvents> {
     }
   }
 
-  /**
-   * Stops claiming, waits for the deliveries in flight, and closes the outbox it opened. Waiting `send`
-   * promises are rejected; their events stay in the outbox for the next sender.
-   */
+  /** Stops claiming, waits for deliveries in flight, closes its outbox; waiting `send`s reject. */
   async close(): Promise<void> {
     if (this.#closing) return;
     this.#closing = true;
@@ -185,12 +172,8 @@ export class Sender extends EventEmitter<SenderEvents> {
  * Creates a sender and starts its dispatcher.
  *
  * ```ts
- * import { createSender } from 'webhook-inbox/sender';
- *
- * const sender = createSender({ endpoint: 'https://example.com/webhooks', secret: process.env.WEBHOOK_SECRET });
+ * const sender = createSender({ endpoint: 'https://example.com/webhooks', secret: process.env.SECRET });
  * const result = await sender.send({ key: 'account-42', body: { type: 'deposit', amount: 100 } });
- * // result.status: 'delivered' (acknowledged with a 2xx) or 'dead-lettered'
- * await sender.close();
  * ```
  */
 export function createSender(options: SenderOptions): Sender {

@@ -1,7 +1,4 @@
-/**
- * Where the sender keeps events until acknowledged: `claim` returns only a key's lowest undelivered
- * seq, never while another claim of the key is out nor behind a dead letter; a claim is a lease.
- */
+/** The sender's store: `claim` returns a key's lowest undelivered seq, one lease per key at a time. */
 
 /** An event as stored, ready to go on the wire. */
 export interface StoredEvent {

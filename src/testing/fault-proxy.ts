@@ -1,7 +1,4 @@
-/**
- * An HTTP proxy on loopback, in front of a consumer, that injects the faults a webhook sender meets
- * in the wild, each at a set rate, drawn from a seeded PRNG so a run can be replayed.
- */
+/** A loopback HTTP proxy injecting a webhook sender's faults at set rates, from a seeded PRNG. */
 import {
   Agent,
   createServer,
@@ -140,8 +137,7 @@ export async function createFaultProxy(options: FaultProxyOptions): Promise<Faul
   const dropModes = options.dropModes ?? ['reset', '502', 'timeout'];
   if (dropModes.length === 0) throw new RangeError('fault proxy: `dropModes` must not be empty');
   const holdMs = options.holdMs ?? 30_000;
-  // Idle sockets are closed before the consumer's keep-alive timeout (Node's default is 5 s) can
-  // close them under a request that is reusing one; that race would show up as `unreachable`.
+  // Closed before the consumer's keep-alive timeout (5 s) could close one under a reused request.
   const agent = new Agent({ keepAlive: true, maxSockets: 64, timeout: 4000 });
   const stats: FaultStats = {
     requests: 0,

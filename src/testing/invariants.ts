@@ -61,11 +61,8 @@ async function rowsOf(db: InvariantsDatabase, text: string): Promise<any[]> {
 /**
  * Every violation of the inbox's invariants (an empty array when they hold).
  *
- * @example
  * ```ts
- * import { checkInvariants } from 'webhook-inbox/testing';
  * const violations = await checkInvariants(pool, { schema: 'webhook_inbox' });
- * if (violations.length > 0) console.error(violations);
  * ```
  */
 export async function checkInvariants(
@@ -77,8 +74,7 @@ export async function checkInvariants(
   const keys = q('keys');
   const gaps = q('gaps');
   const found: InvariantViolation[] = [];
-  // Each join names the stream too (an ordered event's is its key, as its key row's): on a Citus
-  // cluster a key's rows are joined on their own shard, never repartitioned.
+  // Each join names the stream too, so a Citus key's rows join on their own shard.
   const add = async (rule: InvariantViolation['rule'], text: string) => {
     for (const r of await rowsOf(db, text)) {
       found.push({
@@ -135,11 +131,9 @@ export async function checkInvariants(
 }
 
 /**
- * `checkInvariants`, throwing an `InvariantsError` that lists the violations when any is found.
+ * `checkInvariants`, throwing an `InvariantsError` that lists any violation.
  *
- * @example
  * ```ts
- * import { assertInvariants } from 'webhook-inbox/testing';
  * afterEach(() => assertInvariants(pool, { schema: 'webhook_inbox' }));
  * ```
  */

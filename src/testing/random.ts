@@ -1,7 +1,4 @@
-/**
- * A small seeded PRNG (mulberry32): the same seed gives the same sequence on every machine,
- * so a fault pattern or a generated workload can be replayed.
- */
+/** A seeded PRNG (mulberry32): one seed, one sequence on every machine. */
 export function seededRandom(seed: number): () => number {
   let a = seed >>> 0;
   return () => {

@@ -1,5 +1,4 @@
-// One signer per preset of `webhook-inbox/providers`, from the provider's documentation (and checked
-// against its SDK where one signs).
+// One signer per preset of `webhook-inbox/providers`, from the provider's documentation.
 import { createHmac, randomUUID } from 'node:crypto';
 import type { Provider, providers } from '../delivery/providers.js';
 
@@ -28,7 +27,7 @@ export interface SignedDeliveryOptions {
   /** The delivery id, for providers that send it in a header (Stripe, Slack, Paddle read the body's). @defaultValue a random UUID */
   id?: string;
   /**
-   * The event type, for GitHub, Shopify and GitLab, which send it in a header.
+   * The event type's header, for GitHub, Shopify and GitLab.
    * @defaultValue `'ping'`, `'orders/create'`, `'Push Hook'`
    */
   type?: string;
@@ -49,11 +48,7 @@ const hmac = (key: string | Buffer, text: string) => createHmac('sha256', key).u
  * A delivery of `body` (an object is sent as JSON) signed as `provider` signs it.
  *
  * ```ts
- * import { signedDelivery } from 'webhook-inbox/testing';
- *
- * const event = { id: 'evt_1', object: 'event', type: 'charge.succeeded', data: { object: { id: 'ch_1' } } };
  * const { headers, rawBody } = signedDelivery('stripe', event, { secret: 'whsec_test' });
- * const outcome = await inbox.receive({ headers, rawBody }); // outcome.status === 200
  * ```
  */
 export function signedDelivery(

@@ -2,10 +2,7 @@ import { createHash } from 'node:crypto';
 import type { QueryResult, TransactionSettings } from 'kysely';
 import { PoolWaitTimeoutError } from '../../errors.js';
 
-/**
- * How a statement travels with its neighbours (fold.ts): `begin`, BEGIN rides on it; `commit`, held
- * back and sent with COMMIT (its rows are never read); `none`, a round trip of its own.
- */
+/** `begin`: BEGIN rides on it; `commit`: sent with COMMIT (its rows never read); `none`: alone. */
 export type Rides = 'begin' | 'commit' | 'none';
 
 /** A statement's result; with its `first`'s result beside it, when it declares one. */
@@ -19,10 +16,7 @@ export interface StatementEntry {
   readonly rides: Rides;
   /** A parameterless statement every driver sends right after this one (a SAVEPOINT). */
   readonly after: string | undefined;
-  /**
-   * A registered statement sent right before this one with the same parameters, its result in
-   * `StatementResult.first`: two statements, so that this one's snapshot is taken after it ran.
-   */
+  /** Sent right before this one (result in `StatementResult.first`), so this one's snapshot is later. */
   readonly first: string | undefined;
   /** It folds and PREPARE takes it. */
   readonly prepared: boolean;
@@ -70,10 +64,7 @@ export function beginStatement(settings: TransactionSettings): string {
   return text;
 }
 
-/**
- * Waits for `acquire` at most `timeoutMs`, then throws PoolWaitTimeoutError; a connection that
- * arrives later is handed back with `giveBack`. Works on a pool the user passed in.
- */
+/** Waits for `acquire` at most `timeoutMs` (PoolWaitTimeoutError); a late one goes to `giveBack`. */
 export function boundedWait<T>(
   acquire: Promise<T>,
   timeoutMs: number,

@@ -1,11 +1,7 @@
 /**
- * Folding, shared by our drivers (pg.ts, pglite.ts): BEGIN waits for the transaction's first
- * statement and, when that rides on `begin` (the claim, the takes), both go in one simple-protocol
- * query; a statement that rides on `commit` (the stored result) is held back and sent with COMMIT,
- * or with the next registered statement if one comes first. A new event then costs what a bare
- * transaction costs. The simple protocol takes no parameters, so values are written as literals
- * (literals.ts) into `execute` of statements PREPAREd on the session (prepared-folds.ts); a value
- * that cannot be written makes its statement travel alone with its values bound.
+ * Folding (pg.ts, pglite.ts): BEGIN goes with the first statement when it rides on `begin`, and a
+ * `commit` statement with COMMIT, so a new event costs a bare transaction's round trips. Values are
+ * written as literals into PREPAREd statements (prepared-folds.ts); one that cannot be travels bound.
  */
 import type { CompiledQuery, DatabaseConnection, QueryResult, TransactionSettings } from 'kysely';
 import { beginStatement, type StatementEntry, type StatementNames, type StatementResult } from './common.js';
@@ -216,10 +212,7 @@ export abstract class FoldingConnection implements DatabaseConnection {
     return this.#sendEach<R>(compiled, entry, entry?.after);
   }
 
-  /**
-   * A `begin` statement sent outside a transaction: one simple query is one implicit transaction,
-   * committed before PostgreSQL answers, so no lock is held while the answer travels back.
-   */
+  /** Outside a transaction, one simple query commits before answering: no lock held meanwhile. */
   async #alone<R>(compiled: CompiledQuery, entry: StatementEntry): Promise<QueryResult<R>> {
     const folded = await this.#foldOnBegin<R>(ALONE_READ_COMMITTED, compiled, entry, undefined);
     if (folded) return folded;

@@ -1,12 +1,13 @@
-/**
- * Values as SQL literals, for folded simple-protocol text (fold.ts). Strings go through pg's
- * `escapeLiteral`; what cannot be written is undefined, and its statement travels alone, bound.
- */
+/** Values as SQL literals (fold.ts), strings by pg's `escapeLiteral`; undefined: the statement goes bound. */
 import type { CompiledQuery } from 'kysely';
 import pg from 'pg';
 
 const { escapeLiteral } = pg;
 const NEEDS_ESCAPING = /['\\]/;
+
+export function quote(identifier: string): string {
+  return `"${identifier.replace(/"/g, '""')}"`;
+}
 
 /** One value as a SQL literal, or undefined when it cannot be written as one. */
 export function literal(value: unknown): string | undefined {

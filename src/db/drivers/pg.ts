@@ -1,7 +1,4 @@
-/**
- * Our Kysely driver over a pg-shaped pool: a registered statement sent alone is named (parsed and
- * planned once per connection), and transactions fold (fold.ts).
- */
+/** Our Kysely driver over a pg pool: statements sent alone are named (planned once), transactions fold. */
 import type { CompiledQuery, DatabaseConnection, Driver, QueryResult, TransactionSettings } from 'kysely';
 import { boundedWait, type StatementEntry, type StatementNames } from './common.js';
 import { FoldingConnection } from './fold.js';
@@ -14,11 +11,7 @@ const MUTATING = new Set(['INSERT', 'UPDATE', 'DELETE', 'MERGE']);
 const quieted = new WeakSet<object>();
 const ignore = () => {};
 
-/**
- * Gives a client a no-op 'error' listener, for good: an unheard 'error' event ends the process,
- * and a checked-out or broken client has no listener of the pool's, yet a server shutting down
- * (57P01) can still report on it, even before any connection of ours holds it.
- */
+/** A permanent no-op 'error' listener: an unheard one (a 57P01 on a checked-out client) ends the process. */
 function quiet(client: PgClientLike): void {
   if (quieted.has(client)) return;
   quieted.add(client);

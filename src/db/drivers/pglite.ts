@@ -4,11 +4,7 @@ import { FoldingConnection } from './fold.js';
 import { type SessionTurns, sessionOf } from './session.js';
 import type { PGliteLike } from './shapes.js';
 
-/**
- * PGlite is one Postgres session: two interleaved transactions on it would be one, so its one
- * connection is handed out exclusively. It folds as pg's does: a call into the embedded database
- * costs more than most of our statements' own work.
- */
+/** PGlite is one session, so its one connection is handed out exclusively; it folds as pg's does. */
 class PGliteConnection extends FoldingConnection {
   constructor(
     readonly pglite: PGliteLike,

@@ -5,10 +5,8 @@ import { sqlState } from './postgres-error.js';
 import type { Session } from './session.js';
 
 /**
- * The folding statements are PREPAREd once per session, so that a fold is `execute "<name>"(…)`,
- * not text to parse and plan. A pool whose sessions do not keep them (a pooler in transaction
- * mode, DISCARD ALL, a new client object per checkout) says so by 26000 or 42P05: from then on it
- * folds each statement's text with the values written in (`PoolFolds.literals`).
+ * Folding statements are PREPAREd once per session; a pool whose sessions lose them (a transaction-mode
+ * pooler, DISCARD ALL) says so by 26000 or 42P05, and from then on folds literal text.
  */
 export const DUPLICATE_PREPARED_STATEMENT = '42P05';
 export const UNDEFINED_PREPARED_STATEMENT = '26000';
@@ -26,10 +24,7 @@ export function lostStatements(folds: PoolFolds, err: unknown): boolean {
   return true;
 }
 
-/**
- * A registered statement as folded text: `execute "<name>"(literals)` on a session where it is
- * prepared, else its text with the literals in; undefined when a value cannot be written.
- */
+/** `execute "<name>"(literals)` where prepared, else the text with literals; undefined if a value cannot. */
 export function foldText(
   session: Session,
   folds: PoolFolds,
@@ -45,11 +40,7 @@ export function foldText(
   return literals.length ? inline(compiled.sql, literals) : compiled.sql;
 }
 
-/**
- * PREPAREs the folding statements this session lacks (one pool may serve several schemas), in one
- * round trip before a fold's BEGIN, so that a failure aborts nothing; on any other failure than a
- * lost statement, nothing is recorded and the next fold tries again.
- */
+/** PREPAREs what this session lacks in one round trip before a fold's BEGIN, so a failure aborts nothing. */
 export async function prepareFolds(
   session: Session,
   names: StatementNames,

@@ -23,11 +23,7 @@ export class SessionTurns {
   /** A turn began in this pass of the event loop; cleared by the next check phase. */
   #passTaken = false;
 
-  /**
-   * Waits, if need be, for a pass of the event loop in which the session has not run yet. PGlite's
-   * calls resolve without I/O, so turns would otherwise run back to back in microtasks and starve
-   * the event loop: sockets are read and connections accepted between any two turns.
-   */
+  /** Waits for a loop pass the session has not run in: PGlite does no I/O, and turns would starve sockets. */
   async ownPass(): Promise<void> {
     if (this.#passTaken) await new Promise<void>((resolve) => setImmediate(resolve));
     this.#passTaken = true;

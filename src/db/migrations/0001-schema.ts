@@ -1,14 +1,8 @@
 import type { Tables } from '../sql/tables.js';
 
 /**
- * Migration 0001: the inbox's tables, their indexes and constraints. The functions it creates
- * are not here: each is created from its one definition beside its caller in src/db/sql/
- * (src/db/migrations.ts lists which, src/db/sql/functions.ts where they are).
- *
- * Each CHECK that lists allowed values compares with a constant array, which PostgreSQL stores
- * folded: written `x in ('a', 'b')`, the list would be built again at every INSERT and UPDATE.
- * The CHECKs are named by PostgreSQL (`events_status_check`, cut at 63 bytes under a long
- * prefix). Schema and prefix are validated identifiers (options.ts).
+ * Migration 0001: tables, indexes, constraints (functions: src/db/sql/). CHECKs compare with constant
+ * arrays, stored folded.
  */
 export function schema(t: Tables): string {
   return `

@@ -3,11 +3,8 @@ import type { StatementNames } from '../drivers/common.js';
 import { defineStatement, type Queryable, stream, type Tables } from './tables.js';
 
 /**
- * `advance`: after a worker's handler, in its transaction: moves the cursor past the seq and says
- * whether the next waits. It takes the key's lock, so every claim that decided "held" against the old
- * cursor has committed and is seen: no wake-up is lost. A timed-out gap after it is settled here as
- * the sweeper would (skipped: `more`; or the key blocked), so a stream with ten due gaps moves on
- * after one timeout. Holding the key, it reads event rows without locking them.
+ * `advance`: after a worker's handler, moves the cursor past the seq and says whether the next waits.
+ * The key's lock orders it after every claim that saw the old cursor; a due gap after it is settled here.
  */
 export function advanceFunction(t: Tables): string {
   return `

@@ -5,10 +5,8 @@ import { readIdRow, takeIdLock } from './id-lock.js';
 import { defineStatement, type Queryable, stream, type Tables } from './tables.js';
 
 /**
- * `claim_latest`: the claim under latest-wins ordering. The key row is the object's lock and
- * `last_version` its cursor: an older event is recorded processed with a `superseded` result and
- * not applied; an equal or newer one is applied and moves the cursor. The event row has no key or
- * seq. Lock order: the key row, the id's lock, the event row (ARCHITECTURE.md, "Locks").
+ * `claim_latest`: the key row is the object's lock, `last_version` its cursor; an older event is
+ * recorded `superseded`, not applied. Lock order: key row, id lock, event row (ARCHITECTURE.md).
  */
 export function claimLatestFunction(t: Tables): string {
   return `

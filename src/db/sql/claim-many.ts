@@ -2,11 +2,7 @@ import type { StatementNames } from '../drivers/common.js';
 import { type ClaimArgs, type ClaimResult, type ClaimRow, toClaimRow } from './claim.js';
 import { defineStatement, type Queryable, type Tables } from './tables.js';
 
-/**
- * `claim_many`: deferred mode's claims of several deliveries in one statement, each decided by
- * `claim` in the order given: a later element sees what an earlier one wrote. They only store, so
- * their locks are held only for the statement.
- */
+/** `claim_many`: several deferred claims in one statement, each by `claim`, in the order given. */
 export function claimManyFunction(t: Tables): string {
   return `
 create or replace function ${t.fn('claim_many')}(

@@ -5,10 +5,8 @@ import { readIdRow, takeIdLock } from './id-lock.js';
 import { defineStatement, type Queryable, stream, type Tables } from './tables.js';
 
 /**
- * `claim`: everything the inbox decides about a delivery, in the transaction that will run the
- * handler; what it decides survives the handler's rollback to the savepoint after it. Lock order:
- * the key row, the id's lock, event rows (ARCHITECTURE.md, "Locks"). Deferred mode (`p_apply`
- * false) never locks the event row, so a redelivery of an event a worker is applying is answered.
+ * `claim`: every decision about a delivery, in the transaction that runs its handler. Lock order: key row,
+ * id lock, event rows (ARCHITECTURE.md). Deferred mode never locks the event row a worker may hold.
  */
 export function claimFunction(t: Tables): string {
   return `

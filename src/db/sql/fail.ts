@@ -3,10 +3,8 @@ import { type RunRow, runRowParameters } from './failed-run.js';
 import { defineStatement, type Queryable, stream, type Tables } from './tables.js';
 
 /**
- * `fail`: counts a failed handler run in its transaction, after the rollback to the take's savepoint,
- * keeping the payload for the retry; dead-letters it after p_max_attempts (1 with p_dead_reason
- * 'rejected': at once). An empty hash means "the stored event". A failed event is at its key's cursor,
- * so the key row is re-created at its seq if the rollback took it.
+ * `fail`: counts a failed run after the rollback to the take's savepoint, keeping the payload; dead-letters
+ * it after p_max_attempts. The key row is re-created at its seq if the rollback took it.
  */
 export function failFunction(t: Tables): string {
   return `
@@ -98,7 +96,6 @@ export interface FailRow {
   decision: 'failed' | 'dead';
   attempts: number;
   drain: boolean;
-  /** Why it was dead-lettered. */
   reason?: 'poison' | 'rejected';
 }
 

@@ -1,10 +1,7 @@
 import type { StatementNames } from '../drivers/common.js';
 import { defineStatement, type Queryable, stream, type Tables } from './tables.js';
 
-/**
- * Sent with every take. A handler that throws is rolled back to it: its writes are gone, but the
- * take's row locks stay held while the failed run is recorded, so no other worker runs it meanwhile.
- */
+/** A failed handler rolls back to it: its writes go, but the take's row locks stay while it is recorded. */
 export const APPLY_SAVEPOINT = 'savepoint wi_apply';
 
 /** The savepoint on its own (a batch's later events), registered so held-back statements ride on it. */
@@ -31,10 +28,7 @@ export function runRowParameters(a: RunRow): unknown[] {
   return [a.source, a.id, a.key, a.seq, a.hash, a.payload, JSON.stringify(a.headers)];
 }
 
-/**
- * A taken event back to waiting after its handler failed, riding on COMMIT with `fail`: back to the
- * savepoint, the row waiting again, the key's cursor back at its seq.
- */
+/** A taken event back to waiting after its handler failed, riding on COMMIT with `fail`. */
 export function createUndoTake(names: StatementNames, t: Tables) {
   const rollback = defineStatement(names, t, 'rollback_to_apply', 'rollback to savepoint wi_apply', {
     rides: 'commit',

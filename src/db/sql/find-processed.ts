@@ -3,10 +3,7 @@ import { fromJsonText, toNumber } from '../column-readers.js';
 import type { StatementNames } from '../drivers/common.js';
 import { defineStatement, type Queryable, type Tables } from './tables.js';
 
-/**
- * One autocommit primary-key read: the event when processed (final, so it answers a duplicate as
- * the claim would). Sent only while duplicates are likely (src/dedup/duplicate-odds.ts).
- */
+/** One autocommit primary-key read of a processed event, while duplicates are likely (duplicate-odds.ts). */
 export function createFindProcessed(names: StatementNames, t: Tables) {
   const statement = defineStatement<{
     body_hash: string;

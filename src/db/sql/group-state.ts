@@ -4,10 +4,8 @@ import { defineStatement, type Queryable, type Tables } from './tables.js';
 import { groupSlotKey } from './take-grouped.js';
 
 /**
- * A group's row, written only riding on COMMIT, after the transaction's event rows: a take reads it
- * unlocked, so no handler's transaction holds it while it runs, and no lock waits on its holder.
- * `spendGroupRate`: `n` events ran, each one interval of the rate (GCRA). `holdGroup`: RetryLater
- * naming the group; the group's events wait until `until`.
+ * A group's row, written only riding on COMMIT, so no running handler's transaction holds it.
+ * `spendGroupRate`: `n` events ran (GCRA). `holdGroup`: RetryLater naming the group, until `until`.
  */
 export function createGroupState(names: StatementNames, t: Tables) {
   const spend = defineStatement(

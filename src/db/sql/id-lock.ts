@@ -1,10 +1,6 @@
 import type { Tables } from './tables.js';
 
-/**
- * The id's lock: every claim takes it before the id's row, so that a second claim waits and reads
- * what the first committed. Its text is part of the schema's contract (rolling deploys); a hash
- * collision only makes two ids wait, as nothing is decided from the lock.
- */
+/** Every claim takes the id's lock before the id's row; its text is part of the schema's contract. */
 export function takeIdLock(t: Tables): string {
   return `perform pg_advisory_xact_lock(${idLockKey(t, 'p_source', 'p_id')});`;
 }
@@ -15,11 +11,7 @@ export function idLockKey(t: Tables, source: string, id: string): string {
       '${lockScope(t)}' || length(${source}) || '|' || ${source} || '|' || ${id}, 0)`;
 }
 
-/**
- * Under the id's lock, reads the id's row into `v_ev`, locked only when waiting cannot close a
- * cycle: an ordered row's holder may wait for a key this claim holds, so it is read as committed.
- * Read without a stream too, so that a row of the id in another stream is found: a mismatch.
- */
+/** The id's row (any stream) into `v_ev`, locked only where waiting for it cannot close a cycle. */
 export function readIdRow(t: Tables): string {
   return `select * into v_ev from ${t.events} e
      where e.source = p_source and e.stream = v_stream and e.id = p_id for update skip locked;

@@ -2,13 +2,7 @@ import { toNumber } from '../column-readers.js';
 import type { StatementNames } from '../drivers/common.js';
 import { defineStatement, type Queryable, stream, type Tables } from './tables.js';
 
-/**
- * `latest_check`: latest-wins for a stored event a worker took, before its handler: under the
- * object's key row, held until COMMIT, an older event is `superseded`; an equal or newer one moves
- * `last_version`. `busy`: another transaction holds the key row, and this one does not wait: its
- * holder may be an inline claim waiting for the event row this worker holds (ARCHITECTURE.md,
- * "Locks"). It runs after the event's savepoint: a throw rolls the version back.
- */
+/** `latest_check`: an older taken event is `superseded`; `busy` when the object's key row is held. */
 export function latestCheckFunction(t: Tables): string {
   return `
 create or replace function ${t.fn('latest_check')}(p_source text, p_key text, p_version bigint)

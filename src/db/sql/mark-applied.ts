@@ -1,10 +1,7 @@
 import type { StatementNames } from '../drivers/common.js';
 import { defineStatement, type Queryable, stream, type Tables } from './tables.js';
 
-/**
- * A stored event a take locked, marked processed (or `ignored`, its payload kept for a replay) with
- * its result after the handler succeeded, riding on COMMIT: the row is written once.
- */
+/** A taken event marked processed (or `ignored`) with its result, riding on COMMIT: written once. */
 export function createMarkApplied(names: StatementNames, t: Tables) {
   const statement = defineStatement(
     names,

@@ -7,11 +7,7 @@ export function notifyChannel(t: Tables, source: string): string {
   return `wi_${createHash('md5').update(`${t.schema}.${t.prefix}|${source}`).digest('hex')}`;
 }
 
-/**
- * The wake-up of every instance's workers: one autocommit NOTIFY after the claims committed, never in
- * them (src/background/wake-ups.ts says why). The payload names what may be runnable, one per line:
- * an empty line for unordered events, else a key (printable ASCII, no line break).
- */
+/** Wakes every instance's workers (wake-ups.ts): one key a line, an empty line for unordered events. */
 export function createNotifyPending(names: StatementNames, t: Tables) {
   const statement = defineStatement(names, t, 'notify_pending', 'select pg_notify($1, $2)');
   return async function notifyPending(db: Queryable, channel: string, payload: string): Promise<void> {

@@ -1,11 +1,7 @@
 import type { StatementNames } from '../drivers/common.js';
 import { defineStatement, type Queryable, stream, type Tables } from './tables.js';
 
-/**
- * The row of a new event applied inline, written once with its result, riding on COMMIT. No ON
- * CONFLICT: should anything have inserted the id meanwhile, COMMIT fails (23505: 409) and the
- * handler's writes roll back.
- */
+/** A new inline event's row, with its result, riding on COMMIT; no ON CONFLICT: a race fails COMMIT (409). */
 export function createRecordApplied(names: StatementNames, t: Tables) {
   const statement = defineStatement(
     names,

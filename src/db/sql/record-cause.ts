@@ -1,10 +1,7 @@
 import type { StatementNames } from '../drivers/common.js';
 import { defineStatement, type Queryable, stream, type Tables } from './tables.js';
 
-/**
- * A failed run's cause and time on its row, riding on the failed run's COMMIT after `fail`, so `fail`
- * keeps to its one decision. `failed_at` is what `--since`/`--until` select dead letters by.
- */
+/** A failed run's cause and `failed_at` (`--since` selects by it), riding on COMMIT. */
 export function createRecordCause(names: StatementNames, t: Tables) {
   const statement = defineStatement(
     names,

@@ -2,11 +2,7 @@ import type { StatementNames } from '../drivers/common.js';
 import { type RunRow, runRowParameters } from './failed-run.js';
 import { defineStatement, type Queryable, stream, type Tables } from './tables.js';
 
-/**
- * RetryLater: the event waits until `retryAt`, its attempts unchanged, after the undo of its take,
- * riding on COMMIT: the row as `fail` writes it, but no attempt counted. An ordered event's key is
- * still locked (the savepoint kept it) and its cursor rewound, so it applies at `retryAt` in order.
- */
+/** RetryLater: the event waits until `retryAt`, attempts unchanged, in its key's order. */
 export function createSnooze(names: StatementNames, t: Tables) {
   const statement = defineStatement(
     names,

@@ -28,7 +28,7 @@ import { createTryClaim } from './try-claim.js';
 export function createStatements(
   names: StatementNames,
   t: Tables,
-  sendsCompanions: boolean,
+  ownDriver: boolean,
   /** The database is one session (PGlite): the try-claim needs no lock there. */
   oneSession: boolean,
 ) {
@@ -36,7 +36,7 @@ export function createStatements(
   return {
     claim: createClaim(names, t),
     /** Unordered inline claims in plain statements; only where the try-lock rides as `first`. */
-    tryClaim: sendsCompanions ? createTryClaim(names, t, oneSession) : undefined,
+    tryClaim: ownDriver ? createTryClaim(names, t, oneSession) : undefined,
     claimMany: createClaimMany(names, t),
     claimLatest: createClaimLatest(names, t),
     latestCheck: createLatestCheck(names, t),
@@ -49,7 +49,7 @@ export function createStatements(
     undoTake: createUndoTake(names, t),
     applySavepoint,
     /** The take's savepoint, for a user's Kysely instance (our drivers send it with the take). */
-    takeSavepoint: sendsCompanions ? undefined : applySavepoint,
+    takeSavepoint: ownDriver ? undefined : applySavepoint,
     findProcessed: createFindProcessed(names, t),
     takeNext: createTakeNext(names, t),
     takePending: createTakePending(names, t),

@@ -3,14 +3,10 @@ import type { StatementNames } from '../drivers/common.js';
 import { defineStatement, type Queryable, stream, type Tables } from './tables.js';
 
 /**
- * `sweep`: one step of the sweeper's walk over the keys that wait, returning the keys to drain (the
- * next event there and due) and those whose gap timed out (skipped, or the key blocked). It walks
- * keys with waiting events in key order, one index read each (a loose index scan), from the key
- * after `p_after`, and stops once `p_limit` keys have work or `p_scan` were examined; a last row,
- * action 'resume', says where the next step starts. So a step never reads every waiting event, nor a
- * key's whole buffer under its lock. A key with work is locked (skipped if held: its holder drains
- * it) and read again under the lock, so a held event that arrived since is not skipped as a gap;
- * each in a block of its own, an error returned as that key's `error` row. Run READ COMMITTED.
+ * `sweep`: one step of the walk over waiting keys (a loose index scan from after `p_after`), returning
+ * the keys to drain and those whose gap timed out; it stops at `p_limit` keys with work or `p_scan`
+ * examined, and a last 'resume' row says where to go on. A key with work is locked (skipped if held) and
+ * read again; an error is that key's `error` row. Run READ COMMITTED.
  */
 export function sweepFunction(t: Tables): string {
   return `

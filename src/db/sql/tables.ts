@@ -1,10 +1,8 @@
 import { CompiledQuery, type Kysely } from 'kysely';
 import type { Rides, StatementNames, StatementResult } from '../drivers/common.js';
+import { quote } from '../drivers/literals.js';
 
-/**
- * Qualified, quoted names of the inbox's tables and functions; schema and prefix are validated
- * identifiers, so every statement is otherwise parameterised.
- */
+/** Qualified, quoted names; schema and prefix are validated identifiers, everything else a parameter. */
 export interface Tables {
   readonly schema: string;
   readonly prefix: string;
@@ -16,10 +14,6 @@ export interface Tables {
   fn(name: string): string;
   /** An index or constraint name (unqualified, as CREATE INDEX wants it). */
   local(name: string): string;
-}
-
-function quote(identifier: string): string {
-  return `"${identifier.replace(/"/g, '""')}"`;
 }
 
 export function createTables(schema: string, prefix: string): Tables {

@@ -9,12 +9,9 @@ export function groupSlotKey(t: Tables, source: string, group: string): string {
 }
 
 /**
- * `take_grouped`: `take_pending` by groups, round-robin. From the group after `p_after` (this
- * instance's last, wrapping around) it steps group by group (one index read each) to the first that
- * is not held, has rate room (`rate_at`, read unlocked: the rate is spent at COMMIT), has a due event
- * and a free slot (`p_slots`, or the group's in `p_slot_map`: advisory locks `0 .. n-1`), and takes
- * up to `p_limit` of its due events, oldest first (one when rated). No event: one row with a null id
- * and, in `wake_at`, when a held or rated group it passed has room again.
+ * `take_grouped`: `take_pending` by groups, round-robin from after `p_after`, to the first group that is
+ * not held, has rate room, a due event and a free slot; takes up to `p_limit` (one when rated). None:
+ * a row with a null id and, in `wake_at`, when a group it passed has room again.
  */
 export function takeGroupedFunction(t: Tables): string {
   return `

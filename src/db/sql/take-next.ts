@@ -4,11 +4,7 @@ import { APPLY_SAVEPOINT } from './failed-run.js';
 import { defineStatement, type Queryable, stream, type Tables } from './tables.js';
 import { type StoredEventRow, TAKEN_EVENT_OUTPUT, type TakenEvent, toTakenEvent } from './taken-event.js';
 
-/**
- * `take_next`, behind inline drains and the sweeper: locks the key, takes the due waiting event at its
- * cursor, locks it and advances the cursor; the handler runs in the same transaction. `more` reads
- * the next seq's row, never this one.
- */
+/** `take_next`: locks the key and the due event at its cursor, advancing it. */
 export function takeNextFunction(t: Tables): string {
   return `
 create or replace function ${t.fn('take_next')}(p_source text, p_key text, p_wait boolean, p_lock_timeout text)

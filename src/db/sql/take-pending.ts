@@ -4,12 +4,9 @@ import { defineStatement, type Queryable, type Tables } from './tables.js';
 import { type StoredEventRow, TAKEN_EVENT_OUTPUT, type TakenEvent, toTakenEvent } from './taken-event.js';
 
 /**
- * `take_pending`: up to `p_limit` due unordered pending events no one else holds (SKIP LOCKED, so
- * instances share the work), oldest due first, locked. The candidates are read unlocked, a page of
- * four a slot at a time, then each is locked by its stream and id, so no statement locks rows across
- * a Citus cluster's shards (which it refuses); checked again under the lock, as another worker may
- * have taken it in between. The next page starts after the last candidate: the events other
- * workers hold stay pending until they commit, and a take must reach past them.
+ * `take_pending`: up to `p_limit` due unordered events no one holds, oldest first. Candidates are read
+ * unlocked, a page at a time, then each is locked by stream and id and checked again (Citus refuses
+ * locks across shards); pages go on past the events other workers hold.
  */
 export function takePendingFunction(t: Tables): string {
   return `

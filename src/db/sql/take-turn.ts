@@ -4,11 +4,7 @@ import { APPLY_SAVEPOINT } from './failed-run.js';
 import { defineStatement, type Queryable, stream, type Tables } from './tables.js';
 import { type StoredEventRow, TAKEN_EVENT_OUTPUT, type TakenEvent, toTakenEvent } from './taken-event.js';
 
-/**
- * `take_turn` (then `advance`, after the handler): how workers apply an ordered key's next event, by
- * `take_next`'s rule, but the key row is not locked during the handler: the event row's lock keeps
- * workers apart, so a slow handler does not delay the claims of the key's other seqs.
- */
+/** `take_turn` (then `advance`): `take_next` without the key row locked during the handler. */
 export function takeTurnFunction(t: Tables): string {
   return `
 create or replace function ${t.fn('take_turn')}(p_source text, p_key text)

@@ -51,10 +51,7 @@ export function toTakenEvent(row: StoredEventRow, key: string | null, seq: numbe
   };
 }
 
-/**
- * The takes' output row from the locked row `v_ev`, left waiting: the apply path marks it processed
- * at COMMIT (mark-applied.ts), with the handler's writes, so the row is written once.
- */
+/** The takes' output row from `v_ev`, left waiting: mark-applied.ts writes it once at COMMIT. */
 export const TAKEN_EVENT_OUTPUT = `id := v_ev.id;
   body_hash := v_ev.body_hash;
   payload := v_ev.payload;

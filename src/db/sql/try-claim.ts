@@ -7,12 +7,8 @@ import { idLockKey } from './id-lock.js';
 import { defineStatement, type Queryable, type Statement, type Tables } from './tables.js';
 
 /**
- * The try-claim: an unordered inline delivery claimed by plain statements when they can decide,
- * cheaper than the `claim` function. The id's try-lock (never waits), then the id's row by a
- * statement of its own, whose snapshot sees every claim of the id committed before. No row and
- * the lock held: apply; a final row (its hash, key and seq never change) is answered without the
- * lock; anything else is undefined, and the caller sends the claim. On PGlite (`oneSession`) no
- * lock is sent: one session's advisory locks never conflict with its own.
+ * Unordered inline claims by plain statements where they can decide (the id's try-lock, then its row);
+ * undefined sends `claim`.
  */
 /** All null without a row; `locked` where the session's own lock answers. */
 interface TryClaimResult {
