@@ -132,6 +132,9 @@ describe.skipIf(!postgresTarget)('dead letters handled in bulk (PostgreSQL)', ()
       { dryRun: true, batchSize: 7 },
     );
     expect(planned.map((r) => r.id)).toEqual(expected);
+    await expect(ops.replay({ all: true, cause }, { dryRun: true, batchSize: 0 })).rejects.toThrow(
+      '`batchSize` must be an integer from 1 to 10000; got 0',
+    );
 
     const replay = await cli(['dead', 'replay', ...select, '--yes', ...S]);
     expect(replay.code).toBe(0);

@@ -123,8 +123,8 @@ function integerIn(name: string, value: number | undefined, fallback: number, ma
   return value;
 }
 
-export function batchSizeOf(value: number | undefined, fallback: number): number {
-  return integerIn('batchSize', value, fallback, 100_000);
+export function batchSizeOf(value: number | undefined, fallback: number, max = 100_000): number {
+  return integerIn('batchSize', value, fallback, max);
 }
 
 export function limitOf(value: number | undefined, fallback: number): number {

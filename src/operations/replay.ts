@@ -5,12 +5,13 @@ import type { StoredEvent } from '../db/sql/inspect.js';
 import { streamOf } from '../db/sql/tables.js';
 import { OperationError } from '../errors.js';
 import {
+  batchSizeOf,
   boundedLockWait,
   eventIn,
   type FoundEvent,
   findEvent,
   type LockWaitOptions,
-  limitOf,
+  MAX_LIST,
   type OperationsContext,
   scoped,
   table,
@@ -69,7 +70,7 @@ async function replayMatching(
   options: ReplayOptions,
 ): Promise<ReplayResult[]> {
   const pinned = pinSelection(filter);
-  const size = limitOf(options.batchSize, 100);
+  const size = batchSizeOf(options.batchSize, 100, MAX_LIST);
   const most = filter.limit ?? Number.POSITIVE_INFINITY;
   const results: ReplayResult[] = [];
   for await (const batch of eachBatch(ctx, pinned, size)) {
