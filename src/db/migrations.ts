@@ -30,7 +30,7 @@ export const inboxMigrations: readonly InboxMigration[] = [
       claim_latest: '2b6420095b224a64',
       latest_check: '28a29950d06780cc',
       take_next: '0bc913365e7d9ff2',
-      take_pending: '9876f1bca2cdf7d5',
+      take_pending: 'c441837d49da399b',
       take_grouped: '9f7d5716b63b92a9',
       take_turn: '85bd37eb13c61f6e',
       advance: '77f5a0d7ed627a88',

@@ -44,8 +44,8 @@ create unique index ${t.local('events_waiting')} on ${t.events} (source, key, se
 create index ${t.local('events_applied_seq')} on ${t.events} (source, key, seq)
   where status in ('processed', 'ignored') and key is not null;
 -- Unordered pending events, in the order they become due: a new event is due when received,
--- a failed one at run_after. Workers take the first due ones with SKIP LOCKED.
-create index ${t.local('events_pending_due')} on ${t.events} (source, (coalesce(run_after, received_at)))
+-- a failed one at run_after, then by id: workers take the first due ones with SKIP LOCKED.
+create index ${t.local('events_pending_due')} on ${t.events} (source, (coalesce(run_after, received_at)), id)
   where status = 'pending' and key is null;
 -- The same, by group: a grouped take steps from group to group, then takes a group's first due.
 create index ${t.local('events_group_due')} on ${t.events} (source, group_key, (coalesce(run_after, received_at)))

@@ -4,9 +4,9 @@ import { defineStatement, type Queryable, type Tables } from './tables.js';
 import { type StoredEventRow, TAKEN_EVENT_OUTPUT, type TakenEvent, toTakenEvent } from './taken-event.js';
 
 /**
- * `take_pending`: up to `p_limit` due unordered events no one holds, oldest first. Candidates are read
- * unlocked, a page at a time, then each is locked by stream and id and checked again (Citus refuses
- * locks across shards); pages go on past the events other workers hold.
+ * `take_pending`: up to `p_limit` due unordered events no one holds, oldest first. One SKIP LOCKED read,
+ * where the executor steps past the events other workers hold. Citus refuses locks across shards: there,
+ * candidates are read unlocked, a page at a time, then each is locked by stream and id and checked again.
  */
 export function takePendingFunction(t: Tables): string {
   return `
@@ -21,6 +21,16 @@ declare
   v_id text := '';
   v_ev ${t.events}%rowtype;
 begin
+  if not exists (select 1 from pg_catalog.pg_extension where extname = 'citus') then
+    return query
+      select e.id, e.body_hash, e.payload, e.headers, e.attempts, e.received_at from ${t.events} e
+       where e.source = p_source and e.status = 'pending' and e.key is null
+         and coalesce(e.run_after, e.received_at) <= now()
+       order by coalesce(e.run_after, e.received_at), e.id
+       limit p_limit
+       for update skip locked;
+    return;
+  end if;
   loop
     v_read := 0;
     for v_candidate in
