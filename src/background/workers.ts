@@ -1,6 +1,7 @@
 /** Workers apply runnable events from the events table, each in the transaction that took it. */
 import { firstTime, recovered } from '../observability/logger.js';
 import type { Runtime } from '../runtime/runtime.js';
+import { LaneLimit } from './lane-limit.js';
 import { Listener } from './listener.js';
 import { applyDuePending, applyTurn, type Drained } from './turns.js';
 
@@ -20,6 +21,9 @@ export class Workers {
   #unordered = true;
   #unorderedGeneration = 0;
   #busy = 0;
+  /** Lanes taking unordered batches now, at most `#limit.lanes`. */
+  #takingUnordered = 0;
+  readonly #limit: LaneLimit;
   #perEventMs = 0;
   #closing = false;
   #stateWaiters: Array<() => void> = [];
@@ -30,6 +34,7 @@ export class Workers {
 
   constructor(rt: Runtime) {
     this.#rt = rt;
+    this.#limit = new LaneLimit(Math.max(1, rt.options.workers));
   }
 
   start(): void {
@@ -140,17 +145,19 @@ export class Workers {
         }
         continue;
       }
-      if (this.#unordered) {
+      if (this.#unordered && this.#takingUnordered < this.#limit.lanes) {
         const generation = this.#unorderedGeneration;
         let didWork = false;
         this.#busy++;
+        this.#takingUnordered++;
         try {
           const began = performance.now();
           const { taken, wakeAt } = await applyDuePending(this.#rt, this.#batchSize(), BATCH_BUDGET_MS);
           if (taken === 0 && wakeAt) this.#wakeAt(wakeAt);
+          const elapsed = performance.now() - began;
           // From 0: one slow take does not stop the batching of fast handlers (the budget stops slow ones).
-          if (taken > 0)
-            this.#perEventMs = 0.8 * this.#perEventMs + 0.2 * ((performance.now() - began) / taken);
+          if (taken > 0) this.#perEventMs = 0.8 * this.#perEventMs + 0.2 * (elapsed / taken);
+          this.#limit.observe(elapsed, taken);
           didWork = taken > 0;
         } catch (err) {
           const { logger } = this.#rt.options;
@@ -160,6 +167,7 @@ export class Workers {
           );
         } finally {
           this.#busy--;
+          this.#takingUnordered--;
         }
         if (didWork) {
           recovered(this.#rt.options.logger, 'worker');
@@ -177,9 +185,9 @@ export class Workers {
     }
   }
 
-  /** One while a lane sleeps (a burst spreads across lanes), else what fits in `BATCH_BUDGET_MS`. */
+  /** One while a lane that may take sleeps (a burst spreads across lanes), else what fits in `BATCH_BUDGET_MS`. */
   #batchSize(): number {
-    if (this.#sleepers.length > 0) return 1;
+    if (this.#sleepers.length > 0 && this.#takingUnordered < this.#limit.lanes) return 1;
     const most = this.#rt.options.workerBatchSize;
     if (this.#perEventMs === 0) return most;
     return Math.max(1, Math.min(most, Math.floor(BATCH_BUDGET_MS / this.#perEventMs)));
