@@ -13,7 +13,9 @@
  * Environment, slow: HANDLER_DELAY_MS (300), IN_FLIGHT (40), ROUNDS (20), ROUND_MS (1000),
  * KEYS (8), INLINE_EVENTS (240), POOL_SIZE, ACK_POOL_SIZE, WORKERS (the inbox's defaults).
  * Fast: EVENTS (4000), CONCURRENCY (32), POOL_SIZE (20), WORKERS (8), LIGHT_EVENTS (300),
- * WORKER_BATCH_SIZE. `slow` also writes bench/results/deferred-acks.json.
+ * WORKER_BATCH_SIZE, ACCOUNTS (1: every event credits one account, a row each handler locks; more
+ * spread the events across that many). `fast` prints the CPU an event cost, Node (this process:
+ * sender and server) and the PostgreSQL backends. `slow` also writes bench/results/deferred-acks.json.
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { Agent } from 'node:http';
@@ -26,6 +28,7 @@ import type { Handler } from '../src/index.js';
 import { seededRandom } from '../src/testing/random.js';
 import { dropSchemas } from './cleanup.js';
 import { percentile, postDelivery } from './post.js';
+import { postgresCpuMs, postgresCpuMsSince } from './process-cpu.js';
 import { forkReady } from './server-process.js';
 import { shuffle } from './workloads.js';
 
@@ -50,6 +53,7 @@ async function fire(
   ids: string[],
   concurrency: number,
   answered?: (id: string, status: number) => void,
+  body: (i: number) => string = () => '{"amount":1}',
 ): Promise<{ perSecond: number; statuses: Map<number, number> }> {
   const statuses = new Map<number, number>();
   let next = 0;
@@ -57,8 +61,9 @@ async function fire(
   await Promise.all(
     Array.from({ length: concurrency }, async () => {
       while (next < ids.length) {
-        const id = ids[next++];
-        const status = await post(target, id, '{"amount":1}');
+        const i = next++;
+        const id = ids[i];
+        const status = await post(target, id, body(i));
         statuses.set(status, (statuses.get(status) ?? 0) + 1);
         answered?.(id, status);
       }
@@ -275,6 +280,19 @@ async function fast(): Promise<void> {
   const WORKERS = int('WORKERS', 8);
   const LIGHT_EVENTS = int('LIGHT_EVENTS', 300);
   const WORKER_BATCH_SIZE = optionalInt('WORKER_BATCH_SIZE');
+  const ACCOUNTS = int('ACCOUNTS', 1);
+  // One account is the ledger's `none`; more are providers' objects, each its own account.
+  const body = (i: number) =>
+    ACCOUNTS === 1
+      ? '{"amount":1}'
+      : JSON.stringify({ data: { object: { id: `account-${i % ACCOUNTS}`, amount: 1 } } });
+  /** µs of CPU an event cost while `work` ran: Node (this process) and the PostgreSQL backends. */
+  const cpuPerEvent = async (work: () => Promise<unknown>) => {
+    const [node, postgres] = [process.cpuUsage(), postgresCpuMs()];
+    await work();
+    const { user, system } = process.cpuUsage(node);
+    return { node: (user + system) / EVENTS, postgres: (postgresCpuMsSince(postgres) * 1000) / EVENTS };
+  };
   const ids = (label: string, n: number) => Array.from({ length: n }, (_, i) => `${run}-${label}-${i}`);
   const fmt = (statuses: Map<number, number>) =>
     [...statuses].map(([status, count]) => `${status}×${count}`).join(' ');
@@ -288,7 +306,10 @@ async function fast(): Promise<void> {
 
   const inline = await start('inline', { poolSize: POOL_SIZE, workers: 0 });
   await fire(`${inline.url}/webhooks`, ids('warm-inline', 300), CONCURRENCY);
-  const inlineRun = await fire(`${inline.url}/webhooks`, ids('inline', EVENTS), CONCURRENCY);
+  let inlineRun = { perSecond: 0, statuses: new Map<number, number>() };
+  const inlineCpu = await cpuPerEvent(async () => {
+    inlineRun = await fire(`${inline.url}/webhooks`, ids('inline', EVENTS), CONCURRENCY, undefined, body);
+  });
   await inline.close();
 
   const inbox = { poolSize: POOL_SIZE, workers: WORKERS, workerBatchSize: WORKER_BATCH_SIZE };
@@ -310,20 +331,30 @@ async function fast(): Promise<void> {
   pickups.length = 0;
   const before = await applied();
   const drainBegan = performance.now();
-  const deferredRun = await fire(target, ids('deferred', EVENTS), CONCURRENCY);
-  await appliedAll(before + EVENTS, () => deferred.inbox.idle(), applied);
+  let deferredRun = { perSecond: 0, statuses: new Map<number, number>() };
+  const deferredCpu = await cpuPerEvent(async () => {
+    deferredRun = await fire(target, ids('deferred', EVENTS), CONCURRENCY, undefined, body);
+    await appliedAll(before + EVENTS, () => deferred.inbox.idle(), applied);
+  });
   const drainedPerSecond = EVENTS / ((performance.now() - drainBegan) / 1000);
   const loaded = [...pickups];
   await deferred.close();
 
   console.log(
-    `bench/deferred.ts fast — ${EVENTS} unique unordered events, ${CONCURRENCY} connections, pool ${POOL_SIZE}, ${WORKERS} workers, batches of ${WORKER_BATCH_SIZE ?? 'default'}`,
+    `bench/deferred.ts fast — ${EVENTS} unique unordered events on ${ACCOUNTS} account(s), ${CONCURRENCY} connections, pool ${POOL_SIZE}, ${WORKERS} workers, batches of ${WORKER_BATCH_SIZE ?? 'default'}`,
   );
+  const cpu = (c: { node: number; postgres: number }) =>
+    `${(c.node + c.postgres).toFixed(0)} µs (Node ${c.node.toFixed(0)} + PostgreSQL ${c.postgres.toFixed(0)})`;
   console.log(`inline   acknowledgements: ${inlineRun.perSecond.toFixed(0)}/s (${fmt(inlineRun.statuses)})`);
   console.log(
     `deferred acknowledgements: ${deferredRun.perSecond.toFixed(0)}/s (${fmt(deferredRun.statuses)}) = ${(deferredRun.perSecond / inlineRun.perSecond).toFixed(2)}× inline`,
   );
-  console.log(`deferred applied (ack start → last applied): ${drainedPerSecond.toFixed(0)}/s`);
+  console.log(
+    `deferred applied (ack start → last applied): ${drainedPerSecond.toFixed(0)}/s = ${(drainedPerSecond / inlineRun.perSecond).toFixed(2)}× inline`,
+  );
+  console.log(
+    `CPU per event: inline ${cpu(inlineCpu)}; deferred, acknowledged and applied, ${cpu(deferredCpu)}`,
+  );
   console.log(
     `pickup latency, light load (${light.length} events): p50 ${percentile(light, 50)} ms, p99 ${percentile(light, 99)} ms, max ${Math.max(...light)} ms`,
   );
