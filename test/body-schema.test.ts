@@ -165,7 +165,7 @@ describe('the bodySchema option', () => {
 });
 
 /**
- * The ingest contract of issue 17 (v2), as a JSON Schema: every field optional but checked when
+ * The ingest contract (v2), as a JSON Schema: every field optional but checked when
  * present, so a minimal `{ sequence_id, data }` passes.
  */
 const contract = {

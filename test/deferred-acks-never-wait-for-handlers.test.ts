@@ -1,5 +1,5 @@
 /**
- * Deferred mode answers in milliseconds whatever the handlers are doing (issue 41), on real
+ * Deferred mode answers in milliseconds whatever the handlers are doing, on real
  * PostgreSQL: with every pool connection held by a lane whose handler is running, a new event,
  * an ordered one and a redelivery of an event being applied are all acknowledged at once (on
  * the acknowledgements' own connections, `ackPoolSize`; the redelivery from the stored row,

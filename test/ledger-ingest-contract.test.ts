@@ -138,7 +138,7 @@ describe.skipIf(!postgresUrl)('the ledger ingest contract, over HTTP on PostgreS
   test('chaos as the seed runs it: GAP_TIMEOUT_MS=1000; once the gap timeout has passed, one sweeper pass applies every delivered id, nothing buffered, reconciled', async () => {
     // The seed's shape: ids 1..100 shuffled, 10 % dropped, ten gaps or so. The gaps time out
     // from the arrival of the events held behind them, all of them in the same pass (and the
-    // drains that follow it), not one gap per pass (issue 41): so with the sweeper's default
+    // drains that follow it), not one gap per pass: so with the sweeper's default
     // interval (1 s) the stream moves on within the gap timeout + 1 s of the last delivery.
     // The test pins the pass, not the second: the sweeper's timed passes are off
     // (sweepIntervalMs 0) and it is run by hand once after the gap timeout, so a busy machine

@@ -1,7 +1,7 @@
 /**
  * What the CLI prints came from senders and handlers, and an operator reads it on a terminal:
  * escape sequences in a payload, a header, an id, a key or an error text must reach the
- * screen escaped, never raw (issue 14, item 7). `dead show --raw` is the one way to get the
+ * screen escaped, never raw. `dead show --raw` is the one way to get the
  * bytes as they were. Real PostgreSQL; the CLI runs as its own process.
  */
 import { sql } from 'kysely';
